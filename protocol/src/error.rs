@@ -1,0 +1,90 @@
+//! Error codes (UPPER_SNAKE on the wire), close codes and decode errors.
+
+use serde::{Deserialize, Serialize};
+
+/// A stable error code carried in `{"err":{"code":...}}` replies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    /// The frame is not valid JSON or not a request envelope (or `d` has the wrong shape).
+    BadFrame,
+    /// The `op` is not one this server knows.
+    UnknownOp,
+    /// The arguments are well-formed but not acceptable (range, length, id syntax).
+    BadRequest,
+    /// Authentication failed.
+    Unauthorized,
+    /// The caller may not do this (not the owner, not an admin, banned).
+    Forbidden,
+    /// The operation needs the caller to be a member of the room.
+    NotInRoom,
+    /// No such room (and auto-create is off).
+    RoomNotFound,
+    /// `room.create` named a room that already exists.
+    RoomExists,
+    /// The room has a password and the right one was not given.
+    RoomLocked,
+    /// The seat is occupied.
+    SeatTaken,
+    /// The seat is locked by the owner or an admin.
+    SeatLocked,
+    /// Every seat is occupied or locked.
+    NoFreeSeat,
+    /// The sender's balance does not cover the gift.
+    InsufficientFunds,
+    /// The connection sent faster than its token bucket allows.
+    RateLimited,
+    /// Retry later: ownership of the room is moving, or the room is overloaded.
+    Unavailable,
+    /// Something failed on the server; details are in its logs.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BadFrame => "BAD_FRAME",
+            Self::UnknownOp => "UNKNOWN_OP",
+            Self::BadRequest => "BAD_REQUEST",
+            Self::Unauthorized => "UNAUTHORIZED",
+            Self::Forbidden => "FORBIDDEN",
+            Self::NotInRoom => "NOT_IN_ROOM",
+            Self::RoomNotFound => "ROOM_NOT_FOUND",
+            Self::RoomExists => "ROOM_EXISTS",
+            Self::RoomLocked => "ROOM_LOCKED",
+            Self::SeatTaken => "SEAT_TAKEN",
+            Self::SeatLocked => "SEAT_LOCKED",
+            Self::NoFreeSeat => "NO_FREE_SEAT",
+            Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
+            Self::RateLimited => "RATE_LIMITED",
+            Self::Unavailable => "UNAVAILABLE",
+            Self::Internal => "INTERNAL",
+        }
+    }
+
+    /// Whether a client may retry the same request later and expect a different outcome.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Self::RateLimited | Self::Unavailable | Self::Internal)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// WebSocket close codes the server uses (see PROTOCOL.md, "Close codes").
+pub mod close {
+    /// Going away: the node drains; reconnect elsewhere and resume with `since`.
+    pub const GOING_AWAY: u16 = 1001;
+    /// Policy violation: a flood after warnings, or the token expired.
+    pub const POLICY: u16 = 1008;
+    /// A frame or message above the size limit.
+    pub const TOO_BIG: u16 = 1009;
+    /// The server failed unexpectedly.
+    pub const INTERNAL: u16 = 1011;
+    /// Slow consumer: the outbound queue overflowed; reconnect and resume with `since`.
+    pub const SLOW_CONSUMER: u16 = 4000;
+}

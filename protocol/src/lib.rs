@@ -1,0 +1,16 @@
+//! The Chorus contract: what every node and client shares.
+//!
+//! No tokio and no I/O here: only types, codecs and pure functions.
+//!
+//! # Layout
+//! - [`ids`]: identifier newtypes (`UserId`, `RoomId`, `NodeId`) and number aliases.
+//! - [`error`]: `ErrorCode` (UPPER_SNAKE on the wire) and close codes.
+//! - [`ring`]: placement of rooms on shards, identical on every node.
+#![deny(clippy::unwrap_used)]
+
+pub mod error;
+pub mod ids;
+pub mod ring;
+
+pub use error::ErrorCode;
+pub use ids::{Epoch, FencingToken, NodeId, RoomId, Seq, SessionId, UserId};

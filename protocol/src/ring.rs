@@ -1,0 +1,1 @@
+//! Consistent-hash placement of rooms on shards (filled in by the cluster work).
