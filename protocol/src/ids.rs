@@ -91,8 +91,7 @@ pub type FencingToken = u64;
 pub fn is_valid_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_ID_LEN_BYTES
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 

@@ -5,11 +5,16 @@
 //! # Layout
 //! - [`ids`]: identifier newtypes (`UserId`, `RoomId`, `NodeId`) and number aliases.
 //! - [`error`]: `ErrorCode` (UPPER_SNAKE on the wire) and close codes.
+//! - [`client`]: client frames: request decoding, reply and event encoding, one file per
+//!   message family under `client/`.
+//! - [`link`]: gateway <-> shard messages.
 //! - [`ring`]: placement of rooms on shards, identical on every node.
 #![deny(clippy::unwrap_used)]
 
+pub mod client;
 pub mod error;
 pub mod ids;
+pub mod link;
 pub mod ring;
 
 pub use error::ErrorCode;

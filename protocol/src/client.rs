@@ -1,0 +1,293 @@
+//! Client frames: request envelopes in, replies and events out; one JSON object per text frame.
+//!
+//! Decoding checks the envelope first (`id`, `op`, `d`), then parses `d` for that op. Encoding
+//! writes replies and events straight into bytes, so an event is serialized once and the same
+//! bytes go to every member.
+
+pub mod chat;
+pub mod gift;
+pub mod room;
+pub mod seat;
+pub mod session;
+pub mod wallet;
+
+use std::borrow::Cow;
+use std::io::Write;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::error::ErrorCode;
+use crate::ids::{Epoch, RoomId, Seq};
+
+pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
+pub use gift::{GiftEvent, GiftList, GiftSend, GiftSent, GiftTargets, RankGet};
+pub use room::{
+    JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin, RoomLeave,
+    RoomLeft, SeatView, Since, Snapshot,
+};
+pub use seat::{SeatLeave, SeatTake, SeatTaken, SeatUpdate};
+pub use session::{Hello, Pong};
+pub use wallet::{Balance, WalletBalance};
+
+/// A decoded request: the client's id and the typed operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Chosen by the client, echoed in the reply.
+    pub id: u64,
+    /// What the client asks for.
+    pub op: Op,
+}
+
+/// Every operation a client can send (see PROTOCOL.md, "Operations").
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// `ping`: answers the server time.
+    Ping,
+    /// `room.create`.
+    RoomCreate(RoomCreate),
+    /// `room.join`.
+    RoomJoin(RoomJoin),
+    /// `room.leave`.
+    RoomLeave(RoomLeave),
+    /// `chat.send`.
+    ChatSend(ChatSend),
+    /// `seat.take`.
+    SeatTake(SeatTake),
+    /// `seat.leave`.
+    SeatLeave(SeatLeave),
+    /// `gift.send`.
+    GiftSend(GiftSend),
+    /// `gift.list`: the gift catalog.
+    GiftList(GiftList),
+    /// `rank.get`: a room leaderboard.
+    RankGet(RankGet),
+    /// `wallet.balance`.
+    WalletBalance(WalletBalance),
+}
+
+impl Op {
+    /// The op's wire name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Ping => "ping",
+            Self::RoomCreate(_) => "room.create",
+            Self::RoomJoin(_) => "room.join",
+            Self::RoomLeave(_) => "room.leave",
+            Self::ChatSend(_) => "chat.send",
+            Self::SeatTake(_) => "seat.take",
+            Self::SeatLeave(_) => "seat.leave",
+            Self::GiftSend(_) => "gift.send",
+            Self::GiftList(_) => "gift.list",
+            Self::RankGet(_) => "rank.get",
+            Self::WalletBalance(_) => "wallet.balance",
+        }
+    }
+
+    /// The room this op addresses, if it is a room op.
+    pub fn room(&self) -> Option<&RoomId> {
+        match self {
+            Self::RoomCreate(c) => c.room.as_ref(),
+            Self::RoomJoin(j) => Some(&j.room),
+            Self::RoomLeave(l) => Some(&l.room),
+            Self::ChatSend(c) => Some(&c.room),
+            Self::SeatTake(s) => Some(&s.room),
+            Self::SeatLeave(s) => Some(&s.room),
+            Self::GiftSend(g) => Some(&g.room),
+            Self::RankGet(r) => Some(&r.room),
+            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) => None,
+        }
+    }
+}
+
+/// Why a frame could not be decoded; answered with an error reply, the connection stays open.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {msg}")]
+pub struct DecodeError {
+    /// The request id, when one could be read.
+    pub id: Option<u64>,
+    /// `BAD_FRAME` or `UNKNOWN_OP`.
+    pub code: ErrorCode,
+    /// A short human-readable reason.
+    pub msg: String,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    id: u64,
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow, default)]
+    d: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: u64,
+}
+
+fn args<T: DeserializeOwned>(id: u64, op: &str, d: Option<&RawValue>) -> Result<T, DecodeError> {
+    let text = d.map_or("{}", RawValue::get);
+    serde_json::from_str(text).map_err(|e| DecodeError {
+        id: Some(id),
+        code: ErrorCode::BadFrame,
+        msg: format!("bad `d` for {op}: {e}"),
+    })
+}
+
+/// Decodes one text frame into a request.
+///
+/// # Errors
+/// `BAD_FRAME` when the frame is not JSON, not a request envelope, or `d` does not have the
+/// op's shape; `UNKNOWN_OP` for an op this server does not know. `id` is set whenever the frame
+/// carried a readable one.
+pub fn decode_request(text: &str) -> Result<Request, DecodeError> {
+    let env: Envelope<'_> = serde_json::from_str(text).map_err(|e| DecodeError {
+        id: serde_json::from_str::<IdOnly>(text).ok().map(|i| i.id),
+        code: ErrorCode::BadFrame,
+        msg: format!("not a request frame: {e}"),
+    })?;
+    let (id, d) = (env.id, env.d);
+    let op = match &*env.op {
+        "ping" => Op::Ping,
+        "room.create" => Op::RoomCreate(args(id, &env.op, d)?),
+        "room.join" => Op::RoomJoin(args(id, &env.op, d)?),
+        "room.leave" => Op::RoomLeave(args(id, &env.op, d)?),
+        "chat.send" => Op::ChatSend(args(id, &env.op, d)?),
+        "seat.take" => Op::SeatTake(args(id, &env.op, d)?),
+        "seat.leave" => Op::SeatLeave(args(id, &env.op, d)?),
+        "gift.send" => Op::GiftSend(args(id, &env.op, d)?),
+        "gift.list" => Op::GiftList(args(id, &env.op, d)?),
+        "rank.get" => Op::RankGet(args(id, &env.op, d)?),
+        "wallet.balance" => Op::WalletBalance(args(id, &env.op, d)?),
+        other => {
+            return Err(DecodeError {
+                id: Some(id),
+                code: ErrorCode::UnknownOp,
+                msg: format!("unknown op {:?}", truncate(other, 40)),
+            });
+        }
+    };
+    Ok(Request { id, op })
+}
+
+fn truncate(s: &str, max_chars: usize) -> &str {
+    match s.char_indices().nth(max_chars) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Encodes a success reply `{"re":id,"ok":<ok>}` from the already-encoded `ok` JSON.
+pub fn encode_ok_raw(id: u64, ok_json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(ok_json.len() + 32);
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{{\"re\":{id},\"ok\":");
+    out.extend_from_slice(ok_json);
+    out.push(b'}');
+    Bytes::from(out)
+}
+
+/// Encodes a success reply `{"re":id,"ok":...}`.
+pub fn encode_ok<T: Serialize>(id: u64, ok: &T) -> Bytes {
+    encode_ok_raw(id, &to_json(ok))
+}
+
+/// Encodes an error reply `{"re":id|null,"err":{"code":...,"msg":...}}`.
+pub fn encode_err(id: Option<u64>, code: ErrorCode, msg: &str) -> Bytes {
+    #[derive(Serialize)]
+    struct Err<'a> {
+        code: ErrorCode,
+        msg: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Frame<'a> {
+        re: Option<u64>,
+        err: Err<'a>,
+    }
+    Bytes::from(to_json(&Frame {
+        re: id,
+        err: Err { code, msg },
+    }))
+}
+
+/// Encodes an event. Sequenced room events pass `Some((epoch, seq))`; volatile ones `None`.
+pub fn encode_event<T: Serialize>(
+    ev: &str,
+    room: Option<&RoomId>,
+    position: Option<(Epoch, Seq)>,
+    d: &T,
+) -> Bytes {
+    #[derive(Serialize)]
+    struct Frame<'a, T> {
+        ev: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        room: Option<&'a RoomId>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        epoch: Option<Epoch>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        seq: Option<Seq>,
+        d: &'a T,
+    }
+    Bytes::from(to_json(&Frame {
+        ev,
+        room,
+        epoch: position.map(|p| p.0),
+        seq: position.map(|p| p.1),
+        d,
+    }))
+}
+
+/// Serializes a value the protocol defines; these types cannot fail to serialize.
+pub fn to_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    // Protocol types are plain structs with string keys: serde_json cannot fail on them.
+    serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec())
+}
+
+/// A server frame as a client sees it (used by clients and tests).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ServerFrame {
+    /// An event.
+    Event {
+        /// The event name.
+        ev: String,
+        /// The room, for room events.
+        #[serde(default)]
+        room: Option<RoomId>,
+        /// The epoch, for sequenced room events.
+        #[serde(default)]
+        epoch: Option<Epoch>,
+        /// The seq, for sequenced room events.
+        #[serde(default)]
+        seq: Option<Seq>,
+        /// The payload.
+        #[serde(default)]
+        d: serde_json::Value,
+    },
+    /// A reply to a request.
+    Reply {
+        /// The request id, or null for an undecodable frame.
+        re: Option<u64>,
+        /// Present on success.
+        #[serde(default)]
+        ok: Option<serde_json::Value>,
+        /// Present on failure.
+        #[serde(default)]
+        err: Option<ErrBody>,
+    },
+}
+
+/// The `err` object of a failed reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrBody {
+    /// The stable code.
+    pub code: ErrorCode,
+    /// A human-readable message.
+    pub msg: String,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,33 @@
+//! `chat.send` and the `chat` event.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{RoomId, Seq, UserId};
+
+/// Longest chat message, in characters (Unicode scalar values).
+pub const MAX_CHAT_TEXT_CHARS: usize = 500;
+
+/// `chat.send` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatSend {
+    /// The room.
+    pub room: RoomId,
+    /// The message, 1..=500 characters.
+    pub text: String,
+}
+
+/// The `ok` of `chat.send`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatSent {
+    /// The seq of the `chat` event this message became.
+    pub seq: Seq,
+}
+
+/// The `chat` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatEvent {
+    /// The sender.
+    pub from: UserId,
+    /// The message.
+    pub text: String,
+}

@@ -1,0 +1,96 @@
+//! `gift.send`, `gift.list`, `rank.get` and the `gift` event.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{RoomId, UserId};
+
+/// Most gifts of one kind in one order.
+pub const MAX_GIFT_COUNT: u32 = 9_999;
+/// Most recipients of one batch order: every seat of the largest room.
+pub const MAX_GIFT_RECIPIENTS: usize = 20;
+
+/// Who receives a gift: listed users, or everyone on a mic seat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GiftTargets {
+    /// These users.
+    Users(Vec<UserId>),
+    /// `"seats"`: every user seated when the order is taken.
+    Seated(String),
+}
+
+/// `gift.send` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GiftSend {
+    /// The room.
+    pub room: RoomId,
+    /// The client's idempotency key; a retry with the same key returns the first result.
+    pub req_id: String,
+    /// Gift id from the catalog.
+    pub gift: String,
+    /// How many of the gift, to each recipient.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Recipients.
+    pub to: GiftTargets,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The `ok` of `gift.send`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GiftSent {
+    /// The order id (stable for the same sender and req_id).
+    pub order: String,
+    /// The sender's balance after the order.
+    pub balance: i64,
+}
+
+/// The `gift` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GiftEvent {
+    /// The order id.
+    pub order: String,
+    /// Sender.
+    pub from: UserId,
+    /// Recipients.
+    pub to: Vec<UserId>,
+    /// Gift id.
+    pub gift: String,
+    /// Count to each recipient.
+    pub count: u32,
+    /// Coins the sender paid in total.
+    pub coins: i64,
+    /// Lucky gifts: the prize multiplier won (0 when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lucky_multiplier: Option<u32>,
+}
+
+/// `gift.list` arguments (none).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GiftList {}
+
+/// `rank.get` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankGet {
+    /// The room.
+    pub room: RoomId,
+    /// `senders` (contribution) or `receivers` (charm).
+    pub board: String,
+    /// `day`, `week` or `all`.
+    #[serde(default = "all")]
+    pub period: String,
+    /// How many entries, at most 100.
+    #[serde(default = "ten")]
+    pub limit: u32,
+}
+
+fn all() -> String {
+    "all".to_owned()
+}
+
+fn ten() -> u32 {
+    10
+}

@@ -1,0 +1,33 @@
+//! `seat.take`, `seat.leave` and the `seat.update` event.
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::room::SeatView;
+use crate::ids::RoomId;
+
+/// `seat.take` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeatTake {
+    /// The room.
+    pub room: RoomId,
+    /// The seat index; the first free seat when absent.
+    #[serde(default)]
+    pub seat: Option<u32>,
+}
+
+/// The `ok` of `seat.take`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeatTaken {
+    /// The seat now held.
+    pub seat: u32,
+}
+
+/// `seat.leave` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeatLeave {
+    /// The room.
+    pub room: RoomId,
+}
+
+/// The `seat.update` event: the changed seat, in full.
+pub type SeatUpdate = SeatView;

@@ -1,0 +1,96 @@
+use super::*;
+use crate::ids::UserId;
+
+#[test]
+fn decodes_core_ops() {
+    let r = decode_request(r#"{"id":7,"op":"chat.send","d":{"room":"r1","text":"hi"}}"#).unwrap();
+    assert_eq!(r.id, 7);
+    assert_eq!(
+        r.op,
+        Op::ChatSend(ChatSend {
+            room: "r1".into(),
+            text: "hi".into()
+        })
+    );
+    let r = decode_request(r#"{"id":1,"op":"ping"}"#).unwrap();
+    assert_eq!(r.op, Op::Ping);
+    let r = decode_request(r#"{"id":2,"op":"room.create","d":{"title":"t"}}"#).unwrap();
+    match r.op {
+        Op::RoomCreate(c) => {
+            assert_eq!(c.seats, room::DEFAULT_SEATS);
+            assert!(c.room.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+    let r =
+        decode_request(r#"{"id":3,"op":"room.join","d":{"room":"r","since":{"epoch":2,"seq":9}}}"#)
+            .unwrap();
+    match r.op {
+        Op::RoomJoin(j) => assert_eq!(j.since, Some(Since { epoch: 2, seq: 9 })),
+        other => panic!("{other:?}"),
+    }
+    let r = decode_request(
+        r#"{"id":4,"op":"gift.send","d":{"room":"r","req_id":"x","gift":"rose","to":["u2"]}}"#,
+    )
+    .unwrap();
+    match r.op {
+        Op::GiftSend(g) => {
+            assert_eq!(g.count, 1);
+            assert_eq!(g.to, GiftTargets::Users(vec![UserId::from("u2")]));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bad_frames_keep_the_id_when_readable() {
+    let e = decode_request("not json").unwrap_err();
+    assert_eq!((e.id, e.code), (None, ErrorCode::BadFrame));
+    let e = decode_request(r#"{"id":5}"#).unwrap_err();
+    assert_eq!((e.id, e.code), (Some(5), ErrorCode::BadFrame));
+    let e = decode_request(r#"{"id":6,"op":"chat.send","d":{"room":1}}"#).unwrap_err();
+    assert_eq!((e.id, e.code), (Some(6), ErrorCode::BadFrame));
+    let e = decode_request(r#"{"id":8,"op":"nope"}"#).unwrap_err();
+    assert_eq!((e.id, e.code), (Some(8), ErrorCode::UnknownOp));
+    let e = decode_request(r#"[1,2]"#).unwrap_err();
+    assert_eq!((e.id, e.code), (None, ErrorCode::BadFrame));
+}
+
+#[test]
+fn encodes_replies_and_events() {
+    let ok = encode_ok(3, &ChatSent { seq: 4 });
+    assert_eq!(&ok[..], br#"{"re":3,"ok":{"seq":4}}"#);
+    let err = encode_err(None, ErrorCode::BadFrame, "x");
+    assert_eq!(
+        &err[..],
+        br#"{"re":null,"err":{"code":"BAD_FRAME","msg":"x"}}"#
+    );
+    let room = RoomId::from("r1");
+    let ev = encode_event(
+        "chat",
+        Some(&room),
+        Some((2, 5)),
+        &ChatEvent {
+            from: "u1".into(),
+            text: "hi".into(),
+        },
+    );
+    assert_eq!(
+        &ev[..],
+        br#"{"ev":"chat","room":"r1","epoch":2,"seq":5,"d":{"from":"u1","text":"hi"}}"#
+    );
+    let ev = encode_event("member.count", Some(&room), None, &MemberCount { count: 3 });
+    assert_eq!(
+        &ev[..],
+        br#"{"ev":"member.count","room":"r1","d":{"count":3}}"#
+    );
+}
+
+#[test]
+fn server_frames_parse_both_shapes() {
+    let f: ServerFrame = serde_json::from_str(r#"{"re":1,"ok":{"seq":1}}"#).unwrap();
+    assert!(matches!(f, ServerFrame::Reply { re: Some(1), .. }));
+    let f: ServerFrame =
+        serde_json::from_str(r#"{"ev":"chat","room":"r","epoch":1,"seq":2,"d":{}}"#).unwrap();
+    assert!(matches!(f, ServerFrame::Event { seq: Some(2), .. }));
+}
