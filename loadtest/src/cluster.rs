@@ -1,1 +1,438 @@
-//! (being written)
+//! Real processes for tests: a `redis-server` and `chorus` nodes on free loopback ports.
+//!
+//! Every guard kills its process on drop, so a failing test leaves nothing running. Faults are
+//! made with signals: SIGKILL ([`Node::kill9`]), SIGSTOP/SIGCONT (`pause`/`resume`) and SIGTERM
+//! ([`Node::terminate`]), sent through the system `kill` command (no `unsafe`, no libc).
+//! Readiness is polled against a bounded deadline; nothing here sleeps blindly.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// How long a fresh `redis-server` may take to answer PING: it starts in milliseconds, but CI
+/// machines are shared and a debug build of the tests may compete for the two cores.
+pub const REDIS_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause between readiness probes: short enough to add little to each test, long enough not to
+/// spin a core while the server starts.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How long one PING probe may take before it counts as "not ready yet".
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Tries at starting redis-server on a fresh free port: another process may grab the port
+/// between [`free_port`] releasing it and redis-server binding it.
+const REDIS_START_ATTEMPTS: u32 = 3;
+
+/// How long [`Node::terminate`] callers typically allow for a graceful drain before SIGKILL.
+pub const NODE_EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The redis-server binary, found on `PATH` unless `REDIS_SERVER_BIN` names another.
+fn redis_server_bin() -> PathBuf {
+    std::env::var_os("REDIS_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
+/// A free TCP port on 127.0.0.1: binds port 0, reads the port the kernel chose, releases it.
+///
+/// # Errors
+/// When no loopback socket can be bound.
+pub fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Sends `signal` (e.g. `"STOP"`) to `pid` with the system `kill` command.
+fn send_signal(pid: u32, signal: &str) -> io::Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "kill -{signal} {pid} failed: {status}"
+        )))
+    }
+}
+
+/// A unique log file path in the system temp dir for process `name`.
+fn log_file_path(name: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("chorus-{name}-{}-{n}.log", std::process::id()))
+}
+
+/// Kills and reaps `child`, ignoring a process that already exited.
+fn kill_and_reap(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        // SIGKILL also ends a SIGSTOPped process.
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+/// Whether a Redis server answers `PING` on `port` within [`PING_TIMEOUT`].
+async fn answers_ping(port: u16) -> bool {
+    let probe = async {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
+        stream.write_all(b"PING\r\n").await?;
+        let mut buf = [0u8; 7];
+        stream.read_exact(&mut buf).await?;
+        io::Result::Ok(&buf == b"+PONG\r\n")
+    };
+    matches!(
+        tokio::time::timeout(PING_TIMEOUT, probe).await,
+        Ok(Ok(true))
+    )
+}
+
+/// A real `redis-server` on a free 127.0.0.1 port, with no persistence; killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` on a free port and waits until it answers PING.
+    ///
+    /// # Errors
+    /// When the binary cannot be run, or the server does not answer within
+    /// [`REDIS_READY_TIMEOUT`] after [`REDIS_START_ATTEMPTS`] ports.
+    pub async fn start() -> io::Result<Self> {
+        let mut last_err = io::Error::other("redis-server was not started");
+        for _ in 0..REDIS_START_ATTEMPTS {
+            let port = free_port()?;
+            let mut server = Self {
+                child: None,
+                port,
+                log: log_file_path(&format!("redis-{port}")),
+            };
+            match server.spawn_and_wait().await {
+                Ok(()) => return Ok(server),
+                Err(e) => last_err = e,
+            }
+        }
+        Err(last_err)
+    }
+
+    /// The URL clients connect with, e.g. `redis://127.0.0.1:6390/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port the server listens on (kept across [`RedisServer::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The socket address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The process id of the running server, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server (all data is lost: no persistence) and starts a new one on the same port.
+    ///
+    /// # Errors
+    /// When the new server does not answer PING within [`REDIS_READY_TIMEOUT`].
+    pub async fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        self.spawn_and_wait().await
+    }
+
+    /// Kills the server without starting a new one; [`RedisServer::restart`] brings it back.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open but nothing is answered.
+    ///
+    /// # Errors
+    /// When the server is not running or the signal cannot be sent.
+    pub fn pause(&self) -> io::Result<()> {
+        send_signal(self.running_pid()?, "STOP")
+    }
+
+    /// Thaws a server frozen by [`RedisServer::pause`] with SIGCONT.
+    ///
+    /// # Errors
+    /// When the server is not running or the signal cannot be sent.
+    pub fn resume(&self) -> io::Result<()> {
+        send_signal(self.running_pid()?, "CONT")
+    }
+
+    fn running_pid(&self) -> io::Result<u32> {
+        self.pid()
+            .ok_or_else(|| io::Error::other("redis-server is not running"))
+    }
+
+    async fn spawn_and_wait(&mut self) -> io::Result<()> {
+        let log = std::fs::File::create(&self.log)?;
+        let child = Command::new(redis_server_bin())
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = Instant::now() + REDIS_READY_TIMEOUT;
+        loop {
+            if answers_ping(self.port).await {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                self.child = None;
+                return Err(io::Error::other(format!(
+                    "redis-server on port {} exited with {status}; log: {}",
+                    self.port,
+                    self.log.display()
+                )));
+            }
+            if Instant::now() >= deadline {
+                self.stop();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis-server on port {} did not answer PING", self.port),
+                ));
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+/// The `chorus` binary: `CHORUS_BIN`, else `$CARGO_TARGET_DIR/debug/chorus`, else
+/// `<workspace>/target/debug/chorus`.
+pub fn chorus_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CHORUS_BIN") {
+        return PathBuf::from(bin);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        });
+    target.join("debug").join("chorus")
+}
+
+/// A running `chorus` node process; its stdout and stderr go to a log file; killed on drop.
+///
+/// The log file is removed on drop unless the thread is panicking (a failing test keeps it).
+#[derive(Debug)]
+pub struct Node {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Node {
+    /// Spawns [`chorus_bin`] with `args`, logging to a fresh temp file.
+    ///
+    /// Readiness (a port answering) is the caller's to wait for: it depends on the role.
+    ///
+    /// # Errors
+    /// When the binary cannot be started.
+    pub fn spawn<I, S>(args: I) -> io::Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        Self::spawn_with_env(args, std::iter::empty::<(&str, &str)>())
+    }
+
+    /// Like [`Node::spawn`], with extra environment variables.
+    ///
+    /// # Errors
+    /// When the binary cannot be started.
+    pub fn spawn_with_env<I, S, E, K, V>(args: I, env: E) -> io::Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+        E: IntoIterator<Item = (K, V)>,
+        K: AsRef<std::ffi::OsStr>,
+        V: AsRef<std::ffi::OsStr>,
+    {
+        let bin = chorus_bin();
+        let log = log_file_path("node");
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(&bin)
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", bin.display())))?;
+        Ok(Self { child, log })
+    }
+
+    /// The node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Where the node's stdout and stderr go.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The node's output so far (lossy UTF-8).
+    ///
+    /// # Errors
+    /// When the log file cannot be read.
+    pub fn log(&self) -> io::Result<String> {
+        Ok(String::from_utf8_lossy(&std::fs::read(&self.log)?).into_owned())
+    }
+
+    /// SIGKILL: the node dies at once, without draining; then reaps it.
+    ///
+    /// # Errors
+    /// When the signal cannot be sent.
+    pub fn kill9(&mut self) -> io::Result<()> {
+        if self.child.try_wait()?.is_none() {
+            self.child.kill()?;
+        }
+        self.child.wait().map(|_| ())
+    }
+
+    /// SIGSTOP: freezes the node (a "long GC pause"); its sockets stay open.
+    ///
+    /// # Errors
+    /// When the signal cannot be sent.
+    pub fn pause(&self) -> io::Result<()> {
+        send_signal(self.pid(), "STOP")
+    }
+
+    /// SIGCONT: thaws a node frozen by [`Node::pause`].
+    ///
+    /// # Errors
+    /// When the signal cannot be sent.
+    pub fn resume(&self) -> io::Result<()> {
+        send_signal(self.pid(), "CONT")
+    }
+
+    /// SIGTERM: asks the node to drain and exit; see [`Node::wait_exit`].
+    ///
+    /// # Errors
+    /// When the signal cannot be sent.
+    pub fn terminate(&self) -> io::Result<()> {
+        send_signal(self.pid(), "TERM")
+    }
+
+    /// Whether the process has exited, and how (non-blocking).
+    ///
+    /// # Errors
+    /// When the process status cannot be read.
+    pub fn try_status(&mut self) -> io::Result<Option<ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    /// Waits up to `timeout` for the node to exit; `None` if it is still running.
+    ///
+    /// # Errors
+    /// When the process status cannot be read.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn redis_server_starts_pauses_restarts_and_dies_on_drop() {
+        let mut redis = RedisServer::start().await.unwrap();
+        let port = redis.port();
+        assert!(answers_ping(port).await);
+        assert_eq!(redis.url(), format!("redis://127.0.0.1:{port}/"));
+
+        redis.pause().unwrap();
+        assert!(
+            !answers_ping(port).await,
+            "a stopped server must not answer"
+        );
+        redis.resume().unwrap();
+        assert!(answers_ping(port).await);
+
+        let old_pid = redis.pid().unwrap();
+        redis.restart().await.unwrap();
+        assert_eq!(redis.port(), port);
+        assert_ne!(redis.pid().unwrap(), old_pid);
+        assert!(answers_ping(port).await);
+
+        drop(redis);
+        assert!(
+            !answers_ping(port).await,
+            "the server must die with its guard"
+        );
+    }
+
+    #[test]
+    fn free_port_is_bindable() {
+        let port = free_port().unwrap();
+        assert_ne!(port, 0);
+        TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
+    }
+
+    #[test]
+    fn chorus_bin_honours_the_env_override_shape() {
+        // Without CHORUS_BIN the default ends in debug/chorus.
+        if std::env::var_os("CHORUS_BIN").is_none() {
+            assert!(chorus_bin().ends_with("debug/chorus"));
+        }
+    }
+}
