@@ -130,6 +130,15 @@ impl InProcessLeases {
             .map(|h| (h.owner.to_string(), h.fence))
     }
 
+    /// Makes every token granted for `room` from now on greater than `floor`: standalone mode
+    /// seeds the counters from the durable high-water tokens in `rooms.db` at start, since this
+    /// in-memory counter restarts at zero with the process.
+    pub fn raise_fence_floor(&self, room: &RoomId, floor: FencingToken) {
+        let mut leases = self.lock();
+        let counter = leases.fences.entry(room.clone()).or_insert(0);
+        *counter = (*counter).max(floor);
+    }
+
     /// Whether `fence` is the token of `room`'s live lease (the fencing check of the SQLite
     /// snapshot engine).
     pub fn is_live(&self, room: &RoomId, fence: FencingToken) -> bool {

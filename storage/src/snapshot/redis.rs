@@ -1,0 +1,213 @@
+//! Redis snapshot engine: fenced writes as atomic Lua scripts (LEDGER-AND-LEASES 2.2, 2.5).
+//!
+//! `room:{R}:state` is a hash: `hwm` (highest token that ever wrote for the room), `fence` (token
+//! of the saved state) and `data` (the state). `room:{R}:history` is a list of encoded entries.
+//! Every write script first checks that the lease `room:{R}:lease` carries the write's token,
+//! then that the token is not below `hwm`, and only then writes and raises `hwm`.
+
+use std::sync::Arc;
+
+use ::redis::Script;
+use ::redis::aio::ConnectionManager;
+use bytes::Bytes;
+use protocol::{FencingToken, RoomId, Seq};
+
+use super::{HistoryEntry, Stored, decode_entry, encode_entry, history_key, state_key};
+use crate::error::{Result, StorageError};
+use crate::lease::lease_key;
+use crate::redis::{Redis, map_err};
+
+/// Shared prologue of every fenced write: `KEYS[1]` = lease, `KEYS[2]` = state,
+/// `ARGV[1]` = token. Returns -1 when the live lease does not carry the token, -2 when a higher
+/// token already wrote.
+macro_rules! fence_check {
+    () => {
+        r"
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return -1 end
+local hwm = redis.call('HGET', KEYS[2], 'hwm')
+if hwm and tonumber(ARGV[1]) < tonumber(hwm) then return -2 end
+"
+    };
+}
+
+/// SAVE: `KEYS = [lease, state]`, `ARGV = [fence, data]`.
+const SAVE_LUA: &str = concat!(
+    fence_check!(),
+    r"
+redis.call('HSET', KEYS[2], 'hwm', ARGV[1], 'fence', ARGV[1], 'data', ARGV[2])
+return 1
+"
+);
+
+/// APPEND: `KEYS = [lease, state, history]`, `ARGV = [fence, entry, max_len]`.
+const APPEND_LUA: &str = concat!(
+    fence_check!(),
+    r"
+redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
+redis.call('RPUSH', KEYS[3], ARGV[2])
+redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+return 1
+"
+);
+
+/// DELETE: `KEYS = [lease, state, history]`, `ARGV = [fence]`. Keeps `hwm`.
+const DELETE_LUA: &str = concat!(
+    fence_check!(),
+    r"
+redis.call('HDEL', KEYS[2], 'fence', 'data')
+redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
+redis.call('DEL', KEYS[3])
+return 1
+"
+);
+
+/// Redis-backed snapshots; clones share the connection and scripts.
+#[derive(Clone)]
+pub struct RedisSnapshots {
+    conn: ConnectionManager,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    save: Script,
+    append: Script,
+    delete: Script,
+}
+
+impl std::fmt::Debug for RedisSnapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSnapshots").finish_non_exhaustive()
+    }
+}
+
+/// Turns a fenced script's status into a result.
+fn fenced_status(status: i64, fence: FencingToken) -> Result<()> {
+    match status {
+        1 => Ok(()),
+        -1 | -2 => Err(StorageError::Fenced { token: fence }),
+        other => Err(StorageError::Corrupt(format!(
+            "unexpected fenced-write status {other}"
+        ))),
+    }
+}
+
+impl RedisSnapshots {
+    /// Snapshots on `redis`'s shared connection.
+    pub fn new(redis: &Redis) -> Self {
+        Self {
+            conn: redis.conn(),
+            scripts: Arc::new(Scripts {
+                save: Script::new(SAVE_LUA),
+                append: Script::new(APPEND_LUA),
+                delete: Script::new(DELETE_LUA),
+            }),
+        }
+    }
+
+    /// See [`super::SnapshotStore::load`].
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached; `Corrupt` for a half-written state.
+    pub async fn load(&self, room: &RoomId) -> Result<Option<Stored>> {
+        let mut conn = self.conn.clone();
+        let (fence, data): (Option<FencingToken>, Option<Vec<u8>>) = ::redis::cmd("HMGET")
+            .arg(state_key(room))
+            .arg("fence")
+            .arg("data")
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        match (fence, data) {
+            (Some(fence), Some(data)) => Ok(Some(Stored {
+                fence,
+                bytes: Bytes::from(data),
+            })),
+            (None, None) => Ok(None),
+            _ => Err(StorageError::Corrupt(format!(
+                "state of {room} has only one of fence and data"
+            ))),
+        }
+    }
+
+    /// See [`super::SnapshotStore::save`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Unavailable`.
+    pub async fn save(&self, room: &RoomId, fence: FencingToken, bytes: &[u8]) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let status: i64 = self
+            .scripts
+            .save
+            .key(lease_key(room))
+            .key(state_key(room))
+            .arg(fence)
+            .arg(bytes)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        fenced_status(status, fence)
+    }
+
+    /// See [`super::SnapshotStore::append_history`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Unavailable`.
+    pub async fn append_history(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        seq: Seq,
+        bytes: &[u8],
+        max_len: usize,
+    ) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let status: i64 = self
+            .scripts
+            .append
+            .key(lease_key(room))
+            .key(state_key(room))
+            .key(history_key(room))
+            .arg(fence)
+            .arg(encode_entry(fence, seq, bytes))
+            .arg(max_len)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        fenced_status(status, fence)
+    }
+
+    /// See [`super::SnapshotStore::load_history`].
+    ///
+    /// # Errors
+    /// `Unavailable`, `Corrupt`.
+    pub async fn load_history(&self, room: &RoomId) -> Result<Vec<HistoryEntry>> {
+        let mut conn = self.conn.clone();
+        let raw: Vec<Vec<u8>> = ::redis::cmd("LRANGE")
+            .arg(history_key(room))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        raw.into_iter().map(|e| decode_entry(room, e)).collect()
+    }
+
+    /// See [`super::SnapshotStore::delete`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Unavailable`.
+    pub async fn delete(&self, room: &RoomId, fence: FencingToken) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let status: i64 = self
+            .scripts
+            .delete
+            .key(lease_key(room))
+            .key(state_key(room))
+            .key(history_key(room))
+            .arg(fence)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        fenced_status(status, fence)
+    }
+}

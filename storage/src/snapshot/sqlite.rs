@@ -1,0 +1,304 @@
+//! SQLite snapshot engine for standalone mode: `<data_dir>/rooms.db`.
+//!
+//! Calls run on tokio's blocking pool (`spawn_blocking`) over one connection behind a mutex.
+//!
+//! # Fencing
+//! Standalone mode keeps its leases in an [`InProcessLeases`] store; this engine holds a clone
+//! of it. A write with token `F` first checks that `F` is the live lease's token there, then, in
+//! one SQLite transaction, that `F` is not below the room's stored high-water token, raises the
+//! high-water token and writes. The two checks are not one atomic step: a lease that expires
+//! between them lets one last write of the old owner through, but only before the new owner's
+//! first write (which raises the high-water token above it) — the same guarantee a Redis
+//! `hwm` gives, and in standalone mode the only possible "other owner" is this same process.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use protocol::{FencingToken, RoomId, Seq};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+
+use super::{HistoryEntry, Stored};
+use crate::error::{Result, StorageError};
+use crate::lease::InProcessLeases;
+
+/// The database file inside the data directory.
+pub const ROOMS_DB_FILE: &str = "rooms.db";
+
+/// How long a statement waits for a lock held by another connection to the same file (e.g. an
+/// operator's `sqlite3` shell) before failing; our own calls are serialized by the mutex.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Schema: one row of state per room, and the bounded history.
+const SCHEMA: &str = "
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = NORMAL;
+CREATE TABLE IF NOT EXISTS room_state (
+    room  TEXT PRIMARY KEY,
+    hwm   INTEGER NOT NULL,
+    fence INTEGER,
+    data  BLOB
+);
+CREATE TABLE IF NOT EXISTS room_history (
+    id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    room  TEXT NOT NULL,
+    fence INTEGER NOT NULL,
+    seq   INTEGER NOT NULL,
+    data  BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS room_history_by_room ON room_history (room, id);
+";
+
+/// An opened database and every room's stored high-water token.
+type Opened = (Connection, Vec<(RoomId, FencingToken)>);
+
+/// SQLite-backed snapshots; clones share the connection.
+#[derive(Clone)]
+pub struct SqliteSnapshots {
+    conn: Arc<Mutex<Connection>>,
+    leases: InProcessLeases,
+}
+
+impl std::fmt::Debug for SqliteSnapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteSnapshots").finish_non_exhaustive()
+    }
+}
+
+fn backend(e: impl std::fmt::Display) -> StorageError {
+    StorageError::Backend(e.to_string())
+}
+
+/// A token as SQLite's signed integer (tokens stay far below 2^63).
+fn to_sql(n: u64) -> Result<i64> {
+    i64::try_from(n).map_err(|_| StorageError::Backend(format!("{n} does not fit SQLite")))
+}
+
+fn from_sql(n: i64) -> Result<u64> {
+    u64::try_from(n).map_err(|_| StorageError::Corrupt(format!("negative stored token {n}")))
+}
+
+impl SqliteSnapshots {
+    /// Opens (creating if needed) `<data_dir>/rooms.db`; writes are fenced by `leases`.
+    ///
+    /// Seeds `leases` with every room's stored high-water token
+    /// ([`InProcessLeases::raise_fence_floor`]), so tokens granted after a restart stay above
+    /// the ones that already wrote and the new owner's writes are not fenced out.
+    ///
+    /// # Errors
+    /// `Backend` when the directory or the database cannot be opened.
+    pub async fn open(data_dir: &Path, leases: InProcessLeases) -> Result<Self> {
+        let path = data_dir.join(ROOMS_DB_FILE);
+        let dir = data_dir.to_owned();
+        let conn = tokio::task::spawn_blocking(move || -> Result<Opened> {
+            std::fs::create_dir_all(&dir).map_err(backend)?;
+            let conn = Connection::open(&path).map_err(backend)?;
+            conn.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
+            conn.execute_batch(SCHEMA).map_err(backend)?;
+            let floors = {
+                let mut stmt = conn
+                    .prepare("SELECT room, hwm FROM room_state")
+                    .map_err(backend)?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+                    .map_err(backend)?;
+                let mut floors = Vec::new();
+                for row in rows {
+                    let (room, hwm) = row.map_err(backend)?;
+                    floors.push((RoomId::from(room), from_sql(hwm)?));
+                }
+                floors
+            };
+            Ok((conn, floors))
+        })
+        .await
+        .map_err(backend)??;
+        let (conn, floors) = conn;
+        for (room, floor) in &floors {
+            leases.raise_fence_floor(room, *floor);
+        }
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            leases,
+        })
+    }
+
+    /// Runs `f` on the connection on the blocking pool.
+    async fn with_conn<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let mut guard: MutexGuard<'_, Connection> =
+                conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard)
+        })
+        .await
+        .map_err(backend)?
+    }
+
+    /// Checks the live lease, then runs `write` in a transaction that first checks and raises
+    /// the high-water token.
+    async fn fenced<F>(&self, room: &RoomId, fence: FencingToken, write: F) -> Result<()>
+    where
+        F: FnOnce(&Transaction<'_>, &str, i64) -> rusqlite::Result<()> + Send + 'static,
+    {
+        if !self.leases.is_live(room, fence) {
+            return Err(StorageError::Fenced { token: fence });
+        }
+        let room = room.as_str().to_owned();
+        let f = to_sql(fence)?;
+        self.with_conn(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            let hwm: Option<i64> = tx
+                .query_row("SELECT hwm FROM room_state WHERE room = ?1", [&room], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(backend)?;
+            if hwm.is_some_and(|h| f < h) {
+                return Err(StorageError::Fenced { token: fence });
+            }
+            tx.execute(
+                "INSERT INTO room_state (room, hwm) VALUES (?1, ?2)
+                 ON CONFLICT (room) DO UPDATE SET hwm = excluded.hwm",
+                params![room, f],
+            )
+            .map_err(backend)?;
+            write(&tx, &room, f).map_err(backend)?;
+            tx.commit().map_err(backend)
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::load`].
+    ///
+    /// # Errors
+    /// `Backend`, `Corrupt`.
+    pub async fn load(&self, room: &RoomId) -> Result<Option<Stored>> {
+        let room = room.as_str().to_owned();
+        self.with_conn(move |conn| {
+            let row: Option<(Option<i64>, Option<Vec<u8>>)> = conn
+                .query_row(
+                    "SELECT fence, data FROM room_state WHERE room = ?1",
+                    [&room],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            match row {
+                Some((Some(fence), Some(data))) => Ok(Some(Stored {
+                    fence: from_sql(fence)?,
+                    bytes: Bytes::from(data),
+                })),
+                Some((None, None)) | None => Ok(None),
+                Some(_) => Err(StorageError::Corrupt(format!(
+                    "state of {room} has only one of fence and data"
+                ))),
+            }
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::save`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Backend`.
+    pub async fn save(&self, room: &RoomId, fence: FencingToken, bytes: &[u8]) -> Result<()> {
+        let data = bytes.to_vec();
+        self.fenced(room, fence, move |tx, room, f| {
+            tx.execute(
+                "UPDATE room_state SET fence = ?2, data = ?3 WHERE room = ?1",
+                params![room, f, data],
+            )
+            .map(|_| ())
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::append_history`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Backend`.
+    pub async fn append_history(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        seq: Seq,
+        bytes: &[u8],
+        max_len: usize,
+    ) -> Result<()> {
+        let data = bytes.to_vec();
+        let seq = to_sql(seq)?;
+        let keep = i64::try_from(max_len).unwrap_or(i64::MAX);
+        self.fenced(room, fence, move |tx, room, f| {
+            tx.execute(
+                "INSERT INTO room_history (room, fence, seq, data) VALUES (?1, ?2, ?3, ?4)",
+                params![room, f, seq, data],
+            )?;
+            tx.execute(
+                "DELETE FROM room_history WHERE room = ?1 AND id <= (
+                     SELECT id FROM room_history WHERE room = ?1
+                     ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                params![room, keep],
+            )
+            .map(|_| ())
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::load_history`].
+    ///
+    /// # Errors
+    /// `Backend`, `Corrupt`.
+    pub async fn load_history(&self, room: &RoomId) -> Result<Vec<HistoryEntry>> {
+        let room = room.as_str().to_owned();
+        self.with_conn(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT fence, seq, data FROM room_history WHERE room = ?1 ORDER BY id",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([&room], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                    ))
+                })
+                .map_err(backend)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (fence, seq, data) = row.map_err(backend)?;
+                out.push(HistoryEntry {
+                    fence: from_sql(fence)?,
+                    seq: from_sql(seq)?,
+                    bytes: Bytes::from(data),
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::delete`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Backend`.
+    pub async fn delete(&self, room: &RoomId, fence: FencingToken) -> Result<()> {
+        self.fenced(room, fence, |tx, room, _| {
+            tx.execute(
+                "UPDATE room_state SET fence = NULL, data = NULL WHERE room = ?1",
+                [room],
+            )?;
+            tx.execute("DELETE FROM room_history WHERE room = ?1", [room])
+                .map(|_| ())
+        })
+        .await
+    }
+}

@@ -1,0 +1,326 @@
+//! Fenced snapshots and history against a real redis-server and against SQLite (with the
+//! in-process lease store on paused time). The same contract runs on both.
+// Test helpers outside `#[test]` fns are test code too (clippy's allow-unwrap-in-tests skips them).
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use loadtest::cluster::RedisServer;
+use protocol::{NodeId, RoomId};
+use storage::StorageError;
+use storage::lease::{ClaimOutcome, InProcessLeases, LeaseOwner, LeaseStore};
+use storage::redis::Redis;
+use storage::snapshot::{HistoryEntry, ROOMS_DB_FILE, SnapshotStore, Stored};
+use tokio::time::Instant;
+
+/// Lease TTL for tests that never let a lease expire.
+const LONG_TTL: Duration = Duration::from_secs(30);
+/// Lease TTL for tests that wait for expiry.
+const SHORT_TTL: Duration = Duration::from_millis(200);
+/// Upper bound on waiting for a Redis lease to expire.
+const WAIT_LIMIT: Duration = Duration::from_secs(5);
+/// Pause between polls of a real Redis.
+const POLL: Duration = Duration::from_millis(10);
+
+struct Env {
+    leases: LeaseStore,
+    snaps: SnapshotStore,
+    paused: bool,
+}
+
+fn owner(node: &str) -> LeaseOwner {
+    LeaseOwner::new(&NodeId::from(node), "boot")
+}
+
+impl Env {
+    async fn claim(&self, room: &RoomId, who: &str, ttl: Duration) -> u64 {
+        match self.leases.claim(room, &owner(who), ttl).await.unwrap() {
+            ClaimOutcome::Acquired { fence } => fence,
+            other => panic!("expected Acquired, got {other:?}"),
+        }
+    }
+
+    async fn let_expire(&self, room: &RoomId, ttl: Duration) {
+        if self.paused {
+            tokio::time::advance(ttl).await;
+            assert_eq!(self.leases.holder(room).await.unwrap(), None);
+            return;
+        }
+        let start = Instant::now();
+        while self.leases.holder(room).await.unwrap().is_some() {
+            assert!(start.elapsed() < WAIT_LIMIT, "lease did not expire");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+fn fenced(r: Result<(), StorageError>, token: u64) {
+    match r {
+        Err(StorageError::Fenced { token: t }) => assert_eq!(t, token),
+        other => panic!("expected Fenced({token}), got {other:?}"),
+    }
+}
+
+// ---------- contract ----------
+
+async fn save_and_load(env: Env) {
+    let room = RoomId::from("save");
+    assert_eq!(env.snaps.load(&room).await.unwrap(), None);
+    let f = env.claim(&room, "a", LONG_TTL).await;
+    env.snaps.save(&room, f, b"v1").await.unwrap();
+    env.snaps.save(&room, f, b"v2").await.unwrap();
+    assert_eq!(
+        env.snaps.load(&room).await.unwrap(),
+        Some(Stored {
+            fence: f,
+            bytes: Bytes::from_static(b"v2")
+        })
+    );
+    // Empty state and binary bytes round-trip.
+    env.snaps.save(&room, f, &[0, 255, 0]).await.unwrap();
+    assert_eq!(
+        env.snaps.load(&room).await.unwrap().unwrap().bytes,
+        Bytes::from_static(&[0, 255, 0])
+    );
+}
+
+async fn stale_token_is_rejected(env: Env) {
+    let room = RoomId::from("stale");
+    let fa = env.claim(&room, "a", SHORT_TTL).await;
+    env.snaps.save(&room, fa, b"from a").await.unwrap();
+    // A is paused past its TTL; B takes over and writes.
+    env.let_expire(&room, SHORT_TTL).await;
+    let fb = env.claim(&room, "b", LONG_TTL).await;
+    assert!(fb > fa);
+    env.snaps.save(&room, fb, b"from b").await.unwrap();
+    // A wakes up and tries to write with its old token: every write is refused.
+    fenced(env.snaps.save(&room, fa, b"stale").await, fa);
+    fenced(
+        env.snaps.append_history(&room, fa, 1, b"stale", 10).await,
+        fa,
+    );
+    fenced(env.snaps.delete(&room, fa).await, fa);
+    // A token that never held the lease is refused too.
+    fenced(env.snaps.save(&room, fb + 1, b"future").await, fb + 1);
+    assert_eq!(
+        env.snaps.load(&room).await.unwrap(),
+        Some(Stored {
+            fence: fb,
+            bytes: Bytes::from_static(b"from b")
+        })
+    );
+}
+
+async fn expired_lease_cannot_write(env: Env) {
+    let room = RoomId::from("expired");
+    let f = env.claim(&room, "a", SHORT_TTL).await;
+    env.snaps.save(&room, f, b"v1").await.unwrap();
+    env.let_expire(&room, SHORT_TTL).await;
+    // No competitor, but the lease is gone: the write must re-claim first.
+    fenced(env.snaps.save(&room, f, b"v2").await, f);
+    let g = env.claim(&room, "a", LONG_TTL).await;
+    assert!(g > f);
+    env.snaps.save(&room, g, b"v2").await.unwrap();
+}
+
+async fn released_lease_cannot_write(env: Env) {
+    let room = RoomId::from("released");
+    let f = env.claim(&room, "a", LONG_TTL).await;
+    assert!(env.leases.release(&room, &owner("a"), f).await.unwrap());
+    fenced(env.snaps.save(&room, f, b"late").await, f);
+}
+
+async fn history_is_bounded_and_fenced(env: Env) {
+    let room = RoomId::from("history");
+    assert!(env.snaps.load_history(&room).await.unwrap().is_empty());
+    let f = env.claim(&room, "a", LONG_TTL).await;
+    for seq in 1..=5u64 {
+        let ev = format!("ev{seq}");
+        env.snaps
+            .append_history(&room, f, seq, ev.as_bytes(), 3)
+            .await
+            .unwrap();
+    }
+    let want: Vec<HistoryEntry> = (3..=5u64)
+        .map(|seq| HistoryEntry {
+            fence: f,
+            seq,
+            bytes: Bytes::from(format!("ev{seq}")),
+        })
+        .collect();
+    assert_eq!(env.snaps.load_history(&room).await.unwrap(), want);
+    // History alone does not make a snapshot.
+    assert_eq!(env.snaps.load(&room).await.unwrap(), None);
+
+    env.snaps.save(&room, f, b"state").await.unwrap();
+    env.snaps.delete(&room, f).await.unwrap();
+    assert_eq!(env.snaps.load(&room).await.unwrap(), None);
+    assert!(env.snaps.load_history(&room).await.unwrap().is_empty());
+    // The live owner can write again after a delete.
+    env.snaps.save(&room, f, b"again").await.unwrap();
+}
+
+// ---------- Redis ----------
+
+async fn redis_env() -> (RedisServer, Env) {
+    let server = RedisServer::start().await.unwrap();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let env = Env {
+        leases: LeaseStore::redis(&redis),
+        snaps: SnapshotStore::redis(&redis),
+        paused: false,
+    };
+    (server, env)
+}
+
+#[tokio::test]
+async fn redis_save_and_load() {
+    let (_server, env) = redis_env().await;
+    save_and_load(env).await;
+}
+
+#[tokio::test]
+async fn redis_stale_token_is_rejected() {
+    let (_server, env) = redis_env().await;
+    stale_token_is_rejected(env).await;
+}
+
+#[tokio::test]
+async fn redis_expired_lease_cannot_write() {
+    let (_server, env) = redis_env().await;
+    expired_lease_cannot_write(env).await;
+}
+
+#[tokio::test]
+async fn redis_released_lease_cannot_write() {
+    let (_server, env) = redis_env().await;
+    released_lease_cannot_write(env).await;
+}
+
+#[tokio::test]
+async fn redis_history_is_bounded_and_fenced() {
+    let (_server, env) = redis_env().await;
+    history_is_bounded_and_fenced(env).await;
+}
+
+#[tokio::test]
+async fn redis_token_below_high_water_is_rejected() {
+    let (server, env) = redis_env().await;
+    let room = RoomId::from("hwm");
+    let f = env.claim(&room, "a", LONG_TTL).await;
+    env.snaps.save(&room, f, b"v1").await.unwrap();
+    // A higher token wrote while the lease key was lost (e.g. Redis regressed its counter).
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("room:{hwm}:state")
+        .arg("hwm")
+        .arg(f + 10)
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    fenced(env.snaps.save(&room, f, b"v2").await, f);
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    // After NOSCRIPT the fenced write is still evaluated (and still refused).
+    fenced(env.snaps.save(&room, f, b"v2").await, f);
+}
+
+// ---------- SQLite + in-process leases, paused time ----------
+
+async fn sqlite_env(dir: &std::path::Path) -> Env {
+    let leases = InProcessLeases::new();
+    Env {
+        snaps: SnapshotStore::sqlite(dir, leases.clone()).await.unwrap(),
+        leases: LeaseStore::InProcess(leases),
+        paused: true,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sqlite_save_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    save_and_load(sqlite_env(dir.path()).await).await;
+    assert!(dir.path().join(ROOMS_DB_FILE).exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sqlite_stale_token_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    stale_token_is_rejected(sqlite_env(dir.path()).await).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sqlite_expired_lease_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    expired_lease_cannot_write(sqlite_env(dir.path()).await).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sqlite_released_lease_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    released_lease_cannot_write(sqlite_env(dir.path()).await).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sqlite_history_is_bounded_and_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    history_is_bounded_and_fenced(sqlite_env(dir.path()).await).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sqlite_restart_keeps_state_and_tokens_increasing() {
+    let dir = tempfile::tempdir().unwrap();
+    let room = RoomId::from("restart");
+    let old = {
+        let env = sqlite_env(dir.path()).await;
+        let f1 = env.claim(&room, "a", LONG_TTL).await;
+        assert!(env.leases.release(&room, &owner("a"), f1).await.unwrap());
+        let f2 = env.claim(&room, "a", LONG_TTL).await;
+        env.snaps.save(&room, f2, b"before").await.unwrap();
+        env.snaps
+            .append_history(&room, f2, 1, b"ev", 10)
+            .await
+            .unwrap();
+        f2
+    };
+    // A new process: fresh in-process leases, same rooms.db.
+    let env = sqlite_env(dir.path()).await;
+    assert_eq!(
+        env.snaps.load(&room).await.unwrap(),
+        Some(Stored {
+            fence: old,
+            bytes: Bytes::from_static(b"before")
+        })
+    );
+    assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 1);
+    // The lease counter was seeded from the stored high-water token.
+    let f = env.claim(&room, "a", LONG_TTL).await;
+    assert!(f > old, "{f} > {old}");
+    env.snaps.save(&room, f, b"after").await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn sqlite_token_below_high_water_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = sqlite_env(dir.path()).await;
+    let room = RoomId::from("hwm");
+    let f = env.claim(&room, "a", LONG_TTL).await;
+    env.snaps.save(&room, f, b"v1").await.unwrap();
+    // Raise the stored high-water token out of band (as a higher owner's write would).
+    let raw = rusqlite::Connection::open(dir.path().join(ROOMS_DB_FILE)).unwrap();
+    raw.execute(
+        "UPDATE room_state SET hwm = ?1 WHERE room = 'hwm'",
+        [i64::try_from(f + 10).unwrap()],
+    )
+    .unwrap();
+    drop(raw);
+    fenced(env.snaps.save(&room, f, b"v2").await, f);
+}
