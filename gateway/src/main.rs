@@ -1,1 +1,102 @@
-fn main() {}
+//! The `chorus` binary: reads config, installs telemetry, runs a role until a signal.
+
+use std::time::Duration;
+
+use clap::Parser;
+use gateway::auth::Authenticator;
+use gateway::cli::{self, Cli, Cmd};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+/// How long shutdown waits for tasks (sockets closing with 1001, rooms saving) to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("CHORUS_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.cmd {
+        Some(Cmd::Token(t)) => token(&t),
+        Some(Cmd::Standalone(a)) => standalone(&a),
+        None => standalone(&cli.standalone),
+    }
+}
+
+fn token(t: &cli::TokenArgs) -> anyhow::Result<()> {
+    let file = cli::load_file(t.common.config.as_deref())?;
+    let dir = cli::data_dir(&t.common, &file);
+    let Some((secret, _)) = cli::secret(
+        "CHORUS_JWT_SECRET",
+        file.jwt_secret.as_ref(),
+        &dir,
+        "jwt_secret",
+        false,
+    )?
+    else {
+        anyhow::bail!(
+            "no secret: set CHORUS_JWT_SECRET, jwt_secret in the config, or start standalone once with --data-dir {}",
+            dir.display()
+        );
+    };
+    let tok = Authenticator::new(secret.as_bytes())?.mint(&t.user, t.ttl)?;
+    println!("{tok}");
+    Ok(())
+}
+
+fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
+    let file = cli::load_file(a.common.config.as_deref())?;
+    let dir = cli::data_dir(&a.common, &file);
+    let (secret, fresh) = cli::secret(
+        "CHORUS_JWT_SECRET",
+        file.jwt_secret.as_ref(),
+        &dir,
+        "jwt_secret",
+        true,
+    )?
+    .ok_or_else(|| anyhow::anyhow!("no JWT secret"))?;
+    if fresh {
+        tracing::info!(path = %dir.join("jwt_secret").display(), "Generated a new JWT secret.");
+    }
+    let (admin_token, fresh_admin) = cli::secret(
+        "CHORUS_ADMIN_TOKEN",
+        file.admin_token.as_ref(),
+        &dir,
+        "admin_token",
+        true,
+    )?
+    .ok_or_else(|| anyhow::anyhow!("no admin token"))?;
+    if fresh_admin {
+        tracing::info!(path = %dir.join("admin_token").display(), "Generated a new admin token.");
+    }
+    let cfg = cli::standalone_config(a, &file, secret.into_bytes(), Some(admin_token))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let running = gateway::standalone::start(cfg.clone()).await?;
+        println!("Chorus standalone");
+        println!("  WebSocket:  ws://{}/ws", running.ws_addr);
+        println!(
+            "  Admin:      http://{}/healthz  http://{}/metrics",
+            running.admin_addr, running.admin_addr
+        );
+        println!("  Data dir:   {}", cfg.data_dir.display());
+        println!(
+            "  Token:      cargo run --release -- token --data-dir {} --user alice",
+            cfg.data_dir.display()
+        );
+        println!(
+            "  Admin API:  bearer token in {}/admin_token (or CHORUS_ADMIN_TOKEN)",
+            cfg.data_dir.display()
+        );
+        let root: CancellationToken = running.shutdown_token();
+        tokio::spawn(gateway::signal::cancel_on_signal(root));
+        running.wait(SHUTDOWN_GRACE).await;
+        anyhow::Ok(())
+    })?;
+    Ok(())
+}

@@ -1,6 +1,8 @@
 //! Chorus client side: the typed client, the load generator and the cluster harness.
 //!
 //! # Layout
+//! - [`client`]: the typed client (delivery tracking per room).
 //! - [`cluster`]: real `redis-server` and node processes on free ports, killed on drop.
 
+pub mod client;
 pub mod cluster;

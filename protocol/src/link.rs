@@ -101,6 +101,8 @@ pub struct Reply {
     pub req: u64,
     /// The session that sent the command.
     pub session: SessionId,
+    /// The user of that session.
+    pub user: UserId,
     /// The client's request id, if the client made the request.
     pub client_id: Option<u64>,
     /// The room.

@@ -1,1 +1,230 @@
-//! placeholder
+//! Chorus shard: owns rooms through leases; each room is one actor.
+//!
+//! A gateway hands the shard [`protocol::link::ToShard`] messages through [`Shard::dispatch`]
+//! (in-process in standalone mode, from the link server in a cluster) and receives
+//! [`protocol::link::ToGateway`] messages on the channel it attached with
+//! [`Shard::attach_gateway`]. Rooms start only after their lease is claimed.
+//!
+//! # Layout
+//! - [`config`]: TTL, inbox sizes, history and presence bounds.
+//! - `owner`: the lease keeper (claim before start, batched renewal at TTL/3, stop on loss).
+//! - `room`: the room actor; `room/state.rs` the pure rules; `room/log.rs` the resume history.
+//! - `snapshots`: durable room state through fenced writes.
+//! - [`metrics`]: metric names.
+
+pub mod config;
+pub mod metrics;
+mod owner;
+mod room;
+mod snapshots;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
+use protocol::link::{Command, Membership, Reply, ReplyError, ToGateway, ToShard};
+use protocol::{ErrorCode, NodeId, RoomId};
+use storage::lease::LeaseStore;
+use storage::snapshot::SnapshotStore;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::ShardConfig;
+pub use room::state;
+use room::{RoomHandle, RoomMsg};
+
+/// The stores a shard needs.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    /// Room leases.
+    pub leases: LeaseStore,
+    /// Room snapshots.
+    pub snapshots: SnapshotStore,
+}
+
+/// A running shard. Cheap to clone.
+#[derive(Clone)]
+pub struct Shard {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    node: NodeId,
+    config: ShardConfig,
+    links: Mutex<HashMap<NodeId, mpsc::Sender<ToGateway>>>,
+    rooms: Mutex<HashMap<RoomId, RoomHandle>>,
+    owner: Arc<owner::Owner>,
+    snapshots: snapshots::Snapshots,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    next_generation: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned map only means a panic elsewhere; its data is still consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shard {
+    /// Starts a shard: its lease keeper runs until `shutdown`; every task goes on `tracker`.
+    pub fn start(
+        node: NodeId,
+        config: ShardConfig,
+        stores: Stores,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        Self::start_with(node, config, stores, shutdown, tracker, false)
+    }
+
+    /// Like [`Shard::start`], with the test-only switch that renews leases on room traffic
+    /// instead of on the timer (reproduces the seed incident; never use in production).
+    pub fn start_with(
+        node: NodeId,
+        config: ShardConfig,
+        stores: Stores,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+        renew_on_traffic: bool,
+    ) -> Self {
+        crate::metrics::describe();
+        let owner = Arc::new(owner::Owner::new(
+            stores.leases,
+            &node,
+            config.lease_ttl,
+            renew_on_traffic,
+        ));
+        tracker.spawn(owner.clone().run(shutdown.clone()));
+        Self {
+            inner: Arc::new(Inner {
+                node,
+                config,
+                links: Mutex::new(HashMap::new()),
+                rooms: Mutex::new(HashMap::new()),
+                owner,
+                snapshots: snapshots::Snapshots::new(stores.snapshots),
+                tracker,
+                shutdown,
+                next_generation: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// This shard's node id.
+    pub fn node(&self) -> &NodeId {
+        &self.inner.node
+    }
+
+    /// Where replies and events for gateway `gw` go from now on.
+    pub fn attach_gateway(&self, gw: NodeId, tx: mpsc::Sender<ToGateway>) {
+        lock(&self.inner.links).insert(gw, tx);
+    }
+
+    /// Forgets gateway `gw` (its link closed).
+    pub fn detach_gateway(&self, gw: &NodeId) {
+        lock(&self.inner.links).remove(gw);
+    }
+
+    /// Hands a gateway message to the room it addresses. Never waits: a full room inbox is
+    /// answered `UNAVAILABLE` (Reject policy).
+    pub fn dispatch(&self, msg: ToShard) {
+        match msg {
+            ToShard::Command(cmd) => self.inner.dispatch_command(cmd),
+        }
+    }
+
+    /// Rooms running on this node now.
+    pub fn rooms_running(&self) -> usize {
+        lock(&self.inner.rooms).len()
+    }
+
+    /// Leases this node holds now.
+    pub fn leases_held(&self) -> usize {
+        self.inner.owner.held_count()
+    }
+
+    /// The fencing token this node holds for `room`, if it runs it.
+    pub fn fence_of(&self, room: &RoomId) -> Option<u64> {
+        self.inner.owner.fence_of(room)
+    }
+
+    /// The owner string this node writes into leases (`<node>/<boot id>`).
+    pub fn owner_id(&self) -> &str {
+        self.inner.owner.owner_id()
+    }
+}
+
+impl Inner {
+    pub(crate) fn link_to(&self, gw: &NodeId) -> Option<mpsc::Sender<ToGateway>> {
+        lock(&self.links).get(gw).cloned()
+    }
+
+    pub(crate) fn dispatch_command(self: &Arc<Self>, mut cmd: Command) {
+        let mut rooms = lock(&self.rooms);
+        loop {
+            if let Some(h) = rooms.get(&cmd.room) {
+                match h.tx.try_send(RoomMsg::Command(cmd)) {
+                    Ok(()) => return,
+                    Err(TrySendError::Full(RoomMsg::Command(c))) => {
+                        drop(rooms);
+                        ::metrics::counter!(crate::metrics::ROOM_INBOX_FULL).increment(1);
+                        let err = ReplyError::new(ErrorCode::Unavailable, "room is busy; retry");
+                        let inner = self.clone();
+                        self.tracker
+                            .spawn(async move { inner.reply_direct(&c, Err(err), None).await });
+                        return;
+                    }
+                    Err(TrySendError::Closed(RoomMsg::Command(c))) => {
+                        rooms.remove(&c.room);
+                        cmd = c;
+                        continue;
+                    }
+                }
+            }
+            let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = mpsc::channel(self.config.room_inbox);
+            // A fresh channel has room for one message.
+            let _ = tx.try_send(RoomMsg::Command(cmd.clone()));
+            let room = cmd.room.clone();
+            rooms.insert(room.clone(), RoomHandle { tx, generation });
+            drop(rooms);
+            self.tracker
+                .spawn(room::run(self.clone(), room, generation, rx));
+            return;
+        }
+    }
+
+    /// Removes a room from the registry if `generation` is still the registered runtime.
+    pub(crate) fn unregister(&self, room: &RoomId, generation: u64) {
+        let mut rooms = lock(&self.rooms);
+        if rooms.get(room).is_some_and(|h| h.generation == generation) {
+            rooms.remove(room);
+        }
+    }
+
+    /// Replies to a command without a room runtime.
+    pub(crate) async fn reply_direct(
+        &self,
+        cmd: &Command,
+        outcome: Result<Bytes, ReplyError>,
+        membership: Option<Membership>,
+    ) {
+        let Some(tx) = self.link_to(&cmd.gateway) else {
+            return;
+        };
+        let _ = tx
+            .send(ToGateway::Reply(Reply {
+                req: cmd.req,
+                session: cmd.session,
+                user: cmd.user.clone(),
+                client_id: cmd.client_id,
+                room: cmd.room.clone(),
+                membership,
+                outcome,
+            }))
+            .await;
+    }
+}

@@ -1,1 +1,5 @@
-fn main() {}
+//! `chorus-loadtest`: the load generator (scenarios arrive with the load-test work).
+
+fn main() {
+    eprintln!("chorus-loadtest: no scenarios yet");
+}

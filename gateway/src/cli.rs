@@ -1,0 +1,293 @@
+//! Command line and config file of the `chorus` binary: flags and `CHORUS_*` variables via
+//! clap, an optional TOML file for the rest. Precedence: flag/env > file > default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+use shard::ShardConfig;
+
+use crate::config::GatewayConfig;
+use crate::standalone::StandaloneConfig;
+
+/// Default WebSocket address of standalone mode.
+pub const DEFAULT_WS_ADDR: &str = "127.0.0.1:8080";
+/// Default admin address of standalone mode.
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9090";
+/// Default data directory.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+/// Bytes of a generated secret: 256 bits, the HS256 key size.
+const GENERATED_SECRET_BYTES: usize = 32;
+
+/// Chorus: a realtime backend for live voice-party rooms.
+#[derive(Debug, Parser)]
+#[command(name = "chorus", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// What to run (standalone when omitted).
+    #[command(subcommand)]
+    pub cmd: Option<Cmd>,
+    /// Standalone flags, when no subcommand is given.
+    #[command(flatten)]
+    pub standalone: StandaloneArgs,
+}
+
+/// The roles and tools of the one binary.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Gateway + shard + embedded storage in one process (the default).
+    Standalone(StandaloneArgs),
+    /// Print a client token for a user, signed with the configured secret.
+    Token(TokenArgs),
+}
+
+/// Flags shared by every role.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Optional TOML config file.
+    #[arg(long, env = "CHORUS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Embedded storage directory (default ./data).
+    #[arg(long, env = "CHORUS_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Standalone flags.
+#[derive(Debug, Clone, Args)]
+pub struct StandaloneArgs {
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// WebSocket listen address (default 127.0.0.1:8080).
+    #[arg(long, env = "CHORUS_WS_ADDR")]
+    pub ws_addr: Option<SocketAddr>,
+    /// Admin HTTP listen address (default 127.0.0.1:9090).
+    #[arg(long, env = "CHORUS_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+    /// Server ping interval in milliseconds (default 15000).
+    #[arg(long, env = "CHORUS_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+    /// Largest accepted frame in bytes (default 65536).
+    #[arg(long, env = "CHORUS_MAX_FRAME_BYTES")]
+    pub max_frame_bytes: Option<usize>,
+    /// Per-connection requests per second (default 20).
+    #[arg(long, env = "CHORUS_RATE_PER_SEC")]
+    pub rate_per_sec: Option<u32>,
+    /// Per-connection burst (default 40).
+    #[arg(long, env = "CHORUS_RATE_BURST")]
+    pub rate_burst: Option<u32>,
+    /// Milliseconds without members before a room unloads (default 60000).
+    #[arg(long, env = "CHORUS_IDLE_UNLOAD_MS")]
+    pub idle_unload_ms: Option<u64>,
+    /// Joining a missing room creates it (default true in standalone).
+    #[arg(long, env = "CHORUS_AUTO_CREATE")]
+    pub auto_create: Option<bool>,
+}
+
+/// `chorus token` flags.
+#[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The user id (the token's `sub`).
+    #[arg(long)]
+    pub user: String,
+    /// How long the token is valid, e.g. 1h, 30m, 7d (default 24h).
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+}
+
+/// The TOML config file: every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// WebSocket listen address.
+    pub ws_addr: Option<SocketAddr>,
+    /// Admin listen address.
+    pub admin_addr: Option<SocketAddr>,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// HS256 secret (`CHORUS_JWT_SECRET` wins).
+    pub jwt_secret: Option<String>,
+    /// Admin bearer token (`CHORUS_ADMIN_TOKEN` wins).
+    pub admin_token: Option<String>,
+    /// Ping interval, ms.
+    pub heartbeat_ms: Option<u64>,
+    /// Frame limit, bytes.
+    pub max_frame_bytes: Option<usize>,
+    /// Token bucket rate.
+    pub rate_per_sec: Option<u32>,
+    /// Token bucket size.
+    pub rate_burst: Option<u32>,
+    /// Rate-limited frames before 1008.
+    pub flood_close_after: Option<u32>,
+    /// Outbox bound, frames.
+    pub outbox_frames: Option<usize>,
+    /// Outbox bound, bytes.
+    pub outbox_bytes: Option<usize>,
+    /// Socket write timeout, ms.
+    pub write_timeout_ms: Option<u64>,
+    /// Idle unload, ms.
+    pub idle_unload_ms: Option<u64>,
+    /// Lease TTL, ms.
+    pub lease_ttl_ms: Option<u64>,
+    /// Resume history, events.
+    pub history_events: Option<usize>,
+    /// Resume history, ms.
+    pub history_age_ms: Option<u64>,
+    /// Per-member presence up to this room size.
+    pub presence_full_max: Option<usize>,
+    /// member.count interval, ms.
+    pub member_count_interval_ms: Option<u64>,
+    /// Auto-create rooms on join.
+    pub auto_create: Option<bool>,
+}
+
+/// Reads the config file, if one was named.
+///
+/// # Errors
+/// The file cannot be read or parsed.
+pub fn load_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading config {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!("parsing config {}: {e}", path.display()))
+}
+
+/// The data directory from flags/env, file, or the default.
+pub fn data_dir(common: &CommonArgs, file: &FileConfig) -> PathBuf {
+    common
+        .data_dir
+        .clone()
+        .or_else(|| file.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+}
+
+/// Reads a secret from the environment, the config, or a file in the data dir that is
+/// generated on first use. Returns the secret and whether it was just generated.
+///
+/// # Errors
+/// The data-dir file cannot be read or written.
+pub fn secret(
+    env: &str,
+    from_file: Option<&String>,
+    data_dir: &Path,
+    file_name: &str,
+    generate: bool,
+) -> anyhow::Result<Option<(String, bool)>> {
+    if let Ok(v) = std::env::var(env)
+        && !v.is_empty() {
+            return Ok(Some((v, false)));
+        }
+    if let Some(v) = from_file {
+        return Ok(Some((v.clone(), false)));
+    }
+    let path = data_dir.join(file_name);
+    match std::fs::read_to_string(&path) {
+        Ok(v) if !v.trim().is_empty() => return Ok(Some((v.trim().to_owned(), false))),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", path.display())),
+    }
+    if !generate {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(data_dir)?;
+    let bytes: [u8; GENERATED_SECRET_BYTES] = rand::random();
+    let v: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    write_private(&path, &v)?;
+    Ok(Some((v, true)))
+}
+
+fn write_private(path: &Path, v: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    f.write_all(v.as_bytes())?;
+    Ok(())
+}
+
+fn ms(v: Option<u64>) -> Option<Duration> {
+    v.map(Duration::from_millis)
+}
+
+/// Builds the standalone configuration (secrets resolved separately).
+pub fn standalone_config(
+    a: &StandaloneArgs,
+    f: &FileConfig,
+    jwt_secret: Vec<u8>,
+    admin_token: Option<String>,
+) -> anyhow::Result<StandaloneConfig> {
+    let mut g = GatewayConfig::default();
+    if let Some(v) = a.heartbeat_ms.or(f.heartbeat_ms) {
+        g.heartbeat = Duration::from_millis(v.max(1));
+    }
+    if let Some(v) = a.max_frame_bytes.or(f.max_frame_bytes) {
+        g.max_frame_bytes = v;
+    }
+    if let Some(v) = a.rate_per_sec.or(f.rate_per_sec) {
+        g.rate_per_sec = v;
+    }
+    if let Some(v) = a.rate_burst.or(f.rate_burst) {
+        g.rate_burst = v;
+    }
+    if let Some(v) = f.flood_close_after {
+        g.flood_close_after = v;
+    }
+    if let Some(v) = f.outbox_frames {
+        g.outbox_frames = v;
+    }
+    if let Some(v) = f.outbox_bytes {
+        g.outbox_bytes = v;
+    }
+    if let Some(v) = ms(f.write_timeout_ms) {
+        g.write_timeout = v;
+    }
+    let mut s = ShardConfig::default();
+    if let Some(v) = ms(a.idle_unload_ms.or(f.idle_unload_ms)) {
+        s.idle_unload = v;
+    }
+    if let Some(v) = ms(f.lease_ttl_ms) {
+        s.lease_ttl = v;
+    }
+    if let Some(v) = f.history_events {
+        s.history_events = v;
+    }
+    if let Some(v) = ms(f.history_age_ms) {
+        s.history_age = v;
+    }
+    if let Some(v) = f.presence_full_max {
+        s.presence_full_max = v;
+    }
+    if let Some(v) = ms(f.member_count_interval_ms) {
+        s.member_count_interval = v;
+    }
+    if let Some(v) = a.auto_create.or(f.auto_create) {
+        s.auto_create = v;
+    }
+    let parse = |s: &str| -> anyhow::Result<SocketAddr> { Ok(s.parse()?) };
+    Ok(StandaloneConfig {
+        ws_addr: match a.ws_addr.or(f.ws_addr) {
+            Some(v) => v,
+            None => parse(DEFAULT_WS_ADDR)?,
+        },
+        admin_addr: match a.admin_addr.or(f.admin_addr) {
+            Some(v) => v,
+            None => parse(DEFAULT_ADMIN_ADDR)?,
+        },
+        data_dir: data_dir(&a.common, f),
+        jwt_secret,
+        admin_token,
+        gateway: g,
+        shard: s,
+    })
+}

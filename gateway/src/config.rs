@@ -1,0 +1,71 @@
+//! Gateway limits and timings, each default with its reason.
+
+use std::time::Duration;
+
+/// Largest accepted frame/message: 64 KiB holds any legitimate request with room to spare.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024;
+/// Server ping interval; a connection silent for two intervals is closed.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(15);
+/// Sustained requests per second per connection: a chatty human sends a few.
+pub const DEFAULT_RATE_PER_SEC: u32 = 20;
+/// Burst allowance of the per-connection token bucket.
+pub const DEFAULT_RATE_BURST: u32 = 40;
+/// Rate-limited frames within one refill window after which the connection is closed 1008.
+pub const DEFAULT_FLOOD_CLOSE_AFTER: u32 = 50;
+/// Frames queued to one socket before it counts as a slow consumer (closed 4000).
+pub const DEFAULT_OUTBOX_FRAMES: usize = 1024;
+/// Bytes queued to one socket before it counts as a slow consumer (closed 4000).
+pub const DEFAULT_OUTBOX_BYTES: usize = 1024 * 1024;
+/// Longest a write to one socket may block before the client counts as a slow consumer.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// tungstenite's eagerly allocated read buffer: small, because idle connections must be cheap
+/// (the default 128 KiB would dominate memory per connection).
+pub const DEFAULT_READ_BUFFER_BYTES: usize = 4 * 1024;
+/// Bytes the writer buffers before writing to the socket; a flush always writes everything.
+pub const DEFAULT_WRITE_BUFFER_BYTES: usize = 16 * 1024;
+/// Frames the writer takes from the outbox before one flush (batching writes).
+pub const WRITE_BATCH_FRAMES: usize = 64;
+/// Longest time a client may take to finish the WebSocket handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Gateway settings.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Largest frame/message accepted; bigger ones close the connection with 1009.
+    pub max_frame_bytes: usize,
+    /// Ping interval.
+    pub heartbeat: Duration,
+    /// Token bucket refill rate (requests per second).
+    pub rate_per_sec: u32,
+    /// Token bucket size.
+    pub rate_burst: u32,
+    /// Rate-limited frames (without a pause) before closing with 1008.
+    pub flood_close_after: u32,
+    /// Per-socket outbound queue bound, in frames.
+    pub outbox_frames: usize,
+    /// Per-socket outbound queue bound, in bytes.
+    pub outbox_bytes: usize,
+    /// Longest a socket write may block.
+    pub write_timeout: Duration,
+    /// WebSocket read buffer size.
+    pub read_buffer_bytes: usize,
+    /// WebSocket write buffer size.
+    pub write_buffer_bytes: usize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            heartbeat: DEFAULT_HEARTBEAT,
+            rate_per_sec: DEFAULT_RATE_PER_SEC,
+            rate_burst: DEFAULT_RATE_BURST,
+            flood_close_after: DEFAULT_FLOOD_CLOSE_AFTER,
+            outbox_frames: DEFAULT_OUTBOX_FRAMES,
+            outbox_bytes: DEFAULT_OUTBOX_BYTES,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            read_buffer_bytes: DEFAULT_READ_BUFFER_BYTES,
+            write_buffer_bytes: DEFAULT_WRITE_BUFFER_BYTES,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The WebSocket accept loop: `/ws` only, token checked before the upgrade (401 without a
+//! valid one), then one session task per socket.
+
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tracing::{debug, info, warn};
+
+use crate::Core;
+use crate::auth::{Identity, token_from_request};
+use crate::config::HANDSHAKE_TIMEOUT;
+use crate::metrics as m;
+
+/// Accepts connections until shutdown.
+pub(crate) async fn serve(core: Arc<Core>, listener: TcpListener) {
+    let shutdown = core.shutdown.clone();
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                let _ = stream.set_nodelay(true);
+                core.tracker.spawn(connection(core.clone(), stream));
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: keep serving the others.
+                warn!(error = %e, "Accept failed.");
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+    info!("WebSocket listener stopped.");
+}
+
+fn refuse(status: u16, body: &str) -> ErrorResponse {
+    let mut r = ErrorResponse::new(Some(body.to_owned()));
+    *r.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
+    r
+}
+
+async fn connection(core: Arc<Core>, stream: TcpStream) {
+    let mut who: Option<Identity> = None;
+    let auth = core.auth.clone();
+    // The callback's signature is tungstenite's; its error type is an HTTP response.
+    #[allow(clippy::result_large_err)]
+    let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        if req.uri().path() != "/ws" {
+            metrics::counter!(m::UPGRADES_REFUSED, "reason" => "path").increment(1);
+            return Err(refuse(404, "not found: the WebSocket endpoint is /ws"));
+        }
+        let Some(token) = token_from_request(req) else {
+            metrics::counter!(m::UPGRADES_REFUSED, "reason" => "auth").increment(1);
+            return Err(refuse(401, "unauthorized: missing token"));
+        };
+        match auth.verify(&token) {
+            Ok(id) => {
+                who = Some(id);
+                Ok(resp)
+            }
+            Err(e) => {
+                metrics::counter!(m::UPGRADES_REFUSED, "reason" => "auth").increment(1);
+                debug!(error = %e, "Refusing upgrade.");
+                Err(refuse(401, "unauthorized: invalid or expired token"))
+            }
+        }
+    };
+    let cfg = &core.config;
+    let ws_config = WebSocketConfig::default()
+        .read_buffer_size(cfg.read_buffer_bytes)
+        .write_buffer_size(cfg.write_buffer_bytes)
+        .max_write_buffer_size(cfg.write_buffer_bytes + cfg.max_frame_bytes * 4)
+        .max_message_size(Some(cfg.max_frame_bytes))
+        .max_frame_size(Some(cfg.max_frame_bytes));
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(ws_config));
+    let ws = match timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            debug!(error = %e, "Handshake failed.");
+            return;
+        }
+        Err(_) => {
+            debug!("Handshake timed out.");
+            return;
+        }
+    };
+    let Some(who) = who else { return };
+    crate::session::run(core, ws, who).await;
+}

@@ -1,0 +1,334 @@
+//! One task per socket: read loop, outbox writer, heartbeat, flood control and close codes.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use protocol::client::{self, Hello, Op, Pong};
+use protocol::error::close;
+use protocol::ids::is_valid_id;
+use protocol::link::{LeaveReason, RoomCmd};
+use protocol::{ErrorCode, RoomId, SessionId};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+use tracing::debug;
+
+use crate::Core;
+use crate::auth::Identity;
+use crate::config::WRITE_BATCH_FRAMES;
+use crate::hub::text;
+use crate::metrics as m;
+use crate::outbox::{Outbox, OutboxRx};
+
+/// How long the server waits for its close frame to be written.
+const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A token bucket: `rate` tokens per second, at most `burst`.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    rate: f64,
+    burst: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(rate: u32, burst: u32) -> Self {
+        Self {
+            tokens: f64::from(burst),
+            rate: f64::from(rate),
+            burst: f64::from(burst),
+            at: Instant::now(),
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Why the session ends, and the close frame to send.
+struct Closing {
+    code: u16,
+    reason: &'static str,
+}
+
+/// Runs one authenticated socket until it closes.
+pub(crate) async fn run(core: Arc<Core>, mut ws: WebSocketStream<TcpStream>, who: Identity) {
+    let session: SessionId = core.next_session();
+    let (outbox, rx) = Outbox::new(core.config.outbox_frames, core.config.outbox_bytes);
+    let outbox = Arc::new(outbox);
+    core.hub.add(session, who.user.clone(), outbox.clone());
+    metrics::gauge!(m::CONNECTIONS).increment(1.0);
+    let hello = client::encode_event(
+        "hello",
+        None,
+        None,
+        &Hello {
+            session: format!("{}-{session}", core.node),
+            heartbeat_ms: core.config.heartbeat.as_millis() as u64,
+            server: format!("chorus/{}", env!("CARGO_PKG_VERSION")),
+        },
+    );
+    if let Some(t) = text(hello) {
+        outbox.push(t);
+    }
+    let mut s = Session {
+        core: core.clone(),
+        session,
+        who,
+        outbox,
+        bucket: Bucket::new(core.config.rate_per_sec, core.config.rate_burst),
+        limited_in_a_row: 0,
+    };
+    let closing = s.serve(&mut ws, rx).await;
+    if let Some(c) = closing {
+        metrics::counter!(m::CLOSES, "code" => c.code.to_string()).increment(1);
+        debug!(
+            session,
+            code = c.code,
+            reason = c.reason,
+            "Closing connection."
+        );
+        let frame = CloseFrame {
+            code: CloseCode::from(c.code),
+            reason: Utf8Bytes::from_static(c.reason),
+        };
+        let _ = timeout(CLOSE_WRITE_TIMEOUT, ws.close(Some(frame))).await;
+    }
+    if let Some(leave) = core.hub.remove(session) {
+        core.send_leaves(vec![leave]);
+    }
+    metrics::gauge!(m::CONNECTIONS).decrement(1.0);
+}
+
+struct Session {
+    core: Arc<Core>,
+    session: SessionId,
+    who: Identity,
+    outbox: Arc<Outbox>,
+    bucket: Bucket,
+    limited_in_a_row: u32,
+}
+
+impl Session {
+    /// Serves the socket; returns the close frame to send, or `None` when the peer is gone.
+    async fn serve(
+        &mut self,
+        ws: &mut WebSocketStream<TcpStream>,
+        mut rx: OutboxRx,
+    ) -> Option<Closing> {
+        let hb = self.core.config.heartbeat;
+        let mut ping = tokio::time::interval_at(Instant::now() + hb, hb);
+        let mut last_heard = Instant::now();
+        let expires =
+            Instant::now() + Duration::from_secs(self.who.exp.saturating_sub(now_ms() / 1000));
+        let kicked = self.outbox.kicked().clone();
+        let shutdown = self.core.shutdown.clone();
+        loop {
+            tokio::select! {
+                biased;
+                () = kicked.cancelled() => {
+                    let code = self.outbox.kick_code();
+                    let reason = if code == close::SLOW_CONSUMER { "slow consumer" } else { "closed by server" };
+                    return Some(Closing { code, reason });
+                }
+                () = shutdown.cancelled() => {
+                    return Some(Closing { code: close::GOING_AWAY, reason: "server going away" });
+                }
+                frame = rx.rx.recv() => {
+                    let frame = frame?;
+                    if let Err(c) = self.write_batch(ws, &mut rx, frame).await {
+                        return c;
+                    }
+                }
+                msg = ws.next() => {
+                    last_heard = Instant::now();
+                    match msg {
+                        None => return None,
+                        Some(Ok(Message::Text(t))) => {
+                            if let Some(c) = self.on_text(&t) {
+                                return Some(c);
+                            }
+                        }
+                        Some(Ok(Message::Binary(_))) => {
+                            self.reply_err(None, ErrorCode::BadFrame, "binary frames are not supported");
+                        }
+                        Some(Ok(Message::Close(_))) => return None,
+                        Some(Ok(_)) => {}
+                        Some(Err(WsError::Capacity(_))) => {
+                            return Some(Closing { code: close::TOO_BIG, reason: "frame too large" });
+                        }
+                        Some(Err(e)) => {
+                            debug!(session = self.session, error = %e, "Socket read failed.");
+                            return None;
+                        }
+                    }
+                }
+                _ = ping.tick() => {
+                    if last_heard.elapsed() >= 2 * hb {
+                        return Some(Closing { code: 1000, reason: "heartbeat timeout" });
+                    }
+                    if let Err(c) = self.write_flush(ws, Message::Ping(Default::default())).await {
+                        return c;
+                    }
+                }
+                () = sleep_until(expires) => {
+                    return Some(Closing { code: close::POLICY, reason: "token expired" });
+                }
+            }
+        }
+    }
+
+    /// Writes `first` and whatever else is queued (up to a batch), then flushes once.
+    async fn write_batch(
+        &self,
+        ws: &mut WebSocketStream<TcpStream>,
+        rx: &mut OutboxRx,
+        first: Utf8Bytes,
+    ) -> Result<(), Option<Closing>> {
+        let wt = self.core.config.write_timeout;
+        let write = async {
+            let mut n = 0usize;
+            let mut next = Some(first);
+            while let Some(frame) = next.take() {
+                self.outbox.taken(frame.len());
+                ws.feed(Message::Text(frame)).await?;
+                n += 1;
+                if n < WRITE_BATCH_FRAMES {
+                    next = rx.rx.try_recv().ok();
+                }
+            }
+            metrics::counter!(m::FRAMES_OUT).increment(n as u64);
+            ws.flush().await
+        };
+        match timeout(wt, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(None),
+            Err(_) => Err(Some(Closing {
+                code: close::SLOW_CONSUMER,
+                reason: "slow consumer",
+            })),
+        }
+    }
+
+    async fn write_flush(
+        &self,
+        ws: &mut WebSocketStream<TcpStream>,
+        msg: Message,
+    ) -> Result<(), Option<Closing>> {
+        match timeout(self.core.config.write_timeout, ws.send(msg)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(None),
+            Err(_) => Err(Some(Closing {
+                code: close::SLOW_CONSUMER,
+                reason: "slow consumer",
+            })),
+        }
+    }
+
+    fn reply_err(&self, id: Option<u64>, code: ErrorCode, msg: &str) {
+        metrics::counter!(m::ERRORS, "code" => code.as_str()).increment(1);
+        if let Some(t) = text(client::encode_err(id, code, msg)) {
+            self.outbox.push(t);
+        }
+    }
+
+    fn reply_ok<T: serde::Serialize>(&self, id: u64, ok: &T) {
+        if let Some(t) = text(client::encode_ok(id, ok)) {
+            self.outbox.push(t);
+        }
+    }
+
+    /// Handles one text frame; returns a close when the connection must end.
+    fn on_text(&mut self, t: &str) -> Option<Closing> {
+        metrics::counter!(m::REQUESTS).increment(1);
+        if !self.bucket.take(Instant::now()) {
+            self.limited_in_a_row += 1;
+            if self.limited_in_a_row > self.core.config.flood_close_after {
+                return Some(Closing {
+                    code: close::POLICY,
+                    reason: "flood",
+                });
+            }
+            let id = client::decode_request(t).ok().map(|r| r.id);
+            self.reply_err(id, ErrorCode::RateLimited, "too many requests; slow down");
+            return None;
+        }
+        self.limited_in_a_row = 0;
+        let req = match client::decode_request(t) {
+            Ok(r) => r,
+            Err(e) => {
+                self.reply_err(e.id, e.code, &e.msg);
+                return None;
+            }
+        };
+        let id = req.id;
+        let room = req.op.room().cloned();
+        if let Some(r) = &room
+            && !is_valid_id(r.as_str()) {
+                self.reply_err(
+                    Some(id),
+                    ErrorCode::BadRequest,
+                    "room ids are 1..=64 of [A-Za-z0-9-_.:]",
+                );
+                return None;
+            }
+        let cmd = match req.op {
+            Op::Ping => {
+                self.reply_ok(id, &Pong { t: now_ms() });
+                return None;
+            }
+            Op::WalletBalance(_) | Op::GiftList(_) => {
+                self.core
+                    .money_request(self.session, &self.who.user, id, req.op);
+                return None;
+            }
+            Op::RoomCreate(c) => {
+                let room = c.room.clone().unwrap_or_else(new_room_id);
+                self.core.send_command(
+                    self.session,
+                    &self.who.user,
+                    Some(id),
+                    room,
+                    RoomCmd::Create(c),
+                );
+                return None;
+            }
+            Op::RoomJoin(j) => RoomCmd::Join(j),
+            Op::RoomLeave(_) => RoomCmd::Leave(LeaveReason::Left),
+            Op::ChatSend(c) => RoomCmd::Chat(c),
+            Op::SeatTake(s) => RoomCmd::SeatTake(s),
+            Op::SeatLeave(_) => RoomCmd::SeatLeave,
+            Op::GiftSend(g) => RoomCmd::Gift(g),
+            Op::RankGet(r) => RoomCmd::Rank(r),
+        };
+        if let Some(room) = room {
+            self.core
+                .send_command(self.session, &self.who.user, Some(id), room, cmd);
+        }
+        None
+    }
+}
+
+fn new_room_id() -> RoomId {
+    RoomId::from(format!("r-{:012x}", rand::random::<u64>() >> 16))
+}

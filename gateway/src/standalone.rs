@@ -1,0 +1,167 @@
+//! Standalone mode: the cluster in one process. The gateway reaches its in-process shard
+//! through the same link messages a cluster carries over the network, and storage sits
+//! behind the same contracts (in-process leases, SQLite snapshots and ledger).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use protocol::NodeId;
+use shard::{Shard, ShardConfig, Stores};
+use storage::lease::{InProcessLeases, LeaseStore};
+use storage::snapshot::SnapshotStore;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::info;
+
+use crate::auth::Authenticator;
+use crate::config::GatewayConfig;
+use crate::router::Router;
+use crate::{Core, admin};
+
+/// Messages buffered from the in-process shard to the gateway before rooms wait (Block
+/// policy on an internal path: the gateway side never waits on rooms).
+const LINK_QUEUE: usize = 8192;
+
+/// Everything standalone mode needs.
+#[derive(Debug, Clone)]
+pub struct StandaloneConfig {
+    /// WebSocket listen address.
+    pub ws_addr: SocketAddr,
+    /// Admin HTTP listen address.
+    pub admin_addr: SocketAddr,
+    /// Embedded storage directory.
+    pub data_dir: PathBuf,
+    /// HS256 secret for client tokens.
+    pub jwt_secret: Vec<u8>,
+    /// Bearer token of the `/admin/*` API (`None`: the admin API refuses every call).
+    pub admin_token: Option<String>,
+    /// Gateway limits.
+    pub gateway: GatewayConfig,
+    /// Shard settings.
+    pub shard: ShardConfig,
+}
+
+/// Why standalone mode could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The data directory or a store could not be opened.
+    #[error("storage: {0}")]
+    Storage(String),
+}
+
+/// A running standalone node.
+pub struct Running {
+    /// The bound WebSocket address.
+    pub ws_addr: SocketAddr,
+    /// The bound admin address.
+    pub admin_addr: SocketAddr,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Running {
+    /// The token that stops the node when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Waits until the node was told to stop, then until its tasks finish (at most `grace`).
+    pub async fn wait(self, grace: Duration) {
+        self.shutdown.cancelled().await;
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            info!("Shutdown grace time over; exiting with tasks still running.");
+        }
+    }
+
+    /// Stops the node and waits for it (at most `grace`).
+    pub async fn stop(self, grace: Duration) {
+        self.shutdown.cancel();
+        self.wait(grace).await;
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+/// Starts gateway + shard in this process.
+///
+/// # Errors
+/// [`StartError`] when a port cannot be bound or storage cannot be opened.
+pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
+    crate::metrics::describe();
+    let _ = admin::prometheus();
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| StartError::Storage(format!("create {}: {e}", cfg.data_dir.display())))?;
+    let leases = InProcessLeases::new();
+    let snapshots = SnapshotStore::sqlite(&cfg.data_dir, leases.clone())
+        .await
+        .map_err(|e| StartError::Storage(e.to_string()))?;
+    let ws = bind(cfg.ws_addr).await?;
+    let adm = bind(cfg.admin_addr).await?;
+    let ws_addr = ws.local_addr().map_err(|source| StartError::Bind {
+        addr: cfg.ws_addr,
+        source,
+    })?;
+    let admin_addr = adm.local_addr().map_err(|source| StartError::Bind {
+        addr: cfg.admin_addr,
+        source,
+    })?;
+
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let node = NodeId::from("standalone");
+    let shard = Shard::start(
+        node.clone(),
+        cfg.shard.clone(),
+        Stores {
+            leases: LeaseStore::InProcess(leases),
+            snapshots,
+        },
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    let (tx, rx) = mpsc::channel(LINK_QUEUE);
+    shard.attach_gateway(node.clone(), tx);
+    let core = Arc::new(Core::new(
+        node,
+        cfg.gateway.clone(),
+        Router::Local(shard.clone()),
+        Authenticator::new(&cfg.jwt_secret).map_err(|e| StartError::Storage(e.to_string()))?,
+        shutdown.clone(),
+        tracker.clone(),
+    ));
+    tracker.spawn(core.clone().link_reader(rx));
+    tracker.spawn(crate::server::serve(core.clone(), ws));
+    let admin = Arc::new(admin::Admin {
+        core,
+        token: cfg.admin_token.clone(),
+        shard: Some(shard),
+    });
+    tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
+    info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");
+    Ok(Running {
+        ws_addr,
+        admin_addr,
+        shutdown,
+        tracker,
+    })
+}

@@ -1,0 +1,522 @@
+//! End-to-end tests of standalone mode: a real server on loopback, real WebSocket clients.
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::time::Duration;
+
+use gateway::GatewayConfig;
+use gateway::standalone::{self, Running, StandaloneConfig};
+use loadtest::client::{self, Client, ClientError};
+use protocol::{ErrorCode, RoomId};
+use serde_json::json;
+use shard::ShardConfig;
+
+const SECRET: &[u8] = b"test-secret-for-standalone";
+const WAIT: Duration = Duration::from_secs(5);
+
+struct Server {
+    running: Option<Running>,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start() -> Server {
+        Self::start_with(|_, _| {}).await
+    }
+
+    async fn start_with(tune: impl FnOnce(&mut GatewayConfig, &mut ShardConfig)) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut gateway = GatewayConfig::default();
+        let mut shard = ShardConfig::default();
+        tune(&mut gateway, &mut shard);
+        let running = standalone::start(StandaloneConfig {
+            ws_addr: "127.0.0.1:0".parse().unwrap(),
+            admin_addr: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_owned(),
+            jwt_secret: SECRET.to_vec(),
+            admin_token: Some("admin-token".into()),
+            gateway,
+            shard,
+        })
+        .await
+        .unwrap();
+        let url = format!("ws://{}/ws", running.ws_addr);
+        Server {
+            running: Some(running),
+            url,
+            _dir: dir,
+        }
+    }
+
+    async fn connect(&self, user: &str) -> Client {
+        let token = client::mint_token(SECRET, user, Duration::from_secs(600)).unwrap();
+        client::connect(&self.url, Some(&token)).await.unwrap()
+    }
+
+    async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+fn code(e: ClientError) -> ErrorCode {
+    e.code()
+        .unwrap_or_else(|| panic!("expected an error reply, got {e:?}"))
+}
+
+#[tokio::test]
+async fn two_users_chat_in_order_with_consecutive_seq() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = a
+        .create_room(json!({"room": "r1", "title": "Friday", "seats": 4}))
+        .await
+        .unwrap();
+    assert_eq!(room, RoomId::from("r1"));
+    let ja = a.join(&room, false, None).await.unwrap();
+    assert_eq!(ja["snapshot"]["owner"], "alice");
+    assert_eq!(ja["snapshot"]["members"], 1);
+    assert_eq!(ja["snapshot"]["seats"].as_array().unwrap().len(), 4);
+    assert_eq!(ja["resync"], false);
+    let jb = b.join(&room, false, None).await.unwrap();
+    assert_eq!(jb["snapshot"]["members"], 2);
+    let join = a.next_event_named("member.join", WAIT).await.unwrap();
+    assert_eq!(join.d["user"], "bob");
+    assert_eq!(join.epoch, None, "presence is volatile: no epoch/seq");
+
+    let base = jb["seq"].as_u64().unwrap();
+    for i in 0..20 {
+        let (c, who) = if i % 2 == 0 {
+            (&mut a, "alice")
+        } else {
+            (&mut b, "bob")
+        };
+        let seq = c.chat(&room, &format!("{who} {i}")).await.unwrap();
+        assert_eq!(seq, base + i + 1);
+    }
+    for c in [&mut a, &mut b] {
+        let mut seqs = Vec::new();
+        while seqs.len() < 20 {
+            let e = c.next_event(WAIT).await.unwrap();
+            if e.ev == "chat" {
+                assert_eq!(e.room.as_ref(), Some(&room));
+                assert_eq!(
+                    e.d["text"].as_str().unwrap().split(' ').nth(1).unwrap(),
+                    (seqs.len()).to_string()
+                );
+                seqs.push(e.seq.unwrap());
+            }
+        }
+        let want: Vec<u64> = (base + 1..=base + 20).collect();
+        assert_eq!(seqs, want);
+        let p = c.position(&room).unwrap();
+        assert_eq!((p.gaps, p.duplicates), (0, 0));
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn seats_take_leave_and_conflicts() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = a
+        .create_room(json!({"room": "seats", "seats": 2}))
+        .await
+        .unwrap();
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    let ok = a
+        .request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap();
+    assert_eq!(ok["seat"], 1);
+    for c in [&mut a, &mut b] {
+        let e = c.next_event_named("seat.update", WAIT).await.unwrap();
+        assert_eq!(
+            e.d,
+            json!({"index": 1, "user": "alice", "locked": false, "muted": false})
+        );
+        assert!(e.seq.is_some() && e.epoch.is_some());
+    }
+    let err = b
+        .request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::SeatTaken);
+    let ok = b.request("seat.take", json!({"room": room})).await.unwrap();
+    assert_eq!(ok["seat"], 0, "first free seat");
+    let mut c = s.connect("carol").await;
+    c.join(&room, false, None).await.unwrap();
+    let err = c
+        .request("seat.take", json!({"room": room}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::NoFreeSeat);
+    a.request("seat.leave", json!({"room": room}))
+        .await
+        .unwrap();
+    let e = b.next_event_named("seat.update", WAIT).await.unwrap();
+    let e = if e.d["index"] == 0 {
+        b.next_event_named("seat.update", WAIT).await.unwrap()
+    } else {
+        e
+    };
+    assert_eq!(e.d["index"], 1);
+    assert_eq!(e.d["user"], serde_json::Value::Null);
+    // A non-member cannot take a seat.
+    let mut d = s.connect("dave").await;
+    let err = d
+        .request("seat.take", json!({"room": room}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::NotInRoom);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn locked_rooms_missing_rooms_and_bad_arguments() {
+    let s = Server::start_with(|_, sh| sh.auto_create = false).await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = a
+        .create_room(json!({"room": "locked", "seats": 8, "password": "pw"}))
+        .await
+        .unwrap();
+    let err = b.join(&room, false, None).await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::RoomLocked);
+    let err = b.join(&room, false, Some("wrong")).await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::RoomLocked);
+    let ok = b.join(&room, false, Some("pw")).await.unwrap();
+    assert_eq!(ok["snapshot"]["locked"], true);
+    let err = b
+        .join(&RoomId::from("nope"), false, None)
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::RoomNotFound);
+    let err = a.create_room(json!({"room": "locked"})).await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::RoomExists);
+    let err = a
+        .create_room(json!({"room": "big", "seats": 21}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    let err = a.create_room(json!({"room": "bad id!"})).await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    let err = b.chat(&room, &"x".repeat(501)).await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    // Generated ids when none is given.
+    let generated = a.create_room(json!({"title": "no id"})).await.unwrap();
+    assert!(!generated.as_str().is_empty());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn auto_create_on_join_makes_the_joiner_owner() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let ok = a.join(&RoomId::from("fresh"), false, None).await.unwrap();
+    assert_eq!(ok["snapshot"]["owner"], "alice");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn switching_rooms_leaves_the_first() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let r1 = RoomId::from("one");
+    let r2 = RoomId::from("two");
+    b.join(&r1, false, None).await.unwrap();
+    a.join(&r1, false, None).await.unwrap();
+    b.next_event_named("member.join", WAIT).await.unwrap();
+    a.join(&r2, false, None).await.unwrap();
+    let left = b.next_event_named("member.leave", WAIT).await.unwrap();
+    assert_eq!(left.d, json!({"user": "alice", "reason": "switched"}));
+    // Alice no longer gets r1's chat; her r1 chat is refused.
+    b.chat(&r1, "only bob hears").await.unwrap();
+    let err = a.chat(&r1, "hello?").await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::NotInRoom);
+    a.chat(&r2, "in two").await.unwrap();
+    let e = a.next_event_named("chat", WAIT).await.unwrap();
+    assert_eq!(e.room, Some(r2.clone()));
+    // Leaving explicitly.
+    a.request("room.leave", json!({"room": r2})).await.unwrap();
+    let err = a.chat(&r2, "gone").await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::NotInRoom);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn second_connection_replaces_the_first_in_a_room() {
+    let s = Server::start().await;
+    let mut a1 = s.connect("alice").await;
+    let mut a2 = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = RoomId::from("rep");
+    b.join(&room, false, None).await.unwrap();
+    a1.join(&room, false, None).await.unwrap();
+    let ok = a2.join(&room, false, None).await.unwrap();
+    assert_eq!(ok["snapshot"]["members"], 2, "replaced, not added");
+    let left = a1.next_event_named("room.left", WAIT).await.unwrap();
+    assert_eq!(left.d, json!({"room": "rep", "reason": "replaced"}));
+    b.chat(&room, "hi").await.unwrap();
+    assert_eq!(
+        a2.next_event_named("chat", WAIT).await.unwrap().d["text"],
+        "hi"
+    );
+    let err = a1.chat(&room, "stale").await.unwrap_err();
+    assert_eq!(code(err), ErrorCode::NotInRoom);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn disconnect_leaves_the_room() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = RoomId::from("dc");
+    b.join(&room, false, None).await.unwrap();
+    a.join(&room, false, None).await.unwrap();
+    a.close().await;
+    let left = b.next_event_named("member.leave", WAIT).await.unwrap();
+    assert_eq!(left.d, json!({"user": "alice", "reason": "disconnected"}));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn resume_replays_missed_events_or_resyncs() {
+    let s = Server::start_with(|_, sh| sh.history_events = 10).await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = RoomId::from("resume");
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    b.chat(&room, "seen").await.unwrap();
+    b.next_event_named("chat", WAIT).await.unwrap();
+    let since = b.since(&room).unwrap();
+    b.close().await;
+    let mut sent = Vec::new();
+    for i in 0..5 {
+        sent.push(a.chat(&room, &format!("m{i}")).await.unwrap());
+    }
+    let mut b = s.connect("bob").await;
+    b.set_position(&room, since.epoch, since.seq);
+    let ok = b.join(&room, true, None).await.unwrap();
+    assert_eq!(ok["resync"], false);
+    let replayed: Vec<u64> = b
+        .queued_events()
+        .iter()
+        .filter(|e| e.ev == "chat")
+        .map(|e| e.seq.unwrap())
+        .collect();
+    assert_eq!(
+        replayed, sent,
+        "exactly the missed events, in order, before the reply"
+    );
+    // Beyond the history (10 events): resync, nothing replayed.
+    let since = b.since(&room).unwrap();
+    b.close().await;
+    for i in 0..15 {
+        a.chat(&room, &format!("n{i}")).await.unwrap();
+    }
+    let mut b = s.connect("bob").await;
+    b.set_position(&room, since.epoch, since.seq);
+    let ok = b.join(&room, true, None).await.unwrap();
+    assert_eq!(ok["resync"], true);
+    assert!(b.queued_events().iter().all(|e| e.ev != "chat"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn presence_is_coalesced_in_big_rooms() {
+    let s = Server::start_with(|_, sh| {
+        sh.presence_full_max = 3;
+        sh.member_count_interval = Duration::from_millis(100);
+    })
+    .await;
+    let room = RoomId::from("big");
+    let mut host = s.connect("host").await;
+    host.join(&room, false, None).await.unwrap();
+    let mut listener = s.connect("l0").await;
+    listener.join(&room, false, None).await.unwrap();
+    let mut others = Vec::new();
+    for i in 1..8 {
+        let mut c = s.connect(&format!("l{i}")).await;
+        c.join(&room, false, None).await.unwrap();
+        others.push(c);
+    }
+    // The owner keeps per-member presence.
+    let mut joins = 0;
+    while joins < 7 {
+        if host.next_event(WAIT).await.unwrap().ev == "member.join" {
+            joins += 1;
+        }
+    }
+    // A listener gets member.count, reaching the full count, and far fewer than 7 joins.
+    let mut listener_joins = 0;
+    loop {
+        let e = listener.next_event(WAIT).await.unwrap();
+        match e.ev.as_str() {
+            "member.join" => listener_joins += 1,
+            "member.count" if e.d["count"] == 9 => break,
+            _ => {}
+        }
+    }
+    assert!(
+        listener_joins <= 3,
+        "listener got {listener_joins} member.join"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_errors_and_the_node_stays_up() {
+    let s = Server::start().await;
+    let mut watcher = s.connect("watcher").await;
+    let mut talker = s.connect("talker").await;
+    let room = RoomId::from("bad");
+    watcher.join(&room, false, None).await.unwrap();
+    talker.join(&room, false, None).await.unwrap();
+
+    let mut bad = s.connect("mallory").await;
+    bad.send_raw("{not json").await.unwrap();
+    let r = bad.next_reply(WAIT).await.unwrap();
+    assert_eq!(
+        (r.re, r.result.unwrap_err().code),
+        (None, ErrorCode::BadFrame)
+    );
+    bad.send_raw(r#"{"id":9,"op":"chat.send","d":{"room":5}}"#)
+        .await
+        .unwrap();
+    let r = bad.next_reply(WAIT).await.unwrap();
+    assert_eq!(
+        (r.re, r.result.unwrap_err().code),
+        (Some(9), ErrorCode::BadFrame)
+    );
+    bad.send_raw(r#"{"id":10,"op":"teleport","d":{}}"#)
+        .await
+        .unwrap();
+    let r = bad.next_reply(WAIT).await.unwrap();
+    assert_eq!(
+        (r.re, r.result.unwrap_err().code),
+        (Some(10), ErrorCode::UnknownOp)
+    );
+    bad.send_binary(vec![1, 2, 3]).await.unwrap();
+    let r = bad.next_reply(WAIT).await.unwrap();
+    assert_eq!(r.result.unwrap_err().code, ErrorCode::BadFrame);
+    // Still open and useful.
+    let pong = bad.request("ping", json!({})).await.unwrap();
+    assert!(pong["t"].as_u64().unwrap() > 0);
+
+    // Oversize frame: 1009.
+    bad.send_raw("x".repeat(70 * 1024)).await.unwrap();
+    let close = bad.closed(WAIT).await.unwrap().expect("close frame");
+    assert_eq!(u16::from(close.code), 1009);
+
+    // The others are unaffected.
+    talker.chat(&room, "still here").await.unwrap();
+    assert_eq!(
+        watcher.next_event_named("chat", WAIT).await.unwrap().d["text"],
+        "still here"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn floods_are_rate_limited_then_closed_with_1008() {
+    let s = Server::start_with(|g, _| {
+        g.rate_per_sec = 5;
+        g.rate_burst = 5;
+        g.flood_close_after = 20;
+    })
+    .await;
+    let mut watcher = s.connect("watcher").await;
+    let mut talker = s.connect("talker").await;
+    let room = RoomId::from("flood");
+    watcher.join(&room, false, None).await.unwrap();
+    talker.join(&room, false, None).await.unwrap();
+
+    let mut flood = s.connect("flooder").await;
+    for _ in 0..100 {
+        if flood.send("ping", json!({})).await.is_err() {
+            break;
+        }
+    }
+    let mut limited = 0;
+    let close = loop {
+        match flood.next_reply(WAIT).await {
+            Ok(r) => {
+                if matches!(&r.result, Err(e) if e.code == ErrorCode::RateLimited) {
+                    limited += 1;
+                }
+            }
+            Err(ClientError::Closed(f)) => break f,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    };
+    assert!(limited >= 1, "RATE_LIMITED came before the close");
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1008));
+
+    talker.chat(&room, "unaffected").await.unwrap();
+    assert_eq!(
+        watcher.next_event_named("chat", WAIT).await.unwrap().d["text"],
+        "unaffected"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn upgrades_without_a_valid_token_are_refused_with_401() {
+    let s = Server::start().await;
+    let mut watcher = s.connect("watcher").await;
+    let refused = |r: Result<Client, ClientError>| match r {
+        Err(ClientError::Refused(status)) => status,
+        Ok(_) => panic!("upgrade accepted"),
+        Err(e) => panic!("unexpected {e:?}"),
+    };
+    assert_eq!(refused(client::connect(&s.url, None).await), 401);
+    assert_eq!(refused(client::connect(&s.url, Some("garbage")).await), 401);
+    let wrong = client::mint_token(b"another-secret", "eve", Duration::from_secs(60)).unwrap();
+    assert_eq!(refused(client::connect(&s.url, Some(&wrong)).await), 401);
+    let expired = client::mint_expired_token(SECRET, "eve", Duration::from_secs(60)).unwrap();
+    assert_eq!(refused(client::connect(&s.url, Some(&expired)).await), 401);
+    // ?token= works for browsers.
+    let t = client::mint_token(SECRET, "browser", Duration::from_secs(60)).unwrap();
+    let mut c = client::connect(&format!("{}?token={t}", s.url), None)
+        .await
+        .unwrap();
+    c.request("ping", json!({})).await.unwrap();
+    // The node is up.
+    watcher.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn silent_connections_are_closed_after_two_heartbeats() {
+    let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(200)).await;
+    let mut c = s.connect("quiet").await;
+    assert_eq!(c.heartbeat_ms, 200);
+    // The client library answers pings only while it reads; a silent peer is one that does
+    // not. Send nothing and read nothing for 3 intervals, then read: the server has closed.
+    let started = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let close = c.closed(WAIT).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1000));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn hello_comes_first_and_shutdown_sends_1001() {
+    let s = Server::start().await;
+    let mut c = s.connect("alice").await;
+    assert!(!c.session.is_empty());
+    let token = s.running.as_ref().unwrap().shutdown_token();
+    token.cancel();
+    let close = c.closed(WAIT).await.unwrap();
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
+    s.stop().await;
+}

@@ -1,0 +1,475 @@
+//! A typed Chorus client over tokio-tungstenite, built on the protocol types.
+//!
+//! One task drives it: `request` sends a frame and waits for its reply, keeping the events
+//! that arrive meanwhile in a queue that `next_event` drains. The client tracks each room's
+//! `(epoch, seq)` and counts gaps, so tests and the load generator can check delivery.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use protocol::client::{ErrBody, ServerFrame, Since};
+use protocol::{Epoch, ErrorCode, RoomId, Seq};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long a request waits for its reply by default.
+pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What can go wrong in the client.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The upgrade was refused with this HTTP status.
+    #[error("upgrade refused: HTTP {0}")]
+    Refused(u16),
+    /// The WebSocket failed.
+    #[error("websocket: {0}")]
+    Ws(#[from] tungstenite::Error),
+    /// The server closed the connection (with this close frame, if any).
+    #[error("closed by server: {0:?}")]
+    Closed(Option<CloseFrame>),
+    /// Nothing arrived in time.
+    #[error("timed out")]
+    Timeout,
+    /// The server sent something that is not a protocol frame.
+    #[error("bad frame from server: {0}")]
+    BadFrame(String),
+    /// A request was answered with an error.
+    #[error("{}: {}", .0.code, .0.msg)]
+    Server(ErrBody),
+}
+
+impl ClientError {
+    /// The server error code, if this is an error reply.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Server(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+/// An event as received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Event name.
+    pub ev: String,
+    /// The room, for room events.
+    pub room: Option<RoomId>,
+    /// Epoch, for sequenced events.
+    pub epoch: Option<Epoch>,
+    /// Seq, for sequenced events.
+    pub seq: Option<Seq>,
+    /// Payload.
+    pub d: Value,
+}
+
+/// A reply as received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplyFrame {
+    /// The request id (None for undecodable frames).
+    pub re: Option<u64>,
+    /// The result.
+    pub result: Result<Value, ErrBody>,
+}
+
+/// Anything the server sends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A reply.
+    Reply(ReplyFrame),
+    /// An event.
+    Event(Event),
+}
+
+/// Delivery bookkeeping per room: where the client is, and what went wrong.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    /// Last epoch seen.
+    pub epoch: Epoch,
+    /// Last seq seen.
+    pub seq: Seq,
+    /// Sequenced events whose seq skipped ahead (a gap).
+    pub gaps: u64,
+    /// Sequenced events at or below the last seq (duplicates).
+    pub duplicates: u64,
+    /// Epoch changes seen.
+    pub epoch_changes: u64,
+}
+
+/// A connected client.
+pub struct Client {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+    events: VecDeque<Event>,
+    /// Unmatched replies (e.g. to `send_raw` frames).
+    replies: VecDeque<ReplyFrame>,
+    positions: HashMap<RoomId, Position>,
+    /// The session id from `hello`.
+    pub session: String,
+    /// The heartbeat interval from `hello`.
+    pub heartbeat_ms: u64,
+}
+
+/// Connects to `url` (e.g. `ws://127.0.0.1:8080/ws`) with `token` in the Authorization header
+/// (or without any token when `None`), and waits for `hello`.
+///
+/// # Errors
+/// [`ClientError::Refused`] with the HTTP status when the upgrade is refused.
+pub async fn connect(url: &str, token: Option<&str>) -> Result<Client, ClientError> {
+    let mut req = url.into_client_request()?;
+    if let Some(t) = token {
+        let v = format!("Bearer {t}")
+            .parse()
+            .map_err(|_| ClientError::BadFrame("token is not a header value".into()))?;
+        req.headers_mut().insert("authorization", v);
+    }
+    let (ws, _) = match tokio_tungstenite::connect_async(req).await {
+        Ok(ok) => ok,
+        Err(tungstenite::Error::Http(resp)) => {
+            return Err(ClientError::Refused(resp.status().as_u16()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut c = Client {
+        ws,
+        next_id: 1,
+        events: VecDeque::new(),
+        replies: VecDeque::new(),
+        positions: HashMap::new(),
+        session: String::new(),
+        heartbeat_ms: 0,
+    };
+    let hello = c.next_event_named("hello", DEFAULT_REPLY_TIMEOUT).await?;
+    c.session = hello.d["session"].as_str().unwrap_or_default().to_owned();
+    c.heartbeat_ms = hello.d["heartbeat_ms"].as_u64().unwrap_or_default();
+    Ok(c)
+}
+
+impl Client {
+    /// Sends a raw text frame.
+    ///
+    /// # Errors
+    /// The socket failed.
+    pub async fn send_raw(&mut self, text: impl Into<String>) -> Result<(), ClientError> {
+        self.ws.send(Message::Text(text.into().into())).await?;
+        Ok(())
+    }
+
+    /// Sends a raw binary frame.
+    ///
+    /// # Errors
+    /// The socket failed.
+    pub async fn send_binary(&mut self, data: Vec<u8>) -> Result<(), ClientError> {
+        self.ws.send(Message::Binary(data.into())).await?;
+        Ok(())
+    }
+
+    /// Sends a request without waiting; returns its id.
+    ///
+    /// # Errors
+    /// The socket failed.
+    pub async fn send(&mut self, op: &str, d: Value) -> Result<u64, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let frame = json!({ "id": id, "op": op, "d": d });
+        self.send_raw(frame.to_string()).await?;
+        Ok(id)
+    }
+
+    /// Sends a request and waits for its reply; events that arrive meanwhile are queued.
+    ///
+    /// # Errors
+    /// [`ClientError::Server`] for an error reply, or a transport error.
+    pub async fn request(&mut self, op: &str, d: Value) -> Result<Value, ClientError> {
+        let id = self.send(op, d).await?;
+        self.reply_to(id, DEFAULT_REPLY_TIMEOUT).await
+    }
+
+    /// Waits for the reply to request `id`.
+    ///
+    /// # Errors
+    /// As [`Client::request`].
+    pub async fn reply_to(&mut self, id: u64, wait: Duration) -> Result<Value, ClientError> {
+        let deadline = Instant::now() + wait;
+        if let Some(i) = self.replies.iter().position(|r| r.re == Some(id))
+            && let Some(r) = self.replies.remove(i) {
+                return r.result.map_err(ClientError::Server);
+            }
+        loop {
+            match self.recv_until(deadline).await? {
+                Incoming::Reply(r) if r.re == Some(id) => {
+                    return r.result.map_err(ClientError::Server);
+                }
+                Incoming::Reply(r) => self.replies.push_back(r),
+                Incoming::Event(e) => self.events.push_back(e),
+            }
+        }
+    }
+
+    /// The next reply not yet taken (for raw frames).
+    ///
+    /// # Errors
+    /// Transport errors and time-outs.
+    pub async fn next_reply(&mut self, wait: Duration) -> Result<ReplyFrame, ClientError> {
+        if let Some(r) = self.replies.pop_front() {
+            return Ok(r);
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.recv_until(deadline).await? {
+                Incoming::Reply(r) => return Ok(r),
+                Incoming::Event(e) => self.events.push_back(e),
+            }
+        }
+    }
+
+    /// The next event (queued first).
+    ///
+    /// # Errors
+    /// Transport errors and time-outs.
+    pub async fn next_event(&mut self, wait: Duration) -> Result<Event, ClientError> {
+        if let Some(e) = self.events.pop_front() {
+            return Ok(e);
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.recv_until(deadline).await? {
+                Incoming::Reply(r) => self.replies.push_back(r),
+                Incoming::Event(e) => return Ok(e),
+            }
+        }
+    }
+
+    /// The next event named `name`; other events are dropped.
+    ///
+    /// # Errors
+    /// Transport errors and time-outs.
+    pub async fn next_event_named(
+        &mut self,
+        name: &str,
+        wait: Duration,
+    ) -> Result<Event, ClientError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let e = self.next_event(left).await?;
+            if e.ev == name {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// Events received and not yet taken.
+    pub fn queued_events(&mut self) -> Vec<Event> {
+        self.events.drain(..).collect()
+    }
+
+    /// Waits until the server closes the connection; returns its close frame.
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] when the connection is still open after `wait`.
+    pub async fn closed(&mut self, wait: Duration) -> Result<Option<CloseFrame>, ClientError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.recv_until(deadline).await {
+                Ok(Incoming::Event(e)) => self.events.push_back(e),
+                Ok(Incoming::Reply(r)) => self.replies.push_back(r),
+                Err(ClientError::Closed(f)) => return Ok(f),
+                Err(ClientError::Ws(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Closes the connection from the client side.
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+
+    /// The delivery bookkeeping of `room`.
+    pub fn position(&self, room: &RoomId) -> Option<&Position> {
+        self.positions.get(room)
+    }
+
+    /// Where to resume `room` from.
+    pub fn since(&self, room: &RoomId) -> Option<Since> {
+        self.positions.get(room).map(|p| Since {
+            epoch: p.epoch,
+            seq: p.seq,
+        })
+    }
+
+    /// Sets the position of `room` (from a join reply).
+    pub fn set_position(&mut self, room: &RoomId, epoch: Epoch, seq: Seq) {
+        let p = self.positions.entry(room.clone()).or_default();
+        if p.epoch != epoch && p.epoch != 0 {
+            p.epoch_changes += 1;
+        }
+        p.epoch = epoch;
+        p.seq = seq;
+    }
+
+    fn track(&mut self, e: &Event) {
+        let (Some(room), Some(epoch), Some(seq)) = (&e.room, e.epoch, e.seq) else {
+            return;
+        };
+        let p = self.positions.entry(room.clone()).or_default();
+        if epoch != p.epoch {
+            if p.epoch != 0 {
+                p.epoch_changes += 1;
+            }
+            p.epoch = epoch;
+            p.seq = seq;
+            return;
+        }
+        if seq <= p.seq {
+            p.duplicates += 1;
+        } else {
+            if seq != p.seq + 1 {
+                p.gaps += 1;
+            }
+            p.seq = seq;
+        }
+    }
+
+    async fn recv_until(&mut self, deadline: Instant) -> Result<Incoming, ClientError> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = match timeout(left, self.ws.next()).await {
+                Err(_) => return Err(ClientError::Timeout),
+                Ok(None) => return Err(ClientError::Closed(None)),
+                Ok(Some(Err(e))) => return Err(e.into()),
+                Ok(Some(Ok(m))) => m,
+            };
+            let text = match msg {
+                Message::Text(t) => t,
+                Message::Close(f) => return Err(ClientError::Closed(f)),
+                _ => continue,
+            };
+            let frame: ServerFrame = serde_json::from_str(&text)
+                .map_err(|e| ClientError::BadFrame(format!("{e}: {text}")))?;
+            return Ok(match frame {
+                ServerFrame::Reply { re, ok, err } => Incoming::Reply(ReplyFrame {
+                    re,
+                    result: match (ok, err) {
+                        (_, Some(e)) => Err(e),
+                        (Some(v), None) => Ok(v),
+                        (None, None) => Ok(Value::Null),
+                    },
+                }),
+                ServerFrame::Event {
+                    ev,
+                    room,
+                    epoch,
+                    seq,
+                    d,
+                } => {
+                    let e = Event {
+                        ev,
+                        room,
+                        epoch,
+                        seq,
+                        d,
+                    };
+                    self.track(&e);
+                    Incoming::Event(e)
+                }
+            });
+        }
+    }
+
+    /// `room.create`; returns the room id.
+    ///
+    /// # Errors
+    /// Error replies and transport errors.
+    pub async fn create_room(&mut self, d: Value) -> Result<RoomId, ClientError> {
+        let ok = self.request("room.create", d).await?;
+        Ok(RoomId::from(ok["room"].as_str().unwrap_or_default()))
+    }
+
+    /// `room.join` (resuming from the tracked position when `resume`); returns the reply.
+    ///
+    /// # Errors
+    /// Error replies and transport errors.
+    pub async fn join(
+        &mut self,
+        room: &RoomId,
+        resume: bool,
+        password: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let mut d = json!({ "room": room });
+        if resume
+            && let Some(s) = self.since(room) {
+                d["since"] = json!({ "epoch": s.epoch, "seq": s.seq });
+            }
+        if let Some(p) = password {
+            d["password"] = json!(p);
+        }
+        let ok = self.request("room.join", d).await?;
+        let epoch = ok["epoch"].as_u64().unwrap_or_default();
+        let seq = ok["seq"].as_u64().unwrap_or_default();
+        self.set_position(room, epoch, seq);
+        Ok(ok)
+    }
+
+    /// `chat.send`; returns the seq.
+    ///
+    /// # Errors
+    /// Error replies and transport errors.
+    pub async fn chat(&mut self, room: &RoomId, text: &str) -> Result<Seq, ClientError> {
+        let ok = self
+            .request("chat.send", json!({ "room": room, "text": text }))
+            .await?;
+        Ok(ok["seq"].as_u64().unwrap_or_default())
+    }
+}
+
+/// Mints an HS256 token for `user` with `secret`, valid for `ttl`.
+///
+/// # Errors
+/// Encoding failed.
+pub fn mint_token(
+    secret: &[u8],
+    user: &str,
+    ttl: Duration,
+) -> Result<String, jsonwebtoken::errors::Error> {
+    #[derive(serde::Serialize)]
+    struct Claims<'a> {
+        sub: &'a str,
+        exp: u64,
+    }
+    let exp = jsonwebtoken::get_current_timestamp() + ttl.as_secs();
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &Claims { sub: user, exp },
+        &jsonwebtoken::EncodingKey::from_secret(secret)?,
+    )
+}
+
+/// Mints a token that expired `ago` ago (for tests of refusal).
+///
+/// # Errors
+/// Encoding failed.
+pub fn mint_expired_token(
+    secret: &[u8],
+    user: &str,
+    ago: Duration,
+) -> Result<String, jsonwebtoken::errors::Error> {
+    #[derive(serde::Serialize)]
+    struct Claims<'a> {
+        sub: &'a str,
+        exp: u64,
+    }
+    let exp = jsonwebtoken::get_current_timestamp().saturating_sub(ago.as_secs());
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &Claims { sub: user, exp },
+        &jsonwebtoken::EncodingKey::from_secret(secret)?,
+    )
+}

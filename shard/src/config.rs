@@ -1,0 +1,56 @@
+//! Shard settings: lease timing, inbox sizes, history and presence bounds, with their reasons.
+
+use std::time::Duration;
+
+/// Lease time-to-live. DESIGN: 10 s; renewals run at a third of it.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+/// Commands queued per room before new ones are refused with `UNAVAILABLE` (Reject policy):
+/// a second of chat in a very busy room.
+pub const DEFAULT_ROOM_INBOX: usize = 1024;
+/// A room with no members unloads after this long: long enough to ride out a reconnect.
+pub const DEFAULT_IDLE_UNLOAD: Duration = Duration::from_secs(60);
+/// Events kept per room for resume: a minute of a lively room.
+pub const DEFAULT_HISTORY_EVENTS: usize = 1000;
+/// Age after which events leave the resume history.
+pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(300);
+/// Up to this many members everyone gets `member.join`/`member.leave`; above it listeners get a
+/// coalesced `member.count` instead, so presence never costs O(members²).
+pub const DEFAULT_PRESENCE_FULL_MAX: usize = 100;
+/// Listeners of big rooms get `member.count` at most this often.
+pub const DEFAULT_MEMBER_COUNT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How a shard runs its rooms.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Lease TTL; renewals every TTL/3.
+    pub lease_ttl: Duration,
+    /// Per-room inbox bound.
+    pub room_inbox: usize,
+    /// Unload a room after this long without members.
+    pub idle_unload: Duration,
+    /// Resume history bound by count.
+    pub history_events: usize,
+    /// Resume history bound by age.
+    pub history_age: Duration,
+    /// Room size up to which every member gets per-member presence.
+    pub presence_full_max: usize,
+    /// Coalescing interval of `member.count` in big rooms.
+    pub member_count_interval: Duration,
+    /// Joining a missing room creates it with the joiner as owner (standalone default).
+    pub auto_create: bool,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: DEFAULT_LEASE_TTL,
+            room_inbox: DEFAULT_ROOM_INBOX,
+            idle_unload: DEFAULT_IDLE_UNLOAD,
+            history_events: DEFAULT_HISTORY_EVENTS,
+            history_age: DEFAULT_HISTORY_AGE,
+            presence_full_max: DEFAULT_PRESENCE_FULL_MAX,
+            member_count_interval: DEFAULT_MEMBER_COUNT_INTERVAL,
+            auto_create: true,
+        }
+    }
+}

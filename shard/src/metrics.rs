@@ -1,0 +1,40 @@
+//! Metric names of the shard, and their descriptions.
+
+/// Rooms running on this node (gauge).
+pub const ROOMS_RUNNING: &str = "chorus_shard_rooms_running";
+/// Commands applied by rooms (counter).
+pub const ROOM_COMMANDS: &str = "chorus_shard_room_commands_total";
+/// Commands refused because a room's inbox was full (counter).
+pub const ROOM_INBOX_FULL: &str = "chorus_shard_room_inbox_full_total";
+/// Sequenced events published (counter; one per event, not per member).
+pub const EVENTS_SEQUENCED: &str = "chorus_shard_events_sequenced_total";
+/// Snapshot writes that failed (counter).
+pub const SNAPSHOT_WRITE_FAILURES: &str = "chorus_shard_snapshot_write_failures_total";
+/// Leases acquired (counter).
+pub const LEASES_ACQUIRED: &str = "chorus_lease_acquired_total";
+/// Leases renewed (counter; one per lease per tick).
+pub const LEASES_RENEWED: &str = "chorus_lease_renewed_total";
+/// Leases lost: renewal refused, or not proven before the local deadline (counter).
+pub const LEASES_LOST: &str = "chorus_lease_lost_total";
+/// Renewal round trips (counter; one per tick for all of a node's leases).
+pub const LEASE_RENEW_ROUND_TRIPS: &str = "chorus_lease_renew_round_trips_total";
+
+/// Registers descriptions for every shard metric.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_gauge!(ROOMS_RUNNING, "Rooms running on this node.");
+    describe_counter!(ROOM_COMMANDS, "Commands applied by rooms.");
+    describe_counter!(
+        ROOM_INBOX_FULL,
+        "Commands refused because a room inbox was full."
+    );
+    describe_counter!(EVENTS_SEQUENCED, "Sequenced room events published.");
+    describe_counter!(SNAPSHOT_WRITE_FAILURES, "Room snapshot writes that failed.");
+    describe_counter!(LEASES_ACQUIRED, "Room leases acquired.");
+    describe_counter!(LEASES_RENEWED, "Room leases renewed.");
+    describe_counter!(LEASES_LOST, "Room leases lost or not proven in time.");
+    describe_counter!(
+        LEASE_RENEW_ROUND_TRIPS,
+        "Batched lease renewal round trips."
+    );
+}

@@ -1,0 +1,229 @@
+//! The lease keeper: claims a room's lease before its runtime starts, renews all of the node's
+//! leases in one round trip every TTL/3 on a timer (never on room traffic), and cancels a
+//! room's runtime the moment its lease is lost or cannot be proven before the local deadline.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use protocol::{FencingToken, NodeId, RoomId};
+use storage::StorageError;
+use storage::lease::{ClaimOutcome, LeaseOwner, LeaseStore, node_of};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::metrics as m;
+
+/// Safety margin taken off the TTL for the local deadline: covers clock drift between this
+/// process and the lease store, and the time to stop a runtime.
+const LOCAL_DEADLINE_MARGIN_DIVISOR: u32 = 10;
+
+/// The outcome of claiming a room.
+#[derive(Debug)]
+pub(crate) enum Claim {
+    /// This node owns the room: run it with this fence; stop when `token` is cancelled.
+    Acquired {
+        fence: FencingToken,
+        token: CancellationToken,
+    },
+    /// Another node holds the lease.
+    HeldBy { owner: Option<NodeId> },
+}
+
+#[derive(Debug)]
+struct Held {
+    fence: FencingToken,
+    token: CancellationToken,
+    /// The lease is proven held until this local instant.
+    valid_until: Instant,
+}
+
+/// Keeps the node's leases.
+#[derive(Debug)]
+pub(crate) struct Owner {
+    store: LeaseStore,
+    /// `<node id>/<boot id>`: a restarted process is a different owner.
+    owner_id: LeaseOwner,
+    ttl: Duration,
+    held: Mutex<HashMap<RoomId, Held>>,
+    /// Test-only: renew a room's lease when it has traffic instead of on the timer (the seed
+    /// incident's bug). Never set in production.
+    renew_on_traffic: bool,
+}
+
+impl Owner {
+    pub(crate) fn new(
+        store: LeaseStore,
+        node: &NodeId,
+        ttl: Duration,
+        renew_on_traffic: bool,
+    ) -> Self {
+        Self {
+            store,
+            owner_id: LeaseOwner::for_this_process(node),
+            ttl,
+            held: Mutex::new(HashMap::new()),
+            renew_on_traffic,
+        }
+    }
+
+    /// The owner string written into leases.
+    pub(crate) fn owner_id(&self) -> &str {
+        self.owner_id.as_str()
+    }
+
+    fn margin(&self) -> Duration {
+        self.ttl / LOCAL_DEADLINE_MARGIN_DIVISOR
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RoomId, Held>> {
+        // A poisoned map only means a panic elsewhere; the data is still consistent.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Claims `room`'s lease; a new token is above `floor` (the durable high-water mark).
+    /// The room's runtime may start only on `Acquired`.
+    pub(crate) async fn claim(
+        &self,
+        room: &RoomId,
+        floor: FencingToken,
+    ) -> Result<Claim, StorageError> {
+        let sent = Instant::now();
+        match self
+            .store
+            .claim_above(room, &self.owner_id, self.ttl, floor)
+            .await?
+        {
+            ClaimOutcome::Acquired { fence } => {
+                metrics::counter!(m::LEASES_ACQUIRED).increment(1);
+                let token = CancellationToken::new();
+                self.lock().insert(
+                    room.clone(),
+                    Held {
+                        fence,
+                        token: token.clone(),
+                        valid_until: sent + self.ttl - self.margin(),
+                    },
+                );
+                Ok(Claim::Acquired { fence, token })
+            }
+            ClaimOutcome::HeldBy { owner, .. } => Ok(Claim::HeldBy {
+                owner: Some(NodeId::from(node_of(&owner))),
+            }),
+        }
+    }
+
+    /// Releases `room`'s lease (compare-and-delete on the fence).
+    pub(crate) async fn release(&self, room: &RoomId, fence: FencingToken) {
+        self.forget(room, fence);
+        if let Err(e) = self.store.release(room, &self.owner_id, fence).await {
+            warn!(%room, fence, error = %e, "Lease release failed; it will expire.");
+        }
+    }
+
+    /// Stops tracking `room` without touching the store (the lease is already lost).
+    pub(crate) fn forget(&self, room: &RoomId, fence: FencingToken) {
+        let mut held = self.lock();
+        if held.get(room).is_some_and(|h| h.fence == fence) {
+            held.remove(room);
+        }
+    }
+
+    /// How many leases this node holds.
+    pub(crate) fn held_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The fence this node holds for `room`.
+    pub(crate) fn fence_of(&self, room: &RoomId) -> Option<FencingToken> {
+        self.lock().get(room).map(|h| h.fence)
+    }
+
+    /// Whether the test-only renew-on-traffic switch is on.
+    pub(crate) fn renews_on_traffic(&self) -> bool {
+        self.renew_on_traffic
+    }
+
+    /// Renews one room's lease now (only used by the test-only renew-on-traffic mode).
+    pub(crate) async fn renew_one(&self, room: &RoomId) {
+        let Some(fence) = self.fence_of(room) else {
+            return;
+        };
+        self.renew(&[(room.clone(), fence)]).await;
+    }
+
+    /// Renews every held lease in one round trip; cancels the runtimes whose lease is gone.
+    async fn renew(&self, leases: &[(RoomId, FencingToken)]) {
+        if leases.is_empty() {
+            return;
+        }
+        let sent = Instant::now();
+        metrics::counter!(m::LEASE_RENEW_ROUND_TRIPS).increment(1);
+        match self.store.renew(&self.owner_id, leases, self.ttl).await {
+            Ok(results) => {
+                let mut held = self.lock();
+                for ((room, fence), ok) in leases.iter().zip(results) {
+                    let Some(h) = held.get_mut(room) else {
+                        continue;
+                    };
+                    if h.fence != *fence {
+                        continue;
+                    }
+                    if ok {
+                        metrics::counter!(m::LEASES_RENEWED).increment(1);
+                        h.valid_until = sent + self.ttl - self.margin();
+                    } else {
+                        metrics::counter!(m::LEASES_LOST).increment(1);
+                        info!(%room, fence, "Lease lost; stopping the room runtime.");
+                        h.token.cancel();
+                        held.remove(room);
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, leases = leases.len(), "Lease renewal failed."),
+        }
+    }
+
+    /// Cancels runtimes whose lease could not be proven before its local deadline.
+    fn expire_unproven(&self, now: Instant) {
+        let mut held = self.lock();
+        held.retain(|room, h| {
+            if now >= h.valid_until {
+                metrics::counter!(m::LEASES_LOST).increment(1);
+                warn!(%room, fence = h.fence, "Lease not proven before its deadline; stopping.");
+                h.token.cancel();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// The renewal loop: every TTL/3, one batched renewal of all held leases, driven by a
+    /// timer and never by room traffic. Runs until `shutdown`.
+    pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        if self.renew_on_traffic {
+            warn!("TEST-ONLY renew-on-traffic mode: leases of quiet rooms will expire.");
+        }
+        let mut tick = tokio::time::interval(self.ttl / 3);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if !self.renew_on_traffic {
+                let leases: Vec<(RoomId, FencingToken)> = self
+                    .lock()
+                    .iter()
+                    .map(|(r, h)| (r.clone(), h.fence))
+                    .collect();
+                self.renew(&leases).await;
+            }
+            self.expire_unproven(Instant::now());
+        }
+    }
+}

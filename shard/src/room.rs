@@ -1,0 +1,615 @@
+//! The room actor: one task, one bounded inbox, all room state inside it.
+//!
+//! The loop only receives, applies (through the pure rules in [`state`]), persists and
+//! publishes. It starts only after its node claimed the room's lease (DESIGN law 1) and stops
+//! the moment the lease keeper cancels its token (law 2).
+
+pub(crate) mod log;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use protocol::client::{
+    self, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreated, RoomLeft, SeatTaken,
+};
+use protocol::link::{
+    Audience, Command, Membership, Reply, ReplyError, RoomCmd, RoomEvent, ToGateway,
+};
+use protocol::{ErrorCode, FencingToken, NodeId, RoomId, SessionId, UserId};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::Inner;
+use crate::metrics as m;
+use crate::owner::Claim;
+use log::{EventLog, Resume};
+use state::{Applied, Durable, Presence, Rejected, RoomState, Sequenced, SessionRef};
+
+/// A message in a room's inbox.
+#[derive(Debug)]
+pub(crate) enum RoomMsg {
+    /// A command from a gateway.
+    Command(Command),
+}
+
+/// A cheap handle to a running room: the sending side of its inbox.
+#[derive(Debug, Clone)]
+pub(crate) struct RoomHandle {
+    pub(crate) tx: mpsc::Sender<RoomMsg>,
+    pub(crate) generation: u64,
+}
+
+/// Why a room stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// No members for the idle time: save, release, exit; commands go to a fresh runtime.
+    Idle,
+    /// The room does not exist (the first command did not create it).
+    Missing,
+    /// The lease was lost or could not be proven: stop at once, write nothing more.
+    LeaseLost,
+    /// The node shuts down: save, release, exit.
+    Shutdown,
+}
+
+/// Runs one room until it stops. Spawned by the registry with the room's first command queued.
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    room: RoomId,
+    generation: u64,
+    rx: mpsc::Receiver<RoomMsg>,
+) {
+    // The durable high-water mark: a new token must be above the last one that wrote.
+    let floor = match inner.snapshots.load(&room).await {
+        Ok(pre) => pre.map_or(0, |(f, _)| f),
+        Err(e) => {
+            warn!(%room, error = %e, "Could not read the room snapshot.");
+            refuse_all(&inner, &room, generation, rx, None).await;
+            return;
+        }
+    };
+    let (fence, lease_token) = match inner.owner.claim(&room, floor).await {
+        Ok(Claim::Acquired { fence, token }) => (fence, token),
+        Ok(Claim::HeldBy { owner }) => {
+            debug!(%room, ?owner, "Room is owned elsewhere; refusing its commands.");
+            refuse_all(&inner, &room, generation, rx, owner).await;
+            return;
+        }
+        Err(e) => {
+            warn!(%room, error = %e, "Could not claim the room's lease.");
+            refuse_all(&inner, &room, generation, rx, None).await;
+            return;
+        }
+    };
+    // Read again under the lease, then install the new fence durably before serving
+    // (LEDGER-AND-LEASES 2.4): from now on the previous owner's writes are rejected.
+    let loaded = match inner.snapshots.load(&room).await {
+        Ok(Some((_, d))) => match inner.snapshots.save(&room, fence, &d).await {
+            Ok(()) => Some(d),
+            Err(e) => {
+                warn!(%room, fence, error = %e, "Could not install the new fence.");
+                inner.owner.release(&room, fence).await;
+                refuse_all(&inner, &room, generation, rx, None).await;
+                return;
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            warn!(%room, error = %e, "Could not load the room snapshot.");
+            inner.owner.release(&room, fence).await;
+            refuse_all(&inner, &room, generation, rx, None).await;
+            return;
+        }
+    };
+    metrics::gauge!(m::ROOMS_RUNNING).increment(1.0);
+    let now = Instant::now();
+    let mut actor = RoomActor {
+        log: EventLog::new(fence, inner.config.history_events, inner.config.history_age),
+        state: loaded.map(|d| RoomState::new(room.clone(), d, fence)),
+        room,
+        fence,
+        gateways: HashMap::new(),
+        gw_members: HashMap::new(),
+        count_dirty: false,
+        last_count: now,
+        idle_since: now,
+        inner: inner.clone(),
+    };
+    if actor.state.is_some() {
+        info!(room = %actor.room, fence, "Room runtime started.");
+    }
+    let stop = actor.run_loop(rx, &lease_token, generation).await;
+    metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
+    info!(room = %actor.room, fence, ?stop, "Room runtime stopped.");
+}
+
+/// Answers every queued command with `UNAVAILABLE` and removes the room from the registry.
+async fn refuse_all(
+    inner: &Arc<Inner>,
+    room: &RoomId,
+    generation: u64,
+    mut rx: mpsc::Receiver<RoomMsg>,
+    owner_hint: Option<NodeId>,
+) {
+    inner.unregister(room, generation);
+    rx.close();
+    while let Some(RoomMsg::Command(cmd)) = rx.recv().await {
+        let err = ReplyError {
+            code: ErrorCode::Unavailable,
+            msg: "room is not served here; retry".into(),
+            owner_hint: owner_hint.clone(),
+        };
+        inner.reply_direct(&cmd, Err(err), None).await;
+    }
+}
+
+struct RoomActor {
+    inner: Arc<Inner>,
+    room: RoomId,
+    fence: FencingToken,
+    state: Option<RoomState>,
+    log: EventLog,
+    /// Senders to the gateways this room talks to, cached from the shard's link table.
+    gateways: HashMap<NodeId, mpsc::Sender<ToGateway>>,
+    /// Members per gateway: one copy of each event goes to each gateway listed here.
+    gw_members: HashMap<NodeId, usize>,
+    count_dirty: bool,
+    last_count: Instant,
+    idle_since: Instant,
+}
+
+impl RoomActor {
+    async fn run_loop(
+        &mut self,
+        mut rx: mpsc::Receiver<RoomMsg>,
+        lease: &CancellationToken,
+        generation: u64,
+    ) -> Stop {
+        let shutdown = self.inner.shutdown.clone();
+        let stop = loop {
+            if self.state.is_none() {
+                // Only the first command can create a room; anything after it finds none.
+                match rx.try_recv() {
+                    Ok(RoomMsg::Command(cmd)) => {
+                        self.handle(cmd).await;
+                        if self.state.is_none() {
+                            break Stop::Missing;
+                        }
+                        continue;
+                    }
+                    Err(_) => break Stop::Missing,
+                }
+            }
+            let count_at = self.last_count + self.inner.config.member_count_interval;
+            let idle_at = self.idle_since + self.inner.config.idle_unload;
+            let idle = self.member_count() == 0;
+            tokio::select! {
+                biased;
+                () = lease.cancelled() => break Stop::LeaseLost,
+                () = shutdown.cancelled() => break Stop::Shutdown,
+                msg = rx.recv() => match msg {
+                    Some(RoomMsg::Command(cmd)) => self.handle(cmd).await,
+                    None => break Stop::Shutdown,
+                },
+                () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
+                () = sleep_until(idle_at), if idle => break Stop::Idle,
+            }
+        };
+        self.stop(stop, rx, generation).await;
+        stop
+    }
+
+    async fn stop(&mut self, stop: Stop, mut rx: mpsc::Receiver<RoomMsg>, generation: u64) {
+        self.inner.unregister(&self.room, generation);
+        rx.close();
+        // Commands that raced with the stop go to a fresh runtime (which claims the lease
+        // again, or answers UNAVAILABLE with the new owner), except when the node stops.
+        let mut pending = Vec::new();
+        while let Some(RoomMsg::Command(cmd)) = rx.recv().await {
+            pending.push(cmd);
+        }
+        if self.member_count() > 0 {
+            let frame = client::encode_event(
+                "room.left",
+                None,
+                None,
+                &RoomLeft {
+                    room: self.room.clone(),
+                    reason: "unavailable".into(),
+                },
+            );
+            let by_gw = self.sessions_by_gateway(|_| true);
+            for (gw, sessions) in by_gw {
+                self.send_event(&gw, Audience::Evict(sessions), frame.clone())
+                    .await;
+            }
+        }
+        if stop != Stop::LeaseLost {
+            if let Some(state) = &self.state
+                && let Err(e) = self
+                    .inner
+                    .snapshots
+                    .save(&self.room, self.fence, state.durable())
+                    .await
+                {
+                    warn!(room = %self.room, error = %e, "Final snapshot write failed.");
+                }
+            self.inner.owner.release(&self.room, self.fence).await;
+        } else {
+            self.inner.owner.forget(&self.room, self.fence);
+        }
+        for cmd in pending {
+            if stop == Stop::Shutdown {
+                let err = ReplyError::new(ErrorCode::Unavailable, "node is shutting down");
+                self.inner.reply_direct(&cmd, Err(err), None).await;
+            } else {
+                self.inner.dispatch_command(cmd);
+            }
+        }
+    }
+
+    fn member_count(&self) -> usize {
+        self.state.as_ref().map_or(0, RoomState::member_count)
+    }
+
+    async fn handle(&mut self, cmd: Command) {
+        metrics::counter!(m::ROOM_COMMANDS).increment(1);
+        if self.inner.owner.renews_on_traffic() {
+            // The seed incident's bug, kept behind a test-only switch: quiet rooms lose their
+            // lease because renewal depends on traffic.
+            self.inner.owner.renew_one(&self.room).await;
+        }
+        let at = SessionRef {
+            gateway: cmd.gateway.clone(),
+            session: cmd.session,
+        };
+        let result = self.apply(&cmd, &at).await;
+        match result {
+            Ok(Some((ok, membership))) => self.reply(&cmd, Ok(ok), membership).await,
+            Ok(None) => {}
+            Err(r) => {
+                let err = ReplyError::new(r.code, r.msg);
+                self.reply(&cmd, Err(err), None).await;
+            }
+        }
+    }
+
+    /// Applies one command; returns the `ok` JSON and the membership change for the gateway,
+    /// or `None` when `apply` already sent the reply (a join sends it between the replay and
+    /// the presence events).
+    async fn apply(
+        &mut self,
+        cmd: &Command,
+        at: &SessionRef,
+    ) -> Result<Option<(Bytes, Option<Membership>)>, Rejected> {
+        let user = &cmd.user;
+        if let RoomCmd::Create(c) = &cmd.cmd {
+            if self.state.is_some() {
+                return Err(Rejected {
+                    code: ErrorCode::RoomExists,
+                    msg: "room already exists",
+                });
+            }
+            let durable = Durable::new(user.clone(), c.title.clone(), c.seats, c.password.clone())?;
+            self.create(durable).await?;
+            let ok = client::to_json(&RoomCreated {
+                room: self.room.clone(),
+            });
+            return Ok(Some((Bytes::from(ok), None)));
+        }
+        if self.state.is_none() {
+            match &cmd.cmd {
+                RoomCmd::Join(_) if self.inner.config.auto_create => {
+                    let durable = Durable::new(
+                        user.clone(),
+                        String::new(),
+                        client::room::DEFAULT_SEATS,
+                        None,
+                    )?;
+                    self.create(durable).await?;
+                }
+                _ => {
+                    return Err(Rejected {
+                        code: ErrorCode::RoomNotFound,
+                        msg: "no such room",
+                    });
+                }
+            }
+        }
+        let Some(state) = self.state.as_mut() else {
+            return Err(Rejected {
+                code: ErrorCode::RoomNotFound,
+                msg: "no such room",
+            });
+        };
+        match &cmd.cmd {
+            RoomCmd::Create(_) => Err(Rejected {
+                code: ErrorCode::RoomExists,
+                msg: "room already exists",
+            }),
+            RoomCmd::Join(j) => {
+                let joined = state.join(user, at.clone(), j.password.as_deref())?;
+                let replay = match j.since {
+                    Some(since) => self.log.resume(since, state.seq(), Instant::now()),
+                    None => Resume::Resync,
+                };
+                let (frames, resync) = match replay {
+                    Resume::Replay(frames) => (frames, false),
+                    Resume::Resync => (Vec::new(), j.since.is_some()),
+                };
+                let snapshot = state.snapshot();
+                let ok = JoinOk {
+                    epoch: snapshot.epoch,
+                    seq: snapshot.seq,
+                    snapshot,
+                    resync,
+                };
+                if let Some(old) = &joined.replaced {
+                    self.untrack(&old.gateway);
+                    let frame = client::encode_event(
+                        "room.left",
+                        None,
+                        None,
+                        &RoomLeft {
+                            room: self.room.clone(),
+                            reason: "replaced".into(),
+                        },
+                    );
+                    self.send_event(&old.gateway, Audience::Evict(vec![old.session]), frame)
+                        .await;
+                }
+                self.track(&at.gateway);
+                for frame in frames {
+                    self.send_event(&at.gateway, Audience::Only(vec![at.session]), frame)
+                        .await;
+                }
+                // The reply must go out before any presence so the joiner's gateway has added
+                // the session; presence excludes the joiner anyway.
+                let ok = Bytes::from(client::to_json(&ok));
+                self.reply(cmd, Ok(ok), Some(Membership::Joined)).await;
+                self.publish(joined.applied, Some(at.session)).await;
+                Ok(None)
+            }
+            RoomCmd::Leave(reason) => {
+                let applied = state.leave(user, at, reason.as_str())?;
+                self.untrack(&at.gateway);
+                self.publish(applied, None).await;
+                Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
+            }
+            RoomCmd::Chat(c) => {
+                let applied = state.chat(user, at, c.text.clone())?;
+                let seq = applied.events.last().map_or(0, |(s, _)| *s);
+                self.publish(applied, None).await;
+                Ok(Some((
+                    Bytes::from(client::to_json(&client::ChatSent { seq })),
+                    None,
+                )))
+            }
+            RoomCmd::SeatTake(s) => {
+                let (seat, applied) = state.seat_take(user, at, s.seat)?;
+                self.publish(applied, None).await;
+                Ok(Some((
+                    Bytes::from(client::to_json(&SeatTaken { seat })),
+                    None,
+                )))
+            }
+            RoomCmd::SeatLeave => {
+                let applied = state.seat_leave(user, at)?;
+                self.publish(applied, None).await;
+                Ok(Some((Bytes::from_static(b"{}"), None)))
+            }
+            RoomCmd::Gift(_) | RoomCmd::Rank(_) => Err(Rejected {
+                code: ErrorCode::Unavailable,
+                msg: "gifts are not enabled on this node",
+            }),
+        }
+    }
+
+    async fn create(&mut self, durable: Durable) -> Result<(), Rejected> {
+        if let Err(e) = self
+            .inner
+            .snapshots
+            .save(&self.room, self.fence, &durable)
+            .await
+        {
+            warn!(room = %self.room, error = %e, "Could not save the new room.");
+            return Err(Rejected {
+                code: ErrorCode::Unavailable,
+                msg: "could not create the room; retry",
+            });
+        }
+        info!(room = %self.room, fence = self.fence, "Room created.");
+        self.state = Some(RoomState::new(self.room.clone(), durable, self.fence));
+        Ok(())
+    }
+
+    fn track(&mut self, gw: &NodeId) {
+        *self.gw_members.entry(gw.clone()).or_default() += 1;
+    }
+
+    fn untrack(&mut self, gw: &NodeId) {
+        if let Some(n) = self.gw_members.get_mut(gw) {
+            *n -= 1;
+            if *n == 0 {
+                self.gw_members.remove(gw);
+            }
+        }
+    }
+
+    /// Encodes each sequenced event once, records it for resume and sends one copy per
+    /// gateway; then publishes presence on the volatile lane.
+    async fn publish(&mut self, applied: Applied, joiner: Option<SessionId>) {
+        let Some(state) = &self.state else { return };
+        let now = Instant::now();
+        let epoch = state.epoch();
+        let mut frames = Vec::with_capacity(applied.events.len());
+        for (seq, ev) in &applied.events {
+            let frame = match ev {
+                Sequenced::Chat(e) => {
+                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
+                }
+                Sequenced::SeatUpdate(e) => {
+                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
+                }
+                Sequenced::Gift(e) => {
+                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
+                }
+            };
+            self.log.push(*seq, frame.clone(), now);
+            frames.push(frame);
+        }
+        if applied.durable_changed
+            && let Err(e) = self
+                .inner
+                .snapshots
+                .save(&self.room, self.fence, state.durable())
+                .await
+            {
+                warn!(room = %self.room, error = %e, "Snapshot write failed.");
+                metrics::counter!(m::SNAPSHOT_WRITE_FAILURES).increment(1);
+            }
+        let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
+        for frame in frames {
+            metrics::counter!(m::EVENTS_SEQUENCED).increment(1);
+            for gw in &gws {
+                self.send_event(gw, Audience::All, frame.clone()).await;
+            }
+        }
+        for p in applied.presence {
+            self.publish_presence(p, joiner).await;
+        }
+        if self.member_count() == 0 {
+            self.idle_since = Instant::now();
+        }
+    }
+
+    async fn publish_presence(&mut self, p: Presence, joiner: Option<SessionId>) {
+        let Some(state) = &self.state else { return };
+        let (name, frame, subject) = match &p {
+            Presence::Join(u) => (
+                "member.join",
+                client::encode_event(
+                    "member.join",
+                    Some(&self.room),
+                    None,
+                    &MemberJoin { user: u.clone() },
+                ),
+                u,
+            ),
+            Presence::Leave(u, reason) => (
+                "member.leave",
+                client::encode_event(
+                    "member.leave",
+                    Some(&self.room),
+                    None,
+                    &MemberLeave {
+                        user: u.clone(),
+                        reason: (*reason).to_owned(),
+                    },
+                ),
+                u,
+            ),
+        };
+        debug!(room = %self.room, event = name, user = %subject, "Presence.");
+        if state.member_count() <= self.inner.config.presence_full_max {
+            let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
+            for gw in gws {
+                let audience = match joiner {
+                    Some(s) => Audience::AllBut(s),
+                    None => Audience::All,
+                };
+                self.send_event(&gw, audience, frame.clone()).await;
+            }
+        } else {
+            // Big room: per-member presence only for the owner, admins and seat holders;
+            // listeners get a coalesced member.count.
+            let by_gw = self.sessions_by_gateway(|u| state.is_privileged(u) && u != subject);
+            for (gw, sessions) in by_gw {
+                self.send_event(&gw, Audience::Only(sessions), frame.clone())
+                    .await;
+            }
+            self.count_dirty = true;
+        }
+    }
+
+    async fn publish_count(&mut self) {
+        self.count_dirty = false;
+        self.last_count = Instant::now();
+        let count = self.member_count() as u64;
+        let frame = client::encode_event(
+            "member.count",
+            Some(&self.room),
+            None,
+            &MemberCount { count },
+        );
+        let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
+        for gw in gws {
+            self.send_event(&gw, Audience::All, frame.clone()).await;
+        }
+    }
+
+    fn sessions_by_gateway(
+        &self,
+        keep: impl Fn(&UserId) -> bool,
+    ) -> HashMap<NodeId, Vec<SessionId>> {
+        let mut out: HashMap<NodeId, Vec<SessionId>> = HashMap::new();
+        if let Some(state) = &self.state {
+            for (user, at) in state.members() {
+                if keep(user) {
+                    out.entry(at.gateway.clone()).or_default().push(at.session);
+                }
+            }
+        }
+        out
+    }
+
+    fn link(&mut self, gw: &NodeId) -> Option<mpsc::Sender<ToGateway>> {
+        if let Some(tx) = self.gateways.get(gw)
+            && !tx.is_closed() {
+                return Some(tx.clone());
+            }
+        let tx = self.inner.link_to(gw)?;
+        self.gateways.insert(gw.clone(), tx.clone());
+        Some(tx)
+    }
+
+    async fn send_event(&mut self, gw: &NodeId, audience: Audience, frame: Bytes) {
+        let Some(tx) = self.link(gw) else { return };
+        let ev = ToGateway::Event(RoomEvent {
+            room: self.room.clone(),
+            audience,
+            frame,
+        });
+        // Block policy: a gateway's link reader never waits on rooms, so this cannot deadlock.
+        if tx.send(ev).await.is_err() {
+            self.gateways.remove(gw);
+        }
+    }
+
+    async fn reply(
+        &mut self,
+        cmd: &Command,
+        outcome: Result<Bytes, ReplyError>,
+        membership: Option<Membership>,
+    ) {
+        let Some(tx) = self.link(&cmd.gateway) else {
+            return;
+        };
+        let reply = ToGateway::Reply(Reply {
+            req: cmd.req,
+            session: cmd.session,
+            user: cmd.user.clone(),
+            client_id: cmd.client_id,
+            room: self.room.clone(),
+            membership,
+            outcome,
+        });
+        if tx.send(reply).await.is_err() {
+            self.gateways.remove(&cmd.gateway);
+        }
+    }
+}

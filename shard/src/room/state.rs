@@ -1,0 +1,427 @@
+//! The room's rules as a pure state machine: commands in, sequenced events and presence out.
+//!
+//! No async, no clock, no I/O: the actor in `room.rs` receives, applies, persists and publishes.
+
+use std::collections::HashMap;
+
+use protocol::client::room::{MAX_PASSWORD_CHARS, MAX_SEATS, MAX_TITLE_CHARS, MIN_SEATS};
+use protocol::client::{ChatEvent, GiftEvent, MAX_CHAT_TEXT_CHARS, SeatView, Snapshot};
+use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
+use serde::{Deserialize, Serialize};
+
+/// Where a member's connection lives: which gateway, which session there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionRef {
+    /// The gateway holding the socket.
+    pub gateway: NodeId,
+    /// The session on that gateway.
+    pub session: SessionId,
+}
+
+/// A rule violation, answered to the client with its code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {msg}")]
+pub struct Rejected {
+    /// The client-visible code.
+    pub code: ErrorCode,
+    /// The client-visible message.
+    pub msg: &'static str,
+}
+
+const fn rejected(code: ErrorCode, msg: &'static str) -> Rejected {
+    Rejected { code, msg }
+}
+
+/// One mic seat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seat {
+    /// Who sits there.
+    pub user: Option<UserId>,
+    /// Locked seats cannot be taken.
+    pub locked: bool,
+    /// Muted by the owner or an admin.
+    pub muted: bool,
+}
+
+/// The state that survives an unload or a change of owner (saved through fenced writes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Durable {
+    /// Display title.
+    pub title: String,
+    /// The host.
+    pub owner: UserId,
+    /// Room admins.
+    pub admins: Vec<UserId>,
+    /// Password for locked rooms.
+    pub password: Option<String>,
+    /// Mic seats by index.
+    pub seats: Vec<Seat>,
+}
+
+impl Durable {
+    /// A new room's durable state, validated.
+    ///
+    /// # Errors
+    /// `BAD_REQUEST` for a seat count outside 1..=20, a title or password that is too long.
+    pub fn new(
+        owner: UserId,
+        title: String,
+        seats: u32,
+        password: Option<String>,
+    ) -> Result<Self, Rejected> {
+        if !(MIN_SEATS..=MAX_SEATS).contains(&seats) {
+            return Err(rejected(ErrorCode::BadRequest, "seats must be 1..=20"));
+        }
+        if title.chars().count() > MAX_TITLE_CHARS {
+            return Err(rejected(ErrorCode::BadRequest, "title is too long"));
+        }
+        if let Some(p) = &password
+            && (p.is_empty() || p.chars().count() > MAX_PASSWORD_CHARS) {
+                return Err(rejected(
+                    ErrorCode::BadRequest,
+                    "password must be 1..=64 chars",
+                ));
+            }
+        Ok(Self {
+            title,
+            owner,
+            admins: Vec::new(),
+            password,
+            seats: vec![Seat::default(); seats as usize],
+        })
+    }
+}
+
+/// A sequenced event produced by a command, before encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sequenced {
+    /// `chat`.
+    Chat(ChatEvent),
+    /// `seat.update`.
+    SeatUpdate(SeatView),
+    /// `gift`: a settled gift order.
+    Gift(GiftEvent),
+}
+
+impl Sequenced {
+    /// The event name on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Chat(_) => "chat",
+            Self::SeatUpdate(_) => "seat.update",
+            Self::Gift(_) => "gift",
+        }
+    }
+}
+
+/// A presence change, published on the volatile lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Presence {
+    /// A user became a member.
+    Join(UserId),
+    /// A user stopped being a member.
+    Leave(UserId, &'static str),
+}
+
+/// What applying a command produced: sequenced events (seq assigned) and presence changes.
+#[derive(Debug, Default, PartialEq)]
+pub struct Applied {
+    /// Sequenced events, in order, each with its seq.
+    pub events: Vec<(Seq, Sequenced)>,
+    /// Presence changes.
+    pub presence: Vec<Presence>,
+    /// Whether durable state changed (the actor saves a snapshot).
+    pub durable_changed: bool,
+}
+
+/// The outcome of a successful join.
+#[derive(Debug, Default, PartialEq)]
+pub struct Joined {
+    /// The user's previous connection in this room, which the new one replaces.
+    pub replaced: Option<SessionRef>,
+    /// Presence to publish (empty when an existing member only replaced its connection).
+    pub applied: Applied,
+}
+
+/// A live room: durable state plus members and the event position.
+#[derive(Debug)]
+pub struct RoomState {
+    id: RoomId,
+    durable: Durable,
+    members: HashMap<UserId, SessionRef>,
+    epoch: Epoch,
+    seq: Seq,
+}
+
+impl RoomState {
+    /// A room at the start of `epoch`, with no members.
+    pub fn new(id: RoomId, durable: Durable, epoch: Epoch) -> Self {
+        Self {
+            id,
+            durable,
+            members: HashMap::new(),
+            epoch,
+            seq: 0,
+        }
+    }
+
+    /// The room id.
+    pub fn id(&self) -> &RoomId {
+        &self.id
+    }
+
+    /// The durable part, for snapshots.
+    pub fn durable(&self) -> &Durable {
+        &self.durable
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The seq of the last sequenced event of this epoch.
+    pub fn seq(&self) -> Seq {
+        self.seq
+    }
+
+    /// How many members the room has.
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The members and their sessions.
+    pub fn members(&self) -> impl Iterator<Item = (&UserId, &SessionRef)> {
+        self.members.iter()
+    }
+
+    /// The session of a member.
+    pub fn member(&self, user: &UserId) -> Option<&SessionRef> {
+        self.members.get(user)
+    }
+
+    /// Whether `user` gets per-member presence in a big room: the owner, admins and seat
+    /// holders.
+    pub fn is_privileged(&self, user: &UserId) -> bool {
+        self.durable.owner == *user
+            || self.durable.admins.contains(user)
+            || self.seat_of(user).is_some()
+    }
+
+    /// The seat `user` holds.
+    pub fn seat_of(&self, user: &UserId) -> Option<u32> {
+        self.durable
+            .seats
+            .iter()
+            .position(|s| s.user.as_ref() == Some(user))
+            .map(|i| i as u32)
+    }
+
+    /// The snapshot a joiner receives.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            room: self.id.clone(),
+            title: self.durable.title.clone(),
+            owner: self.durable.owner.clone(),
+            admins: self.durable.admins.clone(),
+            locked: self.durable.password.is_some(),
+            seats: (0..self.durable.seats.len())
+                .map(|i| self.seat_view(i))
+                .collect(),
+            members: self.members.len() as u64,
+            epoch: self.epoch,
+            seq: self.seq,
+        }
+    }
+
+    fn seat_view(&self, i: usize) -> SeatView {
+        let s = &self.durable.seats[i];
+        SeatView {
+            index: i as u32,
+            user: s.user.clone(),
+            locked: s.locked,
+            muted: s.muted,
+        }
+    }
+
+    fn push(&mut self, applied: &mut Applied, ev: Sequenced) {
+        self.seq += 1;
+        applied.events.push((self.seq, ev));
+    }
+
+    /// Adds `user` (connected at `at`) as a member.
+    ///
+    /// # Errors
+    /// `ROOM_LOCKED` when the room has a password and `password` is not it. The owner and
+    /// admins need no password.
+    pub fn join(
+        &mut self,
+        user: &UserId,
+        at: SessionRef,
+        password: Option<&str>,
+    ) -> Result<Joined, Rejected> {
+        if let Some(p) = &self.durable.password {
+            let exempt = self.durable.owner == *user || self.durable.admins.contains(user);
+            if !exempt && password != Some(p.as_str()) {
+                return Err(rejected(
+                    ErrorCode::RoomLocked,
+                    "room is locked: wrong password",
+                ));
+            }
+        }
+        let mut joined = Joined::default();
+        match self.members.insert(user.clone(), at.clone()) {
+            Some(old) if old != at => joined.replaced = Some(old),
+            Some(_) => {}
+            None => joined.applied.presence.push(Presence::Join(user.clone())),
+        }
+        Ok(joined)
+    }
+
+    /// Removes `user` if its membership is the connection `at` (a stale connection's leave
+    /// does not remove the connection that replaced it). Frees the user's seat.
+    ///
+    /// # Errors
+    /// `NOT_IN_ROOM` when `user` is not a member through `at`.
+    pub fn leave(
+        &mut self,
+        user: &UserId,
+        at: &SessionRef,
+        reason: &'static str,
+    ) -> Result<Applied, Rejected> {
+        if self.members.get(user) != Some(at) {
+            return Err(rejected(ErrorCode::NotInRoom, "not in this room"));
+        }
+        self.members.remove(user);
+        let mut applied = Applied::default();
+        if let Some(i) = self.seat_of(user) {
+            self.durable.seats[i as usize].user = None;
+            applied.durable_changed = true;
+            let view = self.seat_view(i as usize);
+            self.push(&mut applied, Sequenced::SeatUpdate(view));
+        }
+        applied.presence.push(Presence::Leave(user.clone(), reason));
+        Ok(applied)
+    }
+
+    fn check_member(&self, user: &UserId, at: &SessionRef) -> Result<(), Rejected> {
+        if self.members.get(user) == Some(at) {
+            Ok(())
+        } else {
+            Err(rejected(ErrorCode::NotInRoom, "join the room first"))
+        }
+    }
+
+    /// A chat message from a member.
+    ///
+    /// # Errors
+    /// `NOT_IN_ROOM`; `BAD_REQUEST` for empty or over-long text.
+    pub fn chat(
+        &mut self,
+        user: &UserId,
+        at: &SessionRef,
+        text: String,
+    ) -> Result<Applied, Rejected> {
+        self.check_member(user, at)?;
+        let chars = text.chars().count();
+        if chars == 0 || chars > MAX_CHAT_TEXT_CHARS {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "text must be 1..=500 characters",
+            ));
+        }
+        let mut applied = Applied::default();
+        self.push(
+            &mut applied,
+            Sequenced::Chat(ChatEvent {
+                from: user.clone(),
+                text,
+            }),
+        );
+        Ok(applied)
+    }
+
+    /// A member takes seat `want`, or the first free one. Taking another seat moves the user.
+    ///
+    /// # Errors
+    /// `NOT_IN_ROOM`; `BAD_REQUEST` for an index out of range; `SEAT_TAKEN`, `SEAT_LOCKED`,
+    /// `NO_FREE_SEAT`.
+    pub fn seat_take(
+        &mut self,
+        user: &UserId,
+        at: &SessionRef,
+        want: Option<u32>,
+    ) -> Result<(u32, Applied), Rejected> {
+        self.check_member(user, at)?;
+        let current = self.seat_of(user);
+        let target = match want {
+            Some(i) => {
+                let seat = self
+                    .durable
+                    .seats
+                    .get(i as usize)
+                    .ok_or(rejected(ErrorCode::BadRequest, "no such seat"))?;
+                if current == Some(i) {
+                    return Ok((i, Applied::default()));
+                }
+                if seat.user.is_some() {
+                    return Err(rejected(ErrorCode::SeatTaken, "seat is taken"));
+                }
+                if seat.locked {
+                    return Err(rejected(ErrorCode::SeatLocked, "seat is locked"));
+                }
+                i
+            }
+            None => {
+                if let Some(i) = current {
+                    return Ok((i, Applied::default()));
+                }
+                self.durable
+                    .seats
+                    .iter()
+                    .position(|s| s.user.is_none() && !s.locked)
+                    .ok_or(rejected(ErrorCode::NoFreeSeat, "no free seat"))? as u32
+            }
+        };
+        let mut applied = Applied {
+            durable_changed: true,
+            ..Applied::default()
+        };
+        if let Some(old) = current {
+            self.durable.seats[old as usize].user = None;
+            let view = self.seat_view(old as usize);
+            self.push(&mut applied, Sequenced::SeatUpdate(view));
+        }
+        self.durable.seats[target as usize].user = Some(user.clone());
+        let view = self.seat_view(target as usize);
+        self.push(&mut applied, Sequenced::SeatUpdate(view));
+        Ok((target, applied))
+    }
+
+    /// A member leaves the seat it holds (no event when it holds none).
+    ///
+    /// # Errors
+    /// `NOT_IN_ROOM`.
+    pub fn seat_leave(&mut self, user: &UserId, at: &SessionRef) -> Result<Applied, Rejected> {
+        self.check_member(user, at)?;
+        let mut applied = Applied::default();
+        if let Some(i) = self.seat_of(user) {
+            self.durable.seats[i as usize].user = None;
+            applied.durable_changed = true;
+            let view = self.seat_view(i as usize);
+            self.push(&mut applied, Sequenced::SeatUpdate(view));
+        }
+        Ok(applied)
+    }
+
+    /// Appends an externally decided sequenced event (a settled gift), assigning its seq.
+    pub fn record(&mut self, ev: Sequenced) -> Applied {
+        let mut applied = Applied::default();
+        self.push(&mut applied, ev);
+        applied
+    }
+}
+
+#[cfg(test)]
+#[path = "state/tests.rs"]
+mod tests;

@@ -1,0 +1,207 @@
+use super::*;
+
+fn at(session: SessionId) -> SessionRef {
+    SessionRef {
+        gateway: NodeId::from("g1"),
+        session,
+    }
+}
+
+fn u(s: &str) -> UserId {
+    UserId::from(s)
+}
+
+fn room(seats: u32, password: Option<&str>) -> RoomState {
+    let durable = Durable::new(u("host"), "t".into(), seats, password.map(str::to_owned)).unwrap();
+    RoomState::new(RoomId::from("r1"), durable, 7)
+}
+
+#[test]
+fn create_validates_seats_title_and_password() {
+    assert!(Durable::new(u("h"), "t".into(), 0, None).is_err());
+    assert!(Durable::new(u("h"), "t".into(), 21, None).is_err());
+    assert!(Durable::new(u("h"), "t".into(), 20, None).is_ok());
+    assert!(Durable::new(u("h"), "x".repeat(101), 8, None).is_err());
+    assert!(Durable::new(u("h"), "t".into(), 8, Some(String::new())).is_err());
+    let e = Durable::new(u("h"), "t".into(), 1, Some("p".repeat(65))).unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+}
+
+#[test]
+fn join_announces_presence_once_and_counts_members() {
+    let mut r = room(8, None);
+    let j = r.join(&u("a"), at(1), None).unwrap();
+    assert_eq!(j.applied.presence, vec![Presence::Join(u("a"))]);
+    assert_eq!(j.replaced, None);
+    // The same connection joining again is a no-op.
+    let j = r.join(&u("a"), at(1), None).unwrap();
+    assert!(j.applied.presence.is_empty());
+    r.join(&u("b"), at(2), None).unwrap();
+    assert_eq!(r.member_count(), 2);
+    assert_eq!(r.snapshot().members, 2);
+    // Presence is not sequenced.
+    assert_eq!(r.seq(), 0);
+}
+
+#[test]
+fn second_connection_replaces_the_first_without_presence() {
+    let mut r = room(8, None);
+    r.join(&u("a"), at(1), None).unwrap();
+    let j = r.join(&u("a"), at(2), None).unwrap();
+    assert_eq!(j.replaced, Some(at(1)));
+    assert!(j.applied.presence.is_empty());
+    assert_eq!(r.member(&u("a")), Some(&at(2)));
+    // The replaced connection's leave is stale and removes nothing.
+    assert_eq!(
+        r.leave(&u("a"), &at(1), "left").unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+    assert_eq!(r.member_count(), 1);
+}
+
+#[test]
+fn locked_room_needs_the_password_except_for_owner() {
+    let mut r = room(8, Some("pw"));
+    assert_eq!(
+        r.join(&u("a"), at(1), None).unwrap_err().code,
+        ErrorCode::RoomLocked
+    );
+    assert_eq!(
+        r.join(&u("a"), at(1), Some("no")).unwrap_err().code,
+        ErrorCode::RoomLocked
+    );
+    r.join(&u("a"), at(1), Some("pw")).unwrap();
+    r.join(&u("host"), at(2), None).unwrap();
+    assert!(r.snapshot().locked);
+}
+
+#[test]
+fn chat_needs_membership_and_bounded_text_and_is_sequenced() {
+    let mut r = room(8, None);
+    assert_eq!(
+        r.chat(&u("a"), &at(1), "hi".into()).unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+    r.join(&u("a"), at(1), None).unwrap();
+    assert_eq!(
+        r.chat(&u("a"), &at(1), String::new()).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        r.chat(&u("a"), &at(1), "é".repeat(501)).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    assert!(r.chat(&u("a"), &at(1), "é".repeat(500)).is_ok());
+    let a = r.chat(&u("a"), &at(1), "two".into()).unwrap();
+    assert_eq!(a.events.len(), 1);
+    assert_eq!(a.events[0].0, 2);
+    assert_eq!(r.seq(), 2);
+    // A member's stale connection cannot speak for it.
+    assert_eq!(
+        r.chat(&u("a"), &at(9), "x".into()).unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+}
+
+#[test]
+fn seats_take_first_free_or_given_and_report_conflicts() {
+    let mut r = room(2, None);
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        r.join(&u(name), at(i as u64), None).unwrap();
+    }
+    let (seat, a) = r.seat_take(&u("a"), &at(0), None).unwrap();
+    assert_eq!(seat, 0);
+    assert!(a.durable_changed);
+    assert_eq!(
+        a.events,
+        vec![(
+            1,
+            Sequenced::SeatUpdate(SeatView {
+                index: 0,
+                user: Some(u("a")),
+                locked: false,
+                muted: false
+            })
+        )]
+    );
+    assert_eq!(
+        r.seat_take(&u("b"), &at(1), Some(0)).unwrap_err().code,
+        ErrorCode::SeatTaken
+    );
+    assert_eq!(
+        r.seat_take(&u("b"), &at(1), Some(5)).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(r.seat_take(&u("b"), &at(1), None).unwrap().0, 1);
+    assert_eq!(
+        r.seat_take(&u("c"), &at(2), None).unwrap_err().code,
+        ErrorCode::NoFreeSeat
+    );
+    // Taking the seat one already holds changes nothing.
+    let (seat, a) = r.seat_take(&u("a"), &at(0), Some(0)).unwrap();
+    assert_eq!((seat, a.events.len()), (0, 0));
+    assert!(r.is_privileged(&u("a")));
+    assert!(!r.is_privileged(&u("c")));
+    assert!(r.is_privileged(&u("host")));
+}
+
+#[test]
+fn moving_seats_frees_the_old_one_with_two_updates() {
+    let mut r = room(3, None);
+    r.join(&u("a"), at(1), None).unwrap();
+    r.seat_take(&u("a"), &at(1), Some(0)).unwrap();
+    let (_, a) = r.seat_take(&u("a"), &at(1), Some(2)).unwrap();
+    assert_eq!(a.events.len(), 2);
+    assert_eq!(r.seat_of(&u("a")), Some(2));
+    assert_eq!(r.durable().seats[0].user, None);
+}
+
+#[test]
+fn locked_seat_cannot_be_taken() {
+    let mut r = room(2, None);
+    r.durable.seats[1].locked = true;
+    r.join(&u("a"), at(1), None).unwrap();
+    assert_eq!(
+        r.seat_take(&u("a"), &at(1), Some(1)).unwrap_err().code,
+        ErrorCode::SeatLocked
+    );
+    r.durable.seats[0].locked = true;
+    assert_eq!(
+        r.seat_take(&u("a"), &at(1), None).unwrap_err().code,
+        ErrorCode::NoFreeSeat
+    );
+}
+
+#[test]
+fn leaving_frees_the_seat_and_seat_leave_is_idempotent() {
+    let mut r = room(2, None);
+    r.join(&u("a"), at(1), None).unwrap();
+    assert!(r.seat_leave(&u("a"), &at(1)).unwrap().events.is_empty());
+    r.seat_take(&u("a"), &at(1), None).unwrap();
+    let a = r.seat_leave(&u("a"), &at(1)).unwrap();
+    assert_eq!(a.events.len(), 1);
+    r.seat_take(&u("a"), &at(1), None).unwrap();
+    let a = r.leave(&u("a"), &at(1), "left").unwrap();
+    assert_eq!(a.events.len(), 1, "seat freed");
+    assert_eq!(a.presence, vec![Presence::Leave(u("a"), "left")]);
+    assert_eq!(r.member_count(), 0);
+    assert_eq!(
+        r.leave(&u("a"), &at(1), "left").unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+}
+
+#[test]
+fn seq_is_gap_free_across_event_kinds() {
+    let mut r = room(4, None);
+    r.join(&u("a"), at(1), None).unwrap();
+    let mut seqs = Vec::new();
+    seqs.extend(r.chat(&u("a"), &at(1), "1".into()).unwrap().events);
+    seqs.extend(r.seat_take(&u("a"), &at(1), None).unwrap().1.events);
+    seqs.extend(r.seat_take(&u("a"), &at(1), Some(3)).unwrap().1.events);
+    seqs.extend(r.chat(&u("a"), &at(1), "2".into()).unwrap().events);
+    let got: Vec<Seq> = seqs.iter().map(|(s, _)| *s).collect();
+    assert_eq!(got, vec![1, 2, 3, 4, 5]);
+    assert_eq!(r.snapshot().seq, 5);
+    assert_eq!(r.snapshot().epoch, 7);
+}
