@@ -35,7 +35,9 @@ impl StorageError {
     /// The code a client sees for this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Conflict(_) | Self::Fenced { .. } | Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::Conflict(_) | Self::Fenced { .. } | Self::Unavailable(_) => {
+                ErrorCode::Unavailable
+            }
             Self::Corrupt(_) | Self::Backend(_) => ErrorCode::Internal,
         }
     }

@@ -10,8 +10,8 @@
 //! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
 
 pub mod error;
-pub mod ledger;
 pub mod lease;
+pub mod ledger;
 pub mod membership;
 pub mod redis;
 pub mod snapshot;
