@@ -1,1 +1,952 @@
-//! (being written)
+//! The money ledger: coins, gift sagas, earnings and leaderboards, on SQLite or Scylla.
+//!
+//! # Accounts
+//! Every user has two balances:
+//! - **coins**: what the user can spend. Credited by [`Ledger::grant`] (admin top-up) and by lucky
+//!   prizes; debited by gifts. Never negative.
+//! - **earnings**: what the user received as a gift recipient (their share, `share_bp` basis
+//!   points of the gift's per-recipient amount, rounded down). Kept apart from coins: earnings are
+//!   withdrawn or converted elsewhere, they are never spent on gifts.
+//!
+//! The platform is one house account with two totals: `platform_revenue` (for every settled gift,
+//! the debit minus what its recipients earned) and `lucky_paid` (lucky prizes credited to senders'
+//! coins). Prizes are paid by the house, so its net (`revenue - lucky_paid`) may go negative for a
+//! while: that is the house's risk, and it keeps the books closed. Conservation, checked by
+//! [`Totals::is_conserved`]: `coins + earnings + platform_revenue - lucky_paid == granted`.
+//!
+//! # Gift saga
+//! `PENDING → DEBITED → SETTLED`, or `PENDING → VOIDED`. The debit and the void claim write the
+//! same idempotency key (the gift id) in the sender's wallet, so a gift is never both debited and
+//! voided. Every saga transition carries the room's fencing token: a token lower than the room's
+//! installed high-water mark, or than the saga's own, fails with [`StorageError::Fenced`] and
+//! leaves the saga as it was. Recovery ([`Ledger::recover`]) runs only on the room's owner; a
+//! non-owner never moves a saga.
+//!
+//! # Layout
+//! - [`decision`]: the pure decision tables (claim outcome, recovery action).
+//! - [`saga`]: the engine-independent saga driver and owner-only recovery.
+//! - [`sqlite`]: the embedded engine (one group-committing writer thread).
+//! - [`scylla`]: the production engine (LWT on wallets and sagas, append-only facts elsewhere).
+
+pub mod decision;
+pub mod saga;
+pub mod scylla;
+pub mod sqlite;
+
+use std::path::Path;
+
+use protocol::{RoomId, UserId};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub use self::scylla::ScyllaLedger;
+pub use self::sqlite::SqliteLedger;
+use crate::{Result, StorageError};
+
+/// UUIDv5 namespace of gift ids: `gift_id = v5(ns, sender ‖ 0x00 ‖ req_id)`. Fixed forever:
+/// changing it would let a client retry debit twice.
+pub const GIFT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6c1e_0d55_8f0b_4c2e_9a57_3b7e_1f00_91a1);
+/// UUIDv5 namespace of top-up entry ids: `v5(ns, key)`.
+pub const GRANT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x0b9a_52c4_77d1_4f86_b1e0_5d2a_c4f3_6e02);
+/// UUIDv5 namespace of lucky-prize entry ids: `v5(ns, gift_id)` (one prize per gift).
+pub const LUCKY_ID_NAMESPACE: Uuid = Uuid::from_u128(0x93f4_1d7e_2c68_4a0b_8e35_c7a9_0d1b_5f43);
+/// Basis points in one whole: `share_bp = 10_000` gives the recipients everything.
+pub const BASIS_POINTS_PER_WHOLE: u32 = 10_000;
+/// Milliseconds per UTC day: leaderboard days are UTC days of the order's `created_ms`.
+pub const MS_PER_DAY: i64 = 86_400_000;
+/// Days from 1970-01-01 (a Thursday) back to the Monday that starts its week.
+const EPOCH_WEEKDAY_OFFSET_DAYS: i64 = 3;
+/// Days per leaderboard week (Monday to Sunday, UTC).
+const DAYS_PER_WEEK: i64 = 7;
+
+/// The gift id of a client request: the idempotency key of the whole saga.
+pub fn gift_id(sender: &UserId, req_id: &str) -> Uuid {
+    let mut name = Vec::with_capacity(sender.as_str().len() + 1 + req_id.len());
+    name.extend_from_slice(sender.as_str().as_bytes());
+    name.push(0);
+    name.extend_from_slice(req_id.as_bytes());
+    Uuid::new_v5(&GIFT_ID_NAMESPACE, &name)
+}
+
+/// The wallet entry id of a top-up key.
+pub fn grant_entry_id(key: &str) -> Uuid {
+    Uuid::new_v5(&GRANT_ID_NAMESPACE, key.as_bytes())
+}
+
+/// The wallet entry id of a gift's lucky prize.
+pub fn lucky_entry_id(gift_id: Uuid) -> Uuid {
+    Uuid::new_v5(&LUCKY_ID_NAMESPACE, gift_id.as_bytes())
+}
+
+/// The UTC day number (days since 1970-01-01) of a millisecond timestamp.
+pub fn day_of(ms: i64) -> i64 {
+    ms.div_euclid(MS_PER_DAY)
+}
+
+/// The first day (a Monday, UTC) of the week that contains `day`.
+pub fn week_start(day: i64) -> i64 {
+    day - (day + EPOCH_WEEKDAY_OFFSET_DAYS).rem_euclid(DAYS_PER_WEEK)
+}
+
+/// Milliseconds since the Unix epoch, by the wall clock (0 if the clock is before 1970).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A lucky gift's prize, decided by the room (the ledger only pays it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LuckyPrize {
+    /// The multiplier shown to the room (display only).
+    pub multiplier: u32,
+    /// Coins credited to the sender, paid by the house.
+    pub coins: i64,
+}
+
+/// One gift request, as the room actor decided it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GiftOrder {
+    /// The idempotency key: [`gift_id`]`(sender, req_id)`.
+    pub gift_id: Uuid,
+    /// The user who pays.
+    pub sender: UserId,
+    /// The room the gift was sent in (fences every saga transition).
+    pub room: RoomId,
+    /// The gift's catalogue id.
+    pub gift: String,
+    /// How many of the gift, per recipient.
+    pub count: u32,
+    /// Price of one gift in coins.
+    pub unit_price: i64,
+    /// Who receives it; distinct users, at least one.
+    pub recipients: Vec<UserId>,
+    /// Recipients' share in basis points (0..=10_000); the house keeps the rest.
+    pub share_bp: u32,
+    /// The prize, if this was a lucky gift that won.
+    pub lucky: Option<LuckyPrize>,
+    /// When the room accepted the order (ms since epoch); picks the leaderboard day.
+    pub created_ms: i64,
+}
+
+/// Why a gift order cannot be booked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OrderError {
+    /// `count` is zero.
+    #[error("count must be at least 1")]
+    ZeroCount,
+    /// `unit_price` is not positive.
+    #[error("unit price must be positive")]
+    NonPositivePrice,
+    /// No recipients.
+    #[error("at least one recipient is needed")]
+    NoRecipients,
+    /// A recipient appears twice.
+    #[error("recipients must be distinct")]
+    DuplicateRecipient,
+    /// `share_bp` is above 10 000.
+    #[error("share must be at most 10000 basis points")]
+    ShareTooLarge,
+    /// A lucky prize is negative.
+    #[error("lucky prize must not be negative")]
+    NegativePrize,
+    /// The total does not fit in an i64.
+    #[error("total overflows")]
+    Overflow,
+}
+
+impl GiftOrder {
+    /// Checks the order's numbers. The room actor should call this before booking and answer
+    /// `BAD_REQUEST`; the ledger checks again and refuses an invalid order with `Backend`.
+    ///
+    /// # Errors
+    /// The first rule the order breaks.
+    pub fn validate(&self) -> Result<(), OrderError> {
+        if self.count == 0 {
+            return Err(OrderError::ZeroCount);
+        }
+        if self.unit_price <= 0 {
+            return Err(OrderError::NonPositivePrice);
+        }
+        if self.recipients.is_empty() {
+            return Err(OrderError::NoRecipients);
+        }
+        if self.share_bp > BASIS_POINTS_PER_WHOLE {
+            return Err(OrderError::ShareTooLarge);
+        }
+        if self.lucky.is_some_and(|l| l.coins < 0) {
+            return Err(OrderError::NegativePrize);
+        }
+        let mut seen = std::collections::HashSet::with_capacity(self.recipients.len());
+        if !self.recipients.iter().all(|r| seen.insert(r.as_str())) {
+            return Err(OrderError::DuplicateRecipient);
+        }
+        self.checked_total().map(|_| ())
+    }
+
+    fn checked_total(&self) -> Result<i64, OrderError> {
+        let n = i64::try_from(self.recipients.len()).map_err(|_| OrderError::Overflow)?;
+        self.per_recipient_checked()?
+            .checked_mul(n)
+            .ok_or(OrderError::Overflow)
+    }
+
+    fn per_recipient_checked(&self) -> Result<i64, OrderError> {
+        self.unit_price
+            .checked_mul(i64::from(self.count))
+            .ok_or(OrderError::Overflow)
+    }
+
+    /// Coins debited from the sender: `unit_price × count × recipients` (0 if invalid).
+    pub fn total(&self) -> i64 {
+        self.checked_total().unwrap_or(0)
+    }
+
+    /// Coins each recipient's gift is worth: `unit_price × count` (their charm).
+    pub fn per_recipient(&self) -> i64 {
+        self.per_recipient_checked().unwrap_or(0)
+    }
+
+    /// Earnings credited to each recipient: `floor(per_recipient × share_bp / 10_000)`.
+    pub fn earnings_per_recipient(&self) -> i64 {
+        let wide = i128::from(self.per_recipient()) * i128::from(self.share_bp)
+            / i128::from(BASIS_POINTS_PER_WHOLE);
+        i64::try_from(wide).unwrap_or(0)
+    }
+
+    /// The house's revenue from this gift: total minus all recipients' earnings.
+    pub fn platform_share(&self) -> i64 {
+        let n = i64::try_from(self.recipients.len()).unwrap_or(0);
+        self.total() - self.earnings_per_recipient() * n
+    }
+
+    /// The lucky prize in coins (0 when none).
+    pub fn prize(&self) -> i64 {
+        self.lucky.map_or(0, |l| l.coins)
+    }
+
+    /// The order as stored in a saga row (JSON; the gift id lives in its own column).
+    fn to_json(&self) -> Result<String> {
+        let stored = StoredOrder {
+            sender: self.sender.clone(),
+            room: self.room.clone(),
+            gift: self.gift.clone(),
+            count: self.count,
+            unit_price: self.unit_price,
+            recipients: self.recipients.clone(),
+            share_bp: self.share_bp,
+            lucky: self.lucky,
+            created_ms: self.created_ms,
+        };
+        serde_json::to_string(&stored).map_err(|e| StorageError::Corrupt(e.to_string()))
+    }
+
+    /// The order back from a saga row.
+    fn from_json(gift_id: Uuid, json: &str) -> Result<Self> {
+        let s: StoredOrder =
+            serde_json::from_str(json).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        Ok(Self {
+            gift_id,
+            sender: s.sender,
+            room: s.room,
+            gift: s.gift,
+            count: s.count,
+            unit_price: s.unit_price,
+            recipients: s.recipients,
+            share_bp: s.share_bp,
+            lucky: s.lucky,
+            created_ms: s.created_ms,
+        })
+    }
+
+    fn checked(&self) -> Result<()> {
+        self.validate()
+            .map_err(|e| StorageError::Backend(format!("invalid gift order {}: {e}", self.gift_id)))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredOrder {
+    sender: UserId,
+    room: RoomId,
+    gift: String,
+    count: u32,
+    unit_price: i64,
+    recipients: Vec<UserId>,
+    share_bp: u32,
+    lucky: Option<LuckyPrize>,
+    created_ms: i64,
+}
+
+/// The result of a top-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantOutcome {
+    /// The user's coin balance after the call.
+    pub balance: i64,
+    /// False when the key had been used already (nothing was credited this time).
+    pub applied: bool,
+}
+
+/// Where a gift saga stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SagaState {
+    /// Recorded; the sender has not been debited (or the debit is not yet marked).
+    Pending,
+    /// The sender was debited; the recipients are not yet credited.
+    Debited,
+    /// Terminal: debited and credited.
+    Settled,
+    /// Terminal: never debited (insufficient funds, or voided by recovery).
+    Voided,
+}
+
+impl SagaState {
+    /// The state's stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Debited => "DEBITED",
+            Self::Settled => "SETTLED",
+            Self::Voided => "VOIDED",
+        }
+    }
+
+    /// Parses a stored name.
+    ///
+    /// # Errors
+    /// `Corrupt` for an unknown name.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "PENDING" => Ok(Self::Pending),
+            "DEBITED" => Ok(Self::Debited),
+            "SETTLED" => Ok(Self::Settled),
+            "VOIDED" => Ok(Self::Voided),
+            other => Err(StorageError::Corrupt(format!(
+                "unknown saga state {other:?}"
+            ))),
+        }
+    }
+
+    /// Whether the saga can no longer move.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Settled | Self::Voided)
+    }
+}
+
+/// Why a saga was voided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VoidReason {
+    /// The sender's coins did not cover the gift.
+    InsufficientFunds,
+    /// The owner's recovery found no debit and claimed the key.
+    Recovered,
+    /// The room cancelled the gift before debiting it.
+    Cancelled,
+}
+
+impl VoidReason {
+    /// The reason's stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InsufficientFunds => "NSF",
+            Self::Recovered => "RECOVERED",
+            Self::Cancelled => "CANCELLED",
+        }
+    }
+
+    /// Parses a stored name.
+    ///
+    /// # Errors
+    /// `Corrupt` for an unknown name.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "NSF" => Ok(Self::InsufficientFunds),
+            "RECOVERED" => Ok(Self::Recovered),
+            "CANCELLED" => Ok(Self::Cancelled),
+            other => Err(StorageError::Corrupt(format!(
+                "unknown void reason {other:?}"
+            ))),
+        }
+    }
+}
+
+/// The kind of a wallet entry (the row that holds an idempotency key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    /// Admin top-up.
+    Grant,
+    /// A gift's debit.
+    Debit,
+    /// A gift's void claim: the debit can no longer happen.
+    Void,
+    /// A lucky prize credit.
+    Lucky,
+}
+
+impl EntryKind {
+    /// The kind's stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Grant => "GRANT",
+            Self::Debit => "DEBIT",
+            Self::Void => "VOID",
+            Self::Lucky => "LUCKY",
+        }
+    }
+
+    /// Parses a stored name.
+    ///
+    /// # Errors
+    /// `Corrupt` for an unknown name.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "GRANT" => Ok(Self::Grant),
+            "DEBIT" => Ok(Self::Debit),
+            "VOID" => Ok(Self::Void),
+            "LUCKY" => Ok(Self::Lucky),
+            other => Err(StorageError::Corrupt(format!(
+                "unknown entry kind {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A saga row as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SagaRecord {
+    /// The order.
+    pub order: GiftOrder,
+    /// Where it stands.
+    pub state: SagaState,
+    /// The fence of the owner that last moved or touched it.
+    pub fence: u64,
+    /// Why it was voided (VOIDED only).
+    pub reason: Option<VoidReason>,
+    /// The sender's coins after the debit (or at the NSF check); after the prize once settled.
+    pub balance_after: Option<i64>,
+    /// When it last moved (ms since epoch, wall clock of the writer).
+    pub updated_ms: i64,
+}
+
+impl SagaRecord {
+    /// The client-visible result of a terminal saga (None while it is still moving).
+    pub fn result(&self) -> Option<GiftResult> {
+        match self.state {
+            SagaState::Settled => Some(GiftResult::Settled {
+                order_id: self.order.gift_id,
+                balance: self.balance_after.unwrap_or(0),
+            }),
+            SagaState::Voided => Some(match self.reason {
+                Some(VoidReason::InsufficientFunds) => GiftResult::InsufficientFunds {
+                    balance: self.balance_after.unwrap_or(0),
+                },
+                _ => GiftResult::Voided,
+            }),
+            SagaState::Pending | SagaState::Debited => None,
+        }
+    }
+}
+
+/// The first, final result of a gift request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiftResult {
+    /// Debited and credited; `balance` is the sender's coins afterwards (prize included).
+    Settled {
+        /// The gift id.
+        order_id: Uuid,
+        /// The sender's coins after the gift.
+        balance: i64,
+    },
+    /// The sender's coins did not cover the gift; nothing was debited.
+    InsufficientFunds {
+        /// The sender's coins at the check.
+        balance: i64,
+    },
+    /// Cancelled before any debit (by the room or by the owner's recovery).
+    Voided,
+}
+
+/// What `send_gift` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiftOutcome {
+    /// Debited and credited just now.
+    Settled {
+        /// The gift id.
+        order_id: Uuid,
+        /// The sender's coins after the gift (prize included).
+        balance: i64,
+    },
+    /// The sender's coins did not cover the gift; nothing was debited.
+    InsufficientFunds {
+        /// The sender's coins at the check.
+        balance: i64,
+    },
+    /// Cancelled before any debit (recovery claimed the key first).
+    Voided,
+    /// A retry of a request already booked: nothing new was debited.
+    Duplicate {
+        /// The first request's result.
+        first: GiftResult,
+    },
+}
+
+impl GiftOutcome {
+    /// The result, whether first or repeated.
+    pub fn result(&self) -> GiftResult {
+        match *self {
+            Self::Settled { order_id, balance } => GiftResult::Settled { order_id, balance },
+            Self::InsufficientFunds { balance } => GiftResult::InsufficientFunds { balance },
+            Self::Voided => GiftResult::Voided,
+            Self::Duplicate { first } => first,
+        }
+    }
+
+    fn first(result: GiftResult) -> Self {
+        match result {
+            GiftResult::Settled { order_id, balance } => Self::Settled { order_id, balance },
+            GiftResult::InsufficientFunds { balance } => Self::InsufficientFunds { balance },
+            GiftResult::Voided => Self::Voided,
+        }
+    }
+}
+
+/// What `begin` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BeginOutcome {
+    /// A new PENDING saga was recorded.
+    Started,
+    /// The gift id was known: a retry. Continue from its state.
+    Existing(SagaRecord),
+}
+
+/// What `debit` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DebitOutcome {
+    /// The sender is debited (now or earlier) and the saga is DEBITED or SETTLED.
+    Debited {
+        /// The sender's coins right after the debit.
+        balance: i64,
+    },
+    /// Not enough coins: the void claim was written and the saga is VOIDED.
+    InsufficientFunds {
+        /// The sender's coins at the check.
+        balance: i64,
+    },
+    /// The void claim had won the key: the saga is VOIDED and nothing was debited.
+    Voided,
+    /// No saga with this gift id (call `begin` first).
+    Missing,
+}
+
+/// What `settle` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleOutcome {
+    /// The saga is SETTLED (now or earlier).
+    Settled {
+        /// The sender's coins after the gift (prize included).
+        balance: i64,
+    },
+    /// The saga is not DEBITED; nothing was credited.
+    NotDebited(SagaState),
+    /// No saga with this gift id.
+    Missing,
+}
+
+/// What `void` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VoidOutcome {
+    /// The void claim holds the key and the saga is VOIDED.
+    Voided,
+    /// The debit holds the key: the saga is DEBITED or SETTLED and must be rolled forward.
+    Debited,
+    /// No saga with this gift id.
+    Missing,
+}
+
+/// What `install_fence` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FenceInstall {
+    /// The fence is now the room's durable high-water mark (or already was, for this owner).
+    Installed,
+    /// A fence at least as high is installed: the caller's lease store regressed.
+    Stale {
+        /// The installed fence.
+        current: u64,
+    },
+}
+
+/// What recovery did to one saga.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    /// Not the owner: nothing was written; the owner will resolve it.
+    Released,
+    /// The debit was found and the gift settled.
+    Settled,
+    /// No debit was found; the void claim won and the saga is VOIDED.
+    Voided,
+    /// The saga was already terminal.
+    AlreadyTerminal(SagaState),
+    /// No saga with this gift id.
+    Missing,
+}
+
+/// Which leaderboard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Board {
+    /// Senders ranked by coins spent in the room (contribution).
+    Senders,
+    /// Recipients ranked by gift value received in the room (charm).
+    Receivers,
+}
+
+/// Over which period, in UTC days of the gifts' `created_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Period {
+    /// Today.
+    Day,
+    /// This week, from Monday.
+    Week,
+    /// Since the room's first gift.
+    All,
+}
+
+impl Period {
+    /// The first day (inclusive) of the period that contains `today`.
+    pub fn first_day(self, today: i64) -> i64 {
+        match self {
+            Self::Day => today,
+            Self::Week => week_start(today),
+            Self::All => i64::MIN,
+        }
+    }
+}
+
+/// Ledger-wide sums, for conservation checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// All coins ever granted.
+    pub granted: i64,
+    /// Coins held by users now.
+    pub coins: i64,
+    /// Earnings held by recipients now.
+    pub earnings: i64,
+    /// House revenue from settled gifts.
+    pub platform_revenue: i64,
+    /// Lucky prizes the house paid.
+    pub lucky_paid: i64,
+    /// Accounts with negative coins (must be 0).
+    pub negative_accounts: i64,
+}
+
+impl Totals {
+    /// Whether every coin is accounted for and no account is negative.
+    pub fn is_conserved(&self) -> bool {
+        self.negative_accounts == 0
+            && self.coins + self.earnings + self.platform_revenue - self.lucky_paid == self.granted
+    }
+}
+
+/// The ledger: a cheap-to-clone handle on one engine.
+#[derive(Clone)]
+pub enum Ledger {
+    /// Embedded engine.
+    Sqlite(SqliteLedger),
+    /// Production engine.
+    Scylla(ScyllaLedger),
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(_) => f.write_str("Ledger::Sqlite"),
+            Self::Scylla(_) => f.write_str("Ledger::Scylla"),
+        }
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match $self {
+            Ledger::Sqlite(l) => l.$method($($arg),*).await,
+            Ledger::Scylla(l) => l.$method($($arg),*).await,
+        }
+    };
+}
+
+impl Ledger {
+    /// Opens the engine a URL names: `sqlite://<path>`, `sqlite` or empty (file
+    /// `<data_dir>/ledger.db`), or `scylla://host:9042,host2:9042[/keyspace]`.
+    ///
+    /// # Errors
+    /// `Backend` for an unknown scheme; the engine's error if it cannot open or prepare.
+    pub async fn open(url: &str, data_dir: &Path) -> Result<Self> {
+        if url.is_empty() || url == "sqlite" || url == "sqlite://" {
+            let path = data_dir.join("ledger.db");
+            return Ok(Self::Sqlite(SqliteLedger::open(&path).await?));
+        }
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            return Ok(Self::Sqlite(SqliteLedger::open(Path::new(path)).await?));
+        }
+        if let Some(rest) = url.strip_prefix("scylla://") {
+            let (hosts, keyspace) = match rest.split_once('/') {
+                Some((h, ks)) if !ks.is_empty() => (h, ks),
+                Some((h, _)) => (h, scylla::DEFAULT_KEYSPACE),
+                None => (rest, scylla::DEFAULT_KEYSPACE),
+            };
+            let nodes: Vec<String> = hosts
+                .split(',')
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned)
+                .collect();
+            return Ok(Self::Scylla(ScyllaLedger::connect(&nodes, keyspace).await?));
+        }
+        Err(StorageError::Backend(format!("unknown ledger url {url:?}")))
+    }
+
+    /// Admin top-up, idempotent by `key` (per user): the same key credits once.
+    ///
+    /// # Errors
+    /// Engine errors; `Backend` for a non-positive amount.
+    pub async fn grant(&self, user: &UserId, amount: i64, key: &str) -> Result<GrantOutcome> {
+        if amount <= 0 {
+            return Err(StorageError::Backend(
+                "grant amount must be positive".into(),
+            ));
+        }
+        dispatch!(self.grant(user, amount, key))
+    }
+
+    /// The user's coins (0 for an unknown user).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn balance(&self, user: &UserId) -> Result<i64> {
+        dispatch!(self.balance(user))
+    }
+
+    /// The user's earnings as a gift recipient (0 for an unknown user).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn earnings(&self, user: &UserId) -> Result<i64> {
+        dispatch!(self.earnings(user))
+    }
+
+    /// Makes `fence` the room's durable high-water mark, unless one at least as high is
+    /// installed (the same fence by the same owner is accepted again).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn install_fence(
+        &self,
+        room: &RoomId,
+        fence: u64,
+        owner: &str,
+    ) -> Result<FenceInstall> {
+        dispatch!(self.install_fence(room, fence, owner))
+    }
+
+    /// Books a gift end to end: debit the sender, credit the recipients and the house.
+    /// A retry with the same gift id debits nothing and returns `Duplicate` with the first result.
+    ///
+    /// # Errors
+    /// `Fenced` if `fence` is below the room's or the saga's; `Backend` for an invalid order;
+    /// retryable engine errors (`Unavailable`, `Conflict`): retry with the same order.
+    pub async fn send_gift(&self, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
+        order.checked()?;
+        match self {
+            Self::Sqlite(l) => l.send_gift(order, fence).await,
+            Self::Scylla(_) => saga::drive(self, order, fence).await,
+        }
+    }
+
+    /// Saga step 0: records the order as PENDING (or finds the existing saga).
+    ///
+    /// # Errors
+    /// `Fenced`; engine errors.
+    pub async fn begin(&self, order: &GiftOrder, fence: u64) -> Result<BeginOutcome> {
+        order.checked()?;
+        dispatch!(self.begin(order, fence))
+    }
+
+    /// Saga step 1: debits the sender (or writes the void claim on insufficient funds) and marks
+    /// the saga. Idempotent: a saga already debited is not debited again.
+    ///
+    /// # Errors
+    /// `Fenced`; engine errors.
+    pub async fn debit(&self, order: &GiftOrder, fence: u64) -> Result<DebitOutcome> {
+        dispatch!(self.debit(order, fence))
+    }
+
+    /// Saga step 2: credits recipients, the house and the prize; marks SETTLED. Idempotent.
+    ///
+    /// # Errors
+    /// `Fenced`; engine errors.
+    pub async fn settle(&self, order: &GiftOrder, fence: u64) -> Result<SettleOutcome> {
+        dispatch!(self.settle(order, fence))
+    }
+
+    /// The void path: writes the void claim under the debit's key, then marks VOIDED. If the
+    /// debit holds the key, returns `Debited` and changes nothing: the caller rolls forward.
+    ///
+    /// # Errors
+    /// `Fenced`; engine errors.
+    pub async fn void(
+        &self,
+        order: &GiftOrder,
+        fence: u64,
+        reason: VoidReason,
+    ) -> Result<VoidOutcome> {
+        dispatch!(self.void(order, fence, reason))
+    }
+
+    /// Raises the saga's fence to `fence` (fencing out earlier owners) and returns it.
+    ///
+    /// # Errors
+    /// `Fenced`; engine errors.
+    pub async fn touch(&self, order: &GiftOrder, fence: u64) -> Result<Option<SagaRecord>> {
+        dispatch!(self.touch(order, fence))
+    }
+
+    /// The saga of a gift id, if any.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn saga(&self, gift_id: Uuid) -> Result<Option<SagaRecord>> {
+        dispatch!(self.saga(gift_id))
+    }
+
+    /// The kind of the sender's wallet entry under the gift id: `Debit`, `Void` or none
+    /// (a linearizable read on Scylla).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn wallet_entry(&self, sender: &UserId, gift_id: Uuid) -> Result<Option<EntryKind>> {
+        dispatch!(self.wallet_entry(sender, gift_id))
+    }
+
+    /// The room's sagas still PENDING or DEBITED whose last move is at least `min_age_ms` old.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn pending_sagas(&self, room: &RoomId, min_age_ms: i64) -> Result<Vec<SagaRecord>> {
+        dispatch!(self.pending_sagas(room, min_age_ms))
+    }
+
+    /// Resolves one saga. On the owner: a debited saga is settled, a pending one with no debit
+    /// is voided through the void claim. A non-owner writes nothing and returns `Released`.
+    ///
+    /// # Errors
+    /// `Fenced` (the caller is no longer the owner: stop); retryable engine errors.
+    pub async fn recover(
+        &self,
+        order: &GiftOrder,
+        fence: u64,
+        is_owner: bool,
+    ) -> Result<RecoveryOutcome> {
+        saga::recover(self, order, fence, is_owner).await
+    }
+
+    /// A room's leaderboard from settled gifts, best first (ties by user id), at most `limit`.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn leaderboard(
+        &self,
+        room: &RoomId,
+        board: Board,
+        period: Period,
+        limit: usize,
+    ) -> Result<Vec<(UserId, i64)>> {
+        let today = day_of(now_ms());
+        dispatch!(self.leaderboard(room, board, period.first_day(today), limit))
+    }
+
+    /// Ledger-wide sums (a full scan on Scylla: for tests and audits, not the hot path).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn audit_totals(&self) -> Result<Totals> {
+        dispatch!(self.audit_totals())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(unit: i64, count: u32, n: usize, share_bp: u32) -> GiftOrder {
+        GiftOrder {
+            gift_id: gift_id(&UserId::from("s"), "r1"),
+            sender: "s".into(),
+            room: "room".into(),
+            gift: "rose".into(),
+            count,
+            unit_price: unit,
+            recipients: (0..n).map(|i| UserId::from(format!("r{i}"))).collect(),
+            share_bp,
+            lucky: None,
+            created_ms: 0,
+        }
+    }
+
+    #[test]
+    fn gift_id_separates_sender_and_request() {
+        let a = gift_id(&"ab".into(), "c");
+        let b = gift_id(&"a".into(), "bc");
+        assert_ne!(a, b);
+        assert_eq!(a, gift_id(&"ab".into(), "c"));
+    }
+
+    #[test]
+    fn amounts_split_every_coin() {
+        let o = order(7, 3, 3, 3_333);
+        assert_eq!(o.total(), 63);
+        assert_eq!(o.per_recipient(), 21);
+        assert_eq!(o.earnings_per_recipient(), 6); // floor(21 * 0.3333)
+        assert_eq!(o.platform_share(), 63 - 18);
+        assert!(o.validate().is_ok());
+    }
+
+    #[test]
+    fn validation_rejects_bad_orders() {
+        assert_eq!(order(1, 0, 1, 0).validate(), Err(OrderError::ZeroCount));
+        assert_eq!(
+            order(0, 1, 1, 0).validate(),
+            Err(OrderError::NonPositivePrice)
+        );
+        assert_eq!(order(1, 1, 0, 0).validate(), Err(OrderError::NoRecipients));
+        assert_eq!(
+            order(1, 1, 1, 10_001).validate(),
+            Err(OrderError::ShareTooLarge)
+        );
+        assert_eq!(
+            order(i64::MAX, 2, 1, 0).validate(),
+            Err(OrderError::Overflow)
+        );
+        let mut o = order(1, 1, 2, 0);
+        o.recipients[1] = o.recipients[0].clone();
+        assert_eq!(o.validate(), Err(OrderError::DuplicateRecipient));
+    }
+
+    #[test]
+    fn weeks_start_on_monday() {
+        // 1970-01-05 (day 4) was a Monday.
+        assert_eq!(week_start(4), 4);
+        assert_eq!(week_start(10), 4);
+        assert_eq!(week_start(11), 11);
+        assert_eq!(week_start(0), -3);
+    }
+
+    #[test]
+    fn order_json_round_trips() {
+        let mut o = order(5, 2, 2, 5_000);
+        o.lucky = Some(LuckyPrize {
+            multiplier: 10,
+            coins: 100,
+        });
+        let json = o.to_json().unwrap();
+        assert_eq!(GiftOrder::from_json(o.gift_id, &json).unwrap(), o);
+    }
+}

@@ -1,0 +1,995 @@
+//! The embedded ledger engine: SQLite in WAL mode with `synchronous=FULL` (every commit is
+//! fsynced), one writer thread that group-commits, and a separate reader connection.
+//!
+//! The writer takes jobs from a bounded queue (callers wait when it is full: the `Block` policy,
+//! this is an internal path). It drains up to [`MAX_JOBS_PER_COMMIT`] queued jobs into one
+//! transaction, runs each inside its own SAVEPOINT (a failing job is rolled back alone), commits
+//! once (one fsync for the whole group), and only then answers every job. An answer therefore
+//! always means "durable".
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use protocol::{RoomId, UserId};
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info};
+use uuid::Uuid;
+
+use super::{
+    BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOrder, GiftOutcome, GiftResult,
+    GrantOutcome, SagaRecord, SagaState, SettleOutcome, Totals, VoidOutcome, VoidReason, day_of,
+    grant_entry_id, lucky_entry_id, now_ms,
+};
+use crate::{Result, StorageError};
+
+/// Most jobs folded into one transaction (one fsync). Large enough that a burst of concurrent
+/// gifts shares a commit; small enough that one commit's latency stays a few milliseconds.
+pub const MAX_JOBS_PER_COMMIT: usize = 1024;
+/// Jobs that may wait for the writer before callers block (`Block` overflow policy).
+pub const WRITE_QUEUE_CAPACITY: usize = 8192;
+/// How long a connection waits on a lock held by another process before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Prepared statements kept per connection: every statement the ledger uses, with room to spare.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS account (
+  user     TEXT PRIMARY KEY,
+  coins    INTEGER NOT NULL DEFAULT 0 CHECK (coins >= 0),
+  earnings INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS entry (
+  user          TEXT NOT NULL,
+  entry_id      BLOB NOT NULL,
+  kind          TEXT NOT NULL,
+  amount        INTEGER NOT NULL,
+  balance_after INTEGER,
+  created_ms    INTEGER NOT NULL,
+  PRIMARY KEY (user, entry_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS house (
+  name   TEXT PRIMARY KEY,
+  amount INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO house (name, amount) VALUES ('platform_revenue', 0), ('lucky_paid', 0);
+CREATE TABLE IF NOT EXISTS room_owner (
+  room     TEXT PRIMARY KEY,
+  fence    INTEGER NOT NULL,
+  owner    TEXT NOT NULL,
+  since_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS gift_saga (
+  gift_id       BLOB PRIMARY KEY,
+  room          TEXT NOT NULL,
+  order_json    TEXT NOT NULL,
+  state         TEXT NOT NULL,
+  fence         INTEGER NOT NULL,
+  reason        TEXT,
+  balance_after INTEGER,
+  updated_ms    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS gift_saga_open ON gift_saga (room, updated_ms)
+  WHERE state IN ('PENDING', 'DEBITED');
+CREATE TABLE IF NOT EXISTS settled_gift (
+  gift_id  BLOB NOT NULL,
+  receiver TEXT NOT NULL,
+  room     TEXT NOT NULL,
+  day      INTEGER NOT NULL,
+  sender   TEXT NOT NULL,
+  amount   INTEGER NOT NULL,
+  earnings INTEGER NOT NULL,
+  PRIMARY KEY (gift_id, receiver)
+);
+CREATE INDEX IF NOT EXISTS settled_gift_room_day ON settled_gift (room, day);
+";
+
+type Responder = Box<dyn FnOnce(Result<()>) + Send>;
+type Job = Box<dyn FnOnce(&Connection) -> (bool, Responder) + Send>;
+
+/// The SQLite engine: a handle on the writer thread's queue and a reader connection.
+#[derive(Clone)]
+pub struct SqliteLedger {
+    jobs: mpsc::Sender<Job>,
+    reader: Arc<Mutex<Connection>>,
+}
+
+fn db(e: rusqlite::Error) -> StorageError {
+    StorageError::Backend(format!("sqlite: {e}"))
+}
+
+fn to_sql_fence(fence: u64) -> Result<i64> {
+    i64::try_from(fence).map_err(|_| StorageError::Backend(format!("fence {fence} too large")))
+}
+
+fn from_sql_fence(fence: i64) -> Result<u64> {
+    u64::try_from(fence).map_err(|_| StorageError::Corrupt(format!("negative fence {fence}")))
+}
+
+fn open_connection(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(db)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(db)?;
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(db)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    Ok(conn)
+}
+
+impl SqliteLedger {
+    /// Opens (creating if needed) the ledger database at `path` and starts its writer thread.
+    ///
+    /// # Errors
+    /// `Backend` if the file cannot be opened or the schema cannot be created.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let path: PathBuf = path.to_owned();
+        let (writer, reader) = tokio::task::spawn_blocking(move || -> Result<_> {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| StorageError::Backend(format!("create {dir:?}: {e}")))?;
+            }
+            let writer = open_connection(&path)?;
+            writer.execute_batch(SCHEMA).map_err(db)?;
+            let reader = open_connection(&path)?;
+            Ok((writer, reader))
+        })
+        .await
+        .map_err(|e| StorageError::Backend(format!("ledger open task: {e}")))??;
+        let (jobs, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
+        std::thread::Builder::new()
+            .name("ledger-writer".into())
+            .spawn(move || writer_loop(writer, rx))
+            .map_err(|e| StorageError::Backend(format!("spawn ledger writer: {e}")))?;
+        info!("SQLite ledger open.");
+        Ok(Self {
+            jobs,
+            reader: Arc::new(Mutex::new(reader)),
+        })
+    }
+
+    /// Runs `f` inside the next group commit and answers once the commit is durable.
+    async fn write<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let out = f(conn);
+            let ok = out.is_ok();
+            let respond: Responder = Box::new(move |commit: Result<()>| {
+                // The caller may have gone away; its answer is then simply dropped.
+                let _ = tx.send(commit.and(out));
+            });
+            (ok, respond)
+        });
+        self.jobs
+            .send(job)
+            .await
+            .map_err(|_| StorageError::Unavailable("ledger writer stopped".into()))?;
+        rx.await
+            .map_err(|_| StorageError::Unavailable("ledger writer dropped the request".into()))?
+    }
+
+    /// Runs a read on the reader connection, off the async threads.
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let reader = Arc::clone(&self.reader);
+        tokio::task::spawn_blocking(move || {
+            let conn = reader
+                .lock()
+                .map_err(|_| StorageError::Backend("ledger reader lock poisoned".into()))?;
+            f(&conn)
+        })
+        .await
+        .map_err(|e| StorageError::Backend(format!("ledger read task: {e}")))?
+    }
+
+    pub(super) async fn grant(
+        &self,
+        user: &UserId,
+        amount: i64,
+        key: &str,
+    ) -> Result<GrantOutcome> {
+        let user = user.clone();
+        let entry_id = grant_entry_id(key);
+        self.write(move |c| {
+            if let Some(kind) = entry_kind(c, user.as_str(), entry_id)? {
+                if kind != EntryKind::Grant {
+                    return Err(StorageError::Corrupt(format!("grant key holds a {kind:?}")));
+                }
+                return Ok(GrantOutcome {
+                    balance: coins(c, user.as_str())?,
+                    applied: false,
+                });
+            }
+            let balance = add_coins(c, user.as_str(), amount)?;
+            insert_entry(
+                c,
+                user.as_str(),
+                entry_id,
+                EntryKind::Grant,
+                amount,
+                Some(balance),
+            )?;
+            Ok(GrantOutcome {
+                balance,
+                applied: true,
+            })
+        })
+        .await
+    }
+
+    pub(super) async fn balance(&self, user: &UserId) -> Result<i64> {
+        let user = user.clone();
+        self.read(move |c| coins(c, user.as_str())).await
+    }
+
+    pub(super) async fn earnings(&self, user: &UserId) -> Result<i64> {
+        let user = user.clone();
+        self.read(move |c| {
+            c.prepare_cached("SELECT earnings FROM account WHERE user = ?1")
+                .map_err(db)?
+                .query_row([user.as_str()], |r| r.get(0))
+                .optional()
+                .map_err(db)
+                .map(|v| v.unwrap_or(0))
+        })
+        .await
+    }
+
+    pub(super) async fn install_fence(
+        &self,
+        room: &RoomId,
+        fence: u64,
+        owner: &str,
+    ) -> Result<FenceInstall> {
+        let room = room.clone();
+        let owner = owner.to_owned();
+        let f = to_sql_fence(fence)?;
+        self.write(move |c| {
+            let current: Option<(i64, String)> = c
+                .prepare_cached("SELECT fence, owner FROM room_owner WHERE room = ?1")
+                .map_err(db)?
+                .query_row([room.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+                .map_err(db)?;
+            match current {
+                Some((cur, ref who)) if cur > f || (cur == f && *who != owner) => {
+                    return Ok(FenceInstall::Stale {
+                        current: from_sql_fence(cur)?,
+                    });
+                }
+                _ => {}
+            }
+            c.prepare_cached(
+                "INSERT INTO room_owner (room, fence, owner, since_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (room) DO UPDATE SET fence = ?2, owner = ?3, since_ms = ?4",
+            )
+            .map_err(db)?
+            .execute(params![room.as_str(), f, owner, now_ms()])
+            .map_err(db)?;
+            Ok(FenceInstall::Installed)
+        })
+        .await
+    }
+
+    pub(super) async fn send_gift(&self, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
+        let order = order.clone();
+        self.write(move |c| tx_send(c, &order, fence)).await
+    }
+
+    pub(super) async fn begin(&self, order: &GiftOrder, fence: u64) -> Result<BeginOutcome> {
+        let order = order.clone();
+        self.write(move |c| tx_begin(c, &order, fence)).await
+    }
+
+    pub(super) async fn debit(&self, order: &GiftOrder, fence: u64) -> Result<DebitOutcome> {
+        let order = order.clone();
+        self.write(move |c| tx_debit(c, &order, fence)).await
+    }
+
+    pub(super) async fn settle(&self, order: &GiftOrder, fence: u64) -> Result<SettleOutcome> {
+        let order = order.clone();
+        self.write(move |c| tx_settle(c, &order, fence)).await
+    }
+
+    pub(super) async fn void(
+        &self,
+        order: &GiftOrder,
+        fence: u64,
+        reason: VoidReason,
+    ) -> Result<VoidOutcome> {
+        let order = order.clone();
+        self.write(move |c| tx_void(c, &order, fence, reason)).await
+    }
+
+    pub(super) async fn touch(&self, order: &GiftOrder, fence: u64) -> Result<Option<SagaRecord>> {
+        let order = order.clone();
+        self.write(move |c| {
+            let Some(mut rec) = load_saga(c, order.gift_id)? else {
+                return Ok(None);
+            };
+            ensure_fence(c, &order.room, fence, rec.fence)?;
+            if fence > rec.fence {
+                c.prepare_cached("UPDATE gift_saga SET fence = ?1 WHERE gift_id = ?2")
+                    .map_err(db)?
+                    .execute(params![
+                        to_sql_fence(fence)?,
+                        order.gift_id.as_bytes().as_slice()
+                    ])
+                    .map_err(db)?;
+                rec.fence = fence;
+            }
+            Ok(Some(rec))
+        })
+        .await
+    }
+
+    pub(super) async fn saga(&self, gift_id: Uuid) -> Result<Option<SagaRecord>> {
+        self.read(move |c| load_saga(c, gift_id)).await
+    }
+
+    pub(super) async fn wallet_entry(
+        &self,
+        sender: &UserId,
+        gift_id: Uuid,
+    ) -> Result<Option<EntryKind>> {
+        let sender = sender.clone();
+        self.read(move |c| entry_kind(c, sender.as_str(), gift_id))
+            .await
+    }
+
+    pub(super) async fn pending_sagas(
+        &self,
+        room: &RoomId,
+        min_age_ms: i64,
+    ) -> Result<Vec<SagaRecord>> {
+        let room = room.clone();
+        let before = now_ms().saturating_sub(min_age_ms);
+        self.read(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT gift_id FROM gift_saga
+                     WHERE room = ?1 AND state IN ('PENDING', 'DEBITED') AND updated_ms <= ?2",
+                )
+                .map_err(db)?;
+            let ids = stmt
+                .query_map(params![room.as_str(), before], |r| r.get::<_, Vec<u8>>(0))
+                .map_err(db)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db)?;
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                let id = Uuid::from_slice(&id).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+                if let Some(rec) = load_saga(c, id)? {
+                    out.push(rec);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    pub(super) async fn leaderboard(
+        &self,
+        room: &RoomId,
+        board: super::Board,
+        first_day: i64,
+        limit: usize,
+    ) -> Result<Vec<(UserId, i64)>> {
+        let room = room.clone();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |c| {
+            let sql = match board {
+                super::Board::Senders => {
+                    "SELECT sender, SUM(amount) AS total FROM settled_gift
+                     WHERE room = ?1 AND day >= ?2 GROUP BY sender
+                     ORDER BY total DESC, sender ASC LIMIT ?3"
+                }
+                super::Board::Receivers => {
+                    "SELECT receiver, SUM(amount) AS total FROM settled_gift
+                     WHERE room = ?1 AND day >= ?2 GROUP BY receiver
+                     ORDER BY total DESC, receiver ASC LIMIT ?3"
+                }
+            };
+            let mut stmt = c.prepare_cached(sql).map_err(db)?;
+            stmt.query_map(params![room.as_str(), first_day, limit], |r| {
+                Ok((UserId::new(r.get::<_, String>(0)?), r.get::<_, i64>(1)?))
+            })
+            .map_err(db)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db)
+        })
+        .await
+    }
+
+    pub(super) async fn audit_totals(&self) -> Result<Totals> {
+        self.read(|c| {
+            let granted: i64 = c
+                .query_row(
+                    "SELECT COALESCE(SUM(amount), 0) FROM entry WHERE kind = 'GRANT'",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(db)?;
+            let (coins, earnings, negative): (i64, i64, i64) = c
+                .query_row(
+                    "SELECT COALESCE(SUM(coins), 0), COALESCE(SUM(earnings), 0),
+                            COALESCE(SUM(coins < 0), 0) FROM account",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .map_err(db)?;
+            Ok(Totals {
+                granted,
+                coins,
+                earnings,
+                platform_revenue: house(c, "platform_revenue")?,
+                lucky_paid: house(c, "lucky_paid")?,
+                negative_accounts: negative,
+            })
+        })
+        .await
+    }
+}
+
+fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS_PER_COMMIT);
+    let mut responders: Vec<Responder> = Vec::with_capacity(MAX_JOBS_PER_COMMIT);
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_JOBS_PER_COMMIT {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            error!(error = %e, "Ledger writer cannot begin a transaction.");
+            for job in batch.drain(..) {
+                // Answer without running: the job's closure is dropped, so its oneshot closes.
+                drop(job);
+            }
+            continue;
+        }
+        for job in batch.drain(..) {
+            let result = run_in_savepoint(&conn, job);
+            responders.push(result);
+        }
+        let commit = conn.execute_batch("COMMIT").map_err(db);
+        if let Err(e) = &commit {
+            error!(error = %e, "Ledger group commit failed.");
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        metrics::counter!("chorus_ledger_group_commits_total").increment(1);
+        metrics::histogram!("chorus_ledger_group_commit_jobs").record(responders.len() as f64);
+        for respond in responders.drain(..) {
+            let outcome = match &commit {
+                Ok(()) => Ok(()),
+                Err(e) => Err(StorageError::Unavailable(format!("commit failed: {e}"))),
+            };
+            respond(outcome);
+        }
+    }
+    info!("Ledger writer stopped: every handle was dropped.");
+}
+
+/// Runs one job in its own savepoint; a failed job (or a failed savepoint) leaves no trace.
+fn run_in_savepoint(conn: &Connection, job: Job) -> Responder {
+    if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+        let err = db(e);
+        let msg = err.to_string();
+        drop(job);
+        return Box::new(move |_| error!(error = %msg, "Ledger job skipped: no savepoint."));
+    }
+    let (ok, respond) = job(conn);
+    let end = if ok {
+        conn.execute_batch("RELEASE job")
+    } else {
+        conn.execute_batch("ROLLBACK TO job; RELEASE job")
+    };
+    match end {
+        Ok(()) => respond,
+        Err(e) => {
+            let msg = format!("savepoint end failed: {e}");
+            Box::new(move |_| respond(Err(StorageError::Backend(msg))))
+        }
+    }
+}
+
+// ---- Steps, run inside the writer's transaction. --------------------------------------------
+
+fn tx_send(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
+    let Some(rec) = load_saga(c, order.gift_id)? else {
+        return tx_send_new(c, order, fence);
+    };
+    // A retry: continue from the stored saga, answer with the first result.
+    ensure_fence(c, &order.room, fence, rec.fence)?;
+    if let Some(first) = rec.result() {
+        return Ok(GiftOutcome::Duplicate { first });
+    }
+    let first = match tx_debit(c, order, fence)? {
+        DebitOutcome::Debited { .. } => match tx_settle(c, order, fence)? {
+            SettleOutcome::Settled { balance } => GiftResult::Settled {
+                order_id: order.gift_id,
+                balance,
+            },
+            other => {
+                return Err(StorageError::Corrupt(format!(
+                    "settle after debit gave {other:?}"
+                )));
+            }
+        },
+        DebitOutcome::InsufficientFunds { balance } => GiftResult::InsufficientFunds { balance },
+        DebitOutcome::Voided => GiftResult::Voided,
+        DebitOutcome::Missing => {
+            return Err(StorageError::Corrupt(
+                "saga vanished inside a transaction".into(),
+            ));
+        }
+    };
+    Ok(GiftOutcome::Duplicate { first })
+}
+
+/// The hot path: a new gift id, booked PENDING → DEBITED → SETTLED (or → VOIDED) inside this one
+/// savepoint, so the saga row is written once, in its final state.
+fn tx_send_new(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
+    ensure_fence(c, &order.room, fence, 0)?;
+    let sender = order.sender.as_str();
+    let total = order.total();
+    let debited: Option<i64> = c
+        .prepare_cached(
+            "UPDATE account SET coins = coins - ?2 WHERE user = ?1 AND coins >= ?2 RETURNING coins",
+        )
+        .map_err(db)?
+        .query_row(params![sender, total], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    // The entry's primary key (sender, gift id) makes a second debit or void impossible.
+    let Some(after) = debited else {
+        let balance = coins(c, sender)?;
+        insert_entry(c, sender, order.gift_id, EntryKind::Void, 0, None)?;
+        let reason = Some(VoidReason::InsufficientFunds);
+        insert_saga(c, order, SagaState::Voided, fence, reason, Some(balance))?;
+        return Ok(GiftOutcome::InsufficientFunds { balance });
+    };
+    insert_entry(
+        c,
+        sender,
+        order.gift_id,
+        EntryKind::Debit,
+        total,
+        Some(after),
+    )?;
+    let balance = apply_effects(c, order, Some(after))?;
+    insert_saga(c, order, SagaState::Settled, fence, None, Some(balance))?;
+    Ok(GiftOutcome::Settled {
+        order_id: order.gift_id,
+        balance,
+    })
+}
+
+fn insert_saga(
+    c: &Connection,
+    order: &GiftOrder,
+    state: SagaState,
+    fence: u64,
+    reason: Option<VoidReason>,
+    balance_after: Option<i64>,
+) -> Result<()> {
+    c.prepare_cached(
+        "INSERT INTO gift_saga (gift_id, room, order_json, state, fence, reason, balance_after,
+           updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .map_err(db)?
+    .execute(params![
+        order.gift_id.as_bytes().as_slice(),
+        order.room.as_str(),
+        order.to_json()?,
+        state.as_str(),
+        to_sql_fence(fence)?,
+        reason.map(VoidReason::as_str),
+        balance_after,
+        now_ms()
+    ])
+    .map_err(db)?;
+    Ok(())
+}
+
+fn tx_begin(c: &Connection, order: &GiftOrder, fence: u64) -> Result<BeginOutcome> {
+    if let Some(rec) = load_saga(c, order.gift_id)? {
+        ensure_fence(c, &order.room, fence, rec.fence)?;
+        return Ok(BeginOutcome::Existing(rec));
+    }
+    ensure_fence(c, &order.room, fence, 0)?;
+    insert_saga(c, order, SagaState::Pending, fence, None, None)?;
+    Ok(BeginOutcome::Started)
+}
+
+fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcome> {
+    let Some(rec) = load_saga(c, order.gift_id)? else {
+        return Ok(DebitOutcome::Missing);
+    };
+    ensure_fence(c, &order.room, fence, rec.fence)?;
+    match rec.state {
+        SagaState::Debited | SagaState::Settled => {
+            return Ok(DebitOutcome::Debited {
+                balance: rec.balance_after.unwrap_or(0),
+            });
+        }
+        SagaState::Voided => {
+            return Ok(match rec.result() {
+                Some(GiftResult::InsufficientFunds { balance }) => {
+                    DebitOutcome::InsufficientFunds { balance }
+                }
+                _ => DebitOutcome::Voided,
+            });
+        }
+        SagaState::Pending => {}
+    }
+    let sender = order.sender.as_str();
+    match entry_kind(c, sender, order.gift_id)? {
+        Some(EntryKind::Debit) => {
+            let balance = entry_balance(c, sender, order.gift_id)?;
+            mark(
+                c,
+                order.gift_id,
+                SagaState::Debited,
+                fence,
+                None,
+                Some(balance),
+            )?;
+            return Ok(DebitOutcome::Debited { balance });
+        }
+        Some(EntryKind::Void) => {
+            mark(
+                c,
+                order.gift_id,
+                SagaState::Voided,
+                fence,
+                Some(VoidReason::Recovered),
+                None,
+            )?;
+            return Ok(DebitOutcome::Voided);
+        }
+        Some(other) => {
+            return Err(StorageError::Corrupt(format!("gift key holds a {other:?}")));
+        }
+        None => {}
+    }
+    let balance = coins(c, sender)?;
+    let total = order.total();
+    if balance < total {
+        insert_entry(c, sender, order.gift_id, EntryKind::Void, 0, None)?;
+        mark(
+            c,
+            order.gift_id,
+            SagaState::Voided,
+            fence,
+            Some(VoidReason::InsufficientFunds),
+            Some(balance),
+        )?;
+        return Ok(DebitOutcome::InsufficientFunds { balance });
+    }
+    let after = add_coins(c, sender, -total)?;
+    insert_entry(
+        c,
+        sender,
+        order.gift_id,
+        EntryKind::Debit,
+        total,
+        Some(after),
+    )?;
+    mark(
+        c,
+        order.gift_id,
+        SagaState::Debited,
+        fence,
+        None,
+        Some(after),
+    )?;
+    Ok(DebitOutcome::Debited { balance: after })
+}
+
+fn tx_settle(c: &Connection, order: &GiftOrder, fence: u64) -> Result<SettleOutcome> {
+    let Some(rec) = load_saga(c, order.gift_id)? else {
+        return Ok(SettleOutcome::Missing);
+    };
+    ensure_fence(c, &order.room, fence, rec.fence)?;
+    match rec.state {
+        SagaState::Settled => {
+            return Ok(SettleOutcome::Settled {
+                balance: rec.balance_after.unwrap_or(0),
+            });
+        }
+        SagaState::Pending | SagaState::Voided => return Ok(SettleOutcome::NotDebited(rec.state)),
+        SagaState::Debited => {}
+    }
+    // Effects come from the stored order, never from the caller's copy.
+    let o = &rec.order;
+    let balance = apply_effects(c, o, None)?;
+    mark(c, o.gift_id, SagaState::Settled, fence, None, Some(balance))?;
+    Ok(SettleOutcome::Settled { balance })
+}
+
+/// Credits recipients' earnings, the house and the prize, and records the settled facts the
+/// leaderboards read. Returns the sender's coins afterwards (`known_balance` saves a read).
+fn apply_effects(c: &Connection, o: &GiftOrder, known_balance: Option<i64>) -> Result<i64> {
+    let earned = o.earnings_per_recipient();
+    let day = day_of(o.created_ms);
+    let mut credit = c
+        .prepare_cached(
+            "INSERT INTO account (user, earnings) VALUES (?1, ?2)
+             ON CONFLICT (user) DO UPDATE SET earnings = earnings + ?2",
+        )
+        .map_err(db)?;
+    let mut fact = c
+        .prepare_cached(
+            "INSERT INTO settled_gift (gift_id, receiver, room, day, sender, amount, earnings)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(db)?;
+    for r in &o.recipients {
+        credit.execute(params![r.as_str(), earned]).map_err(db)?;
+        fact.execute(params![
+            o.gift_id.as_bytes().as_slice(),
+            r.as_str(),
+            o.room.as_str(),
+            day,
+            o.sender.as_str(),
+            o.per_recipient(),
+            earned
+        ])
+        .map_err(db)?;
+    }
+    add_house(c, "platform_revenue", o.platform_share())?;
+    let prize = o.prize();
+    if prize > 0 {
+        let after = add_coins(c, o.sender.as_str(), prize)?;
+        insert_entry(
+            c,
+            o.sender.as_str(),
+            lucky_entry_id(o.gift_id),
+            EntryKind::Lucky,
+            prize,
+            Some(after),
+        )?;
+        add_house(c, "lucky_paid", prize)?;
+        return Ok(after);
+    }
+    match known_balance {
+        Some(b) => Ok(b),
+        None => coins(c, o.sender.as_str()),
+    }
+}
+
+fn tx_void(
+    c: &Connection,
+    order: &GiftOrder,
+    fence: u64,
+    reason: VoidReason,
+) -> Result<VoidOutcome> {
+    let Some(rec) = load_saga(c, order.gift_id)? else {
+        return Ok(VoidOutcome::Missing);
+    };
+    ensure_fence(c, &order.room, fence, rec.fence)?;
+    match rec.state {
+        SagaState::Debited | SagaState::Settled => return Ok(VoidOutcome::Debited),
+        SagaState::Voided => return Ok(VoidOutcome::Voided),
+        SagaState::Pending => {}
+    }
+    let sender = order.sender.as_str();
+    match entry_kind(c, sender, order.gift_id)? {
+        Some(EntryKind::Debit) => {
+            let balance = entry_balance(c, sender, order.gift_id)?;
+            mark(
+                c,
+                order.gift_id,
+                SagaState::Debited,
+                fence,
+                None,
+                Some(balance),
+            )?;
+            Ok(VoidOutcome::Debited)
+        }
+        Some(EntryKind::Void) => {
+            mark(
+                c,
+                order.gift_id,
+                SagaState::Voided,
+                fence,
+                Some(reason),
+                None,
+            )?;
+            Ok(VoidOutcome::Voided)
+        }
+        Some(other) => Err(StorageError::Corrupt(format!("gift key holds a {other:?}"))),
+        None => {
+            insert_entry(c, sender, order.gift_id, EntryKind::Void, 0, None)?;
+            mark(
+                c,
+                order.gift_id,
+                SagaState::Voided,
+                fence,
+                Some(reason),
+                None,
+            )?;
+            Ok(VoidOutcome::Voided)
+        }
+    }
+}
+
+// ---- Row helpers. ----------------------------------------------------------------------------
+
+/// Fails with `Fenced` if `fence` is below the room's installed fence or the saga's own.
+fn ensure_fence(c: &Connection, room: &RoomId, fence: u64, saga_fence: u64) -> Result<()> {
+    let installed: Option<i64> = c
+        .prepare_cached("SELECT fence FROM room_owner WHERE room = ?1")
+        .map_err(db)?
+        .query_row([room.as_str()], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    let floor = match installed {
+        Some(f) => from_sql_fence(f)?.max(saga_fence),
+        None => saga_fence,
+    };
+    if fence < floor {
+        return Err(StorageError::Fenced { token: fence });
+    }
+    Ok(())
+}
+
+/// `order_json, state, fence, reason, balance_after, updated_ms` of one saga row.
+type SagaRow = (String, String, i64, Option<String>, Option<i64>, i64);
+
+fn load_saga(c: &Connection, gift_id: Uuid) -> Result<Option<SagaRecord>> {
+    let row: Option<SagaRow> = c
+        .prepare_cached(
+            "SELECT order_json, state, fence, reason, balance_after, updated_ms
+             FROM gift_saga WHERE gift_id = ?1",
+        )
+        .map_err(db)?
+        .query_row([gift_id.as_bytes().as_slice()], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .optional()
+        .map_err(db)?;
+    let Some((json, state, fence, reason, balance_after, updated_ms)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(SagaRecord {
+        order: GiftOrder::from_json(gift_id, &json)?,
+        state: SagaState::parse(&state)?,
+        fence: from_sql_fence(fence)?,
+        reason: reason.as_deref().map(VoidReason::parse).transpose()?,
+        balance_after,
+        updated_ms,
+    }))
+}
+
+fn mark(
+    c: &Connection,
+    gift_id: Uuid,
+    state: SagaState,
+    fence: u64,
+    reason: Option<VoidReason>,
+    balance_after: Option<i64>,
+) -> Result<()> {
+    c.prepare_cached(
+        "UPDATE gift_saga SET state = ?1, fence = MAX(fence, ?2), reason = ?3,
+           balance_after = COALESCE(?4, balance_after), updated_ms = ?5
+         WHERE gift_id = ?6",
+    )
+    .map_err(db)?
+    .execute(params![
+        state.as_str(),
+        to_sql_fence(fence)?,
+        reason.map(VoidReason::as_str),
+        balance_after,
+        now_ms(),
+        gift_id.as_bytes().as_slice()
+    ])
+    .map_err(db)?;
+    Ok(())
+}
+
+fn entry_kind(c: &Connection, user: &str, entry_id: Uuid) -> Result<Option<EntryKind>> {
+    let kind: Option<String> = c
+        .prepare_cached("SELECT kind FROM entry WHERE user = ?1 AND entry_id = ?2")
+        .map_err(db)?
+        .query_row(params![user, entry_id.as_bytes().as_slice()], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    kind.as_deref().map(EntryKind::parse).transpose()
+}
+
+fn entry_balance(c: &Connection, user: &str, entry_id: Uuid) -> Result<i64> {
+    let b: Option<i64> = c
+        .prepare_cached("SELECT balance_after FROM entry WHERE user = ?1 AND entry_id = ?2")
+        .map_err(db)?
+        .query_row(params![user, entry_id.as_bytes().as_slice()], |r| r.get(0))
+        .map_err(db)?;
+    Ok(b.unwrap_or(0))
+}
+
+fn insert_entry(
+    c: &Connection,
+    user: &str,
+    entry_id: Uuid,
+    kind: EntryKind,
+    amount: i64,
+    balance_after: Option<i64>,
+) -> Result<()> {
+    c.prepare_cached(
+        "INSERT INTO entry (user, entry_id, kind, amount, balance_after, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .map_err(db)?
+    .execute(params![
+        user,
+        entry_id.as_bytes().as_slice(),
+        kind.as_str(),
+        amount,
+        balance_after,
+        now_ms()
+    ])
+    .map_err(db)?;
+    Ok(())
+}
+
+fn coins(c: &Connection, user: &str) -> Result<i64> {
+    c.prepare_cached("SELECT coins FROM account WHERE user = ?1")
+        .map_err(db)?
+        .query_row([user], |r| r.get(0))
+        .optional()
+        .map_err(db)
+        .map(|v| v.unwrap_or(0))
+}
+
+/// Adds `delta` to the user's coins and returns the new balance (the CHECK keeps it >= 0).
+/// A debit (negative delta) needs an existing account: the upsert's candidate row would fail
+/// the CHECK before the conflict is resolved.
+fn add_coins(c: &Connection, user: &str, delta: i64) -> Result<i64> {
+    let sql = if delta < 0 {
+        "UPDATE account SET coins = coins + ?2 WHERE user = ?1 RETURNING coins"
+    } else {
+        "INSERT INTO account (user, coins) VALUES (?1, ?2)
+         ON CONFLICT (user) DO UPDATE SET coins = coins + ?2
+         RETURNING coins"
+    };
+    c.prepare_cached(sql)
+        .map_err(db)?
+        .query_row(params![user, delta], |r| r.get(0))
+        .map_err(db)
+}
+
+fn add_house(c: &Connection, name: &str, delta: i64) -> Result<()> {
+    c.prepare_cached("UPDATE house SET amount = amount + ?1 WHERE name = ?2")
+        .map_err(db)?
+        .execute(params![delta, name])
+        .map_err(db)?;
+    Ok(())
+}
+
+fn house(c: &Connection, name: &str) -> Result<i64> {
+    c.prepare_cached("SELECT amount FROM house WHERE name = ?1")
+        .map_err(db)?
+        .query_row([name], |r| r.get(0))
+        .optional()
+        .map_err(db)
+        .map(|v| v.unwrap_or(0))
+}

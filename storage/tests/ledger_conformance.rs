@@ -1,0 +1,605 @@
+//! One conformance suite for every ledger engine: SQLite always; Scylla when
+//! `CHORUS_SCYLLA_NODES` (e.g. `127.0.0.1:9042`) names a reachable cluster.
+
+// The checks live in helper fns shared by both engines, not in #[test] fns themselves.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use protocol::{RoomId, UserId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::StorageError;
+use storage::ledger::{
+    Board, DebitOutcome, FenceInstall, GiftOrder, GiftOutcome, GiftResult, Ledger, LuckyPrize,
+    Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, gift_id, now_ms, saga,
+};
+use uuid::Uuid;
+
+/// A fresh ledger per test, with a namespace for ids so tests sharing a Scylla keyspace never
+/// collide. The temp dir (SQLite) lives as long as the ledger.
+struct Fixture {
+    ledger: Ledger,
+    ns: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Fixture {
+    fn user(&self, name: &str) -> UserId {
+        UserId::from(format!("{}-{name}", self.ns))
+    }
+    fn room(&self, name: &str) -> RoomId {
+        RoomId::from(format!("{}-{name}", self.ns))
+    }
+    fn order(
+        &self,
+        sender: &UserId,
+        req: &str,
+        room: &RoomId,
+        unit: i64,
+        to: &[UserId],
+    ) -> GiftOrder {
+        GiftOrder {
+            gift_id: gift_id(sender, req),
+            sender: sender.clone(),
+            room: room.clone(),
+            gift: "rose".into(),
+            count: 1,
+            unit_price: unit,
+            recipients: to.to_vec(),
+            share_bp: 5_000,
+            lucky: None,
+            created_ms: now_ms(),
+        }
+    }
+}
+
+async fn sqlite() -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ledger = Ledger::open("", dir.path())
+        .await
+        .expect("open sqlite ledger");
+    Fixture {
+        ledger,
+        ns: "t".into(),
+        _dir: Some(dir),
+    }
+}
+
+async fn scylla() -> Option<Fixture> {
+    let Ok(nodes) = std::env::var("CHORUS_SCYLLA_NODES") else {
+        println!("ledger conformance: not run against Scylla (CHORUS_SCYLLA_NODES unset)");
+        return None;
+    };
+    let url = format!("scylla://{nodes}/chorus_ledger_test");
+    let dir = std::env::temp_dir();
+    let ledger = Ledger::open(&url, &dir).await.expect("connect to Scylla");
+    Some(Fixture {
+        ledger,
+        ns: Uuid::new_v4().simple().to_string(),
+        _dir: None,
+    })
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_engine {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::sqlite().await).await;
+                }
+            )*
+        }
+        mod scylla_engine {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(f) = super::scylla().await {
+                        super::$name(f).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    concurrent_gifts_never_overdraw,
+    same_request_debits_once,
+    grants_are_idempotent_by_key,
+    stale_fence_is_rejected_and_changes_nothing,
+    crash_between_debit_and_settle_is_settled_by_owner,
+    non_owner_recovery_never_voids_a_debited_saga,
+    owner_voids_only_undebited_sagas,
+    money_is_conserved_over_random_gifts,
+    leaderboards_rank_settled_gifts,
+);
+
+async fn concurrent_gifts_never_overdraw(f: Fixture) {
+    let sender = f.user("rich");
+    let host = f.user("host");
+    let room = f.room("r");
+    const PRICE: i64 = 7;
+    f.ledger.grant(&sender, PRICE * 10, "seed").await.unwrap();
+    let ledger = Arc::new(f.ledger.clone());
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let order = f.order(
+            &sender,
+            &format!("req-{i}"),
+            &room,
+            PRICE,
+            std::slice::from_ref(&host),
+        );
+        let ledger = Arc::clone(&ledger);
+        tasks.push(tokio::spawn(
+            async move { ledger.send_gift(&order, 1).await },
+        ));
+    }
+    let (mut settled, mut nsf) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap().unwrap() {
+            GiftOutcome::Settled { balance, .. } => {
+                assert!(balance >= 0);
+                settled += 1;
+            }
+            GiftOutcome::InsufficientFunds { balance } => {
+                assert!((0..PRICE).contains(&balance));
+                nsf += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((settled, nsf), (10, 10));
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 0);
+    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
+}
+
+async fn same_request_debits_once(f: Fixture) {
+    let sender = f.user("s");
+    let host = f.user("h");
+    let room = f.room("r");
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    let order = f.order(&sender, "req-1", &room, 30, std::slice::from_ref(&host));
+    let first = f.ledger.send_gift(&order, 1).await.unwrap();
+    let GiftOutcome::Settled { order_id, balance } = first else {
+        panic!("first send: {first:?}");
+    };
+    assert_eq!(order_id, order.gift_id);
+    assert_eq!(balance, 70);
+    let again = f.ledger.send_gift(&order, 1).await.unwrap();
+    assert_eq!(
+        again,
+        GiftOutcome::Duplicate {
+            first: GiftResult::Settled {
+                order_id,
+                balance: 70
+            }
+        }
+    );
+    // Concurrent retries of one new request: still one debit.
+    let order2 = f.order(&sender, "req-2", &room, 30, std::slice::from_ref(&host));
+    let (a, b) = tokio::join!(
+        f.ledger.send_gift(&order2, 1),
+        f.ledger.send_gift(&order2, 1)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.result(), b.result());
+    assert!(
+        matches!(a, GiftOutcome::Duplicate { .. }) ^ matches!(b, GiftOutcome::Duplicate { .. })
+    );
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 40);
+    assert_eq!(f.ledger.earnings(&host).await.unwrap(), 30);
+    // A request refused for funds stays refused: its id is spent.
+    let big = f.order(&sender, "req-3", &room, 1_000, std::slice::from_ref(&host));
+    let nsf = f.ledger.send_gift(&big, 1).await.unwrap();
+    assert_eq!(nsf, GiftOutcome::InsufficientFunds { balance: 40 });
+    assert_eq!(
+        f.ledger.send_gift(&big, 1).await.unwrap(),
+        GiftOutcome::Duplicate {
+            first: GiftResult::InsufficientFunds { balance: 40 }
+        }
+    );
+}
+
+async fn grants_are_idempotent_by_key(f: Fixture) {
+    let u = f.user("u");
+    assert_eq!(f.ledger.balance(&u).await.unwrap(), 0);
+    let g = f.ledger.grant(&u, 50, "k1").await.unwrap();
+    assert!(g.applied);
+    assert_eq!(g.balance, 50);
+    let again = f.ledger.grant(&u, 50, "k1").await.unwrap();
+    assert!(!again.applied);
+    assert_eq!(again.balance, 50);
+    let other = f.ledger.grant(&u, 5, "k2").await.unwrap();
+    assert_eq!(other.balance, 55);
+    assert_eq!(f.ledger.balance(&u).await.unwrap(), 55);
+    assert!(f.ledger.grant(&u, 0, "k3").await.is_err());
+}
+
+async fn stale_fence_is_rejected_and_changes_nothing(f: Fixture) {
+    let sender = f.user("s");
+    let host = f.user("h");
+    let room = f.room("r");
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    assert_eq!(
+        f.ledger.install_fence(&room, 5, "n1/a").await.unwrap(),
+        FenceInstall::Installed
+    );
+    assert_eq!(
+        f.ledger.install_fence(&room, 5, "n1/a").await.unwrap(),
+        FenceInstall::Installed
+    );
+    assert_eq!(
+        f.ledger.install_fence(&room, 4, "n2/b").await.unwrap(),
+        FenceInstall::Stale { current: 5 }
+    );
+    let order = f.order(&sender, "req-1", &room, 10, std::slice::from_ref(&host));
+    let err = f.ledger.send_gift(&order, 4).await.unwrap_err();
+    assert!(matches!(err, StorageError::Fenced { token: 4 }), "{err:?}");
+    assert!(f.ledger.saga(order.gift_id).await.unwrap().is_none());
+
+    f.ledger.begin(&order, 5).await.unwrap();
+    assert_eq!(
+        f.ledger.install_fence(&room, 6, "n2/b").await.unwrap(),
+        FenceInstall::Installed
+    );
+    let err = f.ledger.debit(&order, 5).await.unwrap_err();
+    assert!(matches!(err, StorageError::Fenced { .. }), "{err:?}");
+    let rec = f.ledger.saga(order.gift_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, SagaState::Pending);
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 100);
+    assert!(matches!(
+        f.ledger.void(&order, 5, VoidReason::Cancelled).await,
+        Err(StorageError::Fenced { .. })
+    ));
+
+    // The new owner moves it; a saga-level fence also stops an older token.
+    assert!(matches!(
+        f.ledger.debit(&order, 6).await.unwrap(),
+        DebitOutcome::Debited { balance: 90 }
+    ));
+    f.ledger.touch(&order, 8).await.unwrap();
+    let err = f.ledger.settle(&order, 7).await.unwrap_err();
+    assert!(matches!(err, StorageError::Fenced { token: 7 }), "{err:?}");
+    assert_eq!(
+        f.ledger.saga(order.gift_id).await.unwrap().unwrap().state,
+        SagaState::Debited
+    );
+    f.ledger.settle(&order, 8).await.unwrap();
+    assert_eq!(
+        f.ledger.saga(order.gift_id).await.unwrap().unwrap().state,
+        SagaState::Settled
+    );
+}
+
+async fn crash_between_debit_and_settle_is_settled_by_owner(f: Fixture) {
+    let sender = f.user("s");
+    let hosts = [f.user("h1"), f.user("h2")];
+    let room = f.room("r");
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    let order = f.order(&sender, "req-1", &room, 10, &hosts);
+    f.ledger.begin(&order, 1).await.unwrap();
+    assert!(matches!(
+        f.ledger.debit(&order, 1).await.unwrap(),
+        DebitOutcome::Debited { balance: 80 }
+    ));
+    // "Crash": settle never runs. The next owner installs a higher fence and recovers.
+    f.ledger.install_fence(&room, 2, "n2/b").await.unwrap();
+    let pending = f.ledger.pending_sagas(&room, 0).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].state, SagaState::Debited);
+    let recovered = &pending[0].order;
+    assert_eq!(
+        f.ledger.recover(recovered, 2, true).await.unwrap(),
+        RecoveryOutcome::Settled
+    );
+    assert_eq!(
+        f.ledger.recover(recovered, 2, true).await.unwrap(),
+        RecoveryOutcome::AlreadyTerminal(SagaState::Settled)
+    );
+    assert!(f.ledger.pending_sagas(&room, 0).await.unwrap().is_empty());
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 80);
+    for h in &hosts {
+        assert_eq!(f.ledger.earnings(h).await.unwrap(), 5);
+    }
+    // The old owner's late settle is fenced out; a client retry sees the settled result.
+    assert!(matches!(
+        f.ledger.settle(&order, 1).await,
+        Err(StorageError::Fenced { .. })
+    ));
+    assert!(matches!(
+        f.ledger.send_gift(&order, 2).await.unwrap(),
+        GiftOutcome::Duplicate {
+            first: GiftResult::Settled { balance: 80, .. }
+        }
+    ));
+    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
+}
+
+/// The production bug: a non-owner's recovery marked debited sagas "compensated".
+async fn non_owner_recovery_never_voids_a_debited_saga(f: Fixture) {
+    let sender = f.user("s");
+    let host = f.user("h");
+    let room = f.room("r");
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    f.ledger.install_fence(&room, 3, "owner").await.unwrap();
+    let order = f.order(&sender, "req-1", &room, 25, std::slice::from_ref(&host));
+    f.ledger.begin(&order, 3).await.unwrap();
+    f.ledger.debit(&order, 3).await.unwrap();
+
+    // The non-owner (stale fence 2, or even a guessed higher one) releases and writes nothing.
+    for fence in [2, 3, 9] {
+        assert_eq!(
+            f.ledger.recover(&order, fence, false).await.unwrap(),
+            RecoveryOutcome::Released
+        );
+    }
+    let report = saga::recover_room(&f.ledger, &room, 2, false, 0)
+        .await
+        .unwrap();
+    assert_eq!((report.released, report.voided, report.settled), (1, 0, 0));
+    let rec = f.ledger.saga(order.gift_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, SagaState::Debited);
+    assert_eq!(rec.fence, 3);
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 75);
+
+    // An owner with a stale token is fenced, not terminal.
+    assert!(matches!(
+        f.ledger.recover(&order, 2, true).await,
+        Err(StorageError::Fenced { .. })
+    ));
+    assert_eq!(
+        f.ledger.saga(order.gift_id).await.unwrap().unwrap().state,
+        SagaState::Debited
+    );
+
+    // Even an owner's void loses to the debit that holds the key.
+    assert_eq!(
+        f.ledger
+            .void(&order, 3, VoidReason::Recovered)
+            .await
+            .unwrap(),
+        VoidOutcome::Debited
+    );
+    let report = saga::recover_room(&f.ledger, &room, 3, true, 0)
+        .await
+        .unwrap();
+    assert_eq!((report.settled, report.voided), (1, 0));
+    assert_eq!(
+        f.ledger.saga(order.gift_id).await.unwrap().unwrap().state,
+        SagaState::Settled
+    );
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 75);
+    assert_eq!(f.ledger.earnings(&host).await.unwrap(), 12);
+    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
+}
+
+async fn owner_voids_only_undebited_sagas(f: Fixture) {
+    let sender = f.user("s");
+    let host = f.user("h");
+    let room = f.room("r");
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    let order = f.order(&sender, "req-1", &room, 40, std::slice::from_ref(&host));
+    f.ledger.begin(&order, 1).await.unwrap();
+    assert_eq!(
+        f.ledger.recover(&order, 1, false).await.unwrap(),
+        RecoveryOutcome::Released
+    );
+    assert_eq!(
+        f.ledger.saga(order.gift_id).await.unwrap().unwrap().state,
+        SagaState::Pending
+    );
+    assert_eq!(
+        f.ledger.recover(&order, 1, true).await.unwrap(),
+        RecoveryOutcome::Voided
+    );
+    // The void claim holds the key: the late debit cannot happen.
+    assert_eq!(
+        f.ledger.debit(&order, 1).await.unwrap(),
+        DebitOutcome::Voided
+    );
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 100);
+    assert_eq!(
+        f.ledger.send_gift(&order, 1).await.unwrap(),
+        GiftOutcome::Duplicate {
+            first: GiftResult::Voided
+        }
+    );
+}
+
+async fn money_is_conserved_over_random_gifts(f: Fixture) {
+    const USERS: usize = 16;
+    const GIFTS: usize = 3_000;
+    const CONCURRENCY: usize = 64;
+    let users: Vec<UserId> = (0..USERS).map(|i| f.user(&format!("u{i}"))).collect();
+    let rooms = [f.room("a"), f.room("b"), f.room("c")];
+    let before = f.ledger.audit_totals().await.unwrap();
+    for (i, u) in users.iter().enumerate() {
+        f.ledger
+            .grant(u, 5_000 + 100 * i as i64, "seed")
+            .await
+            .unwrap();
+    }
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut orders: Vec<GiftOrder> = Vec::with_capacity(GIFTS);
+    for i in 0..GIFTS {
+        // Every tenth order is a client retry of the one before (same request, same content).
+        if i % 10 == 9 {
+            orders.push(orders[i - 1].clone());
+            continue;
+        }
+        let s = rng.random_range(0..USERS);
+        let n = rng.random_range(1..=3);
+        let mut to: Vec<UserId> = Vec::new();
+        while to.len() < n {
+            let r = users[rng.random_range(0..USERS)].clone();
+            if !to.contains(&r) {
+                to.push(r);
+            }
+        }
+        // Every tenth order repeats an earlier request id (a client retry).
+        let req = if i % 10 == 9 {
+            format!("req-{}", i - 1)
+        } else {
+            format!("req-{i}")
+        };
+        let mut o = f.order(
+            &users[s],
+            &req,
+            &rooms[rng.random_range(0..rooms.len())],
+            rng.random_range(1..=60),
+            &to,
+        );
+        o.count = rng.random_range(1..=3);
+        o.share_bp = rng.random_range(0..=10_000);
+        if rng.random_bool(0.1) {
+            let multiplier = rng.random_range(1..=50);
+            o.lucky = Some(LuckyPrize {
+                multiplier,
+                coins: o.unit_price * i64::from(multiplier),
+            });
+        }
+        orders.push(o);
+    }
+    let ledger = Arc::new(f.ledger.clone());
+    let mut expected_earnings: HashMap<UserId, i64> = HashMap::new();
+    let mut settled_ids = std::collections::HashSet::new();
+    for chunk in orders.chunks(CONCURRENCY) {
+        let mut tasks = Vec::new();
+        for o in chunk {
+            let (ledger, o) = (Arc::clone(&ledger), o.clone());
+            tasks.push(tokio::spawn(
+                async move { (ledger.send_gift(&o, 1).await, o) },
+            ));
+        }
+        for t in tasks {
+            let (out, o) = t.await.unwrap();
+            let out = out.unwrap();
+            let settled = matches!(out.result(), GiftResult::Settled { .. });
+            if settled && settled_ids.insert(o.gift_id) {
+                for r in &o.recipients {
+                    *expected_earnings.entry(r.clone()).or_default() += o.earnings_per_recipient();
+                }
+            }
+        }
+    }
+    assert!(settled_ids.len() > GIFTS / 2, "most gifts should settle");
+    let after = f.ledger.audit_totals().await.unwrap();
+    assert!(after.is_conserved(), "{after:?}");
+    let granted: i64 = (0..USERS as i64).map(|i| 5_000 + 100 * i).sum();
+    assert_eq!(after.granted - before.granted, granted);
+    for u in &users {
+        assert_eq!(
+            f.ledger.earnings(u).await.unwrap(),
+            expected_earnings.get(u).copied().unwrap_or(0),
+            "{u}"
+        );
+        assert!(f.ledger.balance(u).await.unwrap() >= 0);
+    }
+}
+
+async fn leaderboards_rank_settled_gifts(f: Fixture) {
+    let [a, b, c, h1, h2] = ["a", "b", "c", "h1", "h2"].map(|n| f.user(n));
+    let room = f.room("r");
+    let other = f.room("other");
+    for u in [&a, &b, &c] {
+        f.ledger.grant(u, 1_000, "seed").await.unwrap();
+    }
+    let send = |s: &UserId, req: &str, unit: i64, to: &[UserId], room: &RoomId| {
+        let o = f.order(s, req, room, unit, to);
+        let l = f.ledger.clone();
+        async move { l.send_gift(&o, 1).await.unwrap() }
+    };
+    send(&a, "1", 10, std::slice::from_ref(&h1), &room).await;
+    send(&b, "1", 30, &[h1.clone(), h2.clone()], &room).await; // b spends 60
+    send(&c, "1", 20, std::slice::from_ref(&h2), &room).await;
+    send(&a, "2", 15, std::slice::from_ref(&h2), &room).await; // a spends 25
+    send(&c, "2", 500, std::slice::from_ref(&h1), &other).await; // other room: not counted
+    send(&a, "3", 5_000, std::slice::from_ref(&h1), &room).await; // insufficient funds: not counted
+
+    for period in [Period::Day, Period::Week, Period::All] {
+        let senders = f
+            .ledger
+            .leaderboard(&room, Board::Senders, period, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            senders,
+            vec![(b.clone(), 60), (a.clone(), 25), (c.clone(), 20)],
+            "{period:?}"
+        );
+        let receivers = f
+            .ledger
+            .leaderboard(&room, Board::Receivers, period, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            receivers,
+            vec![(h2.clone(), 65), (h1.clone(), 40)],
+            "{period:?}"
+        );
+    }
+    let top = f
+        .ledger
+        .leaderboard(&room, Board::Senders, Period::All, 1)
+        .await
+        .unwrap();
+    assert_eq!(top, vec![(b.clone(), 60)]);
+    assert!(
+        f.ledger
+            .leaderboard(&f.room("empty"), Board::Senders, Period::All, 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Durable SQLite throughput under concurrency (group commit). Not a pass/fail timing test:
+/// run it by hand and read the figure:
+/// `CARGO_TARGET_DIR=/work/target-ledger cargo test --release -p storage --test ledger_conformance -- --ignored --nocapture sqlite_gift_throughput`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by hand with --release"]
+async fn sqlite_gift_throughput() {
+    const SENDERS: usize = 1_000;
+    const GIFTS_PER_SENDER: usize = 100;
+    const IN_FLIGHT: usize = 2_048;
+    let f = sqlite().await;
+    let room = f.room("bench");
+    let host = f.user("host");
+    let senders: Vec<UserId> = (0..SENDERS).map(|i| f.user(&format!("s{i}"))).collect();
+    for s in &senders {
+        f.ledger.grant(s, 1_000_000, "seed").await.unwrap();
+    }
+    let ledger = Arc::new(f.ledger.clone());
+    let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(SENDERS * GIFTS_PER_SENDER);
+    for i in 0..GIFTS_PER_SENDER {
+        for s in &senders {
+            let o = f.order(s, &format!("b{i}"), &room, 3, std::slice::from_ref(&host));
+            let ledger = Arc::clone(&ledger);
+            let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+            tasks.push(tokio::spawn(async move {
+                let out = ledger.send_gift(&o, 1).await;
+                drop(permit);
+                out
+            }));
+        }
+    }
+    let mut settled = 0usize;
+    for t in tasks {
+        if matches!(t.await.unwrap().unwrap(), GiftOutcome::Settled { .. }) {
+            settled += 1;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "sqlite ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {IN_FLIGHT} in flight)",
+        settled as f64 / secs
+    );
+    assert_eq!(settled, SENDERS * GIFTS_PER_SENDER);
+    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
+}
