@@ -640,7 +640,8 @@ pub struct Totals {
 }
 
 impl Totals {
-    /// Whether every coin is accounted for and no account is negative.
+    /// Whether every coin is accounted for and no account is negative. Exact at quiescence: a
+    /// saga between DEBITED and SETTLED holds coins that are in no balance yet.
     pub fn is_conserved(&self) -> bool {
         self.negative_accounts == 0
             && self.coins + self.earnings + self.platform_revenue - self.lucky_paid == self.granted

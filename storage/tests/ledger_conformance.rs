@@ -17,8 +17,8 @@ use storage::ledger::{
 };
 use uuid::Uuid;
 
-/// A fresh ledger per test, with a namespace for ids so tests sharing a Scylla keyspace never
-/// collide. The temp dir (SQLite) lives as long as the ledger.
+/// A fresh ledger per test (a temp SQLite file, or a fresh Scylla keyspace), with a namespace
+/// for ids. The temp dir lives as long as the ledger.
 struct Fixture {
     ledger: Ledger,
     ns: String,
@@ -72,12 +72,14 @@ async fn scylla() -> Option<Fixture> {
         println!("ledger conformance: not run against Scylla (CHORUS_SCYLLA_NODES unset)");
         return None;
     };
-    let url = format!("scylla://{nodes}/chorus_ledger_test");
+    // One keyspace per test, so each test's audit sees only its own money.
+    let ns = Uuid::new_v4().simple().to_string();
+    let url = format!("scylla://{nodes}/chorus_test_{ns}");
     let dir = std::env::temp_dir();
     let ledger = Ledger::open(&url, &dir).await.expect("connect to Scylla");
     Some(Fixture {
         ledger,
-        ns: Uuid::new_v4().simple().to_string(),
+        ns,
         _dir: None,
     })
 }

@@ -43,11 +43,17 @@ pub enum Decision {
     Corrupt(EntryKind),
 }
 
-/// The decision after an attempt to write `claim` (`Debit` or `Void`) under a gift id.
+/// The decision after an attempt to write `claim` under its key: `Debit` or `Void` under a gift
+/// id (either may hold it), `Grant` or `Lucky` under their own keys.
 pub fn decide(claim: EntryKind, observed: Observation) -> Decision {
-    let holder = |kind: EntryKind| match kind {
-        EntryKind::Debit | EntryKind::Void => Decision::Holds(kind),
-        other => Decision::Corrupt(other),
+    // A gift id is claimed by its debit or its void; any other key only by its own kind.
+    let gift_key = |k: EntryKind| matches!(k, EntryKind::Debit | EntryKind::Void);
+    let holder = |kind: EntryKind| {
+        if kind == claim || (gift_key(claim) && gift_key(kind)) {
+            Decision::Holds(kind)
+        } else {
+            Decision::Corrupt(kind)
+        }
     };
     match observed {
         Observation::Applied => Decision::Holds(claim),
@@ -147,6 +153,17 @@ mod tests {
         let absent = Observation::ReadBack { entry: None };
         assert_eq!(decide(Debit, absent), Decision::ResendSame);
         assert_eq!(decide(Void, absent), Decision::ResendSame);
+    }
+
+    #[test]
+    fn credits_hold_only_their_own_keys() {
+        let o = Observation::NotApplied { entry: Some(Grant) };
+        assert_eq!(decide(Grant, o), Decision::Holds(Grant));
+        let o = Observation::ReadBack { entry: Some(Lucky) };
+        assert_eq!(decide(Lucky, o), Decision::Holds(Lucky));
+        let o = Observation::NotApplied { entry: Some(Debit) };
+        assert_eq!(decide(Grant, o), Decision::Corrupt(Debit));
+        assert_eq!(decide(Lucky, Observation::Applied), Decision::Holds(Lucky));
     }
 
     #[test]
