@@ -21,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use storage::lease::{LeaseStore, node_of};
+
 use crate::Core;
 
 /// Largest admin request body accepted.
@@ -42,9 +44,11 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
 
 /// What the admin API reaches.
 pub(crate) struct Admin {
-    pub(crate) core: Arc<Core>,
+    pub(crate) node: protocol::NodeId,
+    pub(crate) core: Option<Arc<Core>>,
     pub(crate) token: Option<String>,
     pub(crate) shard: Option<shard::Shard>,
+    pub(crate) leases: LeaseStore,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -140,10 +144,11 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     info!(%method, %path, "Admin call.");
     metrics::counter!("chorus_admin_calls_total", "verb" => verb_of(&method, &parts)).increment(1);
     match (&method, parts.as_slice()) {
-        (&Method::GET, ["rooms", id]) if is_valid_id(id) => room(admin, RoomId::from(*id)),
-        (&Method::POST, ["wallets", user, "grant"]) if is_valid_id(user) => {
-            admin.core.admin_grant(user, &body).await
-        }
+        (&Method::GET, ["rooms", id]) if is_valid_id(id) => room(admin, RoomId::from(*id)).await,
+        (&Method::POST, ["wallets", user, "grant"]) if is_valid_id(user) => match &admin.core {
+            Some(core) => core.admin_grant(user, &body).await,
+            None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+        },
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
     }
 }
@@ -156,15 +161,24 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
     }
 }
 
-fn room(admin: &Admin, room: RoomId) -> Resp {
-    let Some(shard) = &admin.shard else {
-        return error(StatusCode::NOT_FOUND, "this node runs no rooms");
-    };
-    match shard.fence_of(&room) {
-        Some(fence) => json_resp(
-            StatusCode::OK,
-            &json!({ "room": room, "owner": shard.node(), "fence": fence, "running": true }),
-        ),
-        None => error(StatusCode::NOT_FOUND, "room is not running on this node"),
+/// `GET /admin/rooms/{id}`: the live lease holder and fence, answered by any node.
+async fn room(admin: &Admin, room: RoomId) -> Resp {
+    match admin.leases.holder(&room).await {
+        Ok(Some((owner, fence))) => {
+            let here = admin.shard.as_ref().and_then(|s| s.fence_of(&room));
+            json_resp(
+                StatusCode::OK,
+                &json!({
+                    "room": room,
+                    "owner": node_of(&owner),
+                    "owner_id": owner,
+                    "fence": fence,
+                    "answered_by": admin.node,
+                    "running_here": here == Some(fence),
+                }),
+            )
+        }
+        Ok(None) => error(StatusCode::NOT_FOUND, "room has no owner now (not loaded)"),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }
 }

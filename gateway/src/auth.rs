@@ -105,9 +105,10 @@ impl Authenticator {
 /// Finds the token in an upgrade request: `Authorization: Bearer <t>` or `?token=<t>`.
 pub fn token_from_request<B>(req: &http::Request<B>) -> Option<String> {
     if let Some(h) = req.headers().get(http::header::AUTHORIZATION)
-        && let Some(t) = h.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) {
-            return Some(t.trim().to_owned());
-        }
+        && let Some(t) = h.to_str().ok().and_then(|v| v.strip_prefix("Bearer "))
+    {
+        return Some(t.trim().to_owned());
+    }
     req.uri().query().and_then(|q| {
         q.split('&')
             .filter_map(|kv| kv.split_once('='))

@@ -38,8 +38,71 @@ pub struct Cli {
 pub enum Cmd {
     /// Gateway + shard + embedded storage in one process (the default).
     Standalone(StandaloneArgs),
+    /// A shard node of a cluster: owns rooms through Redis leases.
+    Shard(ShardArgs),
+    /// A gateway node of a cluster: terminates WebSockets, routes by the ring.
+    Gateway(GatewayArgs),
     /// Print a client token for a user, signed with the configured secret.
     Token(TokenArgs),
+}
+
+/// `chorus shard` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ShardArgs {
+    /// Optional TOML config file (same keys as standalone where they apply).
+    #[arg(long, env = "CHORUS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// This node's id (unique in the cluster), e.g. s1.
+    #[arg(long, env = "CHORUS_NODE_ID")]
+    pub node_id: String,
+    /// Redis URL, e.g. redis://127.0.0.1:6379.
+    #[arg(long, env = "CHORUS_REDIS")]
+    pub redis: String,
+    /// Link listen address (gateways connect here).
+    #[arg(long, env = "CHORUS_LINK_ADDR", default_value = "127.0.0.1:7101")]
+    pub link_addr: SocketAddr,
+    /// Admin HTTP listen address.
+    #[arg(long, env = "CHORUS_ADMIN_ADDR", default_value = "127.0.0.1:9101")]
+    pub admin_addr: SocketAddr,
+    /// Room lease TTL in milliseconds (default 10000; renewed every TTL/3).
+    #[arg(long, env = "CHORUS_LEASE_TTL_MS")]
+    pub lease_ttl_ms: Option<u64>,
+    /// Milliseconds without members before a room unloads (default 60000).
+    #[arg(long, env = "CHORUS_IDLE_UNLOAD_MS")]
+    pub idle_unload_ms: Option<u64>,
+    /// TEST ONLY: renew a room's lease on its traffic instead of on the timer. Reproduces the
+    /// seed incident (quiet rooms lose their owner). Never use in production.
+    #[arg(long, hide = true, env = "CHORUS_TEST_RENEW_ON_TRAFFIC")]
+    pub test_renew_on_traffic: bool,
+}
+
+/// `chorus gateway` flags.
+#[derive(Debug, Clone, Args)]
+pub struct GatewayArgs {
+    /// Optional TOML config file (same keys as standalone where they apply).
+    #[arg(long, env = "CHORUS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// This node's id (unique in the cluster), e.g. g1.
+    #[arg(long, env = "CHORUS_NODE_ID")]
+    pub node_id: String,
+    /// Redis URL, e.g. redis://127.0.0.1:6379.
+    #[arg(long, env = "CHORUS_REDIS")]
+    pub redis: String,
+    /// WebSocket listen address.
+    #[arg(long, env = "CHORUS_WS_ADDR", default_value = "127.0.0.1:8080")]
+    pub ws_addr: SocketAddr,
+    /// Admin HTTP listen address.
+    #[arg(long, env = "CHORUS_ADMIN_ADDR", default_value = "127.0.0.1:9201")]
+    pub admin_addr: SocketAddr,
+    /// Server ping interval in milliseconds (default 15000).
+    #[arg(long, env = "CHORUS_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+    /// Per-connection requests per second (default 20).
+    #[arg(long, env = "CHORUS_RATE_PER_SEC")]
+    pub rate_per_sec: Option<u32>,
+    /// Per-connection burst (default 40).
+    #[arg(long, env = "CHORUS_RATE_BURST")]
+    pub rate_burst: Option<u32>,
 }
 
 /// Flags shared by every role.
@@ -180,9 +243,10 @@ pub fn secret(
     generate: bool,
 ) -> anyhow::Result<Option<(String, bool)>> {
     if let Ok(v) = std::env::var(env)
-        && !v.is_empty() {
-            return Ok(Some((v, false)));
-        }
+        && !v.is_empty()
+    {
+        return Ok(Some((v, false)));
+    }
     if let Some(v) = from_file {
         return Ok(Some((v.clone(), false)));
     }
@@ -220,24 +284,24 @@ fn ms(v: Option<u64>) -> Option<Duration> {
     v.map(Duration::from_millis)
 }
 
-/// Builds the standalone configuration (secrets resolved separately).
-pub fn standalone_config(
-    a: &StandaloneArgs,
+/// Applies the gateway settings of the flags and the file.
+pub fn gateway_settings(
+    heartbeat_ms: Option<u64>,
+    rate_per_sec: Option<u32>,
+    rate_burst: Option<u32>,
     f: &FileConfig,
-    jwt_secret: Vec<u8>,
-    admin_token: Option<String>,
-) -> anyhow::Result<StandaloneConfig> {
+) -> GatewayConfig {
     let mut g = GatewayConfig::default();
-    if let Some(v) = a.heartbeat_ms.or(f.heartbeat_ms) {
+    if let Some(v) = heartbeat_ms.or(f.heartbeat_ms) {
         g.heartbeat = Duration::from_millis(v.max(1));
     }
-    if let Some(v) = a.max_frame_bytes.or(f.max_frame_bytes) {
+    if let Some(v) = f.max_frame_bytes {
         g.max_frame_bytes = v;
     }
-    if let Some(v) = a.rate_per_sec.or(f.rate_per_sec) {
+    if let Some(v) = rate_per_sec.or(f.rate_per_sec) {
         g.rate_per_sec = v;
     }
-    if let Some(v) = a.rate_burst.or(f.rate_burst) {
+    if let Some(v) = rate_burst.or(f.rate_burst) {
         g.rate_burst = v;
     }
     if let Some(v) = f.flood_close_after {
@@ -252,11 +316,20 @@ pub fn standalone_config(
     if let Some(v) = ms(f.write_timeout_ms) {
         g.write_timeout = v;
     }
+    g
+}
+
+/// Applies the shard settings of the file (and the given overrides).
+pub fn shard_settings(
+    idle_unload_ms: Option<u64>,
+    lease_ttl_ms: Option<u64>,
+    f: &FileConfig,
+) -> ShardConfig {
     let mut s = ShardConfig::default();
-    if let Some(v) = ms(a.idle_unload_ms.or(f.idle_unload_ms)) {
+    if let Some(v) = ms(idle_unload_ms.or(f.idle_unload_ms)) {
         s.idle_unload = v;
     }
-    if let Some(v) = ms(f.lease_ttl_ms) {
+    if let Some(v) = ms(lease_ttl_ms.or(f.lease_ttl_ms)) {
         s.lease_ttl = v;
     }
     if let Some(v) = f.history_events {
@@ -271,7 +344,25 @@ pub fn standalone_config(
     if let Some(v) = ms(f.member_count_interval_ms) {
         s.member_count_interval = v;
     }
-    if let Some(v) = a.auto_create.or(f.auto_create) {
+    if let Some(v) = f.auto_create {
+        s.auto_create = v;
+    }
+    s
+}
+
+/// Builds the standalone configuration (secrets resolved separately).
+pub fn standalone_config(
+    a: &StandaloneArgs,
+    f: &FileConfig,
+    jwt_secret: Vec<u8>,
+    admin_token: Option<String>,
+) -> anyhow::Result<StandaloneConfig> {
+    let mut g = gateway_settings(a.heartbeat_ms, a.rate_per_sec, a.rate_burst, f);
+    if let Some(v) = a.max_frame_bytes {
+        g.max_frame_bytes = v;
+    }
+    let mut s = shard_settings(a.idle_unload_ms, None, f);
+    if let Some(v) = a.auto_create {
         s.auto_create = v;
     }
     let parse = |s: &str| -> anyhow::Result<SocketAddr> { Ok(s.parse()?) };

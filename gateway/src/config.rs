@@ -25,6 +25,9 @@ pub const DEFAULT_READ_BUFFER_BYTES: usize = 4 * 1024;
 pub const DEFAULT_WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// Frames the writer takes from the outbox before one flush (batching writes).
 pub const WRITE_BATCH_FRAMES: usize = 64;
+/// How long the gateway keeps retrying a command whose room has no reachable owner (covers a
+/// lease TTL of 10 s plus failure detection), before answering `UNAVAILABLE`.
+pub const DEFAULT_ROUTE_RETRY_BUDGET: Duration = Duration::from_secs(15);
 /// Longest time a client may take to finish the WebSocket handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -51,6 +54,8 @@ pub struct GatewayConfig {
     pub read_buffer_bytes: usize,
     /// WebSocket write buffer size.
     pub write_buffer_bytes: usize,
+    /// How long routing retries last before `UNAVAILABLE`.
+    pub route_retry_budget: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -66,6 +71,7 @@ impl Default for GatewayConfig {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             read_buffer_bytes: DEFAULT_READ_BUFFER_BYTES,
             write_buffer_bytes: DEFAULT_WRITE_BUFFER_BYTES,
+            route_retry_budget: DEFAULT_ROUTE_RETRY_BUDGET,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use bytes::Bytes;
 use protocol::client::{self, RoomLeft};
 use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, ToGateway};
-use protocol::{RoomId, SessionId, UserId};
+use protocol::{NodeId, RoomId, SessionId, UserId};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::warn;
 
@@ -21,13 +21,17 @@ use crate::outbox::Outbox;
 struct Slot {
     user: UserId,
     out: Arc<Outbox>,
-    room: Option<RoomId>,
+    /// The room the session is in, and the shard it joined through. Events and evictions for
+    /// the room count only when they come from that shard: a deposed owner's late events never
+    /// reach a session that rejoined through the new owner.
+    room: Option<(RoomId, NodeId)>,
 }
 
 #[derive(Debug, Default)]
 struct HubState {
     sessions: HashMap<SessionId, Slot>,
-    rooms: HashMap<RoomId, HashSet<SessionId>>,
+    /// room -> shard it was joined through -> sessions.
+    rooms: HashMap<RoomId, HashMap<NodeId, HashSet<SessionId>>>,
     users: HashMap<UserId, Vec<SessionId>>,
 }
 
@@ -86,8 +90,8 @@ impl Hub {
                 st.users.remove(&slot.user);
             }
         }
-        let room = slot.room?;
-        remove_member(&mut st, &room, session);
+        let (room, via) = slot.room?;
+        remove_member(&mut st, &room, &via, session);
         Some(PendingLeave {
             session,
             user: slot.user,
@@ -104,18 +108,52 @@ impl Hub {
         }
     }
 
-    /// Applies one message from a shard. Returns the leaves the gateway must now send.
-    pub(crate) fn apply(&self, msg: ToGateway) -> Vec<PendingLeave> {
+    /// Applies one message from shard `from`. Returns the leaves the gateway must now send.
+    pub(crate) fn apply(&self, from: &NodeId, msg: ToGateway) -> Vec<PendingLeave> {
         match msg {
-            ToGateway::Reply(r) => self.reply(r),
+            ToGateway::Reply(r) => self.reply(from, r),
             ToGateway::Event(e) => {
-                self.event(e);
+                self.event(from, e);
                 Vec::new()
             }
         }
     }
 
-    fn reply(&self, r: Reply) -> Vec<PendingLeave> {
+    /// Takes every session whose room is served through shard `via` (or, with `moved`, whose
+    /// room the ring now places elsewhere) out of its room, telling each with `room.left`
+    /// (reason `unavailable`): the client rejoins with `since` and reaches the new owner.
+    pub(crate) fn evict_where(&self, cond: impl Fn(&RoomId, &NodeId) -> bool) -> usize {
+        let mut st = self.write();
+        let hit: Vec<(SessionId, RoomId, NodeId)> = st
+            .sessions
+            .iter()
+            .filter_map(|(s, slot)| {
+                let (room, via) = slot.room.as_ref()?;
+                cond(room, via).then(|| (*s, room.clone(), via.clone()))
+            })
+            .collect();
+        for (s, room, via) in &hit {
+            if let Some(slot) = st.sessions.get_mut(s) {
+                slot.room = None;
+                let notice = client::encode_event(
+                    "room.left",
+                    None,
+                    None,
+                    &RoomLeft {
+                        room: room.clone(),
+                        reason: "unavailable".into(),
+                    },
+                );
+                if let Some(t) = text(notice) {
+                    slot.out.push(t);
+                }
+            }
+            remove_member(&mut st, room, via, *s);
+        }
+        hit.len()
+    }
+
+    fn reply(&self, from: &NodeId, r: Reply) -> Vec<PendingLeave> {
         let mut leaves = Vec::new();
         let frame = r.client_id.map(|id| match &r.outcome {
             Ok(ok) => client::encode_ok_raw(id, ok),
@@ -143,19 +181,25 @@ impl Hub {
                 let old = st
                     .sessions
                     .get_mut(&r.session)
-                    .and_then(|s| s.room.replace(r.room.clone()));
+                    .and_then(|s| s.room.replace((r.room.clone(), from.clone())));
                 st.rooms
                     .entry(r.room.clone())
                     .or_default()
+                    .entry(from.clone())
+                    .or_default()
                     .insert(r.session);
-                if let Some(old) = old.filter(|o| *o != r.room) {
-                    remove_member(&mut st, &old, r.session);
-                    leaves.push(PendingLeave {
-                        session: r.session,
-                        user: user.clone(),
-                        room: old,
-                        reason: LeaveReason::Switched,
-                    });
+                if let Some((old, old_via)) = old {
+                    if old != r.room || old_via != *from {
+                        remove_member(&mut st, &old, &old_via, r.session);
+                    }
+                    if old != r.room {
+                        leaves.push(PendingLeave {
+                            session: r.session,
+                            user: user.clone(),
+                            room: old,
+                            reason: LeaveReason::Switched,
+                        });
+                    }
                 }
                 // A user is in at most one room: the user's other sessions on this gateway
                 // leave their rooms.
@@ -168,7 +212,7 @@ impl Hub {
                     let Some(o) = st.sessions.get_mut(&other) else {
                         continue;
                     };
-                    let Some(room) = o.room.take_if(|room| *room != r.room) else {
+                    let Some((room, via)) = o.room.take_if(|(room, _)| *room != r.room) else {
                         continue;
                     };
                     let notice = client::encode_event(
@@ -183,7 +227,7 @@ impl Hub {
                     if let Some(t) = text(notice) {
                         o.out.push(t);
                     }
-                    remove_member(&mut st, &room, other);
+                    remove_member(&mut st, &room, &via, other);
                     leaves.push(PendingLeave {
                         session: other,
                         user: user.clone(),
@@ -194,32 +238,40 @@ impl Hub {
             }
             Some(Membership::Left) => {
                 if let Some(slot) = st.sessions.get_mut(&r.session)
-                    && slot.room.as_ref() == Some(&r.room) {
-                        slot.room = None;
-                    }
-                remove_member(&mut st, &r.room, r.session);
+                    && slot
+                        .room
+                        .as_ref()
+                        .is_some_and(|(room, via)| *room == r.room && via == from)
+                {
+                    slot.room = None;
+                }
+                remove_member(&mut st, &r.room, from, r.session);
             }
             None => {}
         }
         if let Some(frame) = frame.and_then(text)
-            && let Some(slot) = st.sessions.get(&r.session) {
-                slot.out.push(frame);
-            }
+            && let Some(slot) = st.sessions.get(&r.session)
+        {
+            slot.out.push(frame);
+        }
         leaves
     }
 
-    fn event(&self, e: RoomEvent) {
+    fn event(&self, from: &NodeId, e: RoomEvent) {
         let Some(frame) = text(e.frame) else { return };
         if let Audience::Evict(list) = &e.audience {
             let mut st = self.write();
             for s in list {
-                if let Some(slot) = st.sessions.get_mut(s) {
+                if let Some(slot) = st.sessions.get_mut(s)
+                    && slot
+                        .room
+                        .as_ref()
+                        .is_some_and(|(room, via)| *room == e.room && via == from)
+                {
                     slot.out.push(frame.clone());
-                    if slot.room.as_ref() == Some(&e.room) {
-                        slot.room = None;
-                    }
+                    slot.room = None;
+                    remove_member(&mut st, &e.room, from, *s);
                 }
-                remove_member(&mut st, &e.room, *s);
             }
             return;
         }
@@ -229,11 +281,10 @@ impl Hub {
                 slot.out.push(frame.clone());
             }
         };
+        let members = st.rooms.get(&e.room).and_then(|m| m.get(from));
         match &e.audience {
-            Audience::All => st.rooms.get(&e.room).into_iter().flatten().for_each(push),
-            Audience::AllBut(x) => st
-                .rooms
-                .get(&e.room)
+            Audience::All => members.into_iter().flatten().for_each(push),
+            Audience::AllBut(x) => members
                 .into_iter()
                 .flatten()
                 .filter(|s| *s != x)
@@ -244,10 +295,15 @@ impl Hub {
     }
 }
 
-fn remove_member(st: &mut HubState, room: &RoomId, session: SessionId) {
-    if let Some(set) = st.rooms.get_mut(room) {
-        set.remove(&session);
-        if set.is_empty() {
+fn remove_member(st: &mut HubState, room: &RoomId, via: &NodeId, session: SessionId) {
+    if let Some(by_shard) = st.rooms.get_mut(room) {
+        if let Some(set) = by_shard.get_mut(via) {
+            set.remove(&session);
+            if set.is_empty() {
+                by_shard.remove(via);
+            }
+        }
+        if by_shard.is_empty() {
             st.rooms.remove(room);
         }
     }

@@ -7,7 +7,8 @@
 //! - `server`: the accept loop and the upgrade check; `session`: one task per socket;
 //!   `outbox`: the bounded per-socket queue (slow consumer -> 4000).
 //! - `hub`: local sessions, room fan-out, and what shards send back.
-//! - [`router`]: room -> shard.
+//! - [`router`]: room -> shard; `link`: the link client to one shard.
+//! - [`cluster`]: the `gateway` and `shard` roles of a cluster.
 //! - `admin`: the admin HTTP port.
 //! - [`standalone`]: gateway + in-process shard + embedded storage in one process.
 //! - [`signal`]: SIGTERM/SIGINT -> cancel the root token.
@@ -15,8 +16,10 @@
 mod admin;
 pub mod auth;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 mod hub;
+mod link;
 pub mod metrics;
 mod outbox;
 pub mod router;
@@ -25,15 +28,25 @@ mod session;
 pub mod signal;
 pub mod standalone;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
 use protocol::client::{self, Op};
 use protocol::link::{Command, RoomCmd, ToGateway};
 use protocol::{ErrorCode, NodeId, RoomId, SessionId, UserId};
+
+/// First delay before a routing retry; doubles per attempt.
+const RETRY_MIN_DELAY: Duration = Duration::from_millis(20);
+/// Longest delay between routing retries.
+const RETRY_MAX_DELAY: Duration = Duration::from_millis(500);
+/// How often unanswered requests are checked against the retry budget.
+const PENDING_SWEEP: Duration = Duration::from_millis(500);
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -44,6 +57,7 @@ use hub::{Hub, PendingLeave, text};
 
 /// Everything a gateway's tasks share.
 pub(crate) struct Core {
+    me: Weak<Core>,
     pub(crate) node: NodeId,
     pub(crate) config: GatewayConfig,
     pub(crate) hub: Hub,
@@ -53,6 +67,15 @@ pub(crate) struct Core {
     pub(crate) tracker: TaskTracker,
     next_session: AtomicU64,
     next_req: AtomicU64,
+    /// Commands sent and not yet answered, kept for routing retries.
+    pending: Mutex<HashMap<u64, Pending>>,
+}
+
+/// A command waiting for its reply.
+struct Pending {
+    cmd: Command,
+    started: Instant,
+    attempt: u32,
 }
 
 impl Core {
@@ -63,8 +86,9 @@ impl Core {
         auth: auth::Authenticator,
         shutdown: CancellationToken,
         tracker: TaskTracker,
-    ) -> Self {
-        Self {
+    ) -> Arc<Self> {
+        let core = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             node,
             config,
             hub: Hub::default(),
@@ -74,7 +98,14 @@ impl Core {
             tracker,
             next_session: AtomicU64::new(1),
             next_req: AtomicU64::new(1),
-        }
+            pending: Mutex::new(HashMap::new()),
+        });
+        core.tracker.spawn(core.clone().sweep_pending());
+        core
+    }
+
+    fn self_ref(&self) -> Weak<Self> {
+        self.me.clone()
     }
 
     pub(crate) fn next_session(&self) -> SessionId {
@@ -91,7 +122,7 @@ impl Core {
         cmd: RoomCmd,
     ) {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
-        self.router.send(Command {
+        let cmd = Command {
             req,
             gateway: self.node.clone(),
             session,
@@ -99,7 +130,104 @@ impl Core {
             client_id,
             room,
             cmd,
+        };
+        self.pending().insert(
+            req,
+            Pending {
+                cmd: cmd.clone(),
+                started: Instant::now(),
+                attempt: 0,
+            },
+        );
+        if !self.router.send(cmd, None) {
+            self.retry_later(req, None);
+        }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends pending request `req` again after a backoff (to `hint` if given).
+    fn retry_later(&self, req: u64, hint: Option<NodeId>) {
+        let attempt = match self.pending().get_mut(&req) {
+            Some(p) => {
+                p.attempt += 1;
+                p.attempt
+            }
+            None => return,
+        };
+        ::metrics::counter!(crate::metrics::ROUTING_RETRIES).increment(1);
+        let delay = RETRY_MIN_DELAY
+            .saturating_mul(1 << attempt.min(6))
+            .min(RETRY_MAX_DELAY);
+        let me = self.self_ref();
+        self.tracker.spawn(async move {
+            let Some(core) = me.upgrade() else { return };
+            tokio::select! {
+                () = core.shutdown.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            let cmd = match core.pending().get(&req) {
+                Some(p) => p.cmd.clone(),
+                None => return,
+            };
+            if !core.router.send(cmd, hint.as_ref()) {
+                core.retry_later(req, None);
+            }
         });
+    }
+
+    /// Answers `UNAVAILABLE` to requests that found no owner within the retry budget.
+    pub(crate) async fn sweep_pending(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(PENDING_SWEEP);
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let budget = self.config.route_retry_budget;
+            let expired: Vec<Pending> = {
+                let mut p = self.pending();
+                let old: Vec<u64> = p
+                    .iter()
+                    .filter(|(_, v)| v.started.elapsed() > budget)
+                    .map(|(k, _)| *k)
+                    .collect();
+                old.iter().filter_map(|k| p.remove(k)).collect()
+            };
+            for p in expired {
+                if let Some(id) = p.cmd.client_id {
+                    let frame = client::encode_err(
+                        Some(id),
+                        ErrorCode::Unavailable,
+                        "room is moving or its shard is unreachable; retry",
+                    );
+                    if let Some(t) = text(frame) {
+                        self.hub.send_to(p.cmd.session, t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies one message from shard `from`: routing retries first, then the hub.
+    pub(crate) fn on_shard_message(&self, from: &NodeId, msg: ToGateway) {
+        if let ToGateway::Reply(r) = &msg {
+            let pending = self.pending().remove(&r.req);
+            if let (Some(p), Err(e)) = (pending, &r.outcome)
+                && e.code == ErrorCode::Unavailable
+                && p.started.elapsed() < self.config.route_retry_budget
+            {
+                let hint = e.owner_hint.clone().filter(|h| h != from);
+                let req = r.req;
+                self.pending().insert(req, p);
+                self.retry_later(req, hint);
+                return;
+            }
+        }
+        let leaves = self.hub.apply(from, msg);
+        self.send_leaves(leaves);
     }
 
     /// Sends the leaves the gateway makes on its own (switch, disconnect).
@@ -117,8 +245,8 @@ impl Core {
                 m = rx.recv() => m,
             };
             let Some(msg) = msg else { return };
-            let leaves = self.hub.apply(msg);
-            self.send_leaves(leaves);
+            let from = self.node.clone();
+            self.on_shard_message(&from, msg);
         }
     }
 

@@ -21,6 +21,8 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.cmd {
         Some(Cmd::Token(t)) => token(&t),
+        Some(Cmd::Shard(a)) => shard_node(&a),
+        Some(Cmd::Gateway(a)) => gateway_node(&a),
         Some(Cmd::Standalone(a)) => standalone(&a),
         None => standalone(&cli.standalone),
     }
@@ -99,4 +101,63 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     Ok(())
+}
+
+fn env_secret(name: &str, from_file: Option<&String>) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| from_file.cloned())
+}
+
+fn run_until_signal(
+    start: impl std::future::Future<
+        Output = Result<gateway::standalone::Running, gateway::standalone::StartError>,
+    >,
+    what: &str,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let running = start.await?;
+        println!(
+            "Chorus {what}: {} (admin http://{})",
+            running.ws_addr, running.admin_addr
+        );
+        tokio::spawn(gateway::signal::cancel_on_signal(running.shutdown_token()));
+        running.wait(SHUTDOWN_GRACE).await;
+        anyhow::Ok(())
+    })
+}
+
+fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
+    let file = cli::load_file(a.config.as_deref())?;
+    let cfg = gateway::cluster::ShardNodeConfig {
+        node_id: protocol::NodeId::from(a.node_id.as_str()),
+        redis: a.redis.clone(),
+        link_addr: a.link_addr,
+        admin_addr: a.admin_addr,
+        admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
+        shard: cli::shard_settings(a.idle_unload_ms, a.lease_ttl_ms, &file),
+        renew_on_traffic: a.test_renew_on_traffic,
+    };
+    run_until_signal(gateway::cluster::start_shard(cfg), "shard")
+}
+
+fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
+    let file = cli::load_file(a.config.as_deref())?;
+    let Some(secret) = env_secret("CHORUS_JWT_SECRET", file.jwt_secret.as_ref()) else {
+        anyhow::bail!("a gateway needs CHORUS_JWT_SECRET (or jwt_secret in the config)");
+    };
+    let cfg = gateway::cluster::GatewayNodeConfig {
+        node_id: protocol::NodeId::from(a.node_id.as_str()),
+        redis: a.redis.clone(),
+        ws_addr: a.ws_addr,
+        admin_addr: a.admin_addr,
+        admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
+        jwt_secret: secret.into_bytes(),
+        gateway: cli::gateway_settings(a.heartbeat_ms, a.rate_per_sec, a.rate_burst, &file),
+    };
+    run_until_signal(gateway::cluster::start_gateway(cfg), "gateway")
 }

@@ -13,6 +13,11 @@ pub const FRAMES_OUT: &str = "chorus_gateway_frames_out_total";
 /// Connections closed by the server (counter; label `code`).
 pub const CLOSES: &str = "chorus_gateway_closes_total";
 
+/// Commands sent again because their room had no reachable owner (counter).
+pub const ROUTING_RETRIES: &str = "chorus_gateway_routing_retries_total";
+/// Sessions taken out of rooms because their shard link dropped or the ring moved the room.
+pub const SESSIONS_EVICTED: &str = "chorus_gateway_sessions_evicted_total";
+
 /// Registers descriptions for every gateway metric.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge};
@@ -21,5 +26,13 @@ pub fn describe() {
     describe_counter!(REQUESTS, "Client requests received.");
     describe_counter!(ERRORS, "Error replies sent, by code.");
     describe_counter!(FRAMES_OUT, "Frames written to sockets.");
+    describe_counter!(
+        ROUTING_RETRIES,
+        "Commands re-sent while a room's ownership moves."
+    );
+    describe_counter!(
+        SESSIONS_EVICTED,
+        "Sessions taken out of rooms by link loss or ring moves."
+    );
     describe_counter!(CLOSES, "Connections closed by the server, by close code.");
 }

@@ -284,14 +284,15 @@ impl Session {
         let id = req.id;
         let room = req.op.room().cloned();
         if let Some(r) = &room
-            && !is_valid_id(r.as_str()) {
-                self.reply_err(
-                    Some(id),
-                    ErrorCode::BadRequest,
-                    "room ids are 1..=64 of [A-Za-z0-9-_.:]",
-                );
-                return None;
-            }
+            && !is_valid_id(r.as_str())
+        {
+            self.reply_err(
+                Some(id),
+                ErrorCode::BadRequest,
+                "room ids are 1..=64 of [A-Za-z0-9-_.:]",
+            );
+            return None;
+        }
         let cmd = match req.op {
             Op::Ping => {
                 self.reply_ok(id, &Pong { t: now_ms() });

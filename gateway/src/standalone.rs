@@ -59,11 +59,14 @@ pub enum StartError {
     /// The data directory or a store could not be opened.
     #[error("storage: {0}")]
     Storage(String),
+    /// A setting is unusable (e.g. an empty secret).
+    #[error("config: {0}")]
+    Config(String),
 }
 
-/// A running standalone node.
+/// A running node (standalone, gateway or shard).
 pub struct Running {
-    /// The bound WebSocket address.
+    /// The bound WebSocket address (a shard: its link address).
     pub ws_addr: SocketAddr,
     /// The bound admin address.
     pub admin_addr: SocketAddr,
@@ -72,6 +75,20 @@ pub struct Running {
 }
 
 impl Running {
+    pub(crate) fn new(
+        ws_addr: SocketAddr,
+        admin_addr: SocketAddr,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        Self {
+            ws_addr,
+            admin_addr,
+            shutdown,
+            tracker,
+        }
+    }
+
     /// The token that stops the node when cancelled.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
@@ -133,7 +150,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         node.clone(),
         cfg.shard.clone(),
         Stores {
-            leases: LeaseStore::InProcess(leases),
+            leases: LeaseStore::InProcess(leases.clone()),
             snapshots,
         },
         shutdown.clone(),
@@ -141,20 +158,22 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     );
     let (tx, rx) = mpsc::channel(LINK_QUEUE);
     shard.attach_gateway(node.clone(), tx);
-    let core = Arc::new(Core::new(
+    let core = Core::new(
         node,
         cfg.gateway.clone(),
         Router::Local(shard.clone()),
-        Authenticator::new(&cfg.jwt_secret).map_err(|e| StartError::Storage(e.to_string()))?,
+        Authenticator::new(&cfg.jwt_secret).map_err(|e| StartError::Config(e.to_string()))?,
         shutdown.clone(),
         tracker.clone(),
-    ));
+    );
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));
     let admin = Arc::new(admin::Admin {
-        core,
+        node: core.node.clone(),
+        core: Some(core),
         token: cfg.admin_token.clone(),
         shard: Some(shard),
+        leases: LeaseStore::InProcess(leases),
     });
     tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
     info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");

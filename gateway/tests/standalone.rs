@@ -1,5 +1,8 @@
 //! End-to-end tests of standalone mode: a real server on loopback, real WebSocket clients.
-#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::time::Duration;
 

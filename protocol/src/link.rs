@@ -6,7 +6,8 @@
 //! as the already-encoded client bytes, so a shard serializes an event once and each gateway
 //! fans the same bytes out to its sockets.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
 
 use crate::client::{ChatSend, GiftSend, RankGet, RoomCreate, RoomJoin, SeatTake};
 use crate::error::ErrorCode;
@@ -23,7 +24,7 @@ pub enum ToShard {
 }
 
 /// A room command from one session, with the ids needed to answer it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Command {
     /// Gateway-local request id, echoed in the reply.
     pub req: u64,
@@ -43,7 +44,7 @@ pub struct Command {
 }
 
 /// Why a session leaves a room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LeaveReason {
     /// The client asked (`room.leave`).
     Left,
@@ -65,7 +66,7 @@ impl LeaveReason {
 }
 
 /// A room command.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum RoomCmd {
     /// Create the room with the sender as owner.
     Create(RoomCreate),
@@ -115,7 +116,7 @@ pub struct Reply {
 }
 
 /// A failed command.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplyError {
     /// The client-visible code.
     pub code: ErrorCode,
@@ -137,7 +138,7 @@ impl ReplyError {
 }
 
 /// A change of a session's membership in a room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Membership {
     /// The session is now a member: deliver the room's events to it.
     Joined,
@@ -146,7 +147,7 @@ pub enum Membership {
 }
 
 /// Who on a gateway receives a room event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Audience {
     /// Every member session of the room on this gateway.
     All,
@@ -167,4 +168,259 @@ pub struct RoomEvent {
     pub audience: Audience,
     /// The client frame, already encoded.
     pub frame: Bytes,
+}
+
+/// The first frame on a link, from the gateway: who it is and which link version it speaks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkHello {
+    /// The link version ([`LINK_VERSION`]).
+    pub v: u16,
+    /// The gateway's node id.
+    pub gateway: NodeId,
+}
+
+/// Largest link frame body: an event frame is at most a client frame (64 KiB) plus a small
+/// header; replays are sent as separate events.
+pub const MAX_LINK_FRAME_BYTES: usize = 1024 * 1024;
+
+const KIND_HELLO: u8 = 0;
+const KIND_COMMAND: u8 = 1;
+const KIND_REPLY: u8 = 2;
+const KIND_EVENT: u8 = 3;
+
+/// Why a link frame could not be decoded. The link is closed and reconnected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkDecodeError {
+    /// Shorter than its header says, or empty.
+    #[error("truncated link frame")]
+    Truncated,
+    /// Above [`MAX_LINK_FRAME_BYTES`].
+    #[error("link frame too large")]
+    TooLarge,
+    /// A kind byte this version does not know.
+    #[error("unknown link frame kind {0}")]
+    UnknownKind(u8),
+    /// The header is not the JSON this kind needs.
+    #[error("bad link header: {0}")]
+    BadHeader(String),
+}
+
+/// One decoded link frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LinkFrame {
+    /// Gateway -> shard, first frame.
+    Hello(LinkHello),
+    /// Gateway -> shard.
+    ToShard(ToShard),
+    /// Shard -> gateway.
+    ToGateway(ToGateway),
+}
+
+#[derive(Serialize, Deserialize)]
+struct ReplyHeader {
+    req: u64,
+    session: SessionId,
+    user: UserId,
+    client_id: Option<u64>,
+    room: RoomId,
+    membership: Option<Membership>,
+    err: Option<ReplyError>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EventHeader {
+    room: RoomId,
+    audience: Audience,
+}
+
+fn frame(kind: u8, header: &impl Serialize, payload: &[u8]) -> Bytes {
+    let header = crate::client::to_json(header);
+    let mut out = BytesMut::with_capacity(5 + header.len() + payload.len());
+    out.put_u8(kind);
+    out.put_u32(header.len() as u32);
+    out.put_slice(&header);
+    out.put_slice(payload);
+    out.freeze()
+}
+
+/// Encodes a link frame body: `[kind u8][header length u32 BE][header JSON][payload]`.
+/// Event frames and reply payloads travel as raw bytes after the header, never re-encoded.
+pub fn encode(f: &LinkFrame) -> Bytes {
+    match f {
+        LinkFrame::Hello(h) => frame(KIND_HELLO, h, &[]),
+        LinkFrame::ToShard(ToShard::Command(c)) => frame(KIND_COMMAND, c, &[]),
+        LinkFrame::ToGateway(ToGateway::Reply(r)) => {
+            let (err, payload) = match &r.outcome {
+                Ok(b) => (None, &b[..]),
+                Err(e) => (Some(e.clone()), &[][..]),
+            };
+            let h = ReplyHeader {
+                req: r.req,
+                session: r.session,
+                user: r.user.clone(),
+                client_id: r.client_id,
+                room: r.room.clone(),
+                membership: r.membership,
+                err,
+            };
+            frame(KIND_REPLY, &h, payload)
+        }
+        LinkFrame::ToGateway(ToGateway::Event(e)) => {
+            let h = EventHeader {
+                room: e.room.clone(),
+                audience: e.audience.clone(),
+            };
+            frame(KIND_EVENT, &h, &e.frame)
+        }
+    }
+}
+
+fn header<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, LinkDecodeError> {
+    serde_json::from_slice(b).map_err(|e| LinkDecodeError::BadHeader(e.to_string()))
+}
+
+/// Decodes a link frame body (checks the lengths, then parses the header).
+///
+/// # Errors
+/// [`LinkDecodeError`] for anything malformed; the caller closes the link.
+pub fn decode(body: Bytes) -> Result<LinkFrame, LinkDecodeError> {
+    if body.len() > MAX_LINK_FRAME_BYTES {
+        return Err(LinkDecodeError::TooLarge);
+    }
+    if body.len() < 5 {
+        return Err(LinkDecodeError::Truncated);
+    }
+    let kind = body[0];
+    let hlen = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    let end = 5usize.checked_add(hlen).ok_or(LinkDecodeError::Truncated)?;
+    if end > body.len() {
+        return Err(LinkDecodeError::Truncated);
+    }
+    let h = &body[5..end];
+    let payload = body.slice(end..);
+    Ok(match kind {
+        KIND_HELLO => LinkFrame::Hello(header(h)?),
+        KIND_COMMAND => LinkFrame::ToShard(ToShard::Command(header(h)?)),
+        KIND_REPLY => {
+            let r: ReplyHeader = header(h)?;
+            LinkFrame::ToGateway(ToGateway::Reply(Reply {
+                req: r.req,
+                session: r.session,
+                user: r.user,
+                client_id: r.client_id,
+                room: r.room,
+                membership: r.membership,
+                outcome: match r.err {
+                    Some(e) => Err(e),
+                    None => Ok(payload),
+                },
+            }))
+        }
+        KIND_EVENT => {
+            let e: EventHeader = header(h)?;
+            LinkFrame::ToGateway(ToGateway::Event(RoomEvent {
+                room: e.room,
+                audience: e.audience,
+                frame: payload,
+            }))
+        }
+        k => return Err(LinkDecodeError::UnknownKind(k)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ChatSend;
+
+    fn round_trip(f: LinkFrame) {
+        assert_eq!(decode(encode(&f)).unwrap(), f);
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        round_trip(LinkFrame::Hello(LinkHello {
+            v: LINK_VERSION,
+            gateway: "g1".into(),
+        }));
+        round_trip(LinkFrame::ToShard(ToShard::Command(Command {
+            req: 7,
+            gateway: "g1".into(),
+            session: 3,
+            user: "u1".into(),
+            client_id: Some(9),
+            room: "r1".into(),
+            cmd: RoomCmd::Chat(ChatSend {
+                room: "r1".into(),
+                text: "hi".into(),
+            }),
+        })));
+        round_trip(LinkFrame::ToShard(ToShard::Command(Command {
+            req: 8,
+            gateway: "g1".into(),
+            session: 3,
+            user: "u1".into(),
+            client_id: None,
+            room: "r1".into(),
+            cmd: RoomCmd::Leave(LeaveReason::Switched),
+        })));
+        for outcome in [
+            Ok(Bytes::from_static(b"{\"seq\":1}")),
+            Err(ReplyError {
+                code: ErrorCode::Unavailable,
+                msg: "moving".into(),
+                owner_hint: Some("s2".into()),
+            }),
+        ] {
+            round_trip(LinkFrame::ToGateway(ToGateway::Reply(Reply {
+                req: 1,
+                session: 2,
+                user: "u".into(),
+                client_id: Some(4),
+                room: "r".into(),
+                membership: Some(Membership::Joined),
+                outcome,
+            })));
+        }
+        for audience in [
+            Audience::All,
+            Audience::AllBut(4),
+            Audience::Only(vec![1, 2]),
+            Audience::Evict(vec![3]),
+        ] {
+            round_trip(LinkFrame::ToGateway(ToGateway::Event(RoomEvent {
+                room: "r".into(),
+                audience,
+                frame: Bytes::from_static(b"{\"ev\":\"chat\"}"),
+            })));
+        }
+    }
+
+    #[test]
+    fn malformed_frames_are_errors_not_panics() {
+        assert_eq!(decode(Bytes::new()), Err(LinkDecodeError::Truncated));
+        assert_eq!(
+            decode(Bytes::from_static(&[1, 0, 0, 0, 9, b'{'])),
+            Err(LinkDecodeError::Truncated)
+        );
+        assert_eq!(
+            decode(Bytes::from_static(&[9, 0, 0, 0, 0])),
+            Err(LinkDecodeError::UnknownKind(9))
+        );
+        assert!(matches!(
+            decode(Bytes::from_static(&[1, 0, 0, 0, 2, b'{', b'}'])),
+            Err(LinkDecodeError::BadHeader(_))
+        ));
+        assert_eq!(
+            decode(Bytes::from_static(&[1, 255, 255, 255, 255])),
+            Err(LinkDecodeError::Truncated)
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_bytes_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = decode(Bytes::from(data));
+        }
+    }
 }

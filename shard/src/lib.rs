@@ -10,9 +10,11 @@
 //! - `owner`: the lease keeper (claim before start, batched renewal at TTL/3, stop on loss).
 //! - `room`: the room actor; `room/state.rs` the pure rules; `room/log.rs` the resume history.
 //! - `snapshots`: durable room state through fenced writes.
+//! - [`link`]: the link server for gateways in a cluster.
 //! - [`metrics`]: metric names.
 
 pub mod config;
+pub mod link;
 pub mod metrics;
 mod owner;
 mod room;
@@ -128,6 +130,24 @@ impl Shard {
         lock(&self.inner.links).remove(gw);
     }
 
+    /// Gateway `gw`'s link (the one sending into `tx`) closed: forget it, unless it already
+    /// reconnected, and take its sessions out of every room (they rejoin through the new link).
+    pub fn gateway_gone(&self, gw: &NodeId, tx: &mpsc::Sender<ToGateway>) {
+        {
+            let mut links = lock(&self.inner.links);
+            if links.get(gw).is_some_and(|t| t.same_channel(tx)) {
+                links.remove(gw);
+            }
+        }
+        let rooms: Vec<RoomHandle> = lock(&self.inner.rooms).values().cloned().collect();
+        for h in rooms {
+            let gw = gw.clone();
+            self.inner.tracker.spawn(async move {
+                let _ = h.tx.send(RoomMsg::GatewayGone(gw)).await;
+            });
+        }
+    }
+
     /// Hands a gateway message to the room it addresses. Never waits: a full room inbox is
     /// answered `UNAVAILABLE` (Reject policy).
     pub fn dispatch(&self, msg: ToShard) {
@@ -182,6 +202,9 @@ impl Inner {
                         cmd = c;
                         continue;
                     }
+                    // Only commands are sent here.
+                    Err(TrySendError::Full(RoomMsg::GatewayGone(_)))
+                    | Err(TrySendError::Closed(RoomMsg::GatewayGone(_))) => return,
                 }
             }
             let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);

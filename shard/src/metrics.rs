@@ -19,6 +19,11 @@ pub const LEASES_LOST: &str = "chorus_lease_lost_total";
 /// Renewal round trips (counter; one per tick for all of a node's leases).
 pub const LEASE_RENEW_ROUND_TRIPS: &str = "chorus_lease_renew_round_trips_total";
 
+/// Messages waiting in a gateway link's outbox, sampled when the writer wakes (gauge).
+pub const LINK_QUEUE_DEPTH: &str = "chorus_shard_link_queue_depth";
+/// Room state writes rejected because the fence was not the live lease's (counter).
+pub const FENCED_WRITES_REJECTED: &str = "chorus_fenced_writes_rejected_total";
+
 /// Registers descriptions for every shard metric.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge};

@@ -3,6 +3,7 @@
 //! room's runtime the moment its lease is lost or cannot be proven before the local deadline.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,10 +27,15 @@ pub(crate) enum Claim {
     Acquired {
         fence: FencingToken,
         token: CancellationToken,
+        valid: Validity,
     },
     /// Another node holds the lease.
     HeldBy { owner: Option<NodeId> },
 }
+
+/// Until when a lease is proven held: milliseconds after the keeper's base instant, shared
+/// between the keeper (which extends it) and the room (which checks it before every command).
+pub(crate) type Validity = Arc<AtomicU64>;
 
 #[derive(Debug)]
 struct Held {
@@ -37,6 +43,7 @@ struct Held {
     token: CancellationToken,
     /// The lease is proven held until this local instant.
     valid_until: Instant,
+    valid: Validity,
 }
 
 /// Keeps the node's leases.
@@ -47,6 +54,8 @@ pub(crate) struct Owner {
     owner_id: LeaseOwner,
     ttl: Duration,
     held: Mutex<HashMap<RoomId, Held>>,
+    /// The instant validity times count from.
+    base: Instant,
     /// Test-only: renew a room's lease when it has traffic instead of on the timer (the seed
     /// incident's bug). Never set in production.
     renew_on_traffic: bool,
@@ -64,6 +73,7 @@ impl Owner {
             owner_id: LeaseOwner::for_this_process(node),
             ttl,
             held: Mutex::new(HashMap::new()),
+            base: Instant::now(),
             renew_on_traffic,
         }
     }
@@ -71,6 +81,15 @@ impl Owner {
     /// The owner string written into leases.
     pub(crate) fn owner_id(&self) -> &str {
         self.owner_id.as_str()
+    }
+
+    fn ms_since_base(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.base).as_millis() as u64
+    }
+
+    /// Whether the lease behind `valid` is still proven held now.
+    pub(crate) fn proven(&self, valid: &Validity) -> bool {
+        self.ms_since_base(Instant::now()) < valid.load(Ordering::Relaxed)
     }
 
     fn margin(&self) -> Duration {
@@ -100,15 +119,22 @@ impl Owner {
             ClaimOutcome::Acquired { fence } => {
                 metrics::counter!(m::LEASES_ACQUIRED).increment(1);
                 let token = CancellationToken::new();
+                let valid_until = sent + self.ttl - self.margin();
+                let valid = Arc::new(AtomicU64::new(self.ms_since_base(valid_until)));
                 self.lock().insert(
                     room.clone(),
                     Held {
                         fence,
                         token: token.clone(),
-                        valid_until: sent + self.ttl - self.margin(),
+                        valid_until,
+                        valid: valid.clone(),
                     },
                 );
-                Ok(Claim::Acquired { fence, token })
+                Ok(Claim::Acquired {
+                    fence,
+                    token,
+                    valid,
+                })
             }
             ClaimOutcome::HeldBy { owner, .. } => Ok(Claim::HeldBy {
                 owner: Some(NodeId::from(node_of(&owner))),
@@ -175,6 +201,8 @@ impl Owner {
                     if ok {
                         metrics::counter!(m::LEASES_RENEWED).increment(1);
                         h.valid_until = sent + self.ttl - self.margin();
+                        h.valid
+                            .store(self.ms_since_base(h.valid_until), Ordering::Relaxed);
                     } else {
                         metrics::counter!(m::LEASES_LOST).increment(1);
                         info!(%room, fence, "Lease lost; stopping the room runtime.");

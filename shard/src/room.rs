@@ -15,7 +15,7 @@ use protocol::client::{
     self, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreated, RoomLeft, SeatTaken,
 };
 use protocol::link::{
-    Audience, Command, Membership, Reply, ReplyError, RoomCmd, RoomEvent, ToGateway,
+    Audience, Command, LeaveReason, Membership, Reply, ReplyError, RoomCmd, RoomEvent, ToGateway,
 };
 use protocol::{ErrorCode, FencingToken, NodeId, RoomId, SessionId, UserId};
 use tokio::sync::mpsc;
@@ -34,6 +34,8 @@ use state::{Applied, Durable, Presence, Rejected, RoomState, Sequenced, SessionR
 pub(crate) enum RoomMsg {
     /// A command from a gateway.
     Command(Command),
+    /// A gateway's link closed: its sessions leave the room.
+    GatewayGone(NodeId),
 }
 
 /// A cheap handle to a running room: the sending side of its inbox.
@@ -72,8 +74,12 @@ pub(crate) async fn run(
             return;
         }
     };
-    let (fence, lease_token) = match inner.owner.claim(&room, floor).await {
-        Ok(Claim::Acquired { fence, token }) => (fence, token),
+    let (fence, lease_token, valid) = match inner.owner.claim(&room, floor).await {
+        Ok(Claim::Acquired {
+            fence,
+            token,
+            valid,
+        }) => (fence, token, valid),
         Ok(Claim::HeldBy { owner }) => {
             debug!(%room, ?owner, "Room is owned elsewhere; refusing its commands.");
             refuse_all(&inner, &room, generation, rx, owner).await;
@@ -117,6 +123,9 @@ pub(crate) async fn run(
         count_dirty: false,
         last_count: now,
         idle_since: now,
+        lease: lease_token.clone(),
+        valid,
+        deferred: Vec::new(),
         inner: inner.clone(),
     };
     if actor.state.is_some() {
@@ -137,7 +146,8 @@ async fn refuse_all(
 ) {
     inner.unregister(room, generation);
     rx.close();
-    while let Some(RoomMsg::Command(cmd)) = rx.recv().await {
+    while let Some(msg) = rx.recv().await {
+        let RoomMsg::Command(cmd) = msg else { continue };
         let err = ReplyError {
             code: ErrorCode::Unavailable,
             msg: "room is not served here; retry".into(),
@@ -160,6 +170,12 @@ struct RoomActor {
     count_dirty: bool,
     last_count: Instant,
     idle_since: Instant,
+    /// Cancelled when the lease is lost (by the keeper, or by a fenced write).
+    lease: CancellationToken,
+    /// Until when the lease is proven held (shared with the lease keeper).
+    valid: crate::owner::Validity,
+    /// Commands received after the lease stopped being provable: re-dispatched on stop.
+    deferred: Vec<Command>,
 }
 
 impl RoomActor {
@@ -174,6 +190,7 @@ impl RoomActor {
             if self.state.is_none() {
                 // Only the first command can create a room; anything after it finds none.
                 match rx.try_recv() {
+                    Ok(RoomMsg::GatewayGone(_)) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
                         self.handle(cmd).await;
                         if self.state.is_none() {
@@ -192,7 +209,15 @@ impl RoomActor {
                 () = lease.cancelled() => break Stop::LeaseLost,
                 () = shutdown.cancelled() => break Stop::Shutdown,
                 msg = rx.recv() => match msg {
-                    Some(RoomMsg::Command(cmd)) => self.handle(cmd).await,
+                    Some(RoomMsg::Command(cmd)) => {
+                        if !self.inner.owner.proven(&self.valid) {
+                            // DESIGN law 2: not provably the owner any more; apply nothing.
+                            self.deferred.push(cmd);
+                            break Stop::LeaseLost;
+                        }
+                        self.handle(cmd).await;
+                    }
+                    Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
                     None => break Stop::Shutdown,
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
@@ -208,9 +233,11 @@ impl RoomActor {
         rx.close();
         // Commands that raced with the stop go to a fresh runtime (which claims the lease
         // again, or answers UNAVAILABLE with the new owner), except when the node stops.
-        let mut pending = Vec::new();
-        while let Some(RoomMsg::Command(cmd)) = rx.recv().await {
-            pending.push(cmd);
+        let mut pending = std::mem::take(&mut self.deferred);
+        while let Some(msg) = rx.recv().await {
+            if let RoomMsg::Command(cmd) = msg {
+                pending.push(cmd);
+            }
         }
         if self.member_count() > 0 {
             let frame = client::encode_event(
@@ -235,9 +262,9 @@ impl RoomActor {
                     .snapshots
                     .save(&self.room, self.fence, state.durable())
                     .await
-                {
-                    warn!(room = %self.room, error = %e, "Final snapshot write failed.");
-                }
+            {
+                warn!(room = %self.room, error = %e, "Final snapshot write failed.");
+            }
             self.inner.owner.release(&self.room, self.fence).await;
         } else {
             self.inner.owner.forget(&self.room, self.fence);
@@ -250,6 +277,28 @@ impl RoomActor {
                 self.inner.dispatch_command(cmd);
             }
         }
+    }
+
+    /// Takes every member connected through gateway `gw` out of the room.
+    async fn gateway_gone(&mut self, gw: &NodeId) {
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let gone: Vec<(UserId, SessionRef)> = state
+            .members()
+            .filter(|(_, at)| at.gateway == *gw)
+            .map(|(u, at)| (u.clone(), at.clone()))
+            .collect();
+        for (user, at) in gone {
+            let Some(state) = self.state.as_mut() else {
+                return;
+            };
+            if let Ok(applied) = state.leave(&user, &at, LeaveReason::Disconnected.as_str()) {
+                self.untrack(gw);
+                self.publish(applied, None).await;
+            }
+        }
+        self.gateways.remove(gw);
     }
 
     fn member_count(&self) -> usize {
@@ -462,16 +511,27 @@ impl RoomActor {
             self.log.push(*seq, frame.clone(), now);
             frames.push(frame);
         }
-        if applied.durable_changed
-            && let Err(e) = self
+        if applied.durable_changed {
+            match self
                 .inner
                 .snapshots
                 .save(&self.room, self.fence, state.durable())
                 .await
             {
-                warn!(room = %self.room, error = %e, "Snapshot write failed.");
-                metrics::counter!(m::SNAPSHOT_WRITE_FAILURES).increment(1);
+                Ok(()) => {}
+                Err(storage::StorageError::Fenced { token }) => {
+                    // Someone else owns the room now: publish nothing more, stop.
+                    metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
+                    warn!(room = %self.room, token, "Snapshot write fenced; stopping the runtime.");
+                    self.lease.cancel();
+                    return;
+                }
+                Err(e) => {
+                    warn!(room = %self.room, error = %e, "Snapshot write failed.");
+                    metrics::counter!(m::SNAPSHOT_WRITE_FAILURES).increment(1);
+                }
             }
+        }
         let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
         for frame in frames {
             metrics::counter!(m::EVENTS_SEQUENCED).increment(1);
@@ -569,9 +629,10 @@ impl RoomActor {
 
     fn link(&mut self, gw: &NodeId) -> Option<mpsc::Sender<ToGateway>> {
         if let Some(tx) = self.gateways.get(gw)
-            && !tx.is_closed() {
-                return Some(tx.clone());
-            }
+            && !tx.is_closed()
+        {
+            return Some(tx.clone());
+        }
         let tx = self.inner.link_to(gw)?;
         self.gateways.insert(gw.clone(), tx.clone());
         Some(tx)

@@ -76,12 +76,13 @@ impl Durable {
             return Err(rejected(ErrorCode::BadRequest, "title is too long"));
         }
         if let Some(p) = &password
-            && (p.is_empty() || p.chars().count() > MAX_PASSWORD_CHARS) {
-                return Err(rejected(
-                    ErrorCode::BadRequest,
-                    "password must be 1..=64 chars",
-                ));
-            }
+            && (p.is_empty() || p.chars().count() > MAX_PASSWORD_CHARS)
+        {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "password must be 1..=64 chars",
+            ));
+        }
         Ok(Self {
             title,
             owner,

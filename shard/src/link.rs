@@ -1,0 +1,137 @@
+//! The link server: accepts gateway connections (one multiplexed TCP connection per
+//! gateway-shard pair), hands their commands to rooms, and writes replies and events back
+//! through one bounded outbox per gateway.
+//!
+//! Framing: a 4-byte big-endian length, then a body encoded by [`protocol::link::encode`].
+//! The first frame from a gateway is a [`LinkHello`] with the link version.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use protocol::link::{self, LINK_VERSION, LinkFrame, LinkHello, MAX_LINK_FRAME_BYTES, ToGateway};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::Shard;
+use crate::metrics as m;
+
+/// Messages queued to one gateway before rooms wait for it (Block policy: the gateway's link
+/// reader never waits on rooms, so this only slows rooms while that gateway catches up).
+pub const GATEWAY_OUTBOX: usize = 16 * 1024;
+/// Frames written before one flush.
+const WRITE_BATCH: usize = 256;
+/// How long a new link may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The length-delimited codec both ends of a link use.
+pub fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_LINK_FRAME_BYTES)
+        .new_codec()
+}
+
+/// Accepts gateway links until `shutdown`.
+pub async fn serve(shard: Shard, listener: TcpListener, shutdown: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let s = shard.clone();
+                let stop = shutdown.clone();
+                shard.inner.tracker.spawn(async move {
+                    if let Err(e) = connection(s, stream, stop).await {
+                        warn!(%peer, error = %e, "Gateway link ended with an error.");
+                    }
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "Link accept failed.");
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+}
+
+async fn connection(
+    shard: Shard,
+    stream: TcpStream,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let mut framed = Framed::new(stream, codec());
+    let hello = match timeout(HELLO_TIMEOUT, framed.next()).await {
+        Ok(Some(Ok(body))) => link::decode(body.freeze()).map_err(|e| e.to_string())?,
+        _ => return Err("no hello".into()),
+    };
+    let LinkFrame::Hello(LinkHello { v, gateway }) = hello else {
+        return Err("first frame is not a hello".into());
+    };
+    if v != LINK_VERSION {
+        return Err(format!(
+            "link version {v}, this shard speaks {LINK_VERSION}"
+        ));
+    }
+    info!(%gateway, "Gateway link up.");
+    let (tx, mut rx) = mpsc::channel::<ToGateway>(GATEWAY_OUTBOX);
+    shard.attach_gateway(gateway.clone(), tx.clone());
+    let (mut sink, mut stream) = framed.split();
+    let done = CancellationToken::new();
+    let writer_done = done.clone();
+    let gw = gateway.clone();
+    let writer = shard.inner.tracker.spawn(async move {
+        loop {
+            let first = tokio::select! {
+                () = writer_done.cancelled() => break,
+                m = rx.recv() => match m { Some(m) => m, None => break },
+            };
+            metrics::gauge!(m::LINK_QUEUE_DEPTH).set(rx.len() as f64);
+            let mut next = Some(first);
+            let mut n = 0;
+            while let Some(msg) = next.take() {
+                if sink
+                    .feed(link::encode(&LinkFrame::ToGateway(msg)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                n += 1;
+                if n < WRITE_BATCH {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if sink.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.close().await;
+        drop(gw);
+    });
+    let result = loop {
+        let next = tokio::select! {
+            () = shutdown.cancelled() => break Ok(()),
+            n = stream.next() => n,
+        };
+        match next {
+            None => break Ok(()),
+            Some(Err(e)) => break Err(e.to_string()),
+            Some(Ok(body)) => match link::decode(body.freeze()) {
+                Ok(LinkFrame::ToShard(msg)) => shard.dispatch(msg),
+                Ok(_) => break Err("unexpected frame kind from a gateway".into()),
+                Err(e) => break Err(e.to_string()),
+            },
+        }
+    };
+    done.cancel();
+    let _ = writer.await;
+    shard.gateway_gone(&gateway, &tx);
+    info!(%gateway, "Gateway link down.");
+    result
+}
