@@ -139,7 +139,9 @@ impl Core {
                 attempt: 0,
             },
         );
-        if !self.router.send(cmd, None) {
+        let sent = self.router.send(cmd, None);
+        tracing::trace!(req, sent, "Command routed.");
+        if !sent {
             self.retry_later(req, None);
         }
     }
@@ -213,6 +215,7 @@ impl Core {
 
     /// Applies one message from shard `from`: routing retries first, then the hub.
     pub(crate) fn on_shard_message(&self, from: &NodeId, msg: ToGateway) {
+        tracing::trace!(%from, ?msg, "From shard.");
         if let ToGateway::Reply(r) = &msg {
             let pending = self.pending().remove(&r.req);
             if let (Some(p), Err(e)) = (pending, &r.outcome)

@@ -27,6 +27,10 @@ pub enum Router {
 pub struct Routes {
     ring: RwLock<Arc<Ring>>,
     links: RwLock<HashMap<NodeId, Arc<ShardLink>>>,
+    /// The ring without the shards whose link is down, cached for the down set it was built
+    /// for: while a shard is unreachable its rooms go to their next owner at once, instead of
+    /// waiting for its heartbeat to go stale.
+    degraded: RwLock<Option<(Vec<NodeId>, Arc<Ring>)>>,
 }
 
 impl Default for Routes {
@@ -38,6 +42,7 @@ impl Default for Routes {
                 protocol::ring::DEFAULT_VNODES_PER_WEIGHT,
             ))),
             links: RwLock::new(HashMap::new()),
+            degraded: RwLock::new(None),
         }
     }
 }
@@ -83,6 +88,50 @@ impl Routes {
     pub fn owner(&self, room: &RoomId) -> Option<NodeId> {
         self.ring().owner(room).cloned()
     }
+
+    /// The shard to send `room`'s commands to: the ring owner, or, when its link is down, the
+    /// owner on the ring of the reachable shards.
+    fn reachable_owner(&self, room: &RoomId) -> Option<Arc<ShardLink>> {
+        let ring = self.ring();
+        let owner = ring.owner(room)?;
+        if let Some(l) = self.link(owner).filter(|l| l.is_up()) {
+            return Some(l);
+        }
+        let down: Vec<NodeId> = ring
+            .nodes()
+            .iter()
+            .filter(|(n, _)| !self.link(n).is_some_and(|l| l.is_up()))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let cached = self
+            .degraded
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|(d, r)| *d == down && r.version() == ring.version())
+            .map(|(_, r)| r.clone());
+        let degraded = match cached {
+            Some(r) => r,
+            None => {
+                let up: Vec<(NodeId, u32)> = ring
+                    .nodes()
+                    .iter()
+                    .filter(|(n, _)| !down.contains(n))
+                    .cloned()
+                    .collect();
+                let r = Arc::new(Ring::new(
+                    ring.version(),
+                    &up,
+                    protocol::ring::DEFAULT_VNODES_PER_WEIGHT,
+                ));
+                *self.degraded.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some((down, r.clone()));
+                r
+            }
+        };
+        let owner = degraded.owner(room)?;
+        self.link(owner)
+    }
 }
 
 impl Router {
@@ -96,12 +145,9 @@ impl Router {
             }
             Self::Cluster(routes) => {
                 let hinted = hint.and_then(|h| routes.link(h)).filter(|l| l.is_up());
-                let link = match hinted {
+                let link = match hinted.or_else(|| routes.reachable_owner(&cmd.room)) {
                     Some(l) => l,
-                    None => match routes.owner(&cmd.room).and_then(|o| routes.link(&o)) {
-                        Some(l) => l,
-                        None => return false,
-                    },
+                    None => return false,
                 };
                 link.send(ToShard::Command(cmd))
             }

@@ -198,9 +198,10 @@ impl Client {
     pub async fn reply_to(&mut self, id: u64, wait: Duration) -> Result<Value, ClientError> {
         let deadline = Instant::now() + wait;
         if let Some(i) = self.replies.iter().position(|r| r.re == Some(id))
-            && let Some(r) = self.replies.remove(i) {
-                return r.result.map_err(ClientError::Server);
-            }
+            && let Some(r) = self.replies.remove(i)
+        {
+            return r.result.map_err(ClientError::Server);
+        }
         loop {
             match self.recv_until(deadline).await? {
                 Incoming::Reply(r) if r.re == Some(id) => {
@@ -404,10 +405,9 @@ impl Client {
         password: Option<&str>,
     ) -> Result<Value, ClientError> {
         let mut d = json!({ "room": room });
-        if resume
-            && let Some(s) = self.since(room) {
-                d["since"] = json!({ "epoch": s.epoch, "seq": s.seq });
-            }
+        if resume && let Some(s) = self.since(room) {
+            d["since"] = json!({ "epoch": s.epoch, "seq": s.seq });
+        }
         if let Some(p) = password {
             d["password"] = json!(p);
         }

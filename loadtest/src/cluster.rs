@@ -436,3 +436,261 @@ mod tests {
         }
     }
 }
+
+/// How long a node may take to open its admin port after spawning.
+pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Waits until something accepts TCP connections on `addr`.
+///
+/// # Errors
+/// When nothing listens there before `timeout`.
+pub async fn wait_listening(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if TcpStream::connect(addr).await.is_ok() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("nothing listening on {addr}"),
+            ));
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Options of a test cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Shard nodes (`s1`, `s2`, …).
+    pub shards: usize,
+    /// Gateway nodes (`g1`, `g2`, …).
+    pub gateways: usize,
+    /// Lease TTL of the shards.
+    pub lease_ttl: Duration,
+    /// Test-only: shards renew leases on room traffic (the seed bug).
+    pub renew_on_traffic: bool,
+    /// Extra environment for every node.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            shards: 3,
+            gateways: 2,
+            lease_ttl: Duration::from_secs(2),
+            renew_on_traffic: false,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// A shard process of a test cluster.
+#[derive(Debug)]
+pub struct ShardNode {
+    /// Its node id.
+    pub id: String,
+    /// The process.
+    pub node: Node,
+    /// Its admin address.
+    pub admin: SocketAddr,
+    /// Its link address.
+    pub link: SocketAddr,
+}
+
+/// A gateway process of a test cluster.
+#[derive(Debug)]
+pub struct GatewayNode {
+    /// Its node id.
+    pub id: String,
+    /// The process.
+    pub node: Node,
+    /// Its admin address.
+    pub admin: SocketAddr,
+    /// Its WebSocket URL.
+    pub url: String,
+}
+
+/// A real cluster: one `redis-server` and `chorus` shard and gateway processes on free
+/// loopback ports. Everything is killed on drop.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The Redis server.
+    pub redis: RedisServer,
+    /// Shard nodes.
+    pub shards: Vec<ShardNode>,
+    /// Gateway nodes.
+    pub gateways: Vec<GatewayNode>,
+    /// The JWT secret the gateways check.
+    pub secret: Vec<u8>,
+    /// The admin bearer token of every node.
+    pub admin_token: String,
+    options: ClusterOptions,
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+}
+
+impl Cluster {
+    /// Starts Redis, the shards, then the gateways, and waits until every node listens.
+    ///
+    /// # Errors
+    /// When a process cannot start or does not become ready in time.
+    pub async fn start(options: ClusterOptions) -> io::Result<Self> {
+        let redis = RedisServer::start().await?;
+        let mut c = Self {
+            redis,
+            shards: Vec::new(),
+            gateways: Vec::new(),
+            secret: format!("cluster-secret-{}", std::process::id()).into_bytes(),
+            admin_token: "cluster-admin-token".to_owned(),
+            options,
+        };
+        for i in 1..=c.options.shards {
+            let s = c.spawn_shard(&format!("s{i}"))?;
+            c.shards.push(s);
+        }
+        for i in 1..=c.options.gateways {
+            let g = c.spawn_gateway(&format!("g{i}"))?;
+            c.gateways.push(g);
+        }
+        for s in &c.shards {
+            wait_listening(s.admin, NODE_READY_TIMEOUT).await?;
+        }
+        for g in &c.gateways {
+            wait_listening(g.admin, NODE_READY_TIMEOUT).await?;
+        }
+        Ok(c)
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("CHORUS_ADMIN_TOKEN".to_owned(), self.admin_token.clone()),
+            (
+                "CHORUS_JWT_SECRET".to_owned(),
+                String::from_utf8_lossy(&self.secret).into_owned(),
+            ),
+            ("CHORUS_LOG".to_owned(), "info".to_owned()),
+        ];
+        env.extend(self.options.env.iter().cloned());
+        env
+    }
+
+    /// Spawns a shard process with id `id` (not added to [`Cluster::shards`]).
+    ///
+    /// # Errors
+    /// When the process cannot start.
+    pub fn spawn_shard(&self, id: &str) -> io::Result<ShardNode> {
+        let link = loopback(free_port()?);
+        let admin = loopback(free_port()?);
+        let mut args = vec![
+            "shard".to_owned(),
+            "--node-id".to_owned(),
+            id.to_owned(),
+            "--redis".to_owned(),
+            self.redis.url(),
+            "--link-addr".to_owned(),
+            link.to_string(),
+            "--admin-addr".to_owned(),
+            admin.to_string(),
+            "--lease-ttl-ms".to_owned(),
+            self.options.lease_ttl.as_millis().to_string(),
+        ];
+        if self.options.renew_on_traffic {
+            args.push("--test-renew-on-traffic".to_owned());
+        }
+        let node = Node::spawn_with_env(args, self.env())?;
+        Ok(ShardNode {
+            id: id.to_owned(),
+            node,
+            admin,
+            link,
+        })
+    }
+
+    /// Spawns a gateway process with id `id` (not added to [`Cluster::gateways`]).
+    ///
+    /// # Errors
+    /// When the process cannot start.
+    pub fn spawn_gateway(&self, id: &str) -> io::Result<GatewayNode> {
+        let ws = loopback(free_port()?);
+        let admin = loopback(free_port()?);
+        let args = vec![
+            "gateway".to_owned(),
+            "--node-id".to_owned(),
+            id.to_owned(),
+            "--redis".to_owned(),
+            self.redis.url(),
+            "--ws-addr".to_owned(),
+            ws.to_string(),
+            "--admin-addr".to_owned(),
+            admin.to_string(),
+            "--rate-per-sec".to_owned(),
+            "1000".to_owned(),
+            "--rate-burst".to_owned(),
+            "2000".to_owned(),
+        ];
+        let node = Node::spawn_with_env(args, self.env())?;
+        Ok(GatewayNode {
+            id: id.to_owned(),
+            node,
+            admin,
+            url: format!("ws://{ws}/ws"),
+        })
+    }
+
+    /// The shard with id `id`.
+    pub fn shard(&self, id: &str) -> Option<&ShardNode> {
+        self.shards.iter().find(|s| s.id == id)
+    }
+
+    /// The shard with id `id`, mutably.
+    pub fn shard_mut(&mut self, id: &str) -> Option<&mut ShardNode> {
+        self.shards.iter_mut().find(|s| s.id == id)
+    }
+
+    /// A client token for `user`, valid for an hour.
+    ///
+    /// # Errors
+    /// Token encoding failed.
+    pub fn token(&self, user: &str) -> Result<String, jsonwebtoken::errors::Error> {
+        crate::client::mint_token(&self.secret, user, Duration::from_secs(3600))
+    }
+
+    /// Connects `user` to gateway number `g` (0-based).
+    ///
+    /// # Errors
+    /// Token or connection failures.
+    pub async fn connect(&self, g: usize, user: &str) -> anyhow::Result<crate::client::Client> {
+        let token = self.token(user)?;
+        let url = &self
+            .gateways
+            .get(g)
+            .ok_or_else(|| anyhow::anyhow!("no gateway {g}"))?
+            .url;
+        Ok(crate::client::connect(url, Some(&token)).await?)
+    }
+
+    /// `(owner node id, fence)` of `room`'s live lease, asked through gateway `g`'s admin API.
+    ///
+    /// # Errors
+    /// Admin call failures.
+    pub async fn room_owner(&self, room: &str) -> anyhow::Result<Option<(String, u64)>> {
+        let g = self
+            .gateways
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("no gateway"))?;
+        let r = crate::admin::get(g.admin, &format!("/admin/rooms/{room}"), Some(&self.admin_token)).await?;
+        if r.status == 404 {
+            return Ok(None);
+        }
+        let j = r.json();
+        match (j["owner"].as_str(), j["fence"].as_u64()) {
+            (Some(o), Some(f)) => Ok(Some((o.to_owned(), f))),
+            _ => Err(anyhow::anyhow!("unexpected admin answer {}: {}", r.status, r.body)),
+        }
+    }
+}

@@ -151,6 +151,7 @@ impl Shard {
     /// Hands a gateway message to the room it addresses. Never waits: a full room inbox is
     /// answered `UNAVAILABLE` (Reject policy).
     pub fn dispatch(&self, msg: ToShard) {
+        tracing::trace!(?msg, "Dispatch.");
         match msg {
             ToShard::Command(cmd) => self.inner.dispatch_command(cmd),
         }

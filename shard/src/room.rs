@@ -420,7 +420,7 @@ impl RoomActor {
                 // the session; presence excludes the joiner anyway.
                 let ok = Bytes::from(client::to_json(&ok));
                 self.reply(cmd, Ok(ok), Some(Membership::Joined)).await;
-                self.publish(joined.applied, Some(at.session)).await;
+                self.publish(joined.applied, Some(at)).await;
                 Ok(None)
             }
             RoomCmd::Leave(reason) => {
@@ -491,7 +491,7 @@ impl RoomActor {
 
     /// Encodes each sequenced event once, records it for resume and sends one copy per
     /// gateway; then publishes presence on the volatile lane.
-    async fn publish(&mut self, applied: Applied, joiner: Option<SessionId>) {
+    async fn publish(&mut self, applied: Applied, joiner: Option<&SessionRef>) {
         let Some(state) = &self.state else { return };
         let now = Instant::now();
         let epoch = state.epoch();
@@ -547,7 +547,7 @@ impl RoomActor {
         }
     }
 
-    async fn publish_presence(&mut self, p: Presence, joiner: Option<SessionId>) {
+    async fn publish_presence(&mut self, p: Presence, joiner: Option<&SessionRef>) {
         let Some(state) = &self.state else { return };
         let (name, frame, subject) = match &p {
             Presence::Join(u) => (
@@ -578,9 +578,10 @@ impl RoomActor {
         if state.member_count() <= self.inner.config.presence_full_max {
             let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
             for gw in gws {
+                // Session ids are per gateway: exclude the joiner on its own gateway only.
                 let audience = match joiner {
-                    Some(s) => Audience::AllBut(s),
-                    None => Audience::All,
+                    Some(j) if j.gateway == gw => Audience::AllBut(j.session),
+                    _ => Audience::All,
                 };
                 self.send_event(&gw, audience, frame.clone()).await;
             }

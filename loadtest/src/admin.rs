@@ -1,0 +1,69 @@
+//! A small client for the admin HTTP API (hyper), used by tests and the load generator.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// An admin call's answer.
+#[derive(Debug, Clone)]
+pub struct AdminResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// The body, as text.
+    pub body: String,
+}
+
+impl AdminResponse {
+    /// The body parsed as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Sends one admin request to `addr`.
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<AdminResponse> {
+    let stream = TcpStream::connect(addr).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    if !body.is_empty() {
+        req = req.header("content-type", "application/json");
+    }
+    let resp = sender.send_request(req.body(Full::new(body))?).await?;
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await?.to_bytes();
+    Ok(AdminResponse {
+        status,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    })
+}
+
+/// `GET path` with the bearer token.
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> anyhow::Result<AdminResponse> {
+    call(addr, "GET", path, token, None).await
+}

@@ -1,0 +1,304 @@
+//! Cluster invariants with real processes: a real `redis-server`, `chorus shard` and `chorus
+//! gateway` processes on free loopback ports, real WebSocket clients.
+//!
+//! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::time::Duration;
+
+use loadtest::client::{Client, ClientError};
+use loadtest::cluster::{Cluster, ClusterOptions};
+use protocol::{ErrorCode, RoomId};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Joins `room` (resuming from the client's position), retrying while ownership moves.
+async fn join_retrying(c: &mut Client, room: &RoomId, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        match c.join(room, true, None).await {
+            Ok(v) => return v,
+            Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {}
+            Err(e) => panic!("join failed: {e:?}"),
+        }
+    }
+}
+
+/// Waits for `room.left` with reason `unavailable` for `room`.
+async fn wait_room_left(c: &mut Client, within: Duration) -> Value {
+    c.next_event_named("room.left", within).await.unwrap().d
+}
+
+#[tokio::test]
+async fn users_on_two_gateways_chat_in_order_through_three_shards() {
+    let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let mut b = cluster.connect(1, "bob").await.unwrap();
+    let mut rooms = Vec::new();
+    for i in 0..6 {
+        rooms.push(RoomId::from(format!("xroom-{i}")));
+    }
+    let room = rooms[0].clone();
+    join_retrying(&mut a, &room, WAIT).await;
+    let jb = join_retrying(&mut b, &room, WAIT).await;
+    assert_eq!(jb["snapshot"]["members"], 2);
+    assert_eq!(
+        a.next_event_named("member.join", WAIT).await.unwrap().d["user"],
+        "bob"
+    );
+    let base = jb["seq"].as_u64().unwrap();
+    for i in 0..30 {
+        let c = if i % 2 == 0 { &mut a } else { &mut b };
+        let seq = c.chat(&room, &format!("m{i}")).await.unwrap();
+        assert_eq!(seq, base + i + 1);
+    }
+    for c in [&mut a, &mut b] {
+        let mut got = Vec::new();
+        while got.len() < 30 {
+            let e = c.next_event(WAIT).await.unwrap();
+            if e.ev == "chat" {
+                got.push((e.seq.unwrap(), e.d["text"].as_str().unwrap().to_owned()));
+            }
+        }
+        let want: Vec<(u64, String)> = (0..30).map(|i| (base + i + 1, format!("m{i}"))).collect();
+        assert_eq!(got, want);
+        let p = c.position(&room).unwrap();
+        assert_eq!((p.gaps, p.duplicates), (0, 0));
+    }
+    // Rooms spread over the shards, and every node's admin API names the same owner.
+    let mut owners = std::collections::HashSet::new();
+    for r in &rooms[1..] {
+        join_retrying(&mut a, r, WAIT).await;
+        let (owner, fence) = cluster.room_owner(r.as_str()).await.unwrap().unwrap();
+        assert!(fence > 0);
+        let shard = cluster.shard(&owner).unwrap();
+        let j = loadtest::admin::get(shard.admin, &format!("/admin/rooms/{r}"), Some(&cluster.admin_token))
+            .await
+            .unwrap()
+            .json();
+        assert_eq!(j["running_here"], true);
+        owners.insert(owner);
+    }
+    assert!(owners.len() >= 2, "rooms on one shard only: {owners:?}");
+    // The admin API refuses calls without the token.
+    let r = loadtest::admin::get(cluster.gateways[0].admin, "/admin/rooms/xroom-0", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+}
+
+/// Watches a room with members and no traffic for 3×TTL; returns the number of samples in
+/// which its owner or fence differed from the first (an ownership change or lease steal).
+async fn quiet_room_ownership_changes(renew_on_traffic: bool) -> usize {
+    let ttl = Duration::from_secs(1);
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 1,
+        lease_ttl: ttl,
+        renew_on_traffic,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let mut b = cluster.connect(0, "bob").await.unwrap();
+    let room = RoomId::from("quiet");
+    join_retrying(&mut a, &room, WAIT).await;
+    join_retrying(&mut b, &room, WAIT).await;
+    let first = cluster.room_owner("quiet").await.unwrap().unwrap();
+    let mut changes = 0;
+    let end = Instant::now() + ttl * 3 + ttl / 2;
+    while Instant::now() < end {
+        let now = cluster.room_owner("quiet").await.unwrap();
+        if now.as_ref() != Some(&first) {
+            changes += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The members were never told to leave.
+    let stray: Vec<_> = a.queued_events().into_iter().filter(|e| e.ev == "room.left").collect();
+    if !renew_on_traffic {
+        assert!(stray.is_empty(), "members were evicted: {stray:?}");
+    }
+    changes
+}
+
+#[tokio::test]
+async fn a_quiet_room_keeps_its_owner_for_three_ttls() {
+    assert_eq!(quiet_room_ownership_changes(false).await, 0);
+}
+
+/// The seed incident's bug behind the test-only switch: leases renewed on traffic expire in a
+/// quiet room. This proves the test above can fail.
+#[tokio::test]
+async fn renewing_on_traffic_loses_quiet_rooms_which_the_check_detects() {
+    assert!(quiet_room_ownership_changes(true).await > 0);
+}
+
+#[tokio::test]
+async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
+    let ttl = Duration::from_secs(2);
+    let mut cluster = Cluster::start(ClusterOptions {
+        lease_ttl: ttl,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let mut b = cluster.connect(1, "bob").await.unwrap();
+    let room = a
+        .create_room(json!({"room": "busy", "title": "t", "seats": 4, "password": "pw"}))
+        .await;
+    let room = match room {
+        Ok(r) => r,
+        Err(e) => panic!("create failed: {e:?}"),
+    };
+    a.join(&room, false, None).await.unwrap();
+    a.request("seat.take", json!({"room": room, "seat": 2})).await.unwrap();
+    b.join(&room, false, Some("pw")).await.unwrap();
+    for i in 0..10 {
+        a.chat(&room, &format!("before {i}")).await.unwrap();
+    }
+    let (owner, fence) = cluster.room_owner("busy").await.unwrap().unwrap();
+    let old_epoch = a.since(&room).unwrap().epoch;
+    assert_eq!(old_epoch, fence);
+
+    let killed_at = Instant::now();
+    cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
+    assert_eq!(wait_room_left(&mut a, WAIT).await["reason"], "unavailable");
+    let ja = join_retrying(&mut a, &room, ttl * 5).await;
+    let failover = killed_at.elapsed();
+    let snap = &ja["snapshot"];
+    assert_eq!(snap["owner"], "alice", "owner restored");
+    assert_eq!(snap["locked"], true, "password restored");
+    assert_eq!(snap["seats"][2]["user"], "alice", "seats restored");
+    let new_epoch = ja["epoch"].as_u64().unwrap();
+    assert!(new_epoch > old_epoch, "epoch {new_epoch} after {old_epoch}");
+    let (new_owner, new_fence) = cluster.room_owner("busy").await.unwrap().unwrap();
+    assert_ne!(new_owner, owner);
+    assert_eq!(new_fence, new_epoch);
+    wait_room_left(&mut b, WAIT).await;
+    join_retrying(&mut b, &room, WAIT).await;
+    // Chat continues in the new epoch with consecutive seq.
+    let s1 = a.chat(&room, "after").await.unwrap();
+    let s2 = b.chat(&room, "after 2").await.unwrap();
+    assert_eq!(s2, s1 + 1);
+    eprintln!("FAILOVER kill -9: {} ms (TTL {} ms)", failover.as_millis(), ttl.as_millis());
+    assert!(failover <= ttl + Duration::from_secs(2), "failover took {failover:?}");
+}
+
+#[tokio::test]
+async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
+    let ttl = Duration::from_secs(4);
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 3,
+        gateways: 1,
+        lease_ttl: ttl,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let mut b = cluster.connect(0, "bob").await.unwrap();
+    let room = RoomId::from("paused");
+    join_retrying(&mut a, &room, WAIT).await;
+    join_retrying(&mut b, &room, WAIT).await;
+    a.request("seat.take", json!({"room": room, "seat": 0})).await.unwrap();
+    let (owner, old_fence) = cluster.room_owner("paused").await.unwrap().unwrap();
+    let paused = cluster.shard(&owner).unwrap();
+    paused.node.pause().unwrap();
+    let stopped_at = Instant::now();
+    // Commands sent now sit in the paused owner's socket buffer.
+    let _ = b.send("chat.send", json!({"room": room, "text": "to the paused owner"})).await;
+    assert_eq!(wait_room_left(&mut a, ttl * 3).await["reason"], "unavailable");
+    let ja = join_retrying(&mut a, &room, ttl * 4).await;
+    let takeover = stopped_at.elapsed();
+    let new_epoch = ja["epoch"].as_u64().unwrap();
+    assert!(new_epoch > old_fence);
+    assert_eq!(ja["snapshot"]["seats"][0]["user"], "alice");
+    // Resume the old owner after 1.5 × TTL.
+    let resume_at = stopped_at + ttl * 3 / 2;
+    tokio::time::sleep_until(resume_at.max(Instant::now())).await;
+    paused.node.resume().unwrap();
+    // Traffic in the new epoch; the old owner's queued command must not surface.
+    for i in 0..10 {
+        a.chat(&room, &format!("new {i}")).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut max_epoch = 0;
+    while Instant::now() < deadline {
+        match a.next_event(Duration::from_millis(200)).await {
+            Ok(e) => {
+                if let Some(ep) = e.epoch {
+                    assert!(ep >= max_epoch, "event of epoch {ep} after epoch {max_epoch}: {e:?}");
+                    max_epoch = ep;
+                    assert_ne!(e.d["text"], "to the paused owner");
+                }
+            }
+            Err(ClientError::Timeout) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(max_epoch, new_epoch);
+    // The lease and the fenced state belong to the new owner; the old one stopped its runtime.
+    let (now_owner, now_fence) = cluster.room_owner("paused").await.unwrap().unwrap();
+    assert_ne!(now_owner, owner);
+    assert_eq!(now_fence, new_epoch);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let j = loadtest::admin::get(paused.admin, "/admin/rooms/paused", Some(&cluster.admin_token))
+            .await
+            .unwrap()
+            .json();
+        if j["running_here"] == false {
+            break;
+        }
+        assert!(Instant::now() < deadline, "old owner still runs the room");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("TAKEOVER after SIGSTOP: {} ms (TTL {} ms)", takeover.as_millis(), ttl.as_millis());
+}
+
+#[tokio::test]
+async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
+    let mut cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 1,
+        lease_ttl: Duration::from_secs(2),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let room = RoomId::from("redis-restart");
+    join_retrying(&mut a, &room, WAIT).await;
+    a.chat(&room, "before").await.unwrap();
+    cluster.redis.restart().await.unwrap();
+    // Keep using the room until it works again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(Instant::now() < deadline, "no recovery after a Redis restart");
+        match a.chat(&room, "after").await {
+            Ok(_) => break,
+            Err(ClientError::Server(_)) => {
+                let _ = a.join(&room, true, None).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    // Exactly one shard runs the room.
+    let mut running = 0;
+    for s in &cluster.shards {
+        let j = loadtest::admin::get(s.admin, "/admin/rooms/redis-restart", Some(&cluster.admin_token))
+            .await
+            .unwrap()
+            .json();
+        if j["running_here"] == true {
+            running += 1;
+        }
+    }
+    assert_eq!(running, 1);
+}
