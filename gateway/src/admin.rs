@@ -161,23 +161,32 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
     }
 }
 
-/// `GET /admin/rooms/{id}`: the live lease holder and fence, answered by any node.
+/// `GET /admin/rooms/{id}`: the live lease holder and fence, answered by any node; a shard
+/// also says whether it runs the room itself.
 async fn room(admin: &Admin, room: RoomId) -> Resp {
+    let here = admin.shard.as_ref().and_then(|s| s.fence_of(&room));
     match admin.leases.holder(&room).await {
-        Ok(Some((owner, fence))) => {
-            let here = admin.shard.as_ref().and_then(|s| s.fence_of(&room));
-            json_resp(
-                StatusCode::OK,
-                &json!({
-                    "room": room,
-                    "owner": node_of(&owner),
-                    "owner_id": owner,
-                    "fence": fence,
-                    "answered_by": admin.node,
-                    "running_here": here == Some(fence),
-                }),
-            )
-        }
+        Ok(Some((owner, fence))) => json_resp(
+            StatusCode::OK,
+            &json!({
+                "room": room,
+                "owner": node_of(&owner),
+                "owner_id": owner,
+                "fence": fence,
+                "answered_by": admin.node,
+                "running_here": here.is_some(),
+                "local_fence": here,
+            }),
+        ),
+        Ok(None) if here.is_some() => json_resp(
+            StatusCode::NOT_FOUND,
+            &json!({
+                "error": "room has no lease now",
+                "answered_by": admin.node,
+                "running_here": true,
+                "local_fence": here,
+            }),
+        ),
         Ok(None) => error(StatusCode::NOT_FOUND, "room has no owner now (not loaded)"),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }

@@ -243,11 +243,14 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
     let old = routes.ring();
     if old.nodes() != ring.nodes() {
         info!(version = view.version, shards = live.len(), "Ring changed.");
+        // Route by the new ring first, then tell the moved sessions: their rejoin must not
+        // go to the old owner.
+        routes.set_ring(ring);
+        let ring = routes.ring();
         let moved = core
             .hub
             .evict_where(|room, via| ring.owner(room) != Some(via));
         ::metrics::counter!(crate::metrics::SESSIONS_EVICTED).increment(moved as u64);
-        routes.set_ring(ring);
     }
 }
 

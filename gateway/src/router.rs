@@ -124,8 +124,10 @@ impl Routes {
                     &up,
                     protocol::ring::DEFAULT_VNODES_PER_WEIGHT,
                 ));
-                *self.degraded.write().unwrap_or_else(PoisonError::into_inner) =
-                    Some((down, r.clone()));
+                *self
+                    .degraded
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = Some((down, r.clone()));
                 r
             }
         };
@@ -144,7 +146,13 @@ impl Router {
                 true
             }
             Self::Cluster(routes) => {
-                let hinted = hint.and_then(|h| routes.link(h)).filter(|l| l.is_up());
+                // Follow a shard's hint only to a live member of the ring: a paused or dead
+                // ex-owner still named by its unexpired lease must not receive commands.
+                let ring = routes.ring();
+                let hinted = hint
+                    .filter(|h| ring.nodes().iter().any(|(n, _)| n == *h))
+                    .and_then(|h| routes.link(h))
+                    .filter(|l| l.is_up());
                 let link = match hinted.or_else(|| routes.reachable_owner(&cmd.room)) {
                     Some(l) => l,
                     None => return false,

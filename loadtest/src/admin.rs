@@ -64,6 +64,10 @@ pub async fn call(
 ///
 /// # Errors
 /// Connection or protocol failures.
-pub async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> anyhow::Result<AdminResponse> {
+pub async fn get(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<AdminResponse> {
     call(addr, "GET", path, token, None).await
 }

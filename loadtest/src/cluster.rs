@@ -683,14 +683,23 @@ impl Cluster {
             .gateways
             .first()
             .ok_or_else(|| anyhow::anyhow!("no gateway"))?;
-        let r = crate::admin::get(g.admin, &format!("/admin/rooms/{room}"), Some(&self.admin_token)).await?;
+        let r = crate::admin::get(
+            g.admin,
+            &format!("/admin/rooms/{room}"),
+            Some(&self.admin_token),
+        )
+        .await?;
         if r.status == 404 {
             return Ok(None);
         }
         let j = r.json();
         match (j["owner"].as_str(), j["fence"].as_u64()) {
             (Some(o), Some(f)) => Ok(Some((o.to_owned(), f))),
-            _ => Err(anyhow::anyhow!("unexpected admin answer {}: {}", r.status, r.body)),
+            _ => Err(anyhow::anyhow!(
+                "unexpected admin answer {}: {}",
+                r.status,
+                r.body
+            )),
         }
     }
 }

@@ -2,7 +2,10 @@
 //! gateway` processes on free loopback ports, real WebSocket clients.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
-#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::time::Duration;
 
@@ -16,9 +19,18 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// Joins `room` (resuming from the client's position), retrying while ownership moves.
 async fn join_retrying(c: &mut Client, room: &RoomId, within: Duration) -> Value {
+    join_retrying_pw(c, room, None, within).await
+}
+
+async fn join_retrying_pw(
+    c: &mut Client,
+    room: &RoomId,
+    pw: Option<&str>,
+    within: Duration,
+) -> Value {
     let deadline = Instant::now() + within;
     loop {
-        match c.join(room, true, None).await {
+        match c.join(room, true, pw).await {
             Ok(v) => return v,
             Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {}
             Err(e) => panic!("join failed: {e:?}"),
@@ -74,10 +86,14 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
         let (owner, fence) = cluster.room_owner(r.as_str()).await.unwrap().unwrap();
         assert!(fence > 0);
         let shard = cluster.shard(&owner).unwrap();
-        let j = loadtest::admin::get(shard.admin, &format!("/admin/rooms/{r}"), Some(&cluster.admin_token))
-            .await
-            .unwrap()
-            .json();
+        let j = loadtest::admin::get(
+            shard.admin,
+            &format!("/admin/rooms/{r}"),
+            Some(&cluster.admin_token),
+        )
+        .await
+        .unwrap()
+        .json();
         assert_eq!(j["running_here"], true);
         owners.insert(owner);
     }
@@ -118,7 +134,11 @@ async fn quiet_room_ownership_changes(renew_on_traffic: bool) -> usize {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The members were never told to leave.
-    let stray: Vec<_> = a.queued_events().into_iter().filter(|e| e.ev == "room.left").collect();
+    let stray: Vec<_> = a
+        .queued_events()
+        .into_iter()
+        .filter(|e| e.ev == "room.left")
+        .collect();
     if !renew_on_traffic {
         assert!(stray.is_empty(), "members were evicted: {stray:?}");
     }
@@ -156,7 +176,9 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
         Err(e) => panic!("create failed: {e:?}"),
     };
     a.join(&room, false, None).await.unwrap();
-    a.request("seat.take", json!({"room": room, "seat": 2})).await.unwrap();
+    a.request("seat.take", json!({"room": room, "seat": 2}))
+        .await
+        .unwrap();
     b.join(&room, false, Some("pw")).await.unwrap();
     for i in 0..10 {
         a.chat(&room, &format!("before {i}")).await.unwrap();
@@ -180,13 +202,20 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
     assert_ne!(new_owner, owner);
     assert_eq!(new_fence, new_epoch);
     wait_room_left(&mut b, WAIT).await;
-    join_retrying(&mut b, &room, WAIT).await;
+    join_retrying_pw(&mut b, &room, Some("pw"), WAIT).await;
     // Chat continues in the new epoch with consecutive seq.
     let s1 = a.chat(&room, "after").await.unwrap();
     let s2 = b.chat(&room, "after 2").await.unwrap();
     assert_eq!(s2, s1 + 1);
-    eprintln!("FAILOVER kill -9: {} ms (TTL {} ms)", failover.as_millis(), ttl.as_millis());
-    assert!(failover <= ttl + Duration::from_secs(2), "failover took {failover:?}");
+    eprintln!(
+        "FAILOVER kill -9: {} ms (TTL {} ms)",
+        failover.as_millis(),
+        ttl.as_millis()
+    );
+    assert!(
+        failover <= ttl + Duration::from_secs(2),
+        "failover took {failover:?}"
+    );
 }
 
 #[tokio::test]
@@ -205,14 +234,24 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
     let room = RoomId::from("paused");
     join_retrying(&mut a, &room, WAIT).await;
     join_retrying(&mut b, &room, WAIT).await;
-    a.request("seat.take", json!({"room": room, "seat": 0})).await.unwrap();
+    a.request("seat.take", json!({"room": room, "seat": 0}))
+        .await
+        .unwrap();
     let (owner, old_fence) = cluster.room_owner("paused").await.unwrap().unwrap();
     let paused = cluster.shard(&owner).unwrap();
     paused.node.pause().unwrap();
     let stopped_at = Instant::now();
     // Commands sent now sit in the paused owner's socket buffer.
-    let _ = b.send("chat.send", json!({"room": room, "text": "to the paused owner"})).await;
-    assert_eq!(wait_room_left(&mut a, ttl * 3).await["reason"], "unavailable");
+    let _ = b
+        .send(
+            "chat.send",
+            json!({"room": room, "text": "to the paused owner"}),
+        )
+        .await;
+    assert_eq!(
+        wait_room_left(&mut a, ttl * 3).await["reason"],
+        "unavailable"
+    );
     let ja = join_retrying(&mut a, &room, ttl * 4).await;
     let takeover = stopped_at.elapsed();
     let new_epoch = ja["epoch"].as_u64().unwrap();
@@ -232,7 +271,10 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
         match a.next_event(Duration::from_millis(200)).await {
             Ok(e) => {
                 if let Some(ep) = e.epoch {
-                    assert!(ep >= max_epoch, "event of epoch {ep} after epoch {max_epoch}: {e:?}");
+                    assert!(
+                        ep >= max_epoch,
+                        "event of epoch {ep} after epoch {max_epoch}: {e:?}"
+                    );
                     max_epoch = ep;
                     assert_ne!(e.d["text"], "to the paused owner");
                 }
@@ -248,17 +290,25 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
     assert_eq!(now_fence, new_epoch);
     let deadline = Instant::now() + WAIT;
     loop {
-        let j = loadtest::admin::get(paused.admin, "/admin/rooms/paused", Some(&cluster.admin_token))
-            .await
-            .unwrap()
-            .json();
+        let j = loadtest::admin::get(
+            paused.admin,
+            "/admin/rooms/paused",
+            Some(&cluster.admin_token),
+        )
+        .await
+        .unwrap()
+        .json();
         if j["running_here"] == false {
             break;
         }
         assert!(Instant::now() < deadline, "old owner still runs the room");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    eprintln!("TAKEOVER after SIGSTOP: {} ms (TTL {} ms)", takeover.as_millis(), ttl.as_millis());
+    eprintln!(
+        "TAKEOVER after SIGSTOP: {} ms (TTL {} ms)",
+        takeover.as_millis(),
+        ttl.as_millis()
+    );
 }
 
 #[tokio::test]
@@ -276,29 +326,45 @@ async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     join_retrying(&mut a, &room, WAIT).await;
     a.chat(&room, "before").await.unwrap();
     cluster.redis.restart().await.unwrap();
-    // Keep using the room until it works again.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        assert!(Instant::now() < deadline, "no recovery after a Redis restart");
+    // Keep using the room for 3 TTLs (rejoining whenever told to), then it must work.
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut ok_after = 0;
+    while Instant::now() < until || ok_after == 0 {
+        assert!(
+            Instant::now() < until + Duration::from_secs(15),
+            "no recovery after a Redis restart"
+        );
         match a.chat(&room, "after").await {
-            Ok(_) => break,
+            Ok(_) => ok_after += 1,
             Err(ClientError::Server(_)) => {
                 let _ = a.join(&room, true, None).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => panic!("{e:?}"),
         }
+        for e in a.queued_events() {
+            if e.ev == "room.left" {
+                let _ = a.join(&room, true, None).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    a.chat(&room, "final").await.unwrap();
     // Exactly one shard runs the room.
     let mut running = 0;
     for s in &cluster.shards {
-        let j = loadtest::admin::get(s.admin, "/admin/rooms/redis-restart", Some(&cluster.admin_token))
-            .await
-            .unwrap()
-            .json();
+        let j = loadtest::admin::get(
+            s.admin,
+            "/admin/rooms/redis-restart",
+            Some(&cluster.admin_token),
+        )
+        .await
+        .unwrap()
+        .json();
         if j["running_here"] == true {
             running += 1;
         }
     }
     assert_eq!(running, 1);
+    assert!(cluster.room_owner("redis-restart").await.unwrap().is_some());
 }
