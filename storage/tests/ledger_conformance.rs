@@ -575,21 +575,26 @@ async fn sqlite_gift_throughput() {
     for s in &senders {
         f.ledger.grant(s, 1_000_000, "seed").await.unwrap();
     }
-    let ledger = Arc::new(f.ledger.clone());
-    let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    let start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(SENDERS * GIFTS_PER_SENDER);
+    // Orders are built before the clock starts: the figure is the ledger's, not the harness's.
+    let mut orders = Vec::with_capacity(SENDERS * GIFTS_PER_SENDER);
     for i in 0..GIFTS_PER_SENDER {
         for s in &senders {
             let o = f.order(s, &format!("b{i}"), &room, 3, std::slice::from_ref(&host));
-            let ledger = Arc::clone(&ledger);
-            let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
-            tasks.push(tokio::spawn(async move {
-                let out = ledger.send_gift(&o, 1).await;
-                drop(permit);
-                out
-            }));
+            orders.push(o);
         }
+    }
+    let ledger = Arc::new(f.ledger.clone());
+    let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(orders.len());
+    for o in orders {
+        let ledger = Arc::clone(&ledger);
+        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let out = ledger.send_gift(&o, 1).await;
+            drop(permit);
+            out
+        }));
     }
     let mut settled = 0usize;
     for t in tasks {
