@@ -644,6 +644,8 @@ fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcom
     let Some(rec) = load_saga(c, order.gift_id)? else {
         return Ok(DebitOutcome::Missing);
     };
+    // The amounts come from the stored order, never from the caller's copy.
+    let order = &rec.order.clone();
     ensure_fence(c, &order.room, fence, rec.fence)?;
     match rec.state {
         SagaState::Debited | SagaState::Settled => {
@@ -806,6 +808,7 @@ fn tx_void(
     let Some(rec) = load_saga(c, order.gift_id)? else {
         return Ok(VoidOutcome::Missing);
     };
+    let order = &rec.order.clone();
     ensure_fence(c, &order.room, fence, rec.fence)?;
     match rec.state {
         SagaState::Debited | SagaState::Settled => return Ok(VoidOutcome::Debited),
