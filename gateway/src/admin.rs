@@ -149,6 +149,17 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             Some(core) => core.admin_grant(user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
+        (&Method::GET, ["wallets", user]) if is_valid_id(user) => match &admin.core {
+            Some(core) => core.admin_wallet(user).await,
+            None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+        },
+        (&Method::GET, ["ledger", "totals"]) => match &admin.core {
+            Some(core) => core.admin_totals().await,
+            None => error(
+                StatusCode::NOT_FOUND,
+                "the ledger is served by gateway nodes",
+            ),
+        },
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
     }
 }
@@ -157,6 +168,8 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
     match (method, parts) {
         (&Method::GET, ["rooms", _]) => "room_get",
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
+        (&Method::GET, ["wallets", _]) => "wallet_get",
+        (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
         _ => "other",
     }
 }

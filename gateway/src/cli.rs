@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 use shard::ShardConfig;
+use shard::gifts::{Catalog, GiftDef, Prize};
 
 use crate::config::GatewayConfig;
 use crate::standalone::StandaloneConfig;
@@ -74,6 +75,10 @@ pub struct ShardArgs {
     /// seed incident (quiet rooms lose their owner). Never use in production.
     #[arg(long, hide = true, env = "CHORUS_TEST_RENEW_ON_TRAFFIC")]
     pub test_renew_on_traffic: bool,
+    /// Ledger URL shared by every node (`sqlite://<path>` on one machine, `scylla://…`);
+    /// without one, gifts are refused.
+    #[arg(long, env = "CHORUS_LEDGER")]
+    pub ledger: Option<String>,
 }
 
 /// `chorus gateway` flags.
@@ -103,6 +108,9 @@ pub struct GatewayArgs {
     /// Per-connection burst (default 40).
     #[arg(long, env = "CHORUS_RATE_BURST")]
     pub rate_burst: Option<u32>,
+    /// Ledger URL shared by every node; without one, wallet ops answer UNAVAILABLE.
+    #[arg(long, env = "CHORUS_LEDGER")]
+    pub ledger: Option<String>,
 }
 
 /// Flags shared by every role.
@@ -146,6 +154,9 @@ pub struct StandaloneArgs {
     /// Joining a missing room creates it (default true in standalone).
     #[arg(long, env = "CHORUS_AUTO_CREATE")]
     pub auto_create: Option<bool>,
+    /// Ledger URL (default: SQLite at <data dir>/ledger.db).
+    #[arg(long, env = "CHORUS_LEDGER")]
+    pub ledger: Option<String>,
 }
 
 /// `chorus token` flags.
@@ -206,6 +217,18 @@ pub struct FileConfig {
     pub member_count_interval_ms: Option<u64>,
     /// Auto-create rooms on join.
     pub auto_create: Option<bool>,
+    /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
+    pub ledger: Option<String>,
+    /// The gift catalog (replaces the default one).
+    pub gifts: Option<Vec<GiftDef>>,
+    /// Recipients' share of a gift's price, in basis points (default 5000).
+    pub share_bp: Option<u32>,
+    /// The lucky prize table (replaces the default one).
+    pub lucky_prizes: Option<Vec<Prize>>,
+    /// Secret of lucky draws (`CHORUS_LUCKY_SECRET` wins).
+    pub lucky_secret: Option<String>,
+    /// Lucky wins at or above this multiplier raise `gift.lucky`.
+    pub big_win_multiplier: Option<u32>,
 }
 
 /// Reads the config file, if one was named.
@@ -380,5 +403,32 @@ pub fn standalone_config(
         admin_token,
         gateway: g,
         shard: s,
+        ledger: a
+            .ledger
+            .clone()
+            .or_else(|| f.ledger.clone())
+            .unwrap_or_default(),
     })
+}
+
+/// The gift catalog from the file (or the default), with its lucky secret, validated.
+///
+/// # Errors
+/// The catalog is invalid (duplicate ids, prices, a lucky table paying out too much).
+pub fn catalog(f: &FileConfig, lucky_secret: Vec<u8>) -> anyhow::Result<Catalog> {
+    let mut c = Catalog::default_with_secret(lucky_secret);
+    if let Some(g) = &f.gifts {
+        c.gifts = g.clone();
+    }
+    if let Some(p) = &f.lucky_prizes {
+        c.prizes = p.clone();
+    }
+    if let Some(v) = f.share_bp {
+        c.share_bp = v;
+    }
+    if let Some(v) = f.big_win_multiplier {
+        c.big_win_multiplier = v;
+    }
+    c.validate()?;
+    Ok(c)
 }

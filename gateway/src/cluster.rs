@@ -7,13 +7,16 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use protocol::NodeId;
 use protocol::ring::{DEFAULT_VNODES_PER_WEIGHT, Ring};
+use shard::gifts::Catalog;
 use shard::{Shard, ShardConfig, Stores};
 use storage::lease::LeaseStore;
+use storage::ledger::Ledger;
 use storage::membership::{Membership, NodeRole, NodeSpec};
 use storage::redis::Redis;
 use storage::snapshot::SnapshotStore;
@@ -24,6 +27,7 @@ use tracing::{info, warn};
 
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
+use crate::money::Money;
 use crate::router::{Router, Routes};
 use crate::standalone::{Running, StartError};
 use crate::{Core, admin};
@@ -52,6 +56,8 @@ pub struct ShardNodeConfig {
     pub shard: ShardConfig,
     /// Test-only: renew leases on room traffic instead of on the timer (the seed bug).
     pub renew_on_traffic: bool,
+    /// Ledger URL (`sqlite://<path>` shared on one machine, or `scylla://…`); `None`: no gifts.
+    pub ledger: Option<String>,
 }
 
 /// Settings of a gateway node.
@@ -71,6 +77,20 @@ pub struct GatewayNodeConfig {
     pub jwt_secret: Vec<u8>,
     /// Gateway limits.
     pub gateway: GatewayConfig,
+    /// Ledger URL; `None`: wallet ops answer `UNAVAILABLE`.
+    pub ledger: Option<String>,
+    /// The gift catalog (for `gift.list`).
+    pub catalog: Arc<Catalog>,
+}
+
+async fn open_ledger(url: Option<&String>) -> Result<Option<Ledger>, StartError> {
+    match url {
+        None => Ok(None),
+        Some(u) => Ledger::open(u, Path::new("."))
+            .await
+            .map(Some)
+            .map_err(|e| StartError::Storage(format!("ledger: {e}"))),
+    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
@@ -124,12 +144,14 @@ pub async fn start_shard(cfg: ShardNodeConfig) -> Result<Running, StartError> {
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let leases = LeaseStore::redis(&redis);
+    let ledger = open_ledger(cfg.ledger.as_ref()).await?;
     let shard = Shard::start_with(
         cfg.node_id.clone(),
         cfg.shard.clone(),
         Stores {
             leases: leases.clone(),
             snapshots: SnapshotStore::redis(&redis),
+            ledger,
         },
         shutdown.clone(),
         tracker.clone(),
@@ -182,6 +204,10 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         Authenticator::new(&cfg.jwt_secret).map_err(|e| StartError::Config(e.to_string()))?,
         shutdown.clone(),
         tracker.clone(),
+        Money {
+            ledger: open_ledger(cfg.ledger.as_ref()).await?,
+            catalog: cfg.catalog.clone(),
+        },
     );
     let membership = Membership::new(&redis);
     refresh_ring(&core, &routes, &membership).await;

@@ -21,6 +21,7 @@ pub mod config;
 mod hub;
 mod link;
 pub mod metrics;
+pub mod money;
 mod outbox;
 pub mod router;
 mod server;
@@ -33,9 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::StatusCode;
-use protocol::client::{self, Op};
+use protocol::client;
 use protocol::link::{Command, RoomCmd, ToGateway};
 use protocol::{ErrorCode, NodeId, RoomId, SessionId, UserId};
 
@@ -69,6 +68,8 @@ pub(crate) struct Core {
     next_req: AtomicU64,
     /// Commands sent and not yet answered, kept for routing retries.
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Ledger and catalog for the money ops the gateway answers itself.
+    pub(crate) money: money::Money,
 }
 
 /// A command waiting for its reply.
@@ -86,6 +87,7 @@ impl Core {
         auth: auth::Authenticator,
         shutdown: CancellationToken,
         tracker: TaskTracker,
+        money: money::Money,
     ) -> Arc<Self> {
         let core = Arc::new_cyclic(|me| Self {
             me: me.clone(),
@@ -99,6 +101,7 @@ impl Core {
             next_session: AtomicU64::new(1),
             next_req: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
+            money,
         });
         core.tracker.spawn(core.clone().sweep_pending());
         core
@@ -251,29 +254,5 @@ impl Core {
             let from = self.node.clone();
             self.on_shard_message(&from, msg);
         }
-    }
-
-    /// `wallet.balance` and `gift.list`, answered by the gateway itself.
-    pub(crate) fn money_request(&self, session: SessionId, _user: &UserId, id: u64, op: Op) {
-        let frame = client::encode_err(
-            Some(id),
-            ErrorCode::Unavailable,
-            &format!("{} is not enabled on this node", op.name()),
-        );
-        if let Some(t) = text(frame) {
-            self.hub.send_to(session, t);
-        }
-    }
-
-    /// `POST /admin/wallets/{user}/grant`.
-    pub(crate) async fn admin_grant(
-        &self,
-        _user: &str,
-        _body: &Bytes,
-    ) -> http::Response<http_body_util::Full<Bytes>> {
-        admin::error(
-            StatusCode::NOT_IMPLEMENTED,
-            "wallets are not enabled on this node",
-        )
     }
 }

@@ -74,7 +74,18 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     if fresh_admin {
         tracing::info!(path = %dir.join("admin_token").display(), "Generated a new admin token.");
     }
-    let cfg = cli::standalone_config(a, &file, secret.into_bytes(), Some(admin_token))?;
+    let (lucky, _) = cli::secret(
+        "CHORUS_LUCKY_SECRET",
+        file.lucky_secret.as_ref(),
+        &dir,
+        "lucky_secret",
+        true,
+    )?
+    .ok_or_else(|| anyhow::anyhow!("no lucky secret"))?;
+    let mut cfg = cli::standalone_config(a, &file, secret.into_bytes(), Some(admin_token))?;
+    cfg.shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes())?);
+    cfg.shard.test_crash_after_debit =
+        std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -133,14 +144,22 @@ fn run_until_signal(
 
 fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     let file = cli::load_file(a.config.as_deref())?;
+    let lucky = env_secret("CHORUS_LUCKY_SECRET", file.lucky_secret.as_ref()).unwrap_or_default();
+    let mut shard = cli::shard_settings(a.idle_unload_ms, a.lease_ttl_ms, &file);
+    shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes()).map_err(|e| {
+        anyhow::anyhow!("{e} (shards need CHORUS_LUCKY_SECRET when the catalog has lucky gifts)")
+    })?);
+    shard.test_crash_after_debit =
+        std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
     let cfg = gateway::cluster::ShardNodeConfig {
         node_id: protocol::NodeId::from(a.node_id.as_str()),
         redis: a.redis.clone(),
         link_addr: a.link_addr,
         admin_addr: a.admin_addr,
         admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
-        shard: cli::shard_settings(a.idle_unload_ms, a.lease_ttl_ms, &file),
+        shard,
         renew_on_traffic: a.test_renew_on_traffic,
+        ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
     };
     run_until_signal(gateway::cluster::start_shard(cfg), "shard")
 }
@@ -158,6 +177,9 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
         admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
         jwt_secret: secret.into_bytes(),
         gateway: cli::gateway_settings(a.heartbeat_ms, a.rate_per_sec, a.rate_burst, &file),
+        ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
+        // Gateways only list the catalog; draws happen on shards.
+        catalog: std::sync::Arc::new(cli::catalog(&file, b"unused-on-gateways".to_vec())?),
     };
     run_until_signal(gateway::cluster::start_gateway(cfg), "gateway")
 }

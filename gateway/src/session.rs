@@ -298,7 +298,7 @@ impl Session {
                 self.reply_ok(id, &Pong { t: now_ms() });
                 return None;
             }
-            Op::WalletBalance(_) | Op::GiftList(_) => {
+            Op::WalletBalance(_) | Op::GiftList(_) | Op::RankGet(_) => {
                 self.core
                     .money_request(self.session, &self.who.user, id, req.op);
                 return None;
@@ -320,7 +320,6 @@ impl Session {
             Op::SeatTake(s) => RoomCmd::SeatTake(s),
             Op::SeatLeave(_) => RoomCmd::SeatLeave,
             Op::GiftSend(g) => RoomCmd::Gift(g),
-            Op::RankGet(r) => RoomCmd::Rank(r),
         };
         if let Some(room) = room {
             self.core

@@ -10,6 +10,7 @@ use std::time::Duration;
 use protocol::NodeId;
 use shard::{Shard, ShardConfig, Stores};
 use storage::lease::{InProcessLeases, LeaseStore};
+use storage::ledger::Ledger;
 use storage::snapshot::SnapshotStore;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -19,6 +20,7 @@ use tracing::info;
 
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
+use crate::money::Money;
 use crate::router::Router;
 use crate::{Core, admin};
 
@@ -41,8 +43,11 @@ pub struct StandaloneConfig {
     pub admin_token: Option<String>,
     /// Gateway limits.
     pub gateway: GatewayConfig,
-    /// Shard settings.
+    /// Shard settings (the gift catalog included).
     pub shard: ShardConfig,
+    /// Ledger URL: empty for `<data_dir>/ledger.db`, `sqlite://<path>`, or
+    /// `scylla://host:9042,...[/keyspace]`.
+    pub ledger: String,
 }
 
 /// Why standalone mode could not start.
@@ -132,6 +137,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let snapshots = SnapshotStore::sqlite(&cfg.data_dir, leases.clone())
         .await
         .map_err(|e| StartError::Storage(e.to_string()))?;
+    let ledger = Ledger::open(&cfg.ledger, &cfg.data_dir)
+        .await
+        .map_err(|e| StartError::Storage(format!("ledger: {e}")))?;
     let ws = bind(cfg.ws_addr).await?;
     let adm = bind(cfg.admin_addr).await?;
     let ws_addr = ws.local_addr().map_err(|source| StartError::Bind {
@@ -152,6 +160,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         Stores {
             leases: LeaseStore::InProcess(leases.clone()),
             snapshots,
+            ledger: Some(ledger.clone()),
         },
         shutdown.clone(),
         tracker.clone(),
@@ -165,6 +174,10 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         Authenticator::new(&cfg.jwt_secret).map_err(|e| StartError::Config(e.to_string()))?,
         shutdown.clone(),
         tracker.clone(),
+        Money {
+            ledger: Some(ledger),
+            catalog: cfg.shard.catalog.clone(),
+        },
     );
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));

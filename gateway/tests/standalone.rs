@@ -40,6 +40,7 @@ impl Server {
             admin_token: Some("admin-token".into()),
             gateway,
             shard,
+            ledger: String::new(),
         })
         .await
         .unwrap();

@@ -437,6 +437,9 @@ mod tests {
     }
 }
 
+/// Distinguishes the clusters one test process starts.
+static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
+
 /// How long a node may take to open its admin port after spawning.
 pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -527,7 +530,22 @@ pub struct Cluster {
     pub secret: Vec<u8>,
     /// The admin bearer token of every node.
     pub admin_token: String,
+    /// Where shared files (the ledger) live; removed on drop.
+    pub data_dir: PathBuf,
     options: ClusterOptions,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Nodes are killed by their own guards (fields drop after this); the files go now.
+        for s in &mut self.shards {
+            let _ = s.node.kill9();
+        }
+        for g in &mut self.gateways {
+            let _ = g.node.kill9();
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -541,7 +559,14 @@ impl Cluster {
     /// When a process cannot start or does not become ready in time.
     pub async fn start(options: ClusterOptions) -> io::Result<Self> {
         let redis = RedisServer::start().await?;
+        let data_dir = std::env::temp_dir().join(format!(
+            "chorus-cluster-{}-{}",
+            std::process::id(),
+            CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&data_dir)?;
         let mut c = Self {
+            data_dir,
             redis,
             shards: Vec::new(),
             gateways: Vec::new(),
@@ -574,6 +599,8 @@ impl Cluster {
                 String::from_utf8_lossy(&self.secret).into_owned(),
             ),
             ("CHORUS_LOG".to_owned(), "info".to_owned()),
+            ("CHORUS_LUCKY_SECRET".to_owned(), "cluster-lucky-secret".to_owned()),
+            ("CHORUS_LEDGER".to_owned(), self.ledger_url()),
         ];
         env.extend(self.options.env.iter().cloned());
         env
@@ -640,6 +667,11 @@ impl Cluster {
             admin,
             url: format!("ws://{ws}/ws"),
         })
+    }
+
+    /// The ledger every node shares: one SQLite file (WAL, multi-process) in a temp dir.
+    pub fn ledger_url(&self) -> String {
+        format!("sqlite://{}", self.data_dir.join("ledger.db").display())
     }
 
     /// The shard with id `id`.

@@ -23,7 +23,10 @@ use crate::error::ErrorCode;
 use crate::ids::{Epoch, RoomId, Seq};
 
 pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
-pub use gift::{GiftEvent, GiftList, GiftSend, GiftSent, GiftTargets, RankGet};
+pub use gift::{
+    GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent, RankEntry,
+    RankGet,
+};
 pub use room::{
     JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin, RoomLeave,
     RoomLeft, SeatView, Since, Snapshot,

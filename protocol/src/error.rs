@@ -32,6 +32,9 @@ pub enum ErrorCode {
     NoFreeSeat,
     /// The sender's balance does not cover the gift.
     InsufficientFunds,
+    /// The gift order was cancelled before any coin moved (recovery voided it); send again
+    /// with a new `req_id`.
+    GiftVoided,
     /// The connection sent faster than its token bucket allows.
     RateLimited,
     /// Retry later: ownership of the room is moving, or the room is overloaded.
@@ -57,6 +60,7 @@ impl ErrorCode {
             Self::SeatLocked => "SEAT_LOCKED",
             Self::NoFreeSeat => "NO_FREE_SEAT",
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
+            Self::GiftVoided => "GIFT_VOIDED",
             Self::RateLimited => "RATE_LIMITED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",

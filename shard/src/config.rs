@@ -1,6 +1,9 @@
 //! Shard settings: lease timing, inbox sizes, history and presence bounds, with their reasons.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::gifts::Catalog;
 
 /// Lease time-to-live. DESIGN: 10 s; renewals run at a third of it.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -38,6 +41,11 @@ pub struct ShardConfig {
     pub member_count_interval: Duration,
     /// Joining a missing room creates it with the joiner as owner (standalone default).
     pub auto_create: bool,
+    /// Gifts, revenue split and lucky table.
+    pub catalog: Arc<Catalog>,
+    /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
+    /// recovery. Never set in production.
+    pub test_crash_after_debit: bool,
 }
 
 impl Default for ShardConfig {
@@ -51,6 +59,8 @@ impl Default for ShardConfig {
             presence_full_max: DEFAULT_PRESENCE_FULL_MAX,
             member_count_interval: DEFAULT_MEMBER_COUNT_INTERVAL,
             auto_create: true,
+            catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
+            test_crash_after_debit: false,
         }
     }
 }

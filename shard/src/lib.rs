@@ -10,10 +10,12 @@
 //! - `owner`: the lease keeper (claim before start, batched renewal at TTL/3, stop on loss).
 //! - `room`: the room actor; `room/state.rs` the pure rules; `room/log.rs` the resume history.
 //! - `snapshots`: durable room state through fenced writes.
+//! - [`gifts`]: the gift catalog and lucky draws; `room/gifts.rs` drives gift sagas.
 //! - [`link`]: the link server for gateways in a cluster.
 //! - [`metrics`]: metric names.
 
 pub mod config;
+pub mod gifts;
 pub mod link;
 pub mod metrics;
 mod owner;
@@ -28,6 +30,7 @@ use bytes::Bytes;
 use protocol::link::{Command, Membership, Reply, ReplyError, ToGateway, ToShard};
 use protocol::{ErrorCode, NodeId, RoomId};
 use storage::lease::LeaseStore;
+use storage::ledger::Ledger;
 use storage::snapshot::SnapshotStore;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -45,6 +48,8 @@ pub struct Stores {
     pub leases: LeaseStore,
     /// Room snapshots.
     pub snapshots: SnapshotStore,
+    /// The money ledger (gifts are refused without one).
+    pub ledger: Option<Ledger>,
 }
 
 /// A running shard. Cheap to clone.
@@ -60,6 +65,7 @@ pub(crate) struct Inner {
     rooms: Mutex<HashMap<RoomId, RoomHandle>>,
     owner: Arc<owner::Owner>,
     snapshots: snapshots::Snapshots,
+    ledger: Option<Ledger>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     next_generation: AtomicU64,
@@ -108,6 +114,7 @@ impl Shard {
                 rooms: Mutex::new(HashMap::new()),
                 owner,
                 snapshots: snapshots::Snapshots::new(stores.snapshots),
+                ledger: stores.ledger,
                 tracker,
                 shutdown,
                 next_generation: AtomicU64::new(1),
@@ -204,19 +211,20 @@ impl Inner {
                         continue;
                     }
                     // Only commands are sent here.
-                    Err(TrySendError::Full(RoomMsg::GatewayGone(_)))
-                    | Err(TrySendError::Closed(RoomMsg::GatewayGone(_))) => return,
+                    Err(TrySendError::Full(_) | TrySendError::Closed(_)) => return,
                 }
             }
             let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = mpsc::channel(self.config.room_inbox);
             // A fresh channel has room for one message.
             let _ = tx.try_send(RoomMsg::Command(cmd.clone()));
+            let tx_weak = tx.downgrade();
             let room = cmd.room.clone();
             rooms.insert(room.clone(), RoomHandle { tx, generation });
             drop(rooms);
+            let weak = tx_weak;
             self.tracker
-                .spawn(room::run(self.clone(), room, generation, rx));
+                .spawn(room::run(self.clone(), room, generation, rx, weak));
             return;
         }
     }

@@ -24,6 +24,11 @@ pub const LINK_QUEUE_DEPTH: &str = "chorus_shard_link_queue_depth";
 /// Room state writes rejected because the fence was not the live lease's (counter).
 pub const FENCED_WRITES_REJECTED: &str = "chorus_fenced_writes_rejected_total";
 
+/// Gift sagas settled by the room that took them (counter).
+pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";
+/// Unfinished sagas resolved by the owner's recovery (counter; label `outcome`).
+pub const SAGAS_RECOVERED: &str = "chorus_sagas_recovered_total";
+
 /// Registers descriptions for every shard metric.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge};

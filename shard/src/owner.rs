@@ -54,6 +54,8 @@ pub(crate) struct Owner {
     owner_id: LeaseOwner,
     ttl: Duration,
     held: Mutex<HashMap<RoomId, Held>>,
+    /// Claim floors learnt from the ledger's fences.
+    floors: Mutex<HashMap<RoomId, FencingToken>>,
     /// The instant validity times count from.
     base: Instant,
     /// Test-only: renew a room's lease when it has traffic instead of on the timer (the seed
@@ -73,6 +75,7 @@ impl Owner {
             owner_id: LeaseOwner::for_this_process(node),
             ttl,
             held: Mutex::new(HashMap::new()),
+            floors: Mutex::new(HashMap::new()),
             base: Instant::now(),
             renew_on_traffic,
         }
@@ -156,6 +159,16 @@ impl Owner {
         if held.get(room).is_some_and(|h| h.fence == fence) {
             held.remove(room);
         }
+    }
+
+    /// Makes the next claim of `room` start above `floor` (the ledger saw a higher fence).
+    pub(crate) fn raise_floor(&self, room: &RoomId, floor: FencingToken) {
+        let mut floors = self
+            .floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let f = floors.entry(room.clone()).or_default();
+        *f = (*f).max(floor);
     }
 
     /// How many leases this node holds.

@@ -4,6 +4,7 @@
 //! publishes. It starts only after its node claimed the room's lease (DESIGN law 1) and stops
 //! the moment the lease keeper cancels its token (law 2).
 
+mod gifts;
 pub(crate) mod log;
 pub mod state;
 
@@ -36,6 +37,10 @@ pub(crate) enum RoomMsg {
     Command(Command),
     /// A gateway's link closed: its sessions leave the room.
     GatewayGone(NodeId),
+    /// A gift saga this room started has an outcome.
+    GiftDone(Box<gifts::GiftDone>),
+    /// The owner's recovery settled a saga a previous runtime left unfinished.
+    GiftRecovered(Box<storage::ledger::GiftOrder>),
 }
 
 /// A cheap handle to a running room: the sending side of its inbox.
@@ -64,6 +69,7 @@ pub(crate) async fn run(
     room: RoomId,
     generation: u64,
     rx: mpsc::Receiver<RoomMsg>,
+    self_tx: mpsc::WeakSender<RoomMsg>,
 ) {
     // The durable high-water mark: a new token must be above the last one that wrote.
     let floor = match inner.snapshots.load(&room).await {
@@ -91,6 +97,12 @@ pub(crate) async fn run(
             return;
         }
     };
+    // Install the fence in the ledger too, so the previous owner's saga moves are refused.
+    if gifts::install_fence(&inner, &room, fence).await.is_err() {
+        inner.owner.release(&room, fence).await;
+        refuse_all(&inner, &room, generation, rx, None).await;
+        return;
+    }
     // Read again under the lease, then install the new fence durably before serving
     // (LEDGER-AND-LEASES 2.4): from now on the previous owner's writes are rejected.
     let loaded = match inner.snapshots.load(&room).await {
@@ -126,11 +138,14 @@ pub(crate) async fn run(
         lease: lease_token.clone(),
         valid,
         deferred: Vec::new(),
+        self_tx,
+        in_flight: Arc::default(),
         inner: inner.clone(),
     };
     if actor.state.is_some() {
         info!(room = %actor.room, fence, "Room runtime started.");
     }
+    actor.start_recovery();
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
     info!(room = %actor.room, fence, ?stop, "Room runtime stopped.");
@@ -176,6 +191,11 @@ struct RoomActor {
     valid: crate::owner::Validity,
     /// Commands received after the lease stopped being provable: re-dispatched on stop.
     deferred: Vec<Command>,
+    /// This room's own inbox, for outcomes of work it spawned (weak: it never keeps the room
+    /// alive).
+    self_tx: mpsc::WeakSender<RoomMsg>,
+    /// Gift ids whose saga this runtime is driving now (recovery leaves them alone).
+    in_flight: gifts::InFlight,
 }
 
 impl RoomActor {
@@ -190,7 +210,9 @@ impl RoomActor {
             if self.state.is_none() {
                 // Only the first command can create a room; anything after it finds none.
                 match rx.try_recv() {
-                    Ok(RoomMsg::GatewayGone(_)) => continue,
+                    Ok(
+                        RoomMsg::GatewayGone(_) | RoomMsg::GiftDone(_) | RoomMsg::GiftRecovered(_),
+                    ) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
                         self.handle(cmd).await;
                         if self.state.is_none() {
@@ -218,6 +240,8 @@ impl RoomActor {
                         self.handle(cmd).await;
                     }
                     Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
+                    Some(RoomMsg::GiftDone(done)) => self.gift_done(*done).await,
+                    Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
                     None => break Stop::Shutdown,
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
@@ -235,8 +259,11 @@ impl RoomActor {
         // again, or answers UNAVAILABLE with the new owner), except when the node stops.
         let mut pending = std::mem::take(&mut self.deferred);
         while let Some(msg) = rx.recv().await {
-            if let RoomMsg::Command(cmd) = msg {
-                pending.push(cmd);
+            match msg {
+                RoomMsg::Command(cmd) => pending.push(cmd),
+                // The saga's coins moved; the client still gets its answer.
+                RoomMsg::GiftDone(done) => gifts::reply_without_room(&self.inner, *done).await,
+                RoomMsg::GatewayGone(_) | RoomMsg::GiftRecovered(_) => {}
             }
         }
         if self.member_count() > 0 {
@@ -451,9 +478,14 @@ impl RoomActor {
                 self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
-            RoomCmd::Gift(_) | RoomCmd::Rank(_) => Err(Rejected {
-                code: ErrorCode::Unavailable,
-                msg: "gifts are not enabled on this node",
+            RoomCmd::Gift(g) => {
+                let g = g.clone();
+                self.start_gift(cmd, at, &g)?;
+                Ok(None)
+            }
+            RoomCmd::Rank(_) => Err(Rejected {
+                code: ErrorCode::BadRequest,
+                msg: "rank.get is answered by the gateway",
             }),
         }
     }
@@ -505,6 +537,9 @@ impl RoomActor {
                     client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
                 }
                 Sequenced::Gift(e) => {
+                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
+                }
+                Sequenced::LuckyWin(e) => {
                     client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
                 }
             };

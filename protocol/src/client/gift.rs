@@ -63,9 +63,46 @@ pub struct GiftEvent {
     pub count: u32,
     /// Coins the sender paid in total.
     pub coins: i64,
-    /// Lucky gifts: the prize multiplier won (0 when none).
+    /// Lucky gifts only: the prize multiplier won (absent for normal gifts, 0 for no win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lucky_multiplier: Option<u32>,
+}
+
+/// The `gift.lucky` event: a big lucky win, announced to the room.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LuckyWinEvent {
+    /// The order id.
+    pub order: String,
+    /// The winner (the sender of the lucky gift).
+    pub user: UserId,
+    /// The multiplier won.
+    pub multiplier: u32,
+    /// Coins won.
+    pub coins: i64,
+}
+
+/// One entry of the `gift.list` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GiftInfo {
+    /// Gift id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Price in coins.
+    pub price: i64,
+    /// `normal` or `lucky`.
+    pub kind: String,
+    /// Animation tier.
+    pub effect_level: u32,
+}
+
+/// One entry of a `rank.get` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankEntry {
+    /// The user.
+    pub user: UserId,
+    /// Coins sent (senders) or gift value received (receivers).
+    pub score: i64,
 }
 
 /// `gift.list` arguments (none).

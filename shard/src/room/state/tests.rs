@@ -205,3 +205,58 @@ fn seq_is_gap_free_across_event_kinds() {
     assert_eq!(r.snapshot().seq, 5);
     assert_eq!(r.snapshot().epoch, 7);
 }
+
+#[test]
+fn gift_recipients_are_members_or_the_seated_without_the_sender() {
+    let mut r = room(3, None);
+    for (i, n) in ["a", "b", "c"].iter().enumerate() {
+        r.join(&u(n), at(i as u64), None).unwrap();
+    }
+    let users = |v: &[&str]| GiftTargets::Users(v.iter().map(|s| u(s)).collect());
+    assert_eq!(
+        r.gift_recipients(&u("a"), &at(0), &users(&["b", "b", "a", "c"]), 1)
+            .unwrap(),
+        vec![u("b"), u("c")]
+    );
+    assert_eq!(
+        r.gift_recipients(&u("a"), &at(0), &users(&["zed"]), 1)
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        r.gift_recipients(&u("a"), &at(0), &users(&["a"]), 1)
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        r.gift_recipients(&u("a"), &at(0), &users(&["b"]), 0)
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        r.gift_recipients(&u("x"), &at(9), &users(&["b"]), 1)
+            .unwrap_err()
+            .code,
+        ErrorCode::NotInRoom
+    );
+    let seats = GiftTargets::Seated("seats".into());
+    assert_eq!(
+        r.gift_recipients(&u("a"), &at(0), &seats, 1)
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest,
+        "nobody seated"
+    );
+    r.seat_take(&u("a"), &at(0), None).unwrap();
+    r.seat_take(&u("b"), &at(1), None).unwrap();
+    r.seat_take(&u("c"), &at(2), None).unwrap();
+    assert_eq!(
+        r.gift_recipients(&u("a"), &at(0), &seats, 2).unwrap(),
+        vec![u("b"), u("c")]
+    );
+    let bad = GiftTargets::Seated("everyone".into());
+    assert!(r.gift_recipients(&u("a"), &at(0), &bad, 1).is_err());
+}

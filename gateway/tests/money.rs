@@ -1,0 +1,412 @@
+//! Money end to end on a standalone server: grants, balances, gifts (single, batch, lucky),
+//! idempotency, concurrency, conservation, catalog and leaderboards.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use gateway::GatewayConfig;
+use gateway::standalone::{self, Running, StandaloneConfig};
+use loadtest::client::{self, Client};
+use protocol::{ErrorCode, RoomId};
+use serde_json::{Value, json};
+use shard::ShardConfig;
+use shard::gifts::Catalog;
+
+const SECRET: &[u8] = b"money-test-secret";
+const ADMIN: &str = "money-admin";
+const WAIT: Duration = Duration::from_secs(5);
+
+struct Server {
+    running: Option<Running>,
+    url: String,
+    admin: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let gateway = GatewayConfig {
+            rate_per_sec: 10_000,
+            rate_burst: 10_000,
+            ..GatewayConfig::default()
+        };
+        let shard = ShardConfig {
+            catalog: std::sync::Arc::new(Catalog::default_with_secret(b"lucky".to_vec())),
+            ..ShardConfig::default()
+        };
+        let running = standalone::start(StandaloneConfig {
+            ws_addr: "127.0.0.1:0".parse().unwrap(),
+            admin_addr: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_owned(),
+            jwt_secret: SECRET.to_vec(),
+            admin_token: Some(ADMIN.into()),
+            gateway,
+            shard,
+            ledger: String::new(),
+        })
+        .await
+        .unwrap();
+        Server {
+            url: format!("ws://{}/ws", running.ws_addr),
+            admin: running.admin_addr,
+            running: Some(running),
+            _dir: dir,
+        }
+    }
+
+    async fn connect(&self, user: &str) -> Client {
+        let t = client::mint_token(SECRET, user, Duration::from_secs(600)).unwrap();
+        client::connect(&self.url, Some(&t)).await.unwrap()
+    }
+
+    async fn grant(&self, user: &str, amount: i64, key: &str) -> Value {
+        let r = loadtest::admin::call(
+            self.admin,
+            "POST",
+            &format!("/admin/wallets/{user}/grant"),
+            Some(ADMIN),
+            Some(json!({"amount": amount, "key": key})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    }
+
+    async fn wallet(&self, user: &str) -> Value {
+        loadtest::admin::get(self.admin, &format!("/admin/wallets/{user}"), Some(ADMIN))
+            .await
+            .unwrap()
+            .json()
+    }
+
+    async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+fn gift(room: &RoomId, req: &str, gift: &str, to: Value) -> Value {
+    json!({"room": room, "req_id": req, "gift": gift, "count": 1, "to": to})
+}
+
+#[tokio::test]
+async fn grants_are_idempotent_and_need_the_admin_token() {
+    let s = Server::start().await;
+    assert_eq!(s.grant("alice", 100, "k1").await["balance"], 100);
+    let again = s.grant("alice", 100, "k1").await;
+    assert_eq!(
+        (again["balance"].as_i64(), again["applied"].as_bool()),
+        (Some(100), Some(false))
+    );
+    assert_eq!(s.grant("alice", 50, "k2").await["balance"], 150);
+    let refused = loadtest::admin::call(
+        s.admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        None,
+        Some(json!({"amount": 1, "key": "x"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status, 401);
+    let wrong = loadtest::admin::call(
+        s.admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        Some("wrong"),
+        Some(json!({"amount": 1, "key": "x"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(wrong.status, 401);
+    let mut a = s.connect("alice").await;
+    assert_eq!(
+        a.request("wallet.balance", json!({})).await.unwrap()["balance"],
+        150
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_gift_debits_once_credits_the_recipient_and_is_broadcast() {
+    let s = Server::start().await;
+    s.grant("alice", 100, "g").await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = RoomId::from("gifts");
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    let ok = a
+        .request("gift.send", gift(&room, "req-1", "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    assert_eq!(ok["balance"], 90);
+    let order = ok["order"].as_str().unwrap().to_owned();
+    for c in [&mut a, &mut b] {
+        let e = c.next_event_named("gift", WAIT).await.unwrap();
+        assert_eq!(e.d["order"], order.as_str());
+        assert_eq!(e.d["from"], "alice");
+        assert_eq!(e.d["to"], json!(["bob"]));
+        assert_eq!(e.d["coins"], 10);
+        assert!(e.seq.is_some(), "gift events are sequenced");
+    }
+    // The same req_id again, and again after a reconnect: same order, nothing more debited.
+    let again = a
+        .request("gift.send", gift(&room, "req-1", "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    assert_eq!(again, ok);
+    a.close().await;
+    let mut a = s.connect("alice").await;
+    a.join(&room, false, None).await.unwrap();
+    let third = a
+        .request("gift.send", gift(&room, "req-1", "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    assert_eq!(third["order"], order.as_str());
+    assert_eq!(s.wallet("alice").await["balance"], 90);
+    assert_eq!(s.wallet("bob").await["earnings"], 5, "50 % share");
+    // No duplicate gift event was broadcast for the retries.
+    b.chat(&room, "marker").await.unwrap();
+    loop {
+        let e = b.next_event(WAIT).await.unwrap();
+        assert_ne!(e.ev, "gift", "a retry was broadcast again");
+        if e.ev == "chat" {
+            break;
+        }
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_gifts_over_a_balance_for_ten() {
+    let s = Server::start().await;
+    s.grant("alice", 100, "g").await;
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    let room = RoomId::from("race");
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            a.send(
+                "gift.send",
+                gift(&room, &format!("c{i}"), "rose", json!(["bob"])),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let (mut ok, mut nsf) = (0, 0);
+    for id in ids {
+        match a.reply_to(id, WAIT).await {
+            Ok(v) => {
+                assert!(v["balance"].as_i64().unwrap() >= 0);
+                ok += 1;
+            }
+            Err(e) if e.code() == Some(ErrorCode::InsufficientFunds) => nsf += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!((ok, nsf), (10, 10));
+    assert_eq!(s.wallet("alice").await["balance"], 0);
+    assert_eq!(s.wallet("bob").await["earnings"], 50);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn batch_gifts_to_the_seated_and_bad_gift_requests() {
+    let s = Server::start().await;
+    s.grant("host", 1000, "g").await;
+    let room = RoomId::from("batch");
+    let mut h = s.connect("host").await;
+    h.join(&room, false, None).await.unwrap();
+    let mut seated = Vec::new();
+    for u in ["s1", "s2", "s3"] {
+        let mut c = s.connect(u).await;
+        c.join(&room, false, None).await.unwrap();
+        c.request("seat.take", json!({"room": room})).await.unwrap();
+        seated.push(c);
+    }
+    let mut g = gift(&room, "batch-1", "heart", json!("seats"));
+    g["count"] = json!(2);
+    let ok = h.request("gift.send", g).await.unwrap();
+    assert_eq!(ok["balance"], 1000 - 50 * 2 * 3);
+    let e = h.next_event_named("gift", WAIT).await.unwrap();
+    assert_eq!(e.d["to"], json!(["s1", "s2", "s3"]));
+    for u in ["s1", "s2", "s3"] {
+        assert_eq!(s.wallet(u).await["earnings"], 50);
+    }
+    let code = |r: Result<Value, loadtest::client::ClientError>| r.unwrap_err().code().unwrap();
+    assert_eq!(
+        code(
+            h.request("gift.send", gift(&room, "x1", "nope", json!(["s1"])))
+                .await
+        ),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        code(
+            h.request("gift.send", gift(&room, "x2", "rose", json!(["ghost"])))
+                .await
+        ),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        code(
+            h.request("gift.send", gift(&room, "x3", "rose", json!(["host"])))
+                .await
+        ),
+        ErrorCode::BadRequest
+    );
+    let mut poor = s.connect("poor").await;
+    poor.join(&room, false, None).await.unwrap();
+    assert_eq!(
+        code(
+            poor.request("gift.send", gift(&room, "x4", "rose", json!(["s1"])))
+                .await
+        ),
+        ErrorCode::InsufficientFunds
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn catalog_leaderboards_and_lucky_gifts() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let list = a.request("gift.list", json!({})).await.unwrap();
+    let gifts = list["gifts"].as_array().unwrap();
+    assert!(
+        gifts
+            .iter()
+            .any(|g| g["id"] == "rose" && g["price"] == 10 && g["kind"] == "normal")
+    );
+    assert!(gifts.iter().any(|g| g["kind"] == "lucky"));
+    s.grant("alice", 100_000, "g").await;
+    s.grant("carol", 100_000, "g").await;
+    let room = RoomId::from("ranks");
+    let mut b = s.connect("bob").await;
+    let mut c = s.connect("carol").await;
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    c.join(&room, false, None).await.unwrap();
+    a.request("gift.send", gift(&room, "r1", "rocket", json!(["bob"])))
+        .await
+        .unwrap();
+    c.request(
+        "gift.send",
+        gift(&room, "r2", "rose", json!(["bob", "alice"])),
+    )
+    .await
+    .unwrap();
+    let senders = a
+        .request(
+            "rank.get",
+            json!({"room": room, "board": "senders", "period": "day"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        senders["entries"][0],
+        json!({"user": "alice", "score": 1000})
+    );
+    assert_eq!(senders["entries"][1], json!({"user": "carol", "score": 20}));
+    let receivers = a
+        .request(
+            "rank.get",
+            json!({"room": room, "board": "receivers", "period": "all"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(receivers["entries"][0]["user"], "bob");
+    // Lucky gifts: many orders, every outcome paid, the books balance.
+    let mut won = 0;
+    for i in 0..200 {
+        let ok = a
+            .request(
+                "gift.send",
+                gift(&room, &format!("lucky-{i}"), "clover", json!(["bob"])),
+            )
+            .await
+            .unwrap();
+        assert!(ok["balance"].as_i64().unwrap() >= 0);
+        let e = loop {
+            let e = a.next_event_named("gift", WAIT).await.unwrap();
+            if e.d["order"] == ok["order"] {
+                break e;
+            }
+        };
+        if e.d["lucky_multiplier"].as_u64().unwrap() > 0 {
+            won += 1;
+        }
+    }
+    assert!(won > 0, "no lucky win in 200 orders");
+    let totals = loadtest::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(totals["conserved"], true, "{totals}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn conservation_over_thousands_of_random_gifts() {
+    let s = Server::start().await;
+    let users = ["u0", "u1", "u2", "u3", "u4"];
+    let mut clients = Vec::new();
+    let room = RoomId::from("conserve");
+    for u in users {
+        s.grant(u, 5_000, "g").await;
+        let mut c = s.connect(u).await;
+        c.join(&room, false, None).await.unwrap();
+        clients.push(c);
+    }
+    let kinds = ["rose", "heart", "clover"];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut pending = Vec::new();
+    for i in 0..2000 {
+        let from = (next() % 5) as usize;
+        let to = (from + 1 + (next() % 4) as usize) % 5;
+        let kind = kinds[(next() % 3) as usize];
+        let id = clients[from]
+            .send(
+                "gift.send",
+                gift(&room, &format!("rnd-{i}"), kind, json!([users[to]])),
+            )
+            .await
+            .unwrap();
+        pending.push((from, id));
+        if pending.len() >= 200 {
+            for (c, id) in pending.drain(..) {
+                let _ = clients[c].reply_to(id, WAIT).await;
+            }
+        }
+    }
+    for (c, id) in pending.drain(..) {
+        let _ = clients[c].reply_to(id, WAIT).await;
+    }
+    let totals = loadtest::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(totals["conserved"], true, "{totals}");
+    for u in users {
+        assert!(s.wallet(u).await["balance"].as_i64().unwrap() >= 0);
+    }
+    s.stop().await;
+}

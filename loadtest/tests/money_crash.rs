@@ -1,0 +1,118 @@
+//! A node killed between a gift's debit and its settle: after a restart the owner's recovery
+//! settles the saga; nothing is debited twice and nothing is voided. Real `chorus` processes.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use loadtest::client;
+use loadtest::cluster::{NODE_READY_TIMEOUT, Node, free_port, wait_listening};
+use protocol::RoomId;
+use serde_json::json;
+use tokio::time::Instant;
+
+const SECRET: &str = "crash-secret";
+const ADMIN: &str = "crash-admin";
+
+fn standalone(dir: &std::path::Path, crash: bool) -> (Node, SocketAddr, SocketAddr) {
+    let ws: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
+    let mut env = vec![
+        ("CHORUS_JWT_SECRET", SECRET.to_owned()),
+        ("CHORUS_ADMIN_TOKEN", ADMIN.to_owned()),
+    ];
+    if crash {
+        env.push(("CHORUS_TEST_CRASH_AFTER_DEBIT", "1".to_owned()));
+    }
+    let node = Node::spawn_with_env(
+        [
+            "standalone".to_owned(),
+            "--ws-addr".to_owned(),
+            ws.to_string(),
+            "--admin-addr".to_owned(),
+            admin.to_string(),
+            "--data-dir".to_owned(),
+            dir.display().to_string(),
+        ],
+        env,
+    )
+    .unwrap();
+    (node, ws, admin)
+}
+
+async fn wallet(admin: SocketAddr, user: &str) -> serde_json::Value {
+    loadtest::admin::get(admin, &format!("/admin/wallets/{user}"), Some(ADMIN))
+        .await
+        .unwrap()
+        .json()
+}
+
+#[tokio::test]
+async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, ws, admin) = standalone(dir.path(), true);
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    let r = loadtest::admin::call(
+        admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        Some(ADMIN),
+        Some(json!({"amount": 100, "key": "g1"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let url = format!("ws://{ws}/ws");
+    let token =
+        |u: &str| client::mint_token(SECRET.as_bytes(), u, Duration::from_secs(600)).unwrap();
+    let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
+    let mut b = client::connect(&url, Some(&token("bob"))).await.unwrap();
+    let room = RoomId::from("crash");
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    let req = json!({"room": room, "req_id": "crash-1", "gift": "rose", "to": ["bob"]});
+    let _ = a.send("gift.send", req.clone()).await.unwrap();
+    // The node aborts after the debit, before the settle.
+    let status = node.wait_exit(Duration::from_secs(10)).await.unwrap();
+    assert!(status.is_some(), "the node did not crash");
+
+    let (_node, ws, admin) = standalone(dir.path(), false);
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    let url = format!("ws://{ws}/ws");
+    let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
+    // Loading the room starts the owner's recovery, which settles the debited saga.
+    a.join(&room, false, None).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if wallet(admin, "bob").await["earnings"] == 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "recovery did not settle the saga"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        wallet(admin, "alice").await["balance"],
+        90,
+        "debited exactly once"
+    );
+    // The client's retry returns the settled order, not a void, and debits nothing more.
+    let ok = a.request("gift.send", req).await.unwrap();
+    assert_eq!(ok["balance"], 90);
+    assert_eq!(wallet(admin, "alice").await["balance"], 90);
+    assert_eq!(wallet(admin, "bob").await["earnings"], 5);
+    let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(ADMIN))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(totals["conserved"], true, "{totals}");
+}

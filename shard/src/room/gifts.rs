@@ -1,0 +1,383 @@
+//! Gifts in the room actor: validate, take the order, drive the saga off the actor, and
+//! publish the `gift` event only after the debit committed. Plus the owner-only recovery of
+//! sagas a previous runtime left unfinished (DESIGN laws 4 and 5).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::client::{self, GiftEvent, GiftSend, GiftSent, LuckyWinEvent};
+use protocol::link::{Command, ReplyError};
+use protocol::{ErrorCode, FencingToken, RoomId};
+use storage::StorageError;
+use storage::ledger::{
+    FenceInstall, GiftOrder, GiftOutcome, GiftResult, LuckyPrize, RecoveryOutcome, gift_id, now_ms,
+};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::state::{Rejected, Sequenced, SessionRef};
+use super::{RoomActor, RoomMsg};
+use crate::Inner;
+use crate::gifts::GiftKind;
+use crate::metrics as m;
+
+/// Gift ids whose saga a runtime is driving now.
+pub(crate) type InFlight = Arc<Mutex<HashSet<Uuid>>>;
+
+/// Attempts of a saga step on a retryable ledger error before the client is told to retry.
+const SAGA_ATTEMPTS: u32 = 5;
+/// First pause between saga attempts; doubles per attempt.
+const SAGA_RETRY_DELAY: Duration = Duration::from_millis(20);
+/// How often the owner sweeps its room's unfinished sagas.
+const RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
+/// A saga untouched this long is unfinished (in-flight ones are skipped anyway).
+const RECOVERY_MIN_AGE_MS: i64 = 3_000;
+
+/// The outcome of one gift saga, back in the room's inbox.
+#[derive(Debug)]
+pub(crate) struct GiftDone {
+    cmd: Command,
+    order: GiftOrder,
+    outcome: Result<GiftOutcome, StorageError>,
+}
+
+fn lock(f: &InFlight) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
+    f.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Installs `fence` as the room's durable high-water mark in the ledger.
+pub(crate) async fn install_fence(
+    inner: &Arc<Inner>,
+    room: &RoomId,
+    fence: FencingToken,
+) -> Result<(), ()> {
+    let Some(ledger) = &inner.ledger else {
+        return Ok(());
+    };
+    match ledger
+        .install_fence(room, fence, inner.owner.owner_id())
+        .await
+    {
+        Ok(FenceInstall::Installed) => Ok(()),
+        Ok(FenceInstall::Stale { current }) => {
+            // The lease store handed out a token the ledger has already seen (e.g. Redis lost
+            // its counters): never run with it. The next claim starts above `current`.
+            warn!(%room, fence, current, "Lease token below the ledger's fence; refusing it.");
+            inner.owner.raise_floor(room, current);
+            Err(())
+        }
+        Err(e) => {
+            warn!(%room, fence, error = %e, "Could not install the fence in the ledger.");
+            Err(())
+        }
+    }
+}
+
+/// Answers a gift whose room stopped before the outcome arrived.
+pub(crate) async fn reply_without_room(inner: &Arc<Inner>, done: GiftDone) {
+    let outcome = outcome_reply(&done.order, &done.outcome);
+    inner.reply_direct(&done.cmd, outcome, None).await;
+}
+
+fn outcome_reply(
+    order: &GiftOrder,
+    outcome: &Result<GiftOutcome, StorageError>,
+) -> Result<Bytes, ReplyError> {
+    match outcome {
+        Ok(o) => match o.result() {
+            GiftResult::Settled { order_id, balance } => {
+                Ok(Bytes::from(client::to_json(&GiftSent {
+                    order: order_id.to_string(),
+                    balance,
+                })))
+            }
+            GiftResult::InsufficientFunds { balance } => Err(ReplyError::new(
+                ErrorCode::InsufficientFunds,
+                format!("balance {balance} does not cover {}", order.total()),
+            )),
+            GiftResult::Voided => Err(ReplyError::new(
+                ErrorCode::GiftVoided,
+                "the order was cancelled before any coin moved; send again with a new req_id",
+            )),
+        },
+        Err(StorageError::Fenced { .. }) => Err(ReplyError::new(
+            ErrorCode::Unavailable,
+            "room ownership moved; retry with the same req_id",
+        )),
+        Err(e) if e.is_retryable() => Err(ReplyError::new(
+            ErrorCode::Unavailable,
+            "ledger busy; retry with the same req_id",
+        )),
+        Err(e) => {
+            warn!(error = %e, "Gift failed.");
+            Err(ReplyError::new(ErrorCode::Internal, "internal error"))
+        }
+    }
+}
+
+impl RoomActor {
+    /// Takes a gift order and starts its saga; the reply comes with the outcome.
+    pub(super) fn start_gift(
+        &mut self,
+        cmd: &Command,
+        at: &SessionRef,
+        g: &GiftSend,
+    ) -> Result<(), Rejected> {
+        let Some(ledger) = self.inner.ledger.clone() else {
+            return Err(Rejected {
+                code: ErrorCode::Unavailable,
+                msg: "gifts are not enabled on this node",
+            });
+        };
+        let catalog = self.inner.config.catalog.clone();
+        let Some(def) = catalog.get(&g.gift) else {
+            return Err(Rejected {
+                code: ErrorCode::BadRequest,
+                msg: "no such gift",
+            });
+        };
+        if g.req_id.is_empty() || g.req_id.len() > 128 {
+            return Err(Rejected {
+                code: ErrorCode::BadRequest,
+                msg: "req_id must be 1..=128 bytes",
+            });
+        }
+        let Some(state) = &self.state else {
+            return Err(Rejected {
+                code: ErrorCode::RoomNotFound,
+                msg: "no such room",
+            });
+        };
+        let id = gift_id(&cmd.user, &g.req_id);
+        let recipients = match state.gift_recipients(&cmd.user, at, &g.to, g.count) {
+            Ok(r) => r,
+            Err(rejected) if rejected.code == ErrorCode::BadRequest => {
+                // A retry of an order booked earlier gets its first result even if the room
+                // changed since (a recipient left): look the order up before refusing.
+                self.answer_from_ledger_or(cmd, id, rejected, ledger);
+                return Ok(());
+            }
+            Err(rejected) => return Err(rejected),
+        };
+        let paid = def.price * i64::from(g.count) * recipients.len() as i64;
+        let lucky = (def.kind == GiftKind::Lucky).then(|| {
+            let multiplier = catalog.lucky_multiplier(id.as_bytes());
+            LuckyPrize {
+                multiplier,
+                coins: paid * i64::from(multiplier),
+            }
+        });
+        let order = GiftOrder {
+            gift_id: id,
+            sender: cmd.user.clone(),
+            room: self.room.clone(),
+            gift: def.id.clone(),
+            count: g.count,
+            unit_price: def.price,
+            recipients,
+            share_bp: catalog.share_bp,
+            lucky,
+            created_ms: now_ms(),
+        };
+        if order.validate().is_err() {
+            return Err(Rejected {
+                code: ErrorCode::BadRequest,
+                msg: "invalid gift order",
+            });
+        }
+        lock(&self.in_flight).insert(id);
+        let fence = self.fence;
+        let weak = self.self_tx.clone();
+        let inner = self.inner.clone();
+        let in_flight = self.in_flight.clone();
+        let cmd = cmd.clone();
+        let crash = self.inner.config.test_crash_after_debit;
+        self.inner.tracker.spawn(async move {
+            let outcome = if crash {
+                crash_after_debit(&ledger, &order, fence).await
+            } else {
+                send_with_retry(&ledger, &order, fence).await
+            };
+            lock(&in_flight).remove(&order.gift_id);
+            let done = GiftDone {
+                cmd,
+                order,
+                outcome,
+            };
+            match weak.upgrade() {
+                Some(tx) => {
+                    if let Err(e) = tx.send(RoomMsg::GiftDone(Box::new(done))).await
+                        && let RoomMsg::GiftDone(done) = e.0
+                    {
+                        reply_without_room(&inner, *done).await;
+                    }
+                }
+                None => reply_without_room(&inner, done).await,
+            }
+        });
+        Ok(())
+    }
+
+    fn answer_from_ledger_or(
+        &self,
+        cmd: &Command,
+        id: Uuid,
+        rejected: Rejected,
+        ledger: storage::ledger::Ledger,
+    ) {
+        let inner = self.inner.clone();
+        let cmd = cmd.clone();
+        self.inner.tracker.spawn(async move {
+            let reply = match ledger.saga(id).await {
+                Ok(Some(rec)) => match rec.result() {
+                    Some(result) => {
+                        outcome_reply(&rec.order, &Ok(GiftOutcome::Duplicate { first: result }))
+                    }
+                    None => Err(ReplyError::new(
+                        ErrorCode::Unavailable,
+                        "the order is still being settled; retry with the same req_id",
+                    )),
+                },
+                _ => Err(ReplyError::new(rejected.code, rejected.msg)),
+            };
+            inner.reply_direct(&cmd, reply, None).await;
+        });
+    }
+
+    /// Publishes a settled gift (first time only) and answers the sender.
+    pub(super) async fn gift_done(&mut self, done: GiftDone) {
+        let reply = outcome_reply(&done.order, &done.outcome);
+        if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
+            metrics::counter!(m::GIFTS_SETTLED).increment(1);
+            self.publish_gift(&done.order).await;
+        }
+        self.reply(&done.cmd, reply, None).await;
+    }
+
+    /// Publishes a gift the owner's recovery settled.
+    pub(super) async fn gift_recovered(&mut self, order: GiftOrder) {
+        self.publish_gift(&order).await;
+    }
+
+    async fn publish_gift(&mut self, order: &GiftOrder) {
+        if !self.inner.owner.proven(&self.valid) {
+            return;
+        }
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let mut applied = state.record(Sequenced::Gift(GiftEvent {
+            order: order.gift_id.to_string(),
+            from: order.sender.clone(),
+            to: order.recipients.clone(),
+            gift: order.gift.clone(),
+            count: order.count,
+            coins: order.total(),
+            lucky_multiplier: order.lucky.map(|l| l.multiplier),
+        }));
+        if let Some(l) = order.lucky
+            && l.multiplier >= self.inner.config.catalog.big_win_multiplier
+        {
+            let win = state.record(Sequenced::LuckyWin(LuckyWinEvent {
+                order: order.gift_id.to_string(),
+                user: order.sender.clone(),
+                multiplier: l.multiplier,
+                coins: l.coins,
+            }));
+            applied.events.extend(win.events);
+        }
+        self.publish(applied, None).await;
+    }
+
+    /// Starts the owner-only sweep of this room's unfinished sagas: once now (a previous
+    /// owner may have crashed mid-saga), then every few seconds while the lease is proven.
+    pub(super) fn start_recovery(&self) {
+        let Some(ledger) = self.inner.ledger.clone() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let room = self.room.clone();
+        let fence = self.fence;
+        let lease = self.lease.clone();
+        let valid = self.valid.clone();
+        let in_flight = self.in_flight.clone();
+        let weak = self.self_tx.clone();
+        self.inner.tracker.spawn(async move {
+            let mut min_age = 0;
+            loop {
+                // Law 4: only a provable owner moves sagas; anything else writes nothing.
+                if lease.is_cancelled() || !inner.owner.proven(&valid) {
+                    return;
+                }
+                match ledger.pending_sagas(&room, min_age).await {
+                    Ok(list) => {
+                        for rec in list {
+                            if lock(&in_flight).contains(&rec.order.gift_id) {
+                                continue;
+                            }
+                            let is_owner = inner.owner.proven(&valid) && !lease.is_cancelled();
+                            match ledger.recover(&rec.order, fence, is_owner).await {
+                                Ok(RecoveryOutcome::Settled) => {
+                                    metrics::counter!(m::SAGAS_RECOVERED, "outcome" => "settled").increment(1);
+                                    info!(%room, order = %rec.order.gift_id, "Recovered a debited gift: settled.");
+                                    if let Some(tx) = weak.upgrade() {
+                                        let _ = tx.send(RoomMsg::GiftRecovered(Box::new(rec.order))).await;
+                                    }
+                                }
+                                Ok(RecoveryOutcome::Voided) => {
+                                    metrics::counter!(m::SAGAS_RECOVERED, "outcome" => "voided").increment(1);
+                                    info!(%room, order = %rec.order.gift_id, "Recovered a never-debited gift: voided.");
+                                }
+                                Ok(_) => {}
+                                // Law 5: a conflict is retried on the next sweep (or by the
+                                // new owner), never turned into a terminal state.
+                                Err(StorageError::Fenced { .. }) => return,
+                                Err(e) => warn!(%room, error = %e, "Saga recovery failed; retrying later."),
+                            }
+                        }
+                    }
+                    Err(e) => warn!(%room, error = %e, "Could not list unfinished sagas."),
+                }
+                min_age = RECOVERY_MIN_AGE_MS;
+                tokio::select! {
+                    () = lease.cancelled() => return,
+                    () = inner.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(RECOVERY_INTERVAL) => {}
+                }
+            }
+        });
+    }
+}
+
+async fn send_with_retry(
+    ledger: &storage::ledger::Ledger,
+    order: &GiftOrder,
+    fence: FencingToken,
+) -> Result<GiftOutcome, StorageError> {
+    let mut delay = SAGA_RETRY_DELAY;
+    let mut attempt = 1;
+    loop {
+        match ledger.send_gift(order, fence).await {
+            Err(e) if e.is_retryable() && attempt < SAGA_ATTEMPTS => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// TEST ONLY: begin and debit, then abort the process before settling.
+async fn crash_after_debit(
+    ledger: &storage::ledger::Ledger,
+    order: &GiftOrder,
+    fence: FencingToken,
+) -> Result<GiftOutcome, StorageError> {
+    ledger.begin(order, fence).await?;
+    ledger.debit(order, fence).await?;
+    warn!(order = %order.gift_id, "TEST: aborting between debit and settle.");
+    std::process::abort();
+}
