@@ -599,7 +599,10 @@ impl Cluster {
                 String::from_utf8_lossy(&self.secret).into_owned(),
             ),
             ("CHORUS_LOG".to_owned(), "info".to_owned()),
-            ("CHORUS_LUCKY_SECRET".to_owned(), "cluster-lucky-secret".to_owned()),
+            (
+                "CHORUS_LUCKY_SECRET".to_owned(),
+                "cluster-lucky-secret".to_owned(),
+            ),
             ("CHORUS_LEDGER".to_owned(), self.ledger_url()),
         ];
         env.extend(self.options.env.iter().cloned());

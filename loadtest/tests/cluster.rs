@@ -368,3 +368,114 @@ async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     assert_eq!(running, 1);
     assert!(cluster.room_owner("redis-restart").await.unwrap().is_some());
 }
+
+/// Follows a room until `stop`: records every chat text in order, and on `room.left`
+/// rejoins with `since` (retrying while ownership moves). Returns the texts and whether a
+/// resync ever happened.
+async fn follow(
+    mut c: Client,
+    room: RoomId,
+    stop: tokio_util::sync::CancellationToken,
+) -> (Vec<String>, bool) {
+    let mut texts = Vec::new();
+    let mut resynced = false;
+    loop {
+        if stop.is_cancelled() {
+            break;
+        }
+        match c.next_event(Duration::from_millis(200)).await {
+            Ok(e) if e.ev == "chat" => {
+                texts.push(e.d["text"].as_str().unwrap_or_default().to_owned())
+            }
+            Ok(e) if e.ev == "room.left" => {
+                let j = join_retrying(&mut c, &room, Duration::from_secs(20)).await;
+                if j["resync"] == true {
+                    resynced = true;
+                }
+            }
+            Ok(_) | Err(ClientError::Timeout) => {}
+            Err(e) => panic!("follower failed: {e:?}"),
+        }
+    }
+    // Drain what is already queued.
+    for e in c.queued_events() {
+        if e.ev == "chat" {
+            texts.push(e.d["text"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    (texts, resynced)
+}
+
+#[tokio::test]
+async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
+    let ttl = Duration::from_secs(2);
+    let mut cluster = Cluster::start(ClusterOptions {
+        lease_ttl: ttl,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let room = RoomId::from("traffic");
+    let mut p = cluster.connect(0, "publisher").await.unwrap();
+    join_retrying(&mut p, &room, WAIT).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut followers = Vec::new();
+    for (g, user) in [(0, "o1"), (1, "o2"), (1, "o3")] {
+        let mut c = cluster.connect(g, user).await.unwrap();
+        join_retrying(&mut c, &room, WAIT).await;
+        followers.push(tokio::spawn(follow(c, room.clone(), stop.clone())));
+    }
+    let (owner, _) = cluster.room_owner("traffic").await.unwrap().unwrap();
+    let mut acked = Vec::new();
+    let total = 120;
+    let mut i = 0;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while i < total {
+        assert!(Instant::now() < deadline, "publisher stuck at {i}");
+        if i == 40 && acked.len() == 40 {
+            cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
+        }
+        let text = format!("m{i}");
+        match p.chat(&room, &text).await {
+            Ok(_) => {
+                acked.push(text);
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(_) => {
+                for e in p.queued_events() {
+                    let _ = e;
+                }
+                let _ = p.join(&room, true, None).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    // Let the last events arrive, then compare.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    let mut results = Vec::new();
+    for f in followers {
+        results.push(f.await.unwrap());
+    }
+    for (texts, resynced) in &results {
+        assert!(
+            !resynced,
+            "a follower needed a resync although the history moved with the room"
+        );
+        for a in &acked {
+            assert!(texts.contains(a), "acknowledged {a} missing");
+        }
+        let mut sorted = texts.clone();
+        sorted.dedup();
+        assert_eq!(&sorted, texts, "duplicate events delivered");
+    }
+    assert_eq!(
+        results[0].0, results[1].0,
+        "followers saw different sequences"
+    );
+    assert_eq!(
+        results[1].0, results[2].0,
+        "followers saw different sequences"
+    );
+}

@@ -41,6 +41,9 @@ pub struct ShardConfig {
     pub member_count_interval: Duration,
     /// Joining a missing room creates it with the joiner as owner (standalone default).
     pub auto_create: bool,
+    /// Write every sequenced event to the fenced history store before publishing it, so
+    /// resumes survive a change of owner (cluster mode); standalone keeps history in memory.
+    pub durable_history: bool,
     /// Gifts, revenue split and lucky table.
     pub catalog: Arc<Catalog>,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
@@ -59,6 +62,7 @@ impl Default for ShardConfig {
             presence_full_max: DEFAULT_PRESENCE_FULL_MAX,
             member_count_interval: DEFAULT_MEMBER_COUNT_INTERVAL,
             auto_create: true,
+            durable_history: false,
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
             test_crash_after_debit: false,
         }

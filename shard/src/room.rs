@@ -126,7 +126,7 @@ pub(crate) async fn run(
     metrics::gauge!(m::ROOMS_RUNNING).increment(1.0);
     let now = Instant::now();
     let mut actor = RoomActor {
-        log: EventLog::new(fence, inner.config.history_events, inner.config.history_age),
+        log: load_log(&inner, &room).await,
         state: loaded.map(|d| RoomState::new(room.clone(), d, fence)),
         room,
         fence,
@@ -149,6 +149,25 @@ pub(crate) async fn run(
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
     info!(room = %actor.room, fence, ?stop, "Room runtime stopped.");
+}
+
+/// The resume log, seeded with the fenced history previous owners wrote (cluster mode).
+async fn load_log(inner: &Arc<Inner>, room: &RoomId) -> EventLog {
+    let mut log = EventLog::new(inner.config.history_events, inner.config.history_age);
+    if inner.config.durable_history {
+        match inner.snapshots.load_history(room).await {
+            Ok(entries) => {
+                let now = Instant::now();
+                for e in entries {
+                    log.push(e.fence, e.seq, e.bytes, now);
+                }
+            }
+            Err(e) => {
+                warn!(%room, error = %e, "Could not load the room history; resumes will resync.")
+            }
+        }
+    }
+    log
 }
 
 /// Answers every queued command with `UNAVAILABLE` and removes the room from the registry.
@@ -410,7 +429,10 @@ impl RoomActor {
             RoomCmd::Join(j) => {
                 let joined = state.join(user, at.clone(), j.password.as_deref())?;
                 let replay = match j.since {
-                    Some(since) => self.log.resume(since, state.seq(), Instant::now()),
+                    Some(since) => {
+                        self.log
+                            .resume(since, state.epoch(), state.seq(), Instant::now())
+                    }
                     None => Resume::Resync,
                 };
                 let (frames, resync) = match replay {
@@ -543,7 +565,32 @@ impl RoomActor {
                     client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
                 }
             };
-            self.log.push(*seq, frame.clone(), now);
+            self.log.push(epoch, *seq, frame.clone(), now);
+            if self.inner.config.durable_history {
+                // Write-ahead: an event is in the fenced history before anyone sees it, so a
+                // new owner can replay everything any client saw.
+                match self
+                    .inner
+                    .snapshots
+                    .append_history(
+                        &self.room,
+                        self.fence,
+                        *seq,
+                        &frame,
+                        self.inner.config.history_events,
+                    )
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(storage::StorageError::Fenced { token }) => {
+                        metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
+                        warn!(room = %self.room, token, "History write fenced; stopping the runtime.");
+                        self.lease.cancel();
+                        return;
+                    }
+                    Err(e) => warn!(room = %self.room, error = %e, "History write failed."),
+                }
+            }
             frames.push(frame);
         }
         if applied.durable_changed {

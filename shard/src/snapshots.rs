@@ -30,6 +30,28 @@ impl Snapshots {
         }
     }
 
+    /// Appends a sequenced event to the fenced history.
+    pub(crate) async fn append_history(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        seq: protocol::Seq,
+        frame: &[u8],
+        max_len: usize,
+    ) -> Result<(), StorageError> {
+        self.store
+            .append_history(room, fence, seq, frame, max_len)
+            .await
+    }
+
+    /// The fenced history, oldest first.
+    pub(crate) async fn load_history(
+        &self,
+        room: &RoomId,
+    ) -> Result<Vec<storage::snapshot::HistoryEntry>, StorageError> {
+        self.store.load_history(room).await
+    }
+
     /// Saves the room's durable state; fails with `Fenced` unless `fence` is the live lease's.
     pub(crate) async fn save(
         &self,

@@ -1,4 +1,8 @@
 //! The room's recent sequenced events, for resume: bounded by count and by age.
+//!
+//! The log may span epochs: a new owner seeds it with the history the previous owners wrote
+//! through the fenced store, so a client whose gap is still retained resumes across a change
+//! of owner without a resync.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -17,30 +21,40 @@ pub(crate) enum Resume {
     Resync,
 }
 
-/// Recent events of one epoch.
+#[derive(Debug)]
+struct Entry {
+    epoch: Epoch,
+    seq: Seq,
+    at: Instant,
+    frame: Bytes,
+}
+
+/// Recent events, oldest first.
 #[derive(Debug)]
 pub(crate) struct EventLog {
-    epoch: Epoch,
-    entries: VecDeque<(Seq, Instant, Bytes)>,
+    entries: VecDeque<Entry>,
     max_events: usize,
     max_age: Duration,
 }
 
 impl EventLog {
-    /// An empty log for `epoch`, keeping at most `max_events` events no older than `max_age`.
-    pub(crate) fn new(epoch: Epoch, max_events: usize, max_age: Duration) -> Self {
+    /// An empty log keeping at most `max_events` events no older than `max_age`.
+    pub(crate) fn new(max_events: usize, max_age: Duration) -> Self {
         Self {
-            epoch,
             entries: VecDeque::new(),
             max_events,
             max_age,
         }
     }
 
-    /// Records event `seq` (which must follow the last one) as sent at `now`.
-    pub(crate) fn push(&mut self, seq: Seq, frame: Bytes, now: Instant) {
-        debug_assert!(self.entries.back().is_none_or(|(s, _, _)| *s + 1 == seq));
-        self.entries.push_back((seq, now, frame));
+    /// Records event `(epoch, seq)` as sent at `now`.
+    pub(crate) fn push(&mut self, epoch: Epoch, seq: Seq, frame: Bytes, now: Instant) {
+        self.entries.push_back(Entry {
+            epoch,
+            seq,
+            at: now,
+            frame,
+        });
         while self.entries.len() > self.max_events {
             self.entries.pop_front();
         }
@@ -49,8 +63,8 @@ impl EventLog {
 
     /// Drops events older than the age bound.
     pub(crate) fn expire(&mut self, now: Instant) {
-        while let Some((_, at, _)) = self.entries.front() {
-            if now.saturating_duration_since(*at) > self.max_age {
+        while let Some(e) = self.entries.front() {
+            if now.saturating_duration_since(e.at) > self.max_age {
                 self.entries.pop_front();
             } else {
                 break;
@@ -58,26 +72,42 @@ impl EventLog {
         }
     }
 
-    /// What a client that last saw `since` needs, when the room is at `current` seq.
+    /// What a client that last saw `since` needs, when the room is at `(epoch, seq)`.
     /// Never a partial replay: either every missed event, or a resync.
-    pub(crate) fn resume(&mut self, since: Since, current: Seq, now: Instant) -> Resume {
+    pub(crate) fn resume(&mut self, since: Since, epoch: Epoch, seq: Seq, now: Instant) -> Resume {
         self.expire(now);
-        if since.epoch != self.epoch || since.seq > current {
-            return Resume::Resync;
-        }
-        if since.seq == current {
+        if since.epoch == epoch && since.seq == seq {
             return Resume::Replay(Vec::new());
         }
-        match self.entries.front() {
-            Some((first, _, _)) if *first <= since.seq + 1 => Resume::Replay(
+        // The client saw this exact event: replay everything after it.
+        if let Some(i) = self
+            .entries
+            .iter()
+            .position(|e| e.epoch == since.epoch && e.seq == since.seq)
+        {
+            return Resume::Replay(
                 self.entries
                     .iter()
-                    .filter(|(s, _, _)| *s > since.seq)
-                    .map(|(_, _, f)| f.clone())
+                    .skip(i + 1)
+                    .map(|e| e.frame.clone())
                     .collect(),
-            ),
-            _ => Resume::Resync,
+            );
         }
+        // The event right after the client's is retained (e.g. the first of an epoch).
+        if let Some(i) = self
+            .entries
+            .iter()
+            .position(|e| e.epoch == since.epoch && e.seq == since.seq + 1)
+        {
+            return Resume::Replay(
+                self.entries
+                    .iter()
+                    .skip(i)
+                    .map(|e| e.frame.clone())
+                    .collect(),
+            );
+        }
+        Resume::Resync
     }
 }
 
@@ -85,68 +115,77 @@ impl EventLog {
 mod tests {
     use super::*;
 
-    fn frame(seq: Seq) -> Bytes {
-        Bytes::from(seq.to_string())
+    fn frame(epoch: Epoch, seq: Seq) -> Bytes {
+        Bytes::from(format!("{epoch}:{seq}"))
     }
 
-    fn log_with(n: Seq, max: usize) -> (EventLog, Instant) {
+    fn log_with(epoch: Epoch, n: Seq, max: usize) -> (EventLog, Instant) {
         let now = Instant::now();
-        let mut log = EventLog::new(3, max, Duration::from_secs(60));
+        let mut log = EventLog::new(max, Duration::from_secs(60));
         for s in 1..=n {
-            log.push(s, frame(s), now);
+            log.push(epoch, s, frame(epoch, s), now);
         }
         (log, now)
     }
 
+    fn since(epoch: Epoch, seq: Seq) -> Since {
+        Since { epoch, seq }
+    }
+
     #[test]
     fn replays_exactly_the_missed_events() {
-        let (mut log, now) = log_with(10, 100);
-        let r = log.resume(Since { epoch: 3, seq: 7 }, 10, now);
-        assert_eq!(r, Resume::Replay(vec![frame(8), frame(9), frame(10)]));
-        let r = log.resume(Since { epoch: 3, seq: 0 }, 10, now);
-        assert_eq!(r, Resume::Replay((1..=10).map(frame).collect()));
+        let (mut log, now) = log_with(3, 10, 100);
+        let r = log.resume(since(3, 7), 3, 10, now);
         assert_eq!(
-            log.resume(Since { epoch: 3, seq: 10 }, 10, now),
-            Resume::Replay(vec![])
+            r,
+            Resume::Replay(vec![frame(3, 8), frame(3, 9), frame(3, 10)])
         );
+        let r = log.resume(since(3, 0), 3, 10, now);
+        assert_eq!(r, Resume::Replay((1..=10).map(|s| frame(3, s)).collect()));
+        assert_eq!(log.resume(since(3, 10), 3, 10, now), Resume::Replay(vec![]));
     }
 
     #[test]
     fn resyncs_beyond_history_other_epoch_or_future_seq() {
-        let (mut log, now) = log_with(10, 4);
-        assert_eq!(log.entries.len(), 4);
+        let (mut log, now) = log_with(3, 10, 4);
         // Retained 7..=10: since 6 is fillable, since 5 is not.
-        assert!(
-            matches!(log.resume(Since { epoch: 3, seq: 6 }, 10, now), Resume::Replay(v) if v.len() == 4)
-        );
+        assert!(matches!(log.resume(since(3, 6), 3, 10, now), Resume::Replay(v) if v.len() == 4));
+        assert_eq!(log.resume(since(3, 5), 3, 10, now), Resume::Resync);
+        assert_eq!(log.resume(since(2, 9), 3, 10, now), Resume::Resync);
+        assert_eq!(log.resume(since(3, 11), 3, 10, now), Resume::Resync);
+        assert_eq!(log.resume(since(3, 0), 3, 10, now), Resume::Resync);
+    }
+
+    #[test]
+    fn replays_across_a_change_of_owner() {
+        let (mut log, now) = log_with(3, 5, 100);
+        // The new owner (epoch 7) continues after the history of epoch 3.
+        log.push(7, 1, frame(7, 1), now);
+        log.push(7, 2, frame(7, 2), now);
+        let r = log.resume(since(3, 4), 7, 2, now);
         assert_eq!(
-            log.resume(Since { epoch: 3, seq: 5 }, 10, now),
-            Resume::Resync
+            r,
+            Resume::Replay(vec![frame(3, 5), frame(7, 1), frame(7, 2)])
         );
-        assert_eq!(
-            log.resume(Since { epoch: 2, seq: 9 }, 10, now),
-            Resume::Resync
-        );
-        assert_eq!(
-            log.resume(Since { epoch: 3, seq: 11 }, 10, now),
-            Resume::Resync
-        );
+        // A client that saw the last old event resumes into the new epoch.
+        let r = log.resume(since(3, 5), 7, 2, now);
+        assert_eq!(r, Resume::Replay(vec![frame(7, 1), frame(7, 2)]));
+        // A client that saw an old event the history never got: resync, never a silent gap.
+        assert_eq!(log.resume(since(3, 6), 7, 2, now), Resume::Resync);
     }
 
     #[test]
     fn old_events_expire_by_age() {
         let now = Instant::now();
-        let mut log = EventLog::new(1, 100, Duration::from_secs(5));
-        log.push(1, frame(1), now);
-        log.push(2, frame(2), now + Duration::from_secs(4));
+        let mut log = EventLog::new(100, Duration::from_secs(5));
+        log.push(1, 1, frame(1, 1), now);
+        log.push(1, 2, frame(1, 2), now + Duration::from_secs(4));
         let later = now + Duration::from_secs(6);
+        assert_eq!(log.resume(since(1, 0), 1, 2, later), Resume::Resync);
         assert_eq!(
-            log.resume(Since { epoch: 1, seq: 0 }, 2, later),
-            Resume::Resync
+            log.resume(since(1, 1), 1, 2, later),
+            Resume::Replay(vec![frame(1, 2)])
         );
-        assert_eq!(
-            log.resume(Since { epoch: 1, seq: 1 }, 2, later),
-            Resume::Replay(vec![frame(2)])
-        );
+        assert_eq!(log.resume(since(1, 2), 1, 2, later), Resume::Replay(vec![]));
     }
 }

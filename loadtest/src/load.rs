@@ -1,0 +1,649 @@
+//! Lean load connections: one reader task and one writer task per socket.
+//!
+//! [`crate::client::Client`] drives one socket from one task and waits for each reply; a load
+//! generator must instead keep thousands of sockets reading while it sends on a schedule. A
+//! [`Conn`] splits its socket: the writer task drains a bounded queue (feeding many frames,
+//! flushing once), the reader task parses each frame into borrowed fields, tracks each room's
+//! `(epoch, seq)`, records delivery latency into the run's [`Shared`] histograms and answers
+//! waiting requests. Latency is measured against **intended** send times, which the sender
+//! writes into the chat text (`t=<nanos since the run's start>`), so a stalled sender or server
+//! cannot hide its delay (no coordinated omission).
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+
+/// Frames one connection may have queued for its writer: enough to absorb a burst, bounded so
+/// a stalled socket pushes back on the sender (whose intended times then show the delay).
+const WRITER_QUEUE: usize = 256;
+/// Frames the writer feeds before one flush.
+const WRITE_BATCH: usize = 64;
+/// The client's WebSocket read buffer: thousands of sockets live in one generator process.
+const CLIENT_READ_BUFFER: usize = 8 * 1024;
+/// Largest latency a histogram records, in microseconds (larger values are clamped).
+const HIST_MAX_US: u64 = 120_000_000;
+/// How long a request waits for its reply.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The marker that starts a timed chat text: `t=<nanos since start>`.
+pub const TIME_MARKER: &str = "t=";
+
+/// A fresh latency histogram (microseconds, 3 significant digits).
+///
+/// # Panics
+/// Never: the bounds are constants that hdrhistogram accepts.
+#[allow(clippy::expect_used)]
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("constant histogram bounds are valid")
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Run-wide clock, counters and histograms that every connection of a run writes into.
+pub struct Shared {
+    /// The run's clock origin: chat texts carry nanoseconds since this instant.
+    pub start: Instant,
+    /// Timed chat and gift events received (deliveries).
+    pub received: AtomicU64,
+    /// Requests handed to writers by the schedule.
+    pub sent: AtomicU64,
+    /// Replies `ok` to requests nobody waits for.
+    pub ok: AtomicU64,
+    /// Error replies to requests nobody waits for.
+    pub failed: AtomicU64,
+    /// Missing sequenced events (sum of seq jumps).
+    pub gaps: AtomicU64,
+    /// Sequenced events at or below the last seen seq.
+    pub duplicates: AtomicU64,
+    /// Epoch changes seen on live events.
+    pub epoch_changes: AtomicU64,
+    /// `room.left` notices received.
+    pub room_left: AtomicU64,
+    /// Connections whose reader ended (closed by the server or dropped).
+    pub closed: AtomicU64,
+    /// Nanoseconds since `start` of the latest delivery.
+    pub last_delivery_ns: AtomicU64,
+    /// Delivery latency: receive time − intended send time (µs).
+    pub latency: Mutex<Histogram<u64>>,
+    /// Reply latency of timed requests: reply time − intended send time (µs).
+    pub reply_latency: Mutex<Histogram<u64>>,
+    /// Error replies by code (and `CLOSED`, `TIMEOUT`, `SEND` on the client side).
+    pub errors: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Shared {
+    /// A fresh run starting now.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            received: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            gaps: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            epoch_changes: AtomicU64::new(0),
+            room_left: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            last_delivery_ns: AtomicU64::new(0),
+            latency: Mutex::new(new_histogram()),
+            reply_latency: Mutex::new(new_histogram()),
+            errors: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Nanoseconds since the run's start.
+    pub fn now_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts an error by code.
+    pub fn error(&self, code: &str) {
+        *lock(&self.errors).entry(code.to_owned()).or_default() += 1;
+    }
+
+    /// Errors by code so far.
+    pub fn errors(&self) -> BTreeMap<String, u64> {
+        lock(&self.errors).clone()
+    }
+
+    /// A copy of the delivery latency histogram.
+    pub fn latency(&self) -> Histogram<u64> {
+        lock(&self.latency).clone()
+    }
+
+    /// A copy of the reply latency histogram.
+    pub fn reply_latency(&self) -> Histogram<u64> {
+        lock(&self.reply_latency).clone()
+    }
+
+    fn record_delivery(&self, intended_ns: u64) {
+        let now = self.now_ns();
+        let us = now.saturating_sub(intended_ns) / 1000;
+        let _ = lock(&self.latency).record(us.clamp(1, HIST_MAX_US));
+        self.received.fetch_add(1, Ordering::Relaxed);
+        self.last_delivery_ns.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+/// An error reply, or a client-side failure named like one (`CLOSED`, `TIMEOUT`, `SEND`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ReplyError {
+    /// The wire code.
+    pub code: String,
+    /// The message.
+    #[serde(default)]
+    pub msg: String,
+}
+
+impl ReplyError {
+    fn client(code: &str) -> Self {
+        Self {
+            code: code.to_owned(),
+            msg: String::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.msg)
+    }
+}
+
+impl std::error::Error for ReplyError {}
+
+/// The parts of a `room.join` reply the generator uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Joined {
+    /// Epoch now.
+    pub epoch: u64,
+    /// Seq now.
+    pub seq: u64,
+    /// Whether `since` could not be served.
+    pub resync: bool,
+}
+
+struct Waiter {
+    tx: oneshot::Sender<Result<Value, ReplyError>>,
+    /// For `room.join`: the room whose position the reply sets (before later events).
+    join_room: Option<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    waiters: HashMap<u64, Waiter>,
+    /// Request id → intended send time (ns since start), for reply latency.
+    timed: HashMap<u64, u64>,
+    /// Room → (epoch, seq) last seen.
+    pos: HashMap<String, (u64, u64)>,
+    /// Replies ok to timed requests of this connection.
+    ok: u64,
+    /// Replayed or live timed events this connection received.
+    received: u64,
+    closed: bool,
+}
+
+/// One load connection (reader and writer tasks); tasks are aborted on drop.
+pub struct Conn {
+    /// The user id in the token.
+    pub user: String,
+    tx: mpsc::Sender<Message>,
+    next_id: AtomicU64,
+    inner: Arc<Mutex<Inner>>,
+    shared: Arc<Shared>,
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.writer.abort();
+    }
+}
+
+/// Connects to `url` as `user` (with `token` in the Authorization header when given).
+///
+/// # Errors
+/// The upgrade failed.
+pub async fn connect(
+    url: &str,
+    user: &str,
+    token: Option<&str>,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Conn> {
+    let mut req = url.into_client_request()?;
+    if let Some(t) = token {
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {t}").parse()?);
+    }
+    let config = WebSocketConfig::default()
+        .read_buffer_size(CLIENT_READ_BUFFER)
+        .write_buffer_size(0);
+    let (ws, _) = timeout(
+        Duration::from_secs(20),
+        tokio_tungstenite::connect_async_with_config(req, Some(config), true),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("connect to {url} timed out"))??;
+    let (mut sink, mut stream) = ws.split();
+    let (tx, mut rx) = mpsc::channel::<Message>(WRITER_QUEUE);
+    let writer = tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            let closing = matches!(first, Message::Close(_));
+            if sink.feed(first).await.is_err() {
+                return;
+            }
+            let mut n = 1;
+            while n < WRITE_BATCH {
+                match rx.try_recv() {
+                    Ok(m) => {
+                        if sink.feed(m).await.is_err() {
+                            return;
+                        }
+                        n += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if sink.flush().await.is_err() || closing {
+                return;
+            }
+        }
+    });
+    let inner = Arc::new(Mutex::new(Inner::default()));
+    let reader = {
+        let inner = inner.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(msg)) = stream.next().await {
+                match msg {
+                    Message::Text(t) => on_frame(&shared, &inner, t.as_str()),
+                    Message::Close(_) => break,
+                    _ => {}
+                }
+            }
+            let waiters: Vec<Waiter> = {
+                let mut g = lock(&inner);
+                g.closed = true;
+                g.waiters.drain().map(|(_, w)| w).collect()
+            };
+            for w in waiters {
+                let _ = w.tx.send(Err(ReplyError::client("CLOSED")));
+            }
+            shared.closed.fetch_add(1, Ordering::Relaxed);
+        })
+    };
+    Ok(Conn {
+        user: user.to_owned(),
+        tx,
+        next_id: AtomicU64::new(1),
+        inner,
+        shared,
+        reader,
+        writer,
+    })
+}
+
+#[derive(Deserialize)]
+struct Lite<'a> {
+    #[serde(borrow, default)]
+    ev: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    room: Option<Cow<'a, str>>,
+    #[serde(default)]
+    epoch: Option<u64>,
+    #[serde(default)]
+    seq: Option<u64>,
+    #[serde(default)]
+    re: Option<u64>,
+    #[serde(borrow, default)]
+    ok: Option<&'a RawValue>,
+    #[serde(default)]
+    err: Option<ReplyError>,
+    #[serde(borrow, default)]
+    d: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ChatD<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct JoinLite {
+    #[serde(default)]
+    epoch: u64,
+    #[serde(default)]
+    seq: u64,
+}
+
+/// The intended send time carried by a timed text, if any.
+pub fn parse_marker(text: &str) -> Option<u64> {
+    let rest = text.strip_prefix(TIME_MARKER)?;
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// A timed chat text of `len` bytes (at least the marker): `t=<ns> xxxx…`.
+pub fn timed_text(intended_ns: u64, len: usize) -> String {
+    let mut s = format!("{TIME_MARKER}{intended_ns} ");
+    while s.len() < len {
+        s.push('x');
+    }
+    s
+}
+
+fn on_frame(shared: &Shared, inner: &Mutex<Inner>, text: &str) {
+    let Ok(f) = serde_json::from_str::<Lite<'_>>(text) else {
+        shared.error("BAD_FRAME_FROM_SERVER");
+        return;
+    };
+    if let Some(ev) = f.ev.as_deref() {
+        on_event(shared, inner, ev, &f);
+        return;
+    }
+    let Some(re) = f.re else {
+        if let Some(e) = f.err {
+            shared.error(&e.code);
+        }
+        return;
+    };
+    let mut g = lock(inner);
+    if let Some(w) = g.waiters.remove(&re) {
+        let result = match (f.err, f.ok) {
+            (Some(e), _) => Err(e),
+            (None, Some(ok)) => {
+                if let Some(room) = &w.join_room
+                    && let Ok(j) = serde_json::from_str::<JoinLite>(ok.get())
+                {
+                    g.pos.insert(room.clone(), (j.epoch, j.seq));
+                }
+                Ok(serde_json::from_str(ok.get()).unwrap_or(Value::Null))
+            }
+            (None, None) => Ok(Value::Null),
+        };
+        drop(g);
+        let _ = w.tx.send(result);
+        return;
+    }
+    let timed = g.timed.remove(&re);
+    if f.err.is_none() {
+        g.ok += 1;
+    }
+    drop(g);
+    if let Some(intended) = timed {
+        let us = shared.now_ns().saturating_sub(intended) / 1000;
+        let _ = lock(&shared.reply_latency).record(us.clamp(1, HIST_MAX_US));
+    }
+    match f.err {
+        Some(e) => {
+            shared.failed.fetch_add(1, Ordering::Relaxed);
+            shared.error(&e.code);
+        }
+        None => {
+            shared.ok.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
+    if ev == "room.left" {
+        shared.room_left.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let (Some(room), Some(epoch), Some(seq)) = (f.room.as_deref(), f.epoch, f.seq) else {
+        return;
+    };
+    {
+        let mut g = lock(inner);
+        match g.pos.get_mut(room) {
+            None => {
+                g.pos.insert(room.to_owned(), (epoch, seq));
+            }
+            Some(p) if p.0 != epoch => {
+                shared.epoch_changes.fetch_add(1, Ordering::Relaxed);
+                *p = (epoch, seq);
+            }
+            Some(p) if seq <= p.1 => {
+                shared.duplicates.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Some(p) => {
+                if seq > p.1 + 1 {
+                    shared.gaps.fetch_add(seq - p.1 - 1, Ordering::Relaxed);
+                }
+                p.1 = seq;
+            }
+        }
+        if ev == "chat" || ev == "gift" {
+            g.received += 1;
+        }
+    }
+    match ev {
+        "chat" => {
+            let intended = f
+                .d
+                .and_then(|d| serde_json::from_str::<ChatD<'_>>(d.get()).ok())
+                .and_then(|d| d.text.as_deref().and_then(parse_marker));
+            match intended {
+                Some(t) => shared.record_delivery(t),
+                None => {
+                    shared.received.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        "gift" => {
+            shared.received.fetch_add(1, Ordering::Relaxed);
+            shared
+                .last_delivery_ns
+                .fetch_max(shared.now_ns(), Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}
+
+impl Conn {
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn frame(id: u64, op: &str, d: &Value) -> Message {
+        Message::Text(format!(r#"{{"id":{id},"op":"{op}","d":{d}}}"#).into())
+    }
+
+    /// Sends a request and waits for its reply.
+    ///
+    /// # Errors
+    /// The error reply, or `CLOSED`/`TIMEOUT`/`SEND`.
+    pub async fn request(&self, op: &str, d: Value) -> Result<Value, ReplyError> {
+        self.request_inner(op, d, None).await
+    }
+
+    async fn request_inner(
+        &self,
+        op: &str,
+        d: Value,
+        join_room: Option<String>,
+    ) -> Result<Value, ReplyError> {
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut g = lock(&self.inner);
+            if g.closed {
+                return Err(ReplyError::client("CLOSED"));
+            }
+            g.waiters.insert(id, Waiter { tx, join_room });
+        }
+        if self.tx.send(Self::frame(id, op, &d)).await.is_err() {
+            lock(&self.inner).waiters.remove(&id);
+            return Err(ReplyError::client("SEND"));
+        }
+        match timeout(REPLY_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ReplyError::client("CLOSED")),
+            Err(_) => {
+                lock(&self.inner).waiters.remove(&id);
+                Err(ReplyError::client("TIMEOUT"))
+            }
+        }
+    }
+
+    /// `room.join` (resuming from `since` when given); the reader sets the room's position
+    /// from the reply before it handles any later event.
+    ///
+    /// # Errors
+    /// As [`Conn::request`].
+    pub async fn join(&self, room: &str, since: Option<(u64, u64)>) -> Result<Joined, ReplyError> {
+        let mut d = serde_json::json!({ "room": room });
+        if let Some((epoch, seq)) = since {
+            d["since"] = serde_json::json!({ "epoch": epoch, "seq": seq });
+        }
+        let ok = self.request_inner("room.join", d, Some(room.to_owned())).await?;
+        Ok(Joined {
+            epoch: ok["epoch"].as_u64().unwrap_or_default(),
+            seq: ok["seq"].as_u64().unwrap_or_default(),
+            resync: ok["resync"].as_bool().unwrap_or_default(),
+        })
+    }
+
+    /// Sends `op` without waiting; the reply is counted in [`Shared`] and its latency measured
+    /// from `intended_ns`. Waits when the writer queue is full (the delay shows in latency).
+    ///
+    /// # Errors
+    /// `SEND` when the connection is gone.
+    pub async fn send_timed(
+        &self,
+        op: &str,
+        d: &Value,
+        intended_ns: u64,
+    ) -> Result<(), ReplyError> {
+        let id = self.next_id();
+        lock(&self.inner).timed.insert(id, intended_ns);
+        self.shared.sent.fetch_add(1, Ordering::Relaxed);
+        if self.tx.send(Self::frame(id, op, d)).await.is_err() {
+            lock(&self.inner).timed.remove(&id);
+            self.shared.error("SEND");
+            return Err(ReplyError::client("SEND"));
+        }
+        Ok(())
+    }
+
+    /// Sends a pre-built text frame body (`{"room":..,"text":..}` style `d` already encoded)
+    /// for `chat.send`; cheaper than building a `Value` per message.
+    ///
+    /// # Errors
+    /// `SEND` when the connection is gone.
+    pub async fn send_chat(
+        &self,
+        room: &str,
+        intended_ns: u64,
+        len: usize,
+    ) -> Result<(), ReplyError> {
+        let id = self.next_id();
+        lock(&self.inner).timed.insert(id, intended_ns);
+        self.shared.sent.fetch_add(1, Ordering::Relaxed);
+        let text = timed_text(intended_ns, len);
+        let frame = format!(
+            r#"{{"id":{id},"op":"chat.send","d":{{"room":"{room}","text":"{text}"}}}}"#
+        );
+        if self.tx.send(Message::Text(frame.into())).await.is_err() {
+            lock(&self.inner).timed.remove(&id);
+            self.shared.error("SEND");
+            return Err(ReplyError::client("SEND"));
+        }
+        Ok(())
+    }
+
+    /// Sets `room`'s tracked position (e.g. to the position a resumed connection had).
+    pub fn set_position(&self, room: &str, epoch: u64, seq: u64) {
+        lock(&self.inner).pos.insert(room.to_owned(), (epoch, seq));
+    }
+
+    /// `room`'s tracked `(epoch, seq)`.
+    pub fn position(&self, room: &str) -> Option<(u64, u64)> {
+        lock(&self.inner).pos.get(room).copied()
+    }
+
+    /// Replies `ok` to this connection's timed requests.
+    pub fn ok_count(&self) -> u64 {
+        lock(&self.inner).ok
+    }
+
+    /// Chat and gift events this connection received.
+    pub fn received(&self) -> u64 {
+        lock(&self.inner).received
+    }
+
+    /// Timed requests still waiting for their reply.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.inner).timed.len()
+    }
+
+    /// Whether the reader ended.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.inner).closed
+    }
+
+    /// Asks for a clean close and waits (bounded) for the writer to send it.
+    pub async fn close(self) {
+        if self.tx.try_send(Message::Close(None)).is_ok() {
+            let _ = timeout(Duration::from_secs(2), async {
+                while !self.writer.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+        }
+    }
+}
+
+/// Connects every `(user, url, token)` with at most `concurrency` handshakes in flight; the
+/// result keeps the input order.
+///
+/// # Errors
+/// The first failed connection.
+pub async fn connect_many(
+    specs: Vec<(String, String, Option<String>)>,
+    concurrency: usize,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Vec<Conn>> {
+    let futs = specs.into_iter().map(|(user, url, token)| {
+        let shared = shared.clone();
+        async move { connect(&url, &user, token.as_deref(), shared).await }
+    });
+    futures_util::stream::iter(futs)
+        .buffered(concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Closes every connection cleanly (bounded), concurrently.
+pub async fn close_all(conns: Vec<Conn>) {
+    let futs = conns.into_iter().map(Conn::close);
+    futures_util::stream::iter(futs)
+        .buffer_unordered(512)
+        .collect::<Vec<_>>()
+        .await;
+}
