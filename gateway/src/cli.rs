@@ -219,6 +219,12 @@ pub struct FileConfig {
     pub auto_create: Option<bool>,
     /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
     pub ledger: Option<String>,
+    /// Drain window on shutdown, ms.
+    pub drain_window_ms: Option<u64>,
+    /// New connections admitted per second.
+    pub admit_per_sec: Option<u32>,
+    /// Admission burst.
+    pub admit_burst: Option<u32>,
     /// The gift catalog (replaces the default one).
     pub gifts: Option<Vec<GiftDef>>,
     /// Recipients' share of a gift's price, in basis points (default 5000).
@@ -338,6 +344,19 @@ pub fn gateway_settings(
     }
     if let Some(v) = ms(f.write_timeout_ms) {
         g.write_timeout = v;
+    }
+    if let Some(v) = ms(std::env::var("CHORUS_DRAIN_WINDOW_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or(f.drain_window_ms))
+    {
+        g.drain_window = v;
+    }
+    if let Some(v) = f.admit_per_sec {
+        g.admit_per_sec = v;
+    }
+    if let Some(v) = f.admit_burst {
+        g.admit_burst = v;
     }
     g
 }

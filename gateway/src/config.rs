@@ -28,6 +28,14 @@ pub const WRITE_BATCH_FRAMES: usize = 64;
 /// How long the gateway keeps retrying a command whose room has no reachable owner (covers a
 /// lease TTL of 10 s plus failure detection), before answering `UNAVAILABLE`.
 pub const DEFAULT_ROUTE_RETRY_BUDGET: Duration = Duration::from_secs(15);
+/// On shutdown, clients are told to reconnect elsewhere (close 1001) spread evenly over this
+/// window, so they do not all reconnect at once.
+pub const DEFAULT_DRAIN_WINDOW: Duration = Duration::from_secs(5);
+/// New connections admitted per second per node; beyond it the upgrade gets 503 with
+/// Retry-After (reconnect storms after a deploy are spread instead of served at once).
+pub const DEFAULT_ADMIT_PER_SEC: u32 = 2000;
+/// Burst of the admission bucket.
+pub const DEFAULT_ADMIT_BURST: u32 = 4000;
 /// Longest time a client may take to finish the WebSocket handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -56,6 +64,12 @@ pub struct GatewayConfig {
     pub write_buffer_bytes: usize,
     /// How long routing retries last before `UNAVAILABLE`.
     pub route_retry_budget: Duration,
+    /// Window over which shutdown spreads its 1001 closes.
+    pub drain_window: Duration,
+    /// New connections admitted per second.
+    pub admit_per_sec: u32,
+    /// Admission burst.
+    pub admit_burst: u32,
 }
 
 impl Default for GatewayConfig {
@@ -72,6 +86,9 @@ impl Default for GatewayConfig {
             read_buffer_bytes: DEFAULT_READ_BUFFER_BYTES,
             write_buffer_bytes: DEFAULT_WRITE_BUFFER_BYTES,
             route_retry_budget: DEFAULT_ROUTE_RETRY_BUDGET,
+            drain_window: DEFAULT_DRAIN_WINDOW,
+            admit_per_sec: DEFAULT_ADMIT_PER_SEC,
+            admit_burst: DEFAULT_ADMIT_BURST,
         }
     }
 }

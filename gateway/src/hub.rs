@@ -100,6 +100,18 @@ impl Hub {
         })
     }
 
+    /// Sessions open now.
+    pub(crate) fn session_count(&self) -> usize {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.sessions.len()
+    }
+
+    /// Every session's outbox (for drain).
+    pub(crate) fn outboxes(&self) -> Vec<Arc<Outbox>> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.sessions.values().map(|s| s.out.clone()).collect()
+    }
+
     /// Queues a frame to one session.
     pub(crate) fn send_to(&self, session: SessionId, frame: Utf8Bytes) {
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);

@@ -42,6 +42,10 @@ use protocol::{ErrorCode, NodeId, RoomId, SessionId, UserId};
 const RETRY_MIN_DELAY: Duration = Duration::from_millis(20);
 /// Longest delay between routing retries.
 const RETRY_MAX_DELAY: Duration = Duration::from_millis(500);
+/// After the drain window, how long closing sockets get before the hard stop.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How often the drain checks whether every socket has closed.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
 /// How often unanswered requests are checked against the retry budget.
 const PENDING_SWEEP: Duration = Duration::from_millis(500);
 use tokio::sync::mpsc;
@@ -63,6 +67,10 @@ pub(crate) struct Core {
     pub(crate) router: router::Router,
     pub(crate) auth: auth::Authenticator,
     pub(crate) shutdown: CancellationToken,
+    /// New-connection admission control.
+    pub(crate) admission: server::Admission,
+    /// Cancelled when the drain deadline passes: every socket still open closes at once.
+    pub(crate) hard_stop: CancellationToken,
     pub(crate) tracker: TaskTracker,
     next_session: AtomicU64,
     next_req: AtomicU64,
@@ -89,6 +97,7 @@ impl Core {
         tracker: TaskTracker,
         money: money::Money,
     ) -> Arc<Self> {
+        let admission = server::Admission::new(config.admit_per_sec, config.admit_burst);
         let core = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             node,
@@ -96,6 +105,8 @@ impl Core {
             hub: Hub::default(),
             router,
             auth,
+            hard_stop: CancellationToken::new(),
+            admission,
             shutdown,
             tracker,
             next_session: AtomicU64::new(1),
@@ -104,6 +115,7 @@ impl Core {
             money,
         });
         core.tracker.spawn(core.clone().sweep_pending());
+        core.tracker.spawn(core.clone().drain());
         core
     }
 
@@ -214,6 +226,30 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Graceful drain: once shutdown starts, tell every client to reconnect elsewhere (close
+    /// 1001), spread evenly over the drain window; close what is left at the deadline.
+    async fn drain(self: Arc<Self>) {
+        self.shutdown.cancelled().await;
+        let outboxes = self.hub.outboxes();
+        let n = outboxes.len().max(1) as u32;
+        let window = self.config.drain_window;
+        let start = Instant::now();
+        tracing::info!(
+            sessions = outboxes.len(),
+            ?window,
+            "Draining: closing sockets with 1001."
+        );
+        for (i, o) in outboxes.iter().enumerate() {
+            tokio::time::sleep_until(start + window * (i as u32) / n).await;
+            o.kick(protocol::error::close::GOING_AWAY);
+        }
+        let deadline = start + window + DRAIN_GRACE;
+        while self.hub.session_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        self.hard_stop.cancel();
     }
 
     /// Applies one message from shard `from`: routing retries first, then the hub.

@@ -43,15 +43,64 @@ fn refuse(status: u16, body: &str) -> ErrorResponse {
     r
 }
 
+/// Seconds a refused client is asked to wait (`Retry-After`).
+const RETRY_AFTER_SECS: u32 = 1;
+
+/// Admission control: a token bucket of new connections per second for the whole node.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    state: std::sync::Mutex<(f64, tokio::time::Instant)>,
+    rate: f64,
+    burst: f64,
+}
+
+impl Admission {
+    pub(crate) fn new(rate: u32, burst: u32) -> Self {
+        Self {
+            state: std::sync::Mutex::new((f64::from(burst), tokio::time::Instant::now())),
+            rate: f64::from(rate),
+            burst: f64::from(burst),
+        }
+    }
+
+    /// Takes one admission; false when the node admits no more connections now.
+    pub(crate) fn admit(&self) -> bool {
+        let mut st = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = tokio::time::Instant::now();
+        let dt = now.saturating_duration_since(st.1).as_secs_f64();
+        st.1 = now;
+        st.0 = (st.0 + dt * self.rate).min(self.burst);
+        if st.0 >= 1.0 {
+            st.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 async fn connection(core: Arc<Core>, stream: TcpStream) {
     let mut who: Option<Identity> = None;
     let auth = core.auth.clone();
+    let admission = &core.admission;
     // The callback's signature is tungstenite's; its error type is an HTTP response.
     #[allow(clippy::result_large_err)]
     let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
         if req.uri().path() != "/ws" {
             metrics::counter!(m::UPGRADES_REFUSED, "reason" => "path").increment(1);
             return Err(refuse(404, "not found: the WebSocket endpoint is /ws"));
+        }
+        if !admission.admit() {
+            metrics::counter!(m::UPGRADES_REFUSED, "reason" => "admission").increment(1);
+            let mut r = refuse(503, "too many new connections; retry later");
+            r.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from(RETRY_AFTER_SECS),
+            );
+            return Err(r);
         }
         let Some(token) = token_from_request(req) else {
             metrics::counter!(m::UPGRADES_REFUSED, "reason" => "auth").increment(1);

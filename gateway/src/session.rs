@@ -142,16 +142,20 @@ impl Session {
         let expires =
             Instant::now() + Duration::from_secs(self.who.exp.saturating_sub(now_ms() / 1000));
         let kicked = self.outbox.kicked().clone();
-        let shutdown = self.core.shutdown.clone();
+        let hard_stop = self.core.hard_stop.clone();
         loop {
             tokio::select! {
                 biased;
                 () = kicked.cancelled() => {
                     let code = self.outbox.kick_code();
-                    let reason = if code == close::SLOW_CONSUMER { "slow consumer" } else { "closed by server" };
+                    let reason = match code {
+                        close::SLOW_CONSUMER => "slow consumer",
+                        close::GOING_AWAY => "server going away: reconnect elsewhere and resume",
+                        _ => "closed by server",
+                    };
                     return Some(Closing { code, reason });
                 }
-                () = shutdown.cancelled() => {
+                () = hard_stop.cancelled() => {
                     return Some(Closing { code: close::GOING_AWAY, reason: "server going away" });
                 }
                 frame = rx.rx.recv() => {

@@ -33,6 +33,7 @@ impl Server {
         let gateway = GatewayConfig {
             rate_per_sec: 10_000,
             rate_burst: 10_000,
+            drain_window: Duration::from_millis(100),
             ..GatewayConfig::default()
         };
         let shard = ShardConfig {

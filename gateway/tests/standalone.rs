@@ -29,7 +29,10 @@ impl Server {
 
     async fn start_with(tune: impl FnOnce(&mut GatewayConfig, &mut ShardConfig)) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let mut gateway = GatewayConfig::default();
+        let mut gateway = GatewayConfig {
+            drain_window: Duration::from_millis(100),
+            ..GatewayConfig::default()
+        };
         let mut shard = ShardConfig::default();
         tune(&mut gateway, &mut shard);
         let running = standalone::start(StandaloneConfig {

@@ -1,0 +1,320 @@
+//! Delivery guarantees with real processes: graceful drain of a gateway (1001 spread over a
+//! window, clients resume elsewhere without losing an event), slow consumers (closed with
+//! 4000, memory bounded, others unaffected) and admission control (503 + Retry-After).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::SinkExt;
+use loadtest::client::{self, Client, ClientError};
+use loadtest::cluster::{
+    Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, free_port, wait_listening,
+};
+use protocol::{ErrorCode, RoomId};
+use serde_json::json;
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn join_retrying(c: &mut Client, room: &RoomId) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match c.join(room, true, None).await {
+            Ok(v) => return v,
+            Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {}
+            Err(e) => panic!("join failed: {e:?}"),
+        }
+    }
+}
+
+fn chats(events: &[loadtest::client::Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.ev == "chat")
+        .map(|e| e.d["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn sigterm_on_a_gateway_spreads_1001_and_clients_resume_elsewhere_losing_nothing() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 2,
+        env: vec![("CHORUS_DRAIN_WINDOW_MS".into(), "1000".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let room = RoomId::from("drain");
+    let mut p = cluster.connect(1, "publisher").await.unwrap();
+    join_retrying(&mut p, &room).await;
+    let n = 20;
+    let mut clients = Vec::new();
+    for i in 0..n {
+        let mut c = cluster.connect(0, &format!("c{i}")).await.unwrap();
+        join_retrying(&mut c, &room).await;
+        clients.push(c);
+    }
+    // Each client waits for its close while the publisher keeps talking.
+    let started = Instant::now();
+    let mut waiters = Vec::new();
+    for mut c in clients {
+        waiters.push(tokio::spawn(async move {
+            let close = c.closed(Duration::from_secs(15)).await.unwrap();
+            let at = started.elapsed();
+            let seen = chats(&c.queued_events());
+            (c, close, at, seen)
+        }));
+    }
+    let mut acked = Vec::new();
+    for i in 0..10 {
+        let t = format!("before {i}");
+        p.chat(&room, &t).await.unwrap();
+        acked.push(t);
+    }
+    cluster.gateways[0].node.terminate().unwrap();
+    let publishing = tokio::spawn(async move {
+        let mut acked = acked;
+        for i in 0..60 {
+            let t = format!("during {i}");
+            p.chat(&room, &t).await.unwrap();
+            acked.push(t);
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        acked
+    });
+    let mut closes = Vec::new();
+    let mut resumed = Vec::new();
+    for w in waiters {
+        let (old, close, at, seen) = w.await.unwrap();
+        assert_eq!(
+            close.map(|f| u16::from(f.code)),
+            Some(1001),
+            "every client gets 1001"
+        );
+        closes.push(at);
+        // Resume on the other gateway from the last event seen.
+        let room = RoomId::from("drain");
+        let since = old.since(&room).unwrap();
+        let mut c = cluster
+            .connect(1, &format!("r{}", resumed.len()))
+            .await
+            .unwrap();
+        c.set_position(&room, since.epoch, since.seq);
+        let j = join_retrying(&mut c, &room).await;
+        assert_eq!(j["resync"], false, "the gap is in the history");
+        let mut texts = seen;
+        texts.extend(chats(&c.queued_events()));
+        resumed.push((c, texts));
+    }
+    let acked = publishing.await.unwrap();
+    let spread = closes
+        .iter()
+        .max()
+        .unwrap()
+        .saturating_sub(*closes.iter().min().unwrap());
+    assert!(
+        spread >= Duration::from_millis(300),
+        "closes not spread: {spread:?}"
+    );
+    // Catch up on what was sent after each resume, then compare with the acknowledged list.
+    for (c, texts) in &mut resumed {
+        let deadline = Instant::now() + WAIT;
+        while texts.len() < acked.len() && Instant::now() < deadline {
+            match c.next_event(Duration::from_millis(200)).await {
+                Ok(e) if e.ev == "chat" => {
+                    texts.push(e.d["text"].as_str().unwrap_or_default().to_owned())
+                }
+                Ok(_) | Err(ClientError::Timeout) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(
+            texts, &acked,
+            "a resumed client lost, duplicated or reordered events"
+        );
+    }
+    eprintln!(
+        "DRAIN: {n} connections closed with 1001 over {} ms",
+        spread.as_millis()
+    );
+}
+
+fn spawn_standalone(
+    config: &std::path::Path,
+    data: &std::path::Path,
+) -> (Node, SocketAddr, SocketAddr) {
+    let ws: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
+    let node = Node::spawn_with_env(
+        [
+            "standalone".to_owned(),
+            "--ws-addr".to_owned(),
+            ws.to_string(),
+            "--admin-addr".to_owned(),
+            admin.to_string(),
+            "--data-dir".to_owned(),
+            data.display().to_string(),
+            "--config".to_owned(),
+            config.display().to_string(),
+        ],
+        [
+            ("CHORUS_JWT_SECRET", "delivery-secret"),
+            ("CHORUS_ADMIN_TOKEN", "delivery-admin"),
+        ],
+    )
+    .unwrap();
+    (node, ws, admin)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+async fn metric(admin: SocketAddr, name_and_labels: &str) -> f64 {
+    let body = loadtest::admin::get(admin, "/metrics", None)
+        .await
+        .unwrap()
+        .body;
+    body.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chorus.toml");
+    std::fs::write(
+        &config,
+        "rate_per_sec = 100000\nrate_burst = 100000\noutbox_frames = 256\noutbox_bytes = 262144\nwrite_timeout_ms = 1000\n",
+    )
+    .unwrap();
+    let (node, ws, admin) = spawn_standalone(&config, &dir.path().join("data"));
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    let url = format!("ws://{ws}/ws");
+    let token =
+        |u: &str| client::mint_token(b"delivery-secret", u, Duration::from_secs(600)).unwrap();
+    let room = RoomId::from("slow");
+    let mut fast = client::connect(&url, Some(&token("fast"))).await.unwrap();
+    fast.join(&room, false, None).await.unwrap();
+    // The slow consumer joins, then never reads again.
+    let mut slow = client::connect(&url, Some(&token("slow"))).await.unwrap();
+    slow.join(&room, false, None).await.unwrap();
+    let mut publisher = client::connect(&url, Some(&token("pub"))).await.unwrap();
+    publisher.join(&room, false, None).await.unwrap();
+    let rss_before = rss_kib(node.pid());
+    let text = "x".repeat(480);
+    let total = 20_000u64;
+    // The fast client reads all along.
+    let fast_room = room.clone();
+    let reader = tokio::spawn(async move {
+        let mut got = 0;
+        while got < total {
+            let e = fast.next_event(WAIT).await.unwrap();
+            if e.ev == "chat" {
+                got += 1;
+            }
+        }
+        fast.position(&fast_room).unwrap().clone()
+    });
+    // The publisher reads its own replies in small batches (it must not be slow itself).
+    for _ in 0..total / 50 {
+        let mut ids = Vec::new();
+        for _ in 0..50 {
+            ids.push(
+                publisher
+                    .send("chat.send", json!({"room": room, "text": text}))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for id in ids {
+            publisher.reply_to(id, WAIT).await.unwrap();
+        }
+        let _ = publisher.queued_events();
+    }
+    // The fast client gets every event, in order, while the slow one is cut off.
+    let p = reader.await.unwrap();
+    assert_eq!((p.gaps, p.duplicates), (0, 0));
+    let deadline = Instant::now() + WAIT;
+    while metric(admin, "chorus_gateway_closes_total{code=\"4000\"}").await < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the slow consumer was not closed with 4000"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rss_after = rss_kib(node.pid());
+    // ~10 MB were published to the slow consumer; the node keeps at most its outbox bound.
+    let grew = rss_after.saturating_sub(rss_before);
+    eprintln!("SLOW CONSUMER: node RSS {rss_before} KiB -> {rss_after} KiB (+{grew} KiB)");
+    assert!(grew < 16 * 1024, "node memory grew by {grew} KiB");
+    // The slow client's socket was closed by the server.
+    let closed = slow.closed(WAIT).await;
+    assert!(closed.is_ok(), "slow consumer still open");
+    let _ = slow;
+    let _ = publisher.close().await;
+    drop(node);
+}
+
+#[tokio::test]
+async fn new_connections_beyond_the_admission_rate_get_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chorus.toml");
+    std::fs::write(&config, "admit_per_sec = 1\nadmit_burst = 3\n").unwrap();
+    let (_node, ws, admin) = spawn_standalone(&config, &dir.path().join("data"));
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    let url = format!("ws://{ws}/ws");
+    let t = client::mint_token(b"delivery-secret", "u", Duration::from_secs(600)).unwrap();
+    let mut admitted = Vec::new();
+    let mut refused = 0;
+    for _ in 0..6 {
+        match client::connect(&url, Some(&t)).await {
+            Ok(c) => admitted.push(c),
+            Err(ClientError::Refused(503)) => refused += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(
+        admitted.len() >= 3 && refused >= 2,
+        "admitted {}, refused {refused}",
+        admitted.len()
+    );
+    // Raw check of the Retry-After header.
+    let stream = tokio::net::TcpStream::connect(ws).await.unwrap();
+    let req = format!(
+        "GET /ws?token={t} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    let mut framed = tokio_util::codec::Framed::new(stream, tokio_util::codec::LinesCodec::new());
+    framed.send(req.trim_end().to_owned()).await.unwrap();
+    framed.send(String::new()).await.unwrap();
+    let mut head = Vec::new();
+    while let Some(Ok(line)) = futures_util::StreamExt::next(&mut framed).await {
+        if line.trim().is_empty() {
+            break;
+        }
+        head.push(line.to_ascii_lowercase());
+    }
+    assert!(head[0].contains("503"), "{head:?}");
+    assert!(
+        head.iter().any(|l| l.starts_with("retry-after")),
+        "{head:?}"
+    );
+}
