@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod error;
+mod fuzz;
 pub mod ids;
 pub mod link;
 pub mod ring;
