@@ -4,6 +4,8 @@
 //! that arrive meanwhile in a queue that `next_event` drains. The client tracks each room's
 //! `(epoch, seq)` and counts gaps, so tests and the load generator can check delivery.
 
+pub mod resume;
+
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -100,6 +102,30 @@ pub struct Position {
     pub duplicates: u64,
     /// Epoch changes seen.
     pub epoch_changes: u64,
+    /// A gap was seen and not yet repaired: `seq` stays at the last contiguous event, and a
+    /// `room.join` with `since` from here fills the gap (or resyncs).
+    pub gap_pending: bool,
+}
+
+/// Applies one sequenced event at `(epoch, seq)` to a room's bookkeeping.
+fn track_position(p: &mut Position, epoch: Epoch, seq: Seq) {
+    if epoch != p.epoch {
+        if p.epoch != 0 {
+            p.epoch_changes += 1;
+        }
+        p.epoch = epoch;
+        p.seq = seq;
+        return;
+    }
+    if seq <= p.seq {
+        p.duplicates += 1;
+    } else if seq != p.seq + 1 {
+        // Keep the last contiguous position: resuming from it fills the gap.
+        p.gaps += 1;
+        p.gap_pending = true;
+    } else if !p.gap_pending {
+        p.seq = seq;
+    }
 }
 
 /// A connected client.
@@ -314,6 +340,7 @@ impl Client {
         }
         p.epoch = epoch;
         p.seq = seq;
+        p.gap_pending = false;
     }
 
     fn track(&mut self, e: &Event) {
@@ -321,22 +348,7 @@ impl Client {
             return;
         };
         let p = self.positions.entry(room.clone()).or_default();
-        if epoch != p.epoch {
-            if p.epoch != 0 {
-                p.epoch_changes += 1;
-            }
-            p.epoch = epoch;
-            p.seq = seq;
-            return;
-        }
-        if seq <= p.seq {
-            p.duplicates += 1;
-        } else {
-            if seq != p.seq + 1 {
-                p.gaps += 1;
-            }
-            p.seq = seq;
-        }
+        track_position(p, epoch, seq);
     }
 
     async fn recv_until(&mut self, deadline: Instant) -> Result<Incoming, ClientError> {
@@ -472,4 +484,25 @@ pub fn mint_expired_token(
         &Claims { sub: user, exp },
         &jsonwebtoken::EncodingKey::from_secret(secret)?,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_count_gaps_and_duplicates_and_hold_at_the_last_contiguous_event() {
+        let mut p = Position::default();
+        track_position(&mut p, 4, 1);
+        track_position(&mut p, 4, 2);
+        assert_eq!((p.epoch, p.seq, p.gaps), (4, 2, 0));
+        track_position(&mut p, 4, 2);
+        assert_eq!(p.duplicates, 1);
+        track_position(&mut p, 4, 5);
+        assert_eq!((p.seq, p.gaps, p.gap_pending), (2, 1, true));
+        track_position(&mut p, 4, 3);
+        assert_eq!(p.seq, 2, "no advance while a gap is pending");
+        track_position(&mut p, 9, 1);
+        assert_eq!((p.epoch, p.seq, p.epoch_changes), (9, 1, 1));
+    }
 }

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use loadtest::client::resume::ResumingClient;
 use loadtest::client::{Client, ClientError};
 use loadtest::cluster::{Cluster, ClusterOptions};
 use protocol::{ErrorCode, RoomId};
@@ -406,6 +407,29 @@ async fn follow(
     (texts, resynced)
 }
 
+async fn follow_resuming(
+    mut c: ResumingClient,
+    stop: tokio_util::sync::CancellationToken,
+) -> (Vec<String>, bool) {
+    let mut texts = Vec::new();
+    while !stop.is_cancelled() {
+        match c.next_event(Duration::from_millis(200)).await {
+            Ok(e) if e.ev == "chat" => {
+                texts.push(e.d["text"].as_str().unwrap_or_default().to_owned())
+            }
+            Ok(_) | Err(ClientError::Timeout) => {}
+            Err(e) => panic!("resuming client failed: {e:?}"),
+        }
+    }
+    for e in c.client().queued_events() {
+        if e.ev == "chat" {
+            texts.push(e.d["text"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    assert!(c.resumes >= 1, "the resuming client never resumed");
+    (texts, c.resyncs > 0)
+}
+
 #[tokio::test]
 async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
     let ttl = Duration::from_secs(2);
@@ -420,11 +444,22 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
     join_retrying(&mut p, &room, WAIT).await;
     let stop = tokio_util::sync::CancellationToken::new();
     let mut followers = Vec::new();
-    for (g, user) in [(0, "o1"), (1, "o2"), (1, "o3")] {
+    for (g, user) in [(0, "o1"), (1, "o2")] {
         let mut c = cluster.connect(g, user).await.unwrap();
         join_retrying(&mut c, &room, WAIT).await;
         followers.push(tokio::spawn(follow(c, room.clone(), stop.clone())));
     }
+    // The third follower is the library's self-resuming client.
+    let urls: Vec<String> = cluster
+        .gateways
+        .iter()
+        .rev()
+        .map(|g| g.url.clone())
+        .collect();
+    let resuming = ResumingClient::connect(urls, cluster.token("o3").unwrap(), room.clone())
+        .await
+        .unwrap();
+    followers.push(tokio::spawn(follow_resuming(resuming, stop.clone())));
     let (owner, _) = cluster.room_owner("traffic").await.unwrap().unwrap();
     let mut acked = Vec::new();
     let total = 120;
