@@ -79,7 +79,9 @@ fn a_million_hostile_client_frames_never_panic() {
     let (mut ok, mut refused) = (0usize, 0usize);
     for n in 0..FRAMES {
         let bytes = if n % 4 == 0 {
-            (0..rng.below(64)).map(|_| ALPHABET[rng.below(ALPHABET.len())]).collect()
+            (0..rng.below(64))
+                .map(|_| ALPHABET[rng.below(ALPHABET.len())])
+                .collect()
         } else {
             let seed = SEEDS[rng.below(SEEDS.len())];
             mutate(&mut rng, seed.as_bytes())
@@ -91,7 +93,10 @@ fn a_million_hostile_client_frames_never_panic() {
         match decode_request(text) {
             Ok(_) => ok += 1,
             Err(e) => {
-                assert!(matches!(e.code, ErrorCode::BadFrame | ErrorCode::UnknownOp), "{e:?}");
+                assert!(
+                    matches!(e.code, ErrorCode::BadFrame | ErrorCode::UnknownOp),
+                    "{e:?}"
+                );
                 refused += 1;
             }
         }
@@ -107,11 +112,13 @@ fn a_million_hostile_link_frames_never_panic() {
             v: link::LINK_VERSION,
             gateway: "g1".into(),
         })),
-        link::encode(&link::LinkFrame::ToGateway(link::ToGateway::Event(link::RoomEvent {
-            room: "r".into(),
-            audience: link::Audience::Only(vec![1, 2]),
-            frame: Bytes::from_static(b"{\"ev\":\"chat\"}"),
-        }))),
+        link::encode(&link::LinkFrame::ToGateway(link::ToGateway::Event(
+            link::RoomEvent {
+                room: "r".into(),
+                audience: link::Audience::Only(vec![1, 2]),
+                frame: Bytes::from_static(b"{\"ev\":\"chat\"}"),
+            },
+        ))),
     ];
     let mut ok = 0usize;
     for n in 0..FRAMES {
