@@ -132,6 +132,11 @@ impl Shared {
         lock(&self.reply_latency).clone()
     }
 
+    /// Records a reply latency sample (µs).
+    pub fn record_reply_us(&self, us: u64) {
+        let _ = lock(&self.reply_latency).record(us.clamp(1, HIST_MAX_US));
+    }
+
     fn record_delivery(&self, intended_ns: u64) {
         let now = self.now_ns();
         let us = now.saturating_sub(intended_ns) / 1000;
@@ -190,6 +195,8 @@ struct Inner {
     waiters: HashMap<u64, Waiter>,
     /// Request id → intended send time (ns since start), for reply latency.
     timed: HashMap<u64, u64>,
+    /// Timed `room.join` request id → its room (the reply sets the room's position).
+    timed_join: HashMap<u64, String>,
     /// Room → (epoch, seq) last seen.
     pos: HashMap<String, (u64, u64)>,
     /// Replies ok to timed requests of this connection.
@@ -387,8 +394,14 @@ fn on_frame(shared: &Shared, inner: &Mutex<Inner>, text: &str) {
         return;
     }
     let timed = g.timed.remove(&re);
+    let join_room = g.timed_join.remove(&re);
     if f.err.is_none() {
         g.ok += 1;
+        if let (Some(room), Some(ok)) = (join_room, f.ok)
+            && let Ok(j) = serde_json::from_str::<JoinLite>(ok.get())
+        {
+            g.pos.insert(room, (j.epoch, j.seq));
+        }
     }
     drop(g);
     if let Some(intended) = timed {
@@ -441,10 +454,9 @@ fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
     }
     match ev {
         "chat" => {
-            let intended = f
-                .d
-                .and_then(|d| serde_json::from_str::<ChatD<'_>>(d.get()).ok())
-                .and_then(|d| d.text.as_deref().and_then(parse_marker));
+            let intended =
+                f.d.and_then(|d| serde_json::from_str::<ChatD<'_>>(d.get()).ok())
+                    .and_then(|d| d.text.as_deref().and_then(parse_marker));
             match intended {
                 Some(t) => shared.record_delivery(t),
                 None => {
@@ -518,7 +530,9 @@ impl Conn {
         if let Some((epoch, seq)) = since {
             d["since"] = serde_json::json!({ "epoch": epoch, "seq": seq });
         }
-        let ok = self.request_inner("room.join", d, Some(room.to_owned())).await?;
+        let ok = self
+            .request_inner("room.join", d, Some(room.to_owned()))
+            .await?;
         Ok(Joined {
             epoch: ok["epoch"].as_u64().unwrap_or_default(),
             seq: ok["seq"].as_u64().unwrap_or_default(),
@@ -548,6 +562,31 @@ impl Conn {
         Ok(())
     }
 
+    /// Sends `room.join` for `room` without waiting, like [`Conn::send_timed`]; the reply sets
+    /// the room's tracked position.
+    ///
+    /// # Errors
+    /// `SEND` when the connection is gone.
+    pub async fn send_timed_join(&self, room: &str, intended_ns: u64) -> Result<(), ReplyError> {
+        let id = self.next_id();
+        {
+            let mut g = lock(&self.inner);
+            g.timed.insert(id, intended_ns);
+            g.timed_join.insert(id, room.to_owned());
+        }
+        self.shared.sent.fetch_add(1, Ordering::Relaxed);
+        let frame = Self::frame(id, "room.join", &serde_json::json!({ "room": room }));
+        if self.tx.send(frame).await.is_err() {
+            let mut g = lock(&self.inner);
+            g.timed.remove(&id);
+            g.timed_join.remove(&id);
+            drop(g);
+            self.shared.error("SEND");
+            return Err(ReplyError::client("SEND"));
+        }
+        Ok(())
+    }
+
     /// Sends a pre-built text frame body (`{"room":..,"text":..}` style `d` already encoded)
     /// for `chat.send`; cheaper than building a `Value` per message.
     ///
@@ -563,9 +602,8 @@ impl Conn {
         lock(&self.inner).timed.insert(id, intended_ns);
         self.shared.sent.fetch_add(1, Ordering::Relaxed);
         let text = timed_text(intended_ns, len);
-        let frame = format!(
-            r#"{{"id":{id},"op":"chat.send","d":{{"room":"{room}","text":"{text}"}}}}"#
-        );
+        let frame =
+            format!(r#"{{"id":{id},"op":"chat.send","d":{{"room":"{room}","text":"{text}"}}}}"#);
         if self.tx.send(Message::Text(frame.into())).await.is_err() {
             lock(&self.inner).timed.remove(&id);
             self.shared.error("SEND");

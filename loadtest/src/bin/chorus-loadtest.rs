@@ -1,5 +1,597 @@
-//! `chorus-loadtest`: the load generator (scenarios arrive with the load-test work).
+//! `chorus-loadtest`: the load generator, the baseline server and the benchmark driver.
+//!
+//! ```text
+//! chorus-loadtest fanout --spawn standalone --duration 5 --sweep --rate 200
+//! chorus-loadtest rooms  --spawn standalone --compare --json out.json --plot out.svg
+//! chorus-loadtest gifts  --spawn-cluster 2x3 --rate 5000
+//! chorus-loadtest baseline-server --addr 127.0.0.1:7000
+//! ```
+//!
+//! To keep the generator off the server's CPU: `--pin` spawns the server(s) under
+//! `taskset -c 0`; run the generator itself as `taskset -c 1 chorus-loadtest ...`.
 
-fn main() {
-    eprintln!("chorus-loadtest: no scenarios yet");
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use loadtest::report::{self, Report};
+use loadtest::scenario::{Params, Scenario};
+use loadtest::target::{self, Guard, Target};
+use loadtest::{baseline, procfs};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(
+    name = "chorus-loadtest",
+    about = "Load generator and benchmarks for Chorus"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One room, N listeners, publishers sending --rate msgs/s in total.
+    Fanout {
+        /// Listeners.
+        #[arg(long, default_value_t = 2000)]
+        listeners: usize,
+        /// Publishers (the rate is split between them).
+        #[arg(long, default_value_t = 1)]
+        publishers: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// K rooms × M members, every member chatting at --rate msgs/s.
+    Rooms {
+        /// Rooms.
+        #[arg(long, default_value_t = 500)]
+        rooms: usize,
+        /// Members per room.
+        #[arg(long, default_value_t = 10)]
+        members: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Gift storm: K rooms × M members, --rate gifts/s in total, ledger checked at the end.
+    Gifts {
+        /// Rooms.
+        #[arg(long, default_value_t = 100)]
+        rooms: usize,
+        /// Members per room.
+        #[arg(long, default_value_t = 10)]
+        members: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Joins, leaves, seat takes and switches at --rate ops/s.
+    Churn {
+        /// Connections.
+        #[arg(long, default_value_t = 1000)]
+        conns: usize,
+        /// Rooms.
+        #[arg(long, default_value_t = 100)]
+        rooms: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// N idle joined connections: server RSS per connection.
+    Idle {
+        /// Connections.
+        #[arg(long, default_value_t = 5000)]
+        conns: usize,
+        /// Rooms.
+        #[arg(long, default_value_t = 100)]
+        rooms: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Everyone drops and resumes at once; --rate = messages per room sent while away.
+    Reconnect {
+        /// Rooms.
+        #[arg(long, default_value_t = 100)]
+        rooms: usize,
+        /// Members per room (each room also has a publisher that stays connected).
+        #[arg(long, default_value_t = 10)]
+        members: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Runs the minimal room-broadcast baseline server.
+    BaselineServer {
+        /// Listen address.
+        #[arg(long, default_value = "127.0.0.1:7000")]
+        addr: SocketAddr,
+    },
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Gateway URL(s) (ws://127.0.0.1:PORT/ws), comma-separated or repeated.
+    #[arg(long, value_delimiter = ',')]
+    url: Vec<String>,
+    /// JWT secret the gateways check (tokens are minted HS256).
+    #[arg(
+        long,
+        env = "CHORUS_JWT_SECRET",
+        default_value = "chorus-loadtest-secret"
+    )]
+    secret: String,
+    /// Admin address (gifts).
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Admin bearer token.
+    #[arg(
+        long,
+        env = "CHORUS_ADMIN_TOKEN",
+        default_value = "chorus-loadtest-admin"
+    )]
+    admin_token: String,
+    /// Server pid(s) for CPU and RSS (found through the URL's port when omitted).
+    #[arg(long, value_delimiter = ',')]
+    server_pid: Vec<u32>,
+    /// Spawn the server: `standalone` (the `chorus` binary, see CHORUS_BIN).
+    #[arg(long)]
+    spawn: Option<String>,
+    /// Spawn a cluster GxS (gateways × shards), e.g. 2x3.
+    #[arg(long)]
+    spawn_cluster: Option<String>,
+    /// Pin spawned servers to CPU 0 (run the generator under `taskset -c 1`).
+    #[arg(long)]
+    pin: bool,
+    /// The scenario's rate (see each scenario); a default per scenario when omitted.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds of scheduled sending per run.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Chat message size in bytes.
+    #[arg(long, default_value_t = 100)]
+    msg_bytes: usize,
+    /// Longest wait for outstanding deliveries after the schedule, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    drain: f64,
+    /// Handshakes in flight while connecting.
+    #[arg(long, default_value_t = 128)]
+    connect_concurrency: usize,
+    /// Raise the rate step by step until p99 exceeds --p99-limit-ms or anything is lost.
+    #[arg(long)]
+    sweep: bool,
+    /// Rate multiplier between sweep steps.
+    #[arg(long, default_value_t = 1.5)]
+    sweep_factor: f64,
+    /// Most sweep steps.
+    #[arg(long, default_value_t = 8)]
+    sweep_steps: usize,
+    /// The p99 limit of a sustainable rate, ms.
+    #[arg(long, default_value_t = 100.0)]
+    p99_limit_ms: f64,
+    /// Run against the baseline and Chorus alternately (A B A B …) and report ratios.
+    #[arg(long)]
+    compare: bool,
+    /// Rounds of --compare (at least 2).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Write the reports as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write an SVG latency plot here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn default_rate(s: &Scenario) -> f64 {
+    match s {
+        Scenario::Fanout { .. } => 50.0,
+        Scenario::Rooms { .. } => 1.0,
+        Scenario::Gifts { .. } => 2000.0,
+        Scenario::Churn { .. } => 500.0,
+        Scenario::Idle { .. } => 0.0,
+        Scenario::Reconnect { .. } => 20.0,
+    }
+}
+
+/// Error codes that make a rate unsustainable (others, e.g. `SEAT_TAKEN`, are answers).
+const FAILURE_CODES: [&str; 8] = [
+    "CLOSED",
+    "TIMEOUT",
+    "SEND",
+    "RATE_LIMITED",
+    "UNAVAILABLE",
+    "INTERNAL",
+    "INSUFFICIENT_FUNDS",
+    "BAD_FRAME_FROM_SERVER",
+];
+
+fn sustainable(s: &Scenario, r: &Report, p99_limit_ms: f64) -> bool {
+    let p99 = if s.judged_by_reply() {
+        r.reply.p99_ms
+    } else {
+        r.p99_ms
+    };
+    let failures: u64 = FAILURE_CODES.iter().filter_map(|c| r.errors.get(*c)).sum();
+    p99 <= p99_limit_ms
+        && r.lost == 0
+        && r.gaps == 0
+        && r.closed == 0
+        && failures == 0
+        && r.balance_mismatches.unwrap_or(0) == 0
+        && r.conserved != Some(false)
+}
+
+#[derive(Serialize)]
+struct SweepResult {
+    target: String,
+    scenario: String,
+    p99_limit_ms: f64,
+    /// Highest rate that met the limit with nothing lost (`None`: not even the first).
+    best_rate: Option<f64>,
+    best_delivered_per_sec: Option<f64>,
+    best_settled_per_sec: Option<f64>,
+    best_cpu_us_per_delivery: Option<f64>,
+    steps: Vec<Report>,
+}
+
+#[derive(Serialize, Default)]
+struct Ratio {
+    metric: String,
+    baseline: f64,
+    chorus: f64,
+    /// chorus / baseline.
+    ratio: f64,
+}
+
+#[derive(Serialize, Default)]
+struct Output {
+    command: Vec<String>,
+    nproc: usize,
+    runs: Vec<Report>,
+    sweeps: Vec<SweepResult>,
+    ratios: Vec<Ratio>,
+}
+
+fn is_loopback_url(u: &str) -> bool {
+    u.starts_with("ws://127.0.0.1:") || u.starts_with("ws://localhost:")
+}
+
+fn url_port(u: &str) -> Option<u16> {
+    let rest = u.strip_prefix("ws://")?;
+    let hostport = rest.split('/').next()?;
+    hostport.rsplit(':').next()?.parse().ok()
+}
+
+async fn make_target(c: &Common) -> anyhow::Result<Target> {
+    if let Some(mode) = &c.spawn {
+        anyhow::ensure!(mode == "standalone", "--spawn takes `standalone`");
+        return target::spawn_standalone(c.secret.as_bytes(), &c.admin_token, c.pin).await;
+    }
+    if let Some(shape) = &c.spawn_cluster {
+        let (g, s) = shape
+            .split_once('x')
+            .context("--spawn-cluster takes GxS, e.g. 2x3")?;
+        return target::spawn_cluster(g.parse()?, s.parse()?, c.pin).await;
+    }
+    anyhow::ensure!(
+        !c.url.is_empty(),
+        "give --url, --spawn standalone or --spawn-cluster GxS"
+    );
+    for u in &c.url {
+        anyhow::ensure!(is_loopback_url(u), "only 127.0.0.1 targets: {u}");
+    }
+    let mut pids = c.server_pid.clone();
+    if pids.is_empty() {
+        pids = c
+            .url
+            .iter()
+            .filter_map(|u| url_port(u).and_then(procfs::pid_listening_on))
+            .collect();
+    }
+    Ok(Target {
+        name: "chorus".into(),
+        urls: c.url.clone(),
+        pids,
+        admin: c.admin,
+        admin_token: Some(c.admin_token.clone()),
+        secret: Some(c.secret.as_bytes().to_vec()),
+        guard: Guard::None,
+    })
+}
+
+async fn sweep(
+    s: &Scenario,
+    t: &Target,
+    p: &Params,
+    start: f64,
+    c: &Common,
+) -> anyhow::Result<SweepResult> {
+    let mut steps = Vec::new();
+    let mut best: Option<usize> = None;
+    let mut rate = start;
+    for _ in 0..c.sweep_steps.max(1) {
+        let r = s.run(t, p, rate).await?;
+        let ok = sustainable(s, &r, c.p99_limit_ms);
+        eprintln!(
+            "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms lost {} errors {:?} -> {}",
+            t.name,
+            s.name(),
+            r.delivered_per_sec,
+            r.p99_ms,
+            r.reply.p99_ms,
+            r.lost,
+            r.errors,
+            if ok { "ok" } else { "over the limit" }
+        );
+        steps.push(r);
+        if !ok {
+            break;
+        }
+        best = Some(steps.len() - 1);
+        rate *= c.sweep_factor.max(1.01);
+    }
+    let b = best.and_then(|i| steps.get(i));
+    Ok(SweepResult {
+        target: t.name.clone(),
+        scenario: s.name().to_owned(),
+        p99_limit_ms: c.p99_limit_ms,
+        best_rate: b.map(|r| r.rate),
+        best_delivered_per_sec: b.map(|r| r.delivered_per_sec),
+        best_settled_per_sec: b.and_then(|r| r.settled_per_sec),
+        best_cpu_us_per_delivery: b.and_then(|r| r.cpu_us_per_delivery),
+        steps,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Ratio> {
+    type Get = fn(&Report) -> Option<f64>;
+    let metrics: [(&str, Get); 6] = [
+        ("delivered_per_sec", |r| Some(r.delivered_per_sec)),
+        ("cpu_us_per_delivery", |r| r.cpu_us_per_delivery),
+        ("p99_ms", |r| Some(r.p99_ms)),
+        ("rss_per_conn_bytes", |r| r.rss_per_conn_bytes),
+        ("resume_ms", |r| r.resume_ms),
+        ("reply_p99_ms", |r| Some(r.reply.p99_ms)),
+    ];
+    let mut out = Vec::new();
+    for (name, get) in metrics {
+        let b = median(base.iter().filter_map(get).collect());
+        let c = median(chorus.iter().filter_map(get).collect());
+        if let (Some(b), Some(c)) = (b, c)
+            && b != 0.0
+        {
+            out.push(Ratio {
+                metric: name.to_owned(),
+                baseline: b,
+                chorus: c,
+                ratio: c / b,
+            });
+        }
+    }
+    let best = |target: &str, f: fn(&SweepResult) -> Option<f64>| {
+        median(
+            sweeps
+                .iter()
+                .filter(|s| s.target == target)
+                .map(|s| f(s).unwrap_or(0.0))
+                .collect(),
+        )
+    };
+    let chorus_name = chorus.first().map(|r| r.target.clone()).unwrap_or_default();
+    for (name, f) in [
+        (
+            "sweep_best_rate",
+            (|s: &SweepResult| s.best_rate) as fn(&SweepResult) -> Option<f64>,
+        ),
+        ("sweep_best_delivered_per_sec", |s| s.best_delivered_per_sec),
+        ("sweep_best_cpu_us_per_delivery", |s| {
+            s.best_cpu_us_per_delivery
+        }),
+    ] {
+        if let (Some(b), Some(c)) = (best("baseline", f), best(&chorus_name, f))
+            && b != 0.0
+        {
+            out.push(Ratio {
+                metric: name.to_owned(),
+                baseline: b,
+                chorus: c,
+                ratio: c / b,
+            });
+        }
+    }
+    out
+}
+
+async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
+    let p = Params {
+        duration: Duration::from_secs_f64(c.duration.max(0.1)),
+        msg_bytes: c.msg_bytes.max(24),
+        connect_concurrency: c.connect_concurrency,
+        drain: Duration::from_secs_f64(c.drain.max(0.0)),
+        progress: !c.quiet,
+    };
+    let rate = c.rate.unwrap_or_else(|| default_rate(&s));
+    let chorus = make_target(&c).await?;
+    let baseline = if c.compare {
+        anyhow::ensure!(
+            s.baseline_applies(),
+            "{} has no baseline (the baseline server has no ledger)",
+            s.name()
+        );
+        Some(target::spawn_baseline(c.pin).await?)
+    } else {
+        None
+    };
+    let mut out = Output {
+        command: std::env::args().collect(),
+        nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        ..Output::default()
+    };
+    let rounds = if c.compare { c.rounds.max(2) } else { 1 };
+    let mut order: Vec<&Target> = Vec::new();
+    for _ in 0..rounds {
+        if let Some(b) = &baseline {
+            order.push(b);
+        }
+        order.push(&chorus);
+    }
+    for t in order {
+        if c.sweep {
+            let sw = sweep(&s, t, &p, rate, &c).await?;
+            out.sweeps.push(sw);
+        } else {
+            let r = s.run(t, &p, rate).await?;
+            if c.compare {
+                eprintln!("{}", report::table(&[&r]));
+            }
+            out.runs.push(r);
+        }
+    }
+    // Summaries.
+    let mut cols: Vec<&Report> = out.runs.iter().collect();
+    for sw in &out.sweeps {
+        let best = sw
+            .best_rate
+            .and_then(|b| sw.steps.iter().find(|r| r.rate == b));
+        if let Some(r) = best.or(sw.steps.first()) {
+            cols.push(r);
+        }
+    }
+    println!("== {} ==", s.name());
+    println!("{}", report::table(&cols));
+    for sw in &out.sweeps {
+        println!(
+            "sweep {}: best rate {:?} (delivered/s {:?}, settled/s {:?}, cpu µs/delivery {:?}) at p99 ≤ {} ms",
+            sw.target,
+            sw.best_rate,
+            sw.best_delivered_per_sec.map(|v| v.round()),
+            sw.best_settled_per_sec.map(|v| v.round()),
+            sw.best_cpu_us_per_delivery,
+            sw.p99_limit_ms
+        );
+    }
+    if baseline.is_some() {
+        let pick = |name: &str| -> Vec<Report> {
+            let mut v: Vec<Report> = out
+                .runs
+                .iter()
+                .filter(|r| r.target == name)
+                .cloned()
+                .collect();
+            for sw in out.sweeps.iter().filter(|s| s.target == name) {
+                let best = sw
+                    .best_rate
+                    .and_then(|b| sw.steps.iter().find(|r| r.rate == b));
+                v.extend(best.cloned());
+            }
+            v
+        };
+        out.ratios = ratios(&pick("baseline"), &pick(&chorus.name), &out.sweeps);
+        println!("chorus / baseline (medians over {rounds} rounds):");
+        for r in &out.ratios {
+            println!(
+                "  {:<32} baseline {:>12.3}  chorus {:>12.3}  ratio {:>7.3}",
+                r.metric, r.baseline, r.chorus, r.ratio
+            );
+        }
+    }
+    if let Some(path) = &c.plot {
+        let mut series = Vec::new();
+        for r in &out.runs {
+            series.push((
+                format!("{} rate {:.0}", r.target, r.rate),
+                r.latency.clone(),
+            ));
+        }
+        for sw in &out.sweeps {
+            for r in &sw.steps {
+                let l = if s.judged_by_reply() {
+                    r.reply.clone()
+                } else {
+                    r.latency.clone()
+                };
+                series.push((format!("{} rate {:.0}", r.target, r.rate), l));
+            }
+        }
+        report::plot(
+            path,
+            &format!("{} latency by percentile", s.name()),
+            &series,
+        )?;
+    }
+    if let Some(path) = &c.json {
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
+    }
+    drop(baseline);
+    drop(chorus);
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.cmd {
+            Cmd::BaselineServer { addr } => Ok(baseline::run(addr).await?),
+            Cmd::Fanout {
+                listeners,
+                publishers,
+                common,
+            } => {
+                run_scenario(
+                    Scenario::Fanout {
+                        listeners,
+                        publishers,
+                    },
+                    common,
+                )
+                .await
+            }
+            Cmd::Rooms {
+                rooms,
+                members,
+                common,
+            } => run_scenario(Scenario::Rooms { rooms, members }, common).await,
+            Cmd::Gifts {
+                rooms,
+                members,
+                common,
+            } => run_scenario(Scenario::Gifts { rooms, members }, common).await,
+            Cmd::Churn {
+                conns,
+                rooms,
+                common,
+            } => run_scenario(Scenario::Churn { conns, rooms }, common).await,
+            Cmd::Idle {
+                conns,
+                rooms,
+                common,
+            } => run_scenario(Scenario::Idle { conns, rooms }, common).await,
+            Cmd::Reconnect {
+                rooms,
+                members,
+                common,
+            } => run_scenario(Scenario::Reconnect { rooms, members }, common).await,
+        }
+    })
 }

@@ -1,0 +1,355 @@
+//! Scenarios: each connects its users to a [`Target`], drives a schedule and returns a
+//! [`Report`]. Shared here: parameters, user/room naming, the pacing loop (intended send times
+//! from the start and the rate, so no coordinated omission), draining and the common report.
+//!
+//! - [`chat`]: `fanout` (one room, many listeners) and `rooms` (many rooms, everyone chats);
+//! - [`gifts`]: a gift storm with ledger checks;
+//! - [`churn`]: joins, leaves, seat takes and switches;
+//! - [`idle`]: server memory per idle joined connection;
+//! - [`reconnect`]: everyone drops and resumes at once.
+
+pub mod chat;
+pub mod churn;
+pub mod gifts;
+pub mod idle;
+pub mod reconnect;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::time::Instant;
+
+use crate::load::{self, Conn, Shared};
+use crate::procfs;
+use crate::report::{Latency, Report};
+use crate::target::Target;
+
+/// Knobs every scenario shares.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Length of the send schedule.
+    pub duration: Duration,
+    /// Chat text length in bytes.
+    pub msg_bytes: usize,
+    /// Handshakes in flight while connecting.
+    pub connect_concurrency: usize,
+    /// Longest wait for outstanding deliveries after the schedule ends.
+    pub drain: Duration,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            duration: Duration::from_secs(5),
+            msg_bytes: 100,
+            connect_concurrency: 128,
+            drain: Duration::from_secs(5),
+            progress: false,
+        }
+    }
+}
+
+/// A scenario and its sizes.
+#[derive(Debug, Clone)]
+pub enum Scenario {
+    /// One room, `listeners` listeners, `publishers` publishers; rate = messages/s in total.
+    Fanout {
+        /// Listeners.
+        listeners: usize,
+        /// Publishers (the rate is split between them).
+        publishers: usize,
+    },
+    /// `rooms` × `members`, every member chatting; rate = messages/s per member.
+    Rooms {
+        /// Rooms.
+        rooms: usize,
+        /// Members per room.
+        members: usize,
+    },
+    /// A gift storm over `rooms` × `members`; rate = gifts/s in total.
+    Gifts {
+        /// Rooms.
+        rooms: usize,
+        /// Members per room.
+        members: usize,
+    },
+    /// `conns` connections over `rooms` rooms; rate = membership/seat ops per second in total.
+    Churn {
+        /// Connections.
+        conns: usize,
+        /// Rooms.
+        rooms: usize,
+    },
+    /// `conns` idle connections joined to `rooms` rooms (rate unused).
+    Idle {
+        /// Connections.
+        conns: usize,
+        /// Rooms.
+        rooms: usize,
+    },
+    /// `rooms` × `members` drop and resume at once; rate = messages each room's publisher sends
+    /// while they are away.
+    Reconnect {
+        /// Rooms.
+        rooms: usize,
+        /// Members per room (plus one publisher that stays).
+        members: usize,
+    },
+}
+
+impl Scenario {
+    /// The scenario's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Fanout { .. } => "fanout",
+            Self::Rooms { .. } => "rooms",
+            Self::Gifts { .. } => "gifts",
+            Self::Churn { .. } => "churn",
+            Self::Idle { .. } => "idle",
+            Self::Reconnect { .. } => "reconnect",
+        }
+    }
+
+    /// Whether the baseline server can run it.
+    pub fn baseline_applies(&self) -> bool {
+        !matches!(self, Self::Gifts { .. })
+    }
+
+    /// Whether a sweep judges the run by reply latency (requests) rather than delivery latency.
+    pub fn judged_by_reply(&self) -> bool {
+        matches!(self, Self::Gifts { .. } | Self::Churn { .. })
+    }
+
+    /// Runs once against `target` at `rate`.
+    ///
+    /// # Errors
+    /// Connecting or joining failed.
+    pub async fn run(&self, target: &Target, p: &Params, rate: f64) -> anyhow::Result<Report> {
+        let mut r = match *self {
+            Self::Fanout {
+                listeners,
+                publishers,
+            } => chat::fanout(target, p, rate, listeners, publishers).await?,
+            Self::Rooms { rooms, members } => chat::rooms(target, p, rate, rooms, members).await?,
+            Self::Gifts { rooms, members } => gifts::run(target, p, rate, rooms, members).await?,
+            Self::Churn { conns, rooms } => churn::run(target, p, rate, conns, rooms).await?,
+            Self::Idle { conns, rooms } => idle::run(target, p, conns, rooms).await?,
+            Self::Reconnect { rooms, members } => {
+                reconnect::run(target, p, rate, rooms, members).await?
+            }
+        };
+        r.scenario = self.name().to_owned();
+        r.target = target.name.clone();
+        r.rate = rate;
+        Ok(r)
+    }
+}
+
+/// A prefix unique to one run of this process (users and rooms never collide across runs).
+pub fn run_prefix(kind: &str) -> String {
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "lt{}-{}-{kind}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Connects `users` to the target's URLs round-robin (with tokens when the target checks them).
+///
+/// # Errors
+/// A connection failed.
+pub async fn connect_users(
+    target: &Target,
+    users: &[String],
+    p: &Params,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Vec<Conn>> {
+    anyhow::ensure!(!target.urls.is_empty(), "no URL to connect to");
+    let mut specs = Vec::with_capacity(users.len());
+    for (i, u) in users.iter().enumerate() {
+        let token = match &target.secret {
+            Some(s) => Some(crate::client::mint_token(s, u, Duration::from_secs(3600))?),
+            None => None,
+        };
+        specs.push((u.clone(), target.urls[i % target.urls.len()].clone(), token));
+    }
+    load::connect_many(specs, p.connect_concurrency, shared).await
+}
+
+/// Joins `conns[i]` to `room_of(i)`, at most `concurrency` joins in flight.
+///
+/// # Errors
+/// A join failed.
+pub async fn join_all(
+    conns: &[Conn],
+    room_of: impl Fn(usize) -> String,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    let futs = conns.iter().enumerate().map(|(i, c)| {
+        let room = room_of(i);
+        async move {
+            c.join(&room, None)
+                .await
+                .map_err(|e| anyhow::anyhow!("join {room} as {}: {e}", c.user))
+        }
+    });
+    let results: Vec<anyhow::Result<load::Joined>> = futures_util::stream::iter(futs)
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    for r in results {
+        r?;
+    }
+    Ok(())
+}
+
+/// A progress bar over `total` scheduled sends that follows the shared counters.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts the bar (hidden when `show` is false).
+    pub fn start(show: bool, label: &str, total: u64, shared: &Arc<Shared>) -> Self {
+        if !show {
+            return Self {
+                bar: None,
+                ticker: None,
+            };
+        }
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} sent {msg}",
+        ) {
+            bar.set_style(style);
+        }
+        bar.set_prefix(label.to_owned());
+        let b = bar.clone();
+        let s = shared.clone();
+        let ticker = tokio::spawn(async move {
+            loop {
+                b.set_position(s.sent.load(Ordering::Relaxed));
+                b.set_message(format!(
+                    "| received {} | errors {}",
+                    s.received.load(Ordering::Relaxed),
+                    s.failed.load(Ordering::Relaxed)
+                ));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Self {
+            bar: Some(bar),
+            ticker: Some(ticker),
+        }
+    }
+
+    /// Stops the bar.
+    pub fn finish(self) {
+        if let Some(t) = self.ticker {
+            t.abort();
+        }
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// How many sends a schedule at `rate` over `duration` makes.
+pub fn schedule_len(rate: f64, duration: Duration) -> u64 {
+    (rate * duration.as_secs_f64()).round().max(0.0) as u64
+}
+
+/// Runs the schedule: send `i` is intended at `t0 + i / rate`; `send(i, intended_ns)` is
+/// awaited in order. A late schedule sends at once with the original intended times. Bounded:
+/// `schedule_len` sends, and never past `duration` + 30 s. Returns `(t0_ns, sends)`.
+pub async fn pace<F, Fut>(shared: &Shared, rate: f64, duration: Duration, mut send: F) -> (u64, u64)
+where
+    F: FnMut(u64, u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let total = schedule_len(rate, duration);
+    let t0 = shared.now_ns();
+    if rate <= 0.0 {
+        return (t0, 0);
+    }
+    let interval = 1e9 / rate;
+    let hard_stop = Instant::now() + duration + Duration::from_secs(30);
+    let mut i = 0;
+    while i < total {
+        let due = t0 + (i as f64 * interval) as u64;
+        let now = shared.now_ns();
+        if due > now {
+            tokio::time::sleep(Duration::from_nanos(due - now)).await;
+        }
+        send(i, due).await;
+        i += 1;
+        if Instant::now() >= hard_stop {
+            break;
+        }
+    }
+    (t0, i)
+}
+
+/// Waits (at most `max`) until every scheduled request has its reply and `expected()`
+/// deliveries arrived. Returns nanoseconds since start when it stopped waiting.
+pub async fn drain(shared: &Shared, max: Duration, expected: impl Fn() -> u64) -> u64 {
+    let deadline = Instant::now() + max;
+    loop {
+        let replies = shared.ok.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed);
+        let done = replies >= shared.sent.load(Ordering::Relaxed)
+            && shared.received.load(Ordering::Relaxed) >= expected();
+        if done || Instant::now() >= deadline {
+            return shared.now_ns();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Server CPU (ms) now, summed over the target's pids.
+pub fn server_cpu(target: &Target) -> Option<f64> {
+    procfs::cpu_ms(&target.pids)
+}
+
+/// The fields every scheduled scenario reports, from the shared counters.
+pub fn common_report(
+    shared: &Shared,
+    t0_ns: u64,
+    expected: u64,
+    cpu_before: Option<f64>,
+    cpu_after: Option<f64>,
+) -> Report {
+    let received = shared.received.load(Ordering::Relaxed);
+    let mut r = Report {
+        sent: shared.sent.load(Ordering::Relaxed),
+        accepted: shared.ok.load(Ordering::Relaxed),
+        expected,
+        received,
+        lost: expected.saturating_sub(received),
+        gaps: shared.gaps.load(Ordering::Relaxed),
+        duplicates: shared.duplicates.load(Ordering::Relaxed),
+        closed: shared.closed.load(Ordering::Relaxed),
+        errors: shared.errors(),
+        reply: Latency::from_hist(&shared.reply_latency()),
+        ..Report::default()
+    };
+    let last = shared.last_delivery_ns.load(Ordering::Relaxed);
+    if last > t0_ns && received > 0 {
+        r.delivered_per_sec = received as f64 / ((last - t0_ns) as f64 / 1e9);
+    }
+    r.set_latency(&shared.latency());
+    if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
+        r.server_cpu_ms = Some(b - a);
+        if received > 0 {
+            r.cpu_us_per_delivery = Some((b - a) * 1000.0 / received as f64);
+        }
+    }
+    r
+}

@@ -1,0 +1,136 @@
+//! A gift storm: `rooms` × `members`, everyone funded through the admin API first, then
+//! `gift.send` of one `rose` to the next member at `rate` gifts/s in total. Reports gifts
+//! settled (ok replies) per second and the reply latency of `gift.send`, then checks every
+//! sender's balance (grant − 10 × settled) and the ledger's conservation.
+
+use std::sync::atomic::Ordering;
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use super::{Params, Progress, common_report, connect_users, drain, join_all, pace, run_prefix};
+use crate::admin;
+use crate::load::{Shared, close_all};
+use crate::report::Report;
+use crate::target::Target;
+
+/// Coins granted to each user before the storm.
+pub const GRANT: i64 = 10_000_000;
+/// The price of the gift sent (`rose`).
+pub const ROSE_PRICE: i64 = 10;
+/// Admin calls in flight while granting and checking.
+const ADMIN_CONCURRENCY: usize = 32;
+
+/// Runs the storm.
+///
+/// # Errors
+/// Granting, connecting or joining failed, or the target has no admin API.
+pub async fn run(
+    target: &Target,
+    p: &Params,
+    rate: f64,
+    rooms: usize,
+    members: usize,
+) -> anyhow::Result<Report> {
+    let admin_addr = target
+        .admin
+        .ok_or_else(|| anyhow::anyhow!("gifts needs --admin (or --spawn)"))?;
+    let token = target.admin_token.clone();
+    let prefix = run_prefix("gifts");
+    let members = members.max(2);
+    let users: Vec<String> = (0..rooms * members)
+        .map(|i| format!("{prefix}-u{i}"))
+        .collect();
+    let room_of = |i: usize| format!("{prefix}-r{}", i / members);
+
+    let grants = futures_util::stream::iter(users.iter().map(|u| {
+        let token = token.clone();
+        async move {
+            let body = json!({ "amount": GRANT, "key": format!("{u}-grant") });
+            let r = admin::call(
+                admin_addr,
+                "POST",
+                &format!("/admin/wallets/{u}/grant"),
+                token.as_deref(),
+                Some(body),
+            )
+            .await?;
+            anyhow::ensure!(r.status == 200, "grant {u}: HTTP {} {}", r.status, r.body);
+            Ok(())
+        }
+    }))
+    .buffer_unordered(ADMIN_CONCURRENCY)
+    .collect::<Vec<anyhow::Result<()>>>()
+    .await;
+    for g in grants {
+        g?;
+    }
+
+    let shared = Shared::new();
+    let conns = connect_users(target, &users, p, &shared).await?;
+    join_all(&conns, room_of, p.connect_concurrency).await?;
+    let total = super::schedule_len(rate, p.duration);
+    let progress = Progress::start(p.progress, &target.name, total, &shared);
+    let cpu_before = super::server_cpu(target);
+    let n = conns.len() as u64;
+    let (t0, _) = pace(&shared, rate, p.duration, |i, due| {
+        // Spread senders over rooms: sender i % n, recipient the next member of its room.
+        let s = (i % n) as usize;
+        let room_idx = s / members;
+        let to = room_idx * members + (s % members + 1) % members;
+        let d = json!({
+            "room": room_of(s),
+            "req_id": format!("{prefix}-{i}"),
+            "gift": "rose",
+            "count": 1,
+            "to": [users[to]],
+        });
+        let conn = &conns[s];
+        async move {
+            let _ = conn.send_timed("gift.send", &d, due).await;
+        }
+    })
+    .await;
+    let m = members as u64;
+    let done = drain(&shared, p.drain, || shared.ok.load(Ordering::Relaxed) * m).await;
+    let cpu_after = super::server_cpu(target);
+    progress.finish();
+    let settled = shared.ok.load(Ordering::Relaxed);
+    let mut r = common_report(&shared, t0, settled * m, cpu_before, cpu_after);
+    r.offered_per_sec = rate;
+    r.duration_s = p.duration.as_secs_f64();
+    r.connections = conns.len();
+    r.rooms = rooms;
+    r.settled = Some(settled);
+    if done > t0 {
+        // Settled per second over the schedule plus the time its last replies took.
+        let window = ((done - t0) as f64 / 1e9).max(p.duration.as_secs_f64());
+        r.settled_per_sec = Some(settled as f64 / window);
+    }
+
+    // Every sender's balance must be the grant minus what its settled gifts cost.
+    let expected: Vec<(String, i64)> = conns
+        .iter()
+        .map(|c| (c.user.clone(), GRANT - ROSE_PRICE * c.ok_count() as i64))
+        .collect();
+    let checks = futures_util::stream::iter(expected.into_iter().map(|(u, want)| {
+        let token = token.clone();
+        async move {
+            let r = admin::get(admin_addr, &format!("/admin/wallets/{u}"), token.as_deref())
+                .await
+                .ok()?;
+            Some(r.json()["balance"].as_i64() == Some(want))
+        }
+    }))
+    .buffer_unordered(ADMIN_CONCURRENCY)
+    .collect::<Vec<Option<bool>>>()
+    .await;
+    r.balances_checked = Some(checks.iter().filter(|c| c.is_some()).count() as u64);
+    r.balance_mismatches = Some(checks.iter().filter(|c| **c == Some(false)).count() as u64);
+    r.conserved = admin::get(admin_addr, "/admin/ledger/totals", token.as_deref())
+        .await
+        .ok()
+        .and_then(|t| t.json()["conserved"].as_bool());
+    close_all(conns).await;
+    Ok(r)
+}
