@@ -446,23 +446,35 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
         ..Output::default()
     };
     let rounds = if c.compare { c.rounds.max(2) } else { 1 };
-    let mut order: Vec<&Target> = Vec::new();
-    for _ in 0..rounds {
+    // Idle memory is only honest on a fresh process (a warm allocator reuses freed memory):
+    // spawned targets are started again for every round after the first.
+    let fresh =
+        matches!(s, Scenario::Idle { .. }) && (c.spawn.is_some() || c.spawn_cluster.is_some());
+    let mut baseline = baseline;
+    let mut chorus = chorus;
+    for round in 0..rounds {
+        if fresh && round > 0 {
+            if baseline.is_some() {
+                baseline = Some(target::spawn_baseline(c.pin).await?);
+            }
+            chorus = make_target(&c).await?;
+        }
+        let mut order: Vec<&Target> = Vec::new();
         if let Some(b) = &baseline {
             order.push(b);
         }
         order.push(&chorus);
-    }
-    for t in order {
-        if c.sweep {
-            let sw = sweep(&s, t, &p, rate, &c).await?;
-            out.sweeps.push(sw);
-        } else {
-            let r = s.run(t, &p, rate).await?;
-            if c.compare {
-                eprintln!("{}", report::table(&[&r]));
+        for t in order {
+            if c.sweep {
+                let sw = sweep(&s, t, &p, rate, &c).await?;
+                out.sweeps.push(sw);
+            } else {
+                let r = s.run(t, &p, rate).await?;
+                if c.compare {
+                    eprintln!("{}", report::table(&[&r]));
+                }
+                out.runs.push(r);
             }
-            out.runs.push(r);
         }
     }
     // Summaries.
