@@ -23,9 +23,9 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
 
 /// Frames one connection may have queued for its writer: enough to absorb a burst, bounded so
 /// a stalled socket pushes back on the sender (whose intended times then show the delay).
@@ -36,6 +36,8 @@ const WRITE_BATCH: usize = 64;
 const CLIENT_READ_BUFFER: usize = 8 * 1024;
 /// Largest latency a histogram records, in microseconds (larger values are clamped).
 const HIST_MAX_US: u64 = 120_000_000;
+/// How long one connection keeps retrying upgrades refused with 503 (admission control).
+const CONNECT_BUDGET: Duration = Duration::from_secs(30);
 /// How long a request waits for its reply.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The marker that starts a timed chat text: `t=<nanos since start>`.
@@ -243,12 +245,30 @@ pub async fn connect(
     let config = WebSocketConfig::default()
         .read_buffer_size(CLIENT_READ_BUFFER)
         .write_buffer_size(0);
-    let (ws, _) = timeout(
-        Duration::from_secs(20),
-        tokio_tungstenite::connect_async_with_config(req, Some(config), true),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("connect to {url} timed out"))??;
+    // A node's admission control answers 503 to a burst of new connections: retry with a
+    // short backoff, as a client would (bounded in attempts and time).
+    let deadline = Instant::now() + CONNECT_BUDGET;
+    let mut attempt: u64 = 0;
+    let ws = loop {
+        let r = timeout(
+            Duration::from_secs(20),
+            tokio_tungstenite::connect_async_with_config(req.clone(), Some(config), true),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("connect to {url} timed out"))?;
+        match r {
+            Ok((ws, _)) => break ws,
+            Err(tungstenite::Error::Http(resp))
+                if resp.status().as_u16() == 503 && Instant::now() < deadline =>
+            {
+                shared.error("ADMISSION_RETRY");
+                attempt += 1;
+                let backoff = 50 * attempt.min(10) + (shared.now_ns() % 50_000_000) / 1_000_000;
+                tokio::time::sleep(Duration::from_millis(backoff)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(WRITER_QUEUE);
     let writer = tokio::spawn(async move {

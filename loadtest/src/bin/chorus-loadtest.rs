@@ -366,10 +366,12 @@ fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Rat
     let metrics: [(&str, Get); 6] = [
         ("delivered_per_sec", |r| Some(r.delivered_per_sec)),
         ("cpu_us_per_delivery", |r| r.cpu_us_per_delivery),
-        ("p99_ms", |r| Some(r.p99_ms)),
+        ("p99_ms", |r| (r.latency.count > 0).then_some(r.p99_ms)),
         ("rss_per_conn_bytes", |r| r.rss_per_conn_bytes),
         ("resume_ms", |r| r.resume_ms),
-        ("reply_p99_ms", |r| Some(r.reply.p99_ms)),
+        ("reply_p99_ms", |r| {
+            (r.reply.count > 0).then_some(r.reply.p99_ms)
+        }),
     ];
     let mut out = Vec::new();
     for (name, get) in metrics {
@@ -396,6 +398,34 @@ fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Rat
         )
     };
     let chorus_name = chorus.first().map(|r| r.target.clone()).unwrap_or_default();
+    // CPU per delivery falls with rate (writes batch better), so compare it at one rate: the
+    // highest rate every sweep sustained.
+    let common = sweeps
+        .iter()
+        .map(|s| s.best_rate.unwrap_or(0.0))
+        .fold(f64::INFINITY, f64::min);
+    if common.is_finite() && common > 0.0 {
+        let at = |target: &str| {
+            median(
+                sweeps
+                    .iter()
+                    .filter(|s| s.target == target)
+                    .flat_map(|s| s.steps.iter().filter(|r| r.rate == common))
+                    .filter_map(|r| r.cpu_us_per_delivery)
+                    .collect(),
+            )
+        };
+        if let (Some(b), Some(c)) = (at("baseline"), at(&chorus_name))
+            && b != 0.0
+        {
+            out.push(Ratio {
+                metric: format!("cpu_us_per_delivery_at_rate_{common}"),
+                baseline: b,
+                chorus: c,
+                ratio: c / b,
+            });
+        }
+    }
     for (name, f) in [
         (
             "sweep_best_rate",

@@ -130,7 +130,6 @@ pub async fn run(
         ..Report::default()
     };
     r.reply = crate::report::Latency::from_hist(&resume_shared.reply_latency());
-    r.set_latency(&resume_shared.latency());
     close_all(conns).await;
     close_all(pubs).await;
     Ok(r)
