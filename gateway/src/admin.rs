@@ -25,6 +25,8 @@ use storage::lease::{LeaseStore, node_of};
 
 use crate::Core;
 
+mod cluster_ops;
+
 /// Largest admin request body accepted.
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
 
@@ -49,6 +51,8 @@ pub(crate) struct Admin {
     pub(crate) token: Option<String>,
     pub(crate) shard: Option<shard::Shard>,
     pub(crate) leases: LeaseStore,
+    /// The ring membership (cluster nodes); `None` in standalone.
+    pub(crate) membership: Option<storage::membership::Membership>,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -134,6 +138,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     }
     let parts: Vec<&str> = path.trim_start_matches("/admin/").split('/').collect();
+    let req_query_has_local = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "local=1"));
     let body = match Limited::new(req.into_body(), MAX_ADMIN_BODY_BYTES)
         .collect()
         .await
@@ -143,8 +151,26 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     };
     info!(%method, %path, "Admin call.");
     metrics::counter!("chorus_admin_calls_total", "verb" => verb_of(&method, &parts)).increment(1);
+    let local = req_query_has_local;
     match (&method, parts.as_slice()) {
-        (&Method::GET, ["rooms", id]) if is_valid_id(id) => room(admin, RoomId::from(*id)).await,
+        (&Method::GET, ["rooms", id]) if is_valid_id(id) => {
+            room(admin, RoomId::from(*id), local).await
+        }
+        (&Method::POST, ["rooms", id, "move"]) if is_valid_id(id) => {
+            cluster_ops::move_room(admin, id, &body).await
+        }
+        (&Method::GET, ["ring"]) => cluster_ops::ring(admin).await,
+        (&Method::GET, ["nodes"]) => cluster_ops::nodes(admin).await,
+        (&Method::POST, ["nodes"]) => cluster_ops::join(admin, &body).await,
+        (&Method::PUT, ["nodes", id, "weight"]) if is_valid_id(id) => {
+            cluster_ops::weight(admin, id, &body).await
+        }
+        (&Method::POST, ["nodes", id, "drain"]) if is_valid_id(id) => {
+            cluster_ops::drain(admin, id).await
+        }
+        (&Method::DELETE, ["nodes", id]) if is_valid_id(id) => cluster_ops::remove(admin, id).await,
+        (&Method::GET, ["rebalance"]) => cluster_ops::rebalance(admin).await,
+        (&Method::GET, ["local"]) => cluster_ops::local(admin),
         (&Method::POST, ["wallets", user, "grant"]) if is_valid_id(user) => match &admin.core {
             Some(core) => core.admin_grant(user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
@@ -167,6 +193,15 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
 fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
     match (method, parts) {
         (&Method::GET, ["rooms", _]) => "room_get",
+        (&Method::POST, ["rooms", _, "move"]) => "room_move",
+        (&Method::GET, ["ring"]) => "ring_get",
+        (&Method::GET, ["nodes"]) => "nodes_get",
+        (&Method::POST, ["nodes"]) => "node_join",
+        (&Method::PUT, ["nodes", _, "weight"]) => "node_weight",
+        (&Method::POST, ["nodes", _, "drain"]) => "node_drain",
+        (&Method::DELETE, ["nodes", _]) => "node_remove",
+        (&Method::GET, ["rebalance"]) => "rebalance_get",
+        (&Method::GET, ["local"]) => "local_get",
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
         (&Method::GET, ["wallets", _]) => "wallet_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
@@ -176,21 +211,42 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
 
 /// `GET /admin/rooms/{id}`: the live lease holder and fence, answered by any node; a shard
 /// also says whether it runs the room itself.
-async fn room(admin: &Admin, room: RoomId) -> Resp {
+async fn room(admin: &Admin, room: RoomId, local_only: bool) -> Resp {
     let here = admin.shard.as_ref().and_then(|s| s.fence_of(&room));
     match admin.leases.holder(&room).await {
-        Ok(Some((owner, fence))) => json_resp(
-            StatusCode::OK,
-            &json!({
-                "room": room,
-                "owner": node_of(&owner),
-                "owner_id": owner,
-                "fence": fence,
-                "answered_by": admin.node,
-                "running_here": here.is_some(),
-                "local_fence": here,
-            }),
-        ),
+        Ok(Some((owner, fence))) => {
+            let details = if local_only {
+                match &admin.shard {
+                    Some(s) => s.inspect(&room).await,
+                    None => None,
+                }
+            } else {
+                cluster_ops::room_details(admin, &room, node_of(&owner)).await
+            };
+            let members = details
+                .as_ref()
+                .and_then(|d| d.get("member_count").cloned());
+            let seats = details
+                .as_ref()
+                .and_then(|d| d.get("snapshot"))
+                .and_then(|s| s.get("seats"))
+                .cloned();
+            json_resp(
+                StatusCode::OK,
+                &json!({
+                    "room": room,
+                    "owner": node_of(&owner),
+                    "owner_id": owner,
+                    "fence": fence,
+                    "answered_by": admin.node,
+                    "running_here": here.is_some(),
+                    "local_fence": here,
+                    "members": members,
+                    "seats": seats,
+                    "details": details,
+                }),
+            )
+        }
         Ok(None) if here.is_some() => json_resp(
             StatusCode::NOT_FOUND,
             &json!({
@@ -203,4 +259,35 @@ async fn room(admin: &Admin, room: RoomId) -> Resp {
         Ok(None) => error(StatusCode::NOT_FOUND, "room has no owner now (not loaded)"),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }
+}
+
+/// One HTTP/1 request to an admin port (node-to-node calls and `chorus admin`); returns the
+/// status and the body.
+///
+/// # Errors
+/// Connection and protocol failures.
+pub async fn http_call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> Result<(u16, String), Box<dyn std::error::Error + Send + Sync>> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let resp = tx.send_request(req.body(Full::new(body))?).await?;
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }

@@ -45,6 +45,133 @@ pub enum Cmd {
     Gateway(GatewayArgs),
     /// Print a client token for a user, signed with the configured secret.
     Token(TokenArgs),
+    /// Operator calls to a node's admin API (prints the JSON answer).
+    Admin(AdminArgs),
+}
+
+/// `chorus admin` flags.
+#[derive(Debug, Clone, Args)]
+pub struct AdminArgs {
+    /// Admin address of any node.
+    #[arg(long, env = "CHORUS_ADMIN_ADDR", default_value = "127.0.0.1:9090")]
+    pub addr: SocketAddr,
+    /// Bearer token (`CHORUS_ADMIN_TOKEN`).
+    #[arg(long, env = "CHORUS_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The call.
+    #[command(subcommand)]
+    pub verb: AdminVerb,
+}
+
+/// The admin calls.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AdminVerb {
+    /// `GET /admin/ring`.
+    Ring,
+    /// `GET /admin/nodes`.
+    Nodes,
+    /// `GET /admin/rooms/{id}`.
+    Room {
+        /// Room id.
+        id: String,
+    },
+    /// `POST /admin/nodes`: join (or re-weight) a node.
+    Join {
+        /// Node id.
+        id: String,
+        /// Ring weight.
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+        /// Link address (for a node not yet known).
+        #[arg(long)]
+        link_addr: Option<String>,
+        /// Admin address (for a node not yet known).
+        #[arg(long)]
+        admin_addr: Option<String>,
+    },
+    /// `PUT /admin/nodes/{id}/weight`.
+    Weight {
+        /// Node id.
+        id: String,
+        /// New weight.
+        weight: u32,
+    },
+    /// `POST /admin/nodes/{id}/drain`.
+    Drain {
+        /// Node id.
+        id: String,
+    },
+    /// `DELETE /admin/nodes/{id}`.
+    Remove {
+        /// Node id.
+        id: String,
+    },
+    /// `POST /admin/rooms/{id}/move`.
+    Move {
+        /// Room id.
+        room: String,
+        /// Target shard.
+        to: String,
+    },
+    /// `GET /admin/rebalance`.
+    Rebalance,
+    /// `POST /admin/wallets/{user}/grant`.
+    Grant {
+        /// User id.
+        user: String,
+        /// Coins.
+        amount: i64,
+        /// Idempotency key.
+        key: String,
+    },
+    /// `GET /admin/wallets/{user}`.
+    Wallet {
+        /// User id.
+        user: String,
+    },
+}
+
+impl AdminVerb {
+    /// The HTTP method, path and body of the call.
+    pub fn request(&self) -> (&'static str, String, Option<serde_json::Value>) {
+        use serde_json::json;
+        match self {
+            Self::Ring => ("GET", "/admin/ring".into(), None),
+            Self::Nodes => ("GET", "/admin/nodes".into(), None),
+            Self::Room { id } => ("GET", format!("/admin/rooms/{id}"), None),
+            Self::Join {
+                id,
+                weight,
+                link_addr,
+                admin_addr,
+            } => (
+                "POST",
+                "/admin/nodes".into(),
+                Some(
+                    json!({"id": id, "weight": weight, "link_addr": link_addr, "admin_addr": admin_addr}),
+                ),
+            ),
+            Self::Weight { id, weight } => (
+                "PUT",
+                format!("/admin/nodes/{id}/weight"),
+                Some(json!({ "weight": weight })),
+            ),
+            Self::Drain { id } => ("POST", format!("/admin/nodes/{id}/drain"), None),
+            Self::Remove { id } => ("DELETE", format!("/admin/nodes/{id}"), None),
+            Self::Move { room, to } => (
+                "POST",
+                format!("/admin/rooms/{room}/move"),
+                Some(json!({ "to": to })),
+            ),
+            Self::Rebalance => ("GET", "/admin/rebalance".into(), None),
+            Self::Grant { user, amount, key } => (
+                "POST",
+                format!("/admin/wallets/{user}/grant"),
+                Some(json!({"amount": amount, "key": key})),
+            ),
+            Self::Wallet { user } => ("GET", format!("/admin/wallets/{user}"), None),
+        }
+    }
 }
 
 /// `chorus shard` flags.

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use protocol::NodeId;
-use protocol::ring::{DEFAULT_VNODES_PER_WEIGHT, Ring};
+use protocol::ring::{DEFAULT_VNODES_PER_WEIGHT, Placement, Ring};
 use shard::gifts::Catalog;
 use shard::{Shard, ShardConfig, Stores};
 use storage::lease::LeaseStore;
 use storage::ledger::Ledger;
-use storage::membership::{Membership, NodeRole, NodeSpec};
+use storage::membership::{Membership, NodeRole, NodeSpec, RingView};
 use storage::redis::Redis;
 use storage::snapshot::SnapshotStore;
 use tokio::net::TcpListener;
@@ -110,17 +110,34 @@ fn storage_err(e: storage::StorageError) -> StartError {
 /// Joins the ring and heartbeats until shutdown; leaves the ring on a clean stop.
 async fn membership_loop(m: Membership, spec: NodeSpec, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
+    // The highest ring version seen: a membership that went backwards means Redis lost its
+    // data (rejoin); one that moved on without us means an operator removed this node (stay
+    // out until restarted).
+    let mut seen_version = 0;
+    let mut removed = false;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
         match m.heartbeat(&spec.id).await {
-            Ok(true) => {}
+            Ok(true) => {
+                removed = false;
+                if let Ok(view) = m.list().await {
+                    seen_version = seen_version.max(view.version);
+                }
+            }
             Ok(false) => {
-                info!(node = %spec.id, "Not in the ring; joining.");
-                if let Err(e) = m.join(&spec, 1).await {
-                    warn!(error = %e, "Ring join failed.");
+                let version = m.list().await.map(|v| v.version).unwrap_or(0);
+                if version < seen_version || seen_version == 0 {
+                    info!(node = %spec.id, "Not in the ring (membership lost); joining.");
+                    match m.join(&spec, 1).await {
+                        Ok(v) => seen_version = v,
+                        Err(e) => warn!(error = %e, "Ring join failed."),
+                    }
+                } else if !removed {
+                    removed = true;
+                    warn!(node = %spec.id, "Removed from the ring by an operator; staying out until restarted.");
                 }
             }
             Err(e) => warn!(error = %e, "Heartbeat failed."),
@@ -129,6 +146,35 @@ async fn membership_loop(m: Membership, spec: NodeSpec, shutdown: CancellationTo
     if let Err(e) = m.remove(&spec.id).await {
         warn!(error = %e, "Could not leave the ring on shutdown.");
     }
+}
+
+/// Longest a stopping shard waits for its rooms to be handed off before it stops anyway
+/// (the rest are saved and released, and their clients rejoin elsewhere).
+pub const SHARD_DRAIN_DEADLINE: Duration = Duration::from_secs(20);
+
+/// A shard's graceful stop (SIGTERM): take weight 0 so every room is handed off, wait until
+/// none runs here (or the deadline), then stop.
+async fn drain_shard(
+    shard: Shard,
+    m: Membership,
+    node: NodeId,
+    drain: CancellationToken,
+    shutdown: CancellationToken,
+) {
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        () = drain.cancelled() => {}
+    }
+    info!(%node, rooms = shard.rooms_running(), "Draining: handing rooms off before stopping.");
+    if let Err(e) = m.set_weight(&node, 0).await {
+        warn!(error = %e, "Could not take weight 0; rooms will be released instead.");
+    }
+    let deadline = tokio::time::Instant::now() + SHARD_DRAIN_DEADLINE;
+    while shard.rooms_running() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    info!(%node, left = shard.rooms_running(), "Drain done; stopping.");
+    shutdown.cancel();
 }
 
 /// Starts a shard node.
@@ -165,7 +211,18 @@ pub async fn start_shard(cfg: ShardNodeConfig) -> Result<Running, StartError> {
         link_addr: link_addr.to_string(),
         admin_addr: admin_addr.to_string(),
     };
-    membership.join(&spec, 1).await.map_err(storage_err)?;
+    // First start: weight 1. A restart keeps the weight an operator set (e.g. 0 = drained).
+    let weight = match membership.list().await {
+        Ok(view) => view.get(&spec.id).map_or(1, |n| n.weight),
+        Err(_) => 1,
+    };
+    membership.join(&spec, weight).await.map_err(storage_err)?;
+    tracker.spawn(shard_placement_loop(
+        shard.clone(),
+        membership.clone(),
+        shutdown.clone(),
+    ));
+    let shard_for_drain = shard.clone();
     tracker.spawn(membership_loop(membership, spec, shutdown.clone()));
     let admin = Arc::new(admin::Admin {
         node: cfg.node_id.clone(),
@@ -173,6 +230,7 @@ pub async fn start_shard(cfg: ShardNodeConfig) -> Result<Running, StartError> {
         token: cfg.admin_token.clone(),
         shard: Some(shard),
         leases,
+        membership: Some(Membership::new(&redis)),
     });
     tracker.spawn(admin::serve(
         admin,
@@ -181,7 +239,15 @@ pub async fn start_shard(cfg: ShardNodeConfig) -> Result<Running, StartError> {
         tracker.clone(),
     ));
     info!(node = %cfg.node_id, %link_addr, %admin_addr, "Chorus shard is up.");
-    Ok(Running::new(link_addr, admin_addr, shutdown, tracker))
+    let drain = CancellationToken::new();
+    tracker.spawn(drain_shard(
+        shard_for_drain,
+        Membership::new(&redis),
+        cfg.node_id.clone(),
+        drain.clone(),
+        shutdown.clone(),
+    ));
+    Ok(Running::new(link_addr, admin_addr, shutdown, tracker).with_drain(drain))
 }
 
 /// Starts a gateway node.
@@ -227,6 +293,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         token: cfg.admin_token.clone(),
         shard: None,
         leases: LeaseStore::redis(&redis),
+        membership: Some(Membership::new(&redis)),
     });
     tracker.spawn(admin::serve(
         admin,
@@ -265,18 +332,71 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
             live.push((n.id.clone(), n.weight));
         }
     }
-    let ring = Ring::new(view.version, &live, DEFAULT_VNODES_PER_WEIGHT);
-    let old = routes.ring();
-    if old.nodes() != ring.nodes() {
+    let placement = placement_of(&view, &live);
+    let old = routes.placement();
+    if *old != placement {
         info!(version = view.version, shards = live.len(), "Ring changed.");
-        // Route by the new ring first, then tell the moved sessions: their rejoin must not
-        // go to the old owner.
-        routes.set_ring(ring);
-        let ring = routes.ring();
-        let moved = core
-            .hub
-            .evict_where(|room, via| ring.owner(room) != Some(via));
+        // Only sessions served through a shard that left the ring are told to rejoin: rooms
+        // that moved between live shards are handed off by their old owner (the sessions
+        // follow without noticing).
+        let gone: HashSet<NodeId> = old
+            .ring()
+            .nodes()
+            .iter()
+            .map(|(n, _)| n.clone())
+            .filter(|n| !live.iter().any(|(l, _)| l == n))
+            .collect();
+        routes.set_placement(placement);
+        let moved = core.hub.evict_where(|_, via| gone.contains(via));
         ::metrics::counter!(crate::metrics::SESSIONS_EVICTED).increment(moved as u64);
+    }
+}
+
+/// The placement from a membership view: the ring over the live, weighted shards, plus pins.
+pub(crate) fn placement_of(view: &RingView, live: &[(NodeId, u32)]) -> Placement {
+    let ring = Ring::new(view.version, live, DEFAULT_VNODES_PER_WEIGHT);
+    Placement::new(
+        ring,
+        view.pins
+            .iter()
+            .map(|(r, n)| (protocol::RoomId::from(r.as_str()), n.clone())),
+    )
+}
+
+/// The live, weighted room-owning members of a view (fresh heartbeat, weight above 0).
+pub(crate) fn live_shards(view: &RingView) -> Vec<(NodeId, u32)> {
+    let stale: HashSet<NodeId> = view
+        .stale(STALE_AFTER)
+        .into_iter()
+        .map(|n| n.id.clone())
+        .collect();
+    view.nodes
+        .iter()
+        .filter(|n| n.role.owns_rooms() && !n.link_addr.is_empty())
+        .filter(|n| !stale.contains(&n.id) && n.weight > 0)
+        .map(|n| (n.id.clone(), n.weight))
+        .collect()
+}
+
+/// Keeps a shard's placement current (pub/sub plus a periodic re-read).
+async fn shard_placement_loop(shard: Shard, membership: Membership, shutdown: CancellationToken) {
+    let mut watch = membership.watch().await.ok();
+    loop {
+        match membership.list().await {
+            Ok(view) => shard.set_placement(placement_of(&view, &live_shards(&view))),
+            Err(e) => warn!(error = %e, "Could not read the ring membership."),
+        }
+        let changed = async {
+            match watch.as_mut() {
+                Some(w) => w.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(RING_REFRESH) => {}
+            c = changed => if c.is_none() { watch = membership.watch().await.ok(); },
+        }
     }
 }
 

@@ -5,12 +5,12 @@
 //! `Utf8Bytes` and pushes clones of it (a reference count, no copy) to each member's outbox.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use bytes::Bytes;
 use protocol::client::{self, RoomLeft};
 use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, ToGateway};
-use protocol::{NodeId, RoomId, SessionId, UserId};
+use protocol::{Epoch, NodeId, RoomId, Seq, SessionId, UserId};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::warn;
 
@@ -33,6 +33,26 @@ struct HubState {
     /// room -> shard it was joined through -> sessions.
     rooms: HashMap<RoomId, HashMap<NodeId, HashSet<SessionId>>>,
     users: HashMap<UserId, Vec<SessionId>>,
+    /// The last sequenced event delivered per (room, shard): every member session got it, so
+    /// a handoff rejoins them from there.
+    last: Mutex<HashMap<(RoomId, NodeId), (Epoch, Seq)>>,
+}
+
+/// A session the gateway moves to a room's new owner after a handoff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PendingRejoin {
+    pub(crate) session: SessionId,
+    pub(crate) user: UserId,
+    pub(crate) room: RoomId,
+    pub(crate) since: Option<(Epoch, Seq)>,
+    pub(crate) to: NodeId,
+}
+
+/// What the gateway must send after applying a shard's message.
+#[derive(Debug, Default)]
+pub(crate) struct FollowUps {
+    pub(crate) leaves: Vec<PendingLeave>,
+    pub(crate) rejoins: Vec<PendingRejoin>,
 }
 
 /// A leave the gateway must send on its own (room switch, disconnect, late join).
@@ -120,14 +140,17 @@ impl Hub {
         }
     }
 
-    /// Applies one message from shard `from`. Returns the leaves the gateway must now send.
-    pub(crate) fn apply(&self, from: &NodeId, msg: ToGateway) -> Vec<PendingLeave> {
+    /// Applies one message from shard `from`. Returns what the gateway must now send.
+    pub(crate) fn apply(&self, from: &NodeId, msg: ToGateway) -> FollowUps {
         match msg {
-            ToGateway::Reply(r) => self.reply(from, r),
-            ToGateway::Event(e) => {
-                self.event(from, e);
-                Vec::new()
-            }
+            ToGateway::Reply(r) => FollowUps {
+                leaves: self.reply(from, r),
+                rejoins: Vec::new(),
+            },
+            ToGateway::Event(e) => FollowUps {
+                leaves: Vec::new(),
+                rejoins: self.event(from, e),
+            },
         }
     }
 
@@ -269,8 +292,39 @@ impl Hub {
         leaves
     }
 
-    fn event(&self, from: &NodeId, e: RoomEvent) {
-        let Some(frame) = text(e.frame) else { return };
+    fn event(&self, from: &NodeId, e: RoomEvent) -> Vec<PendingRejoin> {
+        if let Audience::Moved { sessions, to } = &e.audience {
+            let mut st = self.write();
+            let since = st
+                .last
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&(e.room.clone(), from.clone()))
+                .copied();
+            let mut out = Vec::new();
+            for s in sessions {
+                if let Some(slot) = st.sessions.get_mut(s)
+                    && slot
+                        .room
+                        .as_ref()
+                        .is_some_and(|(room, via)| *room == e.room && via == from)
+                {
+                    slot.room = None;
+                    out.push(PendingRejoin {
+                        session: *s,
+                        user: slot.user.clone(),
+                        room: e.room.clone(),
+                        since,
+                        to: to.clone(),
+                    });
+                    remove_member(&mut st, &e.room, from, *s);
+                }
+            }
+            return out;
+        }
+        let Some(frame) = text(e.frame) else {
+            return Vec::new();
+        };
         if let Audience::Evict(list) = &e.audience {
             let mut st = self.write();
             for s in list {
@@ -285,9 +339,15 @@ impl Hub {
                     remove_member(&mut st, &e.room, from, *s);
                 }
             }
-            return;
+            return Vec::new();
         }
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pos) = e.position {
+            st.last
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert((e.room.clone(), from.clone()), pos);
+        }
         let push = |s: &SessionId| {
             if let Some(slot) = st.sessions.get(s) {
                 slot.out.push(frame.clone());
@@ -302,8 +362,9 @@ impl Hub {
                 .filter(|s| *s != x)
                 .for_each(push),
             Audience::Only(list) => list.iter().for_each(push),
-            Audience::Evict(_) => {}
+            Audience::Evict(_) | Audience::Moved { .. } => {}
         }
+        Vec::new()
     }
 }
 
@@ -318,5 +379,15 @@ fn remove_member(st: &mut HubState, room: &RoomId, via: &NodeId, session: Sessio
         if by_shard.is_empty() {
             st.rooms.remove(room);
         }
+        if !by_shard_has(st, room, via) {
+            st.last
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&(room.clone(), via.clone()));
+        }
     }
+}
+
+fn by_shard_has(st: &HubState, room: &RoomId, via: &NodeId) -> bool {
+    st.rooms.get(room).is_some_and(|m| m.contains_key(via))
 }

@@ -53,7 +53,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use admin::prometheus;
+pub use admin::{http_call, prometheus};
 pub use config::GatewayConfig;
 
 use hub::{Hub, PendingLeave, text};
@@ -136,6 +136,19 @@ impl Core {
         room: RoomId,
         cmd: RoomCmd,
     ) {
+        self.send_command_to(session, user, client_id, room, cmd, None);
+    }
+
+    /// Sends a room command, to `hint` first when given (a handoff's new owner).
+    pub(crate) fn send_command_to(
+        &self,
+        session: SessionId,
+        user: &UserId,
+        client_id: Option<u64>,
+        room: RoomId,
+        cmd: RoomCmd,
+        hint: Option<NodeId>,
+    ) {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let cmd = Command {
             req,
@@ -154,10 +167,10 @@ impl Core {
                 attempt: 0,
             },
         );
-        let sent = self.router.send(cmd, None);
+        let sent = self.router.send(cmd, hint.as_ref());
         tracing::trace!(req, sent, "Command routed.");
         if !sent {
-            self.retry_later(req, None);
+            self.retry_later(req, hint);
         }
     }
 
@@ -214,6 +227,9 @@ impl Core {
                 old.iter().filter_map(|k| p.remove(k)).collect()
             };
             for p in expired {
+                if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
+                    self.rejoin_failed(&p.cmd);
+                }
                 if let Some(id) = p.cmd.client_id {
                     let frame = client::encode_err(
                         Some(id),
@@ -257,19 +273,57 @@ impl Core {
         tracing::trace!(%from, ?msg, "From shard.");
         if let ToGateway::Reply(r) = &msg {
             let pending = self.pending().remove(&r.req);
-            if let (Some(p), Err(e)) = (pending, &r.outcome)
-                && e.code == ErrorCode::Unavailable
-                && p.started.elapsed() < self.config.route_retry_budget
-            {
-                let hint = e.owner_hint.clone().filter(|h| h != from);
-                let req = r.req;
-                self.pending().insert(req, p);
-                self.retry_later(req, hint);
-                return;
+            if let (Some(p), Err(e)) = (pending, &r.outcome) {
+                if e.code == ErrorCode::Unavailable
+                    && p.started.elapsed() < self.config.route_retry_budget
+                {
+                    let hint = e.owner_hint.clone().filter(|h| h != from);
+                    let req = r.req;
+                    self.pending().insert(req, p);
+                    self.retry_later(req, hint);
+                    return;
+                }
+                if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
+                    self.rejoin_failed(&p.cmd);
+                }
             }
         }
-        let leaves = self.hub.apply(from, msg);
-        self.send_leaves(leaves);
+        let follow = self.hub.apply(from, msg);
+        self.send_leaves(follow.leaves);
+        for r in follow.rejoins {
+            let join = protocol::client::RoomJoin {
+                room: r.room.clone(),
+                since: r
+                    .since
+                    .map(|(epoch, seq)| protocol::client::Since { epoch, seq }),
+                password: None,
+            };
+            self.send_command_to(
+                r.session,
+                &r.user,
+                None,
+                r.room,
+                RoomCmd::Rejoin(join),
+                Some(r.to),
+            );
+        }
+    }
+
+    /// A handoff rejoin could not be completed: tell the client to rejoin by itself.
+    fn rejoin_failed(&self, cmd: &Command) {
+        tracing::warn!(room = %cmd.room, session = cmd.session, "Handoff rejoin failed; telling the client.");
+        let frame = client::encode_event(
+            "room.left",
+            None,
+            None,
+            &protocol::client::RoomLeft {
+                room: cmd.room.clone(),
+                reason: "unavailable".into(),
+            },
+        );
+        if let Some(t) = text(frame) {
+            self.hub.send_to(cmd.session, t);
+        }
     }
 
     /// Sends the leaves the gateway makes on its own (switch, disconnect).

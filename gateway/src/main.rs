@@ -21,6 +21,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.cmd {
         Some(Cmd::Token(t)) => token(&t),
+        Some(Cmd::Admin(a)) => admin(&a),
         Some(Cmd::Shard(a)) => shard_node(&a),
         Some(Cmd::Gateway(a)) => gateway_node(&a),
         Some(Cmd::Standalone(a)) => standalone(&a),
@@ -136,7 +137,7 @@ fn run_until_signal(
             "Chorus {what}: {} (admin http://{})",
             running.ws_addr, running.admin_addr
         );
-        tokio::spawn(gateway::signal::cancel_on_signal(running.shutdown_token()));
+        tokio::spawn(gateway::signal::cancel_on_signal(running.stop_token()));
         running.wait(SHUTDOWN_GRACE).await;
         anyhow::Ok(())
     })
@@ -183,4 +184,25 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
         catalog: std::sync::Arc::new(cli::catalog(&file, b"unused-on-gateways".to_vec())?),
     };
     run_until_signal(gateway::cluster::start_gateway(cfg), "gateway")
+}
+
+fn admin(a: &cli::AdminArgs) -> anyhow::Result<()> {
+    let (method, path, body) = a.verb.request();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (status, text) = rt
+        .block_on(gateway::http_call(
+            a.addr,
+            method,
+            &path,
+            a.token.as_deref(),
+            body,
+        ))
+        .map_err(|e| anyhow::anyhow!("{method} {path} on {}: {e}", a.addr))?;
+    println!("{text}");
+    if status >= 400 {
+        anyhow::bail!("{method} {path}: HTTP {status}");
+    }
+    Ok(())
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use protocol::link::{Command, ToShard};
-use protocol::ring::Ring;
+use protocol::ring::{Placement, Ring};
 use protocol::{NodeId, RoomId};
 use shard::Shard;
 
@@ -25,7 +25,7 @@ pub enum Router {
 
 /// The ring and the links of a cluster gateway.
 pub struct Routes {
-    ring: RwLock<Arc<Ring>>,
+    placement: RwLock<Arc<Placement>>,
     links: RwLock<HashMap<NodeId, Arc<ShardLink>>>,
     /// The ring without the shards whose link is down, cached for the down set it was built
     /// for: while a shard is unreachable its rooms go to their next owner at once, instead of
@@ -36,10 +36,9 @@ pub struct Routes {
 impl Default for Routes {
     fn default() -> Self {
         Self {
-            ring: RwLock::new(Arc::new(Ring::new(
-                0,
-                &[],
-                protocol::ring::DEFAULT_VNODES_PER_WEIGHT,
+            placement: RwLock::new(Arc::new(Placement::new(
+                Ring::new(0, &[], protocol::ring::DEFAULT_VNODES_PER_WEIGHT),
+                [],
             ))),
             links: RwLock::new(HashMap::new()),
             degraded: RwLock::new(None),
@@ -48,17 +47,20 @@ impl Default for Routes {
 }
 
 impl Routes {
-    /// The current ring.
-    pub fn ring(&self) -> Arc<Ring> {
-        self.ring
+    /// The current placement.
+    pub fn placement(&self) -> Arc<Placement> {
+        self.placement
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// Replaces the ring.
-    pub fn set_ring(&self, ring: Ring) {
-        *self.ring.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(ring);
+    /// Replaces the placement.
+    pub fn set_placement(&self, p: Placement) {
+        *self
+            .placement
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(p);
     }
 
     /// Whether a link to `node` exists.
@@ -84,19 +86,20 @@ impl Routes {
             .cloned()
     }
 
-    /// The shard the ring places `room` on.
+    /// The shard the placement puts `room` on.
     pub fn owner(&self, room: &RoomId) -> Option<NodeId> {
-        self.ring().owner(room).cloned()
+        self.placement().owner(room).cloned()
     }
 
     /// The shard to send `room`'s commands to: the ring owner, or, when its link is down, the
     /// owner on the ring of the reachable shards.
     fn reachable_owner(&self, room: &RoomId) -> Option<Arc<ShardLink>> {
-        let ring = self.ring();
-        let owner = ring.owner(room)?;
+        let placement = self.placement();
+        let owner = placement.owner(room)?;
         if let Some(l) = self.link(owner).filter(|l| l.is_up()) {
             return Some(l);
         }
+        let ring = placement.ring();
         let down: Vec<NodeId> = ring
             .nodes()
             .iter()
@@ -148,9 +151,9 @@ impl Router {
             Self::Cluster(routes) => {
                 // Follow a shard's hint only to a live member of the ring: a paused or dead
                 // ex-owner still named by its unexpired lease must not receive commands.
-                let ring = routes.ring();
+                let placement = routes.placement();
                 let hinted = hint
-                    .filter(|h| ring.nodes().iter().any(|(n, _)| n == *h))
+                    .filter(|h| placement.ring().nodes().iter().any(|(n, _)| n == *h))
                     .and_then(|h| routes.link(h))
                     .filter(|l| l.is_up());
                 let link = match hinted.or_else(|| routes.reachable_owner(&cmd.room)) {

@@ -77,9 +77,22 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// Cancelled by SIGTERM on nodes with a graceful drain phase (shards); stops the node
+    /// when the drain is done. Defaults to the shutdown token.
+    drain: Option<CancellationToken>,
 }
 
 impl Running {
+    pub(crate) fn with_drain(mut self, drain: CancellationToken) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    /// The token a stop signal should cancel: the drain phase where there is one.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.drain.clone().unwrap_or_else(|| self.shutdown.clone())
+    }
+
     pub(crate) fn new(
         ws_addr: SocketAddr,
         admin_addr: SocketAddr,
@@ -91,6 +104,7 @@ impl Running {
             admin_addr,
             shutdown,
             tracker,
+            drain: None,
         }
     }
 
@@ -187,13 +201,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         token: cfg.admin_token.clone(),
         shard: Some(shard),
         leases: LeaseStore::InProcess(leases),
+        membership: None,
     });
     tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
     info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");
-    Ok(Running {
-        ws_addr,
-        admin_addr,
-        shutdown,
-        tracker,
-    })
+    Ok(Running::new(ws_addr, admin_addr, shutdown, tracker))
 }

@@ -284,11 +284,11 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
             Err(e) => panic!("{e:?}"),
         }
     }
-    assert_eq!(max_epoch, new_epoch);
-    // The lease and the fenced state belong to the new owner; the old one stopped its runtime.
-    let (now_owner, now_fence) = cluster.room_owner("paused").await.unwrap().unwrap();
-    assert_ne!(now_owner, owner);
-    assert_eq!(now_fence, new_epoch);
+    assert!(max_epoch >= new_epoch);
+    // The fence only moves forward. Once the old owner is back on the ring the placement may
+    // hand the room back to it: then it runs it under a new, higher fence.
+    let (_, now_fence) = cluster.room_owner("paused").await.unwrap().unwrap();
+    assert!(now_fence >= new_epoch);
     let deadline = Instant::now() + WAIT;
     loop {
         let j = loadtest::admin::get(
@@ -299,10 +299,13 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
         .await
         .unwrap()
         .json();
-        if j["running_here"] == false {
+        if j["running_here"] == false || j["local_fence"].as_u64() > Some(old_fence) {
             break;
         }
-        assert!(Instant::now() < deadline, "old owner still runs the room");
+        assert!(
+            Instant::now() < deadline,
+            "old owner still runs the room under its old fence"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!(

@@ -116,6 +116,7 @@ fn a_million_hostile_link_frames_never_panic() {
             link::RoomEvent {
                 room: "r".into(),
                 audience: link::Audience::Only(vec![1, 2]),
+                position: Some((1, 2)),
                 frame: Bytes::from_static(b"{\"ev\":\"chat\"}"),
             },
         ))),

@@ -72,6 +72,9 @@ pub enum RoomCmd {
     Create(RoomCreate),
     /// Join (or resume).
     Join(RoomJoin),
+    /// The gateway moves a member to the room's new owner after a handoff: a join with
+    /// `since` and no password check (gateways are trusted; clients cannot send this).
+    Rejoin(RoomJoin),
     /// Leave.
     Leave(LeaveReason),
     /// Send a chat message.
@@ -157,6 +160,14 @@ pub enum Audience {
     Only(Vec<SessionId>),
     /// These sessions, which the room just removed: deliver, then drop them from the room.
     Evict(Vec<SessionId>),
+    /// The room was handed off to shard `to`: the gateway rejoins these sessions there from
+    /// the last event it delivered, without telling the clients (the frame is empty).
+    Moved {
+        /// The sessions to move.
+        sessions: Vec<SessionId>,
+        /// The new owner.
+        to: NodeId,
+    },
 }
 
 /// One room event, encoded once, for one gateway.
@@ -166,6 +177,8 @@ pub struct RoomEvent {
     pub room: RoomId,
     /// Who receives it.
     pub audience: Audience,
+    /// `(epoch, seq)` of a sequenced event (the gateway remembers the last one per room).
+    pub position: Option<(crate::ids::Epoch, crate::ids::Seq)>,
     /// The client frame, already encoded.
     pub frame: Bytes,
 }
@@ -231,6 +244,8 @@ struct ReplyHeader {
 struct EventHeader {
     room: RoomId,
     audience: Audience,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    position: Option<(crate::ids::Epoch, crate::ids::Seq)>,
 }
 
 fn frame(kind: u8, header: &impl Serialize, payload: &[u8]) -> Bytes {
@@ -269,6 +284,7 @@ pub fn encode(f: &LinkFrame) -> Bytes {
             let h = EventHeader {
                 room: e.room.clone(),
                 audience: e.audience.clone(),
+                position: e.position,
             };
             frame(KIND_EVENT, &h, &e.frame)
         }
@@ -321,6 +337,7 @@ pub fn decode(body: Bytes) -> Result<LinkFrame, LinkDecodeError> {
             LinkFrame::ToGateway(ToGateway::Event(RoomEvent {
                 room: e.room,
                 audience: e.audience,
+                position: e.position,
                 frame: payload,
             }))
         }
@@ -387,10 +404,15 @@ mod tests {
             Audience::AllBut(4),
             Audience::Only(vec![1, 2]),
             Audience::Evict(vec![3]),
+            Audience::Moved {
+                sessions: vec![5, 6],
+                to: "s2".into(),
+            },
         ] {
             round_trip(LinkFrame::ToGateway(ToGateway::Event(RoomEvent {
                 room: "r".into(),
                 audience,
+                position: Some((3, 9)),
                 frame: Bytes::from_static(b"{\"ev\":\"chat\"}"),
             })));
         }

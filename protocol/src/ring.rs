@@ -280,3 +280,56 @@ mod tests {
         assert_near(share, ROOMS as f64 * 2.0 / (n as f64 + 1.0));
     }
 }
+
+/// Where rooms go: the ring, plus rooms an operator pinned to a node (a manual move).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    ring: Ring,
+    pins: std::collections::HashMap<RoomId, NodeId>,
+}
+
+impl Placement {
+    /// A placement of `ring` with `pins` (pins to nodes absent from the ring are ignored).
+    pub fn new(ring: Ring, pins: impl IntoIterator<Item = (RoomId, NodeId)>) -> Self {
+        let live: std::collections::HashSet<&NodeId> =
+            ring.nodes().iter().map(|(n, _)| n).collect();
+        let pins = pins.into_iter().filter(|(_, n)| live.contains(n)).collect();
+        Self { ring, pins }
+    }
+
+    /// The owner of `room`: its pin, else the ring's choice.
+    pub fn owner(&self, room: &RoomId) -> Option<&NodeId> {
+        self.pins.get(room).or_else(|| self.ring.owner(room))
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The pins in force.
+    pub fn pins(&self) -> &std::collections::HashMap<RoomId, NodeId> {
+        &self.pins
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    #[test]
+    fn pins_win_over_the_ring_only_for_live_nodes() {
+        let ring = Ring::new(1, &[(NodeId::from("a"), 1), (NodeId::from("b"), 1)], 64);
+        let room = RoomId::from("r");
+        let natural = ring.owner(&room).cloned().expect("non-empty ring");
+        let other = if natural.as_str() == "a" {
+            NodeId::from("b")
+        } else {
+            NodeId::from("a")
+        };
+        let p = Placement::new(ring.clone(), [(room.clone(), other.clone())]);
+        assert_eq!(p.owner(&room), Some(&other));
+        let p = Placement::new(ring, [(room.clone(), NodeId::from("gone"))]);
+        assert_eq!(p.owner(&room), Some(&natural));
+    }
+}

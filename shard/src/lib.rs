@@ -12,6 +12,7 @@
 //! - `snapshots`: durable room state through fenced writes.
 //! - [`gifts`]: the gift catalog and lucky draws; `room/gifts.rs` drives gift sagas.
 //! - [`link`]: the link server for gateways in a cluster.
+//! - [`rebalance`]: planned, throttled handoffs when the placement moves rooms away.
 //! - [`metrics`]: metric names.
 
 pub mod config;
@@ -19,6 +20,7 @@ pub mod gifts;
 pub mod link;
 pub mod metrics;
 mod owner;
+pub mod rebalance;
 mod room;
 mod snapshots;
 
@@ -28,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use protocol::link::{Command, Membership, Reply, ReplyError, ToGateway, ToShard};
+use protocol::ring::Placement;
 use protocol::{ErrorCode, NodeId, RoomId};
 use storage::lease::LeaseStore;
 use storage::ledger::Ledger;
@@ -69,6 +72,9 @@ pub(crate) struct Inner {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     next_generation: AtomicU64,
+    /// Where rooms belong (cluster mode); `None` in standalone: every room is ours.
+    placement: std::sync::RwLock<Option<Arc<Placement>>>,
+    rebalance: rebalance::Rebalance,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,7 +112,7 @@ impl Shard {
             renew_on_traffic,
         ));
         tracker.spawn(owner.clone().run(shutdown.clone()));
-        Self {
+        let me = Self {
             inner: Arc::new(Inner {
                 node,
                 config,
@@ -118,8 +124,44 @@ impl Shard {
                 tracker,
                 shutdown,
                 next_generation: AtomicU64::new(1),
+                placement: std::sync::RwLock::new(None),
+                rebalance: rebalance::Rebalance::default(),
             }),
+        };
+        me.inner.tracker.spawn(rebalance::run(me.inner.clone()));
+        me
+    }
+
+    /// Sets where rooms belong (cluster mode). Rooms placed elsewhere are handed off, and
+    /// commands for rooms this shard does not run and does not own are refused with a hint.
+    pub fn set_placement(&self, placement: Placement) {
+        let changed = {
+            let mut p = self
+                .inner
+                .placement
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let changed = p.as_deref() != Some(&placement);
+            *p = Some(Arc::new(placement));
+            changed
+        };
+        if changed {
+            self.inner.rebalance.changed.notify_one();
         }
+    }
+
+    /// What a running room looks like now (snapshot, members, fence); `None` when the room
+    /// does not run here.
+    pub async fn inspect(&self, room: &RoomId) -> Option<serde_json::Value> {
+        let handle = self.inner.room_handle(room)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        handle.tx.send(RoomMsg::Inspect(tx)).await.ok()?;
+        rx.await.ok().filter(|v| !v.is_null())
+    }
+
+    /// Planned, in-flight and completed handoffs of this shard.
+    pub fn rebalance_status(&self) -> rebalance::RebalanceStatus {
+        self.inner.rebalance.status()
     }
 
     /// This shard's node id.
@@ -186,6 +228,21 @@ impl Shard {
 }
 
 impl Inner {
+    pub(crate) fn placement(&self) -> Option<Arc<Placement>> {
+        self.placement
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn running_rooms(&self) -> Vec<RoomId> {
+        lock(&self.rooms).keys().cloned().collect()
+    }
+
+    pub(crate) fn room_handle(&self, room: &RoomId) -> Option<RoomHandle> {
+        lock(&self.rooms).get(room).cloned()
+    }
+
     pub(crate) fn link_to(&self, gw: &NodeId) -> Option<mpsc::Sender<ToGateway>> {
         lock(&self.links).get(gw).cloned()
     }
@@ -213,6 +270,22 @@ impl Inner {
                     // Only commands are sent here.
                     Err(TrySendError::Full(_) | TrySendError::Closed(_)) => return,
                 }
+            }
+            // Not running here: start it only if this shard owns the room.
+            if let Some(p) = self.placement()
+                && let Some(owner) = p.owner(&cmd.room)
+                && *owner != self.node
+            {
+                drop(rooms);
+                let err = ReplyError {
+                    code: ErrorCode::Unavailable,
+                    msg: "room is placed on another shard; retry".into(),
+                    owner_hint: Some(owner.clone()),
+                };
+                let inner = self.clone();
+                self.tracker
+                    .spawn(async move { inner.reply_direct(&cmd, Err(err), None).await });
+                return;
             }
             let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = mpsc::channel(self.config.room_inbox);

@@ -29,9 +29,19 @@ pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";
 /// Unfinished sagas resolved by the owner's recovery (counter; label `outcome`).
 pub const SAGAS_RECOVERED: &str = "chorus_sagas_recovered_total";
 
+/// Time a planned handoff kept a room stopped on the old owner (histogram, seconds).
+pub const HANDOFF_SECONDS: &str = "chorus_shard_handoff_seconds";
+/// Handoffs by state (gauge; label `state`: planned, in_flight, done, failed).
+pub const HANDOFFS: &str = "chorus_shard_handoffs";
+
 /// Registers descriptions for every shard metric.
 pub fn describe() {
-    use metrics::{describe_counter, describe_gauge};
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_histogram!(
+        HANDOFF_SECONDS,
+        "Seconds a handed-off room was stopped on the old owner."
+    );
+    describe_gauge!(HANDOFFS, "Room handoffs by state.");
     describe_gauge!(ROOMS_RUNNING, "Rooms running on this node.");
     describe_counter!(ROOM_COMMANDS, "Commands applied by rooms.");
     describe_counter!(

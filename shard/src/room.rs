@@ -41,6 +41,10 @@ pub(crate) enum RoomMsg {
     GiftDone(Box<gifts::GiftDone>),
     /// The owner's recovery settled a saga a previous runtime left unfinished.
     GiftRecovered(Box<storage::ledger::GiftOrder>),
+    /// The placement moved the room to this shard: hand it off.
+    Handoff(NodeId),
+    /// The admin API asks what the room looks like now.
+    Inspect(tokio::sync::oneshot::Sender<serde_json::Value>),
 }
 
 /// A cheap handle to a running room: the sending side of its inbox.
@@ -51,8 +55,11 @@ pub(crate) struct RoomHandle {
 }
 
 /// Why a room stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Stop {
+    /// Planned move to another shard: finish in-flight gifts, hand the members over, save,
+    /// release (the new owner claims at once, no lease expiry needed).
+    Handoff(NodeId),
     /// No members for the idle time: save, release, exit; commands go to a fresh runtime.
     Idle,
     /// The room does not exist (the first command did not create it).
@@ -62,6 +69,14 @@ enum Stop {
     /// The node shuts down: save, release, exit.
     Shutdown,
 }
+
+/// `apply` matched a join variant just above; this is never reached.
+fn unreachable_join() -> ! {
+    unreachable!("matched RoomCmd::Join or RoomCmd::Rejoin")
+}
+
+/// Longest a handoff waits for the room's in-flight gift sagas.
+const HANDOFF_GIFT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs one room until it stops. Spawned by the registry with the room's first command queued.
 pub(crate) async fn run(
@@ -230,7 +245,11 @@ impl RoomActor {
                 // Only the first command can create a room; anything after it finds none.
                 match rx.try_recv() {
                     Ok(
-                        RoomMsg::GatewayGone(_) | RoomMsg::GiftDone(_) | RoomMsg::GiftRecovered(_),
+                        RoomMsg::GatewayGone(_)
+                        | RoomMsg::GiftDone(_)
+                        | RoomMsg::GiftRecovered(_)
+                        | RoomMsg::Handoff(_)
+                        | RoomMsg::Inspect(_),
                     ) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
                         self.handle(cmd).await;
@@ -261,17 +280,26 @@ impl RoomActor {
                     Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
                     Some(RoomMsg::GiftDone(done)) => self.gift_done(*done).await,
                     Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
+                    Some(RoomMsg::Handoff(to)) => break Stop::Handoff(to),
+                    Some(RoomMsg::Inspect(tx)) => {
+                        let _ = tx.send(self.inspect());
+                    }
                     None => break Stop::Shutdown,
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
                 () = sleep_until(idle_at), if idle => break Stop::Idle,
             }
         };
-        self.stop(stop, rx, generation).await;
+        self.stop(stop.clone(), rx, generation).await;
         stop
     }
 
     async fn stop(&mut self, stop: Stop, mut rx: mpsc::Receiver<RoomMsg>, generation: u64) {
+        let handoff_started = Instant::now();
+        if let Stop::Handoff(_) = &stop {
+            // Gifts whose saga is running finish here, so their events reach the members.
+            self.finish_in_flight_gifts(&mut rx).await;
+        }
         self.inner.unregister(&self.room, generation);
         rx.close();
         // Commands that raced with the stop go to a fresh runtime (which claims the lease
@@ -282,10 +310,24 @@ impl RoomActor {
                 RoomMsg::Command(cmd) => pending.push(cmd),
                 // The saga's coins moved; the client still gets its answer.
                 RoomMsg::GiftDone(done) => gifts::reply_without_room(&self.inner, *done).await,
-                RoomMsg::GatewayGone(_) | RoomMsg::GiftRecovered(_) => {}
+                RoomMsg::GatewayGone(_)
+                | RoomMsg::GiftRecovered(_)
+                | RoomMsg::Handoff(_)
+                | RoomMsg::Inspect(_) => {}
             }
         }
-        if self.member_count() > 0 {
+        if let Stop::Handoff(to) = &stop {
+            // The gateways rejoin their sessions at the new owner from the last event they
+            // delivered: clients keep their place and see no room.left.
+            let by_gw = self.sessions_by_gateway(|_| true);
+            for (gw, sessions) in by_gw {
+                let audience = Audience::Moved {
+                    sessions,
+                    to: to.clone(),
+                };
+                self.send_event(&gw, audience, Bytes::new()).await;
+            }
+        } else if self.member_count() > 0 {
             let frame = client::encode_event(
                 "room.left",
                 None,
@@ -316,11 +358,44 @@ impl RoomActor {
             self.inner.owner.forget(&self.room, self.fence);
         }
         for cmd in pending {
-            if stop == Stop::Shutdown {
-                let err = ReplyError::new(ErrorCode::Unavailable, "node is shutting down");
-                self.inner.reply_direct(&cmd, Err(err), None).await;
-            } else {
-                self.inner.dispatch_command(cmd);
+            match &stop {
+                Stop::Shutdown => {
+                    let err = ReplyError::new(ErrorCode::Unavailable, "node is shutting down");
+                    self.inner.reply_direct(&cmd, Err(err), None).await;
+                }
+                Stop::Handoff(to) => {
+                    let err = ReplyError {
+                        code: ErrorCode::Unavailable,
+                        msg: "room moved; retry".into(),
+                        owner_hint: Some(to.clone()),
+                    };
+                    self.inner.reply_direct(&cmd, Err(err), None).await;
+                }
+                _ => self.inner.dispatch_command(cmd),
+            }
+        }
+        if let Stop::Handoff(to) = &stop {
+            let took = handoff_started.elapsed();
+            metrics::histogram!(m::HANDOFF_SECONDS).record(took.as_secs_f64());
+            self.inner.rebalance.done(&self.room);
+            info!(room = %self.room, to = %to, took_ms = took.as_millis() as u64, "Room handed off.");
+        }
+    }
+
+    /// Waits (bounded) for the gift sagas this runtime started, publishing their outcomes;
+    /// commands that arrive meanwhile are kept for the stop.
+    async fn finish_in_flight_gifts(&mut self, rx: &mut mpsc::Receiver<RoomMsg>) {
+        let deadline = Instant::now() + HANDOFF_GIFT_WAIT;
+        while !self.in_flight_is_empty() {
+            let msg = tokio::select! {
+                () = sleep_until(deadline) => return,
+                m = rx.recv() => m,
+            };
+            match msg {
+                Some(RoomMsg::GiftDone(done)) => self.gift_done(*done).await,
+                Some(RoomMsg::Command(cmd)) => self.deferred.push(cmd),
+                Some(_) => {}
+                None => return,
             }
         }
     }
@@ -345,6 +420,25 @@ impl RoomActor {
             }
         }
         self.gateways.remove(gw);
+    }
+
+    /// The room for the admin API: snapshot, members (at most 1,000 listed) and fence.
+    fn inspect(&self) -> serde_json::Value {
+        /// Members listed by the admin API; the count is always exact.
+        const MAX_LISTED: usize = 1000;
+        match &self.state {
+            Some(state) => {
+                let members: Vec<&UserId> =
+                    state.members().map(|(u, _)| u).take(MAX_LISTED).collect();
+                serde_json::json!({
+                    "snapshot": state.snapshot(),
+                    "members": members,
+                    "member_count": state.member_count(),
+                    "fence": self.fence,
+                })
+            }
+            None => serde_json::Value::Null,
+        }
     }
 
     fn member_count(&self) -> usize {
@@ -426,8 +520,17 @@ impl RoomActor {
                 code: ErrorCode::RoomExists,
                 msg: "room already exists",
             }),
-            RoomCmd::Join(j) => {
-                let joined = state.join(user, at.clone(), j.password.as_deref())?;
+            RoomCmd::Join(_) | RoomCmd::Rejoin(_) => {
+                let (j, trusted) = match &cmd.cmd {
+                    RoomCmd::Rejoin(j) => (j, true),
+                    RoomCmd::Join(j) => (j, false),
+                    _ => unreachable_join(),
+                };
+                let joined = if trusted {
+                    state.rejoin(user, at.clone())
+                } else {
+                    state.join(user, at.clone(), j.password.as_deref())?
+                };
                 let replay = match j.since {
                     Some(since) => {
                         self.log
@@ -615,10 +718,11 @@ impl RoomActor {
             }
         }
         let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
-        for frame in frames {
+        for ((seq, _), frame) in applied.events.iter().zip(frames) {
             metrics::counter!(m::EVENTS_SEQUENCED).increment(1);
             for gw in &gws {
-                self.send_event(gw, Audience::All, frame.clone()).await;
+                self.send_event_at(gw, Audience::All, frame.clone(), Some((epoch, *seq)))
+                    .await;
             }
         }
         for p in applied.presence {
@@ -722,10 +826,21 @@ impl RoomActor {
     }
 
     async fn send_event(&mut self, gw: &NodeId, audience: Audience, frame: Bytes) {
+        self.send_event_at(gw, audience, frame, None).await;
+    }
+
+    async fn send_event_at(
+        &mut self,
+        gw: &NodeId,
+        audience: Audience,
+        frame: Bytes,
+        position: Option<(protocol::Epoch, protocol::Seq)>,
+    ) {
         let Some(tx) = self.link(gw) else { return };
         let ev = ToGateway::Event(RoomEvent {
             room: self.room.clone(),
             audience,
+            position,
             frame,
         });
         // Block policy: a gateway's link reader never waits on rooms, so this cannot deadlock.

@@ -34,6 +34,19 @@ const NODES_KEY: &str = "chorus:{ring}:nodes";
 const WEIGHTS_KEY: &str = "chorus:{ring}:weights";
 const HEARTBEATS_KEY: &str = "chorus:{ring}:heartbeats";
 const VERSION_KEY: &str = "chorus:{ring}:version";
+const PINS_KEY: &str = "chorus:{ring}:pins";
+
+/// Pins or unpins a room (`ARGV[2]` empty: unpin), bumps the version, publishes it.
+const PIN_LUA: &str = r"
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+local v = redis.call('INCR', KEYS[2])
+redis.call('PUBLISH', ARGV[3], v)
+return v
+";
 
 /// Redis server time in ms, as a Lua expression prologue.
 macro_rules! now_ms_lua {
@@ -153,6 +166,8 @@ pub struct RingView {
     pub now_ms: u64,
     /// Members, sorted by id.
     pub nodes: Vec<NodeInfo>,
+    /// Rooms pinned to a node by an operator (`POST /admin/rooms/{id}/move`).
+    pub pins: HashMap<String, NodeId>,
 }
 
 impl RingView {
@@ -191,6 +206,7 @@ pub struct Membership {
 }
 
 struct Scripts {
+    pin: Script,
     join: Script,
     set_weight: Script,
     remove: Script,
@@ -210,6 +226,7 @@ impl Membership {
             redis: redis.clone(),
             conn: redis.conn(),
             scripts: Arc::new(Scripts {
+                pin: Script::new(PIN_LUA),
                 join: Script::new(JOIN_LUA),
                 set_weight: Script::new(SET_WEIGHT_LUA),
                 remove: Script::new(REMOVE_LUA),
@@ -283,6 +300,26 @@ impl Membership {
             .map_err(map_err)
     }
 
+    /// Pins `room` to `node` (an operator's move), or unpins it with `None`; returns the ring
+    /// version after the change. Every node routes a pinned room to its pin while the pinned
+    /// node is live.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn pin(&self, room: &str, node: Option<&NodeId>) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        self.scripts
+            .pin
+            .key(PINS_KEY)
+            .key(VERSION_KEY)
+            .arg(room)
+            .arg(node.map_or("", NodeId::as_str))
+            .arg(RING_CHANNEL)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)
+    }
+
     /// Stamps `node`'s heartbeat with Redis's clock; `false` when it is no longer a member
     /// (it was removed: it must re-join before owning rooms again).
     ///
@@ -313,15 +350,17 @@ impl Membership {
             HashMap<String, String>,
             HashMap<String, u32>,
             HashMap<String, u64>,
+            HashMap<String, String>,
         );
         let mut conn = self.conn.clone();
-        let (version, (secs, micros), specs, weights, beats): Reply = ::redis::pipe()
+        let (version, (secs, micros), specs, weights, beats, pins): Reply = ::redis::pipe()
             .atomic()
             .get(VERSION_KEY)
             .cmd("TIME")
             .hgetall(NODES_KEY)
             .hgetall(WEIGHTS_KEY)
             .hgetall(HEARTBEATS_KEY)
+            .hgetall(PINS_KEY)
             .query_async(&mut conn)
             .await
             .map_err(map_err)?;
@@ -343,6 +382,10 @@ impl Membership {
             version: version.unwrap_or(0),
             now_ms: secs.saturating_mul(1_000).saturating_add(micros / 1_000),
             nodes,
+            pins: pins
+                .into_iter()
+                .map(|(r, n)| (r, NodeId::from(n)))
+                .collect(),
         })
     }
 

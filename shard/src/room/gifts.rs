@@ -246,6 +246,10 @@ impl RoomActor {
         });
     }
 
+    pub(super) fn in_flight_is_empty(&self) -> bool {
+        lock(&self.in_flight).is_empty()
+    }
+
     /// Publishes a settled gift (first time only) and answers the sender.
     pub(super) async fn gift_done(&mut self, done: GiftDone) {
         let reply = outcome_reply(&done.order, &done.outcome);

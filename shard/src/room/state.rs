@@ -285,6 +285,18 @@ impl RoomState {
         Ok(joined)
     }
 
+    /// Adds `user` back after a handoff: a trusted join (the gateway vouches the user was a
+    /// member at the previous owner), so no password check.
+    pub fn rejoin(&mut self, user: &UserId, at: SessionRef) -> Joined {
+        let mut joined = Joined::default();
+        match self.members.insert(user.clone(), at.clone()) {
+            Some(old) if old != at => joined.replaced = Some(old),
+            Some(_) => {}
+            None => joined.applied.presence.push(Presence::Join(user.clone())),
+        }
+        joined
+    }
+
     /// Removes `user` if its membership is the connection `at` (a stale connection's leave
     /// does not remove the connection that replaced it). Frees the user's seat.
     ///

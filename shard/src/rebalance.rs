@@ -1,0 +1,200 @@
+//! Planned moves: when the placement (ring weights, added or removed nodes, operator pins)
+//! moves a room away from this shard, its runtime hands the room off — throttled to a
+//! configurable number of rooms per second — instead of waiting for a lease to expire.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use protocol::{NodeId, RoomId};
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::Inner;
+use crate::metrics as m;
+use crate::room::RoomMsg;
+
+/// How long a handoff may take before it counts as failed (it may still finish; a failed
+/// move is planned again while the placement still says so).
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the planner re-checks even without a placement change.
+const PLAN_INTERVAL: Duration = Duration::from_secs(1);
+/// Completed moves remembered for `GET /admin/rebalance`.
+const RECENT_MOVES: usize = 100;
+
+/// One completed, in-flight or planned move.
+#[derive(Debug, Clone, Serialize)]
+pub struct Move {
+    /// The room.
+    pub room: RoomId,
+    /// Its new owner.
+    pub to: NodeId,
+    /// How long the old owner kept it stopped (done moves), in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
+}
+
+/// The rebalance state of one shard, for the admin API.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RebalanceStatus {
+    /// Moves waiting for their turn (throttle).
+    pub planned: Vec<Move>,
+    /// Moves started and not yet confirmed.
+    pub in_flight: Vec<Move>,
+    /// Moves completed since start.
+    pub done: u64,
+    /// Moves that timed out.
+    pub failed: u64,
+    /// The most recent completed moves.
+    pub recent: Vec<Move>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    planned: VecDeque<(RoomId, NodeId)>,
+    in_flight: HashMap<RoomId, (NodeId, Instant)>,
+    done: u64,
+    failed: u64,
+    recent: VecDeque<Move>,
+}
+
+/// The shard's planner of moves.
+#[derive(Debug, Default)]
+pub(crate) struct Rebalance {
+    state: Mutex<State>,
+    pub(crate) changed: Notify,
+}
+
+impl Rebalance {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A room finished its handoff.
+    pub(crate) fn done(&self, room: &RoomId) {
+        let mut st = self.lock();
+        if let Some((to, started)) = st.in_flight.remove(room) {
+            st.done += 1;
+            st.recent.push_back(Move {
+                room: room.clone(),
+                to,
+                took_ms: Some(started.elapsed().as_millis() as u64),
+            });
+            while st.recent.len() > RECENT_MOVES {
+                st.recent.pop_front();
+            }
+        }
+        publish_gauges(&st);
+    }
+
+    /// The current state.
+    pub(crate) fn status(&self) -> RebalanceStatus {
+        let st = self.lock();
+        RebalanceStatus {
+            planned: st
+                .planned
+                .iter()
+                .map(|(room, to)| Move {
+                    room: room.clone(),
+                    to: to.clone(),
+                    took_ms: None,
+                })
+                .collect(),
+            in_flight: st
+                .in_flight
+                .iter()
+                .map(|(room, (to, _))| Move {
+                    room: room.clone(),
+                    to: to.clone(),
+                    took_ms: None,
+                })
+                .collect(),
+            done: st.done,
+            failed: st.failed,
+            recent: st.recent.iter().cloned().collect(),
+        }
+    }
+}
+
+fn publish_gauges(st: &State) {
+    metrics::gauge!(m::HANDOFFS, "state" => "planned").set(st.planned.len() as f64);
+    metrics::gauge!(m::HANDOFFS, "state" => "in_flight").set(st.in_flight.len() as f64);
+    metrics::gauge!(m::HANDOFFS, "state" => "done").set(st.done as f64);
+    metrics::gauge!(m::HANDOFFS, "state" => "failed").set(st.failed as f64);
+}
+
+/// Plans and paces the moves of this shard's rooms until shutdown.
+pub(crate) async fn run(inner: Arc<Inner>) {
+    let pace = Duration::from_secs_f64(1.0 / f64::from(inner.config.handoff_rate_per_sec.max(1)));
+    loop {
+        let wait = if inner.rebalance.lock().planned.is_empty() {
+            PLAN_INTERVAL
+        } else {
+            pace
+        };
+        tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            () = inner.rebalance.changed.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        plan(&inner);
+        start_next(&inner);
+    }
+}
+
+/// Adds every running room the placement now puts elsewhere to the plan.
+fn plan(inner: &Arc<Inner>) {
+    let Some(placement) = inner.placement() else {
+        return;
+    };
+    let rooms = inner.running_rooms();
+    let mut st = inner.rebalance.lock();
+    let now = Instant::now();
+    let timed_out: Vec<RoomId> = st
+        .in_flight
+        .iter()
+        .filter(|(_, (_, at))| now.saturating_duration_since(*at) > HANDOFF_TIMEOUT)
+        .map(|(r, _)| r.clone())
+        .collect();
+    for r in timed_out {
+        st.in_flight.remove(&r);
+        st.failed += 1;
+        warn!(room = %r, "Handoff timed out.");
+    }
+    st.planned.retain(|(r, to)| placement.owner(r) == Some(to));
+    for room in rooms {
+        let Some(owner) = placement.owner(&room) else {
+            continue;
+        };
+        if *owner == inner.node || st.in_flight.contains_key(&room) {
+            continue;
+        }
+        if !st.planned.iter().any(|(r, _)| *r == room) {
+            st.planned.push_back((room, owner.clone()));
+        }
+    }
+    publish_gauges(&st);
+}
+
+/// Starts the next planned move (one per pace tick: the throttle).
+fn start_next(inner: &Arc<Inner>) {
+    let next = inner.rebalance.lock().planned.pop_front();
+    let Some((room, to)) = next else { return };
+    let Some(handle) = inner.room_handle(&room) else {
+        return;
+    };
+    match handle.tx.try_send(RoomMsg::Handoff(to.clone())) {
+        Ok(()) => {
+            info!(%room, %to, "Handing the room off.");
+            let mut st = inner.rebalance.lock();
+            st.in_flight.insert(room, (to, Instant::now()));
+            publish_gauges(&st);
+        }
+        Err(_) => {
+            // A full inbox: try again on the next tick.
+            inner.rebalance.lock().planned.push_back((room, to));
+        }
+    }
+}
