@@ -339,12 +339,19 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
         // Only sessions served through a shard that left the ring are told to rejoin: rooms
         // that moved between live shards are handed off by their old owner (the sessions
         // follow without noticing).
+        // Dead means no fresh heartbeat; a drained or removed node that is still alive hands
+        // its rooms off itself.
+        let stale: HashSet<NodeId> = view
+            .stale(STALE_AFTER)
+            .into_iter()
+            .map(|n| n.id.clone())
+            .collect();
         let gone: HashSet<NodeId> = old
             .ring()
             .nodes()
             .iter()
             .map(|(n, _)| n.clone())
-            .filter(|n| !live.iter().any(|(l, _)| l == n))
+            .filter(|n| view.get(n).is_none() || stale.contains(n))
             .collect();
         routes.set_placement(placement);
         let moved = core.hub.evict_where(|_, via| gone.contains(via));

@@ -78,6 +78,9 @@ pub(crate) struct Core {
     pending: Mutex<HashMap<u64, Pending>>,
     /// Ledger and catalog for the money ops the gateway answers itself.
     pub(crate) money: money::Money,
+    /// Sessions the gateway is moving to a room's new owner: their commands for that room
+    /// wait (retried) until the move is done, instead of failing with `NOT_IN_ROOM`.
+    rejoining: Mutex<std::collections::HashSet<(SessionId, RoomId)>>,
 }
 
 /// A command waiting for its reply.
@@ -113,6 +116,7 @@ impl Core {
             next_req: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
             money,
+            rejoining: Mutex::new(std::collections::HashSet::new()),
         });
         core.tracker.spawn(core.clone().sweep_pending());
         core.tracker.spawn(core.clone().drain());
@@ -174,6 +178,12 @@ impl Core {
         }
     }
 
+    fn rejoining_set(&self) -> MutexGuard<'_, std::collections::HashSet<(SessionId, RoomId)>> {
+        self.rejoining
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -228,6 +238,8 @@ impl Core {
             };
             for p in expired {
                 if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
+                    self.rejoining_set()
+                        .remove(&(p.cmd.session, p.cmd.room.clone()));
                     self.rejoin_failed(&p.cmd);
                 }
                 if let Some(id) = p.cmd.client_id {
@@ -273,8 +285,18 @@ impl Core {
         tracing::trace!(%from, ?msg, "From shard.");
         if let ToGateway::Reply(r) = &msg {
             let pending = self.pending().remove(&r.req);
+            if let Some(p) = &pending
+                && let RoomCmd::Rejoin(_) = &p.cmd.cmd
+            {
+                self.rejoining_set()
+                    .remove(&(p.cmd.session, p.cmd.room.clone()));
+            }
             if let (Some(p), Err(e)) = (pending, &r.outcome) {
-                if e.code == ErrorCode::Unavailable
+                let moving = e.code == ErrorCode::NotInRoom
+                    && self
+                        .rejoining_set()
+                        .contains(&(p.cmd.session, p.cmd.room.clone()));
+                if (e.code == ErrorCode::Unavailable || moving)
                     && p.started.elapsed() < self.config.route_retry_budget
                 {
                     let hint = e.owner_hint.clone().filter(|h| h != from);
@@ -298,6 +320,7 @@ impl Core {
                     .map(|(epoch, seq)| protocol::client::Since { epoch, seq }),
                 password: None,
             };
+            self.rejoining_set().insert((r.session, r.room.clone()));
             self.send_command_to(
                 r.session,
                 &r.user,

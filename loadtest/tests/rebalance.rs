@@ -1,0 +1,495 @@
+//! Rebalancing with real processes under live traffic: draining a shard, adding, weighting
+//! and removing nodes, and moving a room by hand while its owner is frozen.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use loadtest::client::{Client, ClientError};
+use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, wait_listening};
+use protocol::{ErrorCode, RoomId};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn admin(c: &Cluster, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let r = loadtest::admin::call(
+        c.gateways[0].admin,
+        method,
+        path,
+        Some(&c.admin_token),
+        body,
+    )
+    .await
+    .unwrap();
+    (r.status, r.json())
+}
+
+async fn join_retrying(c: &mut Client, room: &RoomId) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.join(room, true, None).await {
+            Ok(v) => return v,
+            Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {}
+            Err(e) => panic!("join failed: {e:?}"),
+        }
+    }
+}
+
+/// Waits until no shard has a move planned or in flight, twice in a row.
+async fn settled(c: &Cluster) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut quiet = 0;
+    loop {
+        let (_, r) = admin(c, "GET", "/admin/rebalance", None).await;
+        if r["planned"] == 0 && r["in_flight"] == 0 {
+            quiet += 1;
+            if quiet >= 2 {
+                return r;
+            }
+        } else {
+            quiet = 0;
+        }
+        assert!(Instant::now() < deadline, "rebalance did not settle: {r}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Loads every room at its placed owner (a join), then reads the owners.
+async fn owners(c: &Cluster, probe: &mut Client, rooms: &[RoomId]) -> HashMap<RoomId, String> {
+    let mut out = HashMap::new();
+    for r in rooms {
+        join_retrying(probe, r).await;
+        let (owner, _) = c.room_owner(r.as_str()).await.unwrap().unwrap();
+        out.insert(r.clone(), owner);
+    }
+    out
+}
+
+/// Waits until the gateway's ring lists `n` shards on the ring.
+async fn ring_has(c: &Cluster, n: usize) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, r) = admin(c, "GET", "/admin/ring", None).await;
+        let on = r["nodes"]
+            .as_array()
+            .map_or(0, |a| a.iter().filter(|n| n["on_ring"] == true).count());
+        if on == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "ring never had {n} shards: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn percentile(mut v: Vec<u64>, p: f64) -> u64 {
+    v.sort_unstable();
+    if v.is_empty() {
+        return 0;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::test]
+async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 3,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    ring_has(&cluster, 3).await;
+    let rooms: Vec<RoomId> = (0..12).map(|i| RoomId::from(format!("load-{i}"))).collect();
+    let mut pubs = Vec::new();
+    let mut followers = Vec::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    for (i, room) in rooms.iter().enumerate() {
+        let r = loadtest::admin::call(
+            cluster.gateways[0].admin,
+            "POST",
+            &format!("/admin/wallets/p{i}/grant"),
+            Some(&cluster.admin_token),
+            Some(json!({"amount": 100_000, "key": "g"})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let mut f = cluster.connect(0, &format!("f{i}")).await.unwrap();
+        join_retrying(&mut f, room).await;
+        let mut p = cluster.connect(0, &format!("p{i}")).await.unwrap();
+        join_retrying(&mut p, room).await;
+        pubs.push(p);
+        let room = room.clone();
+        let stop = stop.clone();
+        followers.push(tokio::spawn(async move {
+            let (mut chats, mut gifts, mut left) = (Vec::new(), 0u64, 0u64);
+            while !stop.is_cancelled() {
+                match f.next_event(Duration::from_millis(100)).await {
+                    Ok(e) if e.ev == "chat" => chats.push(e.d["text"].as_str().unwrap().to_owned()),
+                    Ok(e) if e.ev == "gift" => gifts += 1,
+                    Ok(e) if e.ev == "room.left" => left += 1,
+                    Ok(_) | Err(ClientError::Timeout) => {}
+                    Err(e) => panic!("follower: {e:?}"),
+                }
+            }
+            for e in f.queued_events() {
+                match e.ev.as_str() {
+                    "chat" => chats.push(e.d["text"].as_str().unwrap().to_owned()),
+                    "gift" => gifts += 1,
+                    _ => {}
+                }
+            }
+            let pos = f.position(&room).cloned().unwrap_or_default();
+            (chats, gifts, left, pos)
+        }));
+    }
+    let mut probe = cluster.connect(0, "probe").await.unwrap();
+    let before = owners(&cluster, &mut probe, &rooms).await;
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for o in before.values() {
+        *count.entry(o.as_str()).or_default() += 1;
+    }
+    let drained = count
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(o, _)| (*o).to_owned())
+        .unwrap();
+    let moving = count[drained.as_str()];
+
+    // Traffic, with the drain in the middle.
+    let mut acked: Vec<Vec<String>> = vec![Vec::new(); rooms.len()];
+    let mut gifts_acked = vec![0i64; rooms.len()];
+    let mut drain_started = None;
+    let mut drain_watch = None;
+    let mut worst_ms = vec![0u64; rooms.len()];
+    let load_until = Instant::now() + Duration::from_secs(5);
+    let mut n = 0u64;
+    while Instant::now() < load_until {
+        if n == 60 {
+            let (status, _) = admin(
+                &cluster,
+                "POST",
+                &format!("/admin/nodes/{drained}/drain"),
+                None,
+            )
+            .await;
+            assert_eq!(status, 200);
+            let started = Instant::now();
+            drain_started = Some(started);
+            // Time until the drained node runs no room.
+            let addr = cluster.shard(&drained).unwrap().admin;
+            let token = cluster.admin_token.clone();
+            drain_watch = Some(tokio::spawn(async move {
+                loop {
+                    let j = loadtest::admin::get(addr, "/admin/local", Some(&token))
+                        .await
+                        .unwrap()
+                        .json();
+                    if j["rooms_running"] == 0 {
+                        return started.elapsed();
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }));
+        }
+        let i = (n as usize) % rooms.len();
+        let p = &mut pubs[i];
+        let sent_at = Instant::now();
+        if n % 5 == 4 {
+            let req = json!({"room": rooms[i], "req_id": format!("g{n}"), "gift": "rose", "to": [format!("f{i}")]});
+            loop {
+                match p.request("gift.send", req.clone()).await {
+                    Ok(_) => {
+                        gifts_acked[i] += 1;
+                        break;
+                    }
+                    Err(e) if e.code() == Some(ErrorCode::Unavailable) => {}
+                    Err(e) => panic!("gift: {e:?}"),
+                }
+            }
+        } else {
+            let text = format!("m{n}");
+            loop {
+                match p.chat(&rooms[i], &text).await {
+                    Ok(_) => {
+                        acked[i].push(text);
+                        break;
+                    }
+                    Err(e) if e.code() == Some(ErrorCode::Unavailable) => {}
+                    Err(e) => panic!("chat: {e:?}"),
+                }
+            }
+        }
+        if drain_started.is_some() {
+            worst_ms[i] = worst_ms[i].max(sent_at.elapsed().as_millis() as u64);
+        }
+        n += 1;
+    }
+    let report = settled(&cluster).await;
+    assert!(drain_started.is_some());
+    let drain_time = drain_watch.unwrap().await.unwrap();
+    let after = owners(&cluster, &mut probe, &rooms).await;
+    assert!(
+        after.values().all(|o| *o != drained),
+        "rooms left on the drained shard: {after:?}"
+    );
+    // Let the last events land, then check every room.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    for (i, f) in followers.into_iter().enumerate() {
+        let (chats, gifts, left, pos) = f.await.unwrap();
+        assert_eq!(left, 0, "room {i}: a client was told to leave");
+        assert_eq!(
+            (pos.gaps, pos.duplicates),
+            (0, 0),
+            "room {i}: gap or duplicate"
+        );
+        assert_eq!(
+            chats, acked[i],
+            "room {i}: chat lost, duplicated or reordered"
+        );
+        assert_eq!(gifts as i64, gifts_acked[i], "room {i}: gift events");
+        let w = loadtest::admin::get(
+            cluster.gateways[0].admin,
+            &format!("/admin/wallets/p{i}"),
+            Some(&cluster.admin_token),
+        )
+        .await
+        .unwrap()
+        .json();
+        assert_eq!(
+            w["balance"],
+            100_000 - 10 * gifts_acked[i],
+            "room {i}: double debit"
+        );
+    }
+    let (_, totals) = admin(&cluster, "GET", "/admin/ledger/totals", None).await;
+    assert_eq!(totals["conserved"], true, "{totals}");
+    let moved_rooms: Vec<usize> = (0..rooms.len())
+        .filter(|i| before[&rooms[*i]] == drained)
+        .collect();
+    let client_pause: Vec<u64> = moved_rooms.iter().map(|i| worst_ms[*i]).collect();
+    let took: Vec<u64> = report["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| {
+            n["rebalance"]["recent"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|m| m["took_ms"].as_u64())
+        .collect();
+    assert!(took.len() >= moving, "moves recorded: {took:?}");
+    eprintln!(
+        "DRAIN: {moving} rooms moved off {drained} in {} ms; old-owner stop per room p50 {} ms, p99 {} ms; \
+         client-seen pause (slowest request per moved room) p50 {} ms, p99 {} ms",
+        drain_time.as_millis(),
+        percentile(took.clone(), 0.5),
+        percentile(took, 0.99),
+        percentile(client_pause.clone(), 0.5),
+        percentile(client_pause, 0.99),
+    );
+}
+
+#[tokio::test]
+async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move() {
+    let mut cluster = Cluster::start(ClusterOptions {
+        shards: 3,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    ring_has(&cluster, 3).await;
+    let rooms: Vec<RoomId> = (0..48)
+        .map(|i| RoomId::from(format!("place-{i}")))
+        .collect();
+    let mut probe = cluster.connect(0, "probe").await.unwrap();
+    let before = owners(&cluster, &mut probe, &rooms).await;
+
+    // Add s4: about a quarter of the rooms move, all of them to s4.
+    let s4 = cluster.spawn_shard("s4").unwrap();
+    wait_listening(s4.admin, NODE_READY_TIMEOUT).await.unwrap();
+    cluster.shards.push(s4);
+    ring_has(&cluster, 4).await;
+    settled(&cluster).await;
+    let added = owners(&cluster, &mut probe, &rooms).await;
+    let moved: Vec<&RoomId> = rooms.iter().filter(|r| before[*r] != added[*r]).collect();
+    assert!(
+        moved.iter().all(|r| added[*r] == "s4"),
+        "a room moved elsewhere than s4"
+    );
+    assert!(
+        (4..=24).contains(&moved.len()),
+        "{} of 48 moved to the 4th node",
+        moved.len()
+    );
+
+    // Weight s1 3×: rooms move only to s1.
+    let (status, _) = admin(
+        &cluster,
+        "PUT",
+        "/admin/nodes/s1/weight",
+        Some(json!({"weight": 3})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    settled(&cluster).await;
+    let weighted = owners(&cluster, &mut probe, &rooms).await;
+    let to_s1: Vec<&RoomId> = rooms.iter().filter(|r| added[*r] != weighted[*r]).collect();
+    assert!(!to_s1.is_empty(), "no room moved to the heavier node");
+    assert!(
+        to_s1.iter().all(|r| weighted[*r] == "s1"),
+        "a weight change moved rooms elsewhere"
+    );
+
+    // Remove s4: its rooms move, no other room does.
+    let (status, _) = admin(&cluster, "DELETE", "/admin/nodes/s4", None).await;
+    assert_eq!(status, 200);
+    ring_has(&cluster, 3).await;
+    settled(&cluster).await;
+    let removed = owners(&cluster, &mut probe, &rooms).await;
+    for r in &rooms {
+        if weighted[r] == "s4" {
+            assert_ne!(removed[r], "s4");
+        } else {
+            assert_eq!(
+                removed[r], weighted[r],
+                "{r} moved although its node stayed"
+            );
+        }
+    }
+    eprintln!(
+        "PLACEMENT: add moved {} of 48 (expected ~12), weight x3 moved {} to s1",
+        moved.len(),
+        to_s1.len()
+    );
+}
+
+#[tokio::test]
+async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_one_owner() {
+    let ttl = Duration::from_secs(2);
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 3,
+        gateways: 1,
+        lease_ttl: ttl,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    ring_has(&cluster, 3).await;
+    let room = RoomId::from("frozen");
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    join_retrying(&mut a, &room).await;
+    let (owner, fence) = cluster.room_owner("frozen").await.unwrap().unwrap();
+    let target = cluster
+        .shards
+        .iter()
+        .map(|s| s.id.clone())
+        .find(|s| *s != owner)
+        .unwrap();
+    let frozen = cluster.shard(&owner).unwrap();
+    frozen.node.pause().unwrap();
+    let started = Instant::now();
+    let (status, _) = admin(
+        &cluster,
+        "POST",
+        "/admin/rooms/frozen/move",
+        Some(json!({"to": target})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // The client keeps trying; the move completes once the frozen owner's lease expires.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "the move never completed");
+        if let Ok(Some((now, f))) = cluster.room_owner("frozen").await
+            && now == target
+        {
+            assert!(f > fence);
+            break;
+        }
+        let _ = a.join(&room, true, None).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= ttl / 2,
+        "moved before the frozen owner's lease could expire: {took:?}"
+    );
+    join_retrying(&mut a, &room).await;
+    a.chat(&room, "on the new owner").await.unwrap();
+    // Thaw the old owner: it must not take the room back (the pin says otherwise) and its
+    // old runtime stops.
+    frozen.node.resume().unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let j = loadtest::admin::get(
+            frozen.admin,
+            "/admin/rooms/frozen",
+            Some(&cluster.admin_token),
+        )
+        .await
+        .unwrap()
+        .json();
+        if j["running_here"] == false {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the thawed owner still runs the room"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (now, _) = cluster.room_owner("frozen").await.unwrap().unwrap();
+    assert_eq!(now, target);
+    eprintln!(
+        "MOVE with frozen owner: {} ms (TTL {} ms)",
+        took.as_millis(),
+        ttl.as_millis()
+    );
+}
+
+#[tokio::test]
+async fn admin_calls_without_the_token_are_refused() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let calls = [
+        ("GET", "/admin/ring"),
+        ("GET", "/admin/nodes"),
+        ("GET", "/admin/rooms/x"),
+        ("GET", "/admin/rebalance"),
+        ("POST", "/admin/nodes"),
+        ("PUT", "/admin/nodes/s1/weight"),
+        ("POST", "/admin/nodes/s1/drain"),
+        ("DELETE", "/admin/nodes/s1"),
+        ("POST", "/admin/rooms/x/move"),
+        ("POST", "/admin/wallets/u/grant"),
+    ];
+    for addr in [cluster.gateways[0].admin, cluster.shards[0].admin] {
+        for (method, path) in calls {
+            for token in [None, Some("wrong-token")] {
+                let r = loadtest::admin::call(addr, method, path, token, Some(json!({})))
+                    .await
+                    .unwrap();
+                assert_eq!(r.status, 401, "{method} {path} with {token:?} on {addr}");
+            }
+        }
+    }
+    // And the ring is unchanged.
+    let (_, ring) = admin(&cluster, "GET", "/admin/ring", None).await;
+    assert_eq!(ring["nodes"][0]["weight"], 1);
+}
