@@ -316,6 +316,21 @@ impl RoomActor {
                 | RoomMsg::Inspect(_) => {}
             }
         }
+        // Save and release first: the new owner can claim the moment the gateways ask it.
+        if stop != Stop::LeaseLost {
+            if let Some(state) = &self.state
+                && let Err(e) = self
+                    .inner
+                    .snapshots
+                    .save(&self.room, self.fence, state.durable())
+                    .await
+            {
+                warn!(room = %self.room, error = %e, "Final snapshot write failed.");
+            }
+            self.inner.owner.release(&self.room, self.fence).await;
+        } else {
+            self.inner.owner.forget(&self.room, self.fence);
+        }
         if let Stop::Handoff(to) = &stop {
             // The gateways rejoin their sessions at the new owner from the last event they
             // delivered: clients keep their place and see no room.left.
@@ -342,20 +357,6 @@ impl RoomActor {
                 self.send_event(&gw, Audience::Evict(sessions), frame.clone())
                     .await;
             }
-        }
-        if stop != Stop::LeaseLost {
-            if let Some(state) = &self.state
-                && let Err(e) = self
-                    .inner
-                    .snapshots
-                    .save(&self.room, self.fence, state.durable())
-                    .await
-            {
-                warn!(room = %self.room, error = %e, "Final snapshot write failed.");
-            }
-            self.inner.owner.release(&self.room, self.fence).await;
-        } else {
-            self.inner.owner.forget(&self.room, self.fence);
         }
         for cmd in pending {
             match &stop {
