@@ -197,6 +197,14 @@ impl Hub {
         if let Err(e) = &r.outcome {
             metrics::counter!(crate::metrics::ERRORS, "code" => e.code.as_str()).increment(1);
         }
+        if r.membership.is_none() {
+            // The common case (chat, seats, gifts): no membership change, a read lock will do.
+            let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+            if let (Some(slot), Some(frame)) = (st.sessions.get(&r.session), frame.and_then(text)) {
+                slot.out.push(frame);
+            }
+            return leaves;
+        }
         let mut st = self.write();
         let Some(slot) = st.sessions.get(&r.session) else {
             // The session closed while its join was in flight: leave again.

@@ -143,10 +143,16 @@ impl Session {
             Instant::now() + Duration::from_secs(self.who.exp.saturating_sub(now_ms() / 1000));
         let kicked = self.outbox.kicked().clone();
         let hard_stop = self.core.hard_stop.clone();
+        // Created once and polled in place: re-creating them on every wake-up would register
+        // new waiters each time (measurable at hundreds of thousands of deliveries/s).
+        let kicked_fut = kicked.cancelled();
+        let hard_stop_fut = hard_stop.cancelled();
+        let expiry = sleep_until(expires);
+        tokio::pin!(kicked_fut, hard_stop_fut, expiry);
         loop {
             tokio::select! {
                 biased;
-                () = kicked.cancelled() => {
+                () = &mut kicked_fut => {
                     let code = self.outbox.kick_code();
                     let reason = match code {
                         close::SLOW_CONSUMER => "slow consumer",
@@ -155,7 +161,7 @@ impl Session {
                     };
                     return Some(Closing { code, reason });
                 }
-                () = hard_stop.cancelled() => {
+                () = &mut hard_stop_fut => {
                     return Some(Closing { code: close::GOING_AWAY, reason: "server going away" });
                 }
                 frame = rx.rx.recv() => {
@@ -195,7 +201,7 @@ impl Session {
                         return c;
                     }
                 }
-                () = sleep_until(expires) => {
+                () = &mut expiry => {
                     return Some(Closing { code: close::POLICY, reason: "token expired" });
                 }
             }

@@ -527,3 +527,42 @@ async fn hello_comes_first_and_shutdown_sends_1001() {
     assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_empty_room_unloads_after_the_idle_time_and_reloads_with_its_state() {
+    let s = Server::start_with(|_, sh| sh.idle_unload = Duration::from_millis(300)).await;
+    let admin = s.running.as_ref().unwrap().admin_addr;
+    let mut a = s.connect("alice").await;
+    let room = a
+        .create_room(json!({"room": "idle", "seats": 3, "password": "pw"}))
+        .await
+        .unwrap();
+    a.join(&room, false, None).await.unwrap();
+    let loaded = loadtest::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
+        .await
+        .unwrap();
+    assert_eq!(loaded.status, 200);
+    a.request("room.leave", json!({"room": room}))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let r = loadtest::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
+            .await
+            .unwrap();
+        if r.status == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the empty room never unloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Joining again reloads it from its snapshot, with a new epoch.
+    let ok = a.join(&room, false, None).await.unwrap();
+    assert_eq!(ok["snapshot"]["locked"], true);
+    assert_eq!(ok["snapshot"]["owner"], "alice");
+    assert_eq!(ok["snapshot"]["seats"].as_array().unwrap().len(), 3);
+    s.stop().await;
+}
