@@ -112,7 +112,15 @@ pub(crate) async fn run(core: Arc<Core>, mut ws: WebSocketStream<TcpStream>, who
             code: CloseCode::from(c.code),
             reason: Utf8Bytes::from_static(c.reason),
         };
-        let _ = timeout(CLOSE_WRITE_TIMEOUT, ws.close(Some(frame))).await;
+        // The closing handshake: send our close, then read (and drop) what the client still
+        // sends until its close arrives, so the kernel does not answer unread data with a
+        // reset that could destroy our close frame before the client reads it.
+        let _ = timeout(CLOSE_WRITE_TIMEOUT, async {
+            if ws.close(Some(frame)).await.is_ok() {
+                while let Some(Ok(_)) = ws.next().await {}
+            }
+        })
+        .await;
     }
     if let Some(leave) = core.hub.remove(session) {
         core.send_leaves(vec![leave]);
