@@ -303,12 +303,15 @@ impl Hub {
     fn event(&self, from: &NodeId, e: RoomEvent) -> Vec<PendingRejoin> {
         if let Audience::Moved { sessions, to } = &e.audience {
             let mut st = self.write();
-            let since = st
-                .last
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&(e.room.clone(), from.clone()))
-                .copied();
+            // The old owner says where its stream ended (every member was sent everything up
+            // to there); the gateway's own record is the fallback.
+            let since = e.position.or_else(|| {
+                st.last
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&(e.room.clone(), from.clone()))
+                    .copied()
+            });
             let mut out = Vec::new();
             for s in sessions {
                 if let Some(slot) = st.sessions.get_mut(s)

@@ -92,6 +92,11 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         let running = gateway::standalone::start(cfg.clone()).await?;
+        // One machine-readable line for harnesses that start nodes on port 0.
+        println!(
+            "CHORUS_READY ws={} admin={}",
+            running.ws_addr, running.admin_addr
+        );
         println!("Chorus standalone");
         println!("  WebSocket:  ws://{}/ws", running.ws_addr);
         println!(
@@ -133,6 +138,8 @@ fn run_until_signal(
         .build()?;
     rt.block_on(async move {
         let running = start.await?;
+        // One machine-readable line for harnesses that start nodes on port 0.
+        println!("CHORUS_READY ws={} admin={}", running.ws_addr, running.admin_addr);
         println!(
             "Chorus {what}: {} (admin http://{})",
             running.ws_addr, running.admin_addr

@@ -1,72 +1,93 @@
 //! The bounded per-socket queue of encoded frames. Overflow policy: Disconnect — a socket
 //! whose queue passes its frame or byte bound is closed with 4000 (slow consumer), and the
 //! client resumes with `since`.
+//!
+//! A plain `VecDeque` behind a short lock plus a `Notify`: an idle socket's queue holds no
+//! allocation at all (a channel would keep a block of slots per connection).
 
-use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
+use protocol::error::close;
+use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
-use protocol::error::close;
+#[derive(Debug, Default)]
+struct Queue {
+    frames: VecDeque<Utf8Bytes>,
+    bytes: usize,
+}
 
-/// The sending side of one socket's queue, shared by everything that writes to the socket.
+/// One socket's queue, shared by everything that writes to the socket and by its writer.
 #[derive(Debug)]
 pub(crate) struct Outbox {
-    tx: mpsc::Sender<Utf8Bytes>,
-    queued_bytes: AtomicUsize,
+    queue: Mutex<Queue>,
+    ready: Notify,
+    max_frames: usize,
     max_bytes: usize,
     kick: CancellationToken,
     kick_code: AtomicU16,
 }
 
-/// The receiving side, owned by the socket's task.
-#[derive(Debug)]
-pub(crate) struct OutboxRx {
-    pub(crate) rx: mpsc::Receiver<Utf8Bytes>,
-}
-
 impl Outbox {
     /// A queue of at most `max_frames` frames and `max_bytes` bytes.
-    pub(crate) fn new(max_frames: usize, max_bytes: usize) -> (Self, OutboxRx) {
-        let (tx, rx) = mpsc::channel(max_frames.max(1));
-        (
-            Self {
-                tx,
-                queued_bytes: AtomicUsize::new(0),
-                max_bytes,
-                kick: CancellationToken::new(),
-                kick_code: AtomicU16::new(0),
-            },
-            OutboxRx { rx },
-        )
+    pub(crate) fn new(max_frames: usize, max_bytes: usize) -> Self {
+        Self {
+            queue: Mutex::new(Queue::default()),
+            ready: Notify::new(),
+            max_frames: max_frames.max(1),
+            max_bytes,
+            kick: CancellationToken::new(),
+            kick_code: AtomicU16::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Queues a frame; on overflow the socket is kicked with 4000 and the frame dropped.
     /// Returns whether the frame was queued.
     pub(crate) fn push(&self, frame: Utf8Bytes) -> bool {
-        let len = frame.len();
-        if self.queued_bytes.load(Ordering::Relaxed) + len > self.max_bytes {
-            self.kick(close::SLOW_CONSUMER);
+        if self.kick.is_cancelled() {
             return false;
         }
-        match self.tx.try_send(frame) {
-            Ok(()) => {
-                self.queued_bytes.fetch_add(len, Ordering::Relaxed);
-                true
-            }
-            Err(TrySendError::Full(_)) => {
+        {
+            let mut q = self.lock();
+            if q.frames.len() >= self.max_frames || q.bytes + frame.len() > self.max_bytes {
+                drop(q);
                 self.kick(close::SLOW_CONSUMER);
-                false
+                return false;
             }
-            Err(TrySendError::Closed(_)) => false,
+            q.bytes += frame.len();
+            q.frames.push_back(frame);
         }
+        self.ready.notify_one();
+        true
     }
 
-    /// Marks `len` bytes as taken off the queue by the writer.
-    pub(crate) fn taken(&self, len: usize) {
-        self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+    /// Takes the next frame without waiting.
+    pub(crate) fn try_recv(&self) -> Option<Utf8Bytes> {
+        let mut q = self.lock();
+        let f = q.frames.pop_front()?;
+        q.bytes -= f.len();
+        if q.frames.is_empty() {
+            // Give the memory of a burst back: idle sockets must stay cheap.
+            q.frames = VecDeque::new();
+        }
+        Some(f)
+    }
+
+    /// Waits for the next frame (only the socket's writer calls this).
+    pub(crate) async fn recv(&self) -> Utf8Bytes {
+        loop {
+            if let Some(f) = self.try_recv() {
+                return f;
+            }
+            self.ready.notified().await;
+        }
     }
 
     /// Asks the socket's task to close with `code` (the first code asked for wins).
@@ -94,7 +115,7 @@ mod tests {
 
     #[test]
     fn overflow_by_frames_kicks_with_4000() {
-        let (o, _rx) = Outbox::new(2, 1 << 20);
+        let o = Outbox::new(2, 1 << 20);
         assert!(o.push("a".into()));
         assert!(o.push("b".into()));
         assert!(!o.kicked().is_cancelled());
@@ -105,11 +126,10 @@ mod tests {
 
     #[test]
     fn overflow_by_bytes_kicks_and_taking_frees_room() {
-        let (o, mut rx) = Outbox::new(100, 10);
+        let o = Outbox::new(100, 10);
         assert!(o.push("12345".into()));
         assert!(o.push("12345".into()));
-        let f = rx.rx.try_recv().unwrap();
-        o.taken(f.len());
+        assert_eq!(o.try_recv().as_deref(), Some("12345"));
         assert!(o.push("12345".into()));
         assert!(!o.kicked().is_cancelled());
         assert!(!o.push("1".into()));
@@ -118,9 +138,20 @@ mod tests {
 
     #[test]
     fn first_kick_code_wins() {
-        let (o, _rx) = Outbox::new(1, 10);
+        let o = Outbox::new(1, 10);
         o.kick(1008);
         o.kick(4000);
         assert_eq!(o.kick_code(), 1008);
+    }
+
+    #[tokio::test]
+    async fn recv_wakes_on_push_in_order() {
+        let o = std::sync::Arc::new(Outbox::new(10, 1000));
+        let o2 = o.clone();
+        let t = tokio::spawn(async move { (o2.recv().await, o2.recv().await) });
+        o.push("x".into());
+        o.push("y".into());
+        let (a, b) = t.await.unwrap();
+        assert_eq!((a.as_str(), b.as_str()), ("x", "y"));
     }
 }

@@ -140,6 +140,14 @@ impl Routes {
 }
 
 impl Router {
+    /// The membership version of the placement in use (`None` in standalone).
+    pub fn placement_version(&self) -> Option<u64> {
+        match self {
+            Self::Local(_) => None,
+            Self::Cluster(r) => Some(r.placement().ring().version()),
+        }
+    }
+
     /// Hands a command to the room's shard (or to `hint`, the owner a shard named); never
     /// waits. False when no shard can take it now (the caller retries).
     pub(crate) fn send(&self, cmd: Command, hint: Option<&NodeId>) -> bool {

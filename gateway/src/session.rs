@@ -22,7 +22,7 @@ use crate::auth::Identity;
 use crate::config::WRITE_BATCH_FRAMES;
 use crate::hub::text;
 use crate::metrics as m;
-use crate::outbox::{Outbox, OutboxRx};
+use crate::outbox::Outbox;
 
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -74,8 +74,10 @@ struct Closing {
 /// Runs one authenticated socket until it closes.
 pub(crate) async fn run(core: Arc<Core>, mut ws: WebSocketStream<TcpStream>, who: Identity) {
     let session: SessionId = core.next_session();
-    let (outbox, rx) = Outbox::new(core.config.outbox_frames, core.config.outbox_bytes);
-    let outbox = Arc::new(outbox);
+    let outbox = Arc::new(Outbox::new(
+        core.config.outbox_frames,
+        core.config.outbox_bytes,
+    ));
     core.hub.add(session, who.user.clone(), outbox.clone());
     metrics::gauge!(m::CONNECTIONS).increment(1.0);
     let hello = client::encode_event(
@@ -99,7 +101,7 @@ pub(crate) async fn run(core: Arc<Core>, mut ws: WebSocketStream<TcpStream>, who
         bucket: Bucket::new(core.config.rate_per_sec, core.config.rate_burst),
         limited_in_a_row: 0,
     };
-    let closing = s.serve(&mut ws, rx).await;
+    let closing = s.serve(&mut ws).await;
     if let Some(c) = closing {
         metrics::counter!(m::CLOSES, "code" => c.code.to_string()).increment(1);
         debug!(
@@ -139,11 +141,7 @@ struct Session {
 
 impl Session {
     /// Serves the socket; returns the close frame to send, or `None` when the peer is gone.
-    async fn serve(
-        &mut self,
-        ws: &mut WebSocketStream<TcpStream>,
-        mut rx: OutboxRx,
-    ) -> Option<Closing> {
+    async fn serve(&mut self, ws: &mut WebSocketStream<TcpStream>) -> Option<Closing> {
         let hb = self.core.config.heartbeat;
         let mut ping = tokio::time::interval_at(Instant::now() + hb, hb);
         let mut last_heard = Instant::now();
@@ -157,6 +155,7 @@ impl Session {
         let hard_stop_fut = hard_stop.cancelled();
         let expiry = sleep_until(expires);
         tokio::pin!(kicked_fut, hard_stop_fut, expiry);
+        let outbox = self.outbox.clone();
         loop {
             tokio::select! {
                 biased;
@@ -172,9 +171,8 @@ impl Session {
                 () = &mut hard_stop_fut => {
                     return Some(Closing { code: close::GOING_AWAY, reason: "server going away" });
                 }
-                frame = rx.rx.recv() => {
-                    let frame = frame?;
-                    if let Err(c) = self.write_batch(ws, &mut rx, frame).await {
+                frame = outbox.recv() => {
+                    if let Err(c) = self.write_batch(ws, frame).await {
                         return c;
                     }
                 }
@@ -220,7 +218,6 @@ impl Session {
     async fn write_batch(
         &self,
         ws: &mut WebSocketStream<TcpStream>,
-        rx: &mut OutboxRx,
         first: Utf8Bytes,
     ) -> Result<(), Option<Closing>> {
         let wt = self.core.config.write_timeout;
@@ -228,11 +225,10 @@ impl Session {
             let mut n = 0usize;
             let mut next = Some(first);
             while let Some(frame) = next.take() {
-                self.outbox.taken(frame.len());
                 ws.feed(Message::Text(frame)).await?;
                 n += 1;
                 if n < WRITE_BATCH_FRAMES {
-                    next = rx.rx.try_recv().ok();
+                    next = self.outbox.try_recv();
                 }
             }
             metrics::counter!(m::FRAMES_OUT).increment(n as u64);

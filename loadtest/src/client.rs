@@ -112,6 +112,12 @@ fn track_position(p: &mut Position, epoch: Epoch, seq: Seq) {
     if epoch != p.epoch {
         if p.epoch != 0 {
             p.epoch_changes += 1;
+            if seq != 1 {
+                // A new epoch starts at seq 1: anything else means its first events were missed.
+                p.gaps += 1;
+                p.gap_pending = true;
+                return;
+            }
         }
         p.epoch = epoch;
         p.seq = seq;
@@ -502,7 +508,15 @@ mod tests {
         assert_eq!((p.seq, p.gaps, p.gap_pending), (2, 1, true));
         track_position(&mut p, 4, 3);
         assert_eq!(p.seq, 2, "no advance while a gap is pending");
-        track_position(&mut p, 9, 1);
-        assert_eq!((p.epoch, p.seq, p.epoch_changes), (9, 1, 1));
+        let mut q = Position::default();
+        track_position(&mut q, 4, 7);
+        track_position(&mut q, 9, 1);
+        assert_eq!((q.epoch, q.seq, q.epoch_changes, q.gaps), (9, 1, 1, 0));
+        track_position(&mut q, 11, 3);
+        assert_eq!(
+            (q.epoch, q.gaps, q.gap_pending),
+            (9, 1, true),
+            "a new epoch must start at 1"
+        );
     }
 }

@@ -319,6 +319,38 @@ impl Node {
         Ok(String::from_utf8_lossy(&std::fs::read(&self.log)?).into_owned())
     }
 
+    /// Waits for the node's `CHORUS_READY ws=<addr> admin=<addr>` line (nodes started on port
+    /// 0 print the addresses they bound) and returns `(ws or link address, admin address)`.
+    ///
+    /// # Errors
+    /// When the line does not appear within `timeout` (the node failed to start: see its log).
+    pub async fn wait_ready(&self, timeout: Duration) -> io::Result<(SocketAddr, SocketAddr)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.log()?;
+            if let Some(line) = log.lines().find(|l| l.starts_with("CHORUS_READY ")) {
+                let field = |k: &str| {
+                    line.split_whitespace()
+                        .find_map(|f| f.strip_prefix(k))
+                        .and_then(|v| v.parse::<SocketAddr>().ok())
+                };
+                if let (Some(ws), Some(admin)) = (field("ws="), field("admin=")) {
+                    return Ok((ws, admin));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "node never became ready; log: {}",
+                        self.log_path().display()
+                    ),
+                ));
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
     /// SIGKILL: the node dies at once, without draining; then reaps it.
     ///
     /// # Errors
@@ -575,11 +607,11 @@ impl Cluster {
             options,
         };
         for i in 1..=c.options.shards {
-            let s = c.spawn_shard(&format!("s{i}"))?;
+            let s = c.spawn_shard(&format!("s{i}")).await?;
             c.shards.push(s);
         }
         for i in 1..=c.options.gateways {
-            let g = c.spawn_gateway(&format!("g{i}"))?;
+            let g = c.spawn_gateway(&format!("g{i}")).await?;
             c.gateways.push(g);
         }
         for s in &c.shards {
@@ -588,7 +620,49 @@ impl Cluster {
         for g in &c.gateways {
             wait_listening(g.admin, NODE_READY_TIMEOUT).await?;
         }
+        c.wait_converged().await?;
         Ok(c)
+    }
+
+    /// Waits until every node routes by the current ring membership (each node's
+    /// `/admin/local` `ring_version` equals the membership version), so tests start from a
+    /// placement every node agrees on.
+    ///
+    /// # Errors
+    /// When the nodes do not converge within [`NODE_READY_TIMEOUT`].
+    pub async fn wait_converged(&self) -> io::Result<()> {
+        let deadline = Instant::now() + NODE_READY_TIMEOUT;
+        let Some(g) = self.gateways.first() else {
+            return Ok(());
+        };
+        let admins: Vec<SocketAddr> = self
+            .shards
+            .iter()
+            .map(|s| s.admin)
+            .chain(self.gateways.iter().map(|g| g.admin))
+            .collect();
+        loop {
+            let ring = crate::admin::get(g.admin, "/admin/ring", Some(&self.admin_token)).await;
+            let version = ring.ok().and_then(|r| r.json()["version"].as_u64());
+            let mut agreed = version.is_some();
+            for a in &admins {
+                let local = crate::admin::get(*a, "/admin/local", Some(&self.admin_token)).await;
+                let v = local.ok().and_then(|r| r.json()["ring_version"].as_u64());
+                if v.is_none() || v != version {
+                    agreed = false;
+                }
+            }
+            if agreed {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "cluster nodes never agreed on the ring version",
+                ));
+            }
+            tokio::time::sleep(POLL_INTERVAL * 5).await;
+        }
     }
 
     fn env(&self) -> Vec<(String, String)> {
@@ -609,13 +683,14 @@ impl Cluster {
         env
     }
 
-    /// Spawns a shard process with id `id` (not added to [`Cluster::shards`]).
+    /// Spawns a shard process with id `id` on ports it picks itself, and waits until it is
+    /// ready (not added to [`Cluster::shards`]).
     ///
     /// # Errors
     /// When the process cannot start.
-    pub fn spawn_shard(&self, id: &str) -> io::Result<ShardNode> {
-        let link = loopback(free_port()?);
-        let admin = loopback(free_port()?);
+    pub async fn spawn_shard(&self, id: &str) -> io::Result<ShardNode> {
+        let link = loopback(0);
+        let admin = loopback(0);
         let mut args = vec![
             "shard".to_owned(),
             "--node-id".to_owned(),
@@ -633,6 +708,7 @@ impl Cluster {
             args.push("--test-renew-on-traffic".to_owned());
         }
         let node = Node::spawn_with_env(args, self.env())?;
+        let (link, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
         Ok(ShardNode {
             id: id.to_owned(),
             node,
@@ -641,13 +717,14 @@ impl Cluster {
         })
     }
 
-    /// Spawns a gateway process with id `id` (not added to [`Cluster::gateways`]).
+    /// Spawns a gateway process with id `id` on ports it picks itself, and waits until it is
+    /// ready (not added to [`Cluster::gateways`]).
     ///
     /// # Errors
     /// When the process cannot start.
-    pub fn spawn_gateway(&self, id: &str) -> io::Result<GatewayNode> {
-        let ws = loopback(free_port()?);
-        let admin = loopback(free_port()?);
+    pub async fn spawn_gateway(&self, id: &str) -> io::Result<GatewayNode> {
+        let ws = loopback(0);
+        let admin = loopback(0);
         let args = vec![
             "gateway".to_owned(),
             "--node-id".to_owned(),
@@ -664,6 +741,7 @@ impl Cluster {
             "2000".to_owned(),
         ];
         let node = Node::spawn_with_env(args, self.env())?;
+        let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
         Ok(GatewayNode {
             id: id.to_owned(),
             node,

@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use futures_util::SinkExt;
 use loadtest::client::{self, Client, ClientError};
-use loadtest::cluster::{
-    Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, free_port, wait_listening,
-};
+use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, wait_listening};
 use protocol::{ErrorCode, RoomId};
 use serde_json::json;
 use tokio::time::Instant;
@@ -144,16 +142,12 @@ async fn sigterm_on_a_gateway_spreads_1001_and_clients_resume_elsewhere_losing_n
     );
 }
 
-fn spawn_standalone(
+async fn spawn_standalone(
     config: &std::path::Path,
     data: &std::path::Path,
 ) -> (Node, SocketAddr, SocketAddr) {
-    let ws: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
-        .parse()
-        .unwrap();
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
-        .parse()
-        .unwrap();
+    let ws: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
+    let admin: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
     let node = Node::spawn_with_env(
         [
             "standalone".to_owned(),
@@ -172,6 +166,7 @@ fn spawn_standalone(
         ],
     )
     .unwrap();
+    let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await.unwrap();
     (node, ws, admin)
 }
 
@@ -206,7 +201,7 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
         "rate_per_sec = 100000\nrate_burst = 100000\noutbox_frames = 256\noutbox_bytes = 262144\nwrite_timeout_ms = 1000\n",
     )
     .unwrap();
-    let (node, ws, admin) = spawn_standalone(&config, &dir.path().join("data"));
+    let (node, ws, admin) = spawn_standalone(&config, &dir.path().join("data")).await;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     let url = format!("ws://{ws}/ws");
     let token =
@@ -279,7 +274,7 @@ async fn new_connections_beyond_the_admission_rate_get_503() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("chorus.toml");
     std::fs::write(&config, "admit_per_sec = 1\nadmit_burst = 3\n").unwrap();
-    let (_node, ws, admin) = spawn_standalone(&config, &dir.path().join("data"));
+    let (_node, ws, admin) = spawn_standalone(&config, &dir.path().join("data")).await;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     let url = format!("ws://{ws}/ws");
     let t = client::mint_token(b"delivery-secret", "u", Duration::from_secs(600)).unwrap();

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use loadtest::client;
-use loadtest::cluster::{NODE_READY_TIMEOUT, Node, free_port, wait_listening};
+use loadtest::cluster::{NODE_READY_TIMEOUT, Node, wait_listening};
 use protocol::RoomId;
 use serde_json::json;
 use tokio::time::Instant;
@@ -17,13 +17,9 @@ use tokio::time::Instant;
 const SECRET: &str = "crash-secret";
 const ADMIN: &str = "crash-admin";
 
-fn standalone(dir: &std::path::Path, crash: bool) -> (Node, SocketAddr, SocketAddr) {
-    let ws: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
-        .parse()
-        .unwrap();
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
-        .parse()
-        .unwrap();
+async fn standalone(dir: &std::path::Path, crash: bool) -> (Node, SocketAddr, SocketAddr) {
+    let ws: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
+    let admin: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
     let mut env = vec![
         ("CHORUS_JWT_SECRET", SECRET.to_owned()),
         ("CHORUS_ADMIN_TOKEN", ADMIN.to_owned()),
@@ -44,6 +40,7 @@ fn standalone(dir: &std::path::Path, crash: bool) -> (Node, SocketAddr, SocketAd
         env,
     )
     .unwrap();
+    let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await.unwrap();
     (node, ws, admin)
 }
 
@@ -57,7 +54,7 @@ async fn wallet(admin: SocketAddr, user: &str) -> serde_json::Value {
 #[tokio::test]
 async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut node, ws, admin) = standalone(dir.path(), true);
+    let (mut node, ws, admin) = standalone(dir.path(), true).await;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     let r = loadtest::admin::call(
         admin,
@@ -83,7 +80,7 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     let status = node.wait_exit(Duration::from_secs(10)).await.unwrap();
     assert!(status.is_some(), "the node did not crash");
 
-    let (_node, ws, admin) = standalone(dir.path(), false);
+    let (_node, ws, admin) = standalone(dir.path(), false).await;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     let url = format!("ws://{ws}/ws");
     let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();

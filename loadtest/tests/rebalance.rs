@@ -315,7 +315,7 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     let before = owners(&cluster, &mut probe, &rooms).await;
 
     // Add s4: about a quarter of the rooms move, all of them to s4.
-    let s4 = cluster.spawn_shard("s4").unwrap();
+    let s4 = cluster.spawn_shard("s4").await.unwrap();
     wait_listening(s4.admin, NODE_READY_TIMEOUT).await.unwrap();
     cluster.shards.push(s4);
     ring_has(&cluster, 4).await;

@@ -159,6 +159,11 @@ impl Shard {
         rx.await.ok().filter(|v| !v.is_null())
     }
 
+    /// The membership version of the placement this shard routes by (`None` in standalone).
+    pub fn placement_version(&self) -> Option<u64> {
+        self.inner.placement().map(|p| p.ring().version())
+    }
+
     /// Planned, in-flight and completed handoffs of this shard.
     pub fn rebalance_status(&self) -> rebalance::RebalanceStatus {
         self.inner.rebalance.status()

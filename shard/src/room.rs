@@ -334,13 +334,17 @@ impl RoomActor {
         if let Stop::Handoff(to) = &stop {
             // The gateways rejoin their sessions at the new owner from the last event they
             // delivered: clients keep their place and see no room.left.
+            // The position of the last event every member was sent: the gateways resume from
+            // it at the new owner.
+            let position = self.state.as_ref().map(|s| (s.epoch(), s.seq()));
             let by_gw = self.sessions_by_gateway(|_| true);
             for (gw, sessions) in by_gw {
                 let audience = Audience::Moved {
                     sessions,
                     to: to.clone(),
                 };
-                self.send_event(&gw, audience, Bytes::new()).await;
+                self.send_event_at(&gw, audience, Bytes::new(), position)
+                    .await;
             }
         } else if self.member_count() > 0 {
             let frame = client::encode_event(

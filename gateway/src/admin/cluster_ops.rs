@@ -42,12 +42,16 @@ fn no_cluster() -> Resp {
 pub(super) fn local(admin: &Admin) -> Resp {
     let mut v = json!({ "node": admin.node });
     if let Some(s) = &admin.shard {
+        v["ring_version"] = json!(s.placement_version());
         v["rooms_running"] = json!(s.rooms_running());
         v["leases_held"] = json!(s.leases_held());
         v["rebalance"] = json!(s.rebalance_status());
     }
     if let Some(c) = &admin.core {
         v["sessions"] = json!(c.hub.session_count());
+        if admin.shard.is_none() {
+            v["ring_version"] = json!(c.router.placement_version());
+        }
     }
     json_resp(StatusCode::OK, &v)
 }
