@@ -139,7 +139,10 @@ fn run_until_signal(
     rt.block_on(async move {
         let running = start.await?;
         // One machine-readable line for harnesses that start nodes on port 0.
-        println!("CHORUS_READY ws={} admin={}", running.ws_addr, running.admin_addr);
+        println!(
+            "CHORUS_READY ws={} admin={}",
+            running.ws_addr, running.admin_addr
+        );
         println!(
             "Chorus {what}: {} (admin http://{})",
             running.ws_addr, running.admin_addr
