@@ -336,11 +336,10 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
     let old = routes.placement();
     if *old != placement {
         info!(version = view.version, shards = live.len(), "Ring changed.");
-        // Only sessions served through a shard that left the ring are told to rejoin: rooms
-        // that moved between live shards are handed off by their old owner (the sessions
-        // follow without noticing).
-        // Dead means no fresh heartbeat; a drained or removed node that is still alive hands
-        // its rooms off itself.
+        // Only sessions served through a dead shard (stale heartbeat) or one removed from the
+        // membership are told to rejoin; rooms that moved between live members (weights,
+        // drains, pins) are handed off by their old owner and the sessions follow unnoticed.
+        // Dead means no fresh heartbeat or no longer a member at all.
         let stale: HashSet<NodeId> = view
             .stale(STALE_AFTER)
             .into_iter()

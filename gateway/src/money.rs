@@ -194,7 +194,17 @@ impl Core {
         match ledger.audit_totals().await {
             Ok(t) => admin::json_resp(
                 StatusCode::OK,
-                &json!({ "totals": format!("{t:?}"), "conserved": t.is_conserved() }),
+                &json!({
+                    "totals": {
+                        "granted": t.granted,
+                        "coins": t.coins,
+                        "earnings": t.earnings,
+                        "platform_revenue": t.platform_revenue,
+                        "lucky_paid": t.lucky_paid,
+                        "negative_accounts": t.negative_accounts,
+                    },
+                    "conserved": t.is_conserved(),
+                }),
             ),
             Err(e) => admin::error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
         }
