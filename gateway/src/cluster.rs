@@ -384,7 +384,28 @@ pub(crate) fn live_shards(view: &RingView) -> Vec<(NodeId, u32)> {
         .collect()
 }
 
-/// Keeps a shard's placement current (pub/sub plus a periodic re-read).
+/// Waits for the next membership change: a pub/sub message or the periodic re-read timer
+/// (messages sent while disconnected are lost). Returns false on shutdown.
+async fn next_change(
+    watch: &mut Option<storage::membership::RingWatch>,
+    membership: &Membership,
+    shutdown: &CancellationToken,
+) -> bool {
+    let changed = async {
+        match watch.as_mut() {
+            Some(w) => w.changed().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => return false,
+        () = tokio::time::sleep(RING_REFRESH) => {}
+        c = changed => if c.is_none() { *watch = membership.watch().await.ok(); },
+    }
+    true
+}
+
+/// Keeps a shard's placement current.
 async fn shard_placement_loop(shard: Shard, membership: Membership, shutdown: CancellationToken) {
     let mut watch = membership.watch().await.ok();
     loop {
@@ -392,35 +413,17 @@ async fn shard_placement_loop(shard: Shard, membership: Membership, shutdown: Ca
             Ok(view) => shard.set_placement(placement_of(&view, &live_shards(&view))),
             Err(e) => warn!(error = %e, "Could not read the ring membership."),
         }
-        let changed = async {
-            match watch.as_mut() {
-                Some(w) => w.changed().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(RING_REFRESH) => {}
-            c = changed => if c.is_none() { watch = membership.watch().await.ok(); },
+        if !next_change(&mut watch, &membership, &shutdown).await {
+            return;
         }
     }
 }
 
+/// Keeps a gateway's routes current.
 async fn ring_loop(core: Arc<Core>, routes: Arc<Routes>, membership: Membership) {
     let mut watch = membership.watch().await.ok();
     let shutdown = core.shutdown.clone();
-    loop {
-        let changed = async {
-            match watch.as_mut() {
-                Some(w) => w.changed().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(RING_REFRESH) => {}
-            c = changed => if c.is_none() { watch = membership.watch().await.ok(); },
-        }
+    while next_change(&mut watch, &membership, &shutdown).await {
         refresh_ring(&core, &routes, &membership).await;
     }
 }

@@ -70,6 +70,19 @@ pub(crate) struct Hub {
     state: RwLock<HubState>,
 }
 
+/// The `room.left` notice for a session the gateway takes out of `room`.
+pub(crate) fn room_left(room: &RoomId, reason: &str) -> Option<Utf8Bytes> {
+    text(client::encode_event(
+        "room.left",
+        None,
+        None,
+        &RoomLeft {
+            room: room.clone(),
+            reason: reason.to_owned(),
+        },
+    ))
+}
+
 /// Turns frame bytes into a text payload; the protocol only ever produces UTF-8.
 pub(crate) fn text(frame: Bytes) -> Option<Utf8Bytes> {
     match Utf8Bytes::try_from(frame) {
@@ -170,16 +183,7 @@ impl Hub {
         for (s, room, via) in &hit {
             if let Some(slot) = st.sessions.get_mut(s) {
                 slot.room = None;
-                let notice = client::encode_event(
-                    "room.left",
-                    None,
-                    None,
-                    &RoomLeft {
-                        room: room.clone(),
-                        reason: "unavailable".into(),
-                    },
-                );
-                if let Some(t) = text(notice) {
+                if let Some(t) = room_left(room, "unavailable") {
                     slot.out.push(t);
                 }
             }
@@ -258,16 +262,7 @@ impl Hub {
                     let Some((room, via)) = o.room.take_if(|(room, _)| *room != r.room) else {
                         continue;
                     };
-                    let notice = client::encode_event(
-                        "room.left",
-                        None,
-                        None,
-                        &RoomLeft {
-                            room: room.clone(),
-                            reason: "switched".into(),
-                        },
-                    );
-                    if let Some(t) = text(notice) {
+                    if let Some(t) = room_left(&room, "switched") {
                         o.out.push(t);
                     }
                     remove_member(&mut st, &room, &via, other);

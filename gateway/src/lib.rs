@@ -335,16 +335,7 @@ impl Core {
     /// A handoff rejoin could not be completed: tell the client to rejoin by itself.
     fn rejoin_failed(&self, cmd: &Command) {
         tracing::warn!(room = %cmd.room, session = cmd.session, "Handoff rejoin failed; telling the client.");
-        let frame = client::encode_event(
-            "room.left",
-            None,
-            None,
-            &protocol::client::RoomLeft {
-                room: cmd.room.clone(),
-                reason: "unavailable".into(),
-            },
-        );
-        if let Some(t) = text(frame) {
+        if let Some(t) = hub::room_left(&cmd.room, "unavailable") {
             self.hub.send_to(cmd.session, t);
         }
     }

@@ -20,6 +20,9 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+/// Pause between join attempts while a room's ownership moves.
+const JOIN_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 /// How long a request waits for its reply by default.
 pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -434,6 +437,28 @@ impl Client {
         let seq = ok["seq"].as_u64().unwrap_or_default();
         self.set_position(room, epoch, seq);
         Ok(ok)
+    }
+
+    /// `room.join` resuming from the tracked position, retrying while the room's ownership
+    /// moves (`UNAVAILABLE`) for at most `within`.
+    ///
+    /// # Errors
+    /// Other error replies, transport errors, and `UNAVAILABLE` past `within`.
+    pub async fn join_retrying(
+        &mut self,
+        room: &RoomId,
+        password: Option<&str>,
+        within: Duration,
+    ) -> Result<Value, ClientError> {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.join(room, true, password).await {
+                Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {
+                    tokio::time::sleep(JOIN_RETRY_PAUSE).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// `chat.send`; returns the seq.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use loadtest::client::resume::ResumingClient;
 use loadtest::client::{Client, ClientError};
 use loadtest::cluster::{Cluster, ClusterOptions};
-use protocol::{ErrorCode, RoomId};
+use protocol::RoomId;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// Joins `room` (resuming from the client's position), retrying while ownership moves.
 async fn join_retrying(c: &mut Client, room: &RoomId, within: Duration) -> Value {
-    join_retrying_pw(c, room, None, within).await
+    c.join_retrying(room, None, within).await.unwrap()
 }
 
 async fn join_retrying_pw(
@@ -29,14 +29,7 @@ async fn join_retrying_pw(
     pw: Option<&str>,
     within: Duration,
 ) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        match c.join(room, true, pw).await {
-            Ok(v) => return v,
-            Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {}
-            Err(e) => panic!("join failed: {e:?}"),
-        }
-    }
+    c.join_retrying(room, pw, within).await.unwrap()
 }
 
 /// Waits for `room.left` with reason `unavailable` for `room`.

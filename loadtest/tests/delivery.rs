@@ -12,21 +12,16 @@ use std::time::Duration;
 use futures_util::SinkExt;
 use loadtest::client::{self, Client, ClientError};
 use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, wait_listening};
-use protocol::{ErrorCode, RoomId};
+use protocol::RoomId;
 use serde_json::json;
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn join_retrying(c: &mut Client, room: &RoomId) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match c.join(room, true, None).await {
-            Ok(v) => return v,
-            Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {}
-            Err(e) => panic!("join failed: {e:?}"),
-        }
-    }
+    c.join_retrying(room, None, Duration::from_secs(20))
+        .await
+        .unwrap()
 }
 
 fn chats(events: &[loadtest::client::Event]) -> Vec<String> {

@@ -30,14 +30,9 @@ async fn admin(c: &Cluster, method: &str, path: &str, body: Option<Value>) -> (u
 }
 
 async fn join_retrying(c: &mut Client, room: &RoomId) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match c.join(room, true, None).await {
-            Ok(v) => return v,
-            Err(e) if e.code() == Some(ErrorCode::Unavailable) && Instant::now() < deadline => {}
-            Err(e) => panic!("join failed: {e:?}"),
-        }
-    }
+    c.join_retrying(room, None, Duration::from_secs(30))
+        .await
+        .unwrap()
 }
 
 /// Waits until no shard has a move planned or in flight, twice in a row.
