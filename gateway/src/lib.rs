@@ -42,6 +42,10 @@ use protocol::{ErrorCode, NodeId, RoomId, SessionId, UserId};
 const RETRY_MIN_DELAY: Duration = Duration::from_millis(20);
 /// Longest delay between routing retries.
 const RETRY_MAX_DELAY: Duration = Duration::from_millis(500);
+/// Commands in flight per gateway (awaiting a reply or a routing retry) before new ones are
+/// refused with `UNAVAILABLE`: far above what the per-connection rate limits let a healthy
+/// node accumulate, low enough to bound memory when every shard is unreachable.
+const MAX_PENDING_COMMANDS: usize = 262_144;
 /// After the drain window, how long closing sockets get before the hard stop.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// How often the drain checks whether every socket has closed.
@@ -163,14 +167,30 @@ impl Core {
             room,
             cmd,
         };
-        self.pending().insert(
-            req,
-            Pending {
-                cmd: cmd.clone(),
-                started: Instant::now(),
-                attempt: 0,
-            },
-        );
+        {
+            let mut pending = self.pending();
+            if pending.len() >= MAX_PENDING_COMMANDS {
+                // Reject policy: the node is saturated; nothing queues without a bound.
+                drop(pending);
+                ::metrics::counter!(crate::metrics::ERRORS, "code" => "UNAVAILABLE").increment(1);
+                if let Some(id) = cmd.client_id {
+                    let frame =
+                        client::encode_err(Some(id), ErrorCode::Unavailable, "gateway busy; retry");
+                    if let Some(t) = text(frame) {
+                        self.hub.send_to(cmd.session, t);
+                    }
+                }
+                return;
+            }
+            pending.insert(
+                req,
+                Pending {
+                    cmd: cmd.clone(),
+                    started: Instant::now(),
+                    attempt: 0,
+                },
+            );
+        }
         let sent = self.router.send(cmd, hint.as_ref());
         tracing::trace!(req, sent, "Command routed.");
         if !sent {
