@@ -73,8 +73,6 @@ pub(crate) struct Core {
     pub(crate) shutdown: CancellationToken,
     /// New-connection admission control.
     pub(crate) admission: server::Admission,
-    /// Cancelled when the drain deadline passes: every socket still open closes at once.
-    pub(crate) hard_stop: CancellationToken,
     pub(crate) tracker: TaskTracker,
     next_session: AtomicU64,
     next_req: AtomicU64,
@@ -112,7 +110,6 @@ impl Core {
             hub: Hub::default(),
             router,
             auth,
-            hard_stop: CancellationToken::new(),
             admission,
             shutdown,
             tracker,
@@ -297,7 +294,11 @@ impl Core {
         while self.hub.session_count() > 0 && Instant::now() < deadline {
             tokio::time::sleep(DRAIN_POLL).await;
         }
-        self.hard_stop.cancel();
+        // The deadline: every socket still open (including any whose handshake finished during
+        // the drain) is told to close now.
+        for o in self.hub.outboxes() {
+            o.kick(protocol::error::close::GOING_AWAY);
+        }
     }
 
     /// Applies one message from shard `from`: routing retries first, then the hub.

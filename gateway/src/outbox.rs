@@ -6,13 +6,12 @@
 //! allocation at all (a channel would keep a block of slots per connection).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use protocol::error::close;
 use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Default)]
 struct Queue {
@@ -27,8 +26,18 @@ pub(crate) struct Outbox {
     ready: Notify,
     max_frames: usize,
     max_bytes: usize,
-    kick: CancellationToken,
+    /// Set once the socket must close; a plain atomic, because every push checks it.
+    kicked: AtomicBool,
     kick_code: AtomicU16,
+}
+
+/// What the socket's writer takes from its outbox.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Outgoing {
+    /// A frame to write.
+    Frame(Utf8Bytes),
+    /// Close the socket with this code.
+    Close(u16),
 }
 
 impl Outbox {
@@ -39,7 +48,7 @@ impl Outbox {
             ready: Notify::new(),
             max_frames: max_frames.max(1),
             max_bytes,
-            kick: CancellationToken::new(),
+            kicked: AtomicBool::new(false),
             kick_code: AtomicU16::new(0),
         }
     }
@@ -51,7 +60,7 @@ impl Outbox {
     /// Queues a frame; on overflow the socket is kicked with 4000 and the frame dropped.
     /// Returns whether the frame was queued.
     pub(crate) fn push(&self, frame: Utf8Bytes) -> bool {
-        if self.kick.is_cancelled() {
+        if self.kicked.load(Ordering::Relaxed) {
             return false;
         }
         {
@@ -80,11 +89,15 @@ impl Outbox {
         Some(f)
     }
 
-    /// Waits for the next frame (only the socket's writer calls this).
-    pub(crate) async fn recv(&self) -> Utf8Bytes {
+    /// Waits for the next frame, or the order to close (only the socket's writer calls this).
+    /// A close wins over queued frames: the client resumes with `since`.
+    pub(crate) async fn recv(&self) -> Outgoing {
         loop {
+            if self.kicked.load(Ordering::Acquire) {
+                return Outgoing::Close(self.kick_code());
+            }
             if let Some(f) = self.try_recv() {
-                return f;
+                return Outgoing::Frame(f);
             }
             self.ready.notified().await;
         }
@@ -95,12 +108,14 @@ impl Outbox {
         let _ = self
             .kick_code
             .compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
-        self.kick.cancel();
+        self.kicked.store(true, Ordering::Release);
+        self.ready.notify_one();
     }
 
-    /// Cancelled when the socket must close.
-    pub(crate) fn kicked(&self) -> &CancellationToken {
-        &self.kick
+    /// Whether the socket was told to close.
+    #[cfg(test)]
+    pub(crate) fn is_kicked(&self) -> bool {
+        self.kicked.load(Ordering::Relaxed)
     }
 
     /// The close code asked for by [`Outbox::kick`].
@@ -118,9 +133,9 @@ mod tests {
         let o = Outbox::new(2, 1 << 20);
         assert!(o.push("a".into()));
         assert!(o.push("b".into()));
-        assert!(!o.kicked().is_cancelled());
+        assert!(!o.is_kicked());
         assert!(!o.push("c".into()));
-        assert!(o.kicked().is_cancelled());
+        assert!(o.is_kicked());
         assert_eq!(o.kick_code(), close::SLOW_CONSUMER);
     }
 
@@ -131,7 +146,7 @@ mod tests {
         assert!(o.push("12345".into()));
         assert_eq!(o.try_recv().as_deref(), Some("12345"));
         assert!(o.push("12345".into()));
-        assert!(!o.kicked().is_cancelled());
+        assert!(!o.is_kicked());
         assert!(!o.push("1".into()));
         assert_eq!(o.kick_code(), close::SLOW_CONSUMER);
     }
@@ -152,6 +167,19 @@ mod tests {
         o.push("x".into());
         o.push("y".into());
         let (a, b) = t.await.unwrap();
-        assert_eq!((a.as_str(), b.as_str()), ("x", "y"));
+        assert_eq!(
+            (a, b),
+            (Outgoing::Frame("x".into()), Outgoing::Frame("y".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kick_wakes_the_writer_with_its_code() {
+        let o = std::sync::Arc::new(Outbox::new(10, 1000));
+        let o2 = o.clone();
+        let t = tokio::spawn(async move { o2.recv().await });
+        o.kick(1001);
+        assert_eq!(t.await.unwrap(), Outgoing::Close(1001));
+        assert!(!o.push("late".into()), "nothing is queued after a kick");
     }
 }

@@ -22,7 +22,7 @@ use crate::auth::Identity;
 use crate::config::WRITE_BATCH_FRAMES;
 use crate::hub::text;
 use crate::metrics as m;
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, Outgoing};
 
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -147,35 +147,29 @@ impl Session {
         let mut last_heard = Instant::now();
         let expires =
             Instant::now() + Duration::from_secs(self.who.exp.saturating_sub(now_ms() / 1000));
-        let kicked = self.outbox.kicked().clone();
-        let hard_stop = self.core.hard_stop.clone();
-        // Created once and polled in place: re-creating them on every wake-up would register
-        // new waiters each time (measurable at hundreds of thousands of deliveries/s).
-        let kicked_fut = kicked.cancelled();
-        let hard_stop_fut = hard_stop.cancelled();
+        // Created once and polled in place. Closing orders (slow consumer, drain) arrive
+        // through the outbox itself, so an ordinary wake-up polls no cancellation token.
         let expiry = sleep_until(expires);
-        tokio::pin!(kicked_fut, hard_stop_fut, expiry);
+        tokio::pin!(expiry);
         let outbox = self.outbox.clone();
         loop {
             tokio::select! {
                 biased;
-                () = &mut kicked_fut => {
-                    let code = self.outbox.kick_code();
-                    let reason = match code {
-                        close::SLOW_CONSUMER => "slow consumer",
-                        close::GOING_AWAY => "server going away: reconnect elsewhere and resume",
-                        _ => "closed by server",
-                    };
-                    return Some(Closing { code, reason });
-                }
-                () = &mut hard_stop_fut => {
-                    return Some(Closing { code: close::GOING_AWAY, reason: "server going away" });
-                }
-                frame = outbox.recv() => {
-                    if let Err(c) = self.write_batch(ws, frame).await {
-                        return c;
+                out = outbox.recv() => match out {
+                    Outgoing::Frame(frame) => {
+                        if let Err(c) = self.write_batch(ws, frame).await {
+                            return c;
+                        }
                     }
-                }
+                    Outgoing::Close(code) => {
+                        let reason = match code {
+                            close::SLOW_CONSUMER => "slow consumer",
+                            close::GOING_AWAY => "server going away: reconnect elsewhere and resume",
+                            _ => "closed by server",
+                        };
+                        return Some(Closing { code, reason });
+                    }
+                },
                 msg = ws.next() => {
                     last_heard = Instant::now();
                     match msg {
