@@ -226,6 +226,17 @@ pub struct GatewayArgs {
     /// Admin HTTP listen address.
     #[arg(long, env = "CHORUS_ADMIN_ADDR", default_value = "127.0.0.1:9201")]
     pub admin_addr: SocketAddr,
+    /// Socket flags.
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    /// Ledger URL shared by every node; without one, wallet ops answer UNAVAILABLE.
+    #[arg(long, env = "CHORUS_LEDGER")]
+    pub ledger: Option<String>,
+}
+
+/// Per-socket flags of every role that serves WebSockets (standalone, gateway).
+#[derive(Debug, Clone, Args)]
+pub struct SocketArgs {
     /// Server ping interval in milliseconds (default 15000).
     #[arg(long, env = "CHORUS_HEARTBEAT_MS")]
     pub heartbeat_ms: Option<u64>,
@@ -235,9 +246,6 @@ pub struct GatewayArgs {
     /// Per-connection burst (default 40).
     #[arg(long, env = "CHORUS_RATE_BURST")]
     pub rate_burst: Option<u32>,
-    /// Ledger URL shared by every node; without one, wallet ops answer UNAVAILABLE.
-    #[arg(long, env = "CHORUS_LEDGER")]
-    pub ledger: Option<String>,
 }
 
 /// Flags shared by every role.
@@ -263,18 +271,12 @@ pub struct StandaloneArgs {
     /// Admin HTTP listen address (default 127.0.0.1:9090).
     #[arg(long, env = "CHORUS_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
-    /// Server ping interval in milliseconds (default 15000).
-    #[arg(long, env = "CHORUS_HEARTBEAT_MS")]
-    pub heartbeat_ms: Option<u64>,
+    /// Socket flags.
+    #[command(flatten)]
+    pub socket: SocketArgs,
     /// Largest accepted frame in bytes (default 65536).
     #[arg(long, env = "CHORUS_MAX_FRAME_BYTES")]
     pub max_frame_bytes: Option<usize>,
-    /// Per-connection requests per second (default 20).
-    #[arg(long, env = "CHORUS_RATE_PER_SEC")]
-    pub rate_per_sec: Option<u32>,
-    /// Per-connection burst (default 40).
-    #[arg(long, env = "CHORUS_RATE_BURST")]
-    pub rate_burst: Option<u32>,
     /// Milliseconds without members before a room unloads (default 60000).
     #[arg(long, env = "CHORUS_IDLE_UNLOAD_MS")]
     pub idle_unload_ms: Option<u64>,
@@ -441,23 +443,18 @@ fn ms(v: Option<u64>) -> Option<Duration> {
 }
 
 /// Applies the gateway settings of the flags and the file.
-pub fn gateway_settings(
-    heartbeat_ms: Option<u64>,
-    rate_per_sec: Option<u32>,
-    rate_burst: Option<u32>,
-    f: &FileConfig,
-) -> GatewayConfig {
+pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> GatewayConfig {
     let mut g = GatewayConfig::default();
-    if let Some(v) = heartbeat_ms.or(f.heartbeat_ms) {
+    if let Some(v) = a.heartbeat_ms.or(f.heartbeat_ms) {
         g.heartbeat = Duration::from_millis(v.max(1));
     }
     if let Some(v) = f.max_frame_bytes {
         g.max_frame_bytes = v;
     }
-    if let Some(v) = rate_per_sec.or(f.rate_per_sec) {
+    if let Some(v) = a.rate_per_sec.or(f.rate_per_sec) {
         g.rate_per_sec = v;
     }
-    if let Some(v) = rate_burst.or(f.rate_burst) {
+    if let Some(v) = a.rate_burst.or(f.rate_burst) {
         g.rate_burst = v;
     }
     if let Some(v) = f.flood_close_after {
@@ -526,7 +523,7 @@ pub fn standalone_config(
     jwt_secret: Vec<u8>,
     admin_token: Option<String>,
 ) -> anyhow::Result<StandaloneConfig> {
-    let mut g = gateway_settings(a.heartbeat_ms, a.rate_per_sec, a.rate_burst, f);
+    let mut g = gateway_settings(&a.socket, f);
     if let Some(v) = a.max_frame_bytes {
         g.max_frame_bytes = v;
     }
