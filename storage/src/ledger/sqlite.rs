@@ -3,11 +3,23 @@
 //!
 //! The writer takes jobs from a bounded queue (callers wait when it is full: the `Block` policy,
 //! this is an internal path). It drains up to [`MAX_JOBS_PER_COMMIT`] queued jobs into one
-//! transaction, runs each inside its own SAVEPOINT (a failing job is rolled back alone), commits
-//! once (one fsync for the whole group), and only then answers every job. An answer therefore
-//! always means "durable".
+//! transaction, commits once (one fsync for the whole group), and only then answers every job.
+//! An answer therefore always means "durable". A failing job must leave no trace, yet a
+//! SAVEPOINT per job costs two statements and a copy of every page the job touches; so the
+//! writer first runs the whole group without savepoints and, only if some job fails, rolls the
+//! group back and runs it again with one SAVEPOINT per job (a job is a pure function of the
+//! database and its inputs, so running it twice is safe).
+//!
+//! WAL checkpoints run on a third connection, on their own thread, so the writer never stops
+//! to copy pages into the database file: once a commit leaves [`CHECKPOINT_AFTER_FRAMES`] frames
+//! in the WAL beyond those already copied, the writer wakes the checkpointer, which runs a
+//! PASSIVE checkpoint (it never blocks the writer). Under endless load a PASSIVE checkpoint may
+//! never catch the WAL's end at the moment the writer could restart it, so past
+//! [`WAL_LIMIT_FRAMES`] the writer itself runs a RESTART checkpoint; by then nearly every frame
+//! is already copied and the stall is short.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,9 +50,16 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Page cache per connection, in KiB (SQLite's negative `cache_size` unit): the hot b-tree pages
 /// of the saga, entry and fact tables stay in memory as they grow (gift ids are random keys).
 const PAGE_CACHE_KIB: i64 = 64 * 1024;
-/// WAL pages before an automatic checkpoint: fewer, larger checkpoints keep the writer's commits
-/// short (the default of 1 000 pages checkpoints every few group commits under load).
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
+/// Uncopied WAL frames after a commit that wake the checkpointer thread: fewer, larger
+/// checkpoints copy a page rewritten by many commits once.
+pub const CHECKPOINT_AFTER_FRAMES: i32 = 10_000;
+/// WAL frames after a commit at which the writer checkpoints (RESTART) itself, bounding the WAL
+/// (about 256 MiB of 4 KiB pages) when the checkpointer never catches up with its end.
+pub const WAL_LIMIT_FRAMES: i32 = 64_000;
+/// Counter: groups run a second time with a savepoint per job because a job failed.
+pub const METRIC_SLOW_GROUPS: &str = "chorus_ledger_slow_groups_total";
+/// Counter: WAL checkpoints, by who ran them (`checkpointer` or `writer`).
+pub const METRIC_CHECKPOINTS: &str = "chorus_ledger_checkpoints_total";
 /// Bytes of the database file mapped into memory: page reads (the writer's b-tree descents and
 /// WAL checkpoints) skip a `pread` copy each. Not a limit on the database size.
 const MMAP_BYTES: i64 = 256 * 1024 * 1024;
@@ -98,8 +117,43 @@ CREATE TABLE IF NOT EXISTS settled_gift (
 CREATE INDEX IF NOT EXISTS settled_gift_room_day ON settled_gift (room, day);
 ";
 
-type Responder = Box<dyn FnOnce(Result<()>) + Send>;
-type Job = Box<dyn FnOnce(&Connection) -> (bool, Responder) + Send>;
+/// One queued write: run inside the group's transaction (perhaps twice, see the module docs),
+/// then answered with the group's commit result.
+trait WriteJob: Send {
+    /// Runs the job; `false` when it failed and its writes must be undone.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Answers the caller: the job's result if the group committed, else the commit's error.
+    fn answer(self: Box<Self>, commit: Result<()>);
+}
+
+type Job = Box<dyn WriteJob>;
+
+struct Pending<T, F> {
+    f: F,
+    out: Option<Result<T>>,
+    tx: oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> WriteJob for Pending<T, F>
+where
+    T: Send,
+    F: FnMut(&Connection) -> Result<T> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let out = (self.f)(conn);
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn answer(self: Box<Self>, commit: Result<()>) {
+        let out = self
+            .out
+            .unwrap_or_else(|| Err(StorageError::Backend("ledger job never ran".into())));
+        // The caller may have gone away; its answer is then simply dropped.
+        let _ = self.tx.send(commit.and(out));
+    }
+}
 
 /// The SQLite engine: a handle on the writer thread's queue and a reader connection.
 #[derive(Clone)]
@@ -129,7 +183,8 @@ fn open_connection(path: &Path) -> Result<Connection> {
         .map_err(db)?;
     conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)
         .map_err(db)?;
-    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+    // No automatic checkpoints inside commits: the checkpointer thread runs them.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
         .map_err(db)?;
     conn.pragma_update(None, "mmap_size", MMAP_BYTES)
         .map_err(db)?;
@@ -153,9 +208,24 @@ impl SqliteLedger {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| StorageError::Backend(format!("create {dir:?}: {e}")))?;
             }
-            let writer = open_connection(&path)?;
+            let mut writer = open_connection(&path)?;
             writer.execute_batch(SCHEMA).map_err(db)?;
             let reader = open_connection(&path)?;
+            let checkpointer = open_connection(&path)?;
+            // The writer's only handle on the wake-up channel lives in its WAL hook: when the
+            // writer thread ends, the checkpointer's `recv` fails and it ends too.
+            let (wake, wakes) = std::sync::mpsc::sync_channel::<()>(1);
+            let copied = Arc::new(AtomicI32::new(0));
+            let copied_by_checkpointer = Arc::clone(&copied);
+            writer
+                .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames| {
+                    after_commit(wal, frames, &copied, &wake)
+                }))
+                .map_err(db)?;
+            std::thread::Builder::new()
+                .name("ledger-checkpoint".into())
+                .spawn(move || checkpointer_loop(&checkpointer, &copied_by_checkpointer, &wakes))
+                .map_err(|e| StorageError::Backend(format!("spawn ledger checkpointer: {e}")))?;
             Ok((writer, reader))
         })
         .await
@@ -176,18 +246,10 @@ impl SqliteLedger {
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |conn| {
-            let out = f(conn);
-            let ok = out.is_ok();
-            let respond: Responder = Box::new(move |commit: Result<()>| {
-                // The caller may have gone away; its answer is then simply dropped.
-                let _ = tx.send(commit.and(out));
-            });
-            (ok, respond)
-        });
+        let job: Job = Box::new(Pending { f, out: None, tx });
         self.jobs
             .send(job)
             .await
@@ -464,7 +526,6 @@ impl SqliteLedger {
 
 fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS_PER_COMMIT);
-    let mut responders: Vec<Responder> = Vec::with_capacity(MAX_JOBS_PER_COMMIT);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_JOBS_PER_COMMIT {
@@ -473,59 +534,115 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-            error!(error = %e, "Ledger writer cannot begin a transaction.");
-            for job in batch.drain(..) {
-                // Answer without running: the job's closure is dropped, so its oneshot closes.
-                drop(job);
-            }
-            continue;
-        }
-        for job in batch.drain(..) {
-            let result = run_in_savepoint(&conn, job);
-            responders.push(result);
-        }
-        let commit = conn.execute_batch("COMMIT").map_err(db);
+        let commit = run_group(&conn, &mut batch);
         if let Err(e) = &commit {
             error!(error = %e, "Ledger group commit failed.");
-            let _ = conn.execute_batch("ROLLBACK");
         }
         metrics::counter!(METRIC_GROUP_COMMITS).increment(1);
-        metrics::histogram!(METRIC_GROUP_COMMIT_JOBS).record(responders.len() as f64);
-        for respond in responders.drain(..) {
+        metrics::histogram!(METRIC_GROUP_COMMIT_JOBS).record(batch.len() as f64);
+        for job in batch.drain(..) {
             let outcome = match &commit {
                 Ok(()) => Ok(()),
                 Err(e) => Err(StorageError::Unavailable(format!("commit failed: {e}"))),
             };
-            respond(outcome);
+            job.answer(outcome);
         }
     }
     info!("Ledger writer stopped: every handle was dropped.");
+}
+
+/// Runs one group in one transaction: fast (no savepoints) when every job succeeds, else again
+/// with a savepoint per job. Returns the commit's result.
+fn run_group(conn: &Connection, batch: &mut [Job]) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    if !batch.iter_mut().all(|job| job.run(conn)) {
+        metrics::counter!(METRIC_SLOW_GROUPS).increment(1);
+        conn.execute_batch("ROLLBACK")?;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        for job in batch.iter_mut() {
+            if let Err(e) = run_in_savepoint(conn, job.as_mut()) {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        }
+    }
+    conn.execute_batch("COMMIT").inspect_err(|_| {
+        let _ = conn.execute_batch("ROLLBACK");
+    })
 }
 
 fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// Runs one job in its own savepoint; a failed job (or a failed savepoint) leaves no trace.
-fn run_in_savepoint(conn: &Connection, job: Job) -> Responder {
-    if let Err(e) = exec_cached(conn, "SAVEPOINT job") {
-        let err = db(e);
-        let msg = err.to_string();
-        drop(job);
-        return Box::new(move |_| error!(error = %msg, "Ledger job skipped: no savepoint."));
+/// Runs one job in its own savepoint; a failed job leaves no trace.
+fn run_in_savepoint(conn: &Connection, job: &mut dyn WriteJob) -> rusqlite::Result<()> {
+    exec_cached(conn, "SAVEPOINT job")?;
+    if !job.run(conn) {
+        exec_cached(conn, "ROLLBACK TO job")?;
     }
-    let (ok, respond) = job(conn);
-    let end = if ok {
-        exec_cached(conn, "RELEASE job")
+    exec_cached(conn, "RELEASE job")
+}
+
+/// What the writer does about the WAL after a commit.
+#[derive(Debug, PartialEq, Eq)]
+enum WalAction {
+    Nothing,
+    WakeCheckpointer,
+    RestartHere,
+}
+
+/// `frames` in the WAL after a commit, `copied` by the last checkpoint.
+fn wal_action(frames: i32, copied: i32) -> WalAction {
+    // Fewer frames than were copied: the WAL restarted from its beginning since.
+    let uncopied = if frames >= copied {
+        frames - copied
     } else {
-        exec_cached(conn, "ROLLBACK TO job").and_then(|()| exec_cached(conn, "RELEASE job"))
+        frames
     };
-    match end {
-        Ok(()) => respond,
-        Err(e) => {
-            let msg = format!("savepoint end failed: {e}");
-            Box::new(move |_| respond(Err(StorageError::Backend(msg))))
+    if frames >= WAL_LIMIT_FRAMES {
+        WalAction::RestartHere
+    } else if uncopied >= CHECKPOINT_AFTER_FRAMES {
+        WalAction::WakeCheckpointer
+    } else {
+        WalAction::Nothing
+    }
+}
+
+/// The writer's WAL hook, run after every commit with the WAL's frame count.
+fn after_commit(
+    wal: &mut rusqlite::hooks::Wal,
+    frames: i32,
+    copied: &AtomicI32,
+    wake: &std::sync::mpsc::SyncSender<()>,
+) -> rusqlite::Result<()> {
+    match wal_action(frames, copied.load(Ordering::Relaxed)) {
+        WalAction::Nothing => {}
+        // Full means a wake-up is already pending: one is enough.
+        WalAction::WakeCheckpointer => {
+            let _ = wake.try_send(());
+        }
+        WalAction::RestartHere => {
+            // The checkpointer has not caught the WAL's end: copy the rest, restart the WAL.
+            metrics::counter!(METRIC_CHECKPOINTS, "by" => "writer").increment(1);
+            if let Err(e) = wal.checkpoint_v2(rusqlite::wal::CheckpointMode::RESTART) {
+                // The commit is durable in the WAL whatever happens here.
+                error!(error = %e, frames, "Ledger WAL restart checkpoint failed.");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a PASSIVE checkpoint each time the writer asks, until the writer is gone.
+fn checkpointer_loop(conn: &Connection, copied: &AtomicI32, wakes: &std::sync::mpsc::Receiver<()>) {
+    while wakes.recv().is_ok() {
+        metrics::counter!(METRIC_CHECKPOINTS, "by" => "checkpointer").increment(1);
+        match conn.wal_checkpoint_v2(None::<&str>, rusqlite::wal::CheckpointMode::PASSIVE) {
+            Ok((_, done)) => copied.store(done, Ordering::Relaxed),
+            Err(e) => {
+                error!(error = %e, "Ledger WAL checkpoint failed; a later commit asks again.")
+            }
         }
     }
 }
@@ -1044,5 +1161,93 @@ mod tests {
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "synchronous=FULL");
         assert_eq!(temp, 2, "temp_store=MEMORY");
+    }
+
+    #[test]
+    fn the_wal_is_checkpointed_off_the_writer_and_bounded() {
+        assert_eq!(wal_action(10, 0), WalAction::Nothing);
+        assert_eq!(
+            wal_action(CHECKPOINT_AFTER_FRAMES, 0),
+            WalAction::WakeCheckpointer
+        );
+        // Copied frames do not count again.
+        assert_eq!(
+            wal_action(CHECKPOINT_AFTER_FRAMES + 5, 10),
+            WalAction::Nothing
+        );
+        // The WAL restarted (fewer frames than were copied): count from its beginning.
+        assert_eq!(
+            wal_action(CHECKPOINT_AFTER_FRAMES, 50_000),
+            WalAction::WakeCheckpointer
+        );
+        assert_eq!(
+            wal_action(WAL_LIMIT_FRAMES, WAL_LIMIT_FRAMES - 1),
+            WalAction::RestartHere
+        );
+    }
+
+    fn job(name: &'static str, fail: bool) -> (Job, oneshot::Receiver<Result<()>>) {
+        let (tx, rx) = oneshot::channel();
+        let f = move |c: &Connection| -> Result<()> {
+            c.execute("INSERT INTO house (name, amount) VALUES (?1, 1)", [name])
+                .map_err(db)?;
+            if fail {
+                return Err(StorageError::Conflict("this job fails".into()));
+            }
+            Ok(())
+        };
+        (Box::new(Pending { f, out: None, tx }), rx)
+    }
+
+    #[test]
+    fn a_failing_job_leaves_no_trace_and_the_rest_of_its_group_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_connection(&dir.path().join("l.db")).unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let (a, mut ra) = job("a", false);
+        let (b, mut rb) = job("b", true);
+        let (c, mut rc) = job("c", false);
+        let mut group = vec![a, b, c];
+        run_group(&conn, &mut group).unwrap();
+        for j in group {
+            j.answer(Ok(()));
+        }
+        assert!(ra.try_recv().unwrap().is_ok());
+        assert!(matches!(
+            rb.try_recv().unwrap(),
+            Err(StorageError::Conflict(_))
+        ));
+        assert!(rc.try_recv().unwrap().is_ok());
+        let names: Vec<String> = conn
+            .prepare("SELECT name FROM house WHERE name IN ('a', 'b', 'c') ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(names, ["a", "c"], "b failed: none of its writes stay");
+    }
+
+    #[test]
+    fn a_group_without_failures_commits_every_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_connection(&dir.path().join("l.db")).unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let (a, mut ra) = job("a", false);
+        let (b, mut rb) = job("b", false);
+        let mut group = vec![a, b];
+        run_group(&conn, &mut group).unwrap();
+        for j in group {
+            j.answer(Ok(()));
+        }
+        assert!(ra.try_recv().unwrap().is_ok() && rb.try_recv().unwrap().is_ok());
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM house WHERE name IN ('a', 'b')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 2);
     }
 }
