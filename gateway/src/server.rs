@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tracing::{debug, info, warn};
@@ -82,9 +83,30 @@ impl Admission {
     }
 }
 
-async fn connection(core: Arc<Core>, stream: TcpStream) {
+/// Serves one accepted TCP connection: the upgrade, then the socket's session.
+///
+/// This future is the socket's task for as long as the socket lives, so it is kept small: an
+/// `async move` block rather than an `async fn` (which would hold its arguments twice), and
+/// the handshake boxed, because its state (tungstenite's handshake machine, the upgrade check,
+/// its timer) is large and needed only until the upgrade.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an `async fn` would hold its arguments twice"
+)]
+fn connection(core: Arc<Core>, stream: TcpStream) -> impl Future<Output = ()> {
+    async move {
+        let Some((ws, who)) = Box::pin(upgrade(&core, stream)).await else {
+            return;
+        };
+        crate::session::run(core, ws, who).await;
+    }
+}
+
+/// Checks the upgrade request and completes the WebSocket handshake; `None` when refused or
+/// failed.
+async fn upgrade(core: &Core, stream: TcpStream) -> Option<(WebSocketStream<TcpStream>, Identity)> {
     let mut who: Option<Identity> = None;
-    let auth = core.auth.clone();
+    let auth = &core.auth;
     let admission = &core.admission;
     // The callback's signature is tungstenite's; its error type is an HTTP response.
     #[allow(clippy::result_large_err)]
@@ -130,13 +152,12 @@ async fn connection(core: Arc<Core>, stream: TcpStream) {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
             debug!(error = %e, "Handshake failed.");
-            return;
+            return None;
         }
         Err(_) => {
             debug!("Handshake timed out.");
-            return;
+            return None;
         }
     };
-    let Some(who) = who else { return };
-    crate::session::run(core, ws, who).await;
+    Some((ws, who?))
 }
