@@ -28,6 +28,7 @@ mod server;
 mod session;
 pub mod signal;
 pub mod standalone;
+mod wire;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

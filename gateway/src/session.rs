@@ -23,6 +23,7 @@ use crate::config::WRITE_BATCH_FRAMES;
 use crate::hub::text;
 use crate::metrics as m;
 use crate::outbox::{Outbox, Outgoing};
+use crate::wire;
 
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -235,7 +236,7 @@ impl Session {
         }
     }
 
-    /// Writes `first` and whatever else is queued (up to a batch), then flushes once.
+    /// Writes `first` and whatever else is queued (up to a batch) in one vectored write.
     async fn write_batch(
         &self,
         ws: &mut WebSocketStream<TcpStream>,
@@ -243,17 +244,21 @@ impl Session {
     ) -> Result<(), Option<Closing>> {
         let wt = self.core.config.write_timeout;
         let write = async {
-            let mut n = 0usize;
-            let mut next = Some(first);
-            while let Some(frame) = next.take() {
-                ws.feed(Message::Text(frame)).await?;
-                n += 1;
-                if n < WRITE_BATCH_FRAMES {
-                    next = self.outbox.try_recv();
+            // tungstenite may hold bytes of its own (a pong it queued while reading): they go
+            // first, so our frames never interleave with them.
+            ws.flush().await.map_err(|_| ())?;
+            let mut frames = Vec::new();
+            frames.push(first);
+            while frames.len() < WRITE_BATCH_FRAMES {
+                match self.outbox.try_recv() {
+                    Some(frame) => frames.push(frame),
+                    None => break,
                 }
             }
-            metrics::counter!(m::FRAMES_OUT).increment(n as u64);
-            ws.flush().await
+            metrics::counter!(m::FRAMES_OUT).increment(frames.len() as u64);
+            wire::write_text_frames(ws.get_mut(), &frames)
+                .await
+                .map_err(|_| ())
         };
         match Box::pin(timeout(wt, write)).await {
             Ok(Ok(())) => Ok(()),
