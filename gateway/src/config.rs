@@ -20,9 +20,9 @@ pub const DEFAULT_OUTBOX_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// tungstenite's eagerly allocated read buffer: small, because idle connections must be cheap
 /// (the default 128 KiB would dominate memory per connection). Client frames are small (a chat
-/// line with its envelope is ~200 bytes), so one read still takes a whole frame; a rare large
-/// frame takes a few reads.
-pub const DEFAULT_READ_BUFFER_BYTES: usize = 512;
+/// line of 100 bytes with its envelope and mask is under 200 bytes), so one read still takes a
+/// whole frame; a rare large frame takes a few reads.
+pub const DEFAULT_READ_BUFFER_BYTES: usize = 256;
 /// Bytes the writer buffers before writing to the socket; a flush always writes everything.
 pub const DEFAULT_WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// Frames the writer takes from the outbox before one flush (batching writes).

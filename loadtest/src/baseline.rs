@@ -29,7 +29,7 @@ const OUTBOX_FRAMES: usize = 1024;
 /// Frames fed before one flush (Chorus' `WRITE_BATCH_FRAMES`).
 const WRITE_BATCH: usize = 64;
 /// Read buffer (Chorus' default).
-const READ_BUFFER: usize = 512;
+const READ_BUFFER: usize = 256;
 /// Write buffer (Chorus' default).
 const WRITE_BUFFER: usize = 16 * 1024;
 /// Largest frame (Chorus' default).
