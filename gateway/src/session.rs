@@ -243,6 +243,7 @@ impl Session {
         first: Utf8Bytes,
     ) -> Result<(), Option<Closing>> {
         let wt = self.core.config.write_timeout;
+        let mut written = 0usize;
         let write = async {
             // tungstenite may hold bytes of its own (a pong it queued while reading): they go
             // first, so our frames never interleave with them.
@@ -256,13 +257,26 @@ impl Session {
                 }
             }
             metrics::counter!(m::FRAMES_OUT).increment(frames.len() as u64);
-            wire::write_text_frames(ws.get_mut(), &frames)
+            wire::write_text_frames(ws.get_mut(), &frames, &mut written)
                 .await
                 .map_err(|_| ())
         };
-        match Box::pin(timeout(wt, write)).await {
+        let outcome = Box::pin(timeout(wt, write)).await;
+        match outcome {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(None),
+            Ok(Err(())) => Err(None),
+            // Bytes of this batch went out, so the stream may end inside a frame: no close
+            // frame may follow (PROTOCOL.md: a slow consumer may see the connection end
+            // without 4000).
+            Err(_) if written > 0 => {
+                metrics::counter!(m::CLOSES, "code" => close::SLOW_CONSUMER.to_string())
+                    .increment(1);
+                debug!(
+                    session = self.session,
+                    "Slow consumer cut off mid-frame: no close frame."
+                );
+                Err(None)
+            }
             Err(_) => Err(Some(Closing {
                 code: close::SLOW_CONSUMER,
                 reason: "slow consumer",

@@ -34,10 +34,13 @@ pub(crate) fn text_header(len: usize) -> ([u8; MAX_HEADER], usize) {
     }
 }
 
-/// Writes `frames` as text frames with as few system calls as the socket allows.
+/// Writes `frames` as text frames with as few system calls as the socket allows, counting the
+/// bytes written in `written`: if the write is abandoned (a time-out) with `written` above
+/// zero, the stream may end inside a frame and must not carry another one.
 pub(crate) async fn write_text_frames(
     stream: &mut TcpStream,
     frames: &[Utf8Bytes],
+    written: &mut usize,
 ) -> io::Result<()> {
     let headers: Vec<([u8; MAX_HEADER], usize)> =
         frames.iter().map(|f| text_header(f.len())).collect();
@@ -52,6 +55,7 @@ pub(crate) async fn write_text_frames(
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
+        *written += n;
         IoSlice::advance_slices(&mut rest, n);
     }
     Ok(())
@@ -98,7 +102,10 @@ mod tests {
         let frames: Vec<Utf8Bytes> = (0..64u8)
             .map(|i| Utf8Bytes::from(char::from(b'a' + i % 26).to_string().repeat(100 * 1024)))
             .collect();
-        write_text_frames(&mut stream, &frames).await.unwrap();
+        let mut written = 0;
+        write_text_frames(&mut stream, &frames, &mut written)
+            .await
+            .unwrap();
         drop(stream);
         let got = reader.await.unwrap();
         let mut want = Vec::new();
@@ -108,6 +115,7 @@ mod tests {
             want.extend_from_slice(f.as_bytes());
         }
         assert_eq!(got.len(), want.len());
+        assert_eq!(written, want.len());
         assert!(got == want, "bytes differ");
     }
 }
