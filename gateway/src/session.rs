@@ -70,6 +70,19 @@ fn now_ms() -> u64 {
 struct Closing {
     code: u16,
     reason: &'static str,
+    /// False when the stream may have stopped inside a frame: the connection just ends.
+    with_frame: bool,
+}
+
+impl Closing {
+    /// A close with its close frame.
+    const fn new(code: u16, reason: &'static str) -> Self {
+        Self {
+            code,
+            reason,
+            with_frame: true,
+        }
+    }
 }
 
 /// Runs one authenticated socket until it closes.
@@ -122,6 +135,7 @@ pub(crate) fn run(
                 session,
                 code = c.code,
                 reason = c.reason,
+                with_frame = c.with_frame,
                 "Closing connection."
             );
             let frame = CloseFrame {
@@ -133,7 +147,7 @@ pub(crate) fn run(
             // reset that could destroy our close frame before the client reads it. Boxed, like
             // every write below: it runs once, and inline its state would grow every idle task.
             let _ = Box::pin(timeout(CLOSE_WRITE_TIMEOUT, async {
-                if ws.close(Some(frame)).await.is_ok() {
+                if c.with_frame && ws.close(Some(frame)).await.is_ok() {
                     while let Some(Ok(_)) = ws.next().await {}
                 }
             }))
@@ -188,7 +202,7 @@ impl Session {
                             close::GOING_AWAY => "server going away: reconnect elsewhere and resume",
                             _ => "closed by server",
                         };
-                        return Some(Closing { code, reason });
+                        return Some(Closing::new(code, reason));
                     }
                 },
                 msg = ws.next() => {
@@ -206,7 +220,7 @@ impl Session {
                         Some(Ok(Message::Close(_))) => return None,
                         Some(Ok(_)) => {}
                         Some(Err(WsError::Capacity(_))) => {
-                            return Some(Closing { code: close::TOO_BIG, reason: "frame too large" });
+                            return Some(Closing::new(close::TOO_BIG, "frame too large"));
                         }
                         Some(Err(e)) => {
                             debug!(session = self.session, error = %e, "Socket read failed.");
@@ -221,14 +235,14 @@ impl Session {
                         // once, like `Interval`'s burst catch-up).
                         next_ping += hb;
                         if last_heard.elapsed() >= 2 * hb {
-                            return Some(Closing { code: 1000, reason: "heartbeat timeout" });
+                            return Some(Closing::new(1000, "heartbeat timeout"));
                         }
                         if let Err(c) = self.write_flush(ws, Message::Ping(Default::default())).await {
                             return c;
                         }
                     }
                     if due >= expires {
-                        return Some(Closing { code: close::POLICY, reason: "token expired" });
+                        return Some(Closing::new(close::POLICY, "token expired"));
                     }
                     timer.as_mut().reset(next_ping.min(expires));
                 }
@@ -265,21 +279,13 @@ impl Session {
         match outcome {
             Ok(Ok(())) => Ok(()),
             Ok(Err(())) => Err(None),
-            // Bytes of this batch went out, so the stream may end inside a frame: no close
-            // frame may follow (PROTOCOL.md: a slow consumer may see the connection end
-            // without 4000).
-            Err(_) if written > 0 => {
-                metrics::counter!(m::CLOSES, "code" => close::SLOW_CONSUMER.to_string())
-                    .increment(1);
-                debug!(
-                    session = self.session,
-                    "Slow consumer cut off mid-frame: no close frame."
-                );
-                Err(None)
-            }
             Err(_) => Err(Some(Closing {
                 code: close::SLOW_CONSUMER,
                 reason: "slow consumer",
+                // Once bytes of this batch went out the stream may end inside a frame, and
+                // no close frame may follow (PROTOCOL.md: a slow consumer may see the
+                // connection end without 4000).
+                with_frame: written == 0,
             })),
         }
     }
@@ -292,10 +298,7 @@ impl Session {
         match Box::pin(timeout(self.core.config.write_timeout, ws.send(msg))).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(None),
-            Err(_) => Err(Some(Closing {
-                code: close::SLOW_CONSUMER,
-                reason: "slow consumer",
-            })),
+            Err(_) => Err(Some(Closing::new(close::SLOW_CONSUMER, "slow consumer"))),
         }
     }
 
@@ -318,10 +321,7 @@ impl Session {
         if !self.bucket.take(Instant::now()) {
             self.limited_in_a_row += 1;
             if self.limited_in_a_row > self.core.config.flood_close_after {
-                return Some(Closing {
-                    code: close::POLICY,
-                    reason: "flood",
-                });
+                return Some(Closing::new(close::POLICY, "flood"));
             }
             let id = client::decode_request(t).ok().map(|r| r.id);
             self.reply_err(id, ErrorCode::RateLimited, "too many requests; slow down");
