@@ -256,7 +256,7 @@ impl Inner {
         let mut rooms = lock(&self.rooms);
         loop {
             if let Some(h) = rooms.get(&cmd.room) {
-                match h.tx.try_send(RoomMsg::Command(cmd)) {
+                match h.tx.try_send(RoomMsg::Command(Box::new(cmd))) {
                     Ok(()) => return,
                     Err(TrySendError::Full(RoomMsg::Command(c))) => {
                         drop(rooms);
@@ -269,7 +269,7 @@ impl Inner {
                     }
                     Err(TrySendError::Closed(RoomMsg::Command(c))) => {
                         rooms.remove(&c.room);
-                        cmd = c;
+                        cmd = *c;
                         continue;
                     }
                     // Only commands are sent here.
@@ -295,7 +295,7 @@ impl Inner {
             let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = mpsc::channel(self.config.room_inbox);
             // A fresh channel has room for one message.
-            let _ = tx.try_send(RoomMsg::Command(cmd.clone()));
+            let _ = tx.try_send(RoomMsg::Command(Box::new(cmd.clone())));
             let tx_weak = tx.downgrade();
             let room = cmd.room.clone();
             rooms.insert(room.clone(), RoomHandle { tx, generation });

@@ -33,8 +33,9 @@ use state::{Applied, Durable, Presence, Rejected, RoomState, Sequenced, SessionR
 /// A message in a room's inbox.
 #[derive(Debug)]
 pub(crate) enum RoomMsg {
-    /// A command from a gateway.
-    Command(Command),
+    /// A command from a gateway (boxed: the inbox's blocks of slots stay small in every
+    /// room, however big a command's largest variant is).
+    Command(Box<Command>),
     /// A gateway's link closed: its sessions leave the room.
     GatewayGone(NodeId),
     /// A gift saga this room started has an outcome.
@@ -252,7 +253,7 @@ impl RoomActor {
                         | RoomMsg::Inspect(_),
                     ) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
-                        self.handle(cmd).await;
+                        self.handle(*cmd).await;
                         if self.state.is_none() {
                             break Stop::Missing;
                         }
@@ -272,10 +273,10 @@ impl RoomActor {
                     Some(RoomMsg::Command(cmd)) => {
                         if !self.inner.owner.proven(&self.valid) {
                             // DESIGN law 2: not provably the owner any more; apply nothing.
-                            self.deferred.push(cmd);
+                            self.deferred.push(*cmd);
                             break Stop::LeaseLost;
                         }
-                        self.handle(cmd).await;
+                        self.handle(*cmd).await;
                     }
                     Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
                     Some(RoomMsg::GiftDone(done)) => self.gift_done(*done).await,
@@ -307,7 +308,7 @@ impl RoomActor {
         let mut pending = std::mem::take(&mut self.deferred);
         while let Some(msg) = rx.recv().await {
             match msg {
-                RoomMsg::Command(cmd) => pending.push(cmd),
+                RoomMsg::Command(cmd) => pending.push(*cmd),
                 // The saga's coins moved; the client still gets its answer.
                 RoomMsg::GiftDone(done) => gifts::reply_without_room(&self.inner, *done).await,
                 RoomMsg::GatewayGone(_)
@@ -398,7 +399,7 @@ impl RoomActor {
             };
             match msg {
                 Some(RoomMsg::GiftDone(done)) => self.gift_done(*done).await,
-                Some(RoomMsg::Command(cmd)) => self.deferred.push(cmd),
+                Some(RoomMsg::Command(cmd)) => self.deferred.push(*cmd),
                 Some(_) => {}
                 None => return,
             }
