@@ -11,6 +11,7 @@ use bytes::Bytes;
 use protocol::client::{self, RoomLeft};
 use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, ToGateway};
 use protocol::{Epoch, NodeId, RoomId, Seq, SessionId, UserId};
+use smallvec::SmallVec;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::warn;
 
@@ -32,7 +33,8 @@ struct HubState {
     sessions: HashMap<SessionId, Slot>,
     /// room -> shard it was joined through -> sessions.
     rooms: HashMap<RoomId, HashMap<NodeId, HashSet<SessionId>>>,
-    users: HashMap<UserId, Vec<SessionId>>,
+    /// A user's sessions on this gateway: almost always one, kept inline (no allocation).
+    users: HashMap<UserId, SmallVec<[SessionId; 1]>>,
     /// The last sequenced event delivered per (room, shard): every member session got it, so
     /// a handoff rejoins them from there.
     last: Mutex<HashMap<(RoomId, NodeId), (Epoch, Seq)>>,
@@ -143,6 +145,20 @@ impl Hub {
     pub(crate) fn outboxes(&self) -> Vec<Arc<Outbox>> {
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
         st.sessions.values().map(|s| s.out.clone()).collect()
+    }
+
+    /// One heartbeat tick over every session ([`Outbox::beat`]): sessions whose id falls in
+    /// `slice` (of `slices`) are asked for a ping. Returns how many sessions it closed.
+    pub(crate) fn beat(&self, slice: u64, slices: u64, silence_ms: u64) -> usize {
+        let now = crate::outbox::clock_ms();
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.sessions
+            .iter()
+            .filter_map(|(id, s)| s.out.beat(now, unix, silence_ms, id % slices == slice))
+            .count()
     }
 
     /// Queues a frame to one session.

@@ -53,6 +53,10 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 /// How often unanswered requests are checked against the retry budget.
 const PENDING_SWEEP: Duration = Duration::from_millis(500);
+/// The heartbeat task wakes this many times per heartbeat interval: each time it checks every
+/// socket for silence and token expiry, and pings one slice of them, so each socket gets one
+/// ping per interval and the pings of a big node are spread over the interval, not bunched.
+const HEARTBEAT_SLICES: u32 = 8;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -122,6 +126,7 @@ impl Core {
         });
         core.tracker.spawn(core.clone().sweep_pending());
         core.tracker.spawn(core.clone().drain());
+        core.tracker.spawn(core.clone().heartbeat());
         core
     }
 
@@ -274,6 +279,32 @@ impl Core {
         }
     }
 
+    /// The node-wide heartbeat: pings every socket once per interval and closes those silent
+    /// for two intervals (1000) or whose token expired (1008). One task for all sockets keeps
+    /// a timer out of every idle socket's state; a close is at most one slice
+    /// (interval / [`HEARTBEAT_SLICES`]) late.
+    async fn heartbeat(self: Arc<Self>) {
+        let hb = self.config.heartbeat;
+        let period = (hb / HEARTBEAT_SLICES).max(Duration::from_millis(1));
+        let silence_ms = u64::try_from((2 * hb).as_millis()).unwrap_or(u64::MAX);
+        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut slice = 0u64;
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let closed = self
+                .hub
+                .beat(slice, u64::from(HEARTBEAT_SLICES), silence_ms);
+            if closed > 0 {
+                tracing::debug!(closed, "Heartbeat closed silent or expired sockets.");
+            }
+            slice = (slice + 1) % u64::from(HEARTBEAT_SLICES);
+        }
+    }
+
     /// Graceful drain: once shutdown starts, tell every client to reconnect elsewhere (close
     /// 1001), spread evenly over the drain window; close what is left at the deadline.
     async fn drain(self: Arc<Self>) {
@@ -289,7 +320,7 @@ impl Core {
         );
         for (i, o) in outboxes.iter().enumerate() {
             tokio::time::sleep_until(start + window * (i as u32) / n).await;
-            o.kick(protocol::error::close::GOING_AWAY);
+            o.kick(outbox::Kick::GoingAway);
         }
         let deadline = start + window + DRAIN_GRACE;
         while self.hub.session_count() > 0 && Instant::now() < deadline {
@@ -298,7 +329,7 @@ impl Core {
         // The deadline: every socket still open (including any whose handshake finished during
         // the drain) is told to close now.
         for o in self.hub.outboxes() {
-            o.kick(protocol::error::close::GOING_AWAY);
+            o.kick(outbox::Kick::GoingAway);
         }
     }
 

@@ -4,14 +4,29 @@
 //!
 //! A plain `VecDeque` behind a short lock plus a `Notify`: an idle socket's queue holds no
 //! allocation at all (a channel would keep a block of slots per connection).
+//!
+//! The outbox also carries the socket's liveness: when its peer was last heard and when its
+//! token expires. One node-wide task ([`Outbox::beat`], driven by the gateway's heartbeat
+//! loop) asks for pings and closes silent or expired sockets, so an idle socket's task holds
+//! no timer of its own.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use protocol::error::close;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
+
+/// The origin of [`clock_ms`].
+static CLOCK_ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Milliseconds on the process's monotonic clock (tokio's, so paused-time tests see it move).
+pub(crate) fn clock_ms() -> u64 {
+    u64::try_from(CLOCK_ORIGIN.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 #[derive(Debug, Default)]
 struct Queue {
@@ -19,16 +34,68 @@ struct Queue {
     bytes: usize,
 }
 
+/// Why the server closes a socket from outside its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kick {
+    /// The outbox overflowed: 4000.
+    SlowConsumer = 1,
+    /// The node is draining: 1001.
+    GoingAway = 2,
+    /// Nothing heard for two heartbeats: 1000.
+    HeartbeatTimeout = 3,
+    /// The token expired: 1008.
+    TokenExpired = 4,
+}
+
+impl Kick {
+    const ALL: [Kick; 4] = [
+        Kick::SlowConsumer,
+        Kick::GoingAway,
+        Kick::HeartbeatTimeout,
+        Kick::TokenExpired,
+    ];
+
+    fn from_u8(v: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| *k as u8 == v)
+    }
+
+    /// The close code.
+    pub(crate) const fn code(self) -> u16 {
+        match self {
+            Kick::SlowConsumer => close::SLOW_CONSUMER,
+            Kick::GoingAway => close::GOING_AWAY,
+            Kick::HeartbeatTimeout => 1000,
+            Kick::TokenExpired => close::POLICY,
+        }
+    }
+
+    /// The close reason.
+    pub(crate) const fn reason(self) -> &'static str {
+        match self {
+            Kick::SlowConsumer => "slow consumer",
+            Kick::GoingAway => "server going away: reconnect elsewhere and resume",
+            Kick::HeartbeatTimeout => "heartbeat timeout",
+            Kick::TokenExpired => "token expired",
+        }
+    }
+}
+
 /// One socket's queue, shared by everything that writes to the socket and by its writer.
 #[derive(Debug)]
 pub(crate) struct Outbox {
     queue: Mutex<Queue>,
     ready: Notify,
-    max_frames: usize,
-    max_bytes: usize,
-    /// Set once the socket must close; a plain atomic, because every push checks it.
-    kicked: AtomicBool,
-    kick_code: AtomicU16,
+    max_frames: u32,
+    max_bytes: u32,
+    /// The [`Kick`] asked for, 0 while none; set once, because every push checks it.
+    kick: AtomicU8,
+    /// The heartbeat asked for a ping.
+    ping: AtomicBool,
+    /// [`clock_ms`] when the peer was last heard from.
+    heard: AtomicU64,
+    /// When the socket's token expires, seconds since the Unix epoch.
+    expires: u64,
 }
 
 /// What the socket's writer takes from its outbox.
@@ -36,20 +103,25 @@ pub(crate) struct Outbox {
 pub(crate) enum Outgoing {
     /// A frame to write.
     Frame(Utf8Bytes),
-    /// Close the socket with this code.
-    Close(u16),
+    /// Send a ping.
+    Ping,
+    /// Close the socket.
+    Close(Kick),
 }
 
 impl Outbox {
-    /// A queue of at most `max_frames` frames and `max_bytes` bytes.
-    pub(crate) fn new(max_frames: usize, max_bytes: usize) -> Self {
+    /// A queue of at most `max_frames` frames and `max_bytes` bytes, for a socket whose token
+    /// expires at `expires` (seconds since the Unix epoch); its peer counts as heard now.
+    pub(crate) fn new(max_frames: usize, max_bytes: usize, expires: u64) -> Self {
         Self {
             queue: Mutex::new(Queue::default()),
             ready: Notify::new(),
-            max_frames: max_frames.max(1),
-            max_bytes,
-            kicked: AtomicBool::new(false),
-            kick_code: AtomicU16::new(0),
+            max_frames: u32::try_from(max_frames.max(1)).unwrap_or(u32::MAX),
+            max_bytes: u32::try_from(max_bytes).unwrap_or(u32::MAX),
+            kick: AtomicU8::new(0),
+            ping: AtomicBool::new(false),
+            heard: AtomicU64::new(clock_ms()),
+            expires,
         }
     }
 
@@ -60,14 +132,16 @@ impl Outbox {
     /// Queues a frame; on overflow the socket is kicked with 4000 and the frame dropped.
     /// Returns whether the frame was queued.
     pub(crate) fn push(&self, frame: Utf8Bytes) -> bool {
-        if self.kicked.load(Ordering::Relaxed) {
+        if self.kick.load(Ordering::Relaxed) != 0 {
             return false;
         }
         {
             let mut q = self.lock();
-            if q.frames.len() >= self.max_frames || q.bytes + frame.len() > self.max_bytes {
+            if q.frames.len() >= self.max_frames as usize
+                || q.bytes + frame.len() > self.max_bytes as usize
+            {
                 drop(q);
-                self.kick(close::SLOW_CONSUMER);
+                self.kick(Kick::SlowConsumer);
                 return false;
             }
             q.bytes += frame.len();
@@ -89,12 +163,16 @@ impl Outbox {
         Some(f)
     }
 
-    /// Waits for the next frame, or the order to close (only the socket's writer calls this).
-    /// A close wins over queued frames: the client resumes with `since`.
+    /// Waits for the next frame, ping or order to close (only the socket's writer calls this).
+    /// A close wins over queued frames (the client resumes with `since`), and a ping goes
+    /// before them, so a socket busy with a backlog still proves it is alive.
     pub(crate) async fn recv(&self) -> Outgoing {
         loop {
-            if self.kicked.load(Ordering::Acquire) {
-                return Outgoing::Close(self.kick_code());
+            if let Some(kick) = self.kicked() {
+                return Outgoing::Close(kick);
+            }
+            if self.ping.swap(false, Ordering::Relaxed) {
+                return Outgoing::Ping;
             }
             if let Some(f) = self.try_recv() {
                 return Outgoing::Frame(f);
@@ -103,24 +181,48 @@ impl Outbox {
         }
     }
 
-    /// Asks the socket's task to close with `code` (the first code asked for wins).
-    pub(crate) fn kick(&self, code: u16) {
+    /// Asks the socket's task to close (the first kick asked for wins).
+    pub(crate) fn kick(&self, kick: Kick) {
         let _ = self
-            .kick_code
-            .compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
-        self.kicked.store(true, Ordering::Release);
+            .kick
+            .compare_exchange(0, kick as u8, Ordering::Release, Ordering::Relaxed);
         self.ready.notify_one();
     }
 
-    /// Whether the socket was told to close.
-    #[cfg(test)]
-    pub(crate) fn is_kicked(&self) -> bool {
-        self.kicked.load(Ordering::Relaxed)
+    /// The kick asked for, if any.
+    pub(crate) fn kicked(&self) -> Option<Kick> {
+        Kick::from_u8(self.kick.load(Ordering::Acquire))
     }
 
-    /// The close code asked for by [`Outbox::kick`].
-    pub(crate) fn kick_code(&self) -> u16 {
-        self.kick_code.load(Ordering::Relaxed)
+    /// Notes that the peer was heard from (any frame, pongs included).
+    pub(crate) fn heard(&self) {
+        self.heard.store(clock_ms(), Ordering::Relaxed);
+    }
+
+    /// One heartbeat check at `now` ([`clock_ms`]) and `unix_secs`: closes the socket if its
+    /// token expired or its peer has been silent for `silence_ms`, else asks for a ping when
+    /// `ping` is set. Returns the kick it made.
+    pub(crate) fn beat(
+        &self,
+        now: u64,
+        unix_secs: u64,
+        silence_ms: u64,
+        ping: bool,
+    ) -> Option<Kick> {
+        let kick = if unix_secs >= self.expires {
+            Some(Kick::TokenExpired)
+        } else if now.saturating_sub(self.heard.load(Ordering::Relaxed)) >= silence_ms {
+            Some(Kick::HeartbeatTimeout)
+        } else {
+            None
+        };
+        if let Some(k) = kick {
+            self.kick(k);
+        } else if ping {
+            self.ping.store(true, Ordering::Relaxed);
+            self.ready.notify_one();
+        }
+        kick
     }
 }
 
@@ -128,40 +230,58 @@ impl Outbox {
 mod tests {
     use super::*;
 
+    /// A token that expires in an hour.
+    fn later() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3600
+    }
+
     #[test]
     fn overflow_by_frames_kicks_with_4000() {
-        let o = Outbox::new(2, 1 << 20);
+        let o = Outbox::new(2, 1 << 20, later());
         assert!(o.push("a".into()));
         assert!(o.push("b".into()));
-        assert!(!o.is_kicked());
+        assert_eq!(o.kicked(), None);
         assert!(!o.push("c".into()));
-        assert!(o.is_kicked());
-        assert_eq!(o.kick_code(), close::SLOW_CONSUMER);
+        assert_eq!(o.kicked(), Some(Kick::SlowConsumer));
+        assert_eq!(Kick::SlowConsumer.code(), close::SLOW_CONSUMER);
     }
 
     #[test]
     fn overflow_by_bytes_kicks_and_taking_frees_room() {
-        let o = Outbox::new(100, 10);
+        let o = Outbox::new(100, 10, later());
         assert!(o.push("12345".into()));
         assert!(o.push("12345".into()));
         assert_eq!(o.try_recv().as_deref(), Some("12345"));
         assert!(o.push("12345".into()));
-        assert!(!o.is_kicked());
+        assert_eq!(o.kicked(), None);
         assert!(!o.push("1".into()));
-        assert_eq!(o.kick_code(), close::SLOW_CONSUMER);
+        assert_eq!(o.kicked(), Some(Kick::SlowConsumer));
     }
 
     #[test]
-    fn first_kick_code_wins() {
-        let o = Outbox::new(1, 10);
-        o.kick(1008);
-        o.kick(4000);
-        assert_eq!(o.kick_code(), 1008);
+    fn first_kick_wins() {
+        let o = Outbox::new(1, 10, later());
+        o.kick(Kick::TokenExpired);
+        o.kick(Kick::SlowConsumer);
+        assert_eq!(o.kicked(), Some(Kick::TokenExpired));
+        assert_eq!(Kick::TokenExpired.code(), close::POLICY);
+    }
+
+    #[test]
+    fn kicks_round_trip_through_their_byte() {
+        for k in Kick::ALL {
+            assert_eq!(Kick::from_u8(k as u8), Some(k));
+        }
+        assert_eq!(Kick::from_u8(0), None);
     }
 
     #[tokio::test]
     async fn recv_wakes_on_push_in_order() {
-        let o = std::sync::Arc::new(Outbox::new(10, 1000));
+        let o = std::sync::Arc::new(Outbox::new(10, 1000, later()));
         let o2 = o.clone();
         let t = tokio::spawn(async move { (o2.recv().await, o2.recv().await) });
         o.push("x".into());
@@ -175,11 +295,52 @@ mod tests {
 
     #[tokio::test]
     async fn a_kick_wakes_the_writer_with_its_code() {
-        let o = std::sync::Arc::new(Outbox::new(10, 1000));
+        let o = std::sync::Arc::new(Outbox::new(10, 1000, later()));
         let o2 = o.clone();
         let t = tokio::spawn(async move { o2.recv().await });
-        o.kick(1001);
-        assert_eq!(t.await.unwrap(), Outgoing::Close(1001));
+        o.kick(Kick::GoingAway);
+        assert_eq!(t.await.unwrap(), Outgoing::Close(Kick::GoingAway));
         assert!(!o.push("late".into()), "nothing is queued after a kick");
+    }
+
+    #[tokio::test]
+    async fn a_beat_asks_for_one_ping_ahead_of_queued_frames() {
+        let o = Outbox::new(10, 1000, later());
+        o.push("x".into());
+        let now = clock_ms();
+        assert_eq!(o.beat(now, later() - 3600, 1000, true), None);
+        assert_eq!(o.recv().await, Outgoing::Ping);
+        assert_eq!(o.recv().await, Outgoing::Frame("x".into()));
+        // A beat outside the socket's ping slot only checks.
+        assert_eq!(o.beat(now, later() - 3600, 1000, false), None);
+        assert_eq!(o.try_recv(), None);
+        assert!(!o.ping.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_silent_peer_is_closed_and_hearing_from_it_resets_the_clock() {
+        let o = Outbox::new(10, 1000, later());
+        let unix = later() - 3600;
+        let t0 = o.heard.load(Ordering::Relaxed);
+        assert_eq!(o.beat(t0 + 999, unix, 1000, true), None);
+        o.heard.store(t0 + 500, Ordering::Relaxed);
+        assert_eq!(o.beat(t0 + 1499, unix, 1000, true), None);
+        assert_eq!(
+            o.beat(t0 + 1500, unix, 1000, true),
+            Some(Kick::HeartbeatTimeout)
+        );
+        assert_eq!(o.kicked(), Some(Kick::HeartbeatTimeout));
+        assert_eq!(Kick::HeartbeatTimeout.code(), 1000);
+    }
+
+    #[test]
+    fn an_expired_token_closes_with_1008() {
+        let exp = later();
+        let o = Outbox::new(10, 1000, exp);
+        assert_eq!(o.beat(clock_ms(), exp - 1, 1000, false), None);
+        assert_eq!(
+            o.beat(clock_ms(), exp, 1000, false),
+            Some(Kick::TokenExpired)
+        );
     }
 }

@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
+use futures_util::future::Either;
+
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 use tokio_tungstenite::WebSocketStream;
@@ -85,26 +88,24 @@ impl Admission {
 
 /// Serves one accepted TCP connection: the upgrade, then the socket's session.
 ///
-/// This future is the socket's task for as long as the socket lives, so it is kept small: an
-/// `async move` block rather than an `async fn` (which would hold its arguments twice), and
-/// the handshake boxed, because its state (tungstenite's handshake machine, the upgrade check,
-/// its timer) is large and needed only until the upgrade.
-#[allow(
-    clippy::manual_async_fn,
-    reason = "an `async fn` would hold its arguments twice"
-)]
+/// This future is the socket's task for as long as the socket lives, so it is kept small: the
+/// handshake is boxed, because its state (tungstenite's handshake machine, the upgrade check,
+/// its timer) is large and needed only until the upgrade, and the session follows it through
+/// `then`, in the same slot (an `async` block would keep the stream and the core as captures
+/// for the socket's whole life).
 fn connection(core: Arc<Core>, stream: TcpStream) -> impl Future<Output = ()> {
-    async move {
-        let Some((ws, who)) = Box::pin(upgrade(&core, stream)).await else {
-            return;
-        };
-        crate::session::run(core, ws, who).await;
-    }
+    Box::pin(upgrade(core, stream)).then(|upgraded| match upgraded {
+        Some((core, ws, who)) => Either::Left(crate::session::run(core, ws, who)),
+        None => Either::Right(std::future::ready(())),
+    })
 }
+
+/// An upgraded socket: the core handed back, the WebSocket, and who it authenticated as.
+type Upgraded = (Arc<Core>, WebSocketStream<TcpStream>, Identity);
 
 /// Checks the upgrade request and completes the WebSocket handshake; `None` when refused or
 /// failed.
-async fn upgrade(core: &Core, stream: TcpStream) -> Option<(WebSocketStream<TcpStream>, Identity)> {
+async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
     let mut who: Option<Identity> = None;
     let auth = &core.auth;
     let admission = &core.admission;
@@ -159,5 +160,6 @@ async fn upgrade(core: &Core, stream: TcpStream) -> Option<(WebSocketStream<TcpS
             return None;
         }
     };
-    Some((ws, who?))
+    let who = who?;
+    Some((core, ws, who))
 }

@@ -10,7 +10,7 @@ use protocol::ids::is_valid_id;
 use protocol::link::{LeaveReason, RoomCmd};
 use protocol::{ErrorCode, RoomId, SessionId};
 use tokio::net::TcpStream;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::timeout;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -22,35 +22,33 @@ use crate::auth::Identity;
 use crate::config::WRITE_BATCH_FRAMES;
 use crate::hub::text;
 use crate::metrics as m;
-use crate::outbox::{Outbox, Outgoing};
+use crate::outbox::{Outbox, Outgoing, clock_ms};
 use crate::wire;
 
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A token bucket: `rate` tokens per second, at most `burst`.
+/// A token bucket: `rate` tokens per second, at most `burst` (both from the gateway's
+/// config, passed to each [`Bucket::take`]: every idle socket holds one, so it is 16 bytes).
 #[derive(Debug)]
 struct Bucket {
-    tokens: f64,
-    rate: f64,
-    burst: f64,
-    at: Instant,
+    tokens: f32,
+    /// [`clock_ms`] at the last take.
+    at_ms: u64,
 }
 
 impl Bucket {
-    fn new(rate: u32, burst: u32) -> Self {
+    fn new(burst: u32) -> Self {
         Self {
-            tokens: f64::from(burst),
-            rate: f64::from(rate),
-            burst: f64::from(burst),
-            at: Instant::now(),
+            tokens: burst as f32,
+            at_ms: clock_ms(),
         }
     }
 
-    fn take(&mut self, now: Instant) -> bool {
-        let dt = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = now;
-        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+    fn take(&mut self, now_ms: u64, rate: u32, burst: u32) -> bool {
+        let dt = now_ms.saturating_sub(self.at_ms) as f32 / 1000.0;
+        self.at_ms = now_ms;
+        self.tokens = (self.tokens + dt * rate as f32).min(burst as f32);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             true
@@ -87,52 +85,50 @@ impl Closing {
 
 /// Runs one authenticated socket until it closes.
 ///
-/// A function returning an `async move` block, not an `async fn`: an `async fn` keeps its
-/// arguments twice in its state (as arguments and as the locals they are moved into), and
-/// this state is what every idle socket's task holds (the socket alone is ~300 bytes).
-#[allow(
-    clippy::manual_async_fn,
-    reason = "an `async fn` would hold its arguments twice"
-)]
+/// The session is registered here, before the returned future first runs, and the future
+/// captures only the session and the socket: this state is what every idle socket's task
+/// holds (the socket alone is ~300 bytes), so nothing in it is kept twice (an `async fn`
+/// would keep its arguments beside the locals they are moved into).
 pub(crate) fn run(
     core: Arc<Core>,
     mut ws: WebSocketStream<TcpStream>,
     who: Identity,
 ) -> impl Future<Output = ()> {
+    let session: SessionId = core.next_session();
+    let outbox = Arc::new(Outbox::new(
+        core.config.outbox_frames,
+        core.config.outbox_bytes,
+        who.exp,
+    ));
+    core.hub.add(session, who.user.clone(), outbox.clone());
+    metrics::gauge!(m::CONNECTIONS).increment(1.0);
+    let hello = client::encode_event(
+        "hello",
+        None,
+        None,
+        &Hello {
+            session: format!("{}-{session}", core.node),
+            heartbeat_ms: core.config.heartbeat.as_millis() as u64,
+            server: format!("chorus/{}", env!("CARGO_PKG_VERSION")),
+        },
+    );
+    if let Some(t) = text(hello) {
+        outbox.push(t);
+    }
+    let mut s = Session {
+        bucket: Bucket::new(core.config.rate_burst),
+        core,
+        session,
+        who,
+        outbox,
+        limited_in_a_row: 0,
+    };
     async move {
-        let session: SessionId = core.next_session();
-        let outbox = Arc::new(Outbox::new(
-            core.config.outbox_frames,
-            core.config.outbox_bytes,
-        ));
-        core.hub.add(session, who.user.clone(), outbox.clone());
-        metrics::gauge!(m::CONNECTIONS).increment(1.0);
-        let hello = client::encode_event(
-            "hello",
-            None,
-            None,
-            &Hello {
-                session: format!("{}-{session}", core.node),
-                heartbeat_ms: core.config.heartbeat.as_millis() as u64,
-                server: format!("chorus/{}", env!("CARGO_PKG_VERSION")),
-            },
-        );
-        if let Some(t) = text(hello) {
-            outbox.push(t);
-        }
-        let mut s = Session {
-            core: core.clone(),
-            session,
-            who,
-            outbox,
-            bucket: Bucket::new(core.config.rate_per_sec, core.config.rate_burst),
-            limited_in_a_row: 0,
-        };
         let closing = s.serve(&mut ws).await;
         if let Some(c) = closing {
             metrics::counter!(m::CLOSES, "code" => c.code.to_string()).increment(1);
             debug!(
-                session,
+                session = s.session,
                 code = c.code,
                 reason = c.reason,
                 with_frame = c.with_frame,
@@ -153,8 +149,8 @@ pub(crate) fn run(
             }))
             .await;
         }
-        if let Some(leave) = core.hub.remove(session) {
-            core.send_leaves(vec![leave]);
+        if let Some(leave) = s.core.hub.remove(s.session) {
+            s.core.send_leaves(vec![leave]);
         }
         metrics::gauge!(m::CONNECTIONS).decrement(1.0);
     }
@@ -173,19 +169,10 @@ impl Session {
     /// Serves the socket; returns the close frame to send, or `None` when the peer is gone.
     ///
     /// What an idle socket holds while it waits is this future's state, so it is kept small:
-    /// one timer serves both the heartbeat and the token's expiry (no boxed `Interval` beside
-    /// a second `Sleep`), and the writes, which need more state, are boxed while they run.
+    /// it holds no timer. The gateway's heartbeat task asks for pings and closes silent or
+    /// expired sockets through the outbox (see `Core::heartbeat`), as do slow-consumer and
+    /// drain closes; the writes, which need more state, are boxed while they run.
     async fn serve(&mut self, ws: &mut WebSocketStream<TcpStream>) -> Option<Closing> {
-        let hb = self.core.config.heartbeat;
-        let start = Instant::now();
-        let mut next_ping = start + hb;
-        let mut last_heard = start;
-        let expires = start + Duration::from_secs(self.who.exp.saturating_sub(now_ms() / 1000));
-        // Created once and polled in place; it fires at the next ping or at the expiry,
-        // whichever comes first. Closing orders (slow consumer, drain) arrive through the
-        // outbox itself, so an ordinary wake-up polls no cancellation token.
-        let timer = sleep_until(next_ping.min(expires));
-        tokio::pin!(timer);
         let outbox = self.outbox.clone();
         loop {
             tokio::select! {
@@ -196,17 +183,15 @@ impl Session {
                             return c;
                         }
                     }
-                    Outgoing::Close(code) => {
-                        let reason = match code {
-                            close::SLOW_CONSUMER => "slow consumer",
-                            close::GOING_AWAY => "server going away: reconnect elsewhere and resume",
-                            _ => "closed by server",
-                        };
-                        return Some(Closing::new(code, reason));
+                    Outgoing::Ping => {
+                        if let Err(c) = self.write_flush(ws, Message::Ping(Default::default())).await {
+                            return c;
+                        }
                     }
+                    Outgoing::Close(kick) => return Some(Closing::new(kick.code(), kick.reason())),
                 },
                 msg = ws.next() => {
-                    last_heard = Instant::now();
+                    outbox.heard();
                     match msg {
                         None => return None,
                         Some(Ok(Message::Text(t))) => {
@@ -227,24 +212,6 @@ impl Session {
                             return None;
                         }
                     }
-                }
-                () = &mut timer => {
-                    let due = timer.deadline();
-                    if due >= next_ping {
-                        // Pings keep their schedule (a late one is followed by the next at
-                        // once, like `Interval`'s burst catch-up).
-                        next_ping += hb;
-                        if last_heard.elapsed() >= 2 * hb {
-                            return Some(Closing::new(1000, "heartbeat timeout"));
-                        }
-                        if let Err(c) = self.write_flush(ws, Message::Ping(Default::default())).await {
-                            return c;
-                        }
-                    }
-                    if due >= expires {
-                        return Some(Closing::new(close::POLICY, "token expired"));
-                    }
-                    timer.as_mut().reset(next_ping.min(expires));
                 }
             }
         }
@@ -318,7 +285,11 @@ impl Session {
     /// Handles one text frame; returns a close when the connection must end.
     fn on_text(&mut self, t: &str) -> Option<Closing> {
         metrics::counter!(m::REQUESTS).increment(1);
-        if !self.bucket.take(Instant::now()) {
+        let cfg = &self.core.config;
+        if !self
+            .bucket
+            .take(clock_ms(), cfg.rate_per_sec, cfg.rate_burst)
+        {
             self.limited_in_a_row += 1;
             if self.limited_in_a_row > self.core.config.flood_close_after {
                 return Some(Closing::new(close::POLICY, "flood"));
@@ -385,4 +356,22 @@ impl Session {
 
 fn new_room_id() -> RoomId {
     RoomId::from(format!("r-{:012x}", rand::random::<u64>() >> 16))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bucket;
+
+    #[test]
+    fn the_bucket_allows_its_burst_then_refills_at_its_rate() {
+        let mut b = Bucket::new(3);
+        let t0 = b.at_ms;
+        assert!((0..3).all(|_| b.take(t0, 10, 3)));
+        assert!(!b.take(t0, 10, 3));
+        // 10 per second: one token back after 100 ms, never more than the burst.
+        assert!(b.take(t0 + 100, 10, 3));
+        assert!(!b.take(t0 + 100, 10, 3));
+        assert!((0..3).all(|_| b.take(t0 + 60_000, 10, 3)));
+        assert!(!b.take(t0 + 60_000, 10, 3));
+    }
 }

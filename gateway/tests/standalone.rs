@@ -505,14 +505,36 @@ async fn upgrades_without_a_valid_token_are_refused_with_401() {
 async fn silent_connections_are_closed_after_two_heartbeats() {
     let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(200)).await;
     let mut c = s.connect("quiet").await;
+    let mut listener = s.connect("listener").await;
     assert_eq!(c.heartbeat_ms, 200);
     // The client library answers pings only while it reads; a silent peer is one that does
     // not. Send nothing and read nothing for 3 intervals, then read: the server has closed.
+    // Meanwhile a listener that only reads (answering the server's pings) stays connected.
     let started = tokio::time::Instant::now();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (_, heard) = tokio::join!(
+        tokio::time::sleep(Duration::from_millis(700)),
+        listener.next_event(Duration::from_millis(700))
+    );
+    assert!(matches!(heard, Err(ClientError::Timeout)), "{heard:?}");
     let close = c.closed(WAIT).await.unwrap();
     assert!(started.elapsed() >= Duration::from_millis(400));
     assert_eq!(close.map(|f| u16::from(f.code)), Some(1000));
+    listener.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_whose_token_expires_is_closed_with_1008() {
+    let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(300)).await;
+    // Expires at the next whole second or the one after: the client keeps answering pings
+    // while it waits, so only the expiry can close it.
+    let t = client::mint_token(SECRET, "brief", Duration::from_secs(1)).unwrap();
+    let mut c = client::connect(&s.url, Some(&t)).await.unwrap();
+    let close = c.closed(WAIT).await.unwrap();
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1008));
+    // A connection with a long token is still served.
+    let mut other = s.connect("steady").await;
+    other.request("ping", json!({})).await.unwrap();
     s.stop().await;
 }
 
