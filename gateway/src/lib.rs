@@ -402,9 +402,13 @@ impl Core {
 
     /// Applies messages from one shard link until it closes.
     pub(crate) async fn link_reader(self: Arc<Self>, mut rx: mpsc::Receiver<ToGateway>) {
+        // Polled in place: a fresh `cancelled()` per message would register with (and leave)
+        // the token's waiter list every time.
+        let stopping = self.shutdown.cancelled();
+        tokio::pin!(stopping);
         loop {
             let msg = tokio::select! {
-                () = self.shutdown.cancelled() => return,
+                () = &mut stopping => return,
                 m = rx.recv() => m,
             };
             let Some(msg) = msg else { return };

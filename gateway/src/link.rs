@@ -115,10 +115,13 @@ async fn serve(
     }
     link.up.store(true, Ordering::Relaxed);
     let (mut sink, mut stream) = framed.split();
-    let shutdown = core.shutdown.clone();
+    // Polled in place: a fresh `cancelled()` per frame would register with (and leave) the
+    // token's waiter list every time.
+    let stopping = core.shutdown.cancelled();
+    tokio::pin!(stopping);
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = &mut stopping => return,
             msg = rx.recv() => {
                 let Some(first) = msg else { return };
                 let mut next = Some(first);

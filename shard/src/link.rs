@@ -86,9 +86,12 @@ async fn connection(
     let writer_done = done.clone();
     let gw = gateway.clone();
     let writer = shard.inner.tracker.spawn(async move {
+        // Polled in place, not made per message (see the reader below).
+        let finished = writer_done.cancelled();
+        tokio::pin!(finished);
         loop {
             let first = tokio::select! {
-                () = writer_done.cancelled() => break,
+                () = &mut finished => break,
                 m = rx.recv() => match m { Some(m) => m, None => break },
             };
             metrics::gauge!(m::LINK_QUEUE_DEPTH).set(rx.len() as f64);
@@ -114,9 +117,13 @@ async fn connection(
         let _ = sink.close().await;
         drop(gw);
     });
+    // Polled in place: a fresh `cancelled()` per frame would register with (and leave) the
+    // token's waiter list every time.
+    let stopping = shutdown.cancelled();
+    tokio::pin!(stopping);
     let result = loop {
         let next = tokio::select! {
-            () = shutdown.cancelled() => break Ok(()),
+            () = &mut stopping => break Ok(()),
             n = stream.next() => n,
         };
         match next {

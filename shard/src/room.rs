@@ -241,6 +241,11 @@ impl RoomActor {
         generation: u64,
     ) -> Stop {
         let shutdown = self.inner.shutdown.clone();
+        // Made once and polled in place: a fresh `cancelled()` per message would register
+        // with (and leave) each token's waiter list every time.
+        let lease_lost = lease.cancelled();
+        let stopping = shutdown.cancelled();
+        tokio::pin!(lease_lost, stopping);
         let stop = loop {
             if self.state.is_none() {
                 // Only the first command can create a room; anything after it finds none.
@@ -267,8 +272,8 @@ impl RoomActor {
             let idle = self.member_count() == 0;
             tokio::select! {
                 biased;
-                () = lease.cancelled() => break Stop::LeaseLost,
-                () = shutdown.cancelled() => break Stop::Shutdown,
+                () = &mut lease_lost => break Stop::LeaseLost,
+                () = &mut stopping => break Stop::Shutdown,
                 msg = rx.recv() => match msg {
                     Some(RoomMsg::Command(cmd)) => {
                         if !self.inner.owner.proven(&self.valid) {
