@@ -585,6 +585,7 @@ async fn sqlite_gift_throughput() {
     }
     let ledger = Arc::new(f.ledger.clone());
     let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let cpu_before = loadtest::procfs::cpu_ms(&[std::process::id()]);
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(orders.len());
     for o in orders {
@@ -603,8 +604,13 @@ async fn sqlite_gift_throughput() {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    // The whole test process: the writer and checkpointer threads plus the callers' tasks.
+    let cpu_us_per_gift = match (cpu_before, loadtest::procfs::cpu_ms(&[std::process::id()])) {
+        (Some(a), Some(b)) => format!("{:.1}", (b - a) * 1000.0 / settled as f64),
+        _ => "?".into(),
+    };
     println!(
-        "sqlite ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {IN_FLIGHT} in flight)",
+        "sqlite ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {IN_FLIGHT} in flight), process cpu {cpu_us_per_gift} us/gift",
         settled as f64 / secs
     );
     assert_eq!(settled, SENDERS * GIFTS_PER_SENDER);
