@@ -178,8 +178,7 @@ impl GiftOrder {
         if self.lucky.is_some_and(|l| l.coins < 0) {
             return Err(OrderError::NegativePrize);
         }
-        let mut seen = std::collections::HashSet::with_capacity(self.recipients.len());
-        if !self.recipients.iter().all(|r| seen.insert(r.as_str())) {
+        if has_duplicates(&self.recipients) {
             return Err(OrderError::DuplicateRecipient);
         }
         self.checked_total().map(|_| ())
@@ -264,6 +263,18 @@ impl GiftOrder {
         self.validate()
             .map_err(|e| StorageError::Backend(format!("invalid gift order {}: {e}", self.gift_id)))
     }
+}
+
+/// Recipients compared pairwise up to this many (no allocation on the gift path; a room
+/// allows at most 20), through a hash set above it.
+const PAIRWISE_DUPLICATE_CHECK_MAX: usize = 32;
+
+fn has_duplicates(users: &[UserId]) -> bool {
+    if users.len() <= PAIRWISE_DUPLICATE_CHECK_MAX {
+        return (1..users.len()).any(|i| users[..i].contains(&users[i]));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(users.len());
+    !users.iter().all(|u| seen.insert(u.as_str()))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -929,6 +940,13 @@ mod tests {
         let mut o = order(1, 1, 2, 0);
         o.recipients[1] = o.recipients[0].clone();
         assert_eq!(o.validate(), Err(OrderError::DuplicateRecipient));
+        // Both ways of looking: pairwise for few recipients, a set for many.
+        for n in [3, PAIRWISE_DUPLICATE_CHECK_MAX + 5] {
+            let mut o = order(1, 1, n, 0);
+            assert!(o.validate().is_ok());
+            o.recipients[n - 1] = o.recipients[1].clone();
+            assert_eq!(o.validate(), Err(OrderError::DuplicateRecipient));
+        }
     }
 
     #[test]
