@@ -38,8 +38,6 @@ pub(crate) enum RoomMsg {
     Command(Box<Command>),
     /// A gateway's link closed: its sessions leave the room.
     GatewayGone(NodeId),
-    /// A gift saga this room started has an outcome.
-    GiftDone(Box<gifts::GiftDone>),
     /// The owner's recovery settled a saga a previous runtime left unfinished.
     GiftRecovered(Box<storage::ledger::GiftOrder>),
     /// The placement moved the room to this shard: hand it off.
@@ -156,6 +154,7 @@ pub(crate) async fn run(
         deferred: Vec::new(),
         self_tx,
         in_flight: Arc::default(),
+        sagas: gifts::Sagas::default(),
         inner: inner.clone(),
     };
     if actor.state.is_some() {
@@ -231,6 +230,8 @@ struct RoomActor {
     self_tx: mpsc::WeakSender<RoomMsg>,
     /// Gift ids whose saga this runtime is driving now (recovery leaves them alone).
     in_flight: gifts::InFlight,
+    /// The gift sagas this runtime is driving, polled by the run loop.
+    sagas: gifts::Sagas,
 }
 
 impl RoomActor {
@@ -252,7 +253,6 @@ impl RoomActor {
                 match rx.try_recv() {
                     Ok(
                         RoomMsg::GatewayGone(_)
-                        | RoomMsg::GiftDone(_)
                         | RoomMsg::GiftRecovered(_)
                         | RoomMsg::Handoff(_)
                         | RoomMsg::Inspect(_),
@@ -274,6 +274,11 @@ impl RoomActor {
                 biased;
                 () = &mut lease_lost => break Stop::LeaseLost,
                 () = &mut stopping => break Stop::Shutdown,
+                // Outcomes before new commands: answers go out first, and the sagas in
+                // flight stay bounded by the ledger's pace.
+                Some(done) = self.sagas.next(), if !self.sagas.is_empty() => {
+                    self.gift_done(done).await;
+                }
                 msg = rx.recv() => match msg {
                     Some(RoomMsg::Command(cmd)) => {
                         if !self.inner.owner.proven(&self.valid) {
@@ -284,7 +289,6 @@ impl RoomActor {
                         self.handle(*cmd).await;
                     }
                     Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
-                    Some(RoomMsg::GiftDone(done)) => self.gift_done(*done).await,
                     Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
                     Some(RoomMsg::Handoff(to)) => break Stop::Handoff(to),
                     Some(RoomMsg::Inspect(tx)) => {
@@ -306,6 +310,8 @@ impl RoomActor {
             // Gifts whose saga is running finish here, so their events reach the members.
             self.finish_in_flight_gifts(&mut rx).await;
         }
+        // The sagas still running finish on their own task; their senders get answers there.
+        self.sagas.finish_without_room(&self.inner, &self.in_flight);
         self.inner.unregister(&self.room, generation);
         rx.close();
         // Commands that raced with the stop go to a fresh runtime (which claims the lease
@@ -314,8 +320,6 @@ impl RoomActor {
         while let Some(msg) = rx.recv().await {
             match msg {
                 RoomMsg::Command(cmd) => pending.push(*cmd),
-                // The saga's coins moved; the client still gets its answer.
-                RoomMsg::GiftDone(done) => gifts::reply_without_room(&self.inner, *done).await,
                 RoomMsg::GatewayGone(_)
                 | RoomMsg::GiftRecovered(_)
                 | RoomMsg::Handoff(_)
@@ -397,16 +401,15 @@ impl RoomActor {
     /// commands that arrive meanwhile are kept for the stop.
     async fn finish_in_flight_gifts(&mut self, rx: &mut mpsc::Receiver<RoomMsg>) {
         let deadline = Instant::now() + HANDOFF_GIFT_WAIT;
-        while !self.in_flight_is_empty() {
-            let msg = tokio::select! {
+        while !self.sagas.is_empty() {
+            tokio::select! {
                 () = sleep_until(deadline) => return,
-                m = rx.recv() => m,
-            };
-            match msg {
-                Some(RoomMsg::GiftDone(done)) => self.gift_done(*done).await,
-                Some(RoomMsg::Command(cmd)) => self.deferred.push(*cmd),
-                Some(_) => {}
-                None => return,
+                Some(done) = self.sagas.next() => self.gift_done(done).await,
+                m = rx.recv() => match m {
+                    Some(RoomMsg::Command(cmd)) => self.deferred.push(*cmd),
+                    Some(_) => {}
+                    None => return,
+                },
             }
         }
     }
@@ -467,6 +470,11 @@ impl RoomActor {
             gateway: cmd.gateway.clone(),
             session: cmd.session,
         };
+        if let RoomCmd::Gift(_) = &cmd.cmd {
+            // The saga keeps the command for its reply: moved there, not copied.
+            self.take_gift(cmd, &at).await;
+            return;
+        }
         let result = self.apply(&cmd, &at).await;
         match result {
             Ok(Some((ok, membership))) => self.reply(&cmd, Ok(ok), membership).await,
@@ -614,9 +622,9 @@ impl RoomActor {
                 self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
-            RoomCmd::Gift(g) => {
-                let g = g.clone();
-                self.start_gift(cmd, at, &g)?;
+            // `handle` hands gifts to `take_gift` before `apply`; this arm keeps `apply` whole.
+            RoomCmd::Gift(_) => {
+                self.take_gift(cmd.clone(), at).await;
                 Ok(None)
             }
             RoomCmd::Rank(_) => Err(Rejected {

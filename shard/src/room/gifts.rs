@@ -1,14 +1,18 @@
-//! Gifts in the room actor: validate, take the order, drive the saga off the actor, and
+//! Gifts in the room actor: validate, take the order, drive the saga next to the inbox, and
 //! publish the `gift` event only after the debit committed. Plus the owner-only recovery of
 //! sagas a previous runtime left unfinished (DESIGN laws 4 and 5).
 
 use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use protocol::client::{self, GiftEvent, GiftSend, GiftSent, LuckyWinEvent};
-use protocol::link::{Command, ReplyError};
+use protocol::link::{Command, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, RoomId};
 use storage::StorageError;
 use storage::ledger::{
@@ -26,6 +30,50 @@ use crate::metrics as m;
 /// Gift ids whose saga a runtime is driving now.
 pub(crate) type InFlight = Arc<Mutex<HashSet<Uuid>>>;
 
+/// One gift saga, from the ledger call to its outcome.
+type Saga = Pin<Box<dyn Future<Output = GiftDone> + Send>>;
+
+/// The gift sagas a room runtime is driving. The room actor polls them itself, next to its
+/// inbox: no task per gift, and the outcome needs no trip through the inbox. The ledger does
+/// the work on its own thread, so a saga only needs polling to hand its job over and to take
+/// the answer. When the runtime stops, the sagas still running move to one task of their own
+/// ([`Sagas::finish_without_room`]): their coins may move, so their senders still get answers.
+#[derive(Default)]
+pub(crate) struct Sagas(FuturesUnordered<Saga>);
+
+impl Sagas {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The next saga to finish (pending forever when there is none: guard with `is_empty`).
+    pub(crate) async fn next(&mut self) -> Option<GiftDone> {
+        self.0.next().await
+    }
+
+    /// Answers every saga still running once it finishes, on a task of its own.
+    pub(crate) fn finish_without_room(&mut self, inner: &Arc<Inner>, in_flight: &InFlight) {
+        if self.0.is_empty() {
+            return;
+        }
+        let mut sagas = std::mem::take(&mut self.0);
+        let inner = inner.clone();
+        let in_flight = in_flight.clone();
+        inner.clone().tracker.spawn(async move {
+            while let Some(done) = sagas.next().await {
+                lock(&in_flight).remove(&done.order.gift_id);
+                reply_without_room(&inner, done).await;
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for Sagas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sagas({})", self.0.len())
+    }
+}
+
 /// Attempts of a saga step on a retryable ledger error before the client is told to retry.
 const SAGA_ATTEMPTS: u32 = 5;
 /// First pause between saga attempts; doubles per attempt.
@@ -35,7 +83,7 @@ const RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
 /// A saga untouched this long is unfinished (in-flight ones are skipped anyway).
 const RECOVERY_MIN_AGE_MS: i64 = 3_000;
 
-/// The outcome of one gift saga, back in the room's inbox.
+/// The outcome of one gift saga, for the room actor (or, once it stopped, a direct reply).
 #[derive(Debug)]
 pub(crate) struct GiftDone {
     cmd: Command,
@@ -118,20 +166,42 @@ fn outcome_reply(
 }
 
 impl RoomActor {
-    /// Takes a gift order and starts its saga; the reply comes with the outcome.
-    pub(super) fn start_gift(
-        &mut self,
+    /// Takes a `gift.send` and starts its saga (the reply comes with the outcome), or answers
+    /// at once when the order is refused. The command moves into the saga, which keeps it for
+    /// the reply.
+    pub(super) async fn take_gift(&mut self, cmd: Command, at: &SessionRef) {
+        let order = match &cmd.cmd {
+            RoomCmd::Gift(g) => self.gift_order(&cmd, at, g),
+            _ => Err(Rejected {
+                code: ErrorCode::BadRequest,
+                msg: "not a gift.send",
+            }),
+        };
+        match order {
+            Ok(Some(order)) => self.start_saga(cmd, order),
+            Ok(None) => {}
+            Err(r) => {
+                let err = ReplyError::new(r.code, r.msg);
+                self.reply(&cmd, Err(err), None).await;
+            }
+        }
+    }
+
+    /// The order of a `gift.send`, or `None` when the request was answered from the ledger
+    /// (a retry of an order booked earlier).
+    fn gift_order(
+        &self,
         cmd: &Command,
         at: &SessionRef,
         g: &GiftSend,
-    ) -> Result<(), Rejected> {
-        let Some(ledger) = self.inner.ledger.clone() else {
+    ) -> Result<Option<GiftOrder>, Rejected> {
+        let Some(ledger) = &self.inner.ledger else {
             return Err(Rejected {
                 code: ErrorCode::Unavailable,
                 msg: "gifts are not enabled on this node",
             });
         };
-        let catalog = self.inner.config.catalog.clone();
+        let catalog = &self.inner.config.catalog;
         let Some(def) = catalog.get(&g.gift) else {
             return Err(Rejected {
                 code: ErrorCode::BadRequest,
@@ -156,8 +226,8 @@ impl RoomActor {
             Err(rejected) if rejected.code == ErrorCode::BadRequest => {
                 // A retry of an order booked earlier gets its first result even if the room
                 // changed since (a recipient left): look the order up before refusing.
-                self.answer_from_ledger_or(cmd, id, rejected, ledger);
-                return Ok(());
+                self.answer_from_ledger_or(cmd, id, rejected, ledger.clone());
+                return Ok(None);
             }
             Err(rejected) => return Err(rejected),
         };
@@ -187,37 +257,29 @@ impl RoomActor {
                 msg: "invalid gift order",
             });
         }
-        lock(&self.in_flight).insert(id);
+        Ok(Some(order))
+    }
+
+    /// Starts the saga of a validated order; the actor polls it (see [`Sagas`]).
+    fn start_saga(&mut self, cmd: Command, order: GiftOrder) {
+        let Some(ledger) = self.inner.ledger.clone() else {
+            return;
+        };
+        lock(&self.in_flight).insert(order.gift_id);
         let fence = self.fence;
-        let weak = self.self_tx.clone();
-        let inner = self.inner.clone();
-        let in_flight = self.in_flight.clone();
-        let cmd = cmd.clone();
         let crash = self.inner.config.test_crash_after_debit;
-        self.inner.tracker.spawn(async move {
+        self.sagas.0.push(Box::pin(async move {
             let outcome = if crash {
                 crash_after_debit(&ledger, &order, fence).await
             } else {
                 send_with_retry(&ledger, &order, fence).await
             };
-            lock(&in_flight).remove(&order.gift_id);
-            let done = GiftDone {
+            GiftDone {
                 cmd,
                 order,
                 outcome,
-            };
-            match weak.upgrade() {
-                Some(tx) => {
-                    if let Err(e) = tx.send(RoomMsg::GiftDone(Box::new(done))).await
-                        && let RoomMsg::GiftDone(done) = e.0
-                    {
-                        reply_without_room(&inner, *done).await;
-                    }
-                }
-                None => reply_without_room(&inner, done).await,
             }
-        });
-        Ok(())
+        }));
     }
 
     fn answer_from_ledger_or(
@@ -246,12 +308,9 @@ impl RoomActor {
         });
     }
 
-    pub(super) fn in_flight_is_empty(&self) -> bool {
-        lock(&self.in_flight).is_empty()
-    }
-
     /// Publishes a settled gift (first time only) and answers the sender.
     pub(super) async fn gift_done(&mut self, done: GiftDone) {
+        lock(&self.in_flight).remove(&done.order.gift_id);
         let reply = outcome_reply(&done.order, &done.outcome);
         if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
             metrics::counter!(m::GIFTS_SETTLED).increment(1);
