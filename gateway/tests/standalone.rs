@@ -524,6 +524,42 @@ async fn silent_connections_are_closed_after_two_heartbeats() {
 }
 
 #[tokio::test]
+async fn client_pings_are_answered_in_order_with_data_frames_intact() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let s = Server::start().await;
+    let t = client::mint_token(SECRET, "pinger", Duration::from_secs(60)).unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", s.url))
+        .await
+        .unwrap();
+    // Pings between requests: tungstenite queues each pong while the server reads, and the
+    // server's own (vectored) data writes must neither lose nor split them.
+    for i in 0..3u64 {
+        ws.send(Message::Ping(format!("p{i}").into_bytes().into()))
+            .await
+            .unwrap();
+        let req = json!({"id": i + 1, "op": "ping", "d": {}}).to_string();
+        ws.send(Message::text(req)).await.unwrap();
+    }
+    let (mut pongs, mut replies) = (Vec::new(), Vec::new());
+    while pongs.len() < 3 || replies.len() < 3 {
+        match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+            Some(Ok(Message::Pong(p))) => pongs.push(String::from_utf8(p.to_vec()).unwrap()),
+            Some(Ok(Message::Text(t))) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                if let Some(re) = v.get("re") {
+                    replies.push(re.as_u64().unwrap());
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(pongs, ["p0", "p1", "p2"]);
+    assert_eq!(replies, [1, 2, 3]);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_connection_whose_token_expires_is_closed_with_1008() {
     let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(300)).await;
     // Expires at the next whole second or the one after: the client keeps answering pings
