@@ -88,6 +88,17 @@ pub(crate) struct Core {
     /// Sessions the gateway is moving to a room's new owner: their commands for that room
     /// wait (retried) until the move is done, instead of failing with `NOT_IN_ROOM`.
     rejoining: Mutex<std::collections::HashSet<(SessionId, RoomId)>>,
+    /// Handles of the counters every frame touches, registered once: the `counter!` macro
+    /// looks its key up in the recorder's registry at every call.
+    pub(crate) hot: HotCounters,
+}
+
+/// Counter handles for the per-frame paths.
+pub(crate) struct HotCounters {
+    /// [`metrics::REQUESTS`].
+    pub(crate) requests: ::metrics::Counter,
+    /// [`metrics::FRAMES_OUT`].
+    pub(crate) frames_out: ::metrics::Counter,
 }
 
 /// A command waiting for its reply.
@@ -123,6 +134,10 @@ impl Core {
             pending: Mutex::new(HashMap::new()),
             money,
             rejoining: Mutex::new(std::collections::HashSet::new()),
+            hot: HotCounters {
+                requests: ::metrics::counter!(crate::metrics::REQUESTS),
+                frames_out: ::metrics::counter!(crate::metrics::FRAMES_OUT),
+            },
         });
         core.tracker.spawn(core.clone().sweep_pending());
         core.tracker.spawn(core.clone().drain());

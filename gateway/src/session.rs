@@ -9,6 +9,7 @@ use protocol::error::close;
 use protocol::ids::is_valid_id;
 use protocol::link::{LeaveReason, RoomCmd};
 use protocol::{ErrorCode, RoomId, SessionId};
+use smallvec::SmallVec;
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::WebSocketStream;
@@ -25,6 +26,8 @@ use crate::metrics as m;
 use crate::outbox::{Outbox, Outgoing, clock_ms};
 use crate::wire;
 
+/// Frames of a batch kept inline (no allocation) before the batch spills to the heap.
+const BATCH_INLINE: usize = 8;
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -229,7 +232,7 @@ impl Session {
             // tungstenite may hold bytes of its own (a pong it queued while reading): they go
             // first, so our frames never interleave with them.
             ws.flush().await.map_err(|_| ())?;
-            let mut frames = Vec::new();
+            let mut frames: SmallVec<[Utf8Bytes; BATCH_INLINE]> = SmallVec::new();
             frames.push(first);
             while frames.len() < WRITE_BATCH_FRAMES {
                 match self.outbox.try_recv() {
@@ -237,7 +240,7 @@ impl Session {
                     None => break,
                 }
             }
-            metrics::counter!(m::FRAMES_OUT).increment(frames.len() as u64);
+            self.core.hot.frames_out.increment(frames.len() as u64);
             wire::write_text_frames(ws.get_mut(), &frames, &mut written)
                 .await
                 .map_err(|_| ())
@@ -284,7 +287,7 @@ impl Session {
 
     /// Handles one text frame; returns a close when the connection must end.
     fn on_text(&mut self, t: &str) -> Option<Closing> {
-        metrics::counter!(m::REQUESTS).increment(1);
+        self.core.hot.requests.increment(1);
         let cfg = &self.core.config;
         if !self
             .bucket

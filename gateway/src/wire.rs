@@ -9,6 +9,7 @@
 
 use std::io::{self, IoSlice};
 
+use smallvec::SmallVec;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
@@ -42,9 +43,10 @@ pub(crate) async fn write_text_frames(
     frames: &[Utf8Bytes],
     written: &mut usize,
 ) -> io::Result<()> {
-    let headers: Vec<([u8; MAX_HEADER], usize)> =
+    // Inline for the usual small batch: a write allocates nothing.
+    let headers: SmallVec<[([u8; MAX_HEADER], usize); 8]> =
         frames.iter().map(|f| text_header(f.len())).collect();
-    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(frames.len() * 2);
+    let mut slices: SmallVec<[IoSlice<'_>; 16]> = SmallVec::with_capacity(frames.len() * 2);
     for ((h, n), f) in headers.iter().zip(frames) {
         slices.push(IoSlice::new(&h[..*n]));
         slices.push(IoSlice::new(f.as_bytes()));
