@@ -163,3 +163,30 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
     let who = who?;
     Some((core, ws, who))
 }
+
+/// The most an idle socket's connection future may take. tokio allocates a task as its header,
+/// scheduler handle, id, this future (wrapped for the task tracker) and trailer, aligned to 128
+/// bytes: up to 656 bytes of future (release build) it is a 768-byte allocation, a byte more
+/// makes it 896 (Change 6 in BENCHMARKS.md). Unoptimized builds lay the same future out 8 bytes
+/// larger, so the bound checked there is 664: growth shows in both.
+#[cfg(test)]
+const MAX_CONNECTION_FUTURE_BYTES: usize = if cfg!(debug_assertions) { 664 } else { 656 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, R>(_f: &impl FnOnce(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn an_idle_sockets_task_stays_in_the_768_byte_allocation() {
+        let size = returned_size(&connection);
+        assert!(
+            size <= MAX_CONNECTION_FUTURE_BYTES,
+            "the connection future is {size} bytes: every idle socket would cost 128 more"
+        );
+    }
+}
