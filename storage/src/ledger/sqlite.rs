@@ -1211,19 +1211,29 @@ mod tests {
         (Box::new(Pending { f, out: None, tx }), rx)
     }
 
-    #[test]
-    fn a_failing_job_leaves_no_trace_and_the_rest_of_its_group_commits() {
+    /// A fresh ledger database (kept alive by the returned directory).
+    fn fresh_db() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let conn = open_connection(&dir.path().join("l.db")).unwrap();
         conn.execute_batch(SCHEMA).unwrap();
-        let (a, mut ra) = job("a", false);
-        let (b, mut rb) = job("b", true);
-        let (c, mut rc) = job("c", false);
-        let mut group = vec![a, b, c];
-        run_group(&conn, &mut group).unwrap();
+        (dir, conn)
+    }
+
+    /// Runs `group` as the writer does and answers every job with the commit's success.
+    fn run_and_answer(conn: &Connection, mut group: Vec<Job>) {
+        run_group(conn, &mut group).unwrap();
         for j in group {
             j.answer(Ok(()));
         }
+    }
+
+    #[test]
+    fn a_failing_job_leaves_no_trace_and_the_rest_of_its_group_commits() {
+        let (_dir, conn) = fresh_db();
+        let (a, mut ra) = job("a", false);
+        let (b, mut rb) = job("b", true);
+        let (c, mut rc) = job("c", false);
+        run_and_answer(&conn, vec![a, b, c]);
         assert!(ra.try_recv().unwrap().is_ok());
         assert!(matches!(
             rb.try_recv().unwrap(),
@@ -1242,16 +1252,10 @@ mod tests {
 
     #[test]
     fn a_group_without_failures_commits_every_job() {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = open_connection(&dir.path().join("l.db")).unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
+        let (_dir, conn) = fresh_db();
         let (a, mut ra) = job("a", false);
         let (b, mut rb) = job("b", false);
-        let mut group = vec![a, b];
-        run_group(&conn, &mut group).unwrap();
-        for j in group {
-            j.answer(Ok(()));
-        }
+        run_and_answer(&conn, vec![a, b]);
         assert!(ra.try_recv().unwrap().is_ok() && rb.try_recv().unwrap().is_ok());
         let n: i64 = conn
             .query_row(
