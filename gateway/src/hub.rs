@@ -151,9 +151,7 @@ impl Hub {
     /// `slice` (of `slices`) are asked for a ping. Returns how many sessions it closed.
     pub(crate) fn beat(&self, slice: u64, slices: u64, silence_ms: u64) -> usize {
         let now = crate::outbox::clock_ms();
-        let unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let unix = crate::outbox::unix_ms() / 1000;
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
         st.sessions
             .iter()

@@ -23,6 +23,13 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 /// The origin of [`clock_ms`].
 static CLOCK_ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
 
+/// Milliseconds since the Unix epoch (wall clock: token expiry, server time in `pong`).
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Milliseconds on the process's monotonic clock (tokio's, so paused-time tests see it move).
 pub(crate) fn clock_ms() -> u64 {
     u64::try_from(CLOCK_ORIGIN.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -232,11 +239,7 @@ mod tests {
 
     /// A token that expires in an hour.
     fn later() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 3600
+        unix_ms() / 1000 + 3600
     }
 
     #[test]

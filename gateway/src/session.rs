@@ -1,7 +1,7 @@
 //! One task per socket: read loop, outbox writer, heartbeat, flood control and close codes.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use protocol::client::{self, Hello, Op, Pong};
@@ -23,7 +23,7 @@ use crate::auth::Identity;
 use crate::config::WRITE_BATCH_FRAMES;
 use crate::hub::text;
 use crate::metrics as m;
-use crate::outbox::{Outbox, Outgoing, clock_ms};
+use crate::outbox::{Outbox, Outgoing, clock_ms, unix_ms};
 use crate::wire;
 
 /// Frames of a batch kept inline (no allocation) before the batch spills to the heap.
@@ -59,12 +59,6 @@ impl Bucket {
             false
         }
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Why the session ends, and the close frame to send.
@@ -323,7 +317,7 @@ impl Session {
         }
         let cmd = match req.op {
             Op::Ping => {
-                self.reply_ok(id, &Pong { t: now_ms() });
+                self.reply_ok(id, &Pong { t: unix_ms() });
                 return None;
             }
             Op::WalletBalance(_) | Op::GiftList(_) | Op::RankGet(_) => {
