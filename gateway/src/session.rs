@@ -1,6 +1,7 @@
 //! One task per socket: read loop, outbox writer, heartbeat, flood control and close codes.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -119,6 +120,7 @@ pub(crate) fn run(
         who,
         outbox,
         limited_in_a_row: 0,
+        drained: false,
     };
     async move {
         let closing = s.serve(&mut ws).await;
@@ -160,6 +162,9 @@ struct Session {
     outbox: Arc<Outbox>,
     bucket: Bucket,
     limited_in_a_row: u32,
+    /// tungstenite's last answer was `Pending` (see `next_message`). Sits in the padding after
+    /// `limited_in_a_row`: it costs an idle socket nothing.
+    drained: bool,
 }
 
 impl Session {
@@ -170,11 +175,10 @@ impl Session {
     /// expired sockets through the outbox (see `Core::heartbeat`), as do slow-consumer and
     /// drain closes; the writes, which need more state, are boxed while they run.
     async fn serve(&mut self, ws: &mut WebSocketStream<TcpStream>) -> Option<Closing> {
-        let outbox = self.outbox.clone();
         loop {
             tokio::select! {
                 biased;
-                out = outbox.recv() => match out {
+                out = self.outbox.recv() => match out {
                     Outgoing::Frame(frame) => {
                         if let Err(c) = self.write_batch(ws, frame).await {
                             return c;
@@ -187,8 +191,8 @@ impl Session {
                     }
                     Outgoing::Close(kick) => return Some(Closing::new(kick.code(), kick.reason())),
                 },
-                msg = ws.next() => {
-                    outbox.heard();
+                msg = next_message(ws, &mut self.drained) => {
+                    self.outbox.heard();
                     match msg {
                         None => return None,
                         Some(Ok(Message::Text(t))) => {
@@ -353,6 +357,27 @@ impl Session {
 
 fn new_room_id() -> RoomId {
     RoomId::from(format!("r-{:012x}", rand::random::<u64>() >> 16))
+}
+
+/// The client's next frame. Once tungstenite has answered `Pending` (its read of the socket
+/// returned `WouldBlock`, so no whole frame waits in its buffer), it is asked again only when
+/// the socket is readable: otherwise every frame the outbox wakes this socket for would also
+/// run tungstenite's read path to its `WouldBlock`. After a frame it is asked straight away,
+/// because more frames may wait in its buffer while the socket has nothing more (tokio forgets
+/// readiness after a short read). A pong tungstenite could not flush (a full socket buffer) goes
+/// out with the next batch's flush or the next read.
+fn next_message<'a>(
+    ws: &'a mut WebSocketStream<TcpStream>,
+    drained: &'a mut bool,
+) -> impl Future<Output = Option<Result<Message, WsError>>> + 'a {
+    std::future::poll_fn(move |cx| {
+        if *drained && ws.get_ref().poll_read_ready(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let next = ws.poll_next_unpin(cx);
+        *drained = next.is_pending();
+        next
+    })
 }
 
 #[cfg(test)]

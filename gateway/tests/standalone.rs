@@ -559,6 +559,45 @@ async fn client_pings_are_answered_in_order_with_data_frames_intact() {
     s.stop().await;
 }
 
+/// Many requests in one TCP write: the server reads them all, though after the first read the
+/// rest wait in tungstenite's buffer and the socket has nothing more to say (the session only
+/// polls tungstenite once the socket is readable, which must count buffered frames).
+#[tokio::test]
+async fn requests_written_in_one_segment_are_all_answered() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    // No server pings during the test: a ping's pong would make the socket readable and hide
+    // frames stuck in tungstenite's buffer.
+    let s = Server::start_with(|g, _| g.heartbeat = Duration::from_secs(600)).await;
+    let t = client::mint_token(SECRET, "pipeliner", Duration::from_secs(60)).unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", s.url))
+        .await
+        .unwrap();
+    const N: u64 = 50;
+    // `feed` only buffers: the one `flush` writes all 50 frames (~1.7 KB) with one write.
+    for i in 1..=N {
+        let req = json!({"id": i, "op": "ping", "d": {}}).to_string();
+        ws.feed(Message::text(req)).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    let mut replies = Vec::new();
+    while replies.len() < N as usize {
+        match tokio::time::timeout(WAIT, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                if let Some(re) = v.get("re") {
+                    replies.push(re.as_u64().unwrap());
+                }
+            }
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => panic!("only {} of {N} replies: {replies:?}", replies.len()),
+        }
+    }
+    assert_eq!(replies, (1..=N).collect::<Vec<_>>());
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn a_connection_whose_token_expires_is_closed_with_1008() {
     let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(300)).await;
