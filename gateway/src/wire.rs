@@ -70,7 +70,9 @@ async fn send_vectored(stream: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result
     loop {
         stream.writable().await?;
         match stream.try_io(Interest::WRITABLE, || {
-            socket2::SockRef::from(stream).send_vectored(slices)
+            // A peer that went away is an error here, never a SIGPIPE, whatever the process
+            // did with that signal.
+            socket2::SockRef::from(stream).send_vectored_with_flags(slices, libc::MSG_NOSIGNAL)
         }) {
             Err(e)
                 if matches!(
