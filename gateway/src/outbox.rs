@@ -72,7 +72,7 @@ impl Kick {
         match self {
             Kick::SlowConsumer => close::SLOW_CONSUMER,
             Kick::GoingAway => close::GOING_AWAY,
-            Kick::HeartbeatTimeout => 1000,
+            Kick::HeartbeatTimeout => close::NORMAL,
             Kick::TokenExpired => close::POLICY,
         }
     }

@@ -81,6 +81,8 @@ impl std::fmt::Display for ErrorCode {
 
 /// WebSocket close codes the server uses (see PROTOCOL.md, "Close codes").
 pub mod close {
+    /// Normal closure: the peer went silent for two heartbeats.
+    pub const NORMAL: u16 = 1000;
     /// Going away: the node drains; reconnect elsewhere and resume with `since`.
     pub const GOING_AWAY: u16 = 1001;
     /// Policy violation: a flood after warnings, or the token expired.
