@@ -622,11 +622,12 @@ impl RoomActor {
                 self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
-            // `handle` hands gifts to `take_gift` before `apply`; this arm keeps `apply` whole.
-            RoomCmd::Gift(_) => {
-                self.take_gift(cmd.clone(), at).await;
-                Ok(None)
-            }
+            // `handle` moves gifts into `take_gift` (their saga keeps the command) and never
+            // brings them here.
+            RoomCmd::Gift(_) => Err(Rejected {
+                code: ErrorCode::Internal,
+                msg: "gift.send is taken before apply",
+            }),
             RoomCmd::Rank(_) => Err(Rejected {
                 code: ErrorCode::BadRequest,
                 msg: "rank.get is answered by the gateway",

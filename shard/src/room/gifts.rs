@@ -178,7 +178,7 @@ impl RoomActor {
             }),
         };
         match order {
-            Ok(Some(order)) => self.start_saga(cmd, order),
+            Ok(Some((order, ledger))) => self.start_saga(cmd, order, ledger),
             Ok(None) => {}
             Err(r) => {
                 let err = ReplyError::new(r.code, r.msg);
@@ -187,14 +187,14 @@ impl RoomActor {
         }
     }
 
-    /// The order of a `gift.send`, or `None` when the request was answered from the ledger
-    /// (a retry of an order booked earlier).
+    /// The order of a `gift.send` and the ledger that books it, or `None` when the request was
+    /// answered from the ledger (a retry of an order booked earlier).
     fn gift_order(
         &self,
         cmd: &Command,
         at: &SessionRef,
         g: &GiftSend,
-    ) -> Result<Option<GiftOrder>, Rejected> {
+    ) -> Result<Option<(GiftOrder, storage::ledger::Ledger)>, Rejected> {
         let Some(ledger) = &self.inner.ledger else {
             return Err(Rejected {
                 code: ErrorCode::Unavailable,
@@ -257,14 +257,11 @@ impl RoomActor {
                 msg: "invalid gift order",
             });
         }
-        Ok(Some(order))
+        Ok(Some((order, ledger.clone())))
     }
 
     /// Starts the saga of a validated order; the actor polls it (see [`Sagas`]).
-    fn start_saga(&mut self, cmd: Command, order: GiftOrder) {
-        let Some(ledger) = self.inner.ledger.clone() else {
-            return;
-        };
+    fn start_saga(&mut self, cmd: Command, order: GiftOrder, ledger: storage::ledger::Ledger) {
         lock(&self.in_flight).insert(order.gift_id);
         let fence = self.fence;
         let crash = self.inner.config.test_crash_after_debit;
