@@ -121,6 +121,7 @@ pub(crate) fn run(
         outbox,
         limited_in_a_row: 0,
         drained: false,
+        pong_owed: false,
     };
     async move {
         let closing = s.serve(&mut ws).await;
@@ -165,6 +166,10 @@ struct Session {
     /// tungstenite's last answer was `Pending` (see `next_message`). Sits in the padding after
     /// `limited_in_a_row`: it costs an idle socket nothing.
     drained: bool,
+    /// The client sent a ping since the last batch: tungstenite queued its pong and may still
+    /// hold it (its read flushes it, unless the socket buffer was full), so the next batch
+    /// flushes tungstenite first. Also in the padding.
+    pong_owed: bool,
 }
 
 impl Session {
@@ -204,6 +209,7 @@ impl Session {
                             self.reply_err(None, ErrorCode::BadFrame, "binary frames are not supported");
                         }
                         Some(Ok(Message::Close(_))) => return None,
+                        Some(Ok(Message::Ping(_))) => self.pong_owed = true,
                         Some(Ok(_)) => {}
                         Some(Err(WsError::Capacity(_))) => {
                             return Some(Closing::new(close::TOO_BIG, "frame too large"));
@@ -220,16 +226,21 @@ impl Session {
 
     /// Writes `first` and whatever else is queued (up to a batch) in one vectored write.
     async fn write_batch(
-        &self,
+        &mut self,
         ws: &mut WebSocketStream<TcpStream>,
         first: Utf8Bytes,
     ) -> Result<(), Option<Closing>> {
         let wt = self.core.config.write_timeout;
         let mut written = 0usize;
+        // tungstenite holds bytes of its own only after a client's ping (the pong it queued
+        // while reading); everything the session sends through it is flushed at once. Asking
+        // it to flush costs a waker registration, so it is asked only then.
+        let pong_owed = std::mem::take(&mut self.pong_owed);
         let write = async {
-            // tungstenite may hold bytes of its own (a pong it queued while reading): they go
-            // first, so our frames never interleave with them.
-            ws.flush().await.map_err(|_| ())?;
+            // The pong goes first, so our frames never interleave with it.
+            if pong_owed {
+                ws.flush().await.map_err(|_| ())?;
+            }
             let mut frames: SmallVec<[Utf8Bytes; BATCH_INLINE]> = SmallVec::new();
             frames.push(first);
             while frames.len() < WRITE_BATCH_FRAMES {
