@@ -2,7 +2,7 @@
 //! whose queue passes its frame or byte bound is closed with 4000 (slow consumer), and the
 //! client resumes with `since`.
 //!
-//! A plain `VecDeque` behind a short lock plus a `Notify`: an idle socket's queue holds no
+//! A plain `VecDeque` behind a short lock plus an `AtomicWaker`: an idle socket's queue holds no
 //! allocation at all (a channel would keep a block of slots per connection).
 //!
 //! The outbox also carries the socket's liveness: when its peer was last heard and when its
@@ -14,9 +14,10 @@ use std::collections::VecDeque;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 
+use futures_util::task::AtomicWaker;
 use protocol::error::close;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
@@ -92,7 +93,9 @@ impl Kick {
 #[derive(Debug)]
 pub(crate) struct Outbox {
     queue: Mutex<Queue>,
-    ready: Notify,
+    /// The socket's task, waiting in [`Outbox::recv`]: a push wakes it without a lock (its
+    /// only waiter is the socket's own task).
+    ready: AtomicWaker,
     max_frames: u32,
     max_bytes: u32,
     /// The [`Kick`] asked for, 0 while none; set once, because every push checks it.
@@ -122,7 +125,7 @@ impl Outbox {
     pub(crate) fn new(max_frames: usize, max_bytes: usize, expires: u64) -> Self {
         Self {
             queue: Mutex::new(Queue::default()),
-            ready: Notify::new(),
+            ready: AtomicWaker::new(),
             max_frames: u32::try_from(max_frames.max(1)).unwrap_or(u32::MAX),
             max_bytes: u32::try_from(max_bytes).unwrap_or(u32::MAX),
             kick: AtomicU8::new(0),
@@ -154,7 +157,7 @@ impl Outbox {
             q.bytes += frame.len();
             q.frames.push_back(frame);
         }
-        self.ready.notify_one();
+        self.ready.wake();
         true
     }
 
@@ -173,19 +176,25 @@ impl Outbox {
     /// Waits for the next frame, ping or order to close (only the socket's writer calls this).
     /// A close wins over queued frames (the client resumes with `since`), and a ping goes
     /// before them, so a socket busy with a backlog still proves it is alive.
-    pub(crate) async fn recv(&self) -> Outgoing {
-        loop {
-            if let Some(kick) = self.kicked() {
-                return Outgoing::Close(kick);
+    pub(crate) fn recv(&self) -> impl Future<Output = Outgoing> + '_ {
+        std::future::poll_fn(move |cx| {
+            if let Some(out) = self.take_next() {
+                return Poll::Ready(out);
             }
-            if self.ping.swap(false, Ordering::Relaxed) {
-                return Outgoing::Ping;
-            }
-            if let Some(f) = self.try_recv() {
-                return Outgoing::Frame(f);
-            }
-            self.ready.notified().await;
+            self.ready.register(cx.waker());
+            // A push between the look above and the registration woke nobody: look again.
+            self.take_next().map_or(Poll::Pending, Poll::Ready)
+        })
+    }
+
+    fn take_next(&self) -> Option<Outgoing> {
+        if let Some(kick) = self.kicked() {
+            return Some(Outgoing::Close(kick));
         }
+        if self.ping.swap(false, Ordering::Relaxed) {
+            return Some(Outgoing::Ping);
+        }
+        self.try_recv().map(Outgoing::Frame)
     }
 
     /// Asks the socket's task to close (the first kick asked for wins).
@@ -193,7 +202,7 @@ impl Outbox {
         let _ = self
             .kick
             .compare_exchange(0, kick as u8, Ordering::Release, Ordering::Relaxed);
-        self.ready.notify_one();
+        self.ready.wake();
     }
 
     /// The kick asked for, if any.
@@ -227,7 +236,7 @@ impl Outbox {
             self.kick(k);
         } else if ping {
             self.ping.store(true, Ordering::Relaxed);
-            self.ready.notify_one();
+            self.ready.wake();
         }
         kick
     }
