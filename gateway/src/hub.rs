@@ -4,7 +4,7 @@
 //! A shard sends one copy of each event per gateway; the hub turns its bytes into one
 //! `Utf8Bytes` and pushes clones of it (a reference count, no copy) to each member's outbox.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use bytes::Bytes;
@@ -31,8 +31,9 @@ struct Slot {
 #[derive(Debug, Default)]
 struct HubState {
     sessions: HashMap<SessionId, Slot>,
-    /// room -> shard it was joined through -> sessions.
-    rooms: HashMap<RoomId, HashMap<NodeId, HashSet<SessionId>>>,
+    /// room -> shard it was joined through -> sessions, with their outboxes: a room's fan-out
+    /// walks this map alone, with no lookup per member in `sessions`.
+    rooms: HashMap<RoomId, HashMap<NodeId, HashMap<SessionId, Arc<Outbox>>>>,
     /// A user's sessions on this gateway: almost always one, kept inline (no allocation).
     users: HashMap<UserId, SmallVec<[SessionId; 1]>>,
     /// The last sequenced event delivered per (room, shard): every member session got it, so
@@ -237,6 +238,7 @@ impl Hub {
             return leaves;
         };
         let user = slot.user.clone();
+        let out = slot.out.clone();
         match r.membership {
             Some(Membership::Joined) => {
                 let old = st
@@ -248,7 +250,7 @@ impl Hub {
                     .or_default()
                     .entry(from.clone())
                     .or_default()
-                    .insert(r.session);
+                    .insert(r.session, out);
                 if let Some((old, old_via)) = old {
                     if old != r.room || old_via != *from {
                         remove_member(&mut st, &old, &old_via, r.session);
@@ -368,20 +370,21 @@ impl Hub {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert((e.room.clone(), from.clone()), pos);
         }
-        let push = |s: &SessionId| {
-            if let Some(slot) = st.sessions.get(s) {
-                slot.out.push(frame.clone());
-            }
-        };
         let members = st.rooms.get(&e.room).and_then(|m| m.get(from));
+        let push = |out: &Arc<Outbox>| {
+            out.push(frame.clone());
+        };
         match &e.audience {
-            Audience::All => members.into_iter().flatten().for_each(push),
+            Audience::All => members.into_iter().flat_map(HashMap::values).for_each(push),
             Audience::AllBut(x) => members
                 .into_iter()
                 .flatten()
-                .filter(|s| *s != x)
-                .for_each(push),
-            Audience::Only(list) => list.iter().for_each(push),
+                .filter(|(s, _)| *s != x)
+                .for_each(|(_, out)| push(out)),
+            Audience::Only(list) => list
+                .iter()
+                .filter_map(|s| st.sessions.get(s))
+                .for_each(|slot| push(&slot.out)),
             Audience::Evict(_) | Audience::Moved { .. } => {}
         }
         Vec::new()
