@@ -154,6 +154,7 @@ pub(crate) async fn run(
         deferred: Vec::new(),
         self_tx,
         in_flight: Arc::default(),
+        sweep: Arc::default(),
         sagas: gifts::Sagas::default(),
         inner: inner.clone(),
     };
@@ -230,6 +231,8 @@ struct RoomActor {
     self_tx: mpsc::WeakSender<RoomMsg>,
     /// Gift ids whose saga this runtime is driving now (recovery leaves them alone).
     in_flight: gifts::InFlight,
+    /// Whether the sweep of unfinished sagas runs, and the sagas that ended in an error.
+    sweep: Arc<gifts::Sweep>,
     /// The gift sagas this runtime is driving, polled by the run loop.
     sagas: gifts::Sagas,
 }

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -82,6 +83,53 @@ const SAGA_RETRY_DELAY: Duration = Duration::from_millis(20);
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
 /// A saga untouched this long is unfinished (in-flight ones are skipped anyway).
 const RECOVERY_MIN_AGE_MS: i64 = 3_000;
+
+/// When the owner's sweep of its room's unfinished sagas runs. Only a saga that ended in an
+/// error can leave one behind (every `Ok` outcome is final; a previous owner's are found by
+/// the sweep at load), so the sweep runs at load and then only while such a saga may still be
+/// open: it stops after a clean sweep that started at least [`RECOVERY_MIN_AGE_MS`] after the
+/// last failure, and the next failure starts it again. A quiet room holds no sweep timer and
+/// sends the ledger no queries.
+#[derive(Debug, Default)]
+pub(crate) struct Sweep {
+    running: AtomicBool,
+    /// Sagas that ended in an error so far.
+    failures: AtomicU64,
+    /// [`now_ms`] of the last failure.
+    failed_at_ms: AtomicI64,
+}
+
+impl Sweep {
+    /// Takes the right to run the sweep: false when it runs already.
+    fn claim(&self) -> bool {
+        self.running
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// A saga ended in an error at `now`: returns whether the caller must start the sweep.
+    fn failed(&self, now: i64) -> bool {
+        self.failed_at_ms.store(now, Ordering::SeqCst);
+        self.failures.fetch_add(1, Ordering::SeqCst);
+        self.claim()
+    }
+
+    /// Failures so far, read before a sweep looks.
+    fn seen(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
+    }
+
+    /// After a sweep that began at `began` having `seen` failures and found nothing left to do:
+    /// whether it must go on. It must while a failure is too young for the sweep's age filter
+    /// to have listed it, or when one came in meanwhile (unless a new sweep took over).
+    fn go_on(&self, began: i64, seen: u64) -> bool {
+        if began - self.failed_at_ms.load(Ordering::SeqCst) < RECOVERY_MIN_AGE_MS {
+            return true;
+        }
+        self.running.store(false, Ordering::SeqCst);
+        self.failures.load(Ordering::SeqCst) != seen && self.claim()
+    }
+}
 
 /// The outcome of one gift saga, for the room actor (or, once it stopped, a direct reply).
 #[derive(Debug)]
@@ -308,6 +356,9 @@ impl RoomActor {
     /// Publishes a settled gift (first time only) and answers the sender.
     pub(super) async fn gift_done(&mut self, done: GiftDone) {
         lock(&self.in_flight).remove(&done.order.gift_id);
+        if done.outcome.is_err() && self.sweep.failed(now_ms()) {
+            self.spawn_sweep(RECOVERY_MIN_AGE_MS, true);
+        }
         let reply = outcome_reply(&done.order, &done.outcome);
         if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
             metrics::counter!(m::GIFTS_SETTLED).increment(1);
@@ -351,9 +402,17 @@ impl RoomActor {
         self.publish(applied, None).await;
     }
 
-    /// Starts the owner-only sweep of this room's unfinished sagas: once now (a previous
-    /// owner may have crashed mid-saga), then every few seconds while the lease is proven.
+    /// Starts the owner-only sweep of this room's unfinished sagas at load: a previous owner
+    /// may have crashed mid-saga. It goes on every few seconds while [`Sweep`] says it must.
     pub(super) fn start_recovery(&self) {
+        if self.sweep.claim() {
+            self.spawn_sweep(0, false);
+        }
+    }
+
+    /// Runs the sweep (its caller claimed it): first after a pause when `wait_first`, listing
+    /// sagas untouched for `min_age` ms, then every few seconds until a sweep finds nothing.
+    fn spawn_sweep(&self, min_age: i64, wait_first: bool) {
         let Some(ledger) = self.inner.ledger.clone() else {
             return;
         };
@@ -364,13 +423,27 @@ impl RoomActor {
         let valid = self.valid.clone();
         let in_flight = self.in_flight.clone();
         let weak = self.self_tx.clone();
+        let sweep = self.sweep.clone();
         self.inner.tracker.spawn(async move {
-            let mut min_age = 0;
+            let mut min_age = min_age;
+            let mut wait = wait_first;
             loop {
-                // Law 4: only a provable owner moves sagas; anything else writes nothing.
+                if wait {
+                    tokio::select! {
+                        () = lease.cancelled() => return,
+                        () = inner.shutdown.cancelled() => return,
+                        () = tokio::time::sleep(RECOVERY_INTERVAL) => {}
+                    }
+                }
+                wait = true;
+                // Law 4: only a provable owner moves sagas; anything else writes nothing. A
+                // later failure starts the sweep again.
                 if lease.is_cancelled() || !inner.owner.proven(&valid) {
+                    sweep.running.store(false, Ordering::SeqCst);
                     return;
                 }
+                let (began, seen) = (now_ms(), sweep.seen());
+                let mut clean = true;
                 match ledger.pending_sagas(&room, min_age).await {
                     Ok(list) => {
                         for rec in list {
@@ -390,21 +463,26 @@ impl RoomActor {
                                     metrics::counter!(m::SAGAS_RECOVERED, "outcome" => "voided").increment(1);
                                     info!(%room, order = %rec.order.gift_id, "Recovered a never-debited gift: voided.");
                                 }
-                                Ok(_) => {}
+                                Ok(RecoveryOutcome::AlreadyTerminal(_) | RecoveryOutcome::Missing) => {}
+                                Ok(RecoveryOutcome::Released) => clean = false,
                                 // Law 5: a conflict is retried on the next sweep (or by the
                                 // new owner), never turned into a terminal state.
                                 Err(StorageError::Fenced { .. }) => return,
-                                Err(e) => warn!(%room, error = %e, "Saga recovery failed; retrying later."),
+                                Err(e) => {
+                                    clean = false;
+                                    warn!(%room, error = %e, "Saga recovery failed; retrying later.");
+                                }
                             }
                         }
                     }
-                    Err(e) => warn!(%room, error = %e, "Could not list unfinished sagas."),
+                    Err(e) => {
+                        clean = false;
+                        warn!(%room, error = %e, "Could not list unfinished sagas.");
+                    }
                 }
                 min_age = RECOVERY_MIN_AGE_MS;
-                tokio::select! {
-                    () = lease.cancelled() => return,
-                    () = inner.shutdown.cancelled() => return,
-                    () = tokio::time::sleep(RECOVERY_INTERVAL) => {}
+                if clean && !sweep.go_on(began, seen) {
+                    return;
                 }
             }
         });
@@ -440,4 +518,41 @@ async fn crash_after_debit(
     ledger.debit(order, fence).await?;
     warn!(order = %order.gift_id, "TEST: aborting between debit and settle.");
     std::process::abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RECOVERY_MIN_AGE_MS, Sweep};
+
+    const NOW: i64 = 1_000_000_000;
+
+    #[test]
+    fn a_clean_sweep_stops_and_the_next_failure_starts_it_again() {
+        let s = Sweep::default();
+        assert!(s.claim(), "the sweep at load");
+        assert!(!s.claim(), "one sweep at a time");
+        assert!(!s.go_on(NOW, s.seen()), "nothing failed: it stops");
+        assert!(s.failed(NOW), "a failure while stopped starts it");
+        assert!(!s.failed(NOW), "a second failure finds it running");
+    }
+
+    #[test]
+    fn the_sweep_goes_on_until_a_failure_is_old_enough_to_be_listed() {
+        let s = Sweep::default();
+        assert!(s.failed(NOW));
+        let seen = s.seen();
+        assert!(s.go_on(NOW + RECOVERY_MIN_AGE_MS - 1, seen));
+        assert!(!s.go_on(NOW + RECOVERY_MIN_AGE_MS, seen));
+    }
+
+    #[test]
+    fn a_failure_racing_the_stop_is_not_lost() {
+        let s = Sweep::default();
+        assert!(s.claim());
+        let seen = s.seen();
+        // A saga fails while the sweep still runs (an old timestamp: only the count tells).
+        assert!(!s.failed(NOW - 10 * RECOVERY_MIN_AGE_MS));
+        assert!(s.go_on(NOW, seen), "the sweep must look again");
+        assert!(!s.claim(), "and it still holds the sweep");
+    }
 }
