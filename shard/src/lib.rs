@@ -75,6 +75,17 @@ pub(crate) struct Inner {
     /// Where rooms belong (cluster mode); `None` in standalone: every room is ours.
     placement: std::sync::RwLock<Option<Arc<Placement>>>,
     rebalance: rebalance::Rebalance,
+    hot: HotCounters,
+}
+
+/// Counters bumped per command or event, registered once: `counter!` looks its name up in
+/// the registry on every call.
+#[derive(Debug)]
+pub(crate) struct HotCounters {
+    /// [`metrics::ROOM_COMMANDS`].
+    pub(crate) room_commands: ::metrics::Counter,
+    /// [`metrics::EVENTS_SEQUENCED`].
+    pub(crate) events_sequenced: ::metrics::Counter,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -126,6 +137,10 @@ impl Shard {
                 next_generation: AtomicU64::new(1),
                 placement: std::sync::RwLock::new(None),
                 rebalance: rebalance::Rebalance::default(),
+                hot: HotCounters {
+                    room_commands: ::metrics::counter!(crate::metrics::ROOM_COMMANDS),
+                    events_sequenced: ::metrics::counter!(crate::metrics::EVENTS_SEQUENCED),
+                },
             }),
         };
         me.inner.tracker.spawn(rebalance::run(me.inner.clone()));

@@ -463,7 +463,7 @@ impl RoomActor {
     }
 
     async fn handle(&mut self, cmd: Command) {
-        metrics::counter!(m::ROOM_COMMANDS).increment(1);
+        self.inner.hot.room_commands.increment(1);
         if self.inner.owner.renews_on_traffic() {
             // The seed incident's bug, kept behind a test-only switch: quiet rooms lose their
             // lease because renewal depends on traffic.
@@ -742,7 +742,7 @@ impl RoomActor {
         }
         let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
         for ((seq, _), frame) in applied.events.iter().zip(frames) {
-            metrics::counter!(m::EVENTS_SEQUENCED).increment(1);
+            self.inner.hot.events_sequenced.increment(1);
             for gw in &gws {
                 self.send_event_at(gw, Audience::All, frame.clone(), Some((epoch, *seq)))
                     .await;
