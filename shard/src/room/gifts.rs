@@ -86,10 +86,10 @@ const RECOVERY_MIN_AGE_MS: i64 = 3_000;
 
 /// When the owner's sweep of its room's unfinished sagas runs. Only a saga that ended in an
 /// error can leave one behind (every `Ok` outcome is final; a previous owner's are found by
-/// the sweep at load), so the sweep runs at load and then only while such a saga may still be
-/// open: it stops after a clean sweep that started at least [`RECOVERY_MIN_AGE_MS`] after the
-/// last failure, and the next failure starts it again. A quiet room holds no sweep timer and
-/// sends the ledger no queries.
+/// the sweeps after load), so the sweep runs from the load and then only while such a saga
+/// may still be open: it stops after a clean sweep that started at least
+/// [`RECOVERY_MIN_AGE_MS`] after the last failure (the load counts as one), and the next
+/// failure starts it again. A quiet room holds no sweep timer and sends the ledger no queries.
 #[derive(Debug, Default)]
 pub(crate) struct Sweep {
     running: AtomicBool,
@@ -404,8 +404,10 @@ impl RoomActor {
 
     /// Starts the owner-only sweep of this room's unfinished sagas at load: a previous owner
     /// may have crashed mid-saga. It goes on every few seconds while [`Sweep`] says it must.
+    /// The load counts as a failure: a previous owner's last write may land (or become
+    /// visible) around the fence install, so one more sweep looks once it is old enough.
     pub(super) fn start_recovery(&self) {
-        if self.sweep.claim() {
+        if self.sweep.failed(now_ms()) {
             self.spawn_sweep(0, false);
         }
     }
@@ -529,11 +531,16 @@ mod tests {
     #[test]
     fn a_clean_sweep_stops_and_the_next_failure_starts_it_again() {
         let s = Sweep::default();
-        assert!(s.claim(), "the sweep at load");
+        assert!(s.failed(NOW), "the load starts the sweep");
         assert!(!s.claim(), "one sweep at a time");
-        assert!(!s.go_on(NOW, s.seen()), "nothing failed: it stops");
-        assert!(s.failed(NOW), "a failure while stopped starts it");
-        assert!(!s.failed(NOW), "a second failure finds it running");
+        let seen = s.seen();
+        assert!(
+            s.go_on(NOW, seen),
+            "the pass at load is followed by one more"
+        );
+        assert!(!s.go_on(NOW + RECOVERY_MIN_AGE_MS, seen), "then it stops");
+        assert!(s.failed(NOW + 60_000), "a failure while stopped starts it");
+        assert!(!s.failed(NOW + 60_000), "a second failure finds it running");
     }
 
     #[test]
