@@ -414,3 +414,80 @@ fn remove_member(st: &mut HubState, room: &RoomId, via: &NodeId, session: Sessio
 fn by_shard_has(st: &HubState, room: &RoomId, via: &NodeId) -> bool {
     st.rooms.get(room).is_some_and(|m| m.contains_key(via))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox() -> Arc<Outbox> {
+        let far = crate::outbox::unix_ms() / 1000 + 3600;
+        Arc::new(Outbox::new(16, 1 << 20, far))
+    }
+
+    /// Applies a join's reply; returns the rooms the session left by it.
+    fn joined(hub: &Hub, session: SessionId, user: &str, room: &str, via: &NodeId) -> Vec<RoomId> {
+        let follow = hub.apply(
+            via,
+            ToGateway::Reply(Reply {
+                req: session,
+                session,
+                user: UserId::from(user),
+                client_id: None,
+                room: RoomId::from(room),
+                membership: Some(Membership::Joined),
+                outcome: Ok(Bytes::from_static(b"{}")),
+            }),
+        );
+        follow.leaves.into_iter().map(|l| l.room).collect()
+    }
+
+    fn event(hub: &Hub, room: &str, via: &NodeId, audience: Audience, frame: &'static str) {
+        hub.apply(
+            via,
+            ToGateway::Event(RoomEvent {
+                room: RoomId::from(room),
+                audience,
+                position: Some((1, 1)),
+                frame: Bytes::from_static(frame.as_bytes()),
+            }),
+        );
+    }
+
+    fn drained(o: &Outbox) -> Vec<String> {
+        std::iter::from_fn(|| o.try_recv().map(|f| f.as_str().to_owned())).collect()
+    }
+
+    #[test]
+    fn fan_out_reaches_each_member_once_and_a_closed_session_lets_go_of_its_outbox() {
+        let hub = Hub::default();
+        let via = NodeId::from("shard-1");
+        let (a, b, c) = (outbox(), outbox(), outbox());
+        hub.add(1, UserId::from("ann"), a.clone());
+        hub.add(2, UserId::from("bob"), b.clone());
+        hub.add(3, UserId::from("cy"), c.clone());
+        for (session, user, room) in [(1, "ann", "r1"), (2, "bob", "r1"), (3, "cy", "r2")] {
+            assert!(joined(&hub, session, user, room, &via).is_empty());
+        }
+
+        event(&hub, "r1", &via, Audience::All, "all");
+        event(&hub, "r1", &via, Audience::AllBut(1), "but-ann");
+        event(&hub, "r1", &NodeId::from("shard-2"), Audience::All, "stale");
+        assert_eq!(drained(&a), ["all"]);
+        assert_eq!(drained(&b), ["all", "but-ann"]);
+        assert!(drained(&c).is_empty(), "another room's member");
+
+        // Closing a session takes its outbox out of the room too: nothing in the hub keeps it.
+        assert!(hub.remove(2).is_some());
+        assert_eq!(Arc::strong_count(&b), 1);
+        event(&hub, "r1", &via, Audience::All, "after");
+        assert_eq!(drained(&a), ["after"]);
+        assert!(drained(&b).is_empty());
+
+        // So does switching rooms.
+        assert_eq!(joined(&hub, 1, "ann", "r2", &via), [RoomId::from("r1")]);
+        event(&hub, "r1", &via, Audience::All, "old room");
+        event(&hub, "r2", &via, Audience::All, "new room");
+        assert_eq!(drained(&a), ["new room"]);
+        assert_eq!(drained(&c), ["new room"]);
+    }
+}
