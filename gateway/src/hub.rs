@@ -26,6 +26,10 @@ struct Slot {
     /// the room count only when they come from that shard: a deposed owner's late events never
     /// reach a session that rejoined through the new owner.
     room: Option<(RoomId, NodeId)>,
+    /// The client's latest `room.join`: its request id and room. A join's reply that arrives
+    /// after the client asked for another room does not move the session there (replies of
+    /// different rooms come back in any order; the client's last ask wins).
+    join: Option<(u64, RoomId)>,
 }
 
 #[derive(Debug, Default)]
@@ -112,6 +116,7 @@ impl Hub {
                 user,
                 out,
                 room: None,
+                join: None,
             },
         );
     }
@@ -158,6 +163,13 @@ impl Hub {
             .iter()
             .filter_map(|(id, s)| s.out.beat(now, unix, silence_ms, id % slices == slice))
             .count()
+    }
+
+    /// Notes that `session`'s client asked to join `room` with request `req`.
+    pub(crate) fn note_join(&self, session: SessionId, req: u64, room: &RoomId) {
+        if let Some(slot) = self.write().sessions.get_mut(&session) {
+            slot.join = Some((req, room.clone()));
+        }
     }
 
     /// Queues a frame to one session.
@@ -239,7 +251,23 @@ impl Hub {
         };
         let user = slot.user.clone();
         let out = slot.out.clone();
+        // The client asked for another room (or this one again) after this command.
+        let later_join = slot.join.as_ref().filter(|(req, _)| *req > r.req);
+        let superseded = later_join.is_some_and(|(_, room)| *room != r.room);
+        let rejoined = later_join.is_some_and(|(_, room)| *room == r.room);
         match r.membership {
+            Some(Membership::Joined) if superseded => {
+                // A quick hop (A → B → A): the session stays where the client went last, and
+                // the room it passed through lets it go.
+                leaves.push(PendingLeave {
+                    session: r.session,
+                    user: user.clone(),
+                    room: r.room.clone(),
+                    reason: LeaveReason::Switched,
+                });
+            }
+            // Left, then joined again: the later join's reply keeps the session in.
+            Some(Membership::Left) if rejoined => {}
             Some(Membership::Joined) => {
                 let old = st
                     .sessions
@@ -426,10 +454,21 @@ mod tests {
 
     /// Applies a join's reply; returns the rooms the session left by it.
     fn joined(hub: &Hub, session: SessionId, user: &str, room: &str, via: &NodeId) -> Vec<RoomId> {
+        joined_req(hub, session, session, user, room, via)
+    }
+
+    fn joined_req(
+        hub: &Hub,
+        req: u64,
+        session: SessionId,
+        user: &str,
+        room: &str,
+        via: &NodeId,
+    ) -> Vec<RoomId> {
         let follow = hub.apply(
             via,
             ToGateway::Reply(Reply {
-                req: session,
+                req,
                 session,
                 user: UserId::from(user),
                 client_id: None,
@@ -489,5 +528,26 @@ mod tests {
         event(&hub, "r2", &via, Audience::All, "new room");
         assert_eq!(drained(&a), ["new room"]);
         assert_eq!(drained(&c), ["new room"]);
+    }
+
+    #[test]
+    fn a_join_the_client_already_moved_on_from_does_not_move_the_session() {
+        let hub = Hub::default();
+        let via = NodeId::from("shard-1");
+        let a = outbox();
+        hub.add(1, UserId::from("ann"), a.clone());
+        assert!(joined_req(&hub, 10, 1, "ann", "r1", &via).is_empty());
+        // The client asks for r2, then r1 again; r1's reply comes back first.
+        hub.note_join(1, 11, &RoomId::from("r2"));
+        hub.note_join(1, 12, &RoomId::from("r1"));
+        assert!(joined_req(&hub, 12, 1, "ann", "r1", &via).is_empty());
+        assert_eq!(
+            joined_req(&hub, 11, 1, "ann", "r2", &via),
+            [RoomId::from("r2")],
+            "r2 lets the session go"
+        );
+        event(&hub, "r2", &via, Audience::All, "r2");
+        event(&hub, "r1", &via, Audience::All, "r1");
+        assert_eq!(drained(&a), ["r1"]);
     }
 }

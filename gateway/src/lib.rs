@@ -176,6 +176,9 @@ impl Core {
         hint: Option<NodeId>,
     ) {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        if client_id.is_some() && matches!(cmd, RoomCmd::Join(_)) {
+            self.hub.note_join(session, req, &room);
+        }
         let cmd = Command {
             req,
             gateway: self.node.clone(),

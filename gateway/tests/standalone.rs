@@ -663,3 +663,72 @@ async fn an_empty_room_unloads_after_the_idle_time_and_reloads_with_its_state() 
     assert_eq!(ok["snapshot"]["seats"].as_array().unwrap().len(), 3);
     s.stop().await;
 }
+
+/// A client hops A → B → A with both joins in one write (a quick swipe back): it must end up
+/// in A. The switch to B makes the gateway leave A on the client's behalf; that leave must not
+/// undo the join of A that followed it.
+#[tokio::test]
+async fn a_quick_hop_back_leaves_the_client_in_the_room_it_came_back_to() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let s = Server::start_with(|g, _| {
+        g.heartbeat = Duration::from_secs(600);
+        (g.rate_per_sec, g.rate_burst) = (1000, 1000);
+    })
+    .await;
+    let mut owner = s.connect("hop-owner").await;
+    for r in ["hop-a", "hop-b"] {
+        owner
+            .create_room(json!({"room": r, "seats": 4}))
+            .await
+            .unwrap();
+    }
+    let t = client::mint_token(SECRET, "hopper", Duration::from_secs(60)).unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", s.url))
+        .await
+        .unwrap();
+    // Sends `reqs` in one write and returns each one's reply, by id.
+    async fn send_all(
+        ws: &mut tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        reqs: &[serde_json::Value],
+    ) -> std::collections::HashMap<u64, serde_json::Value> {
+        for r in reqs {
+            ws.feed(Message::text(r.to_string())).await.unwrap();
+        }
+        ws.flush().await.unwrap();
+        let mut replies = std::collections::HashMap::new();
+        while replies.len() < reqs.len() {
+            match tokio::time::timeout(WAIT, ws.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                    if let Some(re) = v.get("re").and_then(serde_json::Value::as_u64) {
+                        replies.insert(re, v);
+                    }
+                }
+                Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+                other => panic!("unexpected {other:?} with {replies:?}"),
+            }
+        }
+        replies
+    }
+    let join = |id: u64, room: &str| json!({"id": id, "op": "room.join", "d": {"room": room}});
+    let r = send_all(&mut ws, &[join(1, "hop-a")]).await;
+    assert!(r[&1].get("ok").is_some(), "{r:?}");
+    let mut id = 1;
+    for hop in 0..20 {
+        let r = send_all(&mut ws, &[join(id + 1, "hop-b"), join(id + 2, "hop-a")]).await;
+        assert!(
+            r[&(id + 1)].get("ok").is_some() && r[&(id + 2)].get("ok").is_some(),
+            "{r:?}"
+        );
+        // Still a member of A: a seat there is granted.
+        let take = json!({"id": id + 3, "op": "seat.take", "d": {"room": "hop-a"}});
+        let leave = json!({"id": id + 4, "op": "seat.leave", "d": {"room": "hop-a"}});
+        let r = send_all(&mut ws, &[take, leave]).await;
+        assert!(r[&(id + 3)].get("ok").is_some(), "hop {hop}: {r:?}");
+        id += 4;
+    }
+    s.stop().await;
+}
