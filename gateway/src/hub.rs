@@ -254,8 +254,15 @@ impl Hub {
         // The client asked for another room (or this one again) after this command.
         let later_join = slot.join.as_ref().filter(|(req, _)| *req > r.req);
         let superseded = later_join.is_some_and(|(_, room)| *room != r.room);
+        // Already there (a repeated join): the later join's reply moves it, or, if that join
+        // fails, the session stays, as after any failed join.
+        let already_in = slot
+            .room
+            .as_ref()
+            .is_some_and(|(room, via)| *room == r.room && via == from);
         let rejoined = later_join.is_some_and(|(_, room)| *room == r.room);
         match r.membership {
+            Some(Membership::Joined) if superseded && already_in => {}
             Some(Membership::Joined) if superseded => {
                 // A quick hop (A → B → A): the session stays where the client went last, and
                 // the room it passed through lets it go.
@@ -549,5 +556,28 @@ mod tests {
         event(&hub, "r2", &via, Audience::All, "r2");
         event(&hub, "r1", &via, Audience::All, "r1");
         assert_eq!(drained(&a), ["r1"]);
+    }
+
+    #[test]
+    fn a_repeated_join_followed_by_another_leaves_only_through_the_later_reply() {
+        let hub = Hub::default();
+        let via = NodeId::from("shard-1");
+        let a = outbox();
+        hub.add(1, UserId::from("ann"), a.clone());
+        assert!(joined_req(&hub, 10, 1, "ann", "r1", &via).is_empty());
+        hub.note_join(1, 11, &RoomId::from("r1"));
+        hub.note_join(1, 12, &RoomId::from("r2"));
+        // r1 again, superseded by r2: the session stays in r1 until r2's reply says otherwise
+        // (had r2's join failed, it would simply stay).
+        assert!(joined_req(&hub, 11, 1, "ann", "r1", &via).is_empty());
+        event(&hub, "r1", &via, Audience::All, "still r1");
+        assert_eq!(drained(&a), ["still r1"]);
+        assert_eq!(
+            joined_req(&hub, 12, 1, "ann", "r2", &via),
+            [RoomId::from("r1")]
+        );
+        event(&hub, "r1", &via, Audience::All, "r1");
+        event(&hub, "r2", &via, Audience::All, "r2");
+        assert_eq!(drained(&a), ["r2"]);
     }
 }
