@@ -537,13 +537,19 @@ mod tests {
         assert_eq!(drained(&c), ["new room"]);
     }
 
-    #[test]
-    fn a_join_the_client_already_moved_on_from_does_not_move_the_session() {
+    /// Session 1 (ann) joined r1 through shard-1 with request 10.
+    fn ann_in_r1() -> (Hub, NodeId, Arc<Outbox>) {
         let hub = Hub::default();
         let via = NodeId::from("shard-1");
         let a = outbox();
         hub.add(1, UserId::from("ann"), a.clone());
         assert!(joined_req(&hub, 10, 1, "ann", "r1", &via).is_empty());
+        (hub, via, a)
+    }
+
+    #[test]
+    fn a_join_the_client_already_moved_on_from_does_not_move_the_session() {
+        let (hub, via, a) = ann_in_r1();
         // The client asks for r2, then r1 again; r1's reply comes back first.
         hub.note_join(1, 11, &RoomId::from("r2"));
         hub.note_join(1, 12, &RoomId::from("r1"));
@@ -560,11 +566,7 @@ mod tests {
 
     #[test]
     fn a_repeated_join_followed_by_another_leaves_only_through_the_later_reply() {
-        let hub = Hub::default();
-        let via = NodeId::from("shard-1");
-        let a = outbox();
-        hub.add(1, UserId::from("ann"), a.clone());
-        assert!(joined_req(&hub, 10, 1, "ann", "r1", &via).is_empty());
+        let (hub, via, a) = ann_in_r1();
         hub.note_join(1, 11, &RoomId::from("r1"));
         hub.note_join(1, 12, &RoomId::from("r2"));
         // r1 again, superseded by r2: the session stays in r1 until r2's reply says otherwise
