@@ -834,7 +834,8 @@ impl Ledger {
     }
 
     /// The kind of the sender's wallet entry under the gift id: `Debit`, `Void` or none
-    /// (a linearizable read on Scylla).
+    /// (a linearizable read on Scylla; on SQLite the claim is the saga row's state, written in
+    /// the same transaction as the debit or the void).
     ///
     /// # Errors
     /// Engine errors.

@@ -12,8 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::StorageError;
 use storage::ledger::{
-    Board, DebitOutcome, FenceInstall, GiftOrder, GiftOutcome, GiftResult, Ledger, LuckyPrize,
-    Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, gift_id, now_ms, saga,
+    Board, DebitOutcome, EntryKind, FenceInstall, GiftOrder, GiftOutcome, GiftResult, Ledger,
+    LuckyPrize, Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, gift_id, now_ms, saga,
 };
 use uuid::Uuid;
 
@@ -171,6 +171,15 @@ async fn same_request_debits_once(f: Fixture) {
     };
     assert_eq!(order_id, order.gift_id);
     assert_eq!(balance, 70);
+    // The sender's wallet holds the debit under the gift id; nobody else's does.
+    assert_eq!(
+        f.ledger.wallet_entry(&sender, order.gift_id).await.unwrap(),
+        Some(EntryKind::Debit)
+    );
+    assert_eq!(
+        f.ledger.wallet_entry(&host, order.gift_id).await.unwrap(),
+        None
+    );
     let again = f.ledger.send_gift(&order, 1).await.unwrap();
     assert_eq!(
         again,
@@ -198,6 +207,10 @@ async fn same_request_debits_once(f: Fixture) {
     let big = f.order(&sender, "req-3", &room, 1_000, std::slice::from_ref(&host));
     let nsf = f.ledger.send_gift(&big, 1).await.unwrap();
     assert_eq!(nsf, GiftOutcome::InsufficientFunds { balance: 40 });
+    assert_eq!(
+        f.ledger.wallet_entry(&sender, big.gift_id).await.unwrap(),
+        Some(EntryKind::Void)
+    );
     assert_eq!(
         f.ledger.send_gift(&big, 1).await.unwrap(),
         GiftOutcome::Duplicate {
@@ -284,10 +297,24 @@ async fn crash_between_debit_and_settle_is_settled_by_owner(f: Fixture) {
     f.ledger.grant(&sender, 100, "seed").await.unwrap();
     let order = f.order(&sender, "req-1", &room, 10, &hosts);
     f.ledger.begin(&order, 1).await.unwrap();
+    assert_eq!(
+        f.ledger.wallet_entry(&sender, order.gift_id).await.unwrap(),
+        None
+    );
     assert!(matches!(
         f.ledger.debit(&order, 1).await.unwrap(),
         DebitOutcome::Debited { balance: 80 }
     ));
+    assert_eq!(
+        f.ledger.wallet_entry(&sender, order.gift_id).await.unwrap(),
+        Some(EntryKind::Debit)
+    );
+    // A second debit finds the claim and changes nothing.
+    assert!(matches!(
+        f.ledger.debit(&order, 1).await.unwrap(),
+        DebitOutcome::Debited { balance: 80 }
+    ));
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 80);
     // "Crash": settle never runs. The next owner installs a higher fence and recovers.
     f.ledger.install_fence(&room, 2, "n2/b").await.unwrap();
     let pending = f.ledger.pending_sagas(&room, 0).await.unwrap();
@@ -397,6 +424,10 @@ async fn owner_voids_only_undebited_sagas(f: Fixture) {
     assert_eq!(
         f.ledger.recover(&order, 1, true).await.unwrap(),
         RecoveryOutcome::Voided
+    );
+    assert_eq!(
+        f.ledger.wallet_entry(&sender, order.gift_id).await.unwrap(),
+        Some(EntryKind::Void)
     );
     // The void claim holds the key: the late debit cannot happen.
     assert_eq!(
