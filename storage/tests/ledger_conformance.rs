@@ -217,6 +217,17 @@ async fn same_request_debits_once(f: Fixture) {
             first: GiftResult::InsufficientFunds { balance: 40 }
         }
     );
+    // Coins that arrive later do not revive it, and its retry moves no coin.
+    f.ledger.grant(&sender, 2_000, "top-up").await.unwrap();
+    assert_eq!(
+        f.ledger.send_gift(&big, 1).await.unwrap(),
+        GiftOutcome::Duplicate {
+            first: GiftResult::InsufficientFunds { balance: 40 }
+        }
+    );
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 2_040);
+    assert_eq!(f.ledger.earnings(&host).await.unwrap(), 30);
+    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
 }
 
 async fn grants_are_idempotent_by_key(f: Fixture) {
