@@ -4,7 +4,7 @@
 //! A shard sends one copy of each event per gateway; the hub turns its bytes into one
 //! `Utf8Bytes` and pushes clones of it (a reference count, no copy) to each member's outbox.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use bytes::Bytes;
@@ -38,6 +38,10 @@ struct HubState {
     /// room -> shard it was joined through -> sessions, with their outboxes: a room's fan-out
     /// walks this map alone, with no lookup per member in `sessions`.
     rooms: HashMap<RoomId, HashMap<NodeId, HashMap<SessionId, Arc<Outbox>>>>,
+    /// Sessions in their room's fan-out only because the client asked to join it again right
+    /// after leaving it (the leave's reply came first): if the room refuses that join, the
+    /// session is out. Empty but for that moment, so it costs a connection nothing.
+    kept: HashSet<SessionId>,
     /// A user's sessions on this gateway: almost always one, kept inline (no allocation).
     users: HashMap<UserId, SmallVec<[SessionId; 1]>>,
     /// The last sequenced event delivered per (room, shard): every member session got it, so
@@ -125,6 +129,7 @@ impl Hub {
     pub(crate) fn remove(&self, session: SessionId) -> Option<PendingLeave> {
         let mut st = self.write();
         let slot = st.sessions.remove(&session)?;
+        st.kept.remove(&session);
         if let Some(list) = st.users.get_mut(&slot.user) {
             list.retain(|s| *s != session);
             if list.is_empty() {
@@ -228,13 +233,25 @@ impl Hub {
         if let Err(e) = &r.outcome {
             metrics::counter!(crate::metrics::ERRORS, "code" => e.code.as_str()).increment(1);
         }
+        let refused = |st: &HubState, slot: &Slot| {
+            r.outcome.is_err()
+                && st.kept.contains(&r.session)
+                && slot.join.as_ref() == Some(&(r.req, r.room.clone()))
+                && slot.room.as_ref().is_some_and(|(room, _)| *room == r.room)
+        };
         if r.membership.is_none() {
             // The common case (chat, seats, gifts): no membership change, a read lock will do.
             let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
-            if let (Some(slot), Some(frame)) = (st.sessions.get(&r.session), frame.and_then(text)) {
-                slot.out.push(frame);
+            match st.sessions.get(&r.session) {
+                Some(slot) if refused(&st, slot) => {}
+                Some(slot) => {
+                    if let Some(frame) = frame.and_then(text) {
+                        slot.out.push(frame);
+                    }
+                    return leaves;
+                }
+                None => return leaves,
             }
-            return leaves;
         }
         let mut st = self.write();
         let Some(slot) = st.sessions.get(&r.session) else {
@@ -261,6 +278,7 @@ impl Hub {
             .as_ref()
             .is_some_and(|(room, via)| *room == r.room && via == from);
         let rejoined = later_join.is_some_and(|(_, room)| *room == r.room);
+        let refused = refused(&st, slot);
         match r.membership {
             Some(Membership::Joined) if superseded && already_in => {}
             Some(Membership::Joined) if superseded => {
@@ -273,9 +291,20 @@ impl Hub {
                     reason: LeaveReason::Switched,
                 });
             }
-            // Left, then joined again: the later join's reply keeps the session in.
-            Some(Membership::Left) if rejoined => {}
+            // Left, then joined again: the later join's reply keeps the session in (or, if the
+            // room refuses that join, takes it out).
+            Some(Membership::Left) if rejoined => {
+                if let Some(slot) = st.sessions.get(&r.session)
+                    && slot
+                        .room
+                        .as_ref()
+                        .is_some_and(|(room, via)| *room == r.room && via == from)
+                {
+                    st.kept.insert(r.session);
+                }
+            }
             Some(Membership::Joined) => {
+                st.kept.remove(&r.session);
                 let old = st
                     .sessions
                     .get_mut(&r.session)
@@ -335,6 +364,15 @@ impl Hub {
                     slot.room = None;
                 }
                 remove_member(&mut st, &r.room, from, r.session);
+            }
+            // The room refused the join that kept the session in: it left already.
+            None if refused => {
+                st.kept.remove(&r.session);
+                if let Some((room, via)) =
+                    st.sessions.get_mut(&r.session).and_then(|s| s.room.take())
+                {
+                    remove_member(&mut st, &room, &via, r.session);
+                }
             }
             None => {}
         }
@@ -472,6 +510,29 @@ mod tests {
         room: &str,
         via: &NodeId,
     ) -> Vec<RoomId> {
+        let ok = Ok(Bytes::from_static(b"{}"));
+        reply(
+            hub,
+            via,
+            req,
+            (session, user),
+            room,
+            Some(Membership::Joined),
+            ok,
+        )
+    }
+
+    /// Applies a reply to request `req` of `session` (of `user`); returns the rooms the
+    /// session left by it.
+    fn reply(
+        hub: &Hub,
+        via: &NodeId,
+        req: u64,
+        (session, user): (SessionId, &str),
+        room: &str,
+        membership: Option<Membership>,
+        outcome: Result<Bytes, protocol::link::ReplyError>,
+    ) -> Vec<RoomId> {
         let follow = hub.apply(
             via,
             ToGateway::Reply(Reply {
@@ -480,8 +541,8 @@ mod tests {
                 user: UserId::from(user),
                 client_id: None,
                 room: RoomId::from(room),
-                membership: Some(Membership::Joined),
-                outcome: Ok(Bytes::from_static(b"{}")),
+                membership,
+                outcome,
             }),
         );
         follow.leaves.into_iter().map(|l| l.room).collect()
@@ -581,5 +642,40 @@ mod tests {
         event(&hub, "r1", &via, Audience::All, "r1");
         event(&hub, "r2", &via, Audience::All, "r2");
         assert_eq!(drained(&a), ["r2"]);
+    }
+
+    #[test]
+    fn a_rejoin_right_after_a_leave_keeps_the_session_in_only_if_the_room_takes_it() {
+        for refused in [false, true] {
+            let (hub, via, a) = ann_in_r1();
+            // The client leaves r1 (request 11) and joins it again (12) before either reply.
+            hub.note_join(1, 12, &RoomId::from("r1"));
+            let ok = || Ok(Bytes::from_static(b"{}"));
+            let left = reply(
+                &hub,
+                &via,
+                11,
+                (1, "ann"),
+                "r1",
+                Some(Membership::Left),
+                ok(),
+            );
+            assert!(left.is_empty());
+            event(&hub, "r1", &via, Audience::All, "between");
+            assert_eq!(drained(&a), ["between"], "kept in for the rejoin");
+            if refused {
+                let no = Err(protocol::link::ReplyError {
+                    code: protocol::ErrorCode::RoomLocked,
+                    msg: "wrong password".into(),
+                    owner_hint: None,
+                });
+                assert!(reply(&hub, &via, 12, (1, "ann"), "r1", None, no).is_empty());
+            } else {
+                assert!(joined_req(&hub, 12, 1, "ann", "r1", &via).is_empty());
+            }
+            event(&hub, "r1", &via, Audience::All, "after");
+            let expected: &[&str] = if refused { &[] } else { &["after"] };
+            assert_eq!(drained(&a), expected, "refused: {refused}");
+        }
     }
 }

@@ -60,6 +60,15 @@ impl Server {
         client::connect(&self.url, Some(&token)).await.unwrap()
     }
 
+    /// A bare WebSocket for `user`, for tests that control how requests share a write.
+    async fn raw(&self, user: &str) -> RawWs {
+        let t = client::mint_token(SECRET, user, Duration::from_secs(600)).unwrap();
+        let (ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", self.url))
+            .await
+            .unwrap();
+        ws
+    }
+
     async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.stop(Duration::from_secs(5)).await;
@@ -664,13 +673,105 @@ async fn an_empty_room_unloads_after_the_idle_time_and_reloads_with_its_state() 
     s.stop().await;
 }
 
+type RawWs =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Writes `reqs` in one write (as a client that does not wait between them would), then reads
+/// until each has its reply; returns the replies by id and the events that came meanwhile.
+async fn send_all(
+    ws: &mut RawWs,
+    reqs: &[serde_json::Value],
+) -> (
+    std::collections::HashMap<u64, serde_json::Value>,
+    Vec<serde_json::Value>,
+) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    for r in reqs {
+        ws.feed(Message::text(r.to_string())).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    let (mut replies, mut events) = (std::collections::HashMap::new(), Vec::new());
+    while replies.len() < reqs.len() {
+        match tokio::time::timeout(WAIT, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                match v.get("re").and_then(serde_json::Value::as_u64) {
+                    Some(re) => {
+                        replies.insert(re, v);
+                    }
+                    None => events.push(v),
+                }
+            }
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+            other => panic!("unexpected {other:?} with {replies:?}"),
+        }
+    }
+    (replies, events)
+}
+
+/// A client leaves a room and asks to join it again in the same write, and the room refuses
+/// that join (a wrong password): the client is out, and none of the room's events reach it.
+#[tokio::test]
+async fn a_refused_rejoin_right_after_a_leave_leaves_the_client_out_of_the_room() {
+    let s = Server::start_with(|g, _| {
+        g.heartbeat = Duration::from_secs(600);
+        (g.rate_per_sec, g.rate_burst) = (1000, 1000);
+    })
+    .await;
+    let mut owner = s.connect("rejoin-owner").await;
+    let room = owner
+        .create_room(json!({"room": "rejoin-locked", "seats": 4, "password": "p"}))
+        .await
+        .unwrap();
+    owner
+        .create_room(json!({"room": "rejoin-open", "seats": 4}))
+        .await
+        .unwrap();
+    owner.join(&room, false, Some("p")).await.unwrap();
+    let mut guest = s.raw("rejoin-guest").await;
+    let op = |id: u64, op: &str, d: serde_json::Value| json!({"id": id, "op": op, "d": d});
+    let (r, _) = send_all(
+        &mut guest,
+        &[op(1, "room.join", json!({"room": room, "password": "p"}))],
+    )
+    .await;
+    assert!(r[&1].get("ok").is_some(), "{r:?}");
+    let (r, _) = send_all(
+        &mut guest,
+        &[
+            op(2, "room.leave", json!({"room": room})),
+            op(3, "room.join", json!({"room": room, "password": "wrong"})),
+        ],
+    )
+    .await;
+    assert!(r[&2].get("ok").is_some(), "{r:?}");
+    assert_eq!(r[&3]["err"]["code"], "ROOM_LOCKED", "{r:?}");
+    // Once the owner has its own chat line, every member's outbox holds it: the reply the guest
+    // asks for afterwards queues behind anything the room sent it.
+    owner.chat(&room, "members only").await.unwrap();
+    owner.next_event_named("chat", WAIT).await.unwrap();
+    let (r, events) = send_all(
+        &mut guest,
+        &[op(
+            4,
+            "chat.send",
+            json!({"room": room, "text": "still here?"}),
+        )],
+    )
+    .await;
+    let leaked: Vec<_> = events.iter().filter(|e| e["ev"] == "chat").collect();
+    assert!(leaked.is_empty(), "a refused guest got {leaked:?}");
+    // And the room agrees: the guest is not a member.
+    assert_eq!(r[&4]["err"]["code"], "NOT_IN_ROOM", "{r:?}");
+    s.stop().await;
+}
+
 /// A client hops A → B → A with both joins in one write (a quick swipe back): it must end up
 /// in A. The switch to B makes the gateway leave A on the client's behalf; that leave must not
 /// undo the join of A that followed it.
 #[tokio::test]
 async fn a_quick_hop_back_leaves_the_client_in_the_room_it_came_back_to() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
     let s = Server::start_with(|g, _| {
         g.heartbeat = Duration::from_secs(600);
         (g.rate_per_sec, g.rate_burst) = (1000, 1000);
@@ -683,42 +784,13 @@ async fn a_quick_hop_back_leaves_the_client_in_the_room_it_came_back_to() {
             .await
             .unwrap();
     }
-    let t = client::mint_token(SECRET, "hopper", Duration::from_secs(60)).unwrap();
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", s.url))
-        .await
-        .unwrap();
-    // Sends `reqs` in one write and returns each one's reply, by id.
-    async fn send_all(
-        ws: &mut tokio_tungstenite::WebSocketStream<
-            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-        >,
-        reqs: &[serde_json::Value],
-    ) -> std::collections::HashMap<u64, serde_json::Value> {
-        for r in reqs {
-            ws.feed(Message::text(r.to_string())).await.unwrap();
-        }
-        ws.flush().await.unwrap();
-        let mut replies = std::collections::HashMap::new();
-        while replies.len() < reqs.len() {
-            match tokio::time::timeout(WAIT, ws.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-                    if let Some(re) = v.get("re").and_then(serde_json::Value::as_u64) {
-                        replies.insert(re, v);
-                    }
-                }
-                Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
-                other => panic!("unexpected {other:?} with {replies:?}"),
-            }
-        }
-        replies
-    }
+    let mut ws = s.raw("hopper").await;
     let join = |id: u64, room: &str| json!({"id": id, "op": "room.join", "d": {"room": room}});
-    let r = send_all(&mut ws, &[join(1, "hop-a")]).await;
+    let (r, _) = send_all(&mut ws, &[join(1, "hop-a")]).await;
     assert!(r[&1].get("ok").is_some(), "{r:?}");
     let mut id = 1;
     for hop in 0..20 {
-        let r = send_all(&mut ws, &[join(id + 1, "hop-b"), join(id + 2, "hop-a")]).await;
+        let (r, _) = send_all(&mut ws, &[join(id + 1, "hop-b"), join(id + 2, "hop-a")]).await;
         assert!(
             r[&(id + 1)].get("ok").is_some() && r[&(id + 2)].get("ok").is_some(),
             "{r:?}"
@@ -726,7 +798,7 @@ async fn a_quick_hop_back_leaves_the_client_in_the_room_it_came_back_to() {
         // Still a member of A: a seat there is granted.
         let take = json!({"id": id + 3, "op": "seat.take", "d": {"room": "hop-a"}});
         let leave = json!({"id": id + 4, "op": "seat.leave", "d": {"room": "hop-a"}});
-        let r = send_all(&mut ws, &[take, leave]).await;
+        let (r, _) = send_all(&mut ws, &[take, leave]).await;
         assert!(r[&(id + 3)].get("ok").is_some(), "hop {hop}: {r:?}");
         id += 4;
     }
