@@ -17,7 +17,8 @@
 //! # Gift saga
 //! `PENDING → DEBITED → SETTLED`, or `PENDING → VOIDED`. The debit and the void claim write the
 //! same idempotency key (the gift id) in the sender's wallet, so a gift is never both debited and
-//! voided. Every saga transition carries the room's fencing token: a token lower than the room's
+//! voided (on Scylla a wallet entry; on SQLite, where the claim and the saga's move commit in one
+//! transaction, the saga row itself: see [`sqlite`]). Every saga transition carries the room's fencing token: a token lower than the room's
 //! installed high-water mark, or than the saga's own, fails with [`StorageError::Fenced`] and
 //! leaves the saga as it was. Recovery ([`Ledger::recover`]) runs only on the room's owner; a
 //! non-owner never moves a saga.
