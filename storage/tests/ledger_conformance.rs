@@ -563,8 +563,12 @@ async fn leaderboards_rank_settled_gifts(f: Fixture) {
     send(&a, "2", 15, std::slice::from_ref(&h2), &room).await; // a spends 25
     send(&c, "2", 500, std::slice::from_ref(&h1), &other).await; // other room: not counted
     send(&a, "3", 5_000, std::slice::from_ref(&h1), &room).await; // insufficient funds: not counted
+    // Accepted eight days ago: before this week's Monday, so in the all-time boards only.
+    let mut old = f.order(&c, "old", &room, 100, std::slice::from_ref(&h1));
+    old.created_ms -= 8 * 86_400_000;
+    f.ledger.send_gift(&old, 1).await.unwrap();
 
-    for period in [Period::Day, Period::Week, Period::All] {
+    for period in [Period::Day, Period::Week] {
         let senders = f
             .ledger
             .leaderboard(&room, Board::Senders, period, 10)
@@ -586,12 +590,21 @@ async fn leaderboards_rank_settled_gifts(f: Fixture) {
             "{period:?}"
         );
     }
+    let all = |board| f.ledger.leaderboard(&room, board, Period::All, 10);
+    assert_eq!(
+        all(Board::Senders).await.unwrap(),
+        vec![(c.clone(), 120), (b.clone(), 60), (a.clone(), 25)]
+    );
+    assert_eq!(
+        all(Board::Receivers).await.unwrap(),
+        vec![(h1.clone(), 140), (h2.clone(), 65)]
+    );
     let top = f
         .ledger
         .leaderboard(&room, Board::Senders, Period::All, 1)
         .await
         .unwrap();
-    assert_eq!(top, vec![(b.clone(), 60)]);
+    assert_eq!(top, vec![(c.clone(), 120)]);
     assert!(
         f.ledger
             .leaderboard(&f.room("empty"), Board::Senders, Period::All, 5)

@@ -97,7 +97,10 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 /// and are no longer read. `settled_gift` is an
 /// append-only log of facts with no key of its own (its rows are written once, in the same
 /// transaction that moves the saga to SETTLED, whose own key refuses a second settlement) and
-/// one index by room and day (appended per room) for the leaderboards. Measured: a `WITHOUT
+/// no index: audits read it whole. The leaderboards read `gift_rank`, each user's total per
+/// room, board and UTC day, added to in that same transaction: a room's board costs a read of
+/// its users' rows (times the days in the period), however many gifts the room has seen.
+/// [`MIGRATIONS`] bring older ledgers to this layout. Measured: a `WITHOUT
 /// ROWID` `gift_saga` (its large rows in the random b-tree) costs more CPU per gift, not less.
 /// Databases created with the earlier layout (`settled_gift` keyed by `(gift_id, receiver)`)
 /// keep working unchanged: every statement reads and writes the same columns.
@@ -148,8 +151,61 @@ CREATE TABLE IF NOT EXISTS settled_gift (
   amount   INTEGER NOT NULL,
   earnings INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS settled_gift_room_day ON settled_gift (room, day);
+CREATE TABLE IF NOT EXISTS gift_rank (
+  room  TEXT NOT NULL,
+  board INTEGER NOT NULL,
+  day   INTEGER NOT NULL,
+  user  TEXT NOT NULL,
+  total INTEGER NOT NULL,
+  PRIMARY KEY (room, board, day, user)
+) WITHOUT ROWID;
 ";
+
+/// `gift_rank.board` of the senders' board (coins spent in the room).
+const BOARD_SENDERS: i64 = 0;
+/// `gift_rank.board` of the receivers' board (gift value received in the room).
+const BOARD_RECEIVERS: i64 = 1;
+
+/// Schema changes after [`SCHEMA`]'s tables exist, in order; a ledger's `user_version` counts
+/// those applied. Each runs once, in one transaction with the version bump, so two processes
+/// opening one file migrate it once.
+///
+/// 1. Leaderboards from `gift_rank`: fill it from the settled facts and drop the facts' index
+///    by room and day, which only the leaderboards read. A ledger written by this version must
+///    not be written by an older one afterwards: its gifts would be missing from the boards.
+const MIGRATIONS: &[&str] = &["
+INSERT INTO gift_rank (room, board, day, user, total)
+  SELECT room, 0, day, sender, SUM(amount) FROM settled_gift GROUP BY room, day, sender
+  UNION ALL
+  SELECT room, 1, day, receiver, SUM(amount) FROM settled_gift GROUP BY room, day, receiver;
+DROP INDEX IF EXISTS settled_gift_room_day;
+"];
+
+/// Applies the [`MIGRATIONS`] this ledger has not had yet.
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(db)?;
+    let applied: i64 = tx
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db)?;
+    let applied = usize::try_from(applied)
+        .map_err(|_| StorageError::Corrupt(format!("ledger user_version {applied}")))?;
+    if applied > MIGRATIONS.len() {
+        return Err(StorageError::Backend(format!(
+            "the ledger has {applied} schema changes, this version knows {}: written by a newer version",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
+        tx.execute_batch(sql).map_err(db)?;
+        let version = i64::try_from(i + 1).unwrap_or(i64::MAX);
+        tx.pragma_update(None, "user_version", version)
+            .map_err(db)?;
+        info!(version = i + 1, "Ledger schema migrated.");
+    }
+    tx.commit().map_err(db)
+}
 
 /// One queued write: run inside the group's transaction (perhaps twice, see the module docs),
 /// then answered with the group's commit result.
@@ -244,6 +300,7 @@ impl SqliteLedger {
             }
             let mut writer = open_connection(&path)?;
             writer.execute_batch(SCHEMA).map_err(db)?;
+            migrate(&mut writer)?;
             let reader = open_connection(&path)?;
             let checkpointer = open_connection(&path)?;
             // The writer's only handle on the wake-up channel lives in its WAL hook: when the
@@ -510,20 +567,18 @@ impl SqliteLedger {
         let room = room.clone();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |c| {
-            let sql = match board {
-                super::Board::Senders => {
-                    "SELECT sender, SUM(amount) AS total FROM settled_gift
-                     WHERE room = ?1 AND day >= ?2 GROUP BY sender
-                     ORDER BY total DESC, sender ASC LIMIT ?3"
-                }
-                super::Board::Receivers => {
-                    "SELECT receiver, SUM(amount) AS total FROM settled_gift
-                     WHERE room = ?1 AND day >= ?2 GROUP BY receiver
-                     ORDER BY total DESC, receiver ASC LIMIT ?3"
-                }
+            let board = match board {
+                super::Board::Senders => BOARD_SENDERS,
+                super::Board::Receivers => BOARD_RECEIVERS,
             };
-            let mut stmt = c.prepare_cached(sql).map_err(db)?;
-            stmt.query_map(params![room.as_str(), first_day, limit], |r| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT user, SUM(total) AS sum FROM gift_rank
+                     WHERE room = ?1 AND board = ?2 AND day >= ?3 GROUP BY user
+                     ORDER BY sum DESC, user ASC LIMIT ?4",
+                )
+                .map_err(db)?;
+            stmt.query_map(params![room.as_str(), board, first_day, limit], |r| {
                 Ok((UserId::new(r.get::<_, String>(0)?), r.get::<_, i64>(1)?))
             })
             .map_err(db)?
@@ -899,8 +954,30 @@ fn apply_effects(c: &Connection, o: &GiftOrder, known_balance: Option<i64>) -> R
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .map_err(db)?;
+    let mut rank = c
+        .prepare_cached(
+            "INSERT INTO gift_rank (room, board, day, user, total) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (room, board, day, user) DO UPDATE SET total = total + excluded.total",
+        )
+        .map_err(db)?;
+    rank.execute(params![
+        o.room.as_str(),
+        BOARD_SENDERS,
+        day,
+        o.sender.as_str(),
+        o.total()
+    ])
+    .map_err(db)?;
     for r in &o.recipients {
         credit.execute(params![r.as_str(), earned]).map_err(db)?;
+        rank.execute(params![
+            o.room.as_str(),
+            BOARD_RECEIVERS,
+            day,
+            r.as_str(),
+            o.per_recipient()
+        ])
+        .map_err(db)?;
         fact.execute(params![
             o.gift_id.as_bytes().as_slice(),
             r.as_str(),
@@ -1313,5 +1390,97 @@ mod tests {
             assert_eq!(found, Some(claim));
         }
         assert!(ledger.audit_totals().await.unwrap().is_conserved());
+    }
+
+    /// A ledger from before `gift_rank` (leaderboards summed the facts through an index by
+    /// room and day) opens with its boards intact, migrated once, its index gone; gifts after
+    /// the migration add to the same totals.
+    #[tokio::test]
+    async fn an_older_ledger_keeps_its_leaderboards_through_the_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        {
+            let old = open_connection(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE settled_gift (
+                   gift_id BLOB NOT NULL, receiver TEXT NOT NULL, room TEXT NOT NULL,
+                   day INTEGER NOT NULL, sender TEXT NOT NULL, amount INTEGER NOT NULL,
+                   earnings INTEGER NOT NULL);
+                 CREATE INDEX settled_gift_room_day ON settled_gift (room, day);",
+            )
+            .unwrap();
+            let today = day_of(now_ms());
+            for (receiver, room, day, sender, amount) in [
+                ("host", "r", today, "s", 30),
+                ("host", "r", today, "t", 10),
+                ("h2", "r", today, "s", 5),
+                ("host", "r", today - 8, "t", 100),
+                ("host", "elsewhere", today, "s", 1_000),
+            ] {
+                old.execute(
+                    "INSERT INTO settled_gift VALUES (x'00', ?1, ?2, ?3, ?4, ?5, 0)",
+                    params![receiver, room, day, sender, amount],
+                )
+                .unwrap();
+            }
+        }
+        let boards = |ledger: SqliteLedger| async move {
+            let room = RoomId::from("r".to_owned());
+            let today = day_of(now_ms());
+            let mut out = Vec::new();
+            for board in [super::super::Board::Senders, super::super::Board::Receivers] {
+                for first_day in [today, i64::MIN] {
+                    let b = ledger
+                        .leaderboard(&room, board, first_day, 10)
+                        .await
+                        .unwrap();
+                    out.push(
+                        b.into_iter()
+                            .map(|(u, t)| (u.to_string(), t))
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+            out
+        };
+        let pairs = |v: &[(&str, i64)]| -> Vec<(String, i64)> {
+            v.iter().map(|(u, t)| ((*u).to_owned(), *t)).collect()
+        };
+        let expected = vec![
+            pairs(&[("s", 35), ("t", 10)]),
+            pairs(&[("t", 110), ("s", 35)]),
+            pairs(&[("host", 40), ("h2", 5)]),
+            pairs(&[("host", 140), ("h2", 5)]),
+        ];
+        let ledger = SqliteLedger::open(&path).await.unwrap();
+        assert_eq!(boards(ledger).await, expected);
+        // Opened again: nothing is counted twice.
+        let ledger = SqliteLedger::open(&path).await.unwrap();
+        assert_eq!(boards(ledger.clone()).await, expected);
+        let conn = open_connection(&path).unwrap();
+        let (version, index): (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT user_version FROM pragma_user_version),
+                        (SELECT count(*) FROM sqlite_master WHERE name = 'settled_gift_room_day')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((version, index), (1, 0));
+        // A gift now joins the migrated totals.
+        let t = UserId::from("t".to_owned());
+        ledger.grant(&t, 100, "seed").await.unwrap();
+        let mut g = gift("t", "after", 30, None);
+        g.recipients = vec![UserId::from("h2".to_owned())];
+        assert!(matches!(
+            ledger.send_gift(&g, 1).await.unwrap(),
+            GiftOutcome::Settled { .. }
+        ));
+        let room = RoomId::from("r".to_owned());
+        let senders = ledger
+            .leaderboard(&room, super::super::Board::Senders, i64::MIN, 10)
+            .await
+            .unwrap();
+        assert_eq!(senders[0], (t, 140));
     }
 }
