@@ -56,6 +56,9 @@ pub const WRITE_QUEUE_CAPACITY: usize = 8192;
 pub const METRIC_GROUP_COMMITS: &str = "chorus_ledger_group_commits_total";
 /// Histogram: jobs folded into one group commit (how well the fsync is shared).
 pub const METRIC_GROUP_COMMIT_JOBS: &str = "chorus_ledger_group_commit_jobs";
+/// Histogram: seconds from a group's first statement to its durable commit (with the fsync and
+/// any WAL restart the writer ran after it): every job of the group waited at least this long.
+pub const METRIC_GROUP_COMMIT_SECONDS: &str = "chorus_ledger_group_commit_seconds";
 /// How long a connection waits on a lock held by another process before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Page cache per connection, in KiB (SQLite's negative `cache_size` unit). Small on purpose:
@@ -74,6 +77,9 @@ pub const WAL_LIMIT_FRAMES: i32 = 64_000;
 pub const METRIC_SLOW_GROUPS: &str = "chorus_ledger_slow_groups_total";
 /// Counter: WAL checkpoints, by who ran them (`checkpointer` or `writer`).
 pub const METRIC_CHECKPOINTS: &str = "chorus_ledger_checkpoints_total";
+/// Histogram: seconds per WAL checkpoint, by who ran it. The writer's own (`writer`) hold up
+/// its next group.
+pub const METRIC_CHECKPOINT_SECONDS: &str = "chorus_ledger_checkpoint_seconds";
 /// Bytes of the database file mapped into memory: page reads (the writer's b-tree descents and
 /// WAL checkpoints) skip a `pread` copy each. Not a limit on the database size.
 const MMAP_BYTES: i64 = 256 * 1024 * 1024;
@@ -648,6 +654,7 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
         }
         metrics::counter!(METRIC_GROUP_COMMITS).increment(1);
         metrics::histogram!(METRIC_GROUP_COMMIT_JOBS).record(batch.len() as f64);
+        metrics::histogram!(METRIC_GROUP_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         for job in batch.drain(..) {
             let outcome = match &commit {
                 Ok(()) => Ok(()),
@@ -728,6 +735,10 @@ fn wal_action(frames: i32, copied: i32) -> WalAction {
 }
 
 /// The writer's WAL hook, run after every commit with the WAL's frame count.
+#[allow(
+    clippy::disallowed_types,
+    reason = "runs on the writer's or the checkpointer's own thread, outside the runtime: it times wall-clock work"
+)]
 fn after_commit(
     wal: &mut rusqlite::hooks::Wal,
     frames: i32,
@@ -743,25 +754,35 @@ fn after_commit(
         WalAction::RestartHere => {
             // The checkpointer has not caught the WAL's end: copy the rest, restart the WAL.
             metrics::counter!(METRIC_CHECKPOINTS, "by" => "writer").increment(1);
+            let started = std::time::Instant::now();
             if let Err(e) = wal.checkpoint_v2(rusqlite::wal::CheckpointMode::RESTART) {
                 // The commit is durable in the WAL whatever happens here.
                 error!(error = %e, frames, "Ledger WAL restart checkpoint failed.");
             }
+            metrics::histogram!(METRIC_CHECKPOINT_SECONDS, "by" => "writer")
+                .record(started.elapsed().as_secs_f64());
         }
     }
     Ok(())
 }
 
 /// Runs a PASSIVE checkpoint each time the writer asks, until the writer is gone.
+#[allow(
+    clippy::disallowed_types,
+    reason = "runs on the writer's or the checkpointer's own thread, outside the runtime: it times wall-clock work"
+)]
 fn checkpointer_loop(conn: &Connection, copied: &AtomicI32, wakes: &std::sync::mpsc::Receiver<()>) {
     while wakes.recv().is_ok() {
         metrics::counter!(METRIC_CHECKPOINTS, "by" => "checkpointer").increment(1);
+        let started = std::time::Instant::now();
         match conn.wal_checkpoint_v2(None::<&str>, rusqlite::wal::CheckpointMode::PASSIVE) {
             Ok((_, done)) => copied.store(done, Ordering::Relaxed),
             Err(e) => {
                 error!(error = %e, "Ledger WAL checkpoint failed; a later commit asks again.")
             }
         }
+        metrics::histogram!(METRIC_CHECKPOINT_SECONDS, "by" => "checkpointer")
+            .record(started.elapsed().as_secs_f64());
     }
 }
 
