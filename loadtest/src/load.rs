@@ -86,7 +86,15 @@ pub struct Shared {
     pub reply_latency: Mutex<Histogram<u64>>,
     /// Error replies by code (and `CLOSED`, `TIMEOUT`, `SEND` on the client side).
     pub errors: Mutex<BTreeMap<String, u64>>,
+    /// The worst latency (µs, deliveries and replies alike) of the messages scheduled in each
+    /// [`SLOT_NS`] since `start`: where in the run a stall happened.
+    slots: Box<[AtomicU64]>,
 }
+
+/// Width of one [`Shared`] latency slot: 100 ms of schedule.
+pub const SLOT_NS: u64 = 100_000_000;
+/// Slots kept: the first ten minutes of a run (later samples count in the histograms only).
+const SLOTS: usize = 6_000;
 
 impl Shared {
     /// A fresh run starting now.
@@ -106,6 +114,7 @@ impl Shared {
             latency: Mutex::new(new_histogram()),
             reply_latency: Mutex::new(new_histogram()),
             errors: Mutex::new(BTreeMap::new()),
+            slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
@@ -139,9 +148,40 @@ impl Shared {
         let _ = lock(&self.reply_latency).record(us.clamp(1, HIST_MAX_US));
     }
 
+    /// Notes `us` as a latency of a message scheduled at `intended_ns`.
+    fn note_slot(&self, intended_ns: u64, us: u64) {
+        let slot = usize::try_from(intended_ns / SLOT_NS).unwrap_or(usize::MAX);
+        if let Some(s) = self.slots.get(slot) {
+            s.fetch_max(us, Ordering::Relaxed);
+        }
+    }
+
+    /// The `n` slots of the schedule from `t0_ns` on with the worst latency, worst first, as
+    /// (seconds from `t0_ns` to the slot's start, worst latency in ms).
+    pub fn worst_slots(&self, t0_ns: u64, n: usize) -> Vec<(f64, f64)> {
+        let first = usize::try_from(t0_ns / SLOT_NS).unwrap_or(usize::MAX);
+        let mut all: Vec<(usize, u64)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .skip(first)
+            .map(|(i, s)| (i, s.load(Ordering::Relaxed)))
+            .filter(|(_, us)| *us > 0)
+            .collect();
+        all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        all.into_iter()
+            .take(n)
+            .map(|(i, us)| {
+                let at_ns = (i as u64 * SLOT_NS) as f64 - t0_ns as f64;
+                (at_ns / 1e9, us as f64 / 1000.0)
+            })
+            .collect()
+    }
+
     fn record_delivery(&self, intended_ns: u64) {
         let now = self.now_ns();
         let us = now.saturating_sub(intended_ns) / 1000;
+        self.note_slot(intended_ns, us);
         let _ = lock(&self.latency).record(us.clamp(1, HIST_MAX_US));
         self.received.fetch_add(1, Ordering::Relaxed);
         self.last_delivery_ns.fetch_max(now, Ordering::Relaxed);
@@ -426,6 +466,7 @@ fn on_frame(shared: &Shared, inner: &Mutex<Inner>, text: &str) {
     drop(g);
     if let Some(intended) = timed {
         let us = shared.now_ns().saturating_sub(intended) / 1000;
+        shared.note_slot(intended, us);
         let _ = lock(&shared.reply_latency).record(us.clamp(1, HIST_MAX_US));
     }
     match f.err {
@@ -704,4 +745,28 @@ pub async fn close_all(conns: Vec<Conn>) {
         .buffer_unordered(512)
         .collect::<Vec<_>>()
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worst stretches come worst first, timed from the schedule's start; stretches
+    /// before it (connecting, joining) and empty ones are left out.
+    #[test]
+    fn the_worst_stretches_are_listed_worst_first_from_the_schedules_start() {
+        let s = Shared::new();
+        let t0 = 2 * SLOT_NS + SLOT_NS / 2;
+        s.note_slot(SLOT_NS, 900_000); // before the schedule: not listed
+        s.note_slot(3 * SLOT_NS + 1, 5_000);
+        s.note_slot(3 * SLOT_NS + 2, 80_000); // the same stretch: its worst counts
+        s.note_slot(7 * SLOT_NS, 20_000);
+        s.note_slot(9 * SLOT_NS, 1_000);
+        let worst = s.worst_slots(t0, 2);
+        assert_eq!(worst.len(), 2);
+        assert!((worst[0].0 - 0.05).abs() < 1e-9 && (worst[0].1 - 80.0).abs() < 1e-9);
+        assert!((worst[1].0 - 0.45).abs() < 1e-9 && (worst[1].1 - 20.0).abs() < 1e-9);
+        // Past the kept stretches: counted in the histograms only, never a panic.
+        s.note_slot(u64::MAX, 1);
+    }
 }

@@ -147,6 +147,10 @@ pub struct Report {
     /// Events missed while disconnected and neither replayed nor received (reconnect).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events_lost: Option<u64>,
+    /// The 100 ms stretches of the schedule whose messages (deliveries or replies) waited
+    /// longest, worst first: (seconds from the schedule's start, worst latency in ms). A
+    /// stall shows as one stretch far above the rest; a saturated server as many.
+    pub worst_100ms: Vec<(f64, f64)>,
     /// Delivery latency spectrum, for plots.
     pub latency: Latency,
 }
@@ -227,6 +231,14 @@ impl Report {
         r.extend(extra.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
         if let Some(l) = self.events_lost {
             r.push(("events lost", l.to_string()));
+        }
+        if !self.worst_100ms.is_empty() {
+            let worst: Vec<String> = self
+                .worst_100ms
+                .iter()
+                .map(|(at, ms)| format!("{at:+.1} s {ms:.0} ms"))
+                .collect();
+            r.push(("worst 100 ms at", worst.join(", ")));
         }
         r
     }

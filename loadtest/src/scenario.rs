@@ -318,6 +318,9 @@ pub fn server_cpu(target: &Target) -> Option<f64> {
     procfs::cpu_ms(&target.pids)
 }
 
+/// How many of the worst 100 ms stretches a report lists.
+const WORST_SLOTS_REPORTED: usize = 3;
+
 /// The fields every scheduled scenario reports, from the shared counters.
 pub fn common_report(
     shared: &Shared,
@@ -338,6 +341,7 @@ pub fn common_report(
         closed: shared.closed.load(Ordering::Relaxed),
         errors: shared.errors(),
         reply: Latency::from_hist(&shared.reply_latency()),
+        worst_100ms: shared.worst_slots(t0_ns, WORST_SLOTS_REPORTED),
         ..Report::default()
     };
     let last = shared.last_delivery_ns.load(Ordering::Relaxed);
