@@ -60,6 +60,16 @@ impl Server {
         client::connect(&self.url, Some(&token)).await.unwrap()
     }
 
+    /// A node for tests that write many requests at once: no heartbeat pings between the
+    /// frames they read, and a rate limit they never reach.
+    async fn for_bursts() -> Server {
+        Server::start_with(|g, _| {
+            g.heartbeat = Duration::from_secs(600);
+            (g.rate_per_sec, g.rate_burst) = (1000, 1000);
+        })
+        .await
+    }
+
     /// A bare WebSocket for `user`, for tests that control how requests share a write.
     async fn raw(&self, user: &str) -> RawWs {
         let t = client::mint_token(SECRET, user, Duration::from_secs(600)).unwrap();
@@ -714,11 +724,7 @@ async fn send_all(
 /// that join (a wrong password): the client is out, and none of the room's events reach it.
 #[tokio::test]
 async fn a_refused_rejoin_right_after_a_leave_leaves_the_client_out_of_the_room() {
-    let s = Server::start_with(|g, _| {
-        g.heartbeat = Duration::from_secs(600);
-        (g.rate_per_sec, g.rate_burst) = (1000, 1000);
-    })
-    .await;
+    let s = Server::for_bursts().await;
     let mut owner = s.connect("rejoin-owner").await;
     let room = owner
         .create_room(json!({"room": "rejoin-locked", "seats": 4, "password": "p"}))
@@ -772,11 +778,7 @@ async fn a_refused_rejoin_right_after_a_leave_leaves_the_client_out_of_the_room(
 /// undo the join of A that followed it.
 #[tokio::test]
 async fn a_quick_hop_back_leaves_the_client_in_the_room_it_came_back_to() {
-    let s = Server::start_with(|g, _| {
-        g.heartbeat = Duration::from_secs(600);
-        (g.rate_per_sec, g.rate_burst) = (1000, 1000);
-    })
-    .await;
+    let s = Server::for_bursts().await;
     let mut owner = s.connect("hop-owner").await;
     for r in ["hop-a", "hop-b"] {
         owner

@@ -1321,13 +1321,10 @@ mod tests {
             Err(StorageError::Conflict(_))
         ));
         assert!(rc.try_recv().unwrap().is_ok());
-        let names: Vec<String> = conn
-            .prepare("SELECT name FROM house WHERE name IN ('a', 'b', 'c') ORDER BY name")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let names = strings(
+            &conn,
+            "SELECT name FROM house WHERE name IN ('a', 'b', 'c') ORDER BY name",
+        );
         assert_eq!(names, ["a", "c"], "b failed: none of its writes stay");
     }
 
@@ -1346,6 +1343,16 @@ mod tests {
             )
             .unwrap();
         assert_eq!(n, 2);
+    }
+
+    /// The first column of every row `sql` returns, as text.
+    fn strings(conn: &Connection, sql: &str) -> Vec<String> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
     }
 
     fn gift(sender: &str, req: &str, unit_price: i64, lucky: Option<i64>) -> GiftOrder {
@@ -1394,13 +1401,7 @@ mod tests {
             GiftOutcome::InsufficientFunds { balance: 80 }
         );
         let conn = open_connection(&path).unwrap();
-        let kinds: Vec<String> = conn
-            .prepare("SELECT kind FROM entry")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let kinds = strings(&conn, "SELECT kind FROM entry");
         assert_eq!(kinds, ["GRANT"]);
         for (order, claim) in [
             (&plain, EntryKind::Debit),
