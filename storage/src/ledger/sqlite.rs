@@ -826,21 +826,14 @@ fn tx_send_new(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutc
     ensure_fence(c, &order.room, fence, 0)?;
     let sender = order.sender.as_str();
     let total = order.total();
-    let debited: Option<i64> = c
-        .prepare_cached(
-            "UPDATE account SET coins = coins - ?2 WHERE user = ?1 AND coins >= ?2 RETURNING coins",
-        )
-        .map_err(db)?
-        .query_row(params![sender, total], |r| r.get(0))
-        .optional()
-        .map_err(db)?;
+    let balance = coins(c, sender)?;
     // The saga row is the claim: its unique gift id makes a second debit or void impossible.
-    let Some(after) = debited else {
-        let balance = coins(c, sender)?;
+    if balance < total {
         let reason = Some(VoidReason::InsufficientFunds);
         insert_saga(c, order, SagaState::Voided, fence, reason, Some(balance))?;
         return Ok(GiftOutcome::InsufficientFunds { balance });
-    };
+    }
+    let after = set_coins(c, sender, balance - total)?;
     let balance = apply_effects(c, order, Some(after))?;
     insert_saga(c, order, SagaState::Settled, fence, None, Some(balance))?;
     Ok(GiftOutcome::Settled {
@@ -925,7 +918,7 @@ fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcom
         )?;
         return Ok(DebitOutcome::InsufficientFunds { balance });
     }
-    let after = add_coins(c, sender, -total)?;
+    let after = set_coins(c, sender, balance - total)?;
     mark(
         c,
         order.gift_id,
@@ -1188,20 +1181,32 @@ fn coins(c: &Connection, user: &str) -> Result<i64> {
 }
 
 /// Adds `delta` to the user's coins and returns the new balance (the CHECK keeps it >= 0).
-/// A debit (negative delta) needs an existing account: the upsert's candidate row would fail
-/// the CHECK before the conflict is resolved.
 fn add_coins(c: &Connection, user: &str, delta: i64) -> Result<i64> {
-    let sql = if delta < 0 {
-        "UPDATE account SET coins = coins + ?2 WHERE user = ?1 RETURNING coins"
-    } else {
-        "INSERT INTO account (user, coins) VALUES (?1, ?2)
-         ON CONFLICT (user) DO UPDATE SET coins = coins + ?2
-         RETURNING coins"
-    };
-    c.prepare_cached(sql)
+    let now = coins(c, user)?;
+    let after = now
+        .checked_add(delta)
+        .ok_or_else(|| StorageError::Corrupt(format!("coins of {user} overflow")))?;
+    set_coins(c, user, after)
+}
+
+/// Sets the user's coins to `value` (creating the account) and returns it.
+///
+/// A read and a plain write rather than one `UPDATE … RETURNING`: SQLite runs `RETURNING`
+/// through a trigger and a temporary table, so the statement also copies the account's page
+/// into a statement journal; together about a fifth of the writer's allocations per gift.
+fn set_coins(c: &Connection, user: &str, value: i64) -> Result<i64> {
+    let updated = c
+        .prepare_cached("UPDATE account SET coins = ?2 WHERE user = ?1")
         .map_err(db)?
-        .query_row(params![user, delta], |r| r.get(0))
-        .map_err(db)
+        .execute(params![user, value])
+        .map_err(db)?;
+    if updated == 0 {
+        c.prepare_cached("INSERT INTO account (user, coins) VALUES (?1, ?2)")
+            .map_err(db)?
+            .execute(params![user, value])
+            .map_err(db)?;
+    }
+    Ok(value)
 }
 
 fn add_house(c: &Connection, name: &str, delta: i64) -> Result<()> {
