@@ -261,7 +261,7 @@ impl RoomActor {
                         | RoomMsg::Inspect(_),
                     ) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
-                        self.handle(*cmd).await;
+                        self.handle(cmd).await;
                         if self.state.is_none() {
                             break Stop::Missing;
                         }
@@ -289,7 +289,7 @@ impl RoomActor {
                             self.deferred.push(*cmd);
                             break Stop::LeaseLost;
                         }
-                        self.handle(*cmd).await;
+                        self.handle(cmd).await;
                     }
                     Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
                     Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
@@ -462,7 +462,7 @@ impl RoomActor {
         self.state.as_ref().map_or(0, RoomState::member_count)
     }
 
-    async fn handle(&mut self, cmd: Command) {
+    async fn handle(&mut self, cmd: Box<Command>) {
         self.inner.hot.room_commands.increment(1);
         if self.inner.owner.renews_on_traffic() {
             // The seed incident's bug, kept behind a test-only switch: quiet rooms lose their
