@@ -80,6 +80,9 @@ pub struct Shared {
     pub closed: AtomicU64,
     /// Nanoseconds since `start` of the latest delivery.
     pub last_delivery_ns: AtomicU64,
+    /// The most the schedule's sender ran behind it (ns): a late generator, not the server,
+    /// when it is as large as the worst latency.
+    pub send_lag_max_ns: AtomicU64,
     /// Delivery latency: receive time − intended send time (µs).
     pub latency: Mutex<Histogram<u64>>,
     /// Reply latency of timed requests: reply time − intended send time (µs).
@@ -111,6 +114,7 @@ impl Shared {
             room_left: AtomicU64::new(0),
             closed: AtomicU64::new(0),
             last_delivery_ns: AtomicU64::new(0),
+            send_lag_max_ns: AtomicU64::new(0),
             latency: Mutex::new(new_histogram()),
             reply_latency: Mutex::new(new_histogram()),
             errors: Mutex::new(BTreeMap::new()),

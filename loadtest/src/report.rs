@@ -151,6 +151,10 @@ pub struct Report {
     /// longest, worst first: (seconds from the schedule's start, worst latency in ms). A
     /// stall shows as one stretch far above the rest; a saturated server as many.
     pub worst_100ms: Vec<(f64, f64)>,
+    /// The most the generator's schedule ran behind itself, ms. Latency counts from the
+    /// intended send time, so a late generator shows as latency: when this is as large as the
+    /// worst latency, the stall was the generator's, not the server's.
+    pub send_lag_max_ms: f64,
     /// Delivery latency spectrum, for plots.
     pub latency: Latency,
 }
@@ -240,6 +244,7 @@ impl Report {
                 .collect();
             r.push(("worst 100 ms at", worst.join(", ")));
         }
+        r.push(("sender lag max ms", format!("{:.1}", self.send_lag_max_ms)));
         r
     }
 }

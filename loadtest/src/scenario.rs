@@ -288,6 +288,10 @@ where
         let now = shared.now_ns();
         if due > now {
             tokio::time::sleep(Duration::from_nanos(due - now)).await;
+        } else {
+            shared
+                .send_lag_max_ns
+                .fetch_max(now - due, Ordering::Relaxed);
         }
         send(i, due).await;
         i += 1;
@@ -342,6 +346,7 @@ pub fn common_report(
         errors: shared.errors(),
         reply: Latency::from_hist(&shared.reply_latency()),
         worst_100ms: shared.worst_slots(t0_ns, WORST_SLOTS_REPORTED),
+        send_lag_max_ms: shared.send_lag_max_ns.load(Ordering::Relaxed) as f64 / 1e6,
         ..Report::default()
     };
     let last = shared.last_delivery_ns.load(Ordering::Relaxed);
@@ -356,4 +361,27 @@ pub fn common_report(
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use super::pace;
+    use crate::load::Shared;
+
+    /// A generator that cannot keep its schedule says so: 20 sends due 1 ms apart, each taking
+    /// at least 5 ms, so the last one (due at +19 ms) starts at +95 ms at the earliest.
+    #[tokio::test]
+    async fn a_sender_behind_its_schedule_reports_how_far() {
+        let shared = Shared::new();
+        let (_, sends) = pace(&shared, 1_000.0, Duration::from_millis(20), |_, _| {
+            tokio::time::sleep(Duration::from_millis(5))
+        })
+        .await;
+        assert_eq!(sends, 20);
+        let lag = shared.send_lag_max_ns.load(Ordering::Relaxed);
+        assert!(lag >= 76_000_000, "the sender was {lag} ns behind");
+    }
 }
