@@ -86,6 +86,8 @@ pub(crate) struct HotCounters {
     pub(crate) room_commands: ::metrics::Counter,
     /// [`metrics::EVENTS_SEQUENCED`].
     pub(crate) events_sequenced: ::metrics::Counter,
+    /// [`metrics::GIFTS_SETTLED`].
+    pub(crate) gifts_settled: ::metrics::Counter,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -140,6 +142,7 @@ impl Shard {
                 hot: HotCounters {
                     room_commands: ::metrics::counter!(crate::metrics::ROOM_COMMANDS),
                     events_sequenced: ::metrics::counter!(crate::metrics::EVENTS_SEQUENCED),
+                    gifts_settled: ::metrics::counter!(crate::metrics::GIFTS_SETTLED),
                 },
             }),
         };

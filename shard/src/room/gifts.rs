@@ -353,7 +353,7 @@ impl RoomActor {
         }
         let reply = outcome_reply(&done.order, &done.outcome);
         if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
-            metrics::counter!(m::GIFTS_SETTLED).increment(1);
+            self.inner.hot.gifts_settled.increment(1);
             self.publish_gift(&done.order).await;
         }
         self.reply(&done.cmd, reply, None).await;
