@@ -10,13 +10,47 @@ pub const MAX_GIFT_COUNT: u32 = 9_999;
 pub const MAX_GIFT_RECIPIENTS: usize = 20;
 
 /// Who receives a gift: listed users, or everyone on a mic seat.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Read by a visitor of its own rather than `#[serde(untagged)]`, which buffers the value
+/// (every id copied once more) before it tries each variant: this is on every gift's path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum GiftTargets {
     /// These users.
     Users(Vec<UserId>),
     /// `"seats"`: every user seated when the order is taken.
     Seated(String),
+}
+
+impl<'de> Deserialize<'de> for GiftTargets {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Targets;
+        impl<'de> serde::de::Visitor<'de> for Targets {
+            type Value = GiftTargets;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of user ids or \"seats\"")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<GiftTargets, E> {
+                Ok(GiftTargets::Seated(v.to_owned()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<GiftTargets, A::Error> {
+                // The hint is the client's word: bounded, the list's own length decides.
+                let hint = seq.size_hint().unwrap_or(0).min(MAX_GIFT_RECIPIENTS);
+                let mut users = Vec::with_capacity(hint);
+                while let Some(u) = seq.next_element::<UserId>()? {
+                    users.push(u);
+                }
+                Ok(GiftTargets::Users(users))
+            }
+        }
+        d.deserialize_any(Targets)
+    }
 }
 
 /// `gift.send` arguments.

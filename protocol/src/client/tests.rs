@@ -43,6 +43,36 @@ fn decodes_core_ops() {
 }
 
 #[test]
+fn gift_targets_are_a_list_of_users_or_seats_and_nothing_else() {
+    let targets = |to: &str| {
+        let frame = format!(
+            r#"{{"id":9,"op":"gift.send","d":{{"room":"r","req_id":"x","gift":"rose","to":{to}}}}}"#
+        );
+        decode_request(&frame).map(|r| match r.op {
+            Op::GiftSend(g) => g.to,
+            other => panic!("{other:?}"),
+        })
+    };
+    let users = GiftTargets::Users(vec![UserId::from("u2"), UserId::from("u3")]);
+    assert_eq!(targets(r#"["u2","u3"]"#).unwrap(), users);
+    assert_eq!(
+        targets(r#""seats""#).unwrap(),
+        GiftTargets::Seated("seats".into())
+    );
+    assert_eq!(targets("[]").unwrap(), GiftTargets::Users(vec![]));
+    for bad in ["5", "[1]", r#"{"u":1}"#, "null", r#"["u2",null]"#] {
+        let e = targets(bad).unwrap_err();
+        assert_eq!((e.id, e.code), (Some(9), ErrorCode::BadFrame), "to: {bad}");
+    }
+    // Written as it is read.
+    assert_eq!(serde_json::to_string(&users).unwrap(), r#"["u2","u3"]"#);
+    assert_eq!(
+        serde_json::to_string(&GiftTargets::Seated("seats".into())).unwrap(),
+        r#""seats""#
+    );
+}
+
+#[test]
 fn bad_frames_keep_the_id_when_readable() {
     let e = decode_request("not json").unwrap_err();
     assert_eq!((e.id, e.code), (None, ErrorCode::BadFrame));
