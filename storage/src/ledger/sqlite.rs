@@ -75,7 +75,8 @@ pub const CHECKPOINT_AFTER_FRAMES: i32 = 10_000;
 pub const WAL_LIMIT_FRAMES: i32 = 64_000;
 /// Counter: groups run a second time with a savepoint per job because a job failed.
 pub const METRIC_SLOW_GROUPS: &str = "chorus_ledger_slow_groups_total";
-/// Counter: WAL checkpoints, by who ran them (`checkpointer` or `writer`).
+/// Counter: WAL checkpoints, by who ran them (`checkpointer` or `writer`; `writer_busy`: the
+/// writer's restart found the checkpointer mid-pass and was left to the next commit).
 pub const METRIC_CHECKPOINTS: &str = "chorus_ledger_checkpoints_total";
 /// Histogram: seconds per WAL checkpoint, by who ran it. The writer's own (`writer`) hold up
 /// its next group.
@@ -753,11 +754,21 @@ fn after_commit(
         }
         WalAction::RestartHere => {
             // The checkpointer has not caught the WAL's end: copy the rest, restart the WAL.
-            metrics::counter!(METRIC_CHECKPOINTS, "by" => "writer").increment(1);
             let started = std::time::Instant::now();
-            if let Err(e) = wal.checkpoint_v2(rusqlite::wal::CheckpointMode::RESTART) {
-                // The commit is durable in the WAL whatever happens here.
-                error!(error = %e, frames, "Ledger WAL restart checkpoint failed.");
+            // The commit is durable in the WAL whatever happens here.
+            match wal.checkpoint_v2(rusqlite::wal::CheckpointMode::RESTART) {
+                Ok(_) => metrics::counter!(METRIC_CHECKPOINTS, "by" => "writer").increment(1),
+                // The checkpointer holds the checkpoint lock mid-pass (SQLite then answers BUSY
+                // at once): it is copying the WAL already, and the next commit tries again.
+                Err(rusqlite::Error::SqliteFailure(f, _))
+                    if f.code == rusqlite::ErrorCode::DatabaseBusy =>
+                {
+                    metrics::counter!(METRIC_CHECKPOINTS, "by" => "writer_busy").increment(1);
+                }
+                Err(e) => {
+                    metrics::counter!(METRIC_CHECKPOINTS, "by" => "writer").increment(1);
+                    error!(error = %e, frames, "Ledger WAL restart checkpoint failed.");
+                }
             }
             metrics::histogram!(METRIC_CHECKPOINT_SECONDS, "by" => "writer")
                 .record(started.elapsed().as_secs_f64());
