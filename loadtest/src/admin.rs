@@ -71,3 +71,19 @@ pub async fn get(
 ) -> anyhow::Result<AdminResponse> {
     call(addr, "GET", path, token, None).await
 }
+
+/// One sample of the node's `/metrics` (Prometheus text): the value of the first line that
+/// starts with `name_and_labels` (e.g. `chorus_gateway_closes_total{code="4000"}`), 0 when the
+/// node has not recorded it.
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn metric(addr: SocketAddr, name_and_labels: &str) -> anyhow::Result<f64> {
+    let body = get(addr, "/metrics", None).await?.body;
+    Ok(body
+        .lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0))
+}

@@ -175,18 +175,6 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-async fn metric(admin: SocketAddr, name_and_labels: &str) -> f64 {
-    let body = loadtest::admin::get(admin, "/metrics", None)
-        .await
-        .unwrap()
-        .body;
-    body.lines()
-        .find(|l| l.starts_with(name_and_labels))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test]
 async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,7 +232,11 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
     let p = reader.await.unwrap();
     assert_eq!((p.gaps, p.duplicates), (0, 0));
     let deadline = Instant::now() + WAIT;
-    while metric(admin, "chorus_gateway_closes_total{code=\"4000\"}").await < 1.0 {
+    while loadtest::admin::metric(admin, "chorus_gateway_closes_total{code=\"4000\"}")
+        .await
+        .unwrap()
+        < 1.0
+    {
         assert!(
             Instant::now() < deadline,
             "the slow consumer was not closed with 4000"

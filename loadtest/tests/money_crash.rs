@@ -74,6 +74,9 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     let room = RoomId::from("crash");
     a.join(&room, false, None).await.unwrap();
     b.join(&room, false, None).await.unwrap();
+    // A brand-new room has no previous owner and no saga: its load sweeps nothing.
+    let skipped = "chorus_saga_sweeps_skipped_total";
+    assert_eq!(loadtest::admin::metric(admin, skipped).await.unwrap(), 1.0);
     let req = json!({"room": room, "req_id": "crash-1", "gift": "rose", "to": ["bob"]});
     let _ = a.send("gift.send", req.clone()).await.unwrap();
     // The node aborts after the debit, before the settle.
@@ -84,8 +87,10 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     let url = format!("ws://{ws}/ws");
     let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
-    // Loading the room starts the owner's recovery, which settles the debited saga.
+    // Loading the room starts the owner's recovery, which settles the debited saga: the room
+    // had an owner, so its load does not skip the sweep.
     a.join(&room, false, None).await.unwrap();
+    assert_eq!(loadtest::admin::metric(admin, skipped).await.unwrap(), 0.0);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if wallet(admin, "bob").await["earnings"] == 5 {

@@ -28,6 +28,8 @@ pub const FENCED_WRITES_REJECTED: &str = "chorus_fenced_writes_rejected_total";
 pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";
 /// Unfinished sagas resolved by the owner's recovery (counter; label `outcome`).
 pub const SAGAS_RECOVERED: &str = "chorus_sagas_recovered_total";
+/// Room loads that skipped the saga sweep: the room's first owner in the ledger (counter).
+pub const RECOVERY_SKIPPED: &str = "chorus_saga_sweeps_skipped_total";
 
 /// Time a planned handoff kept a room stopped on the old owner (histogram, seconds).
 pub const HANDOFF_SECONDS: &str = "chorus_shard_handoff_seconds";
@@ -49,6 +51,11 @@ pub fn describe() {
         "Commands refused because a room inbox was full."
     );
     describe_counter!(EVENTS_SEQUENCED, "Sequenced room events published.");
+    describe_counter!(SAGAS_RECOVERED, "Unfinished sagas resolved by recovery.");
+    describe_counter!(
+        RECOVERY_SKIPPED,
+        "Room loads with no saga sweep: the room's first owner."
+    );
     describe_counter!(SNAPSHOT_WRITE_FAILURES, "Room snapshot writes that failed.");
     describe_counter!(LEASES_ACQUIRED, "Room leases acquired.");
     describe_counter!(LEASES_RENEWED, "Room leases renewed.");

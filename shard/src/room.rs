@@ -112,11 +112,11 @@ pub(crate) async fn run(
         }
     };
     // Install the fence in the ledger too, so the previous owner's saga moves are refused.
-    if gifts::install_fence(&inner, &room, fence).await.is_err() {
+    let Ok(first_owner) = gifts::install_fence(&inner, &room, fence).await else {
         inner.owner.release(&room, fence).await;
         refuse_all(&inner, &room, generation, rx, None).await;
         return;
-    }
+    };
     // Read again under the lease, then install the new fence durably before serving
     // (LEDGER-AND-LEASES 2.4): from now on the previous owner's writes are rejected.
     let loaded = match inner.snapshots.load(&room).await {
@@ -161,7 +161,7 @@ pub(crate) async fn run(
     if actor.state.is_some() {
         info!(room = %actor.room, fence, "Room runtime started.");
     }
-    actor.start_recovery();
+    actor.start_recovery(first_owner);
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
     info!(room = %actor.room, fence, ?stop, "Room runtime stopped.");

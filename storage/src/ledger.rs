@@ -579,7 +579,11 @@ pub enum VoidOutcome {
 /// What `install_fence` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FenceInstall {
+    /// The room had no owner in the ledger: this is its first fence. No saga can exist for it
+    /// (every saga step checks the room's fence), so its owner has nothing to recover.
+    First,
     /// The fence is now the room's durable high-water mark (or already was, for this owner).
+    /// Also the answer when an engine cannot tell whether the room had an owner before.
     Installed,
     /// A fence at least as high is installed: the caller's lease store regressed.
     Stale {

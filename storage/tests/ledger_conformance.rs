@@ -250,9 +250,10 @@ async fn stale_fence_is_rejected_and_changes_nothing(f: Fixture) {
     let host = f.user("h");
     let room = f.room("r");
     f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    // The room's first fence says so (its owner has no saga to recover); no later one does.
     assert_eq!(
         f.ledger.install_fence(&room, 5, "n1/a").await.unwrap(),
-        FenceInstall::Installed
+        FenceInstall::First
     );
     assert_eq!(
         f.ledger.install_fence(&room, 5, "n1/a").await.unwrap(),

@@ -145,20 +145,22 @@ fn lock(f: &InFlight) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
     f.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Installs `fence` as the room's durable high-water mark in the ledger.
+/// Installs `fence` as the room's durable high-water mark in the ledger. `Ok(true)` when the
+/// room never had an owner there: no saga can exist for it, so there is nothing to recover.
 pub(crate) async fn install_fence(
     inner: &Arc<Inner>,
     room: &RoomId,
     fence: FencingToken,
-) -> Result<(), ()> {
+) -> Result<bool, ()> {
     let Some(ledger) = &inner.ledger else {
-        return Ok(());
+        return Ok(false);
     };
     match ledger
         .install_fence(room, fence, inner.owner.owner_id())
         .await
     {
-        Ok(FenceInstall::Installed) => Ok(()),
+        Ok(FenceInstall::First) => Ok(true),
+        Ok(FenceInstall::Installed) => Ok(false),
         Ok(FenceInstall::Stale { current }) => {
             // The lease store handed out a token the ledger has already seen (e.g. Redis lost
             // its counters): never run with it. The next claim starts above `current`.
@@ -398,7 +400,13 @@ impl RoomActor {
     /// may have crashed mid-saga. It goes on every few seconds while [`Sweep`] says it must.
     /// The load counts as a failure: a previous owner's last write may land (or become
     /// visible) around the fence install, so one more sweep looks once it is old enough.
-    pub(super) fn start_recovery(&self) {
+    /// A room's first owner (`first_owner`: the ledger had no fence for it) has no previous
+    /// owner and no saga to find, and starts none; a later failed gift still starts it.
+    pub(super) fn start_recovery(&self, first_owner: bool) {
+        if first_owner {
+            metrics::counter!(m::RECOVERY_SKIPPED).increment(1);
+            return;
+        }
         if self.sweep.failed(now_ms()) {
             self.spawn_sweep(0, false);
         }

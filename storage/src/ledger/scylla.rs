@@ -570,8 +570,11 @@ impl ScyllaLedger {
         let f = to_cql_fence(fence)?;
         for _ in 0..MAX_RESENDS {
             let insert = (room.as_str(), f, owner, now_ts());
+            // `IF NOT EXISTS` applied: the room had no owner row (none is ever deleted). An
+            // earlier attempt whose outcome was unknown and did apply makes this one fail, and
+            // the read-back below answers `Installed`: only a known first counts as first.
             if self.lwt(&self.st.owner_insert, insert).await == Ok(true) {
-                return Ok(FenceInstall::Installed);
+                return Ok(FenceInstall::First);
             }
             let update = (f, owner, now_ts(), room.as_str(), f);
             if self.lwt(&self.st.owner_update, update).await == Ok(true) {

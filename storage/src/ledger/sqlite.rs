@@ -450,6 +450,7 @@ impl SqliteLedger {
                 }
                 _ => {}
             }
+            let first = current.is_none();
             c.prepare_cached(
                 "INSERT INTO room_owner (room, fence, owner, since_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (room) DO UPDATE SET fence = ?2, owner = ?3, since_ms = ?4",
@@ -457,7 +458,11 @@ impl SqliteLedger {
             .map_err(db)?
             .execute(params![room.as_str(), f, owner, now_ms()])
             .map_err(db)?;
-            Ok(FenceInstall::Installed)
+            Ok(if first {
+                FenceInstall::First
+            } else {
+                FenceInstall::Installed
+            })
         })
         .await
     }
