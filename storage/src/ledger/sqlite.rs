@@ -1201,7 +1201,7 @@ fn add_coins(c: &Connection, user: &str, delta: i64) -> Result<i64> {
     let now = coins(c, user)?;
     let after = now
         .checked_add(delta)
-        .ok_or_else(|| StorageError::Corrupt(format!("coins of {user} overflow")))?;
+        .ok_or_else(|| StorageError::Backend(format!("coins of {user} would overflow")))?;
     set_coins(c, user, after)
 }
 
@@ -1319,6 +1319,22 @@ mod tests {
         let conn = open_connection(&dir.path().join("l.db")).unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         (dir, conn)
+    }
+
+    #[test]
+    fn coins_move_by_plain_writes_and_refuse_to_overflow() {
+        let (_dir, c) = fresh_db();
+        assert_eq!(add_coins(&c, "u", 5).unwrap(), 5, "creates the account");
+        assert_eq!(set_coins(&c, "u", 2).unwrap(), 2);
+        assert_eq!(add_coins(&c, "u", i64::MAX - 2).unwrap(), i64::MAX);
+        assert!(matches!(
+            add_coins(&c, "u", 1),
+            Err(StorageError::Backend(_))
+        ));
+        assert_eq!(coins(&c, "u").unwrap(), i64::MAX, "nothing written");
+        // The CHECK still refuses a negative balance.
+        assert!(set_coins(&c, "u", -1).is_err());
+        assert_eq!(coins(&c, "u").unwrap(), i64::MAX);
     }
 
     /// Runs `group` as the writer does and answers every job with the commit's success.
