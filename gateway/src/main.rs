@@ -87,6 +87,9 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     cfg.shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes())?);
     cfg.shard.test_crash_after_debit =
         std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
+    if let Some(every) = orphan_sweep_env()? {
+        cfg.shard.orphan_sweep = every;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -153,6 +156,18 @@ fn run_until_signal(
     })
 }
 
+/// `CHORUS_ORPHAN_SWEEP_MS`: how often a shard looks for rooms with unfinished sagas that
+/// nobody has loaded (default 60 s).
+fn orphan_sweep_env() -> anyhow::Result<Option<std::time::Duration>> {
+    match std::env::var("CHORUS_ORPHAN_SWEEP_MS") {
+        Err(_) => Ok(None),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Some(std::time::Duration::from_millis(ms))),
+            _ => anyhow::bail!("CHORUS_ORPHAN_SWEEP_MS must be a positive number of ms, not {v:?}"),
+        },
+    }
+}
+
 fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     let file = cli::load_file(a.config.as_deref())?;
     let lucky = env_secret("CHORUS_LUCKY_SECRET", file.lucky_secret.as_ref()).unwrap_or_default();
@@ -163,6 +178,9 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     })?);
     shard.test_crash_after_debit =
         std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
+    if let Some(every) = orphan_sweep_env()? {
+        shard.orphan_sweep = every;
+    }
     let cfg = gateway::cluster::ShardNodeConfig {
         node_id: protocol::NodeId::from(a.node_id.as_str()),
         redis: a.redis.clone(),

@@ -18,12 +18,21 @@ const SECRET: &str = "crash-secret";
 const ADMIN: &str = "crash-admin";
 
 async fn standalone(dir: &std::path::Path, crash: bool) -> (Node, SocketAddr, SocketAddr) {
+    standalone_with(dir, crash, Vec::new()).await
+}
+
+async fn standalone_with(
+    dir: &std::path::Path,
+    crash: bool,
+    extra: Vec<(&'static str, String)>,
+) -> (Node, SocketAddr, SocketAddr) {
     let ws: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
     let admin: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
     let mut env = vec![
         ("CHORUS_JWT_SECRET", SECRET.to_owned()),
         ("CHORUS_ADMIN_TOKEN", ADMIN.to_owned()),
     ];
+    env.extend(extra);
     if crash {
         env.push(("CHORUS_TEST_CRASH_AFTER_DEBIT", "1".to_owned()));
     }
@@ -112,6 +121,72 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     assert_eq!(ok["balance"], 90);
     assert_eq!(wallet(admin, "alice").await["balance"], 90);
     assert_eq!(wallet(admin, "bob").await["earnings"], 5);
+    let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(ADMIN))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(totals["conserved"], true, "{totals}");
+}
+
+/// The same crash, but nobody comes back to the room: the node's orphan sweep loads it and
+/// its owner's recovery settles the saga.
+#[tokio::test]
+async fn a_crashed_saga_in_a_room_nobody_rejoins_is_settled_by_the_orphan_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, ws, admin) = standalone(dir.path(), true).await;
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    let r = loadtest::admin::call(
+        admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        Some(ADMIN),
+        Some(json!({"amount": 100, "key": "g1"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let url = format!("ws://{ws}/ws");
+    let token =
+        |u: &str| client::mint_token(SECRET.as_bytes(), u, Duration::from_secs(600)).unwrap();
+    let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
+    let mut b = client::connect(&url, Some(&token("bob"))).await.unwrap();
+    let room = RoomId::from("orphan");
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    let req = json!({"room": room, "req_id": "orphan-1", "gift": "rose", "to": ["bob"]});
+    let _ = a.send("gift.send", req).await.unwrap();
+    let status = node.wait_exit(Duration::from_secs(10)).await.unwrap();
+    assert!(status.is_some(), "the node did not crash");
+
+    let sweep = vec![("CHORUS_ORPHAN_SWEEP_MS", "200".to_owned())];
+    let (_node, _ws, admin) = standalone_with(dir.path(), false, sweep).await;
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    assert_eq!(
+        wallet(admin, "alice").await["balance"],
+        90,
+        "debited before the crash"
+    );
+    assert_eq!(
+        wallet(admin, "bob").await["earnings"],
+        0,
+        "not credited yet"
+    );
+    // No client connects: only the sweep can load the room. The saga is at least a few
+    // seconds old before the sweep lists it (it skips sagas a live owner may still move).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if wallet(admin, "bob").await["earnings"] == 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the orphan sweep did not settle the saga"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(wallet(admin, "alice").await["balance"], 90, "debited once");
+    let loaded = "chorus_saga_orphan_rooms_loaded_total";
+    assert_eq!(loadtest::admin::metric(admin, loaded).await.unwrap(), 1.0);
     let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(ADMIN))
         .await
         .unwrap()

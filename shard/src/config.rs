@@ -26,6 +26,9 @@ pub const DEFAULT_MEMBER_COUNT_INTERVAL: Duration = Duration::from_secs(1);
 /// never see a burst of moved sessions.
 pub const DEFAULT_HANDOFF_RATE_PER_SEC: u32 = 50;
 
+/// Default [`ShardConfig::orphan_sweep`].
+pub const DEFAULT_ORPHAN_SWEEP: Duration = Duration::from_secs(60);
+
 /// How a shard runs its rooms.
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
@@ -52,6 +55,9 @@ pub struct ShardConfig {
     pub handoff_rate_per_sec: u32,
     /// Gifts, revenue split and lucky table.
     pub catalog: Arc<Catalog>,
+    /// How often a shard looks for rooms whose sagas a crashed owner left open and that
+    /// nobody has loaded since, and loads them (their load settles or voids those sagas).
+    pub orphan_sweep: Duration,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
@@ -71,6 +77,7 @@ impl Default for ShardConfig {
             durable_history: false,
             handoff_rate_per_sec: DEFAULT_HANDOFF_RATE_PER_SEC,
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
+            orphan_sweep: DEFAULT_ORPHAN_SWEEP,
             test_crash_after_debit: false,
         }
     }

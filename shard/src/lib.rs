@@ -147,6 +147,9 @@ impl Shard {
             }),
         };
         me.inner.tracker.spawn(rebalance::run(me.inner.clone()));
+        me.inner
+            .tracker
+            .spawn(room::sweep_orphans(me.inner.clone()));
         me
     }
 
@@ -310,19 +313,48 @@ impl Inner {
                     .spawn(async move { inner.reply_direct(&cmd, Err(err), None).await });
                 return;
             }
-            let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = mpsc::channel(self.config.room_inbox);
-            // A fresh channel has room for one message.
-            let _ = tx.try_send(RoomMsg::Command(Box::new(cmd.clone())));
-            let tx_weak = tx.downgrade();
             let room = cmd.room.clone();
-            rooms.insert(room.clone(), RoomHandle { tx, generation });
-            drop(rooms);
-            let weak = tx_weak;
-            self.tracker
-                .spawn(room::run(self.clone(), room, generation, rx, weak));
+            self.start_runtime(&mut rooms, room, Some(cmd));
             return;
         }
+    }
+
+    /// Registers and starts a room runtime, with `first` in its inbox.
+    fn start_runtime(
+        self: &Arc<Self>,
+        rooms: &mut HashMap<RoomId, RoomHandle>,
+        room: RoomId,
+        first: Option<Command>,
+    ) {
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(self.config.room_inbox);
+        if let Some(cmd) = first {
+            // A fresh channel has room for one message.
+            let _ = tx.try_send(RoomMsg::Command(Box::new(cmd)));
+        }
+        let weak = tx.downgrade();
+        rooms.insert(room.clone(), RoomHandle { tx, generation });
+        self.tracker
+            .spawn(room::run(self.clone(), room, generation, rx, weak));
+    }
+
+    /// Loads `room` with no command, if it is placed here and not running: its load runs the
+    /// owner's saga recovery (the orphan sweep, see `room::sweep_orphans`). A room
+    /// with no snapshot stops at once. A cluster shard (durable history) loads nothing until
+    /// it knows the placement. Returns whether it started a runtime.
+    pub(crate) fn load_room(self: &Arc<Self>, room: &RoomId) -> bool {
+        let mut rooms = lock(&self.rooms);
+        if rooms.get(room).is_some_and(|h| !h.tx.is_closed()) {
+            return false;
+        }
+        match self.placement() {
+            Some(p) if p.owner(room).is_some_and(|owner| *owner != self.node) => return false,
+            // A cluster shard that has no placement yet cannot tell which rooms are its own.
+            None if self.config.durable_history => return false,
+            _ => {}
+        }
+        self.start_runtime(&mut rooms, room.clone(), None);
+        true
     }
 
     /// Removes a room from the registry if `generation` is still the registered runtime.

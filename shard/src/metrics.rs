@@ -28,6 +28,8 @@ pub const FENCED_WRITES_REJECTED: &str = "chorus_fenced_writes_rejected_total";
 pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";
 /// Unfinished sagas resolved by the owner's recovery (counter; label `outcome`).
 pub const SAGAS_RECOVERED: &str = "chorus_sagas_recovered_total";
+/// Rooms loaded by the orphan sweep to recover their unfinished sagas (counter).
+pub const ORPHAN_ROOMS_LOADED: &str = "chorus_saga_orphan_rooms_loaded_total";
 /// Room loads that skipped the saga sweep: the room's first owner in the ledger (counter).
 pub const RECOVERY_SKIPPED: &str = "chorus_saga_sweeps_skipped_total";
 
@@ -52,6 +54,10 @@ pub fn describe() {
     );
     describe_counter!(EVENTS_SEQUENCED, "Sequenced room events published.");
     describe_counter!(SAGAS_RECOVERED, "Unfinished sagas resolved by recovery.");
+    describe_counter!(
+        ORPHAN_ROOMS_LOADED,
+        "Rooms loaded by the orphan sweep to recover their unfinished sagas."
+    );
     describe_counter!(
         RECOVERY_SKIPPED,
         "Room loads with no saga sweep: the room's first owner."

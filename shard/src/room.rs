@@ -5,6 +5,7 @@
 //! the moment the lease keeper cancels its token (law 2).
 
 mod gifts;
+pub(crate) use gifts::sweep_orphans;
 pub(crate) mod log;
 pub mod state;
 

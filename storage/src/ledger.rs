@@ -856,6 +856,16 @@ impl Ledger {
         dispatch!(self.pending_sagas(room, min_age_ms))
     }
 
+    /// Rooms with a saga still PENDING or DEBITED whose last move is at least `min_age_ms` old:
+    /// where a crashed owner left money half-moved. A background sweep loads those rooms, so
+    /// their owner's recovery runs even if nobody comes back to them.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn rooms_with_open_sagas(&self, min_age_ms: i64) -> Result<Vec<RoomId>> {
+        dispatch!(self.rooms_with_open_sagas(min_age_ms))
+    }
+
     /// Resolves one saga. On the owner: a debited saga is settled, a pending one with no debit
     /// is voided through the void claim. A non-owner writes nothing and returns `Released`.
     ///

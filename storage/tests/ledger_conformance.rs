@@ -329,6 +329,23 @@ async fn crash_between_debit_and_settle_is_settled_by_owner(f: Fixture) {
     assert_eq!(f.ledger.balance(&sender).await.unwrap(), 80);
     // "Crash": settle never runs. The next owner installs a higher fence and recovers.
     f.ledger.install_fence(&room, 2, "n2/b").await.unwrap();
+    // The orphan sweep finds the room (other tests' rooms may be listed too), once the saga
+    // is old enough.
+    assert!(
+        f.ledger
+            .rooms_with_open_sagas(0)
+            .await
+            .unwrap()
+            .contains(&room)
+    );
+    let hour = 3_600_000;
+    assert!(
+        !f.ledger
+            .rooms_with_open_sagas(hour)
+            .await
+            .unwrap()
+            .contains(&room)
+    );
     let pending = f.ledger.pending_sagas(&room, 0).await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].state, SagaState::Debited);
@@ -342,6 +359,13 @@ async fn crash_between_debit_and_settle_is_settled_by_owner(f: Fixture) {
         RecoveryOutcome::AlreadyTerminal(SagaState::Settled)
     );
     assert!(f.ledger.pending_sagas(&room, 0).await.unwrap().is_empty());
+    assert!(
+        !f.ledger
+            .rooms_with_open_sagas(0)
+            .await
+            .unwrap()
+            .contains(&room)
+    );
     assert_eq!(f.ledger.balance(&sender).await.unwrap(), 80);
     for h in &hosts {
         assert_eq!(f.ledger.earnings(h).await.unwrap(), 5);

@@ -491,6 +491,34 @@ impl RoomActor {
     }
 }
 
+/// Every [`ShardConfig::orphan_sweep`](crate::ShardConfig::orphan_sweep), loads the rooms
+/// placed here whose sagas have stayed open for [`RECOVERY_MIN_AGE_MS`] and that are not
+/// running: a crashed owner's rooms that nobody has come back to. Their load runs the owner's
+/// recovery (see `start_recovery`), which settles a debited saga and voids one never debited;
+/// an empty room then unloads when idle. Rooms running here recover on their own.
+pub(crate) async fn sweep_orphans(inner: Arc<Inner>) {
+    let Some(ledger) = inner.ledger.clone() else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            () = tokio::time::sleep(inner.config.orphan_sweep) => {}
+        }
+        match ledger.rooms_with_open_sagas(RECOVERY_MIN_AGE_MS).await {
+            Ok(rooms) => {
+                for room in rooms {
+                    if inner.load_room(&room) {
+                        metrics::counter!(m::ORPHAN_ROOMS_LOADED).increment(1);
+                        info!(%room, "Loaded a room with unfinished sagas to recover them.");
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "Could not list rooms with unfinished sagas."),
+        }
+    }
+}
+
 /// One gift's saga: the ledger call (with retries), then its outcome with the command for the
 /// reply. The room actor boxes one per gift, so a test keeps it within 1,000 bytes: glibc
 /// serves larger requests (chunks of 1 KiB and more) from its large-block path, which first

@@ -156,6 +156,7 @@ struct Statements {
     open_add: PreparedStatement,
     open_del: PreparedStatement,
     open_list: PreparedStatement,
+    open_rooms: PreparedStatement,
     earn_add: PreparedStatement,
     earn_sum: PreparedStatement,
     fact_add: PreparedStatement,
@@ -935,6 +936,20 @@ impl ScyllaLedger {
         Ok(out)
     }
 
+    pub(super) async fn rooms_with_open_sagas(&self, min_age_ms: i64) -> Result<Vec<RoomId>> {
+        // A full scan of the open-saga index's partition keys: a background sweep's query,
+        // never on a request path. `pending_sagas` prunes finished entries as it reads.
+        let rooms: Vec<(String,)> = self.scan(&self.st.open_rooms, ()).await?;
+        let mut out = Vec::new();
+        for (room,) in rooms {
+            let room = RoomId::new(room);
+            if !self.pending_sagas(&room, min_age_ms).await?.is_empty() {
+                out.push(room);
+            }
+        }
+        Ok(out)
+    }
+
     pub(super) async fn leaderboard(
         &self,
         room: &RoomId,
@@ -1164,6 +1179,7 @@ async fn prepare_all(session: &Session, ks: &str) -> Result<Statements> {
             ))
             .await?,
         ),
+        open_rooms: scan(prep(format!("SELECT DISTINCT room_id FROM {ks}.room_open_sagas")).await?),
         earn_add: plain(
             prep(format!(
                 "INSERT INTO {ks}.earnings_entries (receiver_id, gift_id, amount, room_id)

@@ -569,6 +569,24 @@ impl SqliteLedger {
         .await
     }
 
+    pub(super) async fn rooms_with_open_sagas(&self, min_age_ms: i64) -> Result<Vec<RoomId>> {
+        let before = now_ms().saturating_sub(min_age_ms);
+        self.read(move |c| {
+            // The partial index `gift_saga_open` holds exactly the open sagas.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT DISTINCT room FROM gift_saga
+                     WHERE state IN ('PENDING', 'DEBITED') AND updated_ms <= ?1",
+                )
+                .map_err(db)?;
+            stmt.query_map([before], |r| r.get::<_, String>(0).map(RoomId::new))
+                .map_err(db)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db)
+        })
+        .await
+    }
+
     pub(super) async fn leaderboard(
         &self,
         room: &RoomId,
