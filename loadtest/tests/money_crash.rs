@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use loadtest::client;
-use loadtest::cluster::{NODE_READY_TIMEOUT, Node, wait_listening};
+use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, wait_listening};
 use protocol::RoomId;
 use serde_json::json;
 use tokio::time::Instant;
@@ -192,4 +192,82 @@ async fn a_crashed_saga_in_a_room_nobody_rejoins_is_settled_by_the_orphan_sweep(
         .unwrap()
         .json();
     assert_eq!(totals["conserved"], true, "{totals}");
+}
+
+/// In a cluster the crashed owner stays down and nobody rejoins: the ring moves the room to
+/// the other shard, whose orphan sweep loads it once the dead owner's lease has expired, and
+/// its recovery settles the gift.
+#[tokio::test]
+async fn a_dead_owners_saga_is_settled_by_another_shard_when_nobody_rejoins() {
+    let mut cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 1,
+        env: vec![
+            ("CHORUS_TEST_CRASH_AFTER_DEBIT".into(), "1".into()),
+            ("CHORUS_ORPHAN_SWEEP_MS".into(), "200".into()),
+        ],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let admin = cluster.gateways[0].admin;
+    let token = cluster.admin_token.clone();
+    let r = loadtest::admin::call(
+        admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        Some(&token),
+        Some(json!({"amount": 100, "key": "g1"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let wallet = |user: &'static str| {
+        let token = token.clone();
+        async move {
+            loadtest::admin::get(admin, &format!("/admin/wallets/{user}"), Some(&token))
+                .await
+                .unwrap()
+                .json()
+        }
+    };
+    let room = RoomId::from("orphan-cluster");
+    let within = Duration::from_secs(10);
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let mut b = cluster.connect(0, "bob").await.unwrap();
+    a.join_retrying(&room, None, within).await.unwrap();
+    b.join_retrying(&room, None, within).await.unwrap();
+    let (owner, _) = cluster.room_owner(room.as_str()).await.unwrap().unwrap();
+    let req = json!({"room": room, "req_id": "orphan-c1", "gift": "rose", "to": ["bob"]});
+    let _ = a.send("gift.send", req).await.unwrap();
+    let dead = cluster.shard_mut(&owner).unwrap();
+    let status = dead.node.wait_exit(Duration::from_secs(10)).await.unwrap();
+    assert!(status.is_some(), "the owner did not crash");
+    a.close().await;
+    b.close().await;
+    assert_eq!(
+        wallet("alice").await["balance"],
+        90,
+        "debited before the crash"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while wallet("bob").await["earnings"] != 5 {
+        assert!(
+            Instant::now() < deadline,
+            "no shard settled the dead owner's saga"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(wallet("alice").await["balance"], 90, "debited once");
+    let survivor = cluster.shards.iter().find(|s| s.id != owner).unwrap();
+    let loaded = "chorus_saga_orphan_rooms_loaded_total";
+    assert!(
+        loadtest::admin::metric(survivor.admin, loaded)
+            .await
+            .unwrap()
+            >= 1.0
+    );
+    let (new_owner, _) = cluster.room_owner(room.as_str()).await.unwrap().unwrap();
+    assert_eq!(new_owner, survivor.id);
 }
