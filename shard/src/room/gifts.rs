@@ -134,8 +134,8 @@ impl Sweep {
 /// The outcome of one gift saga, for the room actor (or, once it stopped, a direct reply).
 #[derive(Debug)]
 pub(crate) struct GiftDone {
-    /// Boxed, as it came through the inbox: the saga's box stays under glibc's 1000-byte
-    /// threshold (see `start_saga`).
+    /// Boxed, as it came through the inbox: the saga's box stays under glibc's 1,000-byte
+    /// threshold (see [`saga`]).
     cmd: Box<Command>,
     order: GiftOrder,
     outcome: Result<GiftOutcome, StorageError>,
