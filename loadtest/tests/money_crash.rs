@@ -53,44 +53,77 @@ async fn standalone_with(
     (node, ws, admin)
 }
 
-async fn wallet(admin: SocketAddr, user: &str) -> serde_json::Value {
-    loadtest::admin::get(admin, &format!("/admin/wallets/{user}"), Some(ADMIN))
+async fn wallet(admin: SocketAddr, token: &str, user: &str) -> serde_json::Value {
+    loadtest::admin::get(admin, &format!("/admin/wallets/{user}"), Some(token))
         .await
         .unwrap()
         .json()
 }
 
-#[tokio::test]
-async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut node, ws, admin) = standalone(dir.path(), true).await;
-    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+/// Grants alice the 100 coins each test's gift (a 10-coin rose to bob) draws on.
+async fn grant_alice(admin: SocketAddr, token: &str) {
     let r = loadtest::admin::call(
         admin,
         "POST",
         "/admin/wallets/alice/grant",
-        Some(ADMIN),
+        Some(token),
         Some(json!({"amount": 100, "key": "g1"})),
     )
     .await
     .unwrap();
-    assert_eq!(r.status, 200);
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// Waits (at most `within`) until bob has earned the rose's 5 coins: `what` failed otherwise.
+async fn wait_bob_credited(admin: SocketAddr, token: &str, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while wallet(admin, token, "bob").await["earnings"] != 5 {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn assert_conserved(admin: SocketAddr, token: &str) {
+    let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(token))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(totals["conserved"], true, "{totals}");
+}
+
+/// Starts a node that aborts between a gift's debit and its settle, has alice send bob a rose
+/// in the brand-new `room`, and waits for the crash. Returns the gift's request.
+async fn crash_mid_gift(dir: &std::path::Path, room: &RoomId, req_id: &str) -> serde_json::Value {
+    let (mut node, ws, admin) = standalone(dir, true).await;
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    grant_alice(admin, ADMIN).await;
     let url = format!("ws://{ws}/ws");
-    let token =
-        |u: &str| client::mint_token(SECRET.as_bytes(), u, Duration::from_secs(600)).unwrap();
     let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
     let mut b = client::connect(&url, Some(&token("bob"))).await.unwrap();
-    let room = RoomId::from("crash");
-    a.join(&room, false, None).await.unwrap();
-    b.join(&room, false, None).await.unwrap();
+    a.join(room, false, None).await.unwrap();
+    b.join(room, false, None).await.unwrap();
     // A brand-new room has no previous owner and no saga: its load sweeps nothing.
-    let skipped = "chorus_saga_sweeps_skipped_total";
-    assert_eq!(loadtest::admin::metric(admin, skipped).await.unwrap(), 1.0);
-    let req = json!({"room": room, "req_id": "crash-1", "gift": "rose", "to": ["bob"]});
+    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 1.0);
+    let req = json!({"room": room, "req_id": req_id, "gift": "rose", "to": ["bob"]});
     let _ = a.send("gift.send", req.clone()).await.unwrap();
     // The node aborts after the debit, before the settle.
     let status = node.wait_exit(Duration::from_secs(10)).await.unwrap();
     assert!(status.is_some(), "the node did not crash");
+    req
+}
+
+fn token(user: &str) -> String {
+    client::mint_token(SECRET.as_bytes(), user, Duration::from_secs(600)).unwrap()
+}
+
+const SKIPPED: &str = "chorus_saga_sweeps_skipped_total";
+const LOADED: &str = "chorus_saga_orphan_rooms_loaded_total";
+
+#[tokio::test]
+async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let room = RoomId::from("crash");
+    let req = crash_mid_gift(dir.path(), &room, "crash-1").await;
 
     let (_node, ws, admin) = standalone(dir.path(), false).await;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
@@ -99,33 +132,20 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     // Loading the room starts the owner's recovery, which settles the debited saga: the room
     // had an owner, so its load does not skip the sweep.
     a.join(&room, false, None).await.unwrap();
-    assert_eq!(loadtest::admin::metric(admin, skipped).await.unwrap(), 0.0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if wallet(admin, "bob").await["earnings"] == 5 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "recovery did not settle the saga"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
+    let within = Duration::from_secs(10);
+    wait_bob_credited(admin, ADMIN, within, "recovery did not settle the saga").await;
     assert_eq!(
-        wallet(admin, "alice").await["balance"],
+        wallet(admin, ADMIN, "alice").await["balance"],
         90,
         "debited exactly once"
     );
     // The client's retry returns the settled order, not a void, and debits nothing more.
     let ok = a.request("gift.send", req).await.unwrap();
     assert_eq!(ok["balance"], 90);
-    assert_eq!(wallet(admin, "alice").await["balance"], 90);
-    assert_eq!(wallet(admin, "bob").await["earnings"], 5);
-    let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(ADMIN))
-        .await
-        .unwrap()
-        .json();
-    assert_eq!(totals["conserved"], true, "{totals}");
+    assert_eq!(wallet(admin, ADMIN, "alice").await["balance"], 90);
+    assert_eq!(wallet(admin, ADMIN, "bob").await["earnings"], 5);
+    assert_conserved(admin, ADMIN).await;
 }
 
 /// The same crash, but nobody comes back to the room: the node's orphan sweep loads it and
@@ -133,65 +153,38 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
 #[tokio::test]
 async fn a_crashed_saga_in_a_room_nobody_rejoins_is_settled_by_the_orphan_sweep() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut node, ws, admin) = standalone(dir.path(), true).await;
-    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
-    let r = loadtest::admin::call(
-        admin,
-        "POST",
-        "/admin/wallets/alice/grant",
-        Some(ADMIN),
-        Some(json!({"amount": 100, "key": "g1"})),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status, 200);
-    let url = format!("ws://{ws}/ws");
-    let token =
-        |u: &str| client::mint_token(SECRET.as_bytes(), u, Duration::from_secs(600)).unwrap();
-    let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
-    let mut b = client::connect(&url, Some(&token("bob"))).await.unwrap();
-    let room = RoomId::from("orphan");
-    a.join(&room, false, None).await.unwrap();
-    b.join(&room, false, None).await.unwrap();
-    let req = json!({"room": room, "req_id": "orphan-1", "gift": "rose", "to": ["bob"]});
-    let _ = a.send("gift.send", req).await.unwrap();
-    let status = node.wait_exit(Duration::from_secs(10)).await.unwrap();
-    assert!(status.is_some(), "the node did not crash");
+    crash_mid_gift(dir.path(), &RoomId::from("orphan"), "orphan-1").await;
 
     let sweep = vec![("CHORUS_ORPHAN_SWEEP_MS", "200".to_owned())];
     let (_node, _ws, admin) = standalone_with(dir.path(), false, sweep).await;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     assert_eq!(
-        wallet(admin, "alice").await["balance"],
+        wallet(admin, ADMIN, "alice").await["balance"],
         90,
         "debited before the crash"
     );
     assert_eq!(
-        wallet(admin, "bob").await["earnings"],
+        wallet(admin, ADMIN, "bob").await["earnings"],
         0,
         "not credited yet"
     );
     // No client connects: only the sweep can load the room. The saga is at least a few
     // seconds old before the sweep lists it (it skips sagas a live owner may still move).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if wallet(admin, "bob").await["earnings"] == 5 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the orphan sweep did not settle the saga"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(wallet(admin, "alice").await["balance"], 90, "debited once");
-    let loaded = "chorus_saga_orphan_rooms_loaded_total";
-    assert_eq!(loadtest::admin::metric(admin, loaded).await.unwrap(), 1.0);
-    let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(ADMIN))
-        .await
-        .unwrap()
-        .json();
-    assert_eq!(totals["conserved"], true, "{totals}");
+    let within = Duration::from_secs(20);
+    wait_bob_credited(
+        admin,
+        ADMIN,
+        within,
+        "the orphan sweep did not settle the saga",
+    )
+    .await;
+    assert_eq!(
+        wallet(admin, ADMIN, "alice").await["balance"],
+        90,
+        "debited once"
+    );
+    assert_eq!(loadtest::admin::metric(admin, LOADED).await.unwrap(), 1.0);
+    assert_conserved(admin, ADMIN).await;
 }
 
 /// In a cluster the crashed owner stays down and nobody rejoins: the ring moves the room to
@@ -212,25 +205,7 @@ async fn a_dead_owners_saga_is_settled_by_another_shard_when_nobody_rejoins() {
     .unwrap();
     let admin = cluster.gateways[0].admin;
     let token = cluster.admin_token.clone();
-    let r = loadtest::admin::call(
-        admin,
-        "POST",
-        "/admin/wallets/alice/grant",
-        Some(&token),
-        Some(json!({"amount": 100, "key": "g1"})),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    let wallet = |user: &'static str| {
-        let token = token.clone();
-        async move {
-            loadtest::admin::get(admin, &format!("/admin/wallets/{user}"), Some(&token))
-                .await
-                .unwrap()
-                .json()
-        }
-    };
+    grant_alice(admin, &token).await;
     let room = RoomId::from("orphan-cluster");
     let within = Duration::from_secs(10);
     let mut a = cluster.connect(0, "alice").await.unwrap();
@@ -246,24 +221,27 @@ async fn a_dead_owners_saga_is_settled_by_another_shard_when_nobody_rejoins() {
     a.close().await;
     b.close().await;
     assert_eq!(
-        wallet("alice").await["balance"],
+        wallet(admin, &token, "alice").await["balance"],
         90,
         "debited before the crash"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while wallet("bob").await["earnings"] != 5 {
-        assert!(
-            Instant::now() < deadline,
-            "no shard settled the dead owner's saga"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(wallet("alice").await["balance"], 90, "debited once");
+    let within = Duration::from_secs(30);
+    wait_bob_credited(
+        admin,
+        &token,
+        within,
+        "no shard settled the dead owner's saga",
+    )
+    .await;
+    assert_eq!(
+        wallet(admin, &token, "alice").await["balance"],
+        90,
+        "debited once"
+    );
     let survivor = cluster.shards.iter().find(|s| s.id != owner).unwrap();
-    let loaded = "chorus_saga_orphan_rooms_loaded_total";
     assert!(
-        loadtest::admin::metric(survivor.admin, loaded)
+        loadtest::admin::metric(survivor.admin, LOADED)
             .await
             .unwrap()
             >= 1.0
