@@ -298,15 +298,12 @@ impl Inner {
                 }
             }
             // Not running here: start it only if this shard owns the room.
-            if let Some(p) = self.placement()
-                && let Some(owner) = p.owner(&cmd.room)
-                && *owner != self.node
-            {
+            if let Some(owner) = self.placed_elsewhere(&cmd.room) {
                 drop(rooms);
                 let err = ReplyError {
                     code: ErrorCode::Unavailable,
                     msg: "room is placed on another shard; retry".into(),
-                    owner_hint: Some(owner.clone()),
+                    owner_hint: Some(owner),
                 };
                 let inner = self.clone();
                 self.tracker
@@ -317,6 +314,13 @@ impl Inner {
             self.start_runtime(&mut rooms, room, Some(cmd));
             return;
         }
+    }
+
+    /// The shard the placement puts `room` on, when that is another one.
+    fn placed_elsewhere(&self, room: &RoomId) -> Option<NodeId> {
+        let placement = self.placement()?;
+        let owner = placement.owner(room)?;
+        (*owner != self.node).then(|| owner.clone())
     }
 
     /// Registers and starts a room runtime, with `first` in its inbox.
@@ -347,11 +351,10 @@ impl Inner {
         if rooms.get(room).is_some_and(|h| !h.tx.is_closed()) {
             return false;
         }
-        match self.placement() {
-            Some(p) if p.owner(room).is_some_and(|owner| *owner != self.node) => return false,
-            // A cluster shard that has no placement yet cannot tell which rooms are its own.
-            None if self.config.durable_history => return false,
-            _ => {}
+        // A cluster shard that has no placement yet cannot tell which rooms are its own.
+        let unplaced = self.config.durable_history && self.placement().is_none();
+        if unplaced || self.placed_elsewhere(room).is_some() {
+            return false;
         }
         self.start_runtime(&mut rooms, room.clone(), None);
         true
