@@ -35,13 +35,31 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
-            Ok(h) => Some(h),
+            Ok(h) => {
+                process_metrics().describe();
+                Some(h)
+            }
             Err(e) => {
                 warn!(error = %e, "Could not install the metrics recorder.");
                 None
             }
         })
         .as_ref()
+}
+
+/// The standard `process_*` metrics (CPU seconds, resident and virtual memory, open and most
+/// file descriptors, threads, start time), read from the OS at each scrape.
+fn process_metrics() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
+/// The `/metrics` page: the process metrics refreshed, then every metric of the process.
+fn render_metrics() -> String {
+    prometheus().map_or_else(String::new, |h| {
+        process_metrics().collect();
+        h.render()
+    })
 }
 
 /// What the admin API reaches.
@@ -124,8 +142,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return respond(StatusCode::OK, "ok\n", "text/plain"),
         (&Method::GET, "/metrics") => {
-            let body = prometheus()
-                .map(PrometheusHandle::render)
+            // Off the runtime: counting open descriptors lists `/proc/self/fd`, one entry per
+            // socket.
+            let body = tokio::task::spawn_blocking(render_metrics)
+                .await
                 .unwrap_or_default();
             return respond(StatusCode::OK, body, "text/plain; version=0.0.4");
         }

@@ -79,11 +79,26 @@ pub async fn get(
 /// # Errors
 /// Connection or protocol failures.
 pub async fn metric(addr: SocketAddr, name_and_labels: &str) -> anyhow::Result<f64> {
+    Ok(metric_if_present(addr, name_and_labels)
+        .await?
+        .unwrap_or(0.0))
+}
+
+/// Like [`metric`], but `None` when the node does not serve the metric at all.
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn metric_if_present(
+    addr: SocketAddr,
+    name_and_labels: &str,
+) -> anyhow::Result<Option<f64>> {
     let body = get(addr, "/metrics", None).await?.body;
     Ok(body
         .lines()
-        .find(|l| l.starts_with(name_and_labels))
+        .find(|l| {
+            l.strip_prefix(name_and_labels)
+                .is_some_and(|rest| rest.starts_with([' ', '{']) || name_and_labels.ends_with('}'))
+        })
         .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0))
+        .and_then(|v| v.parse().ok()))
 }

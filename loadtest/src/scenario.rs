@@ -317,9 +317,35 @@ pub async fn drain(shared: &Shared, max: Duration, expected: impl Fn() -> u64) -
     }
 }
 
-/// Server CPU (ms) now, summed over the target's pids.
-pub fn server_cpu(target: &Target) -> Option<f64> {
-    procfs::cpu_ms(&target.pids)
+/// Process metric the node's admin port serves (`metrics-process`): CPU seconds.
+const ADMIN_CPU_SECONDS: &str = "process_cpu_seconds_total";
+/// Process metric the node's admin port serves: resident memory in bytes.
+const ADMIN_RSS_BYTES: &str = "process_resident_memory_bytes";
+
+/// Server CPU (ms) now: summed over the target's pids from `/proc`, or, when no pid is known
+/// (a node under another user or in a container, which `ss` cannot name), the `--admin`
+/// node's `process_cpu_seconds_total`.
+pub async fn server_cpu(target: &Target) -> Option<f64> {
+    if !target.pids.is_empty() {
+        return procfs::cpu_ms(&target.pids);
+    }
+    let secs = crate::admin::metric_if_present(target.admin?, ADMIN_CPU_SECONDS)
+        .await
+        .ok()??;
+    Some(secs * 1000.0)
+}
+
+/// Server resident memory (KiB) now: summed over the target's pids from `/proc`, or, when no
+/// pid is known, the `--admin` node's `process_resident_memory_bytes`.
+pub async fn server_rss_kib(target: &Target) -> Option<u64> {
+    if !target.pids.is_empty() {
+        return procfs::rss_total_kib(&target.pids);
+    }
+    let bytes = crate::admin::metric_if_present(target.admin?, ADMIN_RSS_BYTES)
+        .await
+        .ok()??;
+    // A byte count read back from Prometheus text: whole, non-negative, far below 2^53.
+    Some(bytes as u64 / 1024)
 }
 
 /// How many of the worst 100 ms stretches a report lists.

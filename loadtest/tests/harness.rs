@@ -4,7 +4,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use loadtest::scenario::{Params, Scenario};
+use loadtest::scenario::{self, Params, Scenario};
 use loadtest::target::{Guard, Target};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,4 +40,46 @@ async fn fanout_against_the_baseline_loses_nothing() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.latency.count, r.received);
     assert!(r.p99_ms > 0.0 && r.max_ms >= r.p99_ms);
+}
+
+/// A node whose pid the generator cannot see (another user's, or in a container) is measured through its admin
+/// port: `process_resident_memory_bytes` and `process_cpu_seconds_total` must read what `/proc`
+/// reads for the same process, in the units the reports use, and an idle run must work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
+    let mut target = loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
+        .await
+        .unwrap();
+    let pid = target.pids[0];
+    target.pids.clear();
+
+    let from_proc = loadtest::procfs::rss_total_kib(&[pid]).unwrap();
+    let from_admin = scenario::server_rss_kib(&target).await.unwrap();
+    let drift = from_admin.abs_diff(from_proc);
+    assert!(
+        drift * 5 < from_proc,
+        "admin {from_admin} KiB, /proc {from_proc} KiB"
+    );
+
+    let cpu_proc = loadtest::procfs::cpu_ms(&[pid]).unwrap();
+    let cpu_admin = scenario::server_cpu(&target).await.unwrap();
+    // Both count since the process started; the scrape in between costs a few ticks.
+    assert!(
+        cpu_admin >= cpu_proc && cpu_admin - cpu_proc < 200.0,
+        "admin {cpu_admin} ms, /proc {cpu_proc} ms"
+    );
+
+    let params = Params::default();
+    let r = Scenario::Idle {
+        conns: 50,
+        rooms: 5,
+    }
+    .run(&target, &params, 0.0)
+    .await
+    .unwrap();
+    assert_eq!(r.connections, 50);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let (before, after) = (r.rss_before_kib.unwrap(), r.rss_after_kib.unwrap());
+    assert!(before > 1024 && after > 1024, "{before} → {after} KiB");
+    assert!(r.rss_per_conn_bytes.is_some());
 }

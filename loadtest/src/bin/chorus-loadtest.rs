@@ -135,7 +135,8 @@ struct Common {
         default_value = "chorus-loadtest-admin"
     )]
     admin_token: String,
-    /// Server pid(s) for CPU and RSS (found through the URL's port when omitted).
+    /// Server pid(s) for CPU and RSS (found through the URL's port when omitted; when none is
+    /// found, CPU and RSS come from the `--admin` node's `process_*` metrics).
     #[arg(long, value_delimiter = ',')]
     server_pid: Vec<u32>,
     /// Spawn the server: `standalone` (the `chorus` binary, see CHORUS_BIN).

@@ -92,7 +92,7 @@ async fn drive(
 ) -> Report {
     let total = super::schedule_len(total_rate, p.duration);
     let progress = Progress::start(p.progress, &target.name, total, shared);
-    let cpu_before = super::server_cpu(target);
+    let cpu_before = super::server_cpu(target).await;
     let msg_bytes = p.msg_bytes;
     let (t0, _) = pace(shared, total_rate, p.duration, |i, due| {
         let (c, room) = &senders[(i % senders.len() as u64) as usize];
@@ -106,7 +106,7 @@ async fn drive(
         shared.ok.load(Ordering::Relaxed) * members
     })
     .await;
-    let cpu_after = super::server_cpu(target);
+    let cpu_after = super::server_cpu(target).await;
     progress.finish();
     let expected = shared.ok.load(Ordering::Relaxed) * members;
     let mut r = common_report(shared, t0, expected, cpu_before, cpu_after);

@@ -37,7 +37,7 @@ pub async fn run(
     let rng = RefCell::new(StdRng::seed_from_u64(conns as u64 ^ rate.to_bits()));
     let total = super::schedule_len(rate, p.duration);
     let progress = Progress::start(p.progress, &target.name, total, &shared);
-    let cpu_before = super::server_cpu(target);
+    let cpu_before = super::server_cpu(target).await;
     let (t0, _) = pace(&shared, rate, p.duration, |_, due| {
         let (c, op, d, join) = {
             let mut rng = rng.borrow_mut();
@@ -74,7 +74,7 @@ pub async fn run(
     })
     .await;
     drain(&shared, p.drain, || 0).await;
-    let cpu_after = super::server_cpu(target);
+    let cpu_after = super::server_cpu(target).await;
     progress.finish();
     let mut r = common_report(&shared, t0, 0, cpu_before, cpu_after);
     r.offered_per_sec = rate;

@@ -71,7 +71,7 @@ pub async fn run(
     join_all(&conns, room_of, p.connect_concurrency).await?;
     let total = super::schedule_len(rate, p.duration);
     let progress = Progress::start(p.progress, &target.name, total, &shared);
-    let cpu_before = super::server_cpu(target);
+    let cpu_before = super::server_cpu(target).await;
     let n = conns.len() as u64;
     let (t0, _) = pace(&shared, rate, p.duration, |i, due| {
         // Spread senders over rooms: sender i % n, recipient the next member of its room.
@@ -93,7 +93,7 @@ pub async fn run(
     .await;
     let m = members as u64;
     let done = drain(&shared, p.drain, || shared.ok.load(Ordering::Relaxed) * m).await;
-    let cpu_after = super::server_cpu(target);
+    let cpu_after = super::server_cpu(target).await;
     progress.finish();
     let settled = shared.ok.load(Ordering::Relaxed);
     let mut r = common_report(&shared, t0, settled * m, cpu_before, cpu_after);

@@ -1,10 +1,10 @@
 //! Idle memory: the server's resident memory per joined connection. RSS (VmRSS, summed over
-//! the target's pids) is read before connecting and again once every connection has joined;
-//! the delta divided by the connections is the figure.
+//! the target's pids; with no pid known, the `--admin` node's `process_resident_memory_bytes`)
+//! is read before connecting and again once every connection has joined; the delta divided by
+//! the connections is the figure.
 
 use super::{Params, connect_users, join_all, run_prefix};
 use crate::load::{Shared, close_all};
-use crate::procfs;
 use crate::report::Report;
 use crate::target::Target;
 
@@ -19,13 +19,13 @@ pub async fn run(
     rooms: usize,
 ) -> anyhow::Result<Report> {
     anyhow::ensure!(
-        !target.pids.is_empty(),
-        "idle needs the server's pid: --server-pid, or let the harness spawn it"
+        !target.pids.is_empty() || target.admin.is_some(),
+        "idle needs the server's pid (--server-pid, or let the harness spawn it) or its --admin"
     );
     let prefix = run_prefix("idle");
     let rooms = rooms.max(1);
     let users: Vec<String> = (0..conns).map(|i| format!("{prefix}-u{i}")).collect();
-    let before = procfs::rss_total_kib(&target.pids);
+    let before = super::server_rss_kib(target).await;
     let shared = Shared::new();
     let cs = connect_users(target, &users, p, &shared).await?;
     join_all(
@@ -34,7 +34,7 @@ pub async fn run(
         p.connect_concurrency,
     )
     .await?;
-    let after = procfs::rss_total_kib(&target.pids);
+    let after = super::server_rss_kib(target).await;
     let mut r = Report {
         connections: cs.len(),
         rooms,
