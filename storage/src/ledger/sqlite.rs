@@ -62,10 +62,14 @@ pub const METRIC_GROUP_COMMIT_SECONDS: &str = "chorus_ledger_group_commit_second
 /// How long a connection waits on a lock held by another process before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Page cache per connection, in KiB (SQLite's negative `cache_size` unit). Small on purpose:
-/// a b-tree page split (random gift ids split pages often) briefly re-keys a page beyond the
-/// pending-byte page, and the next commit then walks the whole page-cache hash table (seen as
-/// `pcache1TruncateUnsafe` in profiles: a fifth of the writer's time with a 64 MiB cache and
-/// small groups). Pages that miss the cache are read through the memory map, which is cheap.
+/// when a b-tree split puts its new pages in page-number order (`balance_nonroot`; random gift
+/// ids split pages often), it parks one page at the pending-byte page's number (262,145 with
+/// 4 KiB pages) for a moment. The cache then remembers that number as its largest key, and
+/// the transaction's end walks the whole page-cache hash table to drop pages past the end of
+/// the file (`pcache1TruncateUnsafe`; a uprobe saw it on every commit of a gift storm: a fifth
+/// of the writer's time with a 64 MiB cache and small groups, ~6 % with this one). A smaller
+/// cache than this measured no better: pages that miss it and still sit in the WAL are read
+/// back with `pread`.
 const PAGE_CACHE_KIB: i64 = 8 * 1024;
 /// Uncopied WAL frames after a commit that wake the checkpointer thread: fewer, larger
 /// checkpoints copy a page rewritten by many commits once.
