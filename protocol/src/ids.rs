@@ -58,11 +58,26 @@ macro_rules! string_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                Ok(Self(Arc::from(&*s)))
+                // One allocation, the id's own: serde's `Cow<str>` would make a `String` first.
+                d.deserialize_str(IdVisitor).map(Self)
             }
         }
     };
+}
+
+/// Reads an id from a string without an intermediate `String`.
+struct IdVisitor;
+
+impl serde::de::Visitor<'_> for IdVisitor {
+    type Value = Arc<str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an id string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Arc<str>, E> {
+        Ok(Arc::from(v))
+    }
 }
 
 string_id!(
@@ -105,6 +120,17 @@ mod tests {
         assert_eq!(serde_json::to_string(&r).unwrap(), "\"r1\"");
         let back: RoomId = serde_json::from_str("\"r1\"").unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn ids_read_escaped_text_and_refuse_other_types() {
+        let u: UserId = serde_json::from_str(r#""caf\u00e9""#).unwrap();
+        assert_eq!(u.as_str(), "café");
+        // From an owned value too (the path that is not a borrowed slice of the input).
+        let v: UserId = serde_json::from_value(serde_json::json!("u1")).unwrap();
+        assert_eq!(v.as_str(), "u1");
+        assert!(serde_json::from_str::<UserId>("7").is_err());
+        assert!(serde_json::from_str::<RoomId>("null").is_err());
     }
 
     #[test]
