@@ -8,9 +8,10 @@ use gateway::cli::{self, Cli, Cmd};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-/// jemalloc serves every allocation of the process, SQLite's included. Against glibc's malloc it
-/// took 7–18 % less CPU per gift and ~6 % less per room delivery, with the same memory per idle
-/// connection (BENCHMARKS.md, Change 13).
+/// jemalloc serves every allocation of the process, SQLite's included, built without its
+/// per-thread cache (`.cargo/config.toml`; `MALLOC_CONF` overrides it at start). Against glibc's
+/// malloc: less CPU per gift and per room delivery, and less memory per idle connection
+/// (BENCHMARKS.md, Change 13).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
