@@ -329,10 +329,7 @@ pub async fn server_cpu(target: &Target) -> Option<f64> {
     if !target.pids.is_empty() {
         return procfs::cpu_ms(&target.pids);
     }
-    let secs = crate::admin::metric_if_present(target.admin?, ADMIN_CPU_SECONDS)
-        .await
-        .ok()??;
-    Some(secs * 1000.0)
+    Some(admin_metric(target, ADMIN_CPU_SECONDS).await? * 1000.0)
 }
 
 /// Server resident memory (KiB) now: summed over the target's pids from `/proc`, or, when no
@@ -341,11 +338,17 @@ pub async fn server_rss_kib(target: &Target) -> Option<u64> {
     if !target.pids.is_empty() {
         return procfs::rss_total_kib(&target.pids);
     }
-    let bytes = crate::admin::metric_if_present(target.admin?, ADMIN_RSS_BYTES)
-        .await
-        .ok()??;
     // A byte count read back from Prometheus text: whole, non-negative, far below 2^53.
-    Some(bytes as u64 / 1024)
+    Some(admin_metric(target, ADMIN_RSS_BYTES).await? as u64 / 1024)
+}
+
+/// One metric of the target's admin node; `None` without an admin address, when it cannot be
+/// reached, or when it does not serve the metric.
+async fn admin_metric(target: &Target, name: &str) -> Option<f64> {
+    crate::admin::metric_if_present(target.admin?, name)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// How many of the worst 100 ms stretches a report lists.
