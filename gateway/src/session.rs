@@ -29,6 +29,8 @@ use crate::wire;
 
 /// Frames of a batch kept inline (no allocation) before the batch spills to the heap.
 const BATCH_INLINE: usize = 8;
+/// A batch of frames for one write.
+type Batch = SmallVec<[Utf8Bytes; BATCH_INLINE]>;
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -224,37 +226,37 @@ impl Session {
         }
     }
 
-    /// Writes `first` and whatever else is queued (up to a batch) in one vectored write.
+    /// Writes `first` and whatever else is queued (up to a batch) in one system call.
+    ///
+    /// The batch is tried at once, without waiting (the socket almost always takes it whole);
+    /// only a batch the socket cannot take yet, or one behind a pong tungstenite holds, waits,
+    /// under the write time-out. The waiting write is boxed: its state would otherwise grow
+    /// every idle socket's task.
     async fn write_batch(
         &mut self,
         ws: &mut WebSocketStream<TcpStream>,
         first: Utf8Bytes,
     ) -> Result<(), Option<Closing>> {
-        let wt = self.core.config.write_timeout;
-        let mut written = 0usize;
         // tungstenite holds bytes of its own only after a client's ping (the pong it queued
         // while reading); everything the session sends through it is flushed at once. Asking
         // it to flush costs a waker registration, so it is asked only then.
         let pong_owed = std::mem::take(&mut self.pong_owed);
-        let write = async {
+        let mut written = 0usize;
+        let Some(frames) = self.write_now(ws, first, pong_owed, &mut written)? else {
+            return Ok(());
+        };
+        // The batch moves into the boxed write; `written` is read after it.
+        let counted = &mut written;
+        let write = async move {
             // The pong goes first, so our frames never interleave with it.
             if pong_owed {
                 ws.flush().await.map_err(|_| ())?;
             }
-            let mut frames: SmallVec<[Utf8Bytes; BATCH_INLINE]> = SmallVec::new();
-            frames.push(first);
-            while frames.len() < WRITE_BATCH_FRAMES {
-                match self.outbox.try_recv() {
-                    Some(frame) => frames.push(frame),
-                    None => break,
-                }
-            }
-            self.core.hot.frames_out.increment(frames.len() as u64);
-            wire::write_text_frames(ws.get_mut(), &frames, &mut written)
+            wire::write_text_frames(ws.get_ref(), &frames, counted)
                 .await
                 .map_err(|_| ())
         };
-        let outcome = Box::pin(timeout(wt, write)).await;
+        let outcome = Box::pin(timeout(self.core.config.write_timeout, write)).await;
         match outcome {
             Ok(Ok(())) => Ok(()),
             Ok(Err(())) => Err(None),
@@ -266,6 +268,35 @@ impl Session {
                 // connection end without 4000).
                 with_frame: written == 0,
             })),
+        }
+    }
+
+    /// Takes a batch from the outbox behind `first` and writes what the socket takes now
+    /// (nothing when `pong_owed`: the pong goes first), counting it in `written`; returns the
+    /// batch when some of it is still to be written.
+    fn write_now(
+        &self,
+        ws: &WebSocketStream<TcpStream>,
+        first: Utf8Bytes,
+        pong_owed: bool,
+        written: &mut usize,
+    ) -> Result<Option<Batch>, Option<Closing>> {
+        let mut frames = Batch::new();
+        frames.push(first);
+        while frames.len() < WRITE_BATCH_FRAMES {
+            match self.outbox.try_recv() {
+                Some(frame) => frames.push(frame),
+                None => break,
+            }
+        }
+        self.core.hot.frames_out.increment(frames.len() as u64);
+        if pong_owed {
+            return Ok(Some(frames));
+        }
+        match wire::try_write_text_frames(ws.get_ref(), &frames, written) {
+            Ok(true) => Ok(None),
+            Ok(false) => Ok(Some(frames)),
+            Err(_) => Err(None),
         }
     }
 

@@ -3,9 +3,11 @@
 //! tungstenite copies every frame into its write buffer, and that buffer keeps the capacity of
 //! the largest batch ever written for the rest of the connection: a socket that once received a
 //! room's member list holds kilobytes while it idles. For data frames the session therefore
-//! writes the frame headers and the shared payloads as one vectored `sendmsg`: no copy, and no
-//! buffer that outlives the write. tungstenite still reads, answers pings and closes; the
-//! session flushes it before each batch so its bytes never interleave with ours.
+//! writes the frames itself: a small batch (the usual one: a frame or a few) is copied into a
+//! buffer on the stack and goes out with one `send`; a larger one goes out as one vectored
+//! `sendmsg` of the frame headers and the shared payloads, without a copy. No buffer outlives
+//! the write. tungstenite still reads, answers pings and closes; the session flushes it before a
+//! batch when it may hold a pong, so its bytes never interleave with ours.
 
 use std::io::{self, IoSlice};
 
@@ -16,6 +18,9 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 /// Longest header of an unmasked server frame: 2 bytes plus an 8-byte extended length.
 const MAX_HEADER: usize = 10;
+
+/// A batch of at most this many bytes is copied into one buffer and written with `send`.
+const FLAT_MAX: usize = 2048;
 
 /// The header of an unmasked, final text frame (RFC 6455 §5.2) carrying `len` bytes.
 pub(crate) fn text_header(len: usize) -> ([u8; MAX_HEADER], usize) {
@@ -39,11 +44,75 @@ pub(crate) fn text_header(len: usize) -> ([u8; MAX_HEADER], usize) {
 /// bytes written in `written`: if the write is abandoned (a time-out) with `written` above
 /// zero, the stream may end inside a frame and must not carry another one.
 pub(crate) async fn write_text_frames(
-    stream: &mut TcpStream,
+    stream: &TcpStream,
     frames: &[Utf8Bytes],
     written: &mut usize,
 ) -> io::Result<()> {
-    // Inline for the usual small batch: a write allocates nothing.
+    while !try_write_text_frames(stream, frames, written)? {
+        stream.writable().await?;
+    }
+    Ok(())
+}
+
+/// Writes what the socket takes of `frames` now, without waiting, from byte `written` on (and
+/// counts what it wrote there): `Ok(true)` once everything went out, `Ok(false)` when the
+/// socket is full. Most batches go out whole at the first call, so the caller can skip a
+/// future, a timer and a readiness wait.
+pub(crate) fn try_write_text_frames(
+    stream: &TcpStream,
+    frames: &[Utf8Bytes],
+    written: &mut usize,
+) -> io::Result<bool> {
+    let total: usize = frames
+        .iter()
+        .map(|f| text_header(f.len()).1 + f.len())
+        .sum();
+    while *written < total {
+        // tokio answers `WouldBlock` without a system call while it knows the socket is full.
+        let sent = stream.try_io(Interest::WRITABLE, || {
+            if total <= FLAT_MAX {
+                send_flat(stream, frames, *written)
+            } else {
+                send_vectored(stream, frames, *written)
+            }
+        });
+        match sent {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// One `send` of the batch's bytes from `skip` on, the frames copied into one buffer on the
+/// stack (the batch is at most [`FLAT_MAX`] bytes): the kernel takes a plain buffer, the
+/// cheapest way into the socket (measured against `sendmsg` of the headers and payloads).
+fn send_flat(stream: &TcpStream, frames: &[Utf8Bytes], skip: usize) -> io::Result<usize> {
+    let mut buf = [0u8; FLAT_MAX];
+    let mut len = 0;
+    for f in frames {
+        let (h, n) = text_header(f.len());
+        let end = len + n + f.len();
+        let dst = buf.get_mut(len..end).ok_or(io::ErrorKind::InvalidInput)?;
+        dst[..n].copy_from_slice(&h[..n]);
+        dst[n..].copy_from_slice(f.as_bytes());
+        len = end;
+    }
+    let rest = buf.get(skip..len).ok_or(io::ErrorKind::InvalidInput)?;
+    // A peer that went away is an error here, never a SIGPIPE, whatever the process did with
+    // that signal.
+    socket2::SockRef::from(stream).send_with_flags(rest, libc::MSG_NOSIGNAL)
+}
+
+/// One `sendmsg` of the batch's headers and payloads from byte `skip` on, without copying
+/// them: for batches too large for [`send_flat`]. `sendmsg` rather than tokio's `writev`: the
+/// same bytes, but the call goes straight to the socket layer instead of through the file
+/// layer (`vfs_writev`), which measured about a fifth of the kernel's send path.
+fn send_vectored(stream: &TcpStream, frames: &[Utf8Bytes], skip: usize) -> io::Result<usize> {
+    // Inline for a batch of up to eight frames: a write allocates nothing.
     let headers: SmallVec<[([u8; MAX_HEADER], usize); 8]> =
         frames.iter().map(|f| text_header(f.len())).collect();
     let mut slices: SmallVec<[IoSlice<'_>; 16]> = SmallVec::with_capacity(frames.len() * 2);
@@ -52,39 +121,8 @@ pub(crate) async fn write_text_frames(
         slices.push(IoSlice::new(f.as_bytes()));
     }
     let mut rest: &mut [IoSlice<'_>] = &mut slices;
-    while !rest.is_empty() {
-        let n = send_vectored(stream, rest).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        *written += n;
-        IoSlice::advance_slices(&mut rest, n);
-    }
-    Ok(())
-}
-
-/// One `sendmsg` of `slices` once the socket is writable. `sendmsg` rather than tokio's
-/// `writev`: the same bytes, but the call goes straight to the socket layer instead of through
-/// the file layer (`vfs_writev`), which measured about a fifth of the kernel's send path.
-async fn send_vectored(stream: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result<usize> {
-    loop {
-        stream.writable().await?;
-        match stream.try_io(Interest::WRITABLE, || {
-            // A peer that went away is an error here, never a SIGPIPE, whatever the process
-            // did with that signal.
-            socket2::SockRef::from(stream).send_vectored_with_flags(slices, libc::MSG_NOSIGNAL)
-        }) {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
-            }
-            done => return done,
-        }
-    }
+    IoSlice::advance_slices(&mut rest, skip);
+    socket2::SockRef::from(stream).send_vectored_with_flags(rest, libc::MSG_NOSIGNAL)
 }
 
 #[cfg(test)]
@@ -111,6 +149,69 @@ mod tests {
         }
     }
 
+    /// Small batches go out as one copied buffer; when the socket fills in the middle of one,
+    /// the rest follows from the right byte once the peer reads, and nothing is doubled.
+    #[tokio::test]
+    async fn small_batches_resume_mid_batch_when_the_socket_fills() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (mut peer, _) = listener.accept().await.unwrap();
+        // Frames of distinct lengths and bytes, three to a batch: each batch is under
+        // `FLAT_MAX`, and a misplaced or repeated byte shows in the comparison.
+        let batch = |i: usize| -> Vec<Utf8Bytes> {
+            (0..3)
+                .map(|k| {
+                    let c = char::from(b'a' + ((i * 3 + k) % 26) as u8);
+                    Utf8Bytes::from(c.to_string().repeat(100 + (i * 7 + k * 131) % 500))
+                })
+                .collect()
+        };
+        let mut want = Vec::new();
+        let mut stalled = None;
+        // The peer reads nothing yet, so the socket fills well before 40 MB.
+        for i in 0..20_000 {
+            let frames = batch(i);
+            assert!(frames.iter().map(|f| f.len() + 4).sum::<usize>() <= FLAT_MAX);
+            for f in &frames {
+                let (h, n) = text_header(f.len());
+                want.extend_from_slice(&h[..n]);
+                want.extend_from_slice(f.as_bytes());
+            }
+            let mut written = 0;
+            if !try_write_text_frames(&stream, &frames, &mut written).unwrap() {
+                stalled = Some((i, frames, written));
+                break;
+            }
+        }
+        let (i, frames, mut written) = stalled.expect("the socket never filled");
+        let reader = tokio::spawn(async move {
+            let mut all = Vec::new();
+            peer.read_to_end(&mut all).await.unwrap();
+            all
+        });
+        write_text_frames(&stream, &frames, &mut written)
+            .await
+            .unwrap();
+        for j in i + 1..i + 50 {
+            let frames = batch(j);
+            for f in &frames {
+                let (h, n) = text_header(f.len());
+                want.extend_from_slice(&h[..n]);
+                want.extend_from_slice(f.as_bytes());
+            }
+            let mut written = 0;
+            write_text_frames(&stream, &frames, &mut written)
+                .await
+                .unwrap();
+        }
+        drop(stream);
+        let got = reader.await.unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "bytes differ");
+    }
+
     /// A batch larger than one write of the socket still arrives whole and in order.
     #[tokio::test]
     async fn a_batch_arrives_whole_across_partial_writes() {
@@ -123,13 +224,13 @@ mod tests {
             s.read_to_end(&mut all).await.unwrap();
             all
         });
-        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
         // 64 frames of 100 KiB: several MiB, far more than one socket buffer takes at once.
         let frames: Vec<Utf8Bytes> = (0..64u8)
             .map(|i| Utf8Bytes::from(char::from(b'a' + i % 26).to_string().repeat(100 * 1024)))
             .collect();
         let mut written = 0;
-        write_text_frames(&mut stream, &frames, &mut written)
+        write_text_frames(&stream, &frames, &mut written)
             .await
             .unwrap();
         drop(stream);
