@@ -38,8 +38,63 @@ pub(crate) fn clock_ms() -> u64 {
 
 #[derive(Debug, Default)]
 struct Queue {
-    frames: VecDeque<Utf8Bytes>,
+    frames: Frames,
     bytes: usize,
+}
+
+/// The queued frames. A socket mostly holds one frame at a time (a room event, a reply), which
+/// needs no allocation; only a burst takes a `VecDeque`, given back once it drains, so an idle
+/// socket holds no memory here and a steady one allocates nothing per frame.
+#[derive(Debug, Default)]
+enum Frames {
+    #[default]
+    Empty,
+    One(Utf8Bytes),
+    Burst(VecDeque<Utf8Bytes>),
+}
+
+impl Frames {
+    fn len(&self) -> usize {
+        match self {
+            Frames::Empty => 0,
+            Frames::One(_) => 1,
+            Frames::Burst(q) => q.len(),
+        }
+    }
+
+    fn push_back(&mut self, frame: Utf8Bytes) {
+        *self = match std::mem::take(self) {
+            Frames::Empty => Frames::One(frame),
+            Frames::One(first) => {
+                let mut q = VecDeque::with_capacity(4);
+                q.push_back(first);
+                q.push_back(frame);
+                Frames::Burst(q)
+            }
+            Frames::Burst(mut q) => {
+                q.push_back(frame);
+                Frames::Burst(q)
+            }
+        };
+    }
+
+    fn pop_front(&mut self) -> Option<Utf8Bytes> {
+        match self {
+            Frames::Empty => None,
+            Frames::One(_) => match std::mem::take(self) {
+                Frames::One(f) => Some(f),
+                _ => None,
+            },
+            Frames::Burst(q) => {
+                let f = q.pop_front();
+                if q.is_empty() {
+                    // Give the memory of a burst back: idle sockets must stay cheap.
+                    *self = Frames::Empty;
+                }
+                f
+            }
+        }
+    }
 }
 
 /// Why the server closes a socket from outside its task.
@@ -166,10 +221,6 @@ impl Outbox {
         let mut q = self.lock();
         let f = q.frames.pop_front()?;
         q.bytes -= f.len();
-        if q.frames.is_empty() {
-            // Give the memory of a burst back: idle sockets must stay cheap.
-            q.frames = VecDeque::new();
-        }
         Some(f)
     }
 
@@ -272,6 +323,41 @@ mod tests {
         assert_eq!(o.kicked(), None);
         assert!(!o.push("1".into()));
         assert_eq!(o.kicked(), Some(Kick::SlowConsumer));
+    }
+
+    #[test]
+    fn frames_leave_in_order_through_single_frames_bursts_and_drains() {
+        let o = Outbox::new(100, 1 << 20, later());
+        let mut next = 0u32;
+        let mut want = 0u32;
+        // Queue depths 1, 2, 5, 1, 3: each is pushed, then drained, with a push in between.
+        for depth in [1u32, 2, 5, 1, 3] {
+            for _ in 0..depth {
+                assert!(o.push(next.to_string().into()));
+                next += 1;
+            }
+            assert_eq!(o.try_recv().as_deref(), Some(want.to_string().as_str()));
+            want += 1;
+            assert!(o.push(next.to_string().into()));
+            next += 1;
+            while let Some(f) = o.try_recv() {
+                assert_eq!(f.as_str(), want.to_string());
+                want += 1;
+            }
+            assert!(
+                matches!(o.lock().frames, Frames::Empty),
+                "a drained queue holds nothing"
+            );
+            assert_eq!(o.lock().bytes, 0);
+        }
+        assert_eq!(want, next);
+    }
+
+    /// The outbox lives in its own `Arc` allocation: with the `Arc`'s two counters it stays
+    /// in the allocator's 128-byte class, so a connection pays nothing for the inline frame.
+    #[test]
+    fn an_outbox_fits_the_128_byte_class() {
+        assert!(std::mem::size_of::<Outbox>() + 16 <= 128);
     }
 
     #[test]
