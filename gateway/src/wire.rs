@@ -134,6 +134,15 @@ mod tests {
 
     use super::*;
 
+    /// Appends `frames` as the bytes a client should read for them.
+    fn encode_into(frames: &[Utf8Bytes], out: &mut Vec<u8>) {
+        for f in frames {
+            let (h, n) = text_header(f.len());
+            out.extend_from_slice(&h[..n]);
+            out.extend_from_slice(f.as_bytes());
+        }
+    }
+
     /// Our frames are byte for byte what tungstenite writes for the same text message.
     #[test]
     fn frames_match_tungstenite_at_every_length_class() {
@@ -174,11 +183,7 @@ mod tests {
         for i in 0..20_000 {
             let frames = batch(i);
             assert!(frames.iter().map(|f| f.len() + 4).sum::<usize>() <= FLAT_MAX);
-            for f in &frames {
-                let (h, n) = text_header(f.len());
-                want.extend_from_slice(&h[..n]);
-                want.extend_from_slice(f.as_bytes());
-            }
+            encode_into(&frames, &mut want);
             let mut written = 0;
             if !try_write_text_frames(&stream, &frames, &mut written).unwrap() {
                 stalled = Some((i, frames, written));
@@ -196,11 +201,7 @@ mod tests {
             .unwrap();
         for j in i + 1..i + 50 {
             let frames = batch(j);
-            for f in &frames {
-                let (h, n) = text_header(f.len());
-                want.extend_from_slice(&h[..n]);
-                want.extend_from_slice(f.as_bytes());
-            }
+            encode_into(&frames, &mut want);
             let mut written = 0;
             write_text_frames(&stream, &frames, &mut written)
                 .await
@@ -236,11 +237,7 @@ mod tests {
         drop(stream);
         let got = reader.await.unwrap();
         let mut want = Vec::new();
-        for f in &frames {
-            let (h, n) = text_header(f.len());
-            want.extend_from_slice(&h[..n]);
-            want.extend_from_slice(f.as_bytes());
-        }
+        encode_into(&frames, &mut want);
         assert_eq!(got.len(), want.len());
         assert_eq!(written, want.len());
         assert!(got == want, "bytes differ");
