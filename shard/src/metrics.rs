@@ -10,6 +10,8 @@ pub const ROOM_INBOX_FULL: &str = "chorus_shard_room_inbox_full_total";
 pub const EVENTS_SEQUENCED: &str = "chorus_shard_events_sequenced_total";
 /// Snapshot writes that failed (counter).
 pub const SNAPSHOT_WRITE_FAILURES: &str = "chorus_shard_snapshot_write_failures_total";
+/// Room stops that wrote no final snapshot: the state was already stored (counter).
+pub const SNAPSHOT_WRITES_SKIPPED: &str = "chorus_shard_snapshot_writes_skipped_total";
 /// Leases acquired (counter).
 pub const LEASES_ACQUIRED: &str = "chorus_lease_acquired_total";
 /// Leases renewed (counter; one per lease per tick).
@@ -63,6 +65,10 @@ pub fn describe() {
         "Room loads with no saga sweep: the room's first owner."
     );
     describe_counter!(SNAPSHOT_WRITE_FAILURES, "Room snapshot writes that failed.");
+    describe_counter!(
+        SNAPSHOT_WRITES_SKIPPED,
+        "Room stops with no final snapshot write: the state was already stored."
+    );
     describe_counter!(LEASES_ACQUIRED, "Room leases acquired.");
     describe_counter!(LEASES_RENEWED, "Room leases renewed.");
     describe_counter!(LEASES_LOST, "Room leases lost or not proven in time.");

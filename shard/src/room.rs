@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 use crate::Inner;
 use crate::metrics as m;
 use crate::owner::Claim;
+use crate::snapshots::{Snapshots, Written};
 use log::{EventLog, Resume};
 use state::{Applied, Durable, Presence, Rejected, RoomState, Sequenced, SessionRef};
 
@@ -122,7 +123,7 @@ pub(crate) async fn run(
     // (LEDGER-AND-LEASES 2.4): from now on the previous owner's writes are rejected.
     let loaded = match inner.snapshots.load(&room).await {
         Ok(Some((_, d))) => match inner.snapshots.save(&room, fence, &d).await {
-            Ok(()) => Some(d),
+            Ok(written) => Some((d, written)),
             Err(e) => {
                 warn!(%room, fence, error = %e, "Could not install the new fence.");
                 inner.owner.release(&room, fence).await;
@@ -140,9 +141,11 @@ pub(crate) async fn run(
     };
     metrics::gauge!(m::ROOMS_RUNNING).increment(1.0);
     let now = Instant::now();
+    let saved = loaded.as_ref().map(|(_, w)| *w);
     let mut actor = RoomActor {
         log: load_log(&inner, &room).await,
-        state: loaded.map(|d| RoomState::new(room.clone(), d, fence)),
+        state: loaded.map(|(d, _)| RoomState::new(room.clone(), d, fence)),
+        saved,
         room,
         fence,
         gateways: HashMap::new(),
@@ -213,6 +216,9 @@ struct RoomActor {
     room: RoomId,
     fence: FencingToken,
     state: Option<RoomState>,
+    /// What this runtime last wrote to the snapshot store (`None` after a failed write): a
+    /// room that stops with that state has nothing to save.
+    saved: Option<Written>,
     log: EventLog,
     /// Senders to the gateways this room talks to, cached from the shard's link table.
     gateways: HashMap<NodeId, mpsc::Sender<ToGateway>>,
@@ -332,14 +338,19 @@ impl RoomActor {
         }
         // Save and release first: the new owner can claim the moment the gateways ask it.
         if stop != Stop::LeaseLost {
-            if let Some(state) = &self.state
-                && let Err(e) = self
+            if let Some(state) = &self.state {
+                if Snapshots::unchanged(state.durable(), self.saved) {
+                    // Every change was written as it happened: nothing to save, and the new
+                    // owner (or the next load) reads the same state.
+                    metrics::counter!(m::SNAPSHOT_WRITES_SKIPPED).increment(1);
+                } else if let Err(e) = self
                     .inner
                     .snapshots
                     .save(&self.room, self.fence, state.durable())
                     .await
-            {
-                warn!(room = %self.room, error = %e, "Final snapshot write failed.");
+                {
+                    warn!(room = %self.room, error = %e, "Final snapshot write failed.");
+                }
             }
             self.inner.owner.release(&self.room, self.fence).await;
         } else {
@@ -640,17 +651,20 @@ impl RoomActor {
     }
 
     async fn create(&mut self, durable: Durable) -> Result<(), Rejected> {
-        if let Err(e) = self
+        match self
             .inner
             .snapshots
             .save(&self.room, self.fence, &durable)
             .await
         {
-            warn!(room = %self.room, error = %e, "Could not save the new room.");
-            return Err(Rejected {
-                code: ErrorCode::Unavailable,
-                msg: "could not create the room; retry",
-            });
+            Ok(written) => self.saved = Some(written),
+            Err(e) => {
+                warn!(room = %self.room, error = %e, "Could not save the new room.");
+                return Err(Rejected {
+                    code: ErrorCode::Unavailable,
+                    msg: "could not create the room; retry",
+                });
+            }
         }
         info!(room = %self.room, fence = self.fence, "Room created.");
         self.state = Some(RoomState::new(self.room.clone(), durable, self.fence));
@@ -727,7 +741,7 @@ impl RoomActor {
                 .save(&self.room, self.fence, state.durable())
                 .await
             {
-                Ok(()) => {}
+                Ok(written) => self.saved = Some(written),
                 Err(storage::StorageError::Fenced { token }) => {
                     // Someone else owns the room now: publish nothing more, stop.
                     metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
@@ -738,6 +752,8 @@ impl RoomActor {
                 Err(e) => {
                     warn!(room = %self.room, error = %e, "Snapshot write failed.");
                     metrics::counter!(m::SNAPSHOT_WRITE_FAILURES).increment(1);
+                    // The stop writes it again.
+                    self.saved = None;
                 }
             }
         }

@@ -1,10 +1,31 @@
 //! Durable room state through the snapshot store: JSON of [`Durable`], every write fenced.
 
+use std::hash::{DefaultHasher, Hasher};
+
 use protocol::{FencingToken, RoomId};
 use storage::StorageError;
 use storage::snapshot::SnapshotStore;
 
 use crate::room::state::Durable;
+
+/// A digest of the snapshot bytes a room last wrote: a room whose durable state is what it
+/// last wrote has nothing to save when it stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Written(u64);
+
+impl Written {
+    fn of(bytes: &[u8]) -> Self {
+        // SipHash with fixed keys: the same bytes give the same digest within the process,
+        // and two different snapshots share one with odds of 2^-64.
+        let mut h = DefaultHasher::new();
+        h.write(bytes);
+        Self(h.finish())
+    }
+}
+
+fn encode(durable: &Durable) -> Result<Vec<u8>, StorageError> {
+    serde_json::to_vec(durable).map_err(|e| StorageError::Corrupt(format!("encode snapshot: {e}")))
+}
 
 /// Reads and writes room snapshots.
 #[derive(Debug, Clone)]
@@ -53,14 +74,46 @@ impl Snapshots {
     }
 
     /// Saves the room's durable state; fails with `Fenced` unless `fence` is the live lease's.
+    /// Returns the digest of what it wrote.
     pub(crate) async fn save(
         &self,
         room: &RoomId,
         fence: FencingToken,
         durable: &Durable,
-    ) -> Result<(), StorageError> {
-        let bytes = serde_json::to_vec(durable)
-            .map_err(|e| StorageError::Corrupt(format!("encode snapshot: {e}")))?;
-        self.store.save(room, fence, &bytes).await
+    ) -> Result<Written, StorageError> {
+        let bytes = encode(durable)?;
+        self.store.save(room, fence, &bytes).await?;
+        Ok(Written::of(&bytes))
+    }
+
+    /// Whether `durable` is exactly what `last` wrote (no store access).
+    pub(crate) fn unchanged(durable: &Durable, last: Option<Written>) -> bool {
+        last.is_some() && encode(durable).ok().map(|b| Written::of(&b)) == last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "test code: a failed unwrap is a failed test"
+    )]
+
+    use super::*;
+    use protocol::UserId;
+
+    #[test]
+    fn only_the_state_last_written_counts_as_unchanged() {
+        let d = Durable::new(UserId::from("alice"), "t".into(), 4, None).unwrap();
+        let w = Written::of(&encode(&d).unwrap());
+        assert!(Snapshots::unchanged(&d, Some(w)));
+        // A failed (or no) write: always save again.
+        assert!(!Snapshots::unchanged(&d, None));
+        let mut seated = d.clone();
+        seated.seats[1].user = Some(UserId::from("bob"));
+        assert!(!Snapshots::unchanged(&seated, Some(w)));
+        let mut renamed = d.clone();
+        renamed.title = "u".into();
+        assert!(!Snapshots::unchanged(&renamed, Some(w)));
     }
 }
