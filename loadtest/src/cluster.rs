@@ -301,6 +301,40 @@ impl Node {
         Ok(Self { child, log })
     }
 
+    /// Spawns `chorus standalone` on ports the OS picks, with its data in `data_dir`, `extra`
+    /// arguments and `env`, and waits until it serves ([`NODE_READY_TIMEOUT`]); returns the
+    /// node and its WebSocket and admin addresses.
+    ///
+    /// # Errors
+    /// When the binary cannot be started or does not get ready in time.
+    pub async fn spawn_standalone<E, K, V>(
+        data_dir: &Path,
+        extra: &[&str],
+        env: E,
+    ) -> io::Result<(Self, SocketAddr, SocketAddr)>
+    where
+        E: IntoIterator<Item = (K, V)>,
+        K: AsRef<std::ffi::OsStr>,
+        V: AsRef<std::ffi::OsStr>,
+    {
+        let mut args: Vec<std::ffi::OsString> = [
+            "standalone",
+            "--ws-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        args.push(data_dir.into());
+        args.extend(extra.iter().map(Into::into));
+        let node = Self::spawn_with_env(args, env)?;
+        let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
+        Ok((node, ws, admin))
+    }
+
     /// The node's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -141,28 +141,17 @@ async fn spawn_standalone(
     config: &std::path::Path,
     data: &std::path::Path,
 ) -> (Node, SocketAddr, SocketAddr) {
-    let ws: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
-    let admin: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
-    let node = Node::spawn_with_env(
-        [
-            "standalone".to_owned(),
-            "--ws-addr".to_owned(),
-            ws.to_string(),
-            "--admin-addr".to_owned(),
-            admin.to_string(),
-            "--data-dir".to_owned(),
-            data.display().to_string(),
-            "--config".to_owned(),
-            config.display().to_string(),
-        ],
+    let config = config.display().to_string();
+    Node::spawn_standalone(
+        data,
+        &["--config", &config],
         [
             ("CHORUS_JWT_SECRET", "delivery-secret"),
             ("CHORUS_ADMIN_TOKEN", "delivery-admin"),
         ],
     )
-    .unwrap();
-    let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await.unwrap();
-    (node, ws, admin)
+    .await
+    .unwrap()
 }
 
 fn rss_kib(pid: u32) -> u64 {

@@ -26,8 +26,6 @@ async fn standalone_with(
     crash: bool,
     extra: Vec<(&'static str, String)>,
 ) -> (Node, SocketAddr, SocketAddr) {
-    let ws: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
-    let admin: SocketAddr = String::from("127.0.0.1:0").parse().unwrap();
     let mut env = vec![
         ("CHORUS_JWT_SECRET", SECRET.to_owned()),
         ("CHORUS_ADMIN_TOKEN", ADMIN.to_owned()),
@@ -36,21 +34,7 @@ async fn standalone_with(
     if crash {
         env.push(("CHORUS_TEST_CRASH_AFTER_DEBIT", "1".to_owned()));
     }
-    let node = Node::spawn_with_env(
-        [
-            "standalone".to_owned(),
-            "--ws-addr".to_owned(),
-            ws.to_string(),
-            "--admin-addr".to_owned(),
-            admin.to_string(),
-            "--data-dir".to_owned(),
-            dir.display().to_string(),
-        ],
-        env,
-    )
-    .unwrap();
-    let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await.unwrap();
-    (node, ws, admin)
+    Node::spawn_standalone(dir, &[], env).await.unwrap()
 }
 
 async fn wallet(admin: SocketAddr, token: &str, user: &str) -> serde_json::Value {

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use loadtest::client;
-use loadtest::cluster::{NODE_READY_TIMEOUT, Node};
+use loadtest::cluster::Node;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -42,24 +42,17 @@ async fn wait_unloaded(admin: SocketAddr, room: &str) {
 #[tokio::test]
 async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    let node = Node::spawn_with_env(
+    let (node, ws, admin) = Node::spawn_standalone(
+        dir.path(),
+        &[],
         [
-            "standalone".to_owned(),
-            "--ws-addr".to_owned(),
-            "127.0.0.1:0".to_owned(),
-            "--admin-addr".to_owned(),
-            "127.0.0.1:0".to_owned(),
-            "--data-dir".to_owned(),
-            dir.path().display().to_string(),
-        ],
-        vec![
-            ("CHORUS_JWT_SECRET", SECRET.to_owned()),
-            ("CHORUS_ADMIN_TOKEN", ADMIN.to_owned()),
-            ("CHORUS_IDLE_UNLOAD_MS", "300".to_owned()),
+            ("CHORUS_JWT_SECRET", SECRET),
+            ("CHORUS_ADMIN_TOKEN", ADMIN),
+            ("CHORUS_IDLE_UNLOAD_MS", "300"),
         ],
     )
+    .await
     .unwrap();
-    let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await.unwrap();
     let url = format!("ws://{ws}/ws");
     let mut alice = client::connect(&url, Some(&token("alice"))).await.unwrap();
     let mut bob = client::connect(&url, Some(&token("bob"))).await.unwrap();
@@ -104,8 +97,8 @@ async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_t
     let seats = snap["seats"].as_array().unwrap();
     assert_eq!(seats.len(), 4);
     assert!(seats.iter().all(|s| s["user"].is_null()), "{snap}");
-    // A seat taken in this runtime and held at the unload's start is stored too: bob takes
-    // one, then drops his connection; the room frees the seat (a write) and unloads (none).
+    // A seat held when the connection drops: the room frees it (a write), then unloads
+    // (none), and the next load finds the seat free.
     bob.request("seat.take", json!({"room": room, "seat": 1}))
         .await
         .unwrap();
