@@ -827,10 +827,16 @@ fn checkpointer_loop(conn: &Connection, copied: &AtomicI32, wakes: &std::sync::m
 // ---- Steps, run inside the writer's transaction. --------------------------------------------
 
 fn tx_send(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
-    let Some(rec) = load_saga(c, order.gift_id)? else {
-        return tx_send_new(c, order, fence);
-    };
+    ensure_fence(c, &order.room, fence, 0)?;
+    if let Some(outcome) = tx_send_new(c, order, fence)? {
+        return Ok(outcome);
+    }
     // A retry: continue from the stored saga, answer with the first result.
+    let Some(rec) = load_saga(c, order.gift_id)? else {
+        return Err(StorageError::Corrupt(
+            "a saga refused as a duplicate is missing".into(),
+        ));
+    };
     ensure_fence(c, &order.room, fence, rec.fence)?;
     if let Some(first) = rec.result() {
         return Ok(GiftOutcome::Duplicate { first });
@@ -858,26 +864,41 @@ fn tx_send(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutcome>
     Ok(GiftOutcome::Duplicate { first })
 }
 
-/// The hot path: a new gift id, booked PENDING → DEBITED → SETTLED (or → VOIDED) inside this one
-/// savepoint, so the saga row is written once, in its final state.
-fn tx_send_new(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
-    ensure_fence(c, &order.room, fence, 0)?;
+/// The hot path, for a gift id not booked yet: PENDING → DEBITED → SETTLED (or → VOIDED) inside
+/// this one job, so the saga row is written once, in its final state. The row goes in first,
+/// its unique gift id being the existence check (no lookup before it): `None` when the id is
+/// booked already, before anything was written, and the caller continues that saga instead.
+fn tx_send_new(c: &Connection, order: &GiftOrder, fence: u64) -> Result<Option<GiftOutcome>> {
     let sender = order.sender.as_str();
     let total = order.total();
     let balance = coins(c, sender)?;
     // The saga row is the claim: its unique gift id makes a second debit or void impossible.
     if balance < total {
         let reason = Some(VoidReason::InsufficientFunds);
-        insert_saga(c, order, SagaState::Voided, fence, reason, Some(balance))?;
-        return Ok(GiftOutcome::InsufficientFunds { balance });
+        if !insert_saga(c, order, SagaState::Voided, fence, reason, Some(balance))? {
+            return Ok(None);
+        }
+        return Ok(Some(GiftOutcome::InsufficientFunds { balance }));
     }
-    let after = set_coins(c, sender, balance - total)?;
-    let balance = apply_effects(c, order, Some(after))?;
-    insert_saga(c, order, SagaState::Settled, fence, None, Some(balance))?;
-    Ok(GiftOutcome::Settled {
+    let debited = balance - total;
+    let settled = debited
+        .checked_add(order.prize())
+        .ok_or_else(|| StorageError::Backend(format!("coins of {sender} would overflow")))?;
+    if !insert_saga(c, order, SagaState::Settled, fence, None, Some(settled))? {
+        return Ok(None);
+    }
+    set_coins(c, sender, debited)?;
+    let after = apply_effects(c, order, Some(debited))?;
+    if after != settled {
+        // The row above says `settled`: fail the job, so that none of it is kept.
+        return Err(StorageError::Corrupt(format!(
+            "gift settled at balance {after}, booked as {settled}"
+        )));
+    }
+    Ok(Some(GiftOutcome::Settled {
         order_id: order.gift_id,
-        balance,
-    })
+        balance: settled,
+    }))
 }
 
 fn insert_saga(
@@ -887,25 +908,27 @@ fn insert_saga(
     fence: u64,
     reason: Option<VoidReason>,
     balance_after: Option<i64>,
-) -> Result<()> {
-    c.prepare_cached(
-        "INSERT INTO gift_saga (gift_id, room, order_json, state, fence, reason, balance_after,
-           updated_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )
-    .map_err(db)?
-    .execute(params![
-        order.gift_id.as_bytes().as_slice(),
-        order.room.as_str(),
-        order.to_json()?,
-        state.as_str(),
-        to_sql_fence(fence)?,
-        reason.map(VoidReason::as_str),
-        balance_after,
-        now_ms()
-    ])
-    .map_err(db)?;
-    Ok(())
+) -> Result<bool> {
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO gift_saga (gift_id, room, order_json, state, fence, reason,
+               balance_after, updated_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (gift_id) DO NOTHING",
+        )
+        .map_err(db)?
+        .execute(params![
+            order.gift_id.as_bytes().as_slice(),
+            order.room.as_str(),
+            order.to_json()?,
+            state.as_str(),
+            to_sql_fence(fence)?,
+            reason.map(VoidReason::as_str),
+            balance_after,
+            now_ms()
+        ])
+        .map_err(db)?;
+    Ok(inserted == 1)
 }
 
 fn tx_begin(c: &Connection, order: &GiftOrder, fence: u64) -> Result<BeginOutcome> {
@@ -914,7 +937,11 @@ fn tx_begin(c: &Connection, order: &GiftOrder, fence: u64) -> Result<BeginOutcom
         return Ok(BeginOutcome::Existing(rec));
     }
     ensure_fence(c, &order.room, fence, 0)?;
-    insert_saga(c, order, SagaState::Pending, fence, None, None)?;
+    if !insert_saga(c, order, SagaState::Pending, fence, None, None)? {
+        return Err(StorageError::Corrupt(
+            "a saga appeared inside a transaction".into(),
+        ));
+    }
     Ok(BeginOutcome::Started)
 }
 
