@@ -222,7 +222,7 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 /// then answered with the group's commit result.
 trait WriteJob: Send {
     /// Runs the job; `false` when it failed and its writes must be undone.
-    fn run(&mut self, conn: &Connection) -> bool;
+    fn run(&mut self, tx: &Tx<'_>) -> bool;
     /// Answers the caller: the job's result if the group committed, else the commit's error.
     fn answer(self: Box<Self>, commit: Result<()>);
 }
@@ -238,10 +238,10 @@ struct Pending<T, F> {
 impl<T, F> WriteJob for Pending<T, F>
 where
     T: Send,
-    F: FnMut(&Connection) -> Result<T> + Send,
+    F: FnMut(&Tx<'_>) -> Result<T> + Send,
 {
-    fn run(&mut self, conn: &Connection) -> bool {
-        let out = (self.f)(conn);
+    fn run(&mut self, tx: &Tx<'_>) -> bool {
+        let out = (self.f)(tx);
         let ok = out.is_ok();
         self.out = Some(out);
         ok
@@ -253,6 +253,68 @@ where
             .unwrap_or_else(|| Err(StorageError::Backend("ledger job never ran".into())));
         // The caller may have gone away; its answer is then simply dropped.
         let _ = self.tx.send(commit.and(out));
+    }
+}
+
+/// [`HOUSE_ACCOUNTS`] index of the platform's revenue.
+const PLATFORM_REVENUE: usize = 0;
+/// [`HOUSE_ACCOUNTS`] index of the lucky prizes paid.
+const LUCKY_PAID: usize = 1;
+
+/// The house accounts' takings of one group so far, by [`HOUSE_ACCOUNTS`] index.
+type HouseTakings = [i64; 2];
+
+/// The `house` rows a gift adds to: the platform's revenue and the lucky prizes paid.
+const HOUSE_ACCOUNTS: [&str; 2] = ["platform_revenue", "lucky_paid"];
+
+/// A job's view of the group transaction: the writer's connection (through `Deref`), and the
+/// house's takings of the group's jobs so far. Every gift adds to the same `house` rows, so
+/// they are written once per group, just before it commits ([`Tx::write_house`]), not once
+/// per gift: one statement per gift fewer, the same totals in the same transaction.
+struct Tx<'c> {
+    conn: &'c Connection,
+    house: std::cell::Cell<HouseTakings>,
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl<'c> Tx<'c> {
+    fn new(conn: &'c Connection) -> Self {
+        Self {
+            conn,
+            house: std::cell::Cell::new([0; 2]),
+        }
+    }
+
+    /// Adds `delta` to house account `account` ([`HOUSE_ACCOUNTS`]) when the group commits.
+    fn add_house(&self, account: usize, delta: i64) -> Result<()> {
+        let mut takings = self.house.get();
+        let slot = takings
+            .get_mut(account)
+            .ok_or_else(|| StorageError::Backend(format!("no house account {account}")))?;
+        *slot = slot
+            .checked_add(delta)
+            .ok_or_else(|| StorageError::Backend("house takings would overflow".into()))?;
+        self.house.set(takings);
+        Ok(())
+    }
+
+    /// Writes the group's takings into the `house` rows and zeroes them.
+    fn write_house(&self) -> rusqlite::Result<()> {
+        for (name, delta) in HOUSE_ACCOUNTS.iter().zip(self.house.take()) {
+            if delta != 0 {
+                self.conn
+                    .prepare_cached("UPDATE house SET amount = amount + ?1 WHERE name = ?2")?
+                    .execute(params![delta, name])?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -348,7 +410,7 @@ impl SqliteLedger {
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnMut(&Connection) -> Result<T> + Send + 'static,
+        F: FnMut(&Tx<'_>) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(Pending { f, out: None, tx });
@@ -708,33 +770,40 @@ fn pace_wait(since: Duration, jobs: usize) -> Option<Duration> {
 /// with a savepoint per job. Returns the commit's result.
 fn run_group(conn: &Connection, batch: &mut [Job]) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
-    if !batch.iter_mut().all(|job| job.run(conn)) {
+    let tx = Tx::new(conn);
+    if !batch.iter_mut().all(|job| job.run(&tx)) {
         metrics::counter!(METRIC_SLOW_GROUPS).increment(1);
         conn.execute_batch("ROLLBACK")?;
+        tx.house.take();
         conn.execute_batch("BEGIN IMMEDIATE")?;
         for job in batch.iter_mut() {
-            if let Err(e) = run_in_savepoint(conn, job.as_mut()) {
+            if let Err(e) = run_in_savepoint(&tx, job.as_mut()) {
                 let _ = conn.execute_batch("ROLLBACK");
                 return Err(e);
             }
         }
     }
-    conn.execute_batch("COMMIT").inspect_err(|_| {
-        let _ = conn.execute_batch("ROLLBACK");
-    })
+    tx.write_house()
+        .and_then(|()| conn.execute_batch("COMMIT"))
+        .inspect_err(|_| {
+            let _ = conn.execute_batch("ROLLBACK");
+        })
 }
 
 fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// Runs one job in its own savepoint; a failed job leaves no trace.
-fn run_in_savepoint(conn: &Connection, job: &mut dyn WriteJob) -> rusqlite::Result<()> {
-    exec_cached(conn, "SAVEPOINT job")?;
-    if !job.run(conn) {
-        exec_cached(conn, "ROLLBACK TO job")?;
+/// Runs one job in its own savepoint; a failed job leaves no trace, in the database or in the
+/// group's house takings.
+fn run_in_savepoint(tx: &Tx<'_>, job: &mut dyn WriteJob) -> rusqlite::Result<()> {
+    exec_cached(tx, "SAVEPOINT job")?;
+    let takings = tx.house.get();
+    if !job.run(tx) {
+        exec_cached(tx, "ROLLBACK TO job")?;
+        tx.house.set(takings);
     }
-    exec_cached(conn, "RELEASE job")
+    exec_cached(tx, "RELEASE job")
 }
 
 /// What the writer does about the WAL after a commit.
@@ -826,7 +895,7 @@ fn checkpointer_loop(conn: &Connection, copied: &AtomicI32, wakes: &std::sync::m
 
 // ---- Steps, run inside the writer's transaction. --------------------------------------------
 
-fn tx_send(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
+fn tx_send(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
     ensure_fence(c, &order.room, fence, 0)?;
     if let Some(outcome) = tx_send_new(c, order, fence)? {
         return Ok(outcome);
@@ -868,7 +937,7 @@ fn tx_send(c: &Connection, order: &GiftOrder, fence: u64) -> Result<GiftOutcome>
 /// this one job, so the saga row is written once, in its final state. The row goes in first,
 /// its unique gift id being the existence check (no lookup before it): `None` when the id is
 /// booked already, before anything was written, and the caller continues that saga instead.
-fn tx_send_new(c: &Connection, order: &GiftOrder, fence: u64) -> Result<Option<GiftOutcome>> {
+fn tx_send_new(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<Option<GiftOutcome>> {
     let sender = order.sender.as_str();
     let total = order.total();
     let balance = coins(c, sender)?;
@@ -995,7 +1064,7 @@ fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcom
     Ok(DebitOutcome::Debited { balance: after })
 }
 
-fn tx_settle(c: &Connection, order: &GiftOrder, fence: u64) -> Result<SettleOutcome> {
+fn tx_settle(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<SettleOutcome> {
     let Some(rec) = load_saga(c, order.gift_id)? else {
         return Ok(SettleOutcome::Missing);
     };
@@ -1018,7 +1087,7 @@ fn tx_settle(c: &Connection, order: &GiftOrder, fence: u64) -> Result<SettleOutc
 
 /// Credits recipients' earnings, the house and the prize, and records the settled facts the
 /// leaderboards read. Returns the sender's coins afterwards (`known_balance` saves a read).
-fn apply_effects(c: &Connection, o: &GiftOrder, known_balance: Option<i64>) -> Result<i64> {
+fn apply_effects(c: &Tx<'_>, o: &GiftOrder, known_balance: Option<i64>) -> Result<i64> {
     let earned = o.earnings_per_recipient();
     let day = day_of(o.created_ms);
     let mut credit = c
@@ -1068,12 +1137,12 @@ fn apply_effects(c: &Connection, o: &GiftOrder, known_balance: Option<i64>) -> R
         ])
         .map_err(db)?;
     }
-    add_house(c, "platform_revenue", o.platform_share())?;
+    c.add_house(PLATFORM_REVENUE, o.platform_share())?;
     let prize = o.prize();
     if prize > 0 {
         // Credited once: the saga moves to SETTLED in this same transaction.
         let after = add_coins(c, o.sender.as_str(), prize)?;
-        add_house(c, "lucky_paid", prize)?;
+        c.add_house(LUCKY_PAID, prize)?;
         return Ok(after);
     }
     match known_balance {
@@ -1274,14 +1343,6 @@ fn set_coins(c: &Connection, user: &str, value: i64) -> Result<i64> {
     Ok(value)
 }
 
-fn add_house(c: &Connection, name: &str, delta: i64) -> Result<()> {
-    c.prepare_cached("UPDATE house SET amount = amount + ?1 WHERE name = ?2")
-        .map_err(db)?
-        .execute(params![delta, name])
-        .map_err(db)?;
-    Ok(())
-}
-
 fn house(c: &Connection, name: &str) -> Result<i64> {
     c.prepare_cached("SELECT amount FROM house WHERE name = ?1")
         .map_err(db)?
@@ -1351,7 +1412,7 @@ mod tests {
 
     fn job(name: &'static str, fail: bool) -> (Job, oneshot::Receiver<Result<()>>) {
         let (tx, rx) = oneshot::channel();
-        let f = move |c: &Connection| -> Result<()> {
+        let f = move |c: &Tx<'_>| -> Result<()> {
             c.execute("INSERT INTO house (name, amount) VALUES (?1, 1)", [name])
                 .map_err(db)?;
             if fail {
@@ -1360,6 +1421,37 @@ mod tests {
             Ok(())
         };
         (Box::new(Pending { f, out: None, tx }), rx)
+    }
+
+    /// A job that adds `delta` to the platform's revenue, then fails if `fail`.
+    fn takes(delta: i64, fail: bool) -> Job {
+        let (tx, _rx) = oneshot::channel();
+        let f = move |c: &Tx<'_>| -> Result<()> {
+            c.add_house(PLATFORM_REVENUE, delta)?;
+            if fail {
+                return Err(StorageError::Conflict("this job fails".into()));
+            }
+            Ok(())
+        };
+        Box::new(Pending { f, out: None, tx })
+    }
+
+    #[test]
+    fn house_takings_are_written_with_the_group_and_a_failed_job_adds_none() {
+        let (_dir, conn) = fresh_db();
+        run_and_answer(&conn, vec![takes(1, false), takes(2, false)]);
+        assert_eq!(house(&conn, "platform_revenue").unwrap(), 3);
+        // A failure reruns the group with savepoints: the failed job's takings are dropped,
+        // and the first run's takings are not counted twice.
+        run_and_answer(
+            &conn,
+            vec![takes(5, false), takes(7, true), takes(11, false)],
+        );
+        assert_eq!(house(&conn, "platform_revenue").unwrap(), 19);
+        assert_eq!(house(&conn, "lucky_paid").unwrap(), 0);
+        // Nothing is left over for the next group.
+        run_and_answer(&conn, vec![takes(0, false)]);
+        assert_eq!(house(&conn, "platform_revenue").unwrap(), 19);
     }
 
     /// A fresh ledger database (kept alive by the returned directory).
