@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use protocol::{RoomId, UserId};
-use rusqlite::{Connection, OptionalExtension, params};
+use std::cell::{RefCell, RefMut};
+
+use rusqlite::{Connection, OptionalExtension, Statement, params};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
 use uuid::Uuid;
@@ -222,7 +224,7 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 /// then answered with the group's commit result.
 trait WriteJob: Send {
     /// Runs the job; `false` when it failed and its writes must be undone.
-    fn run(&mut self, tx: &Tx<'_>) -> bool;
+    fn run(&mut self, tx: &Tx<'_, '_>) -> bool;
     /// Answers the caller: the job's result if the group committed, else the commit's error.
     fn answer(self: Box<Self>, commit: Result<()>);
 }
@@ -238,9 +240,9 @@ struct Pending<T, F> {
 impl<T, F> WriteJob for Pending<T, F>
 where
     T: Send,
-    F: FnMut(&Tx<'_>) -> Result<T> + Send,
+    F: FnMut(&Tx<'_, '_>) -> Result<T> + Send,
 {
-    fn run(&mut self, tx: &Tx<'_>) -> bool {
+    fn run(&mut self, tx: &Tx<'_, '_>) -> bool {
         let out = (self.f)(tx);
         let ok = out.is_ok();
         self.out = Some(out);
@@ -256,6 +258,58 @@ where
     }
 }
 
+const SQL_FENCE: &str = "SELECT fence FROM room_owner WHERE room = ?1";
+const SQL_COINS: &str = "SELECT coins FROM account WHERE user = ?1";
+const SQL_SET_COINS: &str = "UPDATE account SET coins = ?2 WHERE user = ?1";
+const SQL_NEW_SAGA: &str = "INSERT INTO gift_saga (gift_id, room, order_json, state, fence, reason,
+   balance_after, updated_ms)
+ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+ ON CONFLICT (gift_id) DO NOTHING";
+const SQL_CREDIT: &str = "INSERT INTO account (user, earnings) VALUES (?1, ?2)
+ ON CONFLICT (user) DO UPDATE SET earnings = earnings + ?2";
+const SQL_FACT: &str = "INSERT INTO settled_gift (gift_id, receiver, room, day, sender, amount,
+   earnings)
+ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+const SQL_RANK: &str = "INSERT INTO gift_rank (room, board, day, user, total)
+ VALUES (?1, ?2, ?3, ?4, ?5)
+ ON CONFLICT (room, board, day, user) DO UPDATE SET total = total + excluded.total";
+
+/// The gift path's statements, prepared once on the writer's connection and held for its life.
+/// Through the connection's statement cache, every execution also hashed its SQL text twice and
+/// moved the statement out of the cache's LRU list and back: ~1,100 instructions per statement,
+/// about a tenth of a gift's instructions on the writer (BENCHMARKS.md, Change 16). The cache
+/// still serves the colder statements.
+struct Hot<'c> {
+    fence: RefCell<Statement<'c>>,
+    coins: RefCell<Statement<'c>>,
+    set_coins: RefCell<Statement<'c>>,
+    new_saga: RefCell<Statement<'c>>,
+    credit: RefCell<Statement<'c>>,
+    fact: RefCell<Statement<'c>>,
+    rank: RefCell<Statement<'c>>,
+}
+
+impl<'c> Hot<'c> {
+    fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
+        let p = |sql| conn.prepare(sql).map(RefCell::new);
+        Ok(Self {
+            fence: p(SQL_FENCE)?,
+            coins: p(SQL_COINS)?,
+            set_coins: p(SQL_SET_COINS)?,
+            new_saga: p(SQL_NEW_SAGA)?,
+            credit: p(SQL_CREDIT)?,
+            fact: p(SQL_FACT)?,
+            rank: p(SQL_RANK)?,
+        })
+    }
+}
+
+/// One of [`Hot`]'s statements, for one execution (a job never holds two at once).
+fn hot<'a, 'c>(stmt: &'a RefCell<Statement<'c>>) -> Result<RefMut<'a, Statement<'c>>> {
+    stmt.try_borrow_mut()
+        .map_err(|_| StorageError::Backend("a held statement is already in use".into()))
+}
+
 /// [`HOUSE_ACCOUNTS`] index of the platform's revenue.
 const PLATFORM_REVENUE: usize = 0;
 /// [`HOUSE_ACCOUNTS`] index of the lucky prizes paid.
@@ -267,16 +321,17 @@ type HouseTakings = [i64; 2];
 /// The `house` rows a gift adds to: the platform's revenue and the lucky prizes paid.
 const HOUSE_ACCOUNTS: [&str; 2] = ["platform_revenue", "lucky_paid"];
 
-/// A job's view of the group transaction: the writer's connection (through `Deref`), and the
-/// house's takings of the group's jobs so far. Every gift adds to the same `house` rows, so
+/// A job's view of the group transaction: the writer's connection (through `Deref`), its
+/// [`Hot`] statements, and the house's takings of the group's jobs so far. Every gift adds to the same `house` rows, so
 /// they are written once per group, just before it commits ([`Tx::write_house`]), not once
 /// per gift: one statement per gift fewer, the same totals in the same transaction.
-struct Tx<'c> {
+struct Tx<'t, 'c> {
     conn: &'c Connection,
+    hot: &'t Hot<'c>,
     house: std::cell::Cell<HouseTakings>,
 }
 
-impl std::ops::Deref for Tx<'_> {
+impl std::ops::Deref for Tx<'_, '_> {
     type Target = Connection;
 
     fn deref(&self) -> &Connection {
@@ -284,10 +339,11 @@ impl std::ops::Deref for Tx<'_> {
     }
 }
 
-impl<'c> Tx<'c> {
-    fn new(conn: &'c Connection) -> Self {
+impl<'t, 'c> Tx<'t, 'c> {
+    fn new(conn: &'c Connection, hot: &'t Hot<'c>) -> Self {
         Self {
             conn,
+            hot,
             house: std::cell::Cell::new([0; 2]),
         }
     }
@@ -374,6 +430,8 @@ impl SqliteLedger {
             let mut writer = open_connection(&path)?;
             writer.execute_batch(SCHEMA).map_err(db)?;
             migrate(&mut writer)?;
+            // The writer thread prepares its own; a failure is reported here, at open.
+            drop(Hot::prepare(&writer).map_err(db)?);
             let reader = open_connection(&path)?;
             let checkpointer = open_connection(&path)?;
             // The writer's only handle on the wake-up channel lives in its WAL hook: when the
@@ -410,7 +468,7 @@ impl SqliteLedger {
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnMut(&Tx<'_>) -> Result<T> + Send + 'static,
+        F: FnMut(&Tx<'_, '_>) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(Pending { f, out: None, tx });
@@ -721,6 +779,14 @@ impl SqliteLedger {
 )]
 fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
     use std::time::Instant;
+    let hot = match Hot::prepare(&conn) {
+        Ok(hot) => hot,
+        Err(e) => {
+            // `open` prepared them once already; callers now get "writer stopped".
+            error!(error = %e, "Ledger writer could not prepare its statements.");
+            return;
+        }
+    };
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS_PER_COMMIT);
     // When the previous group started and how many jobs it held.
     let mut last: Option<(Instant, usize)> = None;
@@ -738,7 +804,7 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
             }
         }
         last = Some((started, batch.len()));
-        let commit = run_group(&conn, &mut batch);
+        let commit = run_group(&conn, &hot, &mut batch);
         if let Err(e) = &commit {
             error!(error = %e, "Ledger group commit failed.");
         }
@@ -768,9 +834,9 @@ fn pace_wait(since: Duration, jobs: usize) -> Option<Duration> {
 
 /// Runs one group in one transaction: fast (no savepoints) when every job succeeds, else again
 /// with a savepoint per job. Returns the commit's result.
-fn run_group(conn: &Connection, batch: &mut [Job]) -> rusqlite::Result<()> {
+fn run_group<'c>(conn: &'c Connection, hot: &Hot<'c>, batch: &mut [Job]) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
-    let tx = Tx::new(conn);
+    let tx = Tx::new(conn, hot);
     if !batch.iter_mut().all(|job| job.run(&tx)) {
         metrics::counter!(METRIC_SLOW_GROUPS).increment(1);
         conn.execute_batch("ROLLBACK")?;
@@ -796,7 +862,7 @@ fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 
 /// Runs one job in its own savepoint; a failed job leaves no trace, in the database or in the
 /// group's house takings.
-fn run_in_savepoint(tx: &Tx<'_>, job: &mut dyn WriteJob) -> rusqlite::Result<()> {
+fn run_in_savepoint(tx: &Tx<'_, '_>, job: &mut dyn WriteJob) -> rusqlite::Result<()> {
     exec_cached(tx, "SAVEPOINT job")?;
     let takings = tx.house.get();
     if !job.run(tx) {
@@ -895,7 +961,7 @@ fn checkpointer_loop(conn: &Connection, copied: &AtomicI32, wakes: &std::sync::m
 
 // ---- Steps, run inside the writer's transaction. --------------------------------------------
 
-fn tx_send(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
+fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
     ensure_fence(c, &order.room, fence, 0)?;
     if let Some(outcome) = tx_send_new(c, order, fence)? {
         return Ok(outcome);
@@ -937,10 +1003,10 @@ fn tx_send(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
 /// this one job, so the saga row is written once, in its final state. The row goes in first,
 /// its unique gift id being the existence check (no lookup before it): `None` when the id is
 /// booked already, before anything was written, and the caller continues that saga instead.
-fn tx_send_new(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<Option<GiftOutcome>> {
+fn tx_send_new(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<Option<GiftOutcome>> {
     let sender = order.sender.as_str();
     let total = order.total();
-    let balance = coins(c, sender)?;
+    let balance = tx_coins(c, sender)?;
     // The saga row is the claim: its unique gift id makes a second debit or void impossible.
     if balance < total {
         let reason = Some(VoidReason::InsufficientFunds);
@@ -956,7 +1022,7 @@ fn tx_send_new(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<Option<GiftO
     if !insert_saga(c, order, SagaState::Settled, fence, None, Some(settled))? {
         return Ok(None);
     }
-    set_coins(c, sender, debited)?;
+    tx_set_coins(c, sender, debited)?;
     let after = apply_effects(c, order, Some(debited))?;
     if after != settled {
         // The row above says `settled`: fail the job, so that none of it is kept.
@@ -971,21 +1037,14 @@ fn tx_send_new(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<Option<GiftO
 }
 
 fn insert_saga(
-    c: &Connection,
+    c: &Tx<'_, '_>,
     order: &GiftOrder,
     state: SagaState,
     fence: u64,
     reason: Option<VoidReason>,
     balance_after: Option<i64>,
 ) -> Result<bool> {
-    let inserted = c
-        .prepare_cached(
-            "INSERT INTO gift_saga (gift_id, room, order_json, state, fence, reason,
-               balance_after, updated_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-             ON CONFLICT (gift_id) DO NOTHING",
-        )
-        .map_err(db)?
+    let inserted = hot(&c.hot.new_saga)?
         .execute(params![
             order.gift_id.as_bytes().as_slice(),
             order.room.as_str(),
@@ -1000,7 +1059,7 @@ fn insert_saga(
     Ok(inserted == 1)
 }
 
-fn tx_begin(c: &Connection, order: &GiftOrder, fence: u64) -> Result<BeginOutcome> {
+fn tx_begin(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<BeginOutcome> {
     if let Some(rec) = load_saga(c, order.gift_id)? {
         ensure_fence(c, &order.room, fence, rec.fence)?;
         return Ok(BeginOutcome::Existing(rec));
@@ -1014,7 +1073,7 @@ fn tx_begin(c: &Connection, order: &GiftOrder, fence: u64) -> Result<BeginOutcom
     Ok(BeginOutcome::Started)
 }
 
-fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcome> {
+fn tx_debit(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<DebitOutcome> {
     let Some(rec) = load_saga(c, order.gift_id)? else {
         return Ok(DebitOutcome::Missing);
     };
@@ -1039,7 +1098,7 @@ fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcom
         SagaState::Pending => {}
     }
     let sender = order.sender.as_str();
-    let balance = coins(c, sender)?;
+    let balance = tx_coins(c, sender)?;
     let total = order.total();
     if balance < total {
         mark(
@@ -1052,7 +1111,7 @@ fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcom
         )?;
         return Ok(DebitOutcome::InsufficientFunds { balance });
     }
-    let after = set_coins(c, sender, balance - total)?;
+    let after = tx_set_coins(c, sender, balance - total)?;
     mark(
         c,
         order.gift_id,
@@ -1064,7 +1123,7 @@ fn tx_debit(c: &Connection, order: &GiftOrder, fence: u64) -> Result<DebitOutcom
     Ok(DebitOutcome::Debited { balance: after })
 }
 
-fn tx_settle(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<SettleOutcome> {
+fn tx_settle(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<SettleOutcome> {
     let Some(rec) = load_saga(c, order.gift_id)? else {
         return Ok(SettleOutcome::Missing);
     };
@@ -1087,27 +1146,12 @@ fn tx_settle(c: &Tx<'_>, order: &GiftOrder, fence: u64) -> Result<SettleOutcome>
 
 /// Credits recipients' earnings, the house and the prize, and records the settled facts the
 /// leaderboards read. Returns the sender's coins afterwards (`known_balance` saves a read).
-fn apply_effects(c: &Tx<'_>, o: &GiftOrder, known_balance: Option<i64>) -> Result<i64> {
+fn apply_effects(c: &Tx<'_, '_>, o: &GiftOrder, known_balance: Option<i64>) -> Result<i64> {
     let earned = o.earnings_per_recipient();
     let day = day_of(o.created_ms);
-    let mut credit = c
-        .prepare_cached(
-            "INSERT INTO account (user, earnings) VALUES (?1, ?2)
-             ON CONFLICT (user) DO UPDATE SET earnings = earnings + ?2",
-        )
-        .map_err(db)?;
-    let mut fact = c
-        .prepare_cached(
-            "INSERT INTO settled_gift (gift_id, receiver, room, day, sender, amount, earnings)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .map_err(db)?;
-    let mut rank = c
-        .prepare_cached(
-            "INSERT INTO gift_rank (room, board, day, user, total) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (room, board, day, user) DO UPDATE SET total = total + excluded.total",
-        )
-        .map_err(db)?;
+    let mut credit = hot(&c.hot.credit)?;
+    let mut fact = hot(&c.hot.fact)?;
+    let mut rank = hot(&c.hot.rank)?;
     rank.execute(params![
         o.room.as_str(),
         BOARD_SENDERS,
@@ -1147,12 +1191,12 @@ fn apply_effects(c: &Tx<'_>, o: &GiftOrder, known_balance: Option<i64>) -> Resul
     }
     match known_balance {
         Some(b) => Ok(b),
-        None => coins(c, o.sender.as_str()),
+        None => tx_coins(c, o.sender.as_str()),
     }
 }
 
 fn tx_void(
-    c: &Connection,
+    c: &Tx<'_, '_>,
     order: &GiftOrder,
     fence: u64,
     reason: VoidReason,
@@ -1192,10 +1236,8 @@ fn claim_of(state: SagaState) -> Option<EntryKind> {
 }
 
 /// Fails with `Fenced` if `fence` is below the room's installed fence or the saga's own.
-fn ensure_fence(c: &Connection, room: &RoomId, fence: u64, saga_fence: u64) -> Result<()> {
-    let installed: Option<i64> = c
-        .prepare_cached("SELECT fence FROM room_owner WHERE room = ?1")
-        .map_err(db)?
+fn ensure_fence(c: &Tx<'_, '_>, room: &RoomId, fence: u64, saga_fence: u64) -> Result<()> {
+    let installed: Option<i64> = hot(&c.hot.fence)?
         .query_row([room.as_str()], |r| r.get(0))
         .optional()
         .map_err(db)?;
@@ -1306,9 +1348,16 @@ fn insert_entry(
 }
 
 fn coins(c: &Connection, user: &str) -> Result<i64> {
-    c.prepare_cached("SELECT coins FROM account WHERE user = ?1")
-        .map_err(db)?
-        .query_row([user], |r| r.get(0))
+    read_coins(&mut *c.prepare_cached(SQL_COINS).map_err(db)?, user)
+}
+
+/// [`coins`] on the writer's held statement.
+fn tx_coins(c: &Tx<'_, '_>, user: &str) -> Result<i64> {
+    read_coins(&mut *hot(&c.hot.coins)?, user)
+}
+
+fn read_coins(stmt: &mut Statement<'_>, user: &str) -> Result<i64> {
+    stmt.query_row([user], |r| r.get(0))
         .optional()
         .map_err(db)
         .map(|v| v.unwrap_or(0))
@@ -1330,10 +1379,24 @@ fn add_coins(c: &Connection, user: &str, delta: i64) -> Result<i64> {
 /// into a statement journal; together about a fifth of the writer's allocations per gift.
 fn set_coins(c: &Connection, user: &str, value: i64) -> Result<i64> {
     let updated = c
-        .prepare_cached("UPDATE account SET coins = ?2 WHERE user = ?1")
+        .prepare_cached(SQL_SET_COINS)
         .map_err(db)?
         .execute(params![user, value])
         .map_err(db)?;
+    create_account(c, updated, user, value)
+}
+
+/// [`set_coins`] on the writer's held statement.
+fn tx_set_coins(c: &Tx<'_, '_>, user: &str, value: i64) -> Result<i64> {
+    let updated = hot(&c.hot.set_coins)?
+        .execute(params![user, value])
+        .map_err(db)?;
+    create_account(c, updated, user, value)
+}
+
+/// After an update of `user`'s coins to `value` that changed `updated` rows: creates the
+/// account when there was none.
+fn create_account(c: &Connection, updated: usize, user: &str, value: i64) -> Result<i64> {
     if updated == 0 {
         c.prepare_cached("INSERT INTO account (user, coins) VALUES (?1, ?2)")
             .map_err(db)?
@@ -1412,7 +1475,7 @@ mod tests {
 
     fn job(name: &'static str, fail: bool) -> (Job, oneshot::Receiver<Result<()>>) {
         let (tx, rx) = oneshot::channel();
-        let f = move |c: &Tx<'_>| -> Result<()> {
+        let f = move |c: &Tx<'_, '_>| -> Result<()> {
             c.execute("INSERT INTO house (name, amount) VALUES (?1, 1)", [name])
                 .map_err(db)?;
             if fail {
@@ -1426,7 +1489,7 @@ mod tests {
     /// A job that adds `delta` to the platform's revenue, then fails if `fail`.
     fn takes(delta: i64, fail: bool) -> Job {
         let (tx, _rx) = oneshot::channel();
-        let f = move |c: &Tx<'_>| -> Result<()> {
+        let f = move |c: &Tx<'_, '_>| -> Result<()> {
             c.add_house(PLATFORM_REVENUE, delta)?;
             if fail {
                 return Err(StorageError::Conflict("this job fails".into()));
@@ -1480,7 +1543,7 @@ mod tests {
 
     /// Runs `group` as the writer does and answers every job with the commit's success.
     fn run_and_answer(conn: &Connection, mut group: Vec<Job>) {
-        run_group(conn, &mut group).unwrap();
+        run_group(conn, &Hot::prepare(conn).unwrap(), &mut group).unwrap();
         for j in group {
             j.answer(Ok(()));
         }
