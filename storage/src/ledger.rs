@@ -228,18 +228,22 @@ impl GiftOrder {
 
     /// The order as stored in a saga row (JSON; the gift id lives in its own column).
     fn to_json(&self) -> Result<String> {
-        let stored = StoredOrder {
-            sender: self.sender.clone(),
-            room: self.room.clone(),
-            gift: self.gift.clone(),
+        let stored = StoredOrderRef {
+            sender: &self.sender,
+            room: &self.room,
+            gift: &self.gift,
             count: self.count,
             unit_price: self.unit_price,
-            recipients: self.recipients.clone(),
+            recipients: &self.recipients,
             share_bp: self.share_bp,
             lucky: self.lucky,
             created_ms: self.created_ms,
         };
-        serde_json::to_string(&stored).map_err(|e| StorageError::Corrupt(e.to_string()))
+        // Sized for a typical order: one allocation, no regrowth.
+        let mut out = Vec::with_capacity(STORED_ORDER_CAPACITY);
+        serde_json::to_writer(&mut out, &stored)
+            .map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        String::from_utf8(out).map_err(|e| StorageError::Corrupt(e.to_string()))
     }
 
     /// The order back from a saga row.
@@ -276,6 +280,24 @@ fn has_duplicates(users: &[UserId]) -> bool {
     }
     let mut seen = std::collections::HashSet::with_capacity(users.len());
     !users.iter().all(|u| seen.insert(u.as_str()))
+}
+
+/// Bytes reserved for an order's JSON: an order with a few recipients fits.
+const STORED_ORDER_CAPACITY: usize = 256;
+
+/// [`StoredOrder`] borrowed from a [`GiftOrder`], for writing: the same fields in the same
+/// order, so the same JSON, without copying the ids first.
+#[derive(Serialize)]
+struct StoredOrderRef<'a> {
+    sender: &'a UserId,
+    room: &'a RoomId,
+    gift: &'a str,
+    count: u32,
+    unit_price: i64,
+    recipients: &'a [UserId],
+    share_bp: u32,
+    lucky: Option<LuckyPrize>,
+    created_ms: i64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -1001,5 +1023,18 @@ mod tests {
         });
         let json = o.to_json().unwrap();
         assert_eq!(GiftOrder::from_json(o.gift_id, &json).unwrap(), o);
+        // The borrowed writer's bytes are the owned form's: rows written before read the same.
+        let owned = StoredOrder {
+            sender: o.sender.clone(),
+            room: o.room.clone(),
+            gift: o.gift.clone(),
+            count: o.count,
+            unit_price: o.unit_price,
+            recipients: o.recipients.clone(),
+            share_bp: o.share_bp,
+            lucky: o.lucky,
+            created_ms: o.created_ms,
+        };
+        assert_eq!(json, serde_json::to_string(&owned).unwrap());
     }
 }
