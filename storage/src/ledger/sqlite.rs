@@ -12,6 +12,9 @@
 //! groups, at most one start per [`COMMIT_PACE`], so that each commit's fixed cost is shared by
 //! more jobs; a light load (the previous group held fewer than [`PACE_FROM_JOBS`]) never waits.
 //!
+//! Jobs run on a `Tx`: the writer's connection with the gift path's statements prepared for
+//! the writer's life, and the house's takings, which the group writes once before it commits.
+//!
 //! WAL checkpoints run on a third connection, on their own thread, so the writer never stops
 //! to copy pages into the database file: once a commit leaves [`CHECKPOINT_AFTER_FRAMES`] frames
 //! in the WAL beyond those already copied, the writer wakes the checkpointer, which runs a
@@ -20,14 +23,13 @@
 //! [`WAL_LIMIT_FRAMES`] the writer itself runs a RESTART checkpoint; by then nearly every frame
 //! is already copied and the stall is short.
 
+use std::cell::{Cell, RefCell, RefMut};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use protocol::{RoomId, UserId};
-use std::cell::{RefCell, RefMut};
-
 use rusqlite::{Connection, OptionalExtension, Statement, params};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
@@ -327,13 +329,14 @@ type HouseTakings = [i64; 2];
 const HOUSE_ACCOUNTS: [&str; 2] = ["platform_revenue", "lucky_paid"];
 
 /// A job's view of the group transaction: the writer's connection (through `Deref`), its
-/// [`Hot`] statements, and the house's takings of the group's jobs so far. Every gift adds to the same `house` rows, so
-/// they are written once per group, just before it commits ([`Tx::write_house`]), not once
-/// per gift: one statement per gift fewer, the same totals in the same transaction.
+/// [`Hot`] statements, and the house's takings of the group's jobs so far. Every gift adds to
+/// the same `house` rows, so they are written once per group, just before it commits
+/// ([`Tx::write_house`]), not once per gift: one statement per gift fewer, the same totals in
+/// the same transaction.
 struct Tx<'t, 'c> {
     conn: &'c Connection,
     hot: &'t Hot<'c>,
-    house: std::cell::Cell<HouseTakings>,
+    house: Cell<HouseTakings>,
 }
 
 impl std::ops::Deref for Tx<'_, '_> {
@@ -349,7 +352,7 @@ impl<'t, 'c> Tx<'t, 'c> {
         Self {
             conn,
             hot,
-            house: std::cell::Cell::new([0; 2]),
+            house: Cell::new([0; 2]),
         }
     }
 
