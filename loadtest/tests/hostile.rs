@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo build --release -p gateway
-//! CHORUS_BIN=target/release/chorus cargo test --release -p loadtest --test hostile -- --ignored --nocapture
+//! CHORUS_BIN=$PWD/target/release/chorus cargo test --release -p loadtest --test hostile -- --ignored --nocapture
 //! ```
 #![allow(
     clippy::unwrap_used,
@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use loadtest::client::{self, ClientError};
-use loadtest::cluster::{NODE_READY_TIMEOUT, Node};
+use loadtest::cluster::Node;
 use protocol::RoomId;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -140,24 +140,13 @@ async fn hostiles(
 #[ignore = "measurement: run by hand with a release build (see the file's doc); records a factor, asserts a generous bound"]
 async fn hostile_clients_raise_a_victims_p99_by_a_bounded_factor() {
     let dir = tempfile::tempdir().unwrap();
-    let node = Node::spawn_with_env(
-        [
-            "standalone",
-            "--ws-addr",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--data-dir",
-            &dir.path().display().to_string(),
-            "--rate-per-sec",
-            "1000",
-            "--rate-burst",
-            "1000",
-        ],
+    let (_node, ws, _admin) = Node::spawn_standalone(
+        dir.path(),
+        &["--rate-per-sec", "1000", "--rate-burst", "1000"],
         [("CHORUS_JWT_SECRET", SECRET), ("CHORUS_ADMIN_TOKEN", "x")],
     )
+    .await
     .unwrap();
-    let (ws, _admin) = node.wait_ready(NODE_READY_TIMEOUT).await.unwrap();
     let url = format!("ws://{ws}/ws");
     let room = RoomId::from("victims");
     let quiet = p99(phase(&url, &room, "a").await);
