@@ -77,6 +77,9 @@ pub enum Scenario {
         rooms: usize,
         /// Members per room.
         members: usize,
+        /// Random (UUIDv4) request ids instead of time-ordered (UUIDv7) ones: each gift then
+        /// writes one random page of the ledger's saga index (BENCHMARKS.md, Change 17).
+        random_req_ids: bool,
     },
     /// `conns` connections over `rooms` rooms; rate = membership/seat ops per second in total.
     Churn {
@@ -136,7 +139,11 @@ impl Scenario {
                 publishers,
             } => chat::fanout(target, p, rate, listeners, publishers).await?,
             Self::Rooms { rooms, members } => chat::rooms(target, p, rate, rooms, members).await?,
-            Self::Gifts { rooms, members } => gifts::run(target, p, rate, rooms, members).await?,
+            Self::Gifts {
+                rooms,
+                members,
+                random_req_ids,
+            } => gifts::run(target, p, rate, rooms, members, random_req_ids).await?,
             Self::Churn { conns, rooms } => churn::run(target, p, rate, conns, rooms).await?,
             Self::Idle { conns, rooms } => idle::run(target, p, conns, rooms).await?,
             Self::Reconnect { rooms, members } => {

@@ -61,12 +61,54 @@ const EPOCH_WEEKDAY_OFFSET_DAYS: i64 = 3;
 const DAYS_PER_WEEK: i64 = 7;
 
 /// The gift id of a client request: the idempotency key of the whole saga.
+///
+/// `v5(ns, sender ‖ 0x00 ‖ req_id)`, except for a `req_id` that is a UUIDv7 (time-ordered):
+/// then a UUIDv8 whose first 48 bits are the `req_id`'s millisecond timestamp and whose other
+/// bits are the v5's. The ids of such requests sort by time, so the ledger appends them to its
+/// saga index instead of writing one random page of it per gift (BENCHMARKS.md, Change 17).
+/// Either form is a pure function of `(sender, req_id)`: a retry finds its first saga.
 pub fn gift_id(sender: &UserId, req_id: &str) -> Uuid {
+    let v5 = v5_gift_id(sender, req_id);
+    match time_prefix(req_id) {
+        Some(prefix) => {
+            let mut bytes = *v5.as_bytes();
+            bytes[..TIME_PREFIX_BYTES].copy_from_slice(&prefix);
+            Uuid::new_v8(bytes)
+        }
+        None => v5,
+    }
+}
+
+/// The id versions before the time-ordered form gave a request whose id is now time-ordered
+/// (`None` when [`gift_id`] is the v5 form): a saga booked before the upgrade is kept under it,
+/// and a retry across the upgrade must find that saga, not book a second one.
+pub fn legacy_gift_id(sender: &UserId, req_id: &str) -> Option<Uuid> {
+    time_prefix(req_id).map(|_| v5_gift_id(sender, req_id))
+}
+
+/// Bytes of a UUIDv7's big-endian millisecond timestamp.
+const TIME_PREFIX_BYTES: usize = 6;
+/// The version number of a time-ordered UUID (RFC 9562).
+const UUID_V7: usize = 7;
+
+fn v5_gift_id(sender: &UserId, req_id: &str) -> Uuid {
     let mut name = Vec::with_capacity(sender.as_str().len() + 1 + req_id.len());
     name.extend_from_slice(sender.as_str().as_bytes());
     name.push(0);
     name.extend_from_slice(req_id.as_bytes());
     Uuid::new_v5(&GIFT_ID_NAMESPACE, &name)
+}
+
+/// The timestamp bytes of a `req_id` that is a UUIDv7 (in any of its text forms: a different
+/// spelling is a different `req_id`, and the hashed rest of the id tells them apart).
+fn time_prefix(req_id: &str) -> Option<[u8; TIME_PREFIX_BYTES]> {
+    let id = Uuid::try_parse(req_id).ok()?;
+    if id.get_version_num() != UUID_V7 {
+        return None;
+    }
+    let mut prefix = [0; TIME_PREFIX_BYTES];
+    prefix.copy_from_slice(&id.as_bytes()[..TIME_PREFIX_BYTES]);
+    Some(prefix)
 }
 
 /// The wallet entry id of a top-up key.
@@ -852,6 +894,29 @@ impl Ledger {
         dispatch!(self.touch(order, fence))
     }
 
+    /// Whether sagas booked before gift ids of UUIDv7 requests became time-ordered may be kept
+    /// here under their old ids: if so, a gift whose [`legacy_gift_id`] is `Some` is looked up
+    /// under it before it is booked ([`legacy_saga`](Self::legacy_saga)).
+    pub fn may_hold_legacy_gift_ids(&self) -> bool {
+        match self {
+            Ledger::Sqlite(l) => l.may_hold_legacy_gift_ids(),
+            Ledger::Scylla(l) => l.may_hold_legacy_gift_ids(),
+        }
+    }
+
+    /// The saga a request booked before gift ids of UUIDv7 requests became time-ordered, kept
+    /// under its `legacy` id ([`legacy_gift_id`]), if this ledger may hold one and does. A
+    /// retry across that upgrade goes on with this saga's order (the one booked), not a new one.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn legacy_saga(&self, legacy: Option<Uuid>) -> Result<Option<SagaRecord>> {
+        match legacy {
+            Some(id) if self.may_hold_legacy_gift_ids() => self.saga(id).await,
+            _ => Ok(None),
+        }
+    }
+
     /// The saga of a gift id, if any.
     ///
     /// # Errors
@@ -957,6 +1022,45 @@ mod tests {
         let size = std::mem::size_of_val(&call);
         drop(call);
         assert!(size <= 1024, "Ledger::send_gift's future is {size} bytes");
+    }
+
+    #[test]
+    fn time_ordered_requests_get_time_ordered_ids_and_others_keep_theirs() {
+        let alice = UserId::from("alice");
+        // Two UUIDv7 request ids a millisecond apart, the later one with smaller random bits.
+        let early = "0190f1a2-b3c4-7d5e-8f60-ffffffffffff";
+        let late = "0190f1a2-b3c5-7000-8000-000000000000";
+        let (a, b) = (gift_id(&alice, early), gift_id(&alice, late));
+        assert_eq!(a.get_version_num(), 8);
+        assert_eq!(
+            a.as_bytes()[..6],
+            Uuid::parse_str(early).unwrap().as_bytes()[..6]
+        );
+        assert!(a < b, "ids sort by the request's time");
+        assert_ne!(
+            gift_id(&"bob".into(), early),
+            a,
+            "the sender is in the hashed part"
+        );
+        assert_eq!(
+            legacy_gift_id(&alice, early),
+            Some(v5_gift_id(&alice, early))
+        );
+        // Any other request id (a UUIDv4, a free string) keeps the v5 id, and has no legacy id.
+        for other in [
+            "9b2f6c1e-4d3a-4b5c-8d7e-0f1a2b3c4d5e",
+            "q1",
+            "0190f1a2-b3c4",
+        ] {
+            assert_eq!(gift_id(&alice, other), v5_gift_id(&alice, other));
+            assert_eq!(gift_id(&alice, other).get_version_num(), 5);
+            assert_eq!(legacy_gift_id(&alice, other), None);
+        }
+        // The v5 form is the one documented (PROTOCOL.md, "Order id"), fixed forever.
+        assert_eq!(
+            gift_id(&alice, "q1"),
+            Uuid::new_v5(&GIFT_ID_NAMESPACE, b"alice\0q1")
+        );
     }
 
     #[test]

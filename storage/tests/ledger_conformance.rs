@@ -642,6 +642,8 @@ async fn leaderboards_rank_settled_gifts(f: Fixture) {
 /// Durable SQLite throughput under concurrency (group commit). Not a pass/fail timing test:
 /// run it by hand and read the figure:
 /// `CARGO_TARGET_DIR=/work/target-ledger cargo test --release -p storage --test ledger_conformance -- --ignored --nocapture sqlite_gift_throughput`
+/// Request ids are `b<i>` strings (v5 gift ids, random in the saga index) unless
+/// `CHORUS_BENCH_REQ_IDS` is `uuid7` (time-ordered ids) or `uuid4`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by hand with --release"]
 async fn sqlite_gift_throughput() {
@@ -656,10 +658,16 @@ async fn sqlite_gift_throughput() {
         f.ledger.grant(s, 1_000_000, "seed").await.unwrap();
     }
     // Orders are built before the clock starts: the figure is the ledger's, not the harness's.
+    let req_ids = std::env::var("CHORUS_BENCH_REQ_IDS").unwrap_or_default();
     let mut orders = Vec::with_capacity(SENDERS * GIFTS_PER_SENDER);
     for i in 0..GIFTS_PER_SENDER {
         for s in &senders {
-            let o = f.order(s, &format!("b{i}"), &room, 3, std::slice::from_ref(&host));
+            let req = match req_ids.as_str() {
+                "uuid7" => uuid::Uuid::now_v7().to_string(),
+                "uuid4" => uuid::Uuid::new_v4().to_string(),
+                _ => format!("b{i}"),
+            };
+            let o = f.order(s, &req, &room, 3, std::slice::from_ref(&host));
             orders.push(o);
         }
     }
@@ -690,7 +698,7 @@ async fn sqlite_gift_throughput() {
         _ => "?".into(),
     };
     println!(
-        "sqlite ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {IN_FLIGHT} in flight), process cpu {cpu_us_per_gift} us/gift",
+        "sqlite ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {IN_FLIGHT} in flight, req ids {req_ids:?}), process cpu {cpu_us_per_gift} us/gift",
         settled as f64 / secs
     );
     assert_eq!(settled, SENDERS * GIFTS_PER_SENDER);

@@ -69,6 +69,10 @@ enum Cmd {
         /// Members per room.
         #[arg(long, default_value_t = 10)]
         members: usize,
+        /// Send random (UUIDv4) request ids, not time-ordered (UUIDv7) ones: the ledger then
+        /// writes one random page of its saga index per gift.
+        #[arg(long)]
+        random_req_ids: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -623,8 +627,16 @@ fn main() -> anyhow::Result<()> {
             Cmd::Gifts {
                 rooms,
                 members,
+                random_req_ids,
                 common,
-            } => run_scenario(Scenario::Gifts { rooms, members }, common).await,
+            } => {
+                let s = Scenario::Gifts {
+                    rooms,
+                    members,
+                    random_req_ids,
+                };
+                run_scenario(s, common).await
+            }
             Cmd::Churn {
                 conns,
                 rooms,

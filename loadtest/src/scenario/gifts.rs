@@ -1,12 +1,15 @@
 //! A gift storm: `rooms` × `members`, everyone funded through the admin API first, then
 //! `gift.send` of one `rose` to the next member at `rate` gifts/s in total. Reports gifts
 //! settled (ok replies) per second and the reply latency of `gift.send`, then checks every
-//! sender's balance (grant − 10 × settled) and the ledger's conservation.
+//! sender's balance (grant − 10 × settled) and the ledger's conservation. Request ids are
+//! UUIDv7, as PROTOCOL.md recommends (time-ordered ids keep the ledger's saga index local);
+//! `--random-req-ids` sends UUIDv4 ones.
 
 use std::sync::atomic::Ordering;
 
 use futures_util::StreamExt;
 use serde_json::json;
+use uuid::Uuid;
 
 use super::{Params, Progress, common_report, connect_users, drain, join_all, pace, run_prefix};
 use crate::admin;
@@ -31,6 +34,7 @@ pub async fn run(
     rate: f64,
     rooms: usize,
     members: usize,
+    random_req_ids: bool,
 ) -> anyhow::Result<Report> {
     let admin_addr = target
         .admin
@@ -80,7 +84,7 @@ pub async fn run(
         let to = room_idx * members + (s % members + 1) % members;
         let d = json!({
             "room": room_of(s),
-            "req_id": format!("{prefix}-{i}"),
+            "req_id": if random_req_ids { Uuid::new_v4() } else { Uuid::now_v7() }.to_string(),
             "gift": "rose",
             "count": 1,
             "to": [users[to]],

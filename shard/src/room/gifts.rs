@@ -17,7 +17,8 @@ use protocol::link::{Command, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, RoomId};
 use storage::StorageError;
 use storage::ledger::{
-    FenceInstall, GiftOrder, GiftOutcome, GiftResult, LuckyPrize, RecoveryOutcome, gift_id, now_ms,
+    FenceInstall, GiftOrder, GiftOutcome, GiftResult, LuckyPrize, RecoveryOutcome, gift_id,
+    legacy_gift_id, now_ms,
 };
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -62,7 +63,7 @@ impl Sagas {
         let in_flight = in_flight.clone();
         inner.clone().tracker.spawn(async move {
             while let Some(done) = sagas.next().await {
-                lock(&in_flight).remove(&done.order.gift_id);
+                done.leave(&in_flight);
                 reply_without_room(&inner, done).await;
             }
         });
@@ -137,8 +138,20 @@ pub(crate) struct GiftDone {
     /// Boxed, as it came through the inbox: the saga's box stays under glibc's 1,000-byte
     /// threshold (see [`saga`]).
     cmd: Box<Command>,
+    /// The gift id the saga was started under (in [`InFlight`] until it is done).
+    key: Uuid,
+    /// The order booked: the saga's own, or the one a request booked under its legacy id.
     order: GiftOrder,
     outcome: Result<GiftOutcome, StorageError>,
+}
+
+impl GiftDone {
+    /// Takes the saga's gift ids out of the in-flight set.
+    fn leave(&self, in_flight: &InFlight) {
+        let mut set = lock(in_flight);
+        set.remove(&self.key);
+        set.remove(&self.order.gift_id);
+    }
 }
 
 fn lock(f: &InFlight) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
@@ -230,7 +243,7 @@ impl RoomActor {
             }),
         };
         match order {
-            Ok(Some((order, ledger))) => self.start_saga(cmd, order, ledger),
+            Ok(Some((order, legacy, ledger))) => self.start_saga(cmd, order, legacy, ledger),
             Ok(None) => {}
             Err(r) => {
                 let err = ReplyError::new(r.code, r.msg);
@@ -239,14 +252,19 @@ impl RoomActor {
         }
     }
 
-    /// The order of a `gift.send` and the ledger that books it, or `None` when the request was
-    /// answered from the ledger (a retry of an order booked earlier).
+    /// The order of a `gift.send`, its legacy gift id ([`legacy_gift_id`]) and the ledger that
+    /// books it, or `None` when the request was answered from the ledger (a retry of an order
+    /// booked earlier).
+    #[allow(
+        clippy::type_complexity,
+        reason = "a private triple, named where it is taken apart"
+    )]
     fn gift_order(
         &self,
         cmd: &Command,
         at: &SessionRef,
         g: &GiftSend,
-    ) -> Result<Option<(GiftOrder, storage::ledger::Ledger)>, Rejected> {
+    ) -> Result<Option<(GiftOrder, Option<Uuid>, storage::ledger::Ledger)>, Rejected> {
         let Some(ledger) = &self.inner.ledger else {
             return Err(Rejected {
                 code: ErrorCode::Unavailable,
@@ -273,12 +291,13 @@ impl RoomActor {
             });
         };
         let id = gift_id(&cmd.user, &g.req_id);
+        let legacy = legacy_gift_id(&cmd.user, &g.req_id);
         let recipients = match state.gift_recipients(&cmd.user, at, &g.to, g.count) {
             Ok(r) => r,
             Err(rejected) if rejected.code == ErrorCode::BadRequest => {
                 // A retry of an order booked earlier gets its first result even if the room
                 // changed since (a recipient left): look the order up before refusing.
-                self.answer_from_ledger_or(cmd, id, rejected, ledger.clone());
+                self.answer_from_ledger_or(cmd, id, legacy, rejected, ledger.clone());
                 return Ok(None);
             }
             Err(rejected) => return Err(rejected),
@@ -309,29 +328,47 @@ impl RoomActor {
                 msg: "invalid gift order",
             });
         }
-        Ok(Some((order, ledger.clone())))
+        Ok(Some((order, legacy, ledger.clone())))
     }
 
     /// Starts the saga of a validated order; the actor polls it (see [`Sagas`]).
-    fn start_saga(&mut self, cmd: Box<Command>, order: GiftOrder, ledger: storage::ledger::Ledger) {
+    fn start_saga(
+        &mut self,
+        cmd: Box<Command>,
+        order: GiftOrder,
+        legacy: Option<Uuid>,
+        ledger: storage::ledger::Ledger,
+    ) {
         lock(&self.in_flight).insert(order.gift_id);
         let crash = self.inner.config.test_crash_after_debit;
-        self.sagas
-            .0
-            .push(Box::pin(saga(cmd, order, ledger, self.fence, crash)));
+        let start = SagaStart {
+            cmd,
+            order,
+            legacy,
+            ledger,
+            fence: self.fence,
+            in_flight: self.in_flight.clone(),
+            crash,
+        };
+        self.sagas.0.push(Box::pin(saga(start)));
     }
 
     fn answer_from_ledger_or(
         &self,
         cmd: &Command,
         id: Uuid,
+        legacy: Option<Uuid>,
         rejected: Rejected,
         ledger: storage::ledger::Ledger,
     ) {
         let inner = self.inner.clone();
         let cmd = cmd.clone();
         self.inner.tracker.spawn(async move {
-            let reply = match ledger.saga(id).await {
+            let found = match ledger.saga(id).await {
+                Ok(None) => ledger.legacy_saga(legacy).await,
+                other => other,
+            };
+            let reply = match found {
                 Ok(Some(rec)) => match rec.result() {
                     Some(result) => {
                         outcome_reply(&rec.order, &Ok(GiftOutcome::Duplicate { first: result }))
@@ -349,7 +386,7 @@ impl RoomActor {
 
     /// Publishes a settled gift (first time only) and answers the sender.
     pub(super) async fn gift_done(&mut self, done: GiftDone) {
-        lock(&self.in_flight).remove(&done.order.gift_id);
+        done.leave(&self.in_flight);
         if done.outcome.is_err() && self.sweep.failed(now_ms()) {
             self.spawn_sweep(RECOVERY_MIN_AGE_MS, true);
         }
@@ -528,25 +565,51 @@ pub(crate) async fn sweep_orphans(inner: Arc<Inner>) {
     clippy::manual_async_fn,
     reason = "as an `async fn` the same body's future takes 1,024 bytes, as a block 848"
 )]
-fn saga(
-    cmd: Box<Command>,
-    order: GiftOrder,
-    ledger: storage::ledger::Ledger,
-    fence: FencingToken,
-    crash: bool,
-) -> impl Future<Output = GiftDone> + Send {
+fn saga(mut s: SagaStart) -> impl Future<Output = GiftDone> + Send {
     async move {
-        let outcome = if crash {
-            crash_after_debit(&ledger, &order, fence).await
-        } else {
-            send_with_retry(&ledger, &order, fence).await
+        let key = s.order.gift_id;
+        let mut outcome = Ok(());
+        if s.legacy.is_some() {
+            // Boxed: a rare lookup, kept out of the size of every gift's future.
+            outcome = Box::pin(go_on_from_legacy(&mut s)).await;
+        }
+        let outcome = match outcome {
+            Err(e) => Err(e),
+            Ok(()) if s.crash => crash_after_debit(&s.ledger, &s.order, s.fence).await,
+            Ok(()) => send_with_retry(&s.ledger, &s.order, s.fence).await,
         };
         GiftDone {
-            cmd,
-            order,
+            cmd: s.cmd,
+            key,
+            order: s.order,
             outcome,
         }
     }
+}
+
+/// Takes the saga's order from the ledger when its request was booked before the upgrade to
+/// time-ordered gift ids, under its legacy id: the retry goes on with that saga.
+async fn go_on_from_legacy(s: &mut SagaStart) -> Result<(), StorageError> {
+    if let Some(rec) = s.ledger.legacy_saga(s.legacy).await? {
+        lock(&s.in_flight).insert(rec.order.gift_id);
+        s.order = rec.order;
+    }
+    Ok(())
+}
+
+/// What a gift saga starts from.
+struct SagaStart {
+    cmd: Box<Command>,
+    order: GiftOrder,
+    /// The request's legacy gift id, looked up before booking (see [`Ledger::legacy_saga`];
+    /// its own future is boxed).
+    ///
+    /// [`Ledger::legacy_saga`]: storage::ledger::Ledger::legacy_saga
+    legacy: Option<Uuid>,
+    ledger: storage::ledger::Ledger,
+    fence: FencingToken,
+    in_flight: InFlight,
+    crash: bool,
 }
 
 async fn send_with_retry(
@@ -582,9 +645,10 @@ async fn crash_after_debit(
 
 #[cfg(test)]
 mod tests {
-    use super::{RECOVERY_MIN_AGE_MS, Sweep, saga};
+    use super::{InFlight, RECOVERY_MIN_AGE_MS, SagaStart, Sweep, saga};
     use protocol::link::Command;
-    use storage::ledger::{GiftOrder, Ledger};
+    use storage::ledger::{GiftOrder, GiftOutcome, Ledger, gift_id, legacy_gift_id};
+    use uuid::Uuid;
 
     /// Most bytes a saga's future may take (see [`saga`]).
     const SAGA_MAX_BYTES: usize = 1000;
@@ -632,14 +696,27 @@ mod tests {
     async fn a_saga_fits_in_a_small_block() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open("sqlite", dir.path()).await.unwrap();
-        let cmd: Command = serde_json::from_value(serde_json::json!({
+        let future = saga(start(ledger, order(gift_id(&"alice".into(), "q1")), None));
+        let size = std::mem::size_of_val(&future);
+        drop(future);
+        assert!(
+            size <= SAGA_MAX_BYTES,
+            "a saga's future is {size} bytes, more than {SAGA_MAX_BYTES}"
+        );
+    }
+
+    fn command(req_id: &str) -> Command {
+        serde_json::from_value(serde_json::json!({
             "req": 1, "gateway": "g1", "session": 1, "user": "alice", "client_id": 7,
             "room": "r1",
-            "cmd": { "Gift": { "room": "r1", "req_id": "q1", "gift": "rose", "to": ["bob"] } }
+            "cmd": { "Gift": { "room": "r1", "req_id": req_id, "gift": "rose", "to": ["bob"] } }
         }))
-        .unwrap();
-        let order = GiftOrder {
-            gift_id: storage::ledger::gift_id(&"alice".into(), "q1"),
+        .unwrap()
+    }
+
+    fn order(gift_id: Uuid) -> GiftOrder {
+        GiftOrder {
+            gift_id,
             sender: "alice".into(),
             room: "r1".into(),
             gift: "rose".into(),
@@ -649,13 +726,88 @@ mod tests {
             share_bp: 7_000,
             lucky: None,
             created_ms: 0,
-        };
-        let future = saga(Box::new(cmd), order, ledger, 1, false);
-        let size = std::mem::size_of_val(&future);
-        drop(future);
-        assert!(
-            size <= SAGA_MAX_BYTES,
-            "a saga's future is {size} bytes, more than {SAGA_MAX_BYTES}"
+        }
+    }
+
+    fn start(ledger: Ledger, order: GiftOrder, legacy: Option<Uuid>) -> SagaStart {
+        SagaStart {
+            cmd: Box::new(command("q1")),
+            order,
+            legacy,
+            ledger,
+            fence: 1,
+            in_flight: InFlight::default(),
+            crash: false,
+        }
+    }
+
+    /// A retry across the upgrade to time-ordered gift ids: the first attempt was booked under
+    /// the v5 id, the retry computes the v8 one, and must get the first result, not a second
+    /// debit. A ledger created since never looks the old id up, and books under the new one.
+    #[tokio::test]
+    async fn a_retry_across_the_gift_id_upgrade_gets_its_first_result() {
+        const REQ: &str = "0190f1a2-b3c4-7d5e-8f60-0123456789ab";
+        let (new_id, old_id) = (
+            gift_id(&"alice".into(), REQ),
+            legacy_gift_id(&"alice".into(), REQ).unwrap(),
         );
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open("sqlite", dir.path()).await.unwrap();
+        assert!(
+            !ledger.may_hold_legacy_gift_ids(),
+            "a fresh ledger holds no old ids"
+        );
+        ledger.grant(&"alice".into(), 100, "g").await.unwrap();
+        ledger.install_fence(&"r1".into(), 1, "n1").await.unwrap();
+        // What the version before the upgrade did: book under the v5 id.
+        let first = ledger.send_gift(&order(old_id), 1).await.unwrap();
+        assert!(
+            matches!(first, GiftOutcome::Settled { balance: 90, .. }),
+            "{first:?}"
+        );
+        drop(ledger);
+        // Back to the schema before migration 2, as the old version left the file.
+        let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .unwrap();
+        conn.execute_batch("DROP TABLE ledger_meta; PRAGMA user_version = 1;")
+            .unwrap();
+        drop(conn);
+
+        let ledger = Ledger::open("sqlite", dir.path()).await.unwrap();
+        assert!(
+            ledger.may_hold_legacy_gift_ids(),
+            "migrated with sagas in it"
+        );
+        let done = saga(start(ledger.clone(), order(new_id), Some(old_id))).await;
+        assert_eq!(done.key, new_id);
+        assert_eq!(done.order.gift_id, old_id, "went on with the booked saga");
+        assert!(
+            matches!(&done.outcome, Ok(GiftOutcome::Duplicate { .. })),
+            "{:?}",
+            done.outcome
+        );
+        assert_eq!(
+            ledger.balance(&"alice".into()).await.unwrap(),
+            90,
+            "debited once"
+        );
+
+        // A new request on the migrated ledger books under its time-ordered id.
+        const NEXT: &str = "0190f1a2-b3c5-7d5e-8f60-0123456789ab";
+        let next = gift_id(&"alice".into(), NEXT);
+        let done = saga(start(
+            ledger.clone(),
+            order(next),
+            legacy_gift_id(&"alice".into(), NEXT),
+        ))
+        .await;
+        assert_eq!(done.order.gift_id, next);
+        assert!(
+            matches!(&done.outcome, Ok(GiftOutcome::Settled { balance: 80, .. })),
+            "{:?}",
+            done.outcome
+        );
+        assert!(ledger.saga(next).await.unwrap().is_some());
     }
 }

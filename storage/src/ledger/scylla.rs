@@ -901,6 +901,14 @@ impl ScyllaLedger {
         Err(unavailable("saga touch outcome stays unknown"))
     }
 
+    /// Whether sagas may be kept under their ids from before time-ordered gift ids
+    /// ([`crate::ledger::legacy_gift_id`]). This keyspace keeps no schema version to tell a
+    /// keyspace written before from one created since, so it always may: each gift with a
+    /// UUIDv7 request id reads the old id once before booking.
+    pub(super) fn may_hold_legacy_gift_ids(&self) -> bool {
+        true
+    }
+
     pub(super) async fn saga(&self, gift_id: Uuid) -> Result<Option<SagaRecord>> {
         self.read_saga(gift_id).await
     }

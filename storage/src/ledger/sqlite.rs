@@ -188,13 +188,31 @@ const BOARD_RECEIVERS: i64 = 1;
 /// 1. Leaderboards from `gift_rank`: fill it from the settled facts and drop the facts' index
 ///    by room and day, which only the leaderboards read. A ledger written by this version must
 ///    not be written by an older one afterwards: its gifts would be missing from the boards.
-const MIGRATIONS: &[&str] = &["
+/// 2. Gift ids of UUIDv7 request ids became time-ordered ([`crate::ledger::gift_id`]): a ledger
+///    that already holds sagas is marked, so that a retry of a request booked under its old
+///    (v5) id finds that saga ([`SqliteLedger::may_hold_legacy_gift_ids`]). A fresh ledger has
+///    none, and never looks.
+const MIGRATIONS: &[&str] = &[
+    "
 INSERT INTO gift_rank (room, board, day, user, total)
   SELECT room, 0, day, sender, SUM(amount) FROM settled_gift GROUP BY room, day, sender
   UNION ALL
   SELECT room, 1, day, receiver, SUM(amount) FROM settled_gift GROUP BY room, day, receiver;
 DROP INDEX IF EXISTS settled_gift_room_day;
-"];
+",
+    "
+CREATE TABLE IF NOT EXISTS ledger_meta (
+  key   TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO ledger_meta (key, value)
+  SELECT 'legacy_gift_ids', 1 WHERE EXISTS (SELECT 1 FROM gift_saga);
+",
+];
+
+/// `ledger_meta` key set (by migration 2) when the ledger holds sagas booked before gift ids of
+/// time-ordered requests became time-ordered: their retries must look under the old id too.
+const META_LEGACY_GIFT_IDS: &str = "legacy_gift_ids";
 
 /// Applies the [`MIGRATIONS`] this ledger has not had yet.
 fn migrate(conn: &mut Connection) -> Result<()> {
@@ -387,6 +405,8 @@ impl<'t, 'c> Tx<'t, 'c> {
 pub struct SqliteLedger {
     jobs: mpsc::Sender<Job>,
     reader: Arc<Mutex<Connection>>,
+    /// Sagas booked before the time-ordered gift ids may be kept under their v5 ids.
+    legacy_gift_ids: bool,
 }
 
 fn db(e: rusqlite::Error) -> StorageError {
@@ -430,36 +450,48 @@ impl SqliteLedger {
     /// `Backend` if the file cannot be opened or the schema cannot be created.
     pub async fn open(path: &Path) -> Result<Self> {
         let path: PathBuf = path.to_owned();
-        let (writer, reader) = tokio::task::spawn_blocking(move || -> Result<_> {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| StorageError::Backend(format!("create {dir:?}: {e}")))?;
-            }
-            let mut writer = open_connection(&path)?;
-            writer.execute_batch(SCHEMA).map_err(db)?;
-            migrate(&mut writer)?;
-            // The writer thread prepares its own; a failure is reported here, at open.
-            drop(Hot::prepare(&writer).map_err(db)?);
-            let reader = open_connection(&path)?;
-            let checkpointer = open_connection(&path)?;
-            // The writer's only handle on the wake-up channel lives in its WAL hook: when the
-            // writer thread ends, the checkpointer's `recv` fails and it ends too.
-            let (wake, wakes) = std::sync::mpsc::sync_channel::<()>(1);
-            let copied = Arc::new(AtomicI32::new(0));
-            let copied_by_checkpointer = Arc::clone(&copied);
-            writer
-                .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames| {
-                    after_commit(wal, frames, &copied, &wake)
-                }))
-                .map_err(db)?;
-            std::thread::Builder::new()
-                .name("ledger-checkpoint".into())
-                .spawn(move || checkpointer_loop(&checkpointer, &copied_by_checkpointer, &wakes))
-                .map_err(|e| StorageError::Backend(format!("spawn ledger checkpointer: {e}")))?;
-            Ok((writer, reader))
-        })
-        .await
-        .map_err(|e| StorageError::Backend(format!("ledger open task: {e}")))??;
+        let (writer, reader, legacy_gift_ids) =
+            tokio::task::spawn_blocking(move || -> Result<_> {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| StorageError::Backend(format!("create {dir:?}: {e}")))?;
+                }
+                let mut writer = open_connection(&path)?;
+                writer.execute_batch(SCHEMA).map_err(db)?;
+                migrate(&mut writer)?;
+                let legacy_gift_ids = writer
+                    .query_row(
+                        "SELECT EXISTS (SELECT 1 FROM ledger_meta WHERE key = ?1)",
+                        [META_LEGACY_GIFT_IDS],
+                        |r| r.get(0),
+                    )
+                    .map_err(db)?;
+                // The writer thread prepares its own; a failure is reported here, at open.
+                drop(Hot::prepare(&writer).map_err(db)?);
+                let reader = open_connection(&path)?;
+                let checkpointer = open_connection(&path)?;
+                // The writer's only handle on the wake-up channel lives in its WAL hook: when the
+                // writer thread ends, the checkpointer's `recv` fails and it ends too.
+                let (wake, wakes) = std::sync::mpsc::sync_channel::<()>(1);
+                let copied = Arc::new(AtomicI32::new(0));
+                let copied_by_checkpointer = Arc::clone(&copied);
+                writer
+                    .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames| {
+                        after_commit(wal, frames, &copied, &wake)
+                    }))
+                    .map_err(db)?;
+                std::thread::Builder::new()
+                    .name("ledger-checkpoint".into())
+                    .spawn(move || {
+                        checkpointer_loop(&checkpointer, &copied_by_checkpointer, &wakes)
+                    })
+                    .map_err(|e| {
+                        StorageError::Backend(format!("spawn ledger checkpointer: {e}"))
+                    })?;
+                Ok((writer, reader, legacy_gift_ids))
+            })
+            .await
+            .map_err(|e| StorageError::Backend(format!("ledger open task: {e}")))??;
         let (jobs, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
         std::thread::Builder::new()
             .name("ledger-writer".into())
@@ -469,7 +501,15 @@ impl SqliteLedger {
         Ok(Self {
             jobs,
             reader: Arc::new(Mutex::new(reader)),
+            legacy_gift_ids,
         })
+    }
+
+    /// Whether sagas booked before gift ids of UUIDv7 requests became time-ordered may be kept
+    /// here under their old ids ([`crate::ledger::legacy_gift_id`]): set for a ledger that
+    /// held sagas when it was migrated, never for one created since.
+    pub fn may_hold_legacy_gift_ids(&self) -> bool {
+        self.legacy_gift_ids
     }
 
     /// Runs `f` inside the next group commit and answers once the commit is durable.
