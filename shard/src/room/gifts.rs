@@ -569,8 +569,8 @@ fn saga(mut s: SagaStart) -> impl Future<Output = GiftDone> + Send {
     async move {
         let key = s.order.gift_id;
         let mut outcome = Ok(());
-        if s.legacy.is_some() {
-            // Boxed: a rare lookup, kept out of the size of every gift's future.
+        if s.legacy.is_some() && s.ledger.may_hold_legacy_gift_ids() {
+            // Boxed: a lookup only upgraded ledgers make, kept out of every gift's future.
             outcome = Box::pin(go_on_from_legacy(&mut s)).await;
         }
         let outcome = match outcome {
