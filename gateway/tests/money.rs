@@ -186,6 +186,41 @@ async fn a_gift_debits_once_credits_the_recipient_and_is_broadcast() {
     s.stop().await;
 }
 
+/// A UUIDv7 `req_id` (what PROTOCOL.md recommends) gets the time-ordered order id it documents,
+/// and its retries, after a reconnect too, the same order and no second debit.
+#[tokio::test]
+async fn a_uuid7_request_gets_a_time_ordered_order_id_and_its_retries_the_same_order() {
+    const REQ: &str = "0190f1a2-b3c4-7d5e-8f60-0123456789ab";
+    let s = Server::start().await;
+    s.grant("alice", 100, "g").await;
+    let mut a = s.connect("alice").await;
+    let room = RoomId::from("v7");
+    a.join(&room, false, None).await.unwrap();
+    let mut b = s.connect("bob").await;
+    b.join(&room, false, None).await.unwrap();
+    let ok = a
+        .request("gift.send", gift(&room, REQ, "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    let order = ok["order"].as_str().unwrap().to_owned();
+    // The request's 48-bit timestamp, then version 8.
+    assert!(order.starts_with("0190f1a2-b3c4-8"), "{order}");
+    assert_eq!(
+        order,
+        storage::ledger::gift_id(&"alice".into(), REQ).to_string()
+    );
+    a.close().await;
+    let mut a = s.connect("alice").await;
+    a.join(&room, false, None).await.unwrap();
+    let again = a
+        .request("gift.send", gift(&room, REQ, "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    assert_eq!(again, ok);
+    assert_eq!(s.wallet("alice").await["balance"], 90);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn twenty_concurrent_gifts_over_a_balance_for_ten() {
     let s = Server::start().await;
