@@ -44,8 +44,9 @@ pub use self::scylla::ScyllaLedger;
 pub use self::sqlite::SqliteLedger;
 use crate::{Result, StorageError};
 
-/// UUIDv5 namespace of gift ids: `gift_id = v5(ns, sender ‖ 0x00 ‖ req_id)`. Fixed forever:
-/// changing it would let a client retry debit twice.
+/// UUIDv5 namespace of gift ids: `v5(ns, sender ‖ 0x00 ‖ req_id)`, all of a gift id or (for a
+/// UUIDv7 `req_id`) its last 80 bits ([`gift_id`]). Fixed forever: changing it would let a
+/// client retry debit twice.
 pub const GIFT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6c1e_0d55_8f0b_4c2e_9a57_3b7e_1f00_91a1);
 /// UUIDv5 namespace of top-up entry ids: `v5(ns, key)`.
 pub const GRANT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x0b9a_52c4_77d1_4f86_b1e0_5d2a_c4f3_6e02);
