@@ -69,22 +69,42 @@ const DAYS_PER_WEEK: i64 = 7;
 /// saga index instead of writing one random page of it per gift (BENCHMARKS.md, Change 17).
 /// Either form is a pure function of `(sender, req_id)`: a retry finds its first saga.
 pub fn gift_id(sender: &UserId, req_id: &str) -> Uuid {
-    let v5 = v5_gift_id(sender, req_id);
-    match time_prefix(req_id) {
-        Some(prefix) => {
-            let mut bytes = *v5.as_bytes();
-            bytes[..TIME_PREFIX_BYTES].copy_from_slice(&prefix);
-            Uuid::new_v8(bytes)
-        }
-        None => v5,
-    }
+    gift_ids(sender, req_id).id
 }
 
 /// The id versions before the time-ordered form gave a request whose id is now time-ordered
 /// (`None` when [`gift_id`] is the v5 form): a saga booked before the upgrade is kept under it,
 /// and a retry across the upgrade must find that saga, not book a second one.
 pub fn legacy_gift_id(sender: &UserId, req_id: &str) -> Option<Uuid> {
-    time_prefix(req_id).map(|_| v5_gift_id(sender, req_id))
+    gift_ids(sender, req_id).legacy
+}
+
+/// A request's [`gift_id`] and [`legacy_gift_id`], from one parse and one hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GiftIds {
+    /// The id its saga is booked under.
+    pub id: Uuid,
+    /// The id a version before time-ordered ids gave it, when that differs.
+    pub legacy: Option<Uuid>,
+}
+
+/// Both ids of a request (see [`GiftIds`]).
+pub fn gift_ids(sender: &UserId, req_id: &str) -> GiftIds {
+    let v5 = v5_gift_id(sender, req_id);
+    match time_prefix(req_id) {
+        Some(prefix) => {
+            let mut bytes = *v5.as_bytes();
+            bytes[..TIME_PREFIX_BYTES].copy_from_slice(&prefix);
+            GiftIds {
+                id: Uuid::new_v8(bytes),
+                legacy: Some(v5),
+            }
+        }
+        None => GiftIds {
+            id: v5,
+            legacy: None,
+        },
+    }
 }
 
 /// Bytes of a UUIDv7's big-endian millisecond timestamp.

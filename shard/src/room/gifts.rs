@@ -17,8 +17,8 @@ use protocol::link::{Command, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, RoomId};
 use storage::StorageError;
 use storage::ledger::{
-    FenceInstall, GiftOrder, GiftOutcome, GiftResult, LuckyPrize, RecoveryOutcome, gift_id,
-    legacy_gift_id, now_ms,
+    FenceInstall, GiftIds, GiftOrder, GiftOutcome, GiftResult, LuckyPrize, RecoveryOutcome,
+    gift_ids, now_ms,
 };
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -252,8 +252,8 @@ impl RoomActor {
         }
     }
 
-    /// The order of a `gift.send`, its legacy gift id ([`legacy_gift_id`]) and the ledger that
-    /// books it, or `None` when the request was answered from the ledger (a retry of an order
+    /// The order of a `gift.send`, its legacy gift id (when the ledger may hold a saga under it,
+    /// see [`GiftIds`]) and the ledger that books it, or `None` when the request was answered from the ledger (a retry of an order
     /// booked earlier).
     #[allow(
         clippy::type_complexity,
@@ -290,8 +290,9 @@ impl RoomActor {
                 msg: "no such room",
             });
         };
-        let id = gift_id(&cmd.user, &g.req_id);
-        let legacy = legacy_gift_id(&cmd.user, &g.req_id);
+        let GiftIds { id, legacy } = gift_ids(&cmd.user, &g.req_id);
+        // Only a ledger from before time-ordered ids may hold a saga under the legacy one.
+        let legacy = legacy.filter(|_| ledger.may_hold_legacy_gift_ids());
         let recipients = match state.gift_recipients(&cmd.user, at, &g.to, g.count) {
             Ok(r) => r,
             Err(rejected) if rejected.code == ErrorCode::BadRequest => {
@@ -569,7 +570,7 @@ fn saga(mut s: SagaStart) -> impl Future<Output = GiftDone> + Send {
     async move {
         let key = s.order.gift_id;
         let mut outcome = Ok(());
-        if s.legacy.is_some() && s.ledger.may_hold_legacy_gift_ids() {
+        if s.legacy.is_some() {
             // Boxed: a lookup only upgraded ledgers make, kept out of every gift's future.
             outcome = Box::pin(go_on_from_legacy(&mut s)).await;
         }
@@ -601,8 +602,8 @@ async fn go_on_from_legacy(s: &mut SagaStart) -> Result<(), StorageError> {
 struct SagaStart {
     cmd: Box<Command>,
     order: GiftOrder,
-    /// The request's legacy gift id, looked up before booking (see [`Ledger::legacy_saga`];
-    /// its own future is boxed).
+    /// The request's legacy gift id, set only when the ledger may hold a saga under it; looked
+    /// up before booking (see [`Ledger::legacy_saga`]; its own future is boxed).
     ///
     /// [`Ledger::legacy_saga`]: storage::ledger::Ledger::legacy_saga
     legacy: Option<Uuid>,
