@@ -99,6 +99,8 @@ pub(crate) struct HotCounters {
     pub(crate) requests: ::metrics::Counter,
     /// [`metrics::FRAMES_OUT`].
     pub(crate) frames_out: ::metrics::Counter,
+    /// [`metrics::WRITE_BATCHES`].
+    pub(crate) write_batches: ::metrics::Counter,
 }
 
 /// A command waiting for its reply.
@@ -137,6 +139,7 @@ impl Core {
             hot: HotCounters {
                 requests: ::metrics::counter!(crate::metrics::REQUESTS),
                 frames_out: ::metrics::counter!(crate::metrics::FRAMES_OUT),
+                write_batches: ::metrics::counter!(crate::metrics::WRITE_BATCHES),
             },
         });
         core.tracker.spawn(core.clone().sweep_pending());

@@ -10,6 +10,9 @@ pub const REQUESTS: &str = "chorus_gateway_requests_total";
 pub const ERRORS: &str = "chorus_gateway_errors_total";
 /// Frames written to sockets (counter).
 pub const FRAMES_OUT: &str = "chorus_gateway_frames_out_total";
+/// Batches of frames written to sockets (counter): frames out divided by this is how many
+/// frames one socket write carries.
+pub const WRITE_BATCHES: &str = "chorus_gateway_write_batches_total";
 /// Connections closed by the server (counter; label `code`).
 pub const CLOSES: &str = "chorus_gateway_closes_total";
 
@@ -26,6 +29,10 @@ pub fn describe() {
     describe_counter!(REQUESTS, "Client requests received.");
     describe_counter!(ERRORS, "Error replies sent, by code.");
     describe_counter!(FRAMES_OUT, "Frames written to sockets.");
+    describe_counter!(
+        WRITE_BATCHES,
+        "Batches of frames written to sockets, each usually one system call."
+    );
     describe_counter!(
         ROUTING_RETRIES,
         "Commands re-sent while a room's ownership moves."

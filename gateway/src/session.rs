@@ -290,6 +290,7 @@ impl Session {
             }
         }
         self.core.hot.frames_out.increment(frames.len() as u64);
+        self.core.hot.write_batches.increment(1);
         if pong_owed {
             return Ok(Some(frames));
         }
