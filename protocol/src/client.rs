@@ -185,17 +185,21 @@ fn truncate(s: &str, max_chars: usize) -> &str {
 
 /// Encodes a success reply `{"re":id,"ok":<ok>}` from the already-encoded `ok` JSON.
 pub fn encode_ok_raw(id: u64, ok_json: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(ok_json.len() + 32);
-    // Writing to a Vec cannot fail.
-    let _ = write!(out, "{{\"re\":{id},\"ok\":");
-    out.extend_from_slice(ok_json);
-    out.push(b'}');
-    Bytes::from(out)
+    Bytes::from(with_scratch(|out| {
+        // Writing to a Vec cannot fail.
+        let _ = write!(out, "{{\"re\":{id},\"ok\":");
+        out.extend_from_slice(ok_json);
+        out.push(b'}');
+    }))
 }
 
 /// Encodes a success reply `{"re":id,"ok":...}`.
 pub fn encode_ok<T: Serialize>(id: u64, ok: &T) -> Bytes {
-    encode_ok_raw(id, &to_json(ok))
+    Bytes::from(with_scratch(|out| {
+        let _ = write!(out, "{{\"re\":{id},\"ok\":");
+        json_into(out, ok);
+        out.push(b'}');
+    }))
 }
 
 /// Encodes an error reply `{"re":id|null,"err":{"code":...,"msg":...}}`.
@@ -245,8 +249,57 @@ pub fn encode_event<T: Serialize>(
 
 /// Serializes a value the protocol defines; these types cannot fail to serialize.
 pub fn to_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    with_scratch(|out| json_into(out, v))
+}
+
+/// Appends `v`'s JSON to `out`.
+fn json_into<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    let start = out.len();
     // Protocol types are plain structs with string keys: serde_json cannot fail on them.
-    serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec())
+    if serde_json::to_writer(&mut *out, v).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// Scratch buffers above this size are not kept for the next frame.
+const SCRATCH_KEEP_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    /// Each thread's buffer that frames are encoded into before they get their own block.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `write` on an empty buffer and returns what it wrote in a vector of exactly that
+/// size. The writing happens in a per-thread scratch buffer, so a frame costs one allocation
+/// of its own size: serializing into a fresh vector would grow it a few times, and a vector
+/// with spare room costs [`Bytes`] a second block for its shared header.
+fn with_scratch(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut write = Some(write);
+    let kept = SCRATCH
+        .try_with(|cell| {
+            // A frame encoded while another is being encoded on this thread (never done by
+            // the protocol's own types) takes the plain path below.
+            let mut buf = cell.try_borrow_mut().ok()?;
+            buf.clear();
+            (write.take()?)(&mut buf);
+            let out = buf.as_slice().to_vec();
+            if buf.capacity() > SCRATCH_KEEP_BYTES {
+                *buf = Vec::new();
+            }
+            Some(out)
+        })
+        .ok()
+        .flatten();
+    match (kept, write) {
+        (Some(out), _) => out,
+        (None, Some(write)) => {
+            let mut out = Vec::new();
+            write(&mut out);
+            out
+        }
+        (None, None) => Vec::new(),
+    }
 }
 
 /// A server frame as a client sees it (used by clients and tests).

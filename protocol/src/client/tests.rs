@@ -117,6 +117,42 @@ fn encodes_replies_and_events() {
 }
 
 #[test]
+fn frames_come_out_in_blocks_of_their_own_size_whatever_came_before() {
+    // A large frame first: the scratch buffer grows, then is not kept.
+    let long = "x".repeat(2 * SCRATCH_KEEP_BYTES);
+    let big = to_json(&ChatSent { seq: 1 });
+    assert_eq!(big.len(), big.capacity());
+    let ok = encode_ok_raw(9, format!("\"{long}\"").as_bytes());
+    assert_eq!(ok.len(), long.len() + r#"{"re":9,"ok":""}"#.len());
+    SCRATCH.with(|s| assert!(s.borrow().capacity() <= SCRATCH_KEEP_BYTES));
+    // Then small ones: exact sizes, the same bytes serde_json writes.
+    let ev = MemberCount { count: 12 };
+    let v = to_json(&ev);
+    assert_eq!(v, serde_json::to_vec(&ev).unwrap());
+    assert_eq!(v.len(), v.capacity());
+    assert_eq!(&encode_ok(1, &ev)[..], br#"{"re":1,"ok":{"count":12}}"#);
+}
+
+/// Serializes by encoding another frame in the middle, as no protocol type does.
+struct Nested;
+
+impl Serialize for Nested {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let inner = to_json(&ChatSent { seq: 7 });
+        s.serialize_str(&String::from_utf8_lossy(&inner))
+    }
+}
+
+#[test]
+fn a_frame_encoded_inside_another_still_comes_out_whole() {
+    assert_eq!(to_json(&Nested), br#""{\"seq\":7}""#.to_vec());
+    assert_eq!(
+        &encode_ok(2, &Nested)[..],
+        br#"{"re":2,"ok":"{\"seq\":7}"}"#
+    );
+}
+
+#[test]
 fn server_frames_parse_both_shapes() {
     let f: ServerFrame = serde_json::from_str(r#"{"re":1,"ok":{"seq":1}}"#).unwrap();
     assert!(matches!(f, ServerFrame::Reply { re: Some(1), .. }));
