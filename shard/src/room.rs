@@ -20,6 +20,7 @@ use protocol::link::{
     Audience, Command, LeaveReason, Membership, Reply, ReplyError, RoomCmd, RoomEvent, ToGateway,
 };
 use protocol::{ErrorCode, FencingToken, NodeId, RoomId, SessionId, UserId};
+use smallvec::SmallVec;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -686,11 +687,17 @@ impl RoomActor {
 
     /// Encodes each sequenced event once, records it for resume and sends one copy per
     /// gateway; then publishes presence on the volatile lane.
+    /// The gateways with members in the room, copied out so that sending may borrow the
+    /// actor; inline for the usual one or two, so a published event allocates no list.
+    fn gateways(&self) -> SmallVec<[NodeId; 2]> {
+        self.gw_members.keys().cloned().collect()
+    }
+
     async fn publish(&mut self, applied: Applied, joiner: Option<&SessionRef>) {
         let Some(state) = &self.state else { return };
         let now = Instant::now();
         let epoch = state.epoch();
-        let mut frames = Vec::with_capacity(applied.events.len());
+        let mut frames: SmallVec<[Bytes; 2]> = SmallVec::with_capacity(applied.events.len());
         for (seq, ev) in &applied.events {
             let frame = match ev {
                 Sequenced::Chat(e) => {
@@ -757,7 +764,7 @@ impl RoomActor {
                 }
             }
         }
-        let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
+        let gws = self.gateways();
         for ((seq, _), frame) in applied.events.iter().zip(frames) {
             self.inner.hot.events_sequenced.increment(1);
             for gw in &gws {
@@ -802,8 +809,7 @@ impl RoomActor {
         };
         debug!(room = %self.room, event = name, user = %subject, "Presence.");
         if state.member_count() <= self.inner.config.presence_full_max {
-            let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
-            for gw in gws {
+            for gw in self.gateways() {
                 // Session ids are per gateway: exclude the joiner on its own gateway only.
                 let audience = match joiner {
                     Some(j) if j.gateway == gw => Audience::AllBut(j.session),
@@ -833,8 +839,7 @@ impl RoomActor {
             None,
             &MemberCount { count },
         );
-        let gws: Vec<NodeId> = self.gw_members.keys().cloned().collect();
-        for gw in gws {
+        for gw in self.gateways() {
             self.send_event(&gw, Audience::All, frame.clone()).await;
         }
     }

@@ -392,44 +392,56 @@ impl RoomActor {
             self.spawn_sweep(RECOVERY_MIN_AGE_MS, true);
         }
         let reply = outcome_reply(&done.order, &done.outcome);
-        if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
+        let GiftDone {
+            cmd,
+            order,
+            outcome,
+            ..
+        } = done;
+        if let Ok(GiftOutcome::Settled { .. }) = &outcome {
             self.inner.hot.gifts_settled.increment(1);
-            self.publish_gift(&done.order).await;
+            self.publish_gift(order).await;
         }
-        self.reply(&done.cmd, reply, None).await;
+        self.reply(&cmd, reply, None).await;
     }
 
     /// Publishes a gift the owner's recovery settled.
     pub(super) async fn gift_recovered(&mut self, order: GiftOrder) {
-        self.publish_gift(&order).await;
+        self.publish_gift(order).await;
     }
 
-    async fn publish_gift(&mut self, order: &GiftOrder) {
+    /// Publishes a settled order; the event takes the order's fields rather than copies.
+    async fn publish_gift(&mut self, order: GiftOrder) {
         if !self.inner.owner.proven(&self.valid) {
             return;
         }
         let Some(state) = self.state.as_mut() else {
             return;
         };
-        let mut applied = state.record(Sequenced::Gift(GiftEvent {
-            order: order.gift_id.to_string(),
-            from: order.sender.clone(),
-            to: order.recipients.clone(),
-            gift: order.gift.clone(),
-            count: order.count,
-            coins: order.total(),
-            lucky_multiplier: order.lucky.map(|l| l.multiplier),
-        }));
-        if let Some(l) = order.lucky
-            && l.multiplier >= self.inner.config.catalog.big_win_multiplier
-        {
-            let win = state.record(Sequenced::LuckyWin(LuckyWinEvent {
-                order: order.gift_id.to_string(),
+        let order_id = order.gift_id.to_string();
+        let coins = order.total();
+        let win = order
+            .lucky
+            .filter(|l| l.multiplier >= self.inner.config.catalog.big_win_multiplier)
+            .map(|l| LuckyWinEvent {
+                order: order_id.clone(),
                 user: order.sender.clone(),
                 multiplier: l.multiplier,
                 coins: l.coins,
-            }));
-            applied.events.extend(win.events);
+            });
+        let mut applied = state.record(Sequenced::Gift(GiftEvent {
+            order: order_id,
+            from: order.sender,
+            to: order.recipients,
+            gift: order.gift,
+            count: order.count,
+            coins,
+            lucky_multiplier: order.lucky.map(|l| l.multiplier),
+        }));
+        if let Some(win) = win {
+            applied
+                .events
+                .extend(state.record(Sequenced::LuckyWin(win)).events);
         }
         self.publish(applied, None).await;
     }
