@@ -111,6 +111,12 @@ pub struct Report {
     /// Server CPU per delivery, µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_us_per_delivery: Option<f64>,
+    /// Frames per socket write on the `--admin` node during the window (its
+    /// `chorus_gateway_frames_out_total` over `chorus_gateway_write_batches_total`): how much
+    /// the node's write batching saves in system calls. Absent for a target without those
+    /// metrics (the baseline server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frames_per_write: Option<f64>,
     /// Server RSS before connecting, KiB (idle).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_before_kib: Option<u64>,
@@ -211,9 +217,10 @@ impl Report {
             ),
         ];
         let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}"));
-        let extra: [(&'static str, Option<String>); 13] = [
+        let extra: [(&'static str, Option<String>); 14] = [
             ("server cpu ms", opt(self.server_cpu_ms, 0)),
             ("cpu µs/delivery", opt(self.cpu_us_per_delivery, 3)),
+            ("frames/write", opt(self.frames_per_write, 2)),
             ("rss before KiB", self.rss_before_kib.map(|v| v.to_string())),
             ("rss after KiB", self.rss_after_kib.map(|v| v.to_string())),
             ("rss bytes/conn", opt(self.rss_per_conn_bytes, 0)),

@@ -349,6 +349,37 @@ pub async fn server_rss_kib(target: &Target) -> Option<u64> {
     Some(admin_metric(target, ADMIN_RSS_BYTES).await? as u64 / 1024)
 }
 
+/// The `--admin` node's counts of frames written to sockets and of the writes that carried
+/// them, read before and after a measured window (see [`frames_per_write`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Writes {
+    /// `chorus_gateway_frames_out_total`.
+    pub frames: f64,
+    /// `chorus_gateway_write_batches_total`.
+    pub batches: f64,
+}
+
+/// Reads [`Writes`] now; `None` for a target without an admin node or those metrics.
+pub async fn server_writes(target: &Target) -> Option<Writes> {
+    Some(Writes {
+        frames: admin_metric(target, ADMIN_FRAMES_OUT).await?,
+        batches: admin_metric(target, ADMIN_WRITE_BATCHES).await?,
+    })
+}
+
+/// Frames per socket write between two readings; `None` when either is missing or nothing
+/// was written.
+pub fn frames_per_write(before: Option<Writes>, after: Option<Writes>) -> Option<f64> {
+    let (a, b) = (before?, after?);
+    let batches = b.batches - a.batches;
+    (batches > 0.0).then(|| (b.frames - a.frames) / batches)
+}
+
+/// Gateway metric: frames written to sockets.
+const ADMIN_FRAMES_OUT: &str = "chorus_gateway_frames_out_total";
+/// Gateway metric: the batches (socket writes) that carried them.
+const ADMIN_WRITE_BATCHES: &str = "chorus_gateway_write_batches_total";
+
 /// One metric of the target's admin node; `None` without an admin address, when it cannot be
 /// reached, or when it does not serve the metric.
 async fn admin_metric(target: &Target, name: &str) -> Option<f64> {

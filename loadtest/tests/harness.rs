@@ -40,6 +40,8 @@ async fn fanout_against_the_baseline_loses_nothing() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.latency.count, r.received);
     assert!(r.p99_ms > 0.0 && r.max_ms >= r.p99_ms);
+    // The baseline serves no metrics: no write batching figure is made up for it.
+    assert_eq!(r.frames_per_write, None);
 }
 
 /// A node whose pid the generator cannot see (another user's, or in a container) is measured through its admin
@@ -82,4 +84,43 @@ async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
     let (before, after) = (r.rss_before_kib.unwrap(), r.rss_after_kib.unwrap());
     assert!(before > 1024 && after > 1024, "{before} → {after} KiB");
     assert!(r.rss_per_conn_bytes.is_some());
+}
+
+/// A node's write batching is reported from its admin counters: every gift here is one reply
+/// to its sender and one event to each of the room's 4 members, so the node writes 5 frames
+/// per gift, and no socket write carries less than one frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gift_storm_reports_the_nodes_frames_per_socket_write() {
+    let target = loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
+        .await
+        .unwrap();
+    let params = Params {
+        duration: Duration::from_millis(1000),
+        drain: Duration::from_secs(10),
+        ..Params::default()
+    };
+    let before = scenario::server_writes(&target).await.unwrap();
+    let r = Scenario::Gifts {
+        rooms: 2,
+        members: 4,
+        random_req_ids: false,
+    }
+    .run(&target, &params, 100.0)
+    .await
+    .unwrap();
+    let after = scenario::server_writes(&target).await.unwrap();
+    assert_eq!(r.settled, Some(100), "{r:?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let per_write = r
+        .frames_per_write
+        .expect("the node serves its write counters");
+    assert!(per_write >= 1.0, "{per_write} frames per write");
+    // The whole run (connecting and joining included) wrote at least the gifts' 500 frames,
+    // in no more writes than frames.
+    let (frames, writes) = (after.frames - before.frames, after.batches - before.batches);
+    assert!(frames >= 500.0, "{frames} frames");
+    assert!(
+        writes >= 1.0 && writes <= frames,
+        "{writes} writes for {frames} frames"
+    );
 }

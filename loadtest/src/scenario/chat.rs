@@ -92,6 +92,8 @@ async fn drive(
 ) -> Report {
     let total = super::schedule_len(total_rate, p.duration);
     let progress = Progress::start(p.progress, &target.name, total, shared);
+    // Read first: the scrape's own work stays out of the CPU window.
+    let writes_before = super::server_writes(target).await;
     let cpu_before = super::server_cpu(target).await;
     let msg_bytes = p.msg_bytes;
     let (t0, _) = pace(shared, total_rate, p.duration, |i, due| {
@@ -107,9 +109,11 @@ async fn drive(
     })
     .await;
     let cpu_after = super::server_cpu(target).await;
+    let writes_after = super::server_writes(target).await;
     progress.finish();
     let expected = shared.ok.load(Ordering::Relaxed) * members;
     let mut r = common_report(shared, t0, expected, cpu_before, cpu_after);
+    r.frames_per_write = super::frames_per_write(writes_before, writes_after);
     r.offered_per_sec = total_rate;
     r.duration_s = p.duration.as_secs_f64();
     r

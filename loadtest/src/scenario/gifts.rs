@@ -75,6 +75,8 @@ pub async fn run(
     join_all(&conns, room_of, p.connect_concurrency).await?;
     let total = super::schedule_len(rate, p.duration);
     let progress = Progress::start(p.progress, &target.name, total, &shared);
+    // Read first: the scrape's own work stays out of the CPU window.
+    let writes_before = super::server_writes(target).await;
     let cpu_before = super::server_cpu(target).await;
     let n = conns.len() as u64;
     let (t0, _) = pace(&shared, rate, p.duration, |i, due| {
@@ -98,9 +100,11 @@ pub async fn run(
     let m = members as u64;
     let done = drain(&shared, p.drain, || shared.ok.load(Ordering::Relaxed) * m).await;
     let cpu_after = super::server_cpu(target).await;
+    let writes_after = super::server_writes(target).await;
     progress.finish();
     let settled = shared.ok.load(Ordering::Relaxed);
     let mut r = common_report(&shared, t0, settled * m, cpu_before, cpu_after);
+    r.frames_per_write = super::frames_per_write(writes_before, writes_after);
     r.offered_per_sec = rate;
     r.duration_s = p.duration.as_secs_f64();
     r.connections = conns.len();
