@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
@@ -26,6 +26,7 @@ use tokio::time::{Instant, timeout};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
+use uuid::{NoContext, Timestamp, Uuid};
 
 /// Frames one connection may have queued for its writer: enough to absorb a burst, bounded so
 /// a stalled socket pushes back on the sender (whose intended times then show the delay).
@@ -60,6 +61,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Shared {
     /// The run's clock origin: chat texts carry nanoseconds since this instant.
     pub start: Instant,
+    /// `start` on the Unix clock (ns): gift request ids carry their intended send time as a
+    /// UUIDv7 timestamp, and the order ids of their `gift` events carry it on (PROTOCOL.md).
+    start_unix_ns: u128,
     /// Timed chat and gift events received (deliveries).
     pub received: AtomicU64,
     /// Requests handed to writers by the schedule.
@@ -102,8 +106,13 @@ const SLOTS: usize = 6_000;
 impl Shared {
     /// A fresh run starting now.
     pub fn new() -> Arc<Self> {
+        let start = Instant::now();
+        let start_unix_ns = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         Arc::new(Self {
-            start: Instant::now(),
+            start,
+            start_unix_ns,
             received: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             ok: AtomicU64::new(0),
@@ -125,6 +134,34 @@ impl Shared {
     /// Nanoseconds since the run's start.
     pub fn now_ns(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A UUIDv7 whose timestamp is `intended_ns` (since `start`) on the Unix clock: a gift's
+    /// `req_id`, so that its `gift` events can be timed from their order id.
+    pub fn v7_at(&self, intended_ns: u64) -> Uuid {
+        let unix_ns = self.start_unix_ns + u128::from(intended_ns);
+        let secs = u64::try_from(unix_ns / 1_000_000_000).unwrap_or(u64::MAX);
+        let nanos = u32::try_from(unix_ns % 1_000_000_000).unwrap_or(0);
+        Uuid::new_v7(Timestamp::from_unix(NoContext, secs, nanos))
+    }
+
+    /// The intended send time (ns since `start`) of the gift whose order is `order`: the
+    /// order id of a gift whose `req_id` was a UUIDv7 begins with that id's millisecond
+    /// timestamp (PROTOCOL.md, `gift.send`). `None` for any other id, or a time before `start`.
+    /// The millisecond is rounded down, so such a latency reads up to 1 ms high, never low.
+    pub fn gift_intended_ns(&self, order: &str) -> Option<u64> {
+        let id = Uuid::try_parse(order).ok()?;
+        if id.get_version_num() != 8 {
+            return None;
+        }
+        let mut ms = [0u8; 8];
+        ms[2..].copy_from_slice(id.as_bytes().get(..6)?);
+        let unix_ns = u128::from(u64::from_be_bytes(ms)) * 1_000_000;
+        // A gift of the run's first millisecond rounds down to just before `start`.
+        if unix_ns + 1_000_000 <= self.start_unix_ns {
+            return None;
+        }
+        u64::try_from(unix_ns.saturating_sub(self.start_unix_ns)).ok()
     }
 
     /// Counts an error by code.
@@ -398,6 +435,13 @@ struct ChatD<'a> {
     text: Option<Cow<'a, str>>,
 }
 
+/// The part of a `gift` event's `d` the reader times it by.
+#[derive(Deserialize)]
+struct GiftD<'a> {
+    #[serde(borrow, default)]
+    order: Option<Cow<'a, str>>,
+}
+
 #[derive(Deserialize)]
 struct JoinLite {
     #[serde(default)]
@@ -530,10 +574,18 @@ fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
             }
         }
         "gift" => {
-            shared.received.fetch_add(1, Ordering::Relaxed);
-            shared
-                .last_delivery_ns
-                .fetch_max(shared.now_ns(), Ordering::Relaxed);
+            let intended =
+                f.d.and_then(|d| serde_json::from_str::<GiftD<'_>>(d.get()).ok())
+                    .and_then(|d| d.order.as_deref().and_then(|o| shared.gift_intended_ns(o)));
+            match intended {
+                Some(t) => shared.record_delivery(t),
+                None => {
+                    shared.received.fetch_add(1, Ordering::Relaxed);
+                    shared
+                        .last_delivery_ns
+                        .fetch_max(shared.now_ns(), Ordering::Relaxed);
+                }
+            }
         }
         _ => {}
     }
@@ -772,5 +824,36 @@ mod tests {
         assert!((worst[1].0 - 0.45).abs() < 1e-9 && (worst[1].1 - 20.0).abs() < 1e-9);
         // Past the kept stretches: counted in the histograms only, never a panic.
         s.note_slot(u64::MAX, 1);
+    }
+
+    /// The order id the server makes from a UUIDv7 `req_id` (PROTOCOL.md, `gift.send`): its
+    /// 48-bit millisecond timestamp, then the rest of a hash, as version 8.
+    fn order_of(req_id: Uuid) -> Uuid {
+        let mut bytes = *Uuid::new_v5(&Uuid::NAMESPACE_OID, b"any sender").as_bytes();
+        bytes[..6].copy_from_slice(&req_id.as_bytes()[..6]);
+        Uuid::new_v8(bytes)
+    }
+
+    #[test]
+    fn a_gifts_intended_send_time_comes_back_from_its_order_id_rounded_down_to_its_ms() {
+        let s = Shared::new();
+        for intended in [0, 1, 999_999, 1_000_000, 2_345_678_901, 3_600_000_000_000] {
+            let req_id = s.v7_at(intended);
+            assert_eq!(req_id.get_version_num(), 7);
+            let got = s
+                .gift_intended_ns(&order_of(req_id).to_string())
+                .unwrap_or_else(|| panic!("no time for {intended}"));
+            assert!(
+                got <= intended && intended - got < 1_000_000,
+                "{intended} -> {got}"
+            );
+        }
+        // Not a time-ordered order id, or one from before the run: not timed.
+        let req_id = s.v7_at(5_000_000);
+        assert_eq!(s.gift_intended_ns(&req_id.to_string()), None);
+        assert_eq!(s.gift_intended_ns(&Uuid::new_v4().to_string()), None);
+        assert_eq!(s.gift_intended_ns("not an id"), None);
+        let old = Uuid::new_v7(Timestamp::from_unix(NoContext, 1_000_000, 0));
+        assert_eq!(s.gift_intended_ns(&order_of(old).to_string()), None);
     }
 }

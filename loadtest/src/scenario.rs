@@ -80,6 +80,9 @@ pub enum Scenario {
         /// Random (UUIDv4) request ids instead of time-ordered (UUIDv7) ones: each gift then
         /// writes one random page of the ledger's saga index (BENCHMARKS.md, Change 17).
         random_req_ids: bool,
+        /// Consecutive gifts go to different rooms (gift i to room i % rooms) instead of a run
+        /// of `members` gifts to each room in turn.
+        interleave_rooms: bool,
     },
     /// `conns` connections over `rooms` rooms; rate = membership/seat ops per second in total.
     Churn {
@@ -143,7 +146,14 @@ impl Scenario {
                 rooms,
                 members,
                 random_req_ids,
-            } => gifts::run(target, p, rate, rooms, members, random_req_ids).await?,
+                interleave_rooms,
+            } => {
+                let order = gifts::Order {
+                    random_req_ids,
+                    interleave_rooms,
+                };
+                gifts::run(target, p, rate, rooms, members, order).await?
+            }
             Self::Churn { conns, rooms } => churn::run(target, p, rate, conns, rooms).await?,
             Self::Idle { conns, rooms } => idle::run(target, p, conns, rooms).await?,
             Self::Reconnect { rooms, members } => {

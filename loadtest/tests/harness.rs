@@ -104,6 +104,7 @@ async fn a_gift_storm_reports_the_nodes_frames_per_socket_write() {
         rooms: 2,
         members: 4,
         random_req_ids: false,
+        interleave_rooms: false,
     }
     .run(&target, &params, 100.0)
     .await
@@ -123,4 +124,50 @@ async fn a_gift_storm_reports_the_nodes_frames_per_socket_write() {
         writes >= 1.0 && writes <= frames,
         "{writes} writes for {frames} frames"
     );
+}
+
+/// A gift's events are timed like chat: its `req_id` is a UUIDv7 at the intended send time,
+/// and every member's `gift` event carries that time in its order id. Interleaved, each gift
+/// goes to the other room than the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gift_storms_events_are_timed_from_their_order_ids() {
+    let target = loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
+        .await
+        .unwrap();
+    let params = Params {
+        duration: Duration::from_millis(1000),
+        drain: Duration::from_secs(10),
+        ..Params::default()
+    };
+    let r = Scenario::Gifts {
+        rooms: 2,
+        members: 4,
+        random_req_ids: false,
+        interleave_rooms: true,
+    }
+    .run(&target, &params, 100.0)
+    .await
+    .unwrap();
+    assert_eq!(r.settled, Some(100), "{r:?}");
+    assert_eq!((r.received, r.lost, r.gaps), (400, 0, 0), "{r:?}");
+    // Every event was timed: one sample per delivery, each after its gift was due.
+    assert_eq!(r.latency.count, 400, "{:?}", r.latency);
+    assert!(
+        r.p50_ms > 0.0 && r.max_ms < 10_000.0,
+        "{} / {} ms",
+        r.p50_ms,
+        r.max_ms
+    );
+    // Random request ids give order ids without a time: counted, not timed.
+    let r = Scenario::Gifts {
+        rooms: 2,
+        members: 4,
+        random_req_ids: true,
+        interleave_rooms: false,
+    }
+    .run(&target, &params, 50.0)
+    .await
+    .unwrap();
+    assert_eq!((r.settled, r.received), (Some(50), 200), "{r:?}");
+    assert_eq!(r.latency.count, 0, "{:?}", r.latency);
 }

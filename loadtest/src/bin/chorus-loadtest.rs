@@ -73,6 +73,11 @@ enum Cmd {
         /// writes one random page of its saga index per gift.
         #[arg(long)]
         random_req_ids: bool,
+        /// Send consecutive gifts to different rooms (gift i to room i % rooms), not a run of
+        /// --members gifts to one room after another: a room's members then get its gifts one
+        /// at a time, and the node writes fewer frames per socket write.
+        #[arg(long)]
+        interleave_rooms: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -628,12 +633,14 @@ fn main() -> anyhow::Result<()> {
                 rooms,
                 members,
                 random_req_ids,
+                interleave_rooms,
                 common,
             } => {
                 let s = Scenario::Gifts {
                     rooms,
                     members,
                     random_req_ids,
+                    interleave_rooms,
                 };
                 run_scenario(s, common).await
             }

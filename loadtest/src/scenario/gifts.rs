@@ -1,9 +1,16 @@
 //! A gift storm: `rooms` × `members`, everyone funded through the admin API first, then
 //! `gift.send` of one `rose` to the next member at `rate` gifts/s in total. Reports gifts
-//! settled (ok replies) per second and the reply latency of `gift.send`, then checks every
-//! sender's balance (grant − 10 × settled) and the ledger's conservation. Request ids are
-//! UUIDv7, as PROTOCOL.md recommends (time-ordered ids keep the ledger's saga index local);
-//! `--random-req-ids` sends UUIDv4 ones.
+//! settled (ok replies) per second, the reply latency of `gift.send` and the delivery latency
+//! of the `gift` events, then checks every sender's balance (grant − 10 × settled) and the
+//! ledger's conservation. Request ids are UUIDv7 at the gift's intended send time, as
+//! PROTOCOL.md recommends (time-ordered ids keep the ledger's saga index local); the order id
+//! of each event begins with that time, which times the delivery. `--random-req-ids` sends
+//! UUIDv4 ones (the events are then counted, not timed).
+//!
+//! The connections send in turn, room after room: a room takes `members` gifts in a row, so
+//! its members get them in one burst, which the node writes in few socket writes.
+//! `--interleave-rooms` sends each gift to another room than the one before, so every event
+//! is a socket write of its own until the node falls behind (BENCHMARKS.md, Change 19).
 
 use std::sync::atomic::Ordering;
 
@@ -24,6 +31,29 @@ pub const ROSE_PRICE: i64 = 10;
 /// Admin calls in flight while granting and checking.
 const ADMIN_CONCURRENCY: usize = 32;
 
+/// How the storm's gifts are sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Order {
+    /// Random (UUIDv4) request ids, not time-ordered (UUIDv7) ones.
+    pub random_req_ids: bool,
+    /// Gift i goes to room i % rooms; else rooms take `members` consecutive gifts in turn.
+    pub interleave_rooms: bool,
+}
+
+/// The sender of gift `i` among `rooms` × `members` connections (room-major): the members of
+/// one room in turn, or with `interleave` one member of each room in turn.
+fn sender_of(i: u64, rooms: usize, members: usize, interleave: bool) -> usize {
+    let n = (rooms * members) as u64;
+    let i = i % n;
+    if interleave {
+        let room = (i % rooms as u64) as usize;
+        let member = (i / rooms as u64) as usize;
+        room * members + member
+    } else {
+        i as usize
+    }
+}
+
 /// Runs the storm.
 ///
 /// # Errors
@@ -34,7 +64,7 @@ pub async fn run(
     rate: f64,
     rooms: usize,
     members: usize,
-    random_req_ids: bool,
+    order: Order,
 ) -> anyhow::Result<Report> {
     let admin_addr = target
         .admin
@@ -78,15 +108,15 @@ pub async fn run(
     // Read first: the scrape's own work stays out of the CPU window.
     let writes_before = super::server_writes(target).await;
     let cpu_before = super::server_cpu(target).await;
-    let n = conns.len() as u64;
     let (t0, _) = pace(&shared, rate, p.duration, |i, due| {
-        // Spread senders over rooms: sender i % n, recipient the next member of its room.
-        let s = (i % n) as usize;
+        // Every connection sends in turn; the recipient is the next member of its room.
+        let s = sender_of(i, rooms, members, order.interleave_rooms);
         let room_idx = s / members;
         let to = room_idx * members + (s % members + 1) % members;
         let d = json!({
             "room": room_of(s),
-            "req_id": if random_req_ids { Uuid::new_v4() } else { Uuid::now_v7() }.to_string(),
+            // At the intended send time, which the gift's events then carry in their order id.
+            "req_id": if order.random_req_ids { Uuid::new_v4() } else { shared.v7_at(due) }.to_string(),
             "gift": "rose",
             "count": 1,
             "to": [users[to]],
@@ -141,4 +171,31 @@ pub async fn run(
         .and_then(|t| t.json()["conserved"].as_bool());
     close_all(conns).await;
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sender_of;
+
+    #[test]
+    fn both_orders_send_from_every_connection_once_per_round() {
+        for interleave in [false, true] {
+            let mut seen: Vec<usize> = (0..12).map(|i| sender_of(i, 3, 4, interleave)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..12).collect::<Vec<_>>(), "interleave {interleave}");
+            assert_eq!(
+                sender_of(12, 3, 4, interleave),
+                sender_of(0, 3, 4, interleave)
+            );
+        }
+    }
+
+    #[test]
+    fn interleaved_gifts_change_room_every_time_and_runs_do_not() {
+        let room = |s: usize| s / 4;
+        let runs: Vec<usize> = (0..8).map(|i| room(sender_of(i, 3, 4, false))).collect();
+        assert_eq!(runs, [0, 0, 0, 0, 1, 1, 1, 1]);
+        let spread: Vec<usize> = (0..6).map(|i| room(sender_of(i, 3, 4, true))).collect();
+        assert_eq!(spread, [0, 1, 2, 0, 1, 2]);
+    }
 }
