@@ -22,10 +22,20 @@ use uuid::Uuid;
 struct Fixture {
     ledger: Ledger,
     ns: String,
+    /// What the ledger was opened with (for a second handle on the same data).
+    url: String,
+    dir: std::path::PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl Fixture {
+    /// Another handle on the same ledger, as a second node of a cluster opens it.
+    async fn second_handle(&self) -> Ledger {
+        Ledger::open(&self.url, &self.dir)
+            .await
+            .expect("open a second handle")
+    }
+
     fn user(&self, name: &str) -> UserId {
         UserId::from(format!("{}-{name}", self.ns))
     }
@@ -63,6 +73,8 @@ async fn sqlite() -> Fixture {
     Fixture {
         ledger,
         ns: "t".into(),
+        url: String::new(),
+        dir: dir.path().to_owned(),
         _dir: Some(dir),
     }
 }
@@ -80,6 +92,8 @@ async fn scylla() -> Option<Fixture> {
     Some(Fixture {
         ledger,
         ns,
+        url,
+        dir,
         _dir: None,
     })
 }
@@ -112,6 +126,7 @@ conformance!(
     same_request_debits_once,
     grants_are_idempotent_by_key,
     stale_fence_is_rejected_and_changes_nothing,
+    a_fence_installed_by_another_node_fences_this_ones_writes,
     crash_between_debit_and_settle_is_settled_by_owner,
     non_owner_recovery_never_voids_a_debited_saga,
     owner_voids_only_undebited_sagas,
@@ -300,6 +315,43 @@ async fn stale_fence_is_rejected_and_changes_nothing(f: Fixture) {
         f.ledger.saga(order.gift_id).await.unwrap().unwrap().state,
         SagaState::Settled
     );
+}
+
+/// Two nodes on one ledger (a cluster's shards may share one SQLite file): once the new owner
+/// installed its fence through its own handle, the old owner's handle refuses the old token,
+/// though it checked that room's fence a moment before.
+async fn a_fence_installed_by_another_node_fences_this_ones_writes(f: Fixture) {
+    let sender = f.user("s");
+    let host = f.user("h");
+    let room = f.room("r");
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    f.ledger.install_fence(&room, 5, "n1/a").await.unwrap();
+    let first = f.order(&sender, "req-1", &room, 10, std::slice::from_ref(&host));
+    assert!(matches!(
+        f.ledger.send_gift(&first, 5).await.unwrap(),
+        GiftOutcome::Settled { balance: 90, .. }
+    ));
+
+    let other = f.second_handle().await;
+    assert_eq!(
+        other.install_fence(&room, 6, "n2/b").await.unwrap(),
+        FenceInstall::Installed
+    );
+    let late = f.order(&sender, "req-2", &room, 10, std::slice::from_ref(&host));
+    let err = f.ledger.send_gift(&late, 5).await.unwrap_err();
+    assert!(matches!(err, StorageError::Fenced { token: 5 }), "{err:?}");
+    assert!(f.ledger.saga(late.gift_id).await.unwrap().is_none());
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 90);
+    // The new owner's token goes through either handle.
+    assert!(matches!(
+        f.ledger.send_gift(&late, 6).await.unwrap(),
+        GiftOutcome::Settled { balance: 80, .. }
+    ));
+    let third = f.order(&sender, "req-3", &room, 10, std::slice::from_ref(&host));
+    assert!(matches!(
+        other.send_gift(&third, 6).await.unwrap(),
+        GiftOutcome::Settled { balance: 70, .. }
+    ));
 }
 
 async fn crash_between_debit_and_settle_is_settled_by_owner(f: Fixture) {
