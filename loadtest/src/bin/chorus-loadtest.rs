@@ -224,6 +224,20 @@ const FAILURE_CODES: [&str; 8] = [
     "BAD_FRAME_FROM_SERVER",
 ];
 
+/// The latency spectra one run adds to `--plot`: its deliveries; for a scenario of requests
+/// its replies, and its deliveries too when they were timed (a gift storm's events).
+fn plot_series(s: &Scenario, r: &Report) -> Vec<(String, report::Latency)> {
+    let name = format!("{} rate {:.0}", r.target, r.rate);
+    if !s.judged_by_reply() {
+        return vec![(name, r.latency.clone())];
+    }
+    let mut out = vec![(format!("{name} replies"), r.reply.clone())];
+    if r.latency.count > 0 {
+        out.push((format!("{name} events"), r.latency.clone()));
+    }
+    out
+}
+
 fn sustainable(s: &Scenario, r: &Report, p99_limit_ms: f64) -> bool {
     // A scenario of requests is judged by its replies, and by its deliveries too where they
     // are timed (a gift storm's events): a rate is not sustainable if the room sees it late.
@@ -574,21 +588,12 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     }
     if let Some(path) = &c.plot {
         let mut series = Vec::new();
-        for r in &out.runs {
-            series.push((
-                format!("{} rate {:.0}", r.target, r.rate),
-                r.latency.clone(),
-            ));
-        }
-        for sw in &out.sweeps {
-            for r in &sw.steps {
-                let l = if s.judged_by_reply() {
-                    r.reply.clone()
-                } else {
-                    r.latency.clone()
-                };
-                series.push((format!("{} rate {:.0}", r.target, r.rate), l));
-            }
+        let runs = out
+            .runs
+            .iter()
+            .chain(out.sweeps.iter().flat_map(|sw| &sw.steps));
+        for r in runs {
+            series.extend(plot_series(&s, r));
         }
         report::plot(
             path,
@@ -696,5 +701,35 @@ mod tests {
         r.reply.p99_ms = 500.0;
         r.p99_ms = 40.0;
         assert!(sustainable(&rooms, &r, 50.0));
+    }
+
+    /// A gift run plots its replies and, when they were timed, its events; chat its deliveries.
+    #[test]
+    fn a_gift_run_plots_replies_and_timed_events() {
+        let gifts = Scenario::Gifts {
+            rooms: 1,
+            members: 2,
+            random_req_ids: false,
+            interleave_rooms: false,
+        };
+        let mut r = Report {
+            target: "chorus".into(),
+            rate: 100.0,
+            ..Report::default()
+        };
+        let labels = |s: &Scenario, r: &Report| -> Vec<String> {
+            plot_series(s, r).into_iter().map(|(l, _)| l).collect()
+        };
+        assert_eq!(labels(&gifts, &r), ["chorus rate 100 replies"]);
+        r.latency.count = 10;
+        assert_eq!(
+            labels(&gifts, &r),
+            ["chorus rate 100 replies", "chorus rate 100 events"]
+        );
+        let rooms = Scenario::Rooms {
+            rooms: 1,
+            members: 2,
+        };
+        assert_eq!(labels(&rooms, &r), ["chorus rate 100"]);
     }
 }
