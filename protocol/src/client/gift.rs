@@ -1,6 +1,7 @@
 //! `gift.send`, `gift.list`, `rank.get` and the `gift` event.
 
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::ids::{RoomId, UserId};
 
@@ -76,8 +77,9 @@ fn one() -> u32 {
 /// The `ok` of `gift.send`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GiftSent {
-    /// The order id (stable for the same sender and req_id).
-    pub order: String,
+    /// The order id (stable for the same sender and req_id), as a hyphenated lowercase UUID
+    /// on the wire.
+    pub order: Uuid,
     /// The sender's balance after the order.
     pub balance: i64,
 }
@@ -85,8 +87,8 @@ pub struct GiftSent {
 /// The `gift` event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GiftEvent {
-    /// The order id.
-    pub order: String,
+    /// The order id (as in [`GiftSent`]).
+    pub order: Uuid,
     /// Sender.
     pub from: UserId,
     /// Recipients.
@@ -105,8 +107,8 @@ pub struct GiftEvent {
 /// The `gift.lucky` event: a big lucky win, announced to the room.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LuckyWinEvent {
-    /// The order id.
-    pub order: String,
+    /// The order id (as in [`GiftSent`]).
+    pub order: Uuid,
     /// The winner (the sender of the lucky gift).
     pub user: UserId,
     /// The multiplier won.

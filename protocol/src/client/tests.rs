@@ -116,6 +116,40 @@ fn encodes_replies_and_events() {
     );
 }
 
+/// Order ids go on the wire as hyphenated lowercase UUID strings, as they did when they were
+/// held as `String`s, and read back from that form.
+#[test]
+fn order_ids_are_hyphenated_lowercase_uuid_strings() {
+    let order = uuid::Uuid::from_u128(0x0193_A1B2_C3D4_8E5F_9A0B_1C2D_3E4F_5A6B);
+    let ok = encode_ok(7, &GiftSent { order, balance: 90 });
+    assert_eq!(
+        &ok[..],
+        br#"{"re":7,"ok":{"order":"0193a1b2-c3d4-8e5f-9a0b-1c2d3e4f5a6b","balance":90}}"#
+    );
+    let ev = GiftEvent {
+        order,
+        from: "u1".into(),
+        to: vec!["u2".into()],
+        gift: "rose".into(),
+        count: 1,
+        coins: 10,
+        lucky_multiplier: None,
+    };
+    let json = to_json(&ev);
+    assert!(
+        json.starts_with(br#"{"order":"0193a1b2-c3d4-8e5f-9a0b-1c2d3e4f5a6b","from":"u1""#),
+        "{}",
+        String::from_utf8_lossy(&json)
+    );
+    let back: GiftEvent = serde_json::from_slice(&json).unwrap();
+    assert_eq!(back, ev);
+    let win: LuckyWinEvent = serde_json::from_str(
+        r#"{"order":"0193a1b2-c3d4-8e5f-9a0b-1c2d3e4f5a6b","user":"u1","multiplier":50,"coins":500}"#,
+    )
+    .unwrap();
+    assert_eq!(win.order, order);
+}
+
 #[test]
 fn frames_come_out_in_blocks_of_their_own_size_whatever_came_before() {
     // A large frame first: the scratch buffer grows, then is not kept.

@@ -202,7 +202,7 @@ fn outcome_reply(
         Ok(o) => match o.result() {
             GiftResult::Settled { order_id, balance } => {
                 Ok(Bytes::from(client::to_json(&GiftSent {
-                    order: order_id.to_string(),
+                    order: order_id,
                     balance,
                 })))
             }
@@ -418,13 +418,13 @@ impl RoomActor {
         let Some(state) = self.state.as_mut() else {
             return;
         };
-        let order_id = order.gift_id.to_string();
+        let order_id = order.gift_id;
         let coins = order.total();
         let win = order
             .lucky
             .filter(|l| l.multiplier >= self.inner.config.catalog.big_win_multiplier)
             .map(|l| LuckyWinEvent {
-                order: order_id.clone(),
+                order: order_id,
                 user: order.sender.clone(),
                 multiplier: l.multiplier,
                 coins: l.coins,
