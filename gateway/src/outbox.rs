@@ -42,11 +42,6 @@ struct Queue {
     bytes: usize,
 }
 
-/// Frames a burst's queue holds before it grows: a room's gifts often come in runs (a combo,
-/// a popular room), each a frame to every member, so one block serves a run of ~10 without
-/// the two regrowths a smaller one took; it is given back when the burst drains.
-const BURST_FRAMES: usize = 16;
-
 /// The queued frames. A socket mostly holds one frame at a time (a room event, a reply), which
 /// needs no allocation; only a burst takes a `VecDeque`, given back once it drains, so an idle
 /// socket holds no memory here and a steady one allocates nothing per frame.
@@ -71,7 +66,7 @@ impl Frames {
         *self = match std::mem::take(self) {
             Frames::Empty => Frames::One(frame),
             Frames::One(first) => {
-                let mut q = VecDeque::with_capacity(BURST_FRAMES);
+                let mut q = VecDeque::with_capacity(4);
                 q.push_back(first);
                 q.push_back(frame);
                 Frames::Burst(q)
