@@ -77,12 +77,8 @@ pub enum Scenario {
         rooms: usize,
         /// Members per room.
         members: usize,
-        /// Random (UUIDv4) request ids instead of time-ordered (UUIDv7) ones: each gift then
-        /// writes one random page of the ledger's saga index (BENCHMARKS.md, Change 17).
-        random_req_ids: bool,
-        /// Consecutive gifts go to different rooms (gift i to room i % rooms) instead of a run
-        /// of `members` gifts to each room in turn.
-        interleave_rooms: bool,
+        /// How the gifts are sent (request ids, order over the rooms).
+        order: gifts::Order,
     },
     /// `conns` connections over `rooms` rooms; rate = membership/seat ops per second in total.
     Churn {
@@ -145,15 +141,8 @@ impl Scenario {
             Self::Gifts {
                 rooms,
                 members,
-                random_req_ids,
-                interleave_rooms,
-            } => {
-                let order = gifts::Order {
-                    random_req_ids,
-                    interleave_rooms,
-                };
-                gifts::run(target, p, rate, rooms, members, order).await?
-            }
+                order,
+            } => gifts::run(target, p, rate, rooms, members, order).await?,
             Self::Churn { conns, rooms } => churn::run(target, p, rate, conns, rooms).await?,
             Self::Idle { conns, rooms } => idle::run(target, p, conns, rooms).await?,
             Self::Reconnect { rooms, members } => {

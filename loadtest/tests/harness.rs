@@ -1,9 +1,15 @@
 //! Smoke test of the load harness: the in-process baseline server and a tiny fanout run over
 //! loopback must deliver every message exactly once, with latency measured.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use loadtest::report::Report;
+use loadtest::scenario::gifts::Order;
 use loadtest::scenario::{self, Params, Scenario};
 use loadtest::target::{Guard, Target};
 
@@ -86,29 +92,38 @@ async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
     assert!(r.rss_per_conn_bytes.is_some());
 }
 
-/// A node's write batching is reported from its admin counters: every gift here is one reply
-/// to its sender and one event to each of the room's 4 members, so the node writes 5 frames
-/// per gift, and no socket write carries less than one frame.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gift_storm_reports_the_nodes_frames_per_socket_write() {
-    let target = loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
+/// A standalone node for the gift storms below.
+async fn gift_node() -> Target {
+    loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// One second of gifts at `rate` over 2 rooms × 4 members, drained for up to 10 s.
+async fn gift_storm(target: &Target, order: Order, rate: f64) -> Report {
     let params = Params {
         duration: Duration::from_millis(1000),
         drain: Duration::from_secs(10),
         ..Params::default()
     };
-    let before = scenario::server_writes(&target).await.unwrap();
-    let r = Scenario::Gifts {
+    Scenario::Gifts {
         rooms: 2,
         members: 4,
-        random_req_ids: false,
-        interleave_rooms: false,
+        order,
     }
-    .run(&target, &params, 100.0)
+    .run(target, &params, rate)
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// A node's write batching is reported from its admin counters: every gift here is one reply
+/// to its sender and one event to each of the room's 4 members, so the node writes 5 frames
+/// per gift, and no socket write carries less than one frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gift_storm_reports_the_nodes_frames_per_socket_write() {
+    let target = gift_node().await;
+    let before = scenario::server_writes(&target).await.unwrap();
+    let r = gift_storm(&target, Order::default(), 100.0).await;
     let after = scenario::server_writes(&target).await.unwrap();
     assert_eq!(r.settled, Some(100), "{r:?}");
     assert!(r.errors.is_empty(), "{:?}", r.errors);
@@ -131,23 +146,12 @@ async fn a_gift_storm_reports_the_nodes_frames_per_socket_write() {
 /// goes to the other room than the one before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gift_storms_events_are_timed_from_their_order_ids() {
-    let target = loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
-        .await
-        .unwrap();
-    let params = Params {
-        duration: Duration::from_millis(1000),
-        drain: Duration::from_secs(10),
-        ..Params::default()
-    };
-    let r = Scenario::Gifts {
-        rooms: 2,
-        members: 4,
-        random_req_ids: false,
+    let target = gift_node().await;
+    let interleaved = Order {
         interleave_rooms: true,
-    }
-    .run(&target, &params, 100.0)
-    .await
-    .unwrap();
+        ..Order::default()
+    };
+    let r = gift_storm(&target, interleaved, 100.0).await;
     assert_eq!(r.settled, Some(100), "{r:?}");
     assert_eq!((r.received, r.lost, r.gaps), (400, 0, 0), "{r:?}");
     // Every event was timed: one sample per delivery, each after its gift was due.
@@ -159,15 +163,11 @@ async fn a_gift_storms_events_are_timed_from_their_order_ids() {
         r.max_ms
     );
     // Random request ids give order ids without a time: counted, not timed.
-    let r = Scenario::Gifts {
-        rooms: 2,
-        members: 4,
+    let random = Order {
         random_req_ids: true,
-        interleave_rooms: false,
-    }
-    .run(&target, &params, 50.0)
-    .await
-    .unwrap();
+        ..Order::default()
+    };
+    let r = gift_storm(&target, random, 50.0).await;
     assert_eq!((r.settled, r.received), (Some(50), 200), "{r:?}");
     assert_eq!(r.latency.count, 0, "{:?}", r.latency);
 }

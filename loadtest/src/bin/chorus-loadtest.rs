@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use loadtest::report::{self, Report};
+use loadtest::scenario::gifts::Order;
 use loadtest::scenario::{Params, Scenario};
 use loadtest::target::{self, Guard, Target};
 use loadtest::{baseline, procfs};
@@ -646,8 +647,10 @@ fn main() -> anyhow::Result<()> {
                 let s = Scenario::Gifts {
                     rooms,
                     members,
-                    random_req_ids,
-                    interleave_rooms,
+                    order: Order {
+                        random_req_ids,
+                        interleave_rooms,
+                    },
                 };
                 run_scenario(s, common).await
             }
@@ -681,8 +684,7 @@ mod tests {
         let gifts = Scenario::Gifts {
             rooms: 1,
             members: 2,
-            random_req_ids: false,
-            interleave_rooms: false,
+            order: Order::default(),
         };
         let mut r = Report::default();
         r.reply.p99_ms = 20.0;
@@ -709,8 +711,7 @@ mod tests {
         let gifts = Scenario::Gifts {
             rooms: 1,
             members: 2,
-            random_req_ids: false,
-            interleave_rooms: false,
+            order: Order::default(),
         };
         let mut r = Report {
             target: "chorus".into(),
