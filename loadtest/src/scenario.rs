@@ -117,9 +117,9 @@ impl Scenario {
         }
     }
 
-    /// Whether the baseline server can run it.
-    pub fn baseline_applies(&self) -> bool {
-        !matches!(self, Self::Gifts { .. })
+    /// Whether the baseline server needs its gift ledger, admin port and users for it.
+    pub fn needs_ledger(&self) -> bool {
+        matches!(self, Self::Gifts { .. })
     }
 
     /// Whether a sweep judges the run by reply latency (requests) rather than delivery latency.

@@ -156,34 +156,60 @@ pub async fn spawn_standalone(
     })
 }
 
-/// Spawns this executable's `baseline-server` on a free port.
+/// Spawns this executable's `baseline-server` on a free port. With `ledger_secret` it also
+/// keeps a gift ledger in a temp dir, an admin port, and users from tokens signed with it
+/// (the `gifts` scenario).
 ///
 /// # Errors
 /// It cannot start or does not listen in time.
-pub async fn spawn_baseline(pin: bool) -> anyhow::Result<Target> {
+pub async fn spawn_baseline(pin: bool, ledger_secret: Option<&[u8]>) -> anyhow::Result<Target> {
+    let exe = std::env::current_exe()?;
     let addr = loopback(free_port()?);
     let log = log_path(&format!("baseline-{}", addr.port()));
     let file = std::fs::File::create(&log)?;
-    let exe = std::env::current_exe()?;
-    let child = command(&exe, pin)
-        .args(["baseline-server", "--addr", &addr.to_string()])
+    let mut cmd = command(&exe, pin);
+    cmd.args(["baseline-server", "--addr", &addr.to_string()])
+        .env_remove("CHORUS_JWT_SECRET");
+    let mut ledger = None;
+    if let Some(secret) = ledger_secret {
+        let admin = loopback(free_port()?);
+        let dir = std::env::temp_dir().join(format!(
+            "chorus-loadtest-baseline-{}-{}",
+            std::process::id(),
+            addr.port()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        cmd.arg("--ledger")
+            .arg(dir.join("ledger.db"))
+            .args(["--admin-addr", &admin.to_string()])
+            .env(
+                "CHORUS_JWT_SECRET",
+                String::from_utf8_lossy(secret).as_ref(),
+            );
+        ledger = Some((dir, admin, secret.to_vec()));
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
-        .spawn()?;
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
     let spawned = Spawned {
         child,
-        data_dir: None,
+        data_dir: ledger.as_ref().map(|(d, _, _)| d.clone()),
         log,
     };
     cluster::wait_listening(addr, NODE_READY_TIMEOUT).await?;
+    if let Some((_, admin, _)) = &ledger {
+        cluster::wait_listening(*admin, NODE_READY_TIMEOUT).await?;
+    }
     Ok(Target {
         name: "baseline".into(),
         urls: vec![format!("ws://{addr}/ws")],
         pids: vec![spawned.pid()],
-        admin: None,
+        admin: ledger.as_ref().map(|(_, a, _)| *a),
         admin_token: None,
-        secret: None,
+        secret: ledger.map(|(_, _, s)| s),
         guard: Guard::Process(spawned),
     })
 }

@@ -171,3 +171,112 @@ async fn a_gift_storms_events_are_timed_from_their_order_ids() {
     assert_eq!((r.settled, r.received), (Some(50), 200), "{r:?}");
     assert_eq!(r.latency.count, 0, "{:?}", r.latency);
 }
+
+/// The baseline with its gift ledger, in this process, as `gifts --compare` runs it: users
+/// from tokens, an admin port, a ledger in a temp dir.
+async fn gift_baseline(dir: &std::path::Path) -> (Target, loadtest::baseline::Running) {
+    let secret = b"harness-baseline-secret".to_vec();
+    let running = loadtest::baseline::start(loadtest::baseline::Options {
+        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        ledger: Some(dir.join("ledger.db")),
+        admin: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+        jwt_secret: Some(secret.clone()),
+    })
+    .await
+    .unwrap();
+    let target = Target {
+        name: "baseline".into(),
+        urls: vec![format!("ws://{}/ws", running.addr)],
+        pids: vec![std::process::id()],
+        admin: running.admin,
+        admin_token: None,
+        secret: Some(secret),
+        guard: Guard::None,
+    };
+    (target, running)
+}
+
+/// `gifts --compare` has a baseline: the same storm settles every gift on the baseline's
+/// durable ledger, every member gets every event timed from its order id, every sender's
+/// balance is what its gifts cost, coins are conserved, and the baseline's write counters
+/// give its frames per socket write as Chorus' give Chorus'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gift_storm_against_the_baseline_settles_and_checks_every_gift() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, running) = gift_baseline(dir.path()).await;
+    let r = gift_storm(&target, Order::default(), 100.0).await;
+    assert_eq!(r.settled, Some(100), "{r:?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(
+        (r.received, r.lost, r.gaps, r.duplicates),
+        (400, 0, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(r.latency.count, 400, "{:?}", r.latency);
+    assert_eq!(
+        (r.balances_checked, r.balance_mismatches, r.conserved),
+        (Some(8), Some(0), Some(true)),
+        "{r:?}"
+    );
+    let per_write = r.frames_per_write.expect("the baseline counts its writes");
+    assert!(per_write >= 1.0, "{per_write} frames per write");
+    for t in running.tasks {
+        t.abort();
+    }
+}
+
+/// With a ledger, the baseline knows its users from their tokens, as Chorus does: a socket
+/// without a valid one is refused at the upgrade with 401, and a gift's sender is the
+/// token's user (a reused `req_id` gets the same order and no second debit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
+    use loadtest::client::{ClientError, connect, mint_token};
+    let dir = tempfile::tempdir().unwrap();
+    let (target, running) = gift_baseline(dir.path()).await;
+    let url = &target.urls[0];
+    let wrong = mint_token(b"another-secret", "mallory", Duration::from_secs(60)).unwrap();
+    let refused = connect(url, Some(&wrong)).await;
+    assert!(
+        matches!(refused, Err(ClientError::Refused(401))),
+        "{:?}",
+        refused.err()
+    );
+    let admin = target.admin.unwrap();
+    let grant = serde_json::json!({ "amount": 100, "key": "g" });
+    let r = loadtest::admin::call(
+        admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        None,
+        Some(grant),
+    )
+    .await
+    .unwrap();
+    assert_eq!((r.status, r.json()["balance"].as_i64()), (200, Some(100)));
+    let token = mint_token(
+        target.secret.as_ref().unwrap(),
+        "alice",
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let mut alice = connect(url, Some(&token)).await.unwrap();
+    alice
+        .join(&protocol::ids::RoomId::from("r"), false, None)
+        .await
+        .unwrap();
+    let d = serde_json::json!({
+        "room": "r", "req_id": "0190f1c2-7a1b-7c3d-9e4f-5a6b7c8d9e0f",
+        "gift": "rose", "count": 2, "to": ["bob"],
+    });
+    let first = alice.request("gift.send", d.clone()).await.unwrap();
+    let again = alice.request("gift.send", d).await.unwrap();
+    assert_eq!(first["balance"].as_i64(), Some(80));
+    assert_eq!(first, again);
+    let bob = loadtest::admin::get(admin, "/admin/wallets/bob", None)
+        .await
+        .unwrap();
+    assert_eq!(bob.json()["earnings"].as_i64(), Some(20));
+    for t in running.tasks {
+        t.abort();
+    }
+}

@@ -120,6 +120,16 @@ enum Cmd {
         /// Listen address.
         #[arg(long, default_value = "127.0.0.1:7000")]
         addr: SocketAddr,
+        /// Serve `gift.send` with a durable SQLite gift ledger in this file.
+        #[arg(long)]
+        ledger: Option<std::path::PathBuf>,
+        /// Admin address (grants, wallets, totals, /metrics).
+        #[arg(long)]
+        admin_addr: Option<SocketAddr>,
+        /// HS256 secret of the users' bearer tokens (without it, users are named by
+        /// connection and no token is asked for).
+        #[arg(long, env = "CHORUS_JWT_SECRET", hide_env_values = true)]
+        jwt_secret: Option<String>,
     },
 }
 
@@ -395,8 +405,9 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Ratio> {
     type Get = fn(&Report) -> Option<f64>;
-    let metrics: [(&str, Get); 6] = [
+    let metrics: [(&str, Get); 7] = [
         ("delivered_per_sec", |r| Some(r.delivered_per_sec)),
+        ("settled_per_sec", |r| r.settled_per_sec),
         ("cpu_us_per_delivery", |r| r.cpu_us_per_delivery),
         ("p99_ms", |r| (r.latency.count > 0).then_some(r.p99_ms)),
         ("rss_per_conn_bytes", |r| r.rss_per_conn_bytes),
@@ -464,6 +475,7 @@ fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Rat
             (|s: &SweepResult| s.best_rate) as fn(&SweepResult) -> Option<f64>,
         ),
         ("sweep_best_delivered_per_sec", |s| s.best_delivered_per_sec),
+        ("sweep_best_settled_per_sec", |s| s.best_settled_per_sec),
         ("sweep_best_cpu_us_per_delivery", |s| {
             s.best_cpu_us_per_delivery
         }),
@@ -492,13 +504,10 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     };
     let rate = c.rate.unwrap_or_else(|| default_rate(&s));
     let chorus = make_target(&c).await?;
+    // Gifts need the baseline's ledger, its admin port and users from tokens.
+    let baseline_secret = s.needs_ledger().then_some(c.secret.as_bytes());
     let baseline = if c.compare {
-        anyhow::ensure!(
-            s.baseline_applies(),
-            "{} has no baseline (the baseline server has no ledger)",
-            s.name()
-        );
-        Some(target::spawn_baseline(c.pin).await?)
+        Some(target::spawn_baseline(c.pin, baseline_secret).await?)
     } else {
         None
     };
@@ -517,7 +526,7 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     for round in 0..rounds {
         if fresh && round > 0 {
             if baseline.is_some() {
-                baseline = Some(target::spawn_baseline(c.pin).await?);
+                baseline = Some(target::spawn_baseline(c.pin, baseline_secret).await?);
             }
             chorus = make_target(&c).await?;
         }
@@ -617,7 +626,20 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         match cli.cmd {
-            Cmd::BaselineServer { addr } => Ok(baseline::run(addr).await?),
+            Cmd::BaselineServer {
+                addr,
+                ledger,
+                admin_addr,
+                jwt_secret,
+            } => {
+                baseline::run(baseline::Options {
+                    addr,
+                    ledger,
+                    admin: admin_addr,
+                    jwt_secret: jwt_secret.map(String::into_bytes),
+                })
+                .await
+            }
             Cmd::Fanout {
                 listeners,
                 publishers,
