@@ -113,6 +113,23 @@ async fn bind_with(
     state: Arc<State>,
     addr: SocketAddr,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    accept_each(state, addr, |stream, state| async move {
+        let _ = serve(stream, state).await;
+    })
+    .await
+}
+
+/// Binds `addr` and runs `conn` on every accepted stream, each in a task of its own, until
+/// the returned task is dropped.
+async fn accept_each<F, Fut>(
+    state: Arc<State>,
+    addr: SocketAddr,
+    conn: F,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)>
+where
+    F: Fn(TcpStream, Arc<State>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let task = tokio::spawn(async move {
@@ -120,10 +137,7 @@ async fn bind_with(
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let state = state.clone();
-            tokio::spawn(async move {
-                let _ = serve(stream, state).await;
-            });
+            tokio::spawn(conn(stream, Arc::clone(&state)));
         }
     });
     Ok((local, task))

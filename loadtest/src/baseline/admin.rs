@@ -22,7 +22,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::net::TcpListener;
 
 use super::State;
 
@@ -36,26 +35,16 @@ pub(crate) async fn bind(
     state: Arc<State>,
     addr: SocketAddr,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
+    super::accept_each(state, addr, |stream, state| async move {
+        let svc = service_fn(move |req| {
             let state = Arc::clone(&state);
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let state = Arc::clone(&state);
-                    async move { Ok::<_, Infallible>(handle(&state, req).await) }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    Ok((local, task))
+            async move { Ok::<_, Infallible>(handle(&state, req).await) }
+        });
+        let _ = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), svc)
+            .await;
+    })
+    .await
 }
 
 fn answer(status: StatusCode, body: String) -> Resp {
