@@ -195,7 +195,8 @@ struct Common {
     /// The p99 limit of a sustainable rate, ms.
     #[arg(long, default_value_t = 100.0)]
     p99_limit_ms: f64,
-    /// Run against the baseline and Chorus alternately (A B A B …) and report ratios.
+    /// Run against the baseline and Chorus alternately (A B A B …) and report ratios; with
+    /// --sweep the two step up together, both at each rate before the next.
     #[arg(long)]
     compare: bool,
     /// Rounds of --compare (at least 2).
@@ -345,48 +346,97 @@ async fn make_target(c: &Common) -> anyhow::Result<Target> {
     })
 }
 
+/// Sweeps `targets` together: at each rate every target still within the limit runs once, in
+/// the order given, before the rate goes up, so that with `--compare` the baseline and Chorus
+/// meet the same minutes of a noisy host (a whole sweep takes ~40 s; one step ~8 s). A target
+/// stops at its first step over the limit; the sweep ends when every target has stopped or
+/// after `steps` rates. `run` runs target `i` at a rate and says whether it held. Returns each
+/// target's steps, in order, and the index of its last held step.
+async fn sweep_together<F, Fut>(
+    targets: usize,
+    start: f64,
+    factor: f64,
+    steps: usize,
+    mut run: F,
+) -> anyhow::Result<Vec<(Vec<Report>, Option<usize>)>>
+where
+    F: FnMut(usize, f64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(Report, bool)>>,
+{
+    let mut out: Vec<(Vec<Report>, Option<usize>)> =
+        (0..targets).map(|_| (Vec::new(), None)).collect();
+    let mut live = vec![true; targets];
+    let mut rate = start;
+    for _ in 0..steps.max(1) {
+        for (i, (reports, best)) in out.iter_mut().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            let (r, ok) = run(i, rate).await?;
+            reports.push(r);
+            if ok {
+                *best = Some(reports.len() - 1);
+            } else {
+                live[i] = false;
+            }
+        }
+        if !live.contains(&true) {
+            break;
+        }
+        rate *= factor.max(1.01);
+    }
+    Ok(out)
+}
+
+/// One round of `--sweep` over `targets`, stepped together ([`sweep_together`]).
 async fn sweep(
     s: &Scenario,
-    t: &Target,
+    targets: &[&Target],
     p: &Params,
     start: f64,
     c: &Common,
-) -> anyhow::Result<SweepResult> {
-    let mut steps = Vec::new();
-    let mut best: Option<usize> = None;
-    let mut rate = start;
-    for _ in 0..c.sweep_steps.max(1) {
-        let r = s.run(t, p, rate).await?;
-        let ok = sustainable(s, &r, c.p99_limit_ms);
-        eprintln!(
-            "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms lost {} errors {:?} -> {}",
-            t.name,
-            s.name(),
-            r.delivered_per_sec,
-            r.p99_ms,
-            r.reply.p99_ms,
-            r.lost,
-            r.errors,
-            if ok { "ok" } else { "over the limit" }
-        );
-        steps.push(r);
-        if !ok {
-            break;
-        }
-        best = Some(steps.len() - 1);
-        rate *= c.sweep_factor.max(1.01);
-    }
-    let b = best.and_then(|i| steps.get(i));
-    Ok(SweepResult {
-        target: t.name.clone(),
-        scenario: s.name().to_owned(),
-        p99_limit_ms: c.p99_limit_ms,
-        best_rate: b.map(|r| r.rate),
-        best_delivered_per_sec: b.map(|r| r.delivered_per_sec),
-        best_settled_per_sec: b.and_then(|r| r.settled_per_sec),
-        best_cpu_us_per_delivery: b.and_then(|r| r.cpu_us_per_delivery),
-        steps,
-    })
+) -> anyhow::Result<Vec<SweepResult>> {
+    let swept = sweep_together(
+        targets.len(),
+        start,
+        c.sweep_factor,
+        c.sweep_steps,
+        |i, rate| async move {
+            let t = targets[i];
+            let r = s.run(t, p, rate).await?;
+            let ok = sustainable(s, &r, c.p99_limit_ms);
+            eprintln!(
+                "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms lost {} errors {:?} -> {}",
+                t.name,
+                s.name(),
+                r.delivered_per_sec,
+                r.p99_ms,
+                r.reply.p99_ms,
+                r.lost,
+                r.errors,
+                if ok { "ok" } else { "over the limit" }
+            );
+            Ok((r, ok))
+        },
+    )
+    .await?;
+    Ok(targets
+        .iter()
+        .zip(swept)
+        .map(|(t, (steps, best))| {
+            let b = best.and_then(|i| steps.get(i));
+            SweepResult {
+                target: t.name.clone(),
+                scenario: s.name().to_owned(),
+                p99_limit_ms: c.p99_limit_ms,
+                best_rate: b.map(|r| r.rate),
+                best_delivered_per_sec: b.map(|r| r.delivered_per_sec),
+                best_settled_per_sec: b.and_then(|r| r.settled_per_sec),
+                best_cpu_us_per_delivery: b.and_then(|r| r.cpu_us_per_delivery),
+                steps,
+            }
+        })
+        .collect())
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -535,17 +585,16 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
             order.push(b);
         }
         order.push(&chorus);
+        if c.sweep {
+            out.sweeps.extend(sweep(&s, &order, &p, rate, &c).await?);
+            continue;
+        }
         for t in order {
-            if c.sweep {
-                let sw = sweep(&s, t, &p, rate, &c).await?;
-                out.sweeps.push(sw);
-            } else {
-                let r = s.run(t, &p, rate).await?;
-                if c.compare {
-                    eprintln!("{}", report::table(&[&r]));
-                }
-                out.runs.push(r);
+            let r = s.run(t, &p, rate).await?;
+            if c.compare {
+                eprintln!("{}", report::table(&[&r]));
             }
+            out.runs.push(r);
         }
     }
     // Summaries.
@@ -725,6 +774,73 @@ mod tests {
         r.reply.p99_ms = 500.0;
         r.p99_ms = 40.0;
         assert!(sustainable(&rooms, &r, 50.0));
+    }
+
+    /// Sweeps step together: both targets run at a rate before either runs at the next, a
+    /// target stops at its first step over the limit while the other goes on, and the sweep
+    /// ends when both have stopped.
+    #[tokio::test]
+    async fn compared_sweeps_alternate_at_every_rate_and_stop_each_target_at_its_limit() {
+        // Target 0 holds up to 200, target 1 up to 400.
+        let limit = [200.0, 400.0];
+        let calls = std::cell::RefCell::new(Vec::new());
+        let swept = sweep_together(2, 100.0, 2.0, 8, |i, rate| {
+            calls.borrow_mut().push((i, rate));
+            let r = Report {
+                rate,
+                ..Report::default()
+            };
+            std::future::ready(Ok((r, rate <= limit[i])))
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            calls.into_inner(),
+            [
+                (0, 100.0),
+                (1, 100.0),
+                (0, 200.0),
+                (1, 200.0),
+                (0, 400.0),
+                (1, 400.0),
+                (1, 800.0)
+            ]
+        );
+        let best: Vec<Option<f64>> = swept
+            .iter()
+            .map(|(steps, best)| best.map(|b| steps[b].rate))
+            .collect();
+        assert_eq!(best, [Some(200.0), Some(400.0)]);
+        assert_eq!(
+            swept[1].0.len(),
+            4,
+            "the over-limit step is kept in the record"
+        );
+        // A target that fails its first step has no best rate; at most `steps` rates are run.
+        let swept = sweep_together(1, 100.0, 2.0, 3, |_, rate| {
+            std::future::ready(Ok((
+                Report {
+                    rate,
+                    ..Report::default()
+                },
+                true,
+            )))
+        })
+        .await
+        .unwrap();
+        assert_eq!((swept[0].0.len(), swept[0].1), (3, Some(2)));
+        let swept = sweep_together(1, 100.0, 2.0, 3, |_, rate| {
+            std::future::ready(Ok((
+                Report {
+                    rate,
+                    ..Report::default()
+                },
+                false,
+            )))
+        })
+        .await
+        .unwrap();
+        assert_eq!((swept[0].0.len(), swept[0].1), (1, None));
     }
 
     /// A gift run plots its replies and, when they were timed, its events; chat its deliveries.
