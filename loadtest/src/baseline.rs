@@ -324,7 +324,8 @@ async fn serve(stream: TcpStream, state: Arc<State>) -> anyhow::Result<()> {
     };
     let ws = tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)).await?;
     let conn = state.next_conn.fetch_add(1, Ordering::Relaxed);
-    let user = user.unwrap_or_else(|| format!("c{conn}"));
+    // Empty without a token: a chat socket then costs no more than before users existed.
+    let user = user.unwrap_or_default();
     let (mut sink, mut source) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(OUTBOX_FRAMES);
     let counters = Arc::clone(&state);
@@ -365,7 +366,7 @@ async fn serve(stream: TcpStream, state: Arc<State>) -> anyhow::Result<()> {
         };
         let reply = match handle(&state, conn, &user, &tx, &mut my_room, &text) {
             Handled::Reply(m) => m,
-            Handled::Gift(g) => send_gift(&state, &user, g).await,
+            Handled::Gift(g) => send_gift(&state, g).await,
         };
         if tx.send(reply).await.is_err() {
             break;
@@ -387,12 +388,12 @@ fn leave(state: &State, room: &str, conn: u64) {
 }
 
 /// Commits a gift, then (when it settled now) sends its event to the room; the reply.
-async fn send_gift(state: &State, user: &str, g: GiftRequest) -> Message {
+async fn send_gift(state: &State, g: GiftRequest) -> Message {
     let Some(ledger) = &state.ledger else {
         return reply_err(Some(g.id), "UNKNOWN_OP");
     };
-    let order = order_id(user, &g.gift.req_id);
-    let to = g.gift.receivers.clone();
+    let order = order_id(&g.gift.sender, &g.gift.req_id);
+    let (from, to) = (g.gift.sender.clone(), g.gift.receivers.clone());
     let total = g.gift.total().unwrap_or_default();
     let balance = match ledger.send_gift(g.gift).await {
         Ok(GiftOutcome::Settled { balance }) => {
@@ -401,7 +402,7 @@ async fn send_gift(state: &State, user: &str, g: GiftRequest) -> Message {
                 room.seq += 1;
                 let ev = serde_json::json!({
                     "ev": "gift", "room": g.room, "epoch": 1, "seq": room.seq,
-                    "d": { "order": order, "from": user, "to": to, "gift": ROSE,
+                    "d": { "order": order, "from": from, "to": to, "gift": ROSE,
                            "count": g.count, "coins": total },
                 });
                 // Encode once; every member gets the same bytes.
@@ -428,7 +429,7 @@ async fn send_gift(state: &State, user: &str, g: GiftRequest) -> Message {
 /// Checks a `gift.send`; the gift for the ledger, or the error reply.
 fn gift_request(
     id: u64,
-    user: &str,
+    sender: String,
     my_room: Option<&str>,
     d: Option<&RawValue>,
 ) -> Result<GiftRequest, Message> {
@@ -453,7 +454,7 @@ fn gift_request(
         count: d.count,
         gift: Gift {
             req_id: d.req_id,
-            sender: user.to_owned(),
+            sender,
             receivers: d.to,
             coins_each: ROSE_PRICE * i64::from(d.count),
         },
@@ -475,7 +476,13 @@ fn handle(
         return Handled::Reply(reply_err(req.id, "BAD_FRAME"));
     };
     if op == "gift.send" && state.ledger.is_some() {
-        return match gift_request(id, user, my_room.as_deref(), req.d) {
+        // Named by connection when the server checks no tokens.
+        let sender = if user.is_empty() {
+            format!("c{conn}")
+        } else {
+            user.to_owned()
+        };
+        return match gift_request(id, sender, my_room.as_deref(), req.d) {
             Ok(g) => Handled::Gift(g),
             Err(m) => Handled::Reply(m),
         };
