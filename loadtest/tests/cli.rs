@@ -1,0 +1,69 @@
+//! The `chorus-loadtest` binary end to end: `gifts --compare` spawns a standalone node and the
+//! baseline with its gift ledger, runs them in turn, and writes both runs and their ratios.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::process::Command;
+
+#[test]
+fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("gifts.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .args([
+            "gifts",
+            "--spawn",
+            "standalone",
+            "--rooms",
+            "2",
+            "--members",
+            "3",
+        ])
+        .args([
+            "--rate",
+            "60",
+            "--duration",
+            "1",
+            "--compare",
+            "--rounds",
+            "2",
+        ])
+        .args(["--quiet", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let targets: Vec<&str> = runs.iter().map(|r| r["target"].as_str().unwrap()).collect();
+    assert_eq!(targets, ["baseline", "chorus", "baseline", "chorus"]);
+    for r in runs {
+        // Both servers settle every gift, every member gets its event, balances and coins add up.
+        assert_eq!(r["settled"], 60, "{r}");
+        assert_eq!(
+            (r["received"].as_u64(), r["lost"].as_u64()),
+            (Some(180), Some(0)),
+            "{r}"
+        );
+        assert_eq!(r["balance_mismatches"], 0, "{r}");
+        assert_eq!(r["balances_checked"], 6, "{r}");
+        assert_eq!(r["conserved"], true, "{r}");
+    }
+    let settled = v["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "settled_per_sec")
+        .unwrap();
+    // Its value is timing (settled over the schedule and the last reply's wait); that both
+    // sides have one is the wiring under test.
+    let (b, c) = (settled["baseline"].as_f64(), settled["chorus"].as_f64());
+    assert!(b.unwrap() > 0.0 && c.unwrap() > 0.0, "{settled}");
+}
