@@ -816,31 +816,19 @@ mod tests {
             4,
             "the over-limit step is kept in the record"
         );
-        // A target that fails its first step has no best rate; at most `steps` rates are run.
-        let swept = sweep_together(1, 100.0, 2.0, 3, |_, rate| {
-            std::future::ready(Ok((
-                Report {
+        // At most `steps` rates are run; a target that fails its first step has no best rate.
+        for (holds, want) in [(true, (3, Some(2))), (false, (1, None))] {
+            let swept = sweep_together(1, 100.0, 2.0, 3, |_, rate| {
+                let r = Report {
                     rate,
                     ..Report::default()
-                },
-                true,
-            )))
-        })
-        .await
-        .unwrap();
-        assert_eq!((swept[0].0.len(), swept[0].1), (3, Some(2)));
-        let swept = sweep_together(1, 100.0, 2.0, 3, |_, rate| {
-            std::future::ready(Ok((
-                Report {
-                    rate,
-                    ..Report::default()
-                },
-                false,
-            )))
-        })
-        .await
-        .unwrap();
-        assert_eq!((swept[0].0.len(), swept[0].1), (1, None));
+                };
+                std::future::ready(Ok((r, holds)))
+            })
+            .await
+            .unwrap();
+            assert_eq!((swept[0].0.len(), swept[0].1), want, "holds {holds}");
+        }
     }
 
     /// A gift run plots its replies and, when they were timed, its events; chat its deliveries.
