@@ -393,17 +393,16 @@ async fn send_gift(state: &State, g: GiftRequest) -> Message {
         return reply_err(Some(g.id), "UNKNOWN_OP");
     };
     let order = order_id(&g.gift.sender, &g.gift.req_id);
-    let (from, to) = (g.gift.sender.clone(), g.gift.receivers.clone());
-    let total = g.gift.total().unwrap_or_default();
     let balance = match ledger.send_gift(g.gift).await {
-        Ok(GiftOutcome::Settled { balance }) => {
+        Ok((GiftOutcome::Settled { balance }, gift)) => {
+            let total = gift.total().unwrap_or_default();
             let mut rooms = state.rooms();
             if let Some(room) = rooms.get_mut(&g.room) {
                 room.seq += 1;
                 let ev = serde_json::json!({
                     "ev": "gift", "room": g.room, "epoch": 1, "seq": room.seq,
-                    "d": { "order": order, "from": from, "to": to, "gift": ROSE,
-                           "count": g.count, "coins": total },
+                    "d": { "order": order, "from": gift.sender, "to": gift.receivers,
+                           "gift": ROSE, "count": g.count, "coins": total },
                 });
                 // Encode once; every member gets the same bytes.
                 let frame = Utf8Bytes::from(ev.to_string());
@@ -413,8 +412,8 @@ async fn send_gift(state: &State, g: GiftRequest) -> Message {
             }
             balance
         }
-        Ok(GiftOutcome::Duplicate { balance }) => balance,
-        Ok(GiftOutcome::InsufficientFunds { .. }) => {
+        Ok((GiftOutcome::Duplicate { balance }, _)) => balance,
+        Ok((GiftOutcome::InsufficientFunds { .. }, _)) => {
             return reply_err(Some(g.id), "INSUFFICIENT_FUNDS");
         }
         Err(ledger::Error::BadAmount) => return reply_err(Some(g.id), "BAD_REQUEST"),

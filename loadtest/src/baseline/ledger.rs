@@ -122,71 +122,48 @@ pub enum Error {
     BadAmount,
 }
 
-type Answer<T> = oneshot::Sender<Result<T, Error>>;
-
-enum Job {
-    Gift(Gift, Answer<GiftOutcome>),
-    Grant {
-        user: String,
-        amount: i64,
-        key: String,
-        answer: Answer<i64>,
-    },
-    Wallet(String, Answer<Wallet>),
-    Totals(Answer<Totals>),
+/// A caller's work for the writer, run inside a group's transaction and answered once the
+/// group has committed (or failed).
+trait Job: Send {
+    fn run(&mut self, conn: &Connection) -> rusqlite::Result<()>;
+    /// Answers with the result, or `failed` (the whole group rolled back); a caller that gave
+    /// up is no one to tell.
+    fn answer(self: Box<Self>, failed: Option<&rusqlite::Error>);
 }
 
-/// A job's result, held until its group commits.
-enum Value {
-    Gift(GiftOutcome),
-    Balance(i64),
-    Wallet(Wallet),
-    Totals(Totals),
+/// A call: `work` runs once, its value is held until the commit, then sent to the caller.
+struct Call<T, F> {
+    work: Option<F>,
+    value: Option<T>,
+    answer: oneshot::Sender<Result<T, Error>>,
 }
 
-/// Tells a caller its job failed with `e` (a caller that gave up is no one to tell).
-fn fail<T>(a: Answer<T>, e: &rusqlite::Error) {
-    let _ = a.send(Err(Error::Rollback(e.to_string())));
-}
-
-impl Job {
-    fn fail(self, e: &rusqlite::Error) {
-        match self {
-            Job::Gift(_, a) => fail(a, e),
-            Job::Grant { answer, .. } => fail(answer, e),
-            Job::Wallet(_, a) => fail(a, e),
-            Job::Totals(a) => fail(a, e),
+impl<T, F> Job for Call<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> rusqlite::Result<T> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        if let Some(work) = self.work.take() {
+            self.value = Some(work(conn)?);
         }
+        Ok(())
     }
 
-    fn run(&self, conn: &Connection) -> rusqlite::Result<Value> {
-        Ok(match self {
-            Job::Gift(g, _) => Value::Gift(gift(conn, g)?),
-            Job::Grant {
-                user, amount, key, ..
-            } => Value::Balance(grant(conn, user, *amount, key)?),
-            Job::Wallet(u, _) => Value::Wallet(wallet(conn, u)?),
-            Job::Totals(_) => Value::Totals(totals(conn)?),
-        })
-    }
-
-    /// Answers with the job's own result (a caller that gave up is no one to tell).
-    fn answer(self, v: Value) {
-        let _ = match (self, v) {
-            (Job::Gift(_, a), Value::Gift(o)) => a.send(Ok(o)).is_ok(),
-            (Job::Grant { answer, .. }, Value::Balance(b)) => answer.send(Ok(b)).is_ok(),
-            (Job::Wallet(_, a), Value::Wallet(w)) => a.send(Ok(w)).is_ok(),
-            (Job::Totals(a), Value::Totals(t)) => a.send(Ok(t)).is_ok(),
-            // `run` gives each job its own kind of value.
-            _ => false,
+    fn answer(self: Box<Self>, failed: Option<&rusqlite::Error>) {
+        let result = match (failed, self.value) {
+            (None, Some(v)) => Ok(v),
+            (Some(e), _) => Err(Error::Rollback(e.to_string())),
+            (None, None) => Err(Error::Stopped),
         };
+        let _ = self.answer.send(result);
     }
 }
 
 /// A handle on the ledger; cheap to clone. The writer thread stops when every handle is gone.
 #[derive(Clone, Debug)]
 pub struct Ledger {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Box<dyn Job>>,
 }
 
 impl Ledger {
@@ -207,22 +184,32 @@ impl Ledger {
         Ok(Self { jobs })
     }
 
-    async fn ask<T>(&self, job: impl FnOnce(Answer<T>) -> Job) -> Result<T, Error> {
-        let (tx, rx) = oneshot::channel();
-        self.jobs.send(job(tx)).await.map_err(|_| Error::Stopped)?;
+    /// Runs `work` in the writer's next group; its value once the group has committed.
+    async fn call<T, F>(&self, work: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (answer, rx) = oneshot::channel();
+        let job = Box::new(Call {
+            work: Some(work),
+            value: None,
+            answer,
+        });
+        self.jobs.send(job).await.map_err(|_| Error::Stopped)?;
         rx.await.map_err(|_| Error::Stopped)?
     }
 
     /// Sends a gift: settled, a duplicate of an earlier one, or refused for funds; answered
-    /// once its commit is durable.
+    /// once its commit is durable, with the gift given back.
     ///
     /// # Errors
     /// SQLite failed, the amount overflows, or the writer stopped.
-    pub async fn send_gift(&self, gift: Gift) -> Result<GiftOutcome, Error> {
-        if gift.total().is_none() {
+    pub async fn send_gift(&self, g: Gift) -> Result<(GiftOutcome, Gift), Error> {
+        if g.total().is_none() {
             return Err(Error::BadAmount);
         }
-        self.ask(|a| Job::Gift(gift, a)).await
+        self.call(move |conn| gift(conn, &g).map(|o| (o, g))).await
     }
 
     /// Grants `amount` coins to `user` once per `key`; the balance after it.
@@ -234,13 +221,8 @@ impl Ledger {
             return Err(Error::BadAmount);
         }
         let (user, key) = (user.to_owned(), key.to_owned());
-        self.ask(|answer| Job::Grant {
-            user,
-            amount,
-            key,
-            answer,
-        })
-        .await
+        self.call(move |conn| grant(conn, &user, amount, &key))
+            .await
     }
 
     /// A user's wallet (zeros for an unknown user).
@@ -249,7 +231,7 @@ impl Ledger {
     /// SQLite failed, or the writer stopped.
     pub async fn wallet(&self, user: &str) -> Result<Wallet, Error> {
         let user = user.to_owned();
-        self.ask(|a| Job::Wallet(user, a)).await
+        self.call(move |conn| wallet(conn, &user)).await
     }
 
     /// Granted against held, over the whole ledger.
@@ -257,13 +239,12 @@ impl Ledger {
     /// # Errors
     /// SQLite failed, or the writer stopped.
     pub async fn totals(&self) -> Result<Totals, Error> {
-        self.ask(Job::Totals).await
+        self.call(totals).await
     }
 }
 
-fn writer(conn: &Connection, mut rx: mpsc::Receiver<Job>) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_GROUP);
-    let mut values: Vec<Value> = Vec::with_capacity(MAX_GROUP);
+fn writer(conn: &Connection, mut rx: mpsc::Receiver<Box<dyn Job>>) {
+    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_GROUP);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_GROUP {
@@ -272,27 +253,21 @@ fn writer(conn: &Connection, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        match commit_group(conn, &batch, &mut values) {
-            // Answered only now: every result of the group is durable.
-            Ok(()) => batch
-                .drain(..)
-                .zip(values.drain(..))
-                .for_each(|(job, v)| job.answer(v)),
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                // The whole group rolled back: every job of it failed.
-                values.clear();
-                batch.drain(..).for_each(|job| job.fail(&e));
-            }
+        let commit = commit_group(conn, &mut batch);
+        if commit.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
         }
+        // Answered only now: every result of the group is durable, or none of it is.
+        let failed = commit.as_ref().err();
+        batch.drain(..).for_each(|job| job.answer(failed));
     }
 }
 
-/// Runs `batch` in one transaction and commits it; its results go to `values`, in order.
-fn commit_group(conn: &Connection, batch: &[Job], values: &mut Vec<Value>) -> rusqlite::Result<()> {
+/// Runs `batch` in one transaction and commits it.
+fn commit_group(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
-    for job in batch {
-        values.push(job.run(conn)?);
+    for job in batch.iter_mut() {
+        job.run(conn)?;
     }
     conn.execute_batch("COMMIT")
 }
@@ -402,17 +377,17 @@ mod tests {
         assert_eq!(l.grant("a", 100, "g1").await.unwrap(), 100);
         let g = gift("a", "r1", &["b", "c"]);
         assert_eq!(
-            l.send_gift(g.clone()).await.unwrap(),
+            l.send_gift(g.clone()).await.unwrap().0,
             GiftOutcome::Settled { balance: 80 }
         );
         assert_eq!(
-            l.send_gift(g).await.unwrap(),
+            l.send_gift(g).await.unwrap().0,
             GiftOutcome::Duplicate { balance: 80 }
         );
         // The same request id from another sender is another order.
         l.grant("b", 10, "g2").await.unwrap();
         assert_eq!(
-            l.send_gift(gift("b", "r1", &["a"])).await.unwrap(),
+            l.send_gift(gift("b", "r1", &["a"])).await.unwrap().0,
             GiftOutcome::Settled { balance: 0 }
         );
         assert_eq!(
@@ -433,14 +408,14 @@ mod tests {
         let l = Ledger::open(&dir.path().join("l.db")).unwrap();
         l.grant("a", 15, "g").await.unwrap();
         assert_eq!(
-            l.send_gift(gift("a", "r1", &["b", "c"])).await.unwrap(),
+            l.send_gift(gift("a", "r1", &["b", "c"])).await.unwrap().0,
             GiftOutcome::InsufficientFunds { balance: 15 }
         );
         assert_eq!(l.wallet("b").await.unwrap().earnings, 0);
         // Refused, not booked: once funded, the same request id settles.
         l.grant("a", 5, "g2").await.unwrap();
         assert_eq!(
-            l.send_gift(gift("a", "r1", &["b", "c"])).await.unwrap(),
+            l.send_gift(gift("a", "r1", &["b", "c"])).await.unwrap().0,
             GiftOutcome::Settled { balance: 0 }
         );
         let overflow = Gift {
@@ -464,7 +439,7 @@ mod tests {
         });
         for s in sends.collect::<Vec<_>>() {
             assert!(matches!(
-                s.await.unwrap().unwrap(),
+                s.await.unwrap().unwrap().0,
                 GiftOutcome::Settled { .. }
             ));
         }
