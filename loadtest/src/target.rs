@@ -87,6 +87,39 @@ fn log_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("chorus-loadtest-{name}-{}.log", std::process::id()))
 }
 
+/// A fresh data dir for a spawned server, removed with it.
+fn data_dir(name: &str, port: u16) -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "chorus-loadtest-{name}{}-{port}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Spawns `cmd` (running `bin`) with its output in the log `log_name` and no input; the
+/// process and `data_dir` go when the returned [`Spawned`] is dropped.
+fn spawn_logged(
+    cmd: &mut Command,
+    bin: &std::path::Path,
+    log_name: &str,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<Spawned> {
+    let log = log_path(log_name);
+    let file = std::fs::File::create(&log)?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", bin.display()))?;
+    Ok(Spawned {
+        child,
+        data_dir,
+        log,
+    })
+}
+
 /// Pins every thread of `pid` to CPU 0 (`taskset -a -pc 0 <pid>`).
 ///
 /// # Errors
@@ -111,38 +144,26 @@ pub async fn spawn_standalone(
 ) -> anyhow::Result<Target> {
     let ws = loopback(free_port()?);
     let admin = loopback(free_port()?);
-    let data_dir = std::env::temp_dir().join(format!(
-        "chorus-loadtest-{}-{}",
-        std::process::id(),
-        ws.port()
-    ));
-    std::fs::create_dir_all(&data_dir)?;
-    let log = log_path(&format!("chorus-{}", ws.port()));
-    let file = std::fs::File::create(&log)?;
+    let data_dir = data_dir("", ws.port())?;
     let bin = cluster::chorus_bin();
-    let child = command(&bin, pin)
-        .arg("standalone")
-        .args(["--ws-addr", &ws.to_string()])
-        .args(["--admin-addr", &admin.to_string()])
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .args(["--rate-per-sec", "100000", "--rate-burst", "100000"])
-        .env(
-            "CHORUS_JWT_SECRET",
-            String::from_utf8_lossy(secret).as_ref(),
-        )
-        .env("CHORUS_ADMIN_TOKEN", admin_token)
-        .env("CHORUS_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", bin.display()))?;
-    let spawned = Spawned {
-        child,
-        data_dir: Some(data_dir),
-        log,
-    };
+    let spawned = spawn_logged(
+        command(&bin, pin)
+            .arg("standalone")
+            .args(["--ws-addr", &ws.to_string()])
+            .args(["--admin-addr", &admin.to_string()])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--rate-per-sec", "100000", "--rate-burst", "100000"])
+            .env(
+                "CHORUS_JWT_SECRET",
+                String::from_utf8_lossy(secret).as_ref(),
+            )
+            .env("CHORUS_ADMIN_TOKEN", admin_token)
+            .env("CHORUS_LOG", "warn"),
+        &bin,
+        &format!("chorus-{}", ws.port()),
+        Some(data_dir),
+    )?;
     cluster::wait_listening(ws, NODE_READY_TIMEOUT).await?;
     cluster::wait_listening(admin, NODE_READY_TIMEOUT).await?;
     Ok(Target {
@@ -165,20 +186,13 @@ pub async fn spawn_standalone(
 pub async fn spawn_baseline(pin: bool, ledger_secret: Option<&[u8]>) -> anyhow::Result<Target> {
     let exe = std::env::current_exe()?;
     let addr = loopback(free_port()?);
-    let log = log_path(&format!("baseline-{}", addr.port()));
-    let file = std::fs::File::create(&log)?;
     let mut cmd = command(&exe, pin);
     cmd.args(["baseline-server", "--addr", &addr.to_string()])
         .env_remove("CHORUS_JWT_SECRET");
     let mut ledger = None;
     if let Some(secret) = ledger_secret {
         let admin = loopback(free_port()?);
-        let dir = std::env::temp_dir().join(format!(
-            "chorus-loadtest-baseline-{}-{}",
-            std::process::id(),
-            addr.port()
-        ));
-        std::fs::create_dir_all(&dir)?;
+        let dir = data_dir("baseline-", addr.port())?;
         cmd.arg("--ledger")
             .arg(dir.join("ledger.db"))
             .args(["--admin-addr", &admin.to_string()])
@@ -188,17 +202,12 @@ pub async fn spawn_baseline(pin: bool, ledger_secret: Option<&[u8]>) -> anyhow::
             );
         ledger = Some((dir, admin, secret.to_vec()));
     }
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
-    let spawned = Spawned {
-        child,
-        data_dir: ledger.as_ref().map(|(d, _, _)| d.clone()),
-        log,
-    };
+    let spawned = spawn_logged(
+        &mut cmd,
+        &exe,
+        &format!("baseline-{}", addr.port()),
+        ledger.as_ref().map(|(d, _, _)| d.clone()),
+    )?;
     cluster::wait_listening(addr, NODE_READY_TIMEOUT).await?;
     if let Some((_, admin, _)) = &ledger {
         cluster::wait_listening(*admin, NODE_READY_TIMEOUT).await?;
