@@ -105,9 +105,15 @@ pub const METRIC_CHECKPOINTS: &str = "chorus_ledger_checkpoints_total";
 /// Histogram: seconds per WAL checkpoint, by who ran it. The writer's own (`writer`) hold up
 /// its next group.
 pub const METRIC_CHECKPOINT_SECONDS: &str = "chorus_ledger_checkpoint_seconds";
-/// Bytes of the database file mapped into memory: page reads (the writer's b-tree descents and
-/// WAL checkpoints) skip a `pread` copy each. Not a limit on the database size.
-const MMAP_BYTES: i64 = 256 * 1024 * 1024;
+/// Bytes of the database file mapped into memory: none. With a mapping, every page the writer
+/// fetches read-only first asks the WAL index whether a newer copy sits in the WAL
+/// (`getPageMMap` calls `walFindFrame`), even when the page is in the page cache; with the WAL
+/// tens of thousands of frames long that search walks one hash block per 4,096 frames. It was
+/// ~8 % of a gift storm's instructions in the ledger benchmark, while a page that misses the
+/// cache is rare (the storm's `pread` count is the same without the mapping). Without it a
+/// page in the cache costs no WAL lookup (BENCHMARKS.md, Change 22). Set explicitly, so a
+/// SQLite built with another `SQLITE_DEFAULT_MMAP_SIZE` does not bring it back.
+const MMAP_BYTES: i64 = 0;
 /// Prepared statements kept per connection: every statement the ledger uses, with room to spare.
 const STATEMENT_CACHE_CAPACITY: usize = 64;
 
@@ -1544,9 +1550,16 @@ mod tests {
         let temp: i64 = conn
             .query_row("PRAGMA temp_store", [], |r| r.get(0))
             .unwrap();
+        let mmap: i64 = conn
+            .query_row("PRAGMA mmap_size", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "synchronous=FULL");
         assert_eq!(temp, 2, "temp_store=MEMORY");
+        assert_eq!(
+            mmap, 0,
+            "no memory map: it costs a WAL lookup per cached page"
+        );
     }
 
     #[test]
