@@ -169,6 +169,13 @@ impl Shared {
         *lock(&self.errors).entry(code.to_owned()).or_default() += 1;
     }
 
+    /// Requests sent on the schedule with no reply yet, `ok` or error (a failed send counts:
+    /// it never gets one).
+    pub fn unanswered(&self) -> u64 {
+        let replies = self.ok.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed);
+        self.sent.load(Ordering::Relaxed).saturating_sub(replies)
+    }
+
     /// Errors by code so far.
     pub fn errors(&self) -> BTreeMap<String, u64> {
         lock(&self.errors).clone()
@@ -806,6 +813,20 @@ pub async fn close_all(conns: Vec<Conn>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request is unanswered until its reply, `ok` or error, comes; a failed send never gets
+    /// one.
+    #[test]
+    fn requests_are_unanswered_until_a_reply_of_either_kind() {
+        let s = Shared::new();
+        s.sent.fetch_add(4, Ordering::Relaxed);
+        assert_eq!(s.unanswered(), 4);
+        s.ok.fetch_add(2, Ordering::Relaxed);
+        s.failed.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(s.unanswered(), 1);
+        s.ok.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(s.unanswered(), 0);
+    }
 
     /// The worst stretches come worst first, timed from the schedule's start; stretches
     /// before it (connecting, joining) and empty ones are left out.

@@ -77,6 +77,11 @@ pub struct Report {
     pub sent: u64,
     /// Replies `ok` to them.
     pub accepted: u64,
+    /// Requests sent on the schedule that had no reply, `ok` or error, when the drain ended
+    /// (their sends failed, or the server had not answered them yet). Their latency is in no
+    /// histogram and their deliveries are not expected, so a sweep step with any is not
+    /// sustainable.
+    pub unanswered: u64,
     /// Deliveries expected (accepted × room members).
     pub expected: u64,
     /// Deliveries received.
@@ -135,7 +140,8 @@ pub struct Report {
     /// Wallets whose final balance was checked (gifts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub balances_checked: Option<u64>,
-    /// Wallets whose balance differs from grant − settled spend (gifts).
+    /// Wallets whose balance is not grant − the cost of its settled gifts, allowing for its
+    /// gifts still unanswered at the check (each may or may not have settled) (gifts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub balance_mismatches: Option<u64>,
     /// `GET /admin/ledger/totals` → `conserved` (gifts).
@@ -189,6 +195,7 @@ impl Report {
             ("rooms", self.rooms.to_string()),
             ("sent", self.sent.to_string()),
             ("accepted", self.accepted.to_string()),
+            ("unanswered", self.unanswered.to_string()),
             ("expected", self.expected.to_string()),
             ("received", self.received.to_string()),
             ("lost", self.lost.to_string()),

@@ -313,9 +313,8 @@ where
 pub async fn drain(shared: &Shared, max: Duration, expected: impl Fn() -> u64) -> u64 {
     let deadline = Instant::now() + max;
     loop {
-        let replies = shared.ok.load(Ordering::Relaxed) + shared.failed.load(Ordering::Relaxed);
-        let done = replies >= shared.sent.load(Ordering::Relaxed)
-            && shared.received.load(Ordering::Relaxed) >= expected();
+        let done =
+            shared.unanswered() == 0 && shared.received.load(Ordering::Relaxed) >= expected();
         if done || Instant::now() >= deadline {
             return shared.now_ns();
         }
@@ -403,6 +402,7 @@ pub fn common_report(
     let mut r = Report {
         sent: shared.sent.load(Ordering::Relaxed),
         accepted: shared.ok.load(Ordering::Relaxed),
+        unanswered: shared.unanswered(),
         expected,
         received,
         lost: expected.saturating_sub(received),

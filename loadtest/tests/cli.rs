@@ -52,6 +52,7 @@ fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
             (Some(180), Some(0)),
             "{r}"
         );
+        assert_eq!(r["unanswered"], 0, "{r}");
         assert_eq!(r["balance_mismatches"], 0, "{r}");
         assert_eq!(r["balances_checked"], 6, "{r}");
         assert_eq!(r["conserved"], true, "{r}");

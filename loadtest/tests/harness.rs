@@ -40,6 +40,7 @@ async fn fanout_against_the_baseline_loses_nothing() {
     server.abort();
     assert_eq!(r.sent, 50);
     assert_eq!(r.accepted, 50);
+    assert_eq!(r.unanswered, 0);
     assert_eq!(r.expected, 50 * 21);
     assert_eq!(r.received, r.expected, "{r:?}");
     assert_eq!((r.lost, r.gaps, r.duplicates, r.closed), (0, 0, 0, 0));

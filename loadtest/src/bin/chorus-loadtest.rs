@@ -261,6 +261,7 @@ fn sustainable(s: &Scenario, r: &Report, p99_limit_ms: f64) -> bool {
     let failures: u64 = FAILURE_CODES.iter().filter_map(|c| r.errors.get(*c)).sum();
     p99 <= p99_limit_ms
         && r.lost == 0
+        && r.unanswered == 0
         && r.gaps == 0
         && r.closed == 0
         && failures == 0
@@ -766,6 +767,11 @@ mod tests {
         r.p99_ms = 0.0; // events not timed (random request ids)
         r.reply.p99_ms = 60.0;
         assert!(!sustainable(&gifts, &r, 50.0), "replies late");
+        // Requests the server had not answered by the drain's end time nothing: not held.
+        r.reply.p99_ms = 20.0;
+        assert!(sustainable(&gifts, &r, 50.0));
+        r.unanswered = 1;
+        assert!(!sustainable(&gifts, &r, 50.0), "a request unanswered");
         let rooms = Scenario::Rooms {
             rooms: 1,
             members: 2,

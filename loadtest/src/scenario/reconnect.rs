@@ -116,6 +116,7 @@ pub async fn run(
         rooms,
         sent: shared.sent.load(Ordering::Relaxed),
         accepted: shared.ok.load(Ordering::Relaxed),
+        unanswered: shared.unanswered(),
         expected: live_expected,
         received: live_received,
         lost: live_expected.saturating_sub(live_received),
