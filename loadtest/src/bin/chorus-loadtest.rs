@@ -767,7 +767,7 @@ mod tests {
         r.p99_ms = 0.0; // events not timed (random request ids)
         r.reply.p99_ms = 60.0;
         assert!(!sustainable(&gifts, &r, 50.0), "replies late");
-        // Requests the server had not answered by the drain's end time nothing: not held.
+        // A request still unanswered when the drain ended has no latency to judge: not held.
         r.reply.p99_ms = 20.0;
         assert!(sustainable(&gifts, &r, 50.0));
         r.unanswered = 1;
