@@ -1,16 +1,26 @@
-//! The embedded ledger engine: SQLite in WAL mode with `synchronous=FULL` (every commit is
-//! fsynced), one writer thread that group-commits, and a separate reader connection.
+//! The embedded ledger engine: SQLite in WAL mode, one writer thread that group-commits, a
+//! syncer thread that makes the commits durable, and a separate reader connection.
 //!
 //! The writer takes jobs from a bounded queue (callers wait when it is full: the `Block` policy,
 //! this is an internal path). It drains up to [`MAX_JOBS_PER_COMMIT`] queued jobs into one
-//! transaction, commits once (one fsync for the whole group), and only then answers every job.
-//! An answer therefore always means "durable". A failing job must leave no trace, yet a
-//! SAVEPOINT per job costs two statements and a copy of every page the job touches; so the
-//! writer first runs the whole group without savepoints and, only if some job fails, rolls the
-//! group back and runs it again with one SAVEPOINT per job (a job is a pure function of the
-//! database and its inputs, so running it twice is safe). Under load the writer paces its
-//! groups, at most one start per [`COMMIT_PACE`], so that each commit's fixed cost is shared by
-//! more jobs; a light load (the previous group held fewer than [`PACE_FROM_JOBS`]) never waits.
+//! transaction and commits once. Its connection runs `synchronous=NORMAL`, so the commit
+//! writes the group's WAL frames and returns without waiting for the disk; the group goes to
+//! the syncer, which fsyncs the WAL once for every group committed since its last sync and only
+//! then answers their jobs, while the writer already runs the next group. An answer therefore
+//! always means "durable", as with `synchronous=FULL`, but the disk's wait is no longer part
+//! of the writer's cycle (BENCHMARKS.md, Change 23). Reads wait the same way: a read answers
+//! only once every commit it may have seen is synced, so nothing a crash could undo is ever
+//! shown. SQLite still syncs its own checkpoints (NORMAL does; the checkpointer's connection
+//! runs FULL), and the WAL's chained checksums mean recovery keeps a prefix of the commits. A
+//! failed sync stops the ledger: no job is answered as durable after it.
+//!
+//! A failing job must leave no trace, yet a SAVEPOINT per job costs two statements and a copy
+//! of every page the job touches; so the writer first runs the whole group without savepoints
+//! and, only if some job fails, rolls the group back and runs it again with one SAVEPOINT per
+//! job (a job is a pure function of the database and its inputs, so running it twice is safe).
+//! Under load the writer paces its groups, at most one start per [`COMMIT_PACE`], so that each
+//! commit's fixed cost is shared by more jobs; a light load (the previous group held fewer
+//! than [`PACE_FROM_JOBS`]) never waits.
 //!
 //! Jobs run on a `Tx`: the writer's connection with the gift path's statements prepared for
 //! the writer's life, and the house's takings, which the group writes once before it commits.
@@ -64,9 +74,15 @@ pub const WRITE_QUEUE_CAPACITY: usize = 8192;
 pub const METRIC_GROUP_COMMITS: &str = "chorus_ledger_group_commits_total";
 /// Histogram: jobs folded into one group commit (how well the fsync is shared).
 pub const METRIC_GROUP_COMMIT_JOBS: &str = "chorus_ledger_group_commit_jobs";
-/// Histogram: seconds from a group's first statement to its durable commit (with the fsync and
-/// any WAL restart the writer ran after it): every job of the group waited at least this long.
+/// Histogram: seconds from a group's first statement to its answers (its commit, any WAL
+/// restart the writer ran after it, and the sync that made it durable): every job of the group
+/// waited at least this long.
 pub const METRIC_GROUP_COMMIT_SECONDS: &str = "chorus_ledger_group_commit_seconds";
+/// Counter: syncs of the WAL by the syncer thread (each covers every group committed since the
+/// one before).
+pub const METRIC_WAL_SYNCS: &str = "chorus_ledger_wal_syncs_total";
+/// Histogram: seconds per WAL sync.
+pub const METRIC_WAL_SYNC_SECONDS: &str = "chorus_ledger_wal_sync_seconds";
 /// How long a connection waits on a lock held by another process before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Page cache per connection, in KiB (SQLite's negative `cache_size` unit). Small on purpose:
@@ -427,10 +443,15 @@ impl<'t, 'c> Tx<'t, 'c> {
 pub struct SqliteLedger {
     jobs: mpsc::Sender<Job>,
     reader: Arc<Mutex<Connection>>,
+    durability: Arc<Durability>,
+    /// The number of the last group the syncer made durable; closed once the syncer stopped.
+    synced: tokio::sync::watch::Receiver<u64>,
     /// Sagas booked before the time-ordered gift ids may be kept under their v5 ids.
     legacy_gift_ids: bool,
     #[cfg(test)]
     wal: Arc<WalState>,
+    #[cfg(test)]
+    sync_hooks: Arc<SyncHooks>,
 }
 
 fn db(e: rusqlite::Error) -> StorageError {
@@ -445,12 +466,26 @@ fn from_sql_fence(fence: i64) -> Result<u64> {
     u64::try_from(fence).map_err(|_| StorageError::Corrupt(format!("negative fence {fence}")))
 }
 
-fn open_connection(path: &Path) -> Result<Connection> {
+/// How a connection makes its writes durable (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Syncing {
+    /// `synchronous=FULL`: every commit and every checkpoint is fsynced by SQLite.
+    Full,
+    /// `synchronous=NORMAL` (the writer's): SQLite syncs its checkpoints but not its commits;
+    /// the syncer thread fsyncs the WAL before any commit is answered or read.
+    CommitsBySyncer,
+}
+
+fn open_connection(path: &Path, sync: Syncing) -> Result<Connection> {
     let conn = Connection::open(path).map_err(db)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(db)?;
-    conn.pragma_update(None, "synchronous", "FULL")
+    let synchronous = match sync {
+        Syncing::Full => "FULL",
+        Syncing::CommitsBySyncer => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)
         .map_err(db)?;
     conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)
         .map_err(db)?;
@@ -480,13 +515,13 @@ impl SqliteLedger {
         let path: PathBuf = path.to_owned();
         let wal = Arc::new(WalState::default());
         let wal_of_writer = Arc::clone(&wal);
-        let (writer, reader, legacy_gift_ids) =
+        let (writer, reader, legacy_gift_ids, wal_file) =
             tokio::task::spawn_blocking(move || -> Result<_> {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)
                         .map_err(|e| StorageError::Backend(format!("create {dir:?}: {e}")))?;
                 }
-                let mut writer = open_connection(&path)?;
+                let mut writer = open_connection(&path, Syncing::CommitsBySyncer)?;
                 writer.execute_batch(SCHEMA).map_err(db)?;
                 migrate(&mut writer)?;
                 let legacy_gift_ids = writer
@@ -498,8 +533,8 @@ impl SqliteLedger {
                     .map_err(db)?;
                 // The writer thread prepares its own; a failure is reported here, at open.
                 drop(Hot::prepare(&writer).map_err(db)?);
-                let reader = open_connection(&path)?;
-                let checkpointer = open_connection(&path)?;
+                let reader = open_connection(&path, Syncing::Full)?;
+                let checkpointer = open_connection(&path, Syncing::Full)?;
                 // The writer's only handle on the wake-up channel lives in its WAL hook: when the
                 // writer thread ends, the checkpointer's `recv` fails and it ends too.
                 let (wake, wakes) = std::sync::mpsc::sync_channel::<()>(1);
@@ -515,22 +550,57 @@ impl SqliteLedger {
                     .map_err(|e| {
                         StorageError::Backend(format!("spawn ledger checkpointer: {e}"))
                     })?;
-                Ok((writer, reader, legacy_gift_ids))
+                // The WAL's file, for the syncer: SQLite created it when the writer first opened
+                // the database in WAL mode, and keeps it (this inode) while a connection is open.
+                let mut wal_path = path.into_os_string();
+                wal_path.push("-wal");
+                let wal_file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&wal_path)
+                    .map_err(|e| StorageError::Backend(format!("open {wal_path:?}: {e}")))?;
+                Ok((writer, reader, legacy_gift_ids, wal_file))
             })
             .await
             .map_err(|e| StorageError::Backend(format!("ledger open task: {e}")))??;
+        let durability = Arc::new(Durability::default());
+        let (synced_tx, synced) = tokio::sync::watch::channel(0);
+        let (to_syncer, groups) = std::sync::mpsc::channel::<Committed>();
+        #[cfg(test)]
+        let sync_hooks = Arc::new(SyncHooks::default());
+        #[cfg(test)]
+        let hooks = Arc::clone(&sync_hooks);
+        let of_syncer = Arc::clone(&durability);
+        std::thread::Builder::new()
+            .name("ledger-sync".into())
+            .spawn(move || {
+                syncer_loop(
+                    &wal_file,
+                    &of_syncer,
+                    &groups,
+                    &synced_tx,
+                    #[cfg(test)]
+                    &hooks,
+                );
+            })
+            .map_err(|e| StorageError::Backend(format!("spawn ledger syncer: {e}")))?;
         let (jobs, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
+        let of_writer = Arc::clone(&durability);
         std::thread::Builder::new()
             .name("ledger-writer".into())
-            .spawn(move || writer_loop(writer, rx))
+            .spawn(move || writer_loop(writer, rx, &of_writer, &to_syncer))
             .map_err(|e| StorageError::Backend(format!("spawn ledger writer: {e}")))?;
         info!("SQLite ledger open.");
         Ok(Self {
             jobs,
             reader: Arc::new(Mutex::new(reader)),
+            durability,
+            synced,
             legacy_gift_ids,
             #[cfg(test)]
             wal,
+            #[cfg(test)]
+            sync_hooks,
         })
     }
 
@@ -557,21 +627,31 @@ impl SqliteLedger {
             .map_err(|_| StorageError::Unavailable("ledger writer dropped the request".into()))?
     }
 
-    /// Runs a read on the reader connection, off the async threads.
+    /// Runs a read on the reader connection, off the async threads, and answers once every
+    /// commit it may have seen is durable: a read never shows what a crash could still undo.
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         let reader = Arc::clone(&self.reader);
-        tokio::task::spawn_blocking(move || {
+        let durability = Arc::clone(&self.durability);
+        let (out, seen) = tokio::task::spawn_blocking(move || {
             let conn = reader
                 .lock()
                 .map_err(|_| StorageError::Backend("ledger reader lock poisoned".into()))?;
-            f(&conn)
+            let out = f(&conn);
+            // Read after the query: covers every commit the query could have seen.
+            Ok::<_, StorageError>((out, durability.committing.load(Ordering::SeqCst)))
         })
         .await
-        .map_err(|e| StorageError::Backend(format!("ledger read task: {e}")))?
+        .map_err(|e| StorageError::Backend(format!("ledger read task: {e}")))??;
+        let mut synced = self.synced.clone();
+        synced
+            .wait_for(|&s| s >= seen)
+            .await
+            .map_err(|_| StorageError::Unavailable(SYNCER_STOPPED.into()))?;
+        out
     }
 
     pub(super) async fn grant(
@@ -849,12 +929,43 @@ impl SqliteLedger {
     }
 }
 
+/// A group the writer has committed (or failed to), handed to the syncer to answer.
+#[allow(
+    clippy::disallowed_types,
+    reason = "made and read on the writer's and the syncer's own threads, outside the runtime"
+)]
+struct Committed {
+    /// The group's number, counted by the writer from 1.
+    seq: u64,
+    /// When the group's first statement ran.
+    started: std::time::Instant,
+    /// The commit's error, if it failed: nothing of the group is in the WAL then.
+    failed: Option<String>,
+    jobs: Vec<Job>,
+}
+
+/// What the writer, the syncer and the readers know of the groups' durability.
+#[derive(Debug, Default)]
+struct Durability {
+    /// The number of the last group whose COMMIT began: readers may see its writes.
+    committing: AtomicU64,
+    /// Set by the syncer when a sync failed: the writer then stops too.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// The writer's half: runs each group and hands it, committed but not yet synced, to the
+/// syncer.
 #[allow(
     clippy::disallowed_methods,
     clippy::disallowed_types,
     reason = "the writer is a thread of its own, outside the runtime: it may block, and its pace is wall-clock time"
 )]
-fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
+fn writer_loop(
+    conn: Connection,
+    mut rx: mpsc::Receiver<Job>,
+    durability: &Durability,
+    syncer: &std::sync::mpsc::Sender<Committed>,
+) {
     use std::time::Instant;
     let hot = match Hot::prepare(&conn) {
         Ok(hot) => hot,
@@ -864,15 +975,21 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
             return;
         }
     };
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS_PER_COMMIT);
+    let mut seq = 0;
     // When the previous group started and how many jobs it held.
     let mut last: Option<(Instant, usize)> = None;
     while let Some(first) = rx.blocking_recv() {
+        if durability.stopped.load(Ordering::SeqCst) {
+            // Nothing may be written after a failed sync; later callers get "writer stopped".
+            answer(vec![first], Some(SYNCER_STOPPED));
+            break;
+        }
         if let Some(wait) = last.and_then(|(at, jobs)| pace_wait(at.elapsed(), jobs)) {
             // Jobs keep queueing meanwhile: the next group is larger, not later in total.
             std::thread::sleep(wait);
         }
         let started = Instant::now();
+        let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS_PER_COMMIT.min(rx.len() + 1));
         batch.push(first);
         while batch.len() < MAX_JOBS_PER_COMMIT {
             match rx.try_recv() {
@@ -881,22 +998,142 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
             }
         }
         last = Some((started, batch.len()));
-        let commit = run_group(&conn, &hot, &mut batch);
+        seq += 1;
+        let commit = run_group(&conn, &hot, &mut batch, || {
+            durability.committing.store(seq, Ordering::SeqCst);
+        });
         if let Err(e) = &commit {
             error!(error = %e, "Ledger group commit failed.");
         }
         metrics::counter!(METRIC_GROUP_COMMITS).increment(1);
         metrics::histogram!(METRIC_GROUP_COMMIT_JOBS).record(batch.len() as f64);
-        metrics::histogram!(METRIC_GROUP_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
-        for job in batch.drain(..) {
-            let outcome = match &commit {
-                Ok(()) => Ok(()),
-                Err(e) => Err(StorageError::Unavailable(format!("commit failed: {e}"))),
-            };
-            job.answer(outcome);
+        let group = Committed {
+            seq,
+            started,
+            failed: commit.err().map(|e| format!("commit failed: {e}")),
+            jobs: batch,
+        };
+        if let Err(std::sync::mpsc::SendError(group)) = syncer.send(group) {
+            // The syncer stopped after a failed sync: nothing is known to be durable any more.
+            answer(group.jobs, Some(SYNCER_STOPPED));
         }
     }
     info!("Ledger writer stopped: every handle was dropped.");
+}
+
+/// Why jobs fail once the syncer has stopped.
+const SYNCER_STOPPED: &str = "the ledger stopped after a failed WAL sync";
+
+/// Answers `jobs` with their results, or all with `failed`.
+fn answer(jobs: Vec<Job>, failed: Option<&str>) {
+    for job in jobs {
+        let outcome = match failed {
+            None => Ok(()),
+            Some(e) => Err(StorageError::Unavailable(e.to_owned())),
+        };
+        job.answer(outcome);
+    }
+}
+
+/// The syncer's half: takes every group committed since its last sync, makes them durable
+/// with one `fdatasync` of the WAL, publishes the last one's number to the readers and only
+/// then answers their jobs. The writer meanwhile runs the next group: its statements and WAL
+/// writes no longer wait for the disk, and one sync covers every group it wrote meanwhile.
+/// The WAL's frames are checksummed in a chain, so recovery keeps a prefix of the commits: a
+/// later group is never durable without the earlier ones. A failed sync stops the syncer
+/// (like PostgreSQL after a failed fsync, the ledger stops, since the kernel may have dropped
+/// the unwritten pages): its jobs and every later one fail, and reads fail.
+#[allow(
+    clippy::disallowed_types,
+    reason = "the syncer is a thread of its own, outside the runtime: it times wall-clock work"
+)]
+fn syncer_loop(
+    wal: &std::fs::File,
+    durability: &Durability,
+    groups: &std::sync::mpsc::Receiver<Committed>,
+    synced: &tokio::sync::watch::Sender<u64>,
+    #[cfg(test)] hooks: &SyncHooks,
+) {
+    let mut ready: Vec<Committed> = Vec::new();
+    while let Ok(first) = groups.recv() {
+        ready.push(first);
+        ready.extend(groups.try_iter());
+        #[cfg(test)]
+        hooks.wait_at_gate();
+        let started = std::time::Instant::now();
+        let outcome = if ready.iter().all(|g| g.failed.is_some()) {
+            Ok(())
+        } else {
+            #[cfg(test)]
+            let outcome = hooks.sync(wal);
+            #[cfg(not(test))]
+            let outcome = wal.sync_data();
+            metrics::counter!(METRIC_WAL_SYNCS).increment(1);
+            metrics::histogram!(METRIC_WAL_SYNC_SECONDS).record(started.elapsed().as_secs_f64());
+            outcome
+        };
+        if let Err(e) = outcome {
+            error!(error = %e, "Ledger WAL sync failed: the ledger stops.");
+            durability.stopped.store(true, Ordering::SeqCst);
+            for group in ready.drain(..) {
+                answer(group.jobs, Some(SYNCER_STOPPED));
+            }
+            // Returning drops `synced` (readers then fail) and the channel (the writer then
+            // fails the later groups itself).
+            return;
+        }
+        if let Some(last) = ready.last() {
+            synced.send_replace(last.seq);
+        }
+        for group in ready.drain(..) {
+            metrics::histogram!(METRIC_GROUP_COMMIT_SECONDS)
+                .record(group.started.elapsed().as_secs_f64());
+            answer(group.jobs, group.failed.as_deref());
+        }
+    }
+}
+
+/// Test hooks on the syncer: hold it at a gate before it syncs, or fail its next sync.
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct SyncHooks {
+    /// (gate closed, groups waiting at it)
+    gate: Mutex<(bool, usize)>,
+    opened: std::sync::Condvar,
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(test)]
+impl SyncHooks {
+    fn close(&self) {
+        self.gate.lock().unwrap().0 = true;
+    }
+
+    fn open(&self) {
+        self.gate.lock().unwrap().0 = false;
+        self.opened.notify_all();
+    }
+
+    /// Whether the syncer is waiting at the closed gate.
+    fn waiting(&self) -> bool {
+        self.gate.lock().unwrap().1 > 0
+    }
+
+    fn wait_at_gate(&self) {
+        let mut gate = self.gate.lock().unwrap();
+        gate.1 += 1;
+        while gate.0 {
+            gate = self.opened.wait(gate).unwrap();
+        }
+        gate.1 -= 1;
+    }
+
+    fn sync(&self, wal: &std::fs::File) -> std::io::Result<()> {
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected sync failure"));
+        }
+        wal.sync_data()
+    }
 }
 
 /// How long the writer waits before starting a group, `since` the previous group started with
@@ -910,8 +1147,14 @@ fn pace_wait(since: Duration, jobs: usize) -> Option<Duration> {
 }
 
 /// Runs one group in one transaction: fast (no savepoints) when every job succeeds, else again
-/// with a savepoint per job. Returns the commit's result.
-fn run_group<'c>(conn: &'c Connection, hot: &Hot<'c>, batch: &mut [Job]) -> rusqlite::Result<()> {
+/// with a savepoint per job. Calls `committing` just before the COMMIT. Returns the commit's
+/// result.
+fn run_group<'c>(
+    conn: &'c Connection,
+    hot: &Hot<'c>,
+    batch: &mut [Job],
+    committing: impl FnOnce(),
+) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let tx = Tx::new(conn, hot);
     if !batch.iter_mut().all(|job| job.run(&tx)) {
@@ -927,7 +1170,10 @@ fn run_group<'c>(conn: &'c Connection, hot: &Hot<'c>, batch: &mut [Job]) -> rusq
         }
     }
     tx.write_house()
-        .and_then(|()| conn.execute_batch("COMMIT"))
+        .and_then(|()| {
+            committing();
+            conn.execute_batch("COMMIT")
+        })
         .inspect_err(|_| {
             let _ = conn.execute_batch("ROLLBACK");
         })
@@ -1540,7 +1786,7 @@ mod tests {
     #[test]
     fn connections_are_durable_wal() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = open_connection(&dir.path().join("l.db")).unwrap();
+        let conn = open_connection(&dir.path().join("l.db"), Syncing::Full).unwrap();
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -1555,6 +1801,12 @@ mod tests {
             .unwrap();
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "synchronous=FULL");
+        // The writer's commits are synced by the syncer thread; SQLite syncs its checkpoints.
+        let writer = open_connection(&dir.path().join("l.db"), Syncing::CommitsBySyncer).unwrap();
+        let sync: i64 = writer
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 1, "synchronous=NORMAL");
         assert_eq!(temp, 2, "temp_store=MEMORY");
         assert_eq!(
             mmap, 0,
@@ -1659,7 +1911,7 @@ mod tests {
     /// A fresh ledger database (kept alive by the returned directory).
     fn fresh_db() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
-        let conn = open_connection(&dir.path().join("l.db")).unwrap();
+        let conn = open_connection(&dir.path().join("l.db"), Syncing::Full).unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         (dir, conn)
     }
@@ -1682,7 +1934,7 @@ mod tests {
 
     /// Runs `group` as the writer does and answers every job with the commit's success.
     fn run_and_answer(conn: &Connection, mut group: Vec<Job>) {
-        run_group(conn, &Hot::prepare(conn).unwrap(), &mut group).unwrap();
+        run_group(conn, &Hot::prepare(conn).unwrap(), &mut group, || {}).unwrap();
         for j in group {
             j.answer(Ok(()));
         }
@@ -1803,6 +2055,82 @@ mod tests {
         assert!(ledger.audit_totals().await.unwrap().is_conserved());
     }
 
+    /// Polls `f` until it holds (at most ~5 s).
+    async fn eventually(what: &str, f: impl Fn() -> bool) {
+        for _ in 0..5_000 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("never happened: {what}");
+    }
+
+    /// A commit is answered, and shown to readers, only once the syncer has synced the WAL:
+    /// held before its sync, a committed grant is neither answered nor visible to a read.
+    #[tokio::test]
+    async fn answers_and_reads_wait_for_the_wal_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
+            .await
+            .unwrap();
+        let user = UserId::from("u".to_owned());
+        ledger.grant(&user, 5, "first").await.unwrap();
+        assert_eq!(*ledger.synced.borrow(), 1);
+        ledger.sync_hooks.close();
+        let grant = tokio::spawn({
+            let (ledger, user) = (ledger.clone(), user.clone());
+            async move { ledger.grant(&user, 7, "second").await }
+        });
+        eventually(
+            "the second grant committed and held before its sync",
+            || ledger.sync_hooks.waiting(),
+        )
+        .await;
+        assert_eq!(ledger.durability.committing.load(Ordering::SeqCst), 2);
+        let read = tokio::spawn({
+            let (ledger, user) = (ledger.clone(), user.clone());
+            async move { ledger.balance(&user).await }
+        });
+        // Not answered while the WAL is unsynced: a crash now would undo the grant.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!grant.is_finished(), "a grant was answered before its sync");
+        assert!(!read.is_finished(), "a read showed an unsynced commit");
+        ledger.sync_hooks.open();
+        assert_eq!(
+            grant.await.unwrap().unwrap(),
+            GrantOutcome {
+                balance: 12,
+                applied: true
+            }
+        );
+        assert_eq!(read.await.unwrap().unwrap(), 12);
+        assert_eq!(*ledger.synced.borrow(), 2);
+    }
+
+    /// A failed sync stops the ledger: the group it covered fails, and so does every later
+    /// write and every read that may have seen an unsynced commit.
+    #[tokio::test]
+    async fn a_failed_sync_stops_the_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
+            .await
+            .unwrap();
+        let user = UserId::from("u".to_owned());
+        ledger.grant(&user, 5, "first").await.unwrap();
+        ledger.sync_hooks.fail_next.store(true, Ordering::SeqCst);
+        let unavailable = |r: Result<()>| matches!(r, Err(StorageError::Unavailable(_)));
+        assert!(unavailable(
+            ledger.grant(&user, 7, "second").await.map(drop)
+        ));
+        // Reads may have seen the unsynced commit; writes would build on it.
+        assert!(unavailable(ledger.balance(&user).await.map(drop)));
+        assert!(unavailable(ledger.grant(&user, 1, "third").await.map(drop)));
+        assert!(unavailable(
+            ledger.grant(&user, 1, "fourth").await.map(drop)
+        ));
+    }
+
     /// With no checkpointer woken, the writer bounds the WAL itself at the limit.
     #[tokio::test]
     async fn at_its_limit_the_writer_restarts_the_wal_itself() {
@@ -1851,7 +2179,7 @@ mod tests {
             ledger.send_gift(&refused, 1).await.unwrap(),
             GiftOutcome::InsufficientFunds { balance: 80 }
         );
-        let conn = open_connection(&path).unwrap();
+        let conn = open_connection(&path, Syncing::Full).unwrap();
         let kinds = strings(&conn, "SELECT kind FROM entry");
         assert_eq!(kinds, ["GRANT"]);
         for (order, claim) in [
@@ -1873,7 +2201,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         {
-            let old = open_connection(&path).unwrap();
+            let old = open_connection(&path, Syncing::Full).unwrap();
             old.execute_batch(
                 "CREATE TABLE settled_gift (
                    gift_id BLOB NOT NULL, receiver TEXT NOT NULL, room TEXT NOT NULL,
@@ -1930,7 +2258,7 @@ mod tests {
         // Opened again: nothing is counted twice.
         let ledger = SqliteLedger::open(&path).await.unwrap();
         assert_eq!(boards(ledger.clone()).await, expected);
-        let conn = open_connection(&path).unwrap();
+        let conn = open_connection(&path, Syncing::Full).unwrap();
         let (version, index): (i64, i64) = conn
             .query_row(
                 "SELECT (SELECT user_version FROM pragma_user_version),
