@@ -8,9 +8,10 @@
 //! the syncer, which fsyncs the WAL once for every group committed since its last sync and only
 //! then answers their jobs, while the writer already runs the next group. An answer therefore
 //! always means "durable", as with `synchronous=FULL`, but the disk's wait is no longer part
-//! of the writer's cycle (BENCHMARKS.md, Change 23). Reads wait the same way: a read answers
-//! only once every commit it may have seen is synced, so nothing a crash could undo is ever
-//! shown. SQLite still syncs its own checkpoints (NORMAL does; the checkpointer's connection
+//! of the writer's cycle (BENCHMARKS.md, Change 23). Reads wait too: a read answers only
+//! after a sync that began once its query had ended, which covers every commit it may have
+//! seen, this process's or another's sharing the file, so nothing a crash could undo is ever
+//! shown (what `synchronous=FULL` gave, where a commit became visible only once synced). SQLite still syncs its own checkpoints (NORMAL does; the checkpointer's connection
 //! runs FULL), and the WAL's chained checksums mean recovery keeps a prefix of the commits. A
 //! failed sync stops the ledger: no job is answered as durable after it.
 //!
@@ -39,7 +40,7 @@
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -443,9 +444,8 @@ impl<'t, 'c> Tx<'t, 'c> {
 pub struct SqliteLedger {
     jobs: mpsc::Sender<Job>,
     reader: Arc<Mutex<Connection>>,
-    durability: Arc<Durability>,
-    /// The number of the last group the syncer made durable; closed once the syncer stopped.
-    synced: tokio::sync::watch::Receiver<u64>,
+    /// The syncer's inbox, for reads to ask for a sync after them.
+    syncer: std::sync::mpsc::Sender<ToSync>,
     /// Sagas booked before the time-ordered gift ids may be kept under their v5 ids.
     legacy_gift_ids: bool,
     #[cfg(test)]
@@ -563,39 +563,36 @@ impl SqliteLedger {
             })
             .await
             .map_err(|e| StorageError::Backend(format!("ledger open task: {e}")))??;
-        let durability = Arc::new(Durability::default());
-        let (synced_tx, synced) = tokio::sync::watch::channel(0);
-        let (to_syncer, groups) = std::sync::mpsc::channel::<Committed>();
+        let sync_failed = Arc::new(AtomicBool::new(false));
+        let (syncer, inbox) = std::sync::mpsc::channel::<ToSync>();
         #[cfg(test)]
         let sync_hooks = Arc::new(SyncHooks::default());
         #[cfg(test)]
         let hooks = Arc::clone(&sync_hooks);
-        let of_syncer = Arc::clone(&durability);
+        let of_syncer = Arc::clone(&sync_failed);
         std::thread::Builder::new()
             .name("ledger-sync".into())
             .spawn(move || {
                 syncer_loop(
                     &wal_file,
                     &of_syncer,
-                    &groups,
-                    &synced_tx,
+                    &inbox,
                     #[cfg(test)]
                     &hooks,
                 );
             })
             .map_err(|e| StorageError::Backend(format!("spawn ledger syncer: {e}")))?;
         let (jobs, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
-        let of_writer = Arc::clone(&durability);
+        let to_syncer = syncer.clone();
         std::thread::Builder::new()
             .name("ledger-writer".into())
-            .spawn(move || writer_loop(writer, rx, &of_writer, &to_syncer))
+            .spawn(move || writer_loop(writer, rx, &sync_failed, &to_syncer))
             .map_err(|e| StorageError::Backend(format!("spawn ledger writer: {e}")))?;
         info!("SQLite ledger open.");
         Ok(Self {
             jobs,
             reader: Arc::new(Mutex::new(reader)),
-            durability,
-            synced,
+            syncer,
             legacy_gift_ids,
             #[cfg(test)]
             wal,
@@ -627,31 +624,29 @@ impl SqliteLedger {
             .map_err(|_| StorageError::Unavailable("ledger writer dropped the request".into()))?
     }
 
-    /// Runs a read on the reader connection, off the async threads, and answers once every
-    /// commit it may have seen is durable: a read never shows what a crash could still undo.
+    /// Runs a read on the reader connection, off the async threads, and answers after a sync
+    /// of the WAL that began once the query had ended: whatever commit it saw is durable.
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         let reader = Arc::clone(&self.reader);
-        let durability = Arc::clone(&self.durability);
-        let (out, seen) = tokio::task::spawn_blocking(move || {
+        let out = tokio::task::spawn_blocking(move || {
             let conn = reader
                 .lock()
                 .map_err(|_| StorageError::Backend("ledger reader lock poisoned".into()))?;
-            let out = f(&conn);
-            // Read after the query: covers every commit the query could have seen.
-            Ok::<_, StorageError>((out, durability.committing.load(Ordering::SeqCst)))
+            f(&conn)
         })
         .await
         .map_err(|e| StorageError::Backend(format!("ledger read task: {e}")))??;
-        let mut synced = self.synced.clone();
-        synced
-            .wait_for(|&s| s >= seen)
-            .await
-            .map_err(|_| StorageError::Unavailable(SYNCER_STOPPED.into()))?;
-        out
+        let (done, synced) = oneshot::channel();
+        let stopped = || StorageError::Unavailable(SYNCER_STOPPED.into());
+        self.syncer
+            .send(ToSync::Read(done))
+            .map_err(|_| stopped())?;
+        synced.await.map_err(|_| stopped())?;
+        Ok(out)
     }
 
     pub(super) async fn grant(
@@ -935,8 +930,6 @@ impl SqliteLedger {
     reason = "made and read on the writer's and the syncer's own threads, outside the runtime"
 )]
 struct Committed {
-    /// The group's number, counted by the writer from 1.
-    seq: u64,
     /// When the group's first statement ran.
     started: std::time::Instant,
     /// The commit's error, if it failed: nothing of the group is in the WAL then.
@@ -944,13 +937,13 @@ struct Committed {
     jobs: Vec<Job>,
 }
 
-/// What the writer, the syncer and the readers know of the groups' durability.
-#[derive(Debug, Default)]
-struct Durability {
-    /// The number of the last group whose COMMIT began: readers may see its writes.
-    committing: AtomicU64,
-    /// Set by the syncer when a sync failed: the writer then stops too.
-    stopped: std::sync::atomic::AtomicBool,
+/// What the syncer makes durable.
+enum ToSync {
+    /// A group the writer committed (or failed to): its jobs are answered after the sync.
+    Group(Committed),
+    /// A read whose query has ended: answered after the next sync, which covers every commit
+    /// the query may have seen (a sync flushes the WAL file's pages whoever wrote them).
+    Read(oneshot::Sender<()>),
 }
 
 /// The writer's half: runs each group and hands it, committed but not yet synced, to the
@@ -963,8 +956,8 @@ struct Durability {
 fn writer_loop(
     conn: Connection,
     mut rx: mpsc::Receiver<Job>,
-    durability: &Durability,
-    syncer: &std::sync::mpsc::Sender<Committed>,
+    sync_failed: &AtomicBool,
+    syncer: &std::sync::mpsc::Sender<ToSync>,
 ) {
     use std::time::Instant;
     let hot = match Hot::prepare(&conn) {
@@ -975,11 +968,10 @@ fn writer_loop(
             return;
         }
     };
-    let mut seq = 0;
     // When the previous group started and how many jobs it held.
     let mut last: Option<(Instant, usize)> = None;
     while let Some(first) = rx.blocking_recv() {
-        if durability.stopped.load(Ordering::SeqCst) {
+        if sync_failed.load(Ordering::SeqCst) {
             // Nothing may be written after a failed sync; later callers get "writer stopped".
             answer(vec![first], Some(SYNCER_STOPPED));
             break;
@@ -998,22 +990,20 @@ fn writer_loop(
             }
         }
         last = Some((started, batch.len()));
-        seq += 1;
-        let commit = run_group(&conn, &hot, &mut batch, || {
-            durability.committing.store(seq, Ordering::SeqCst);
-        });
+        let commit = run_group(&conn, &hot, &mut batch);
         if let Err(e) = &commit {
             error!(error = %e, "Ledger group commit failed.");
         }
         metrics::counter!(METRIC_GROUP_COMMITS).increment(1);
         metrics::histogram!(METRIC_GROUP_COMMIT_JOBS).record(batch.len() as f64);
         let group = Committed {
-            seq,
             started,
             failed: commit.err().map(|e| format!("commit failed: {e}")),
             jobs: batch,
         };
-        if let Err(std::sync::mpsc::SendError(group)) = syncer.send(group) {
+        if let Err(std::sync::mpsc::SendError(ToSync::Group(group))) =
+            syncer.send(ToSync::Group(group))
+        {
             // The syncer stopped after a failed sync: nothing is known to be durable any more.
             answer(group.jobs, Some(SYNCER_STOPPED));
         }
@@ -1035,35 +1025,37 @@ fn answer(jobs: Vec<Job>, failed: Option<&str>) {
     }
 }
 
-/// The syncer's half: takes every group committed since its last sync, makes them durable
-/// with one `fdatasync` of the WAL, publishes the last one's number to the readers and only
-/// then answers their jobs. The writer meanwhile runs the next group: its statements and WAL
-/// writes no longer wait for the disk, and one sync covers every group it wrote meanwhile.
-/// The WAL's frames are checksummed in a chain, so recovery keeps a prefix of the commits: a
-/// later group is never durable without the earlier ones. A failed sync stops the syncer
-/// (like PostgreSQL after a failed fsync, the ledger stops, since the kernel may have dropped
-/// the unwritten pages): its jobs and every later one fail, and reads fail.
+/// The syncer's half: takes every group committed since its last sync (and every read that
+/// ended since), makes them durable with one `fdatasync` of the WAL, and only then answers
+/// them. The writer meanwhile runs the next group: its statements and WAL writes no longer
+/// wait for the disk, and one sync covers every group it wrote meanwhile. The WAL's frames
+/// are checksummed in a chain, so recovery keeps a prefix of the commits: a later group is
+/// never durable without the earlier ones. A failed sync stops the syncer (like PostgreSQL
+/// after a failed fsync, since the kernel may have dropped the unwritten pages): its jobs and
+/// every later one fail, and so do reads.
 #[allow(
     clippy::disallowed_types,
     reason = "the syncer is a thread of its own, outside the runtime: it times wall-clock work"
 )]
 fn syncer_loop(
     wal: &std::fs::File,
-    durability: &Durability,
-    groups: &std::sync::mpsc::Receiver<Committed>,
-    synced: &tokio::sync::watch::Sender<u64>,
+    sync_failed: &AtomicBool,
+    inbox: &std::sync::mpsc::Receiver<ToSync>,
     #[cfg(test)] hooks: &SyncHooks,
 ) {
-    let mut ready: Vec<Committed> = Vec::new();
-    while let Ok(first) = groups.recv() {
+    let mut ready: Vec<ToSync> = Vec::new();
+    while let Ok(first) = inbox.recv() {
         ready.push(first);
-        ready.extend(groups.try_iter());
+        ready.extend(inbox.try_iter());
         #[cfg(test)]
         hooks.wait_at_gate();
         let started = std::time::Instant::now();
-        let outcome = if ready.iter().all(|g| g.failed.is_some()) {
-            Ok(())
-        } else {
+        // A failed group left nothing in the WAL; anything else needs the sync.
+        let needed = ready.iter().any(|m| match m {
+            ToSync::Group(g) => g.failed.is_none(),
+            ToSync::Read(_) => true,
+        });
+        let outcome = if needed {
             #[cfg(test)]
             let outcome = hooks.sync(wal);
             #[cfg(not(test))]
@@ -1071,24 +1063,34 @@ fn syncer_loop(
             metrics::counter!(METRIC_WAL_SYNCS).increment(1);
             metrics::histogram!(METRIC_WAL_SYNC_SECONDS).record(started.elapsed().as_secs_f64());
             outcome
+        } else {
+            Ok(())
         };
         if let Err(e) = outcome {
             error!(error = %e, "Ledger WAL sync failed: the ledger stops.");
-            durability.stopped.store(true, Ordering::SeqCst);
-            for group in ready.drain(..) {
-                answer(group.jobs, Some(SYNCER_STOPPED));
+            sync_failed.store(true, Ordering::SeqCst);
+            for m in ready.drain(..) {
+                // A read's dropped sender fails it.
+                if let ToSync::Group(group) = m {
+                    answer(group.jobs, Some(SYNCER_STOPPED));
+                }
             }
-            // Returning drops `synced` (readers then fail) and the channel (the writer then
-            // fails the later groups itself).
+            // Returning drops the inbox: the writer then fails later groups itself, and reads
+            // fail to ask.
             return;
         }
-        if let Some(last) = ready.last() {
-            synced.send_replace(last.seq);
-        }
-        for group in ready.drain(..) {
-            metrics::histogram!(METRIC_GROUP_COMMIT_SECONDS)
-                .record(group.started.elapsed().as_secs_f64());
-            answer(group.jobs, group.failed.as_deref());
+        for m in ready.drain(..) {
+            match m {
+                ToSync::Group(group) => {
+                    metrics::histogram!(METRIC_GROUP_COMMIT_SECONDS)
+                        .record(group.started.elapsed().as_secs_f64());
+                    answer(group.jobs, group.failed.as_deref());
+                }
+                ToSync::Read(done) => {
+                    // The reader may have gone away.
+                    let _ = done.send(());
+                }
+            }
         }
     }
 }
@@ -1100,7 +1102,9 @@ struct SyncHooks {
     /// (gate closed, groups waiting at it)
     gate: Mutex<(bool, usize)>,
     opened: std::sync::Condvar,
-    fail_next: std::sync::atomic::AtomicBool,
+    fail_next: AtomicBool,
+    /// Syncs run so far.
+    syncs: AtomicU64,
 }
 
 #[cfg(test)]
@@ -1129,6 +1133,7 @@ impl SyncHooks {
     }
 
     fn sync(&self, wal: &std::fs::File) -> std::io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::SeqCst);
         if self.fail_next.swap(false, Ordering::SeqCst) {
             return Err(std::io::Error::other("injected sync failure"));
         }
@@ -1147,14 +1152,8 @@ fn pace_wait(since: Duration, jobs: usize) -> Option<Duration> {
 }
 
 /// Runs one group in one transaction: fast (no savepoints) when every job succeeds, else again
-/// with a savepoint per job. Calls `committing` just before the COMMIT. Returns the commit's
-/// result.
-fn run_group<'c>(
-    conn: &'c Connection,
-    hot: &Hot<'c>,
-    batch: &mut [Job],
-    committing: impl FnOnce(),
-) -> rusqlite::Result<()> {
+/// with a savepoint per job. Returns the commit's result.
+fn run_group<'c>(conn: &'c Connection, hot: &Hot<'c>, batch: &mut [Job]) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let tx = Tx::new(conn, hot);
     if !batch.iter_mut().all(|job| job.run(&tx)) {
@@ -1170,10 +1169,7 @@ fn run_group<'c>(
         }
     }
     tx.write_house()
-        .and_then(|()| {
-            committing();
-            conn.execute_batch("COMMIT")
-        })
+        .and_then(|()| conn.execute_batch("COMMIT"))
         .inspect_err(|_| {
             let _ = conn.execute_batch("ROLLBACK");
         })
@@ -1934,7 +1930,7 @@ mod tests {
 
     /// Runs `group` as the writer does and answers every job with the commit's success.
     fn run_and_answer(conn: &Connection, mut group: Vec<Job>) {
-        run_group(conn, &Hot::prepare(conn).unwrap(), &mut group, || {}).unwrap();
+        run_group(conn, &Hot::prepare(conn).unwrap(), &mut group).unwrap();
         for j in group {
             j.answer(Ok(()));
         }
@@ -2067,7 +2063,7 @@ mod tests {
     }
 
     /// A commit is answered, and shown to readers, only once the syncer has synced the WAL:
-    /// held before its sync, a committed grant is neither answered nor visible to a read.
+    /// held before its sync, a committed grant is neither answered nor shown by a read.
     #[tokio::test]
     async fn answers_and_reads_wait_for_the_wal_sync() {
         let dir = tempfile::tempdir().unwrap();
@@ -2076,7 +2072,6 @@ mod tests {
             .unwrap();
         let user = UserId::from("u".to_owned());
         ledger.grant(&user, 5, "first").await.unwrap();
-        assert_eq!(*ledger.synced.borrow(), 1);
         ledger.sync_hooks.close();
         let grant = tokio::spawn({
             let (ledger, user) = (ledger.clone(), user.clone());
@@ -2087,7 +2082,6 @@ mod tests {
             || ledger.sync_hooks.waiting(),
         )
         .await;
-        assert_eq!(ledger.durability.committing.load(Ordering::SeqCst), 2);
         let read = tokio::spawn({
             let (ledger, user) = (ledger.clone(), user.clone());
             async move { ledger.balance(&user).await }
@@ -2105,7 +2099,48 @@ mod tests {
             }
         );
         assert_eq!(read.await.unwrap().unwrap(), 12);
-        assert_eq!(*ledger.synced.borrow(), 2);
+    }
+
+    /// Two processes may share one ledger file. A read of a commit another writer has not
+    /// synced yet is answered after a sync of the reader's own, which makes that commit durable
+    /// too: the sync flushes the WAL file's pages, whoever wrote them.
+    #[tokio::test]
+    async fn a_read_of_another_writers_commit_waits_for_a_sync_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let one = SqliteLedger::open(&path).await.unwrap();
+        let other = SqliteLedger::open(&path).await.unwrap();
+        let user = UserId::from("u".to_owned());
+        one.sync_hooks.close();
+        let grant = tokio::spawn({
+            let (one, user) = (one.clone(), user.clone());
+            async move { one.grant(&user, 7, "held").await }
+        });
+        eventually("the grant committed and held before its sync", || {
+            one.sync_hooks.waiting()
+        })
+        .await;
+        other.sync_hooks.close();
+        let read = tokio::spawn({
+            let (other, user) = (other.clone(), user.clone());
+            async move { other.balance(&user).await }
+        });
+        eventually("the read waiting for the other ledger's sync", || {
+            other.sync_hooks.waiting()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !read.is_finished(),
+            "a read showed another writer's unsynced commit"
+        );
+        let syncs = other.sync_hooks.syncs.load(Ordering::SeqCst);
+        other.sync_hooks.open();
+        assert_eq!(read.await.unwrap().unwrap(), 7);
+        assert_eq!(other.sync_hooks.syncs.load(Ordering::SeqCst), syncs + 1);
+        assert!(!grant.is_finished());
+        one.sync_hooks.open();
+        assert!(grant.await.unwrap().unwrap().applied);
     }
 
     /// A failed sync stops the ledger: the group it covered fails, and so does every later
