@@ -11,9 +11,10 @@
 //! of the writer's cycle (BENCHMARKS.md, Change 23). Reads wait too: a read answers only
 //! after a sync that began once its query had ended, which covers every commit it may have
 //! seen, this process's or another's sharing the file, so nothing a crash could undo is ever
-//! shown (what `synchronous=FULL` gave, where a commit became visible only once synced). SQLite still syncs its own checkpoints (NORMAL does; the checkpointer's connection
-//! runs FULL), and the WAL's chained checksums mean recovery keeps a prefix of the commits. A
-//! failed sync stops the ledger: no job is answered as durable after it.
+//! shown (what `synchronous=FULL` gave, where a commit became visible only once synced).
+//! SQLite still syncs its own checkpoints (NORMAL does; the checkpointer's connection runs
+//! FULL), and the WAL's chained checksums mean recovery keeps a prefix of the commits. A failed
+//! sync stops the ledger: no job is answered as durable after it.
 //!
 //! A failing job must leave no trace, yet a SAVEPOINT per job costs two statements and a copy
 //! of every page the job touches; so the writer first runs the whole group without savepoints
