@@ -2063,30 +2063,49 @@ mod tests {
         panic!("never happened: {what}");
     }
 
-    /// A commit is answered, and shown to readers, only once the syncer has synced the WAL:
-    /// held before its sync, a committed grant is neither answered nor shown by a read.
-    #[tokio::test]
-    async fn answers_and_reads_wait_for_the_wal_sync() {
+    /// A grant on a task of its own, committed and then held by the syncer (its gate closed)
+    /// before the sync that would answer it.
+    async fn held_grant(
+        ledger: &SqliteLedger,
+        user: &UserId,
+        amount: i64,
+    ) -> tokio::task::JoinHandle<Result<GrantOutcome>> {
+        ledger.sync_hooks.close();
+        let grant = tokio::spawn({
+            let (ledger, user) = (ledger.clone(), user.clone());
+            async move { ledger.grant(&user, amount, "held").await }
+        });
+        eventually("the grant committed and held before its sync", || {
+            ledger.sync_hooks.waiting()
+        })
+        .await;
+        grant
+    }
+
+    /// A ledger in a fresh directory (kept alive by the returned one), and a user granted 5.
+    async fn granted_ledger() -> (tempfile::TempDir, SqliteLedger, UserId) {
         let dir = tempfile::tempdir().unwrap();
         let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
             .await
             .unwrap();
         let user = UserId::from("u".to_owned());
         ledger.grant(&user, 5, "first").await.unwrap();
-        ledger.sync_hooks.close();
-        let grant = tokio::spawn({
-            let (ledger, user) = (ledger.clone(), user.clone());
-            async move { ledger.grant(&user, 7, "second").await }
-        });
-        eventually(
-            "the second grant committed and held before its sync",
-            || ledger.sync_hooks.waiting(),
-        )
-        .await;
-        let read = tokio::spawn({
-            let (ledger, user) = (ledger.clone(), user.clone());
-            async move { ledger.balance(&user).await }
-        });
+        (dir, ledger, user)
+    }
+
+    /// A balance read on a task of its own.
+    fn spawn_balance(ledger: &SqliteLedger, user: &UserId) -> tokio::task::JoinHandle<Result<i64>> {
+        let (ledger, user) = (ledger.clone(), user.clone());
+        tokio::spawn(async move { ledger.balance(&user).await })
+    }
+
+    /// A commit is answered, and shown to readers, only once the syncer has synced the WAL:
+    /// held before its sync, a committed grant is neither answered nor shown by a read.
+    #[tokio::test]
+    async fn answers_and_reads_wait_for_the_wal_sync() {
+        let (_dir, ledger, user) = granted_ledger().await;
+        let grant = held_grant(&ledger, &user, 7).await;
+        let read = spawn_balance(&ledger, &user);
         // Not answered while the WAL is unsynced: a crash now would undo the grant.
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!grant.is_finished(), "a grant was answered before its sync");
@@ -2112,20 +2131,9 @@ mod tests {
         let one = SqliteLedger::open(&path).await.unwrap();
         let other = SqliteLedger::open(&path).await.unwrap();
         let user = UserId::from("u".to_owned());
-        one.sync_hooks.close();
-        let grant = tokio::spawn({
-            let (one, user) = (one.clone(), user.clone());
-            async move { one.grant(&user, 7, "held").await }
-        });
-        eventually("the grant committed and held before its sync", || {
-            one.sync_hooks.waiting()
-        })
-        .await;
+        let grant = held_grant(&one, &user, 7).await;
         other.sync_hooks.close();
-        let read = tokio::spawn({
-            let (other, user) = (other.clone(), user.clone());
-            async move { other.balance(&user).await }
-        });
+        let read = spawn_balance(&other, &user);
         eventually("the read waiting for the other ledger's sync", || {
             other.sync_hooks.waiting()
         })
@@ -2148,12 +2156,7 @@ mod tests {
     /// write and every read that may have seen an unsynced commit.
     #[tokio::test]
     async fn a_failed_sync_stops_the_ledger() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
-            .await
-            .unwrap();
-        let user = UserId::from("u".to_owned());
-        ledger.grant(&user, 5, "first").await.unwrap();
+        let (_dir, ledger, user) = granted_ledger().await;
         ledger.sync_hooks.fail_next.store(true, Ordering::SeqCst);
         let unavailable = |r: Result<()>| matches!(r, Err(StorageError::Unavailable(_)));
         assert!(unavailable(
