@@ -568,20 +568,15 @@ impl SqliteLedger {
         let (syncer, inbox) = std::sync::mpsc::channel::<ToSync>();
         #[cfg(test)]
         let sync_hooks = Arc::new(SyncHooks::default());
-        #[cfg(test)]
-        let hooks = Arc::clone(&sync_hooks);
-        let of_syncer = Arc::clone(&sync_failed);
+        let wal_syncer = WalSyncer {
+            wal: wal_file,
+            failed: Arc::clone(&sync_failed),
+            #[cfg(test)]
+            hooks: Arc::clone(&sync_hooks),
+        };
         std::thread::Builder::new()
             .name("ledger-sync".into())
-            .spawn(move || {
-                syncer_loop(
-                    &wal_file,
-                    &of_syncer,
-                    &inbox,
-                    #[cfg(test)]
-                    &hooks,
-                );
-            })
+            .spawn(move || wal_syncer.run(&inbox))
             .map_err(|e| StorageError::Backend(format!("spawn ledger syncer: {e}")))?;
         let (jobs, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
         let to_syncer = syncer.clone();
@@ -1026,77 +1021,83 @@ fn answer(jobs: Vec<Job>, failed: Option<&str>) {
     }
 }
 
-/// The syncer's half: takes every group committed since its last sync (and every read that
-/// ended since), makes them durable with one `fdatasync` of the WAL, and only then answers
-/// them. The writer meanwhile runs the next group: its statements and WAL writes no longer
-/// wait for the disk, and one sync covers every group it wrote meanwhile. The WAL's frames
-/// are checksummed in a chain, so recovery keeps a prefix of the commits: a later group is
-/// never durable without the earlier ones. A failed sync stops the syncer (like PostgreSQL
-/// after a failed fsync, since the kernel may have dropped the unwritten pages): its jobs and
-/// every later one fail, and so do reads.
-#[allow(
-    clippy::disallowed_types,
-    reason = "the syncer is a thread of its own, outside the runtime: it times wall-clock work"
-)]
-fn syncer_loop(
-    wal: &std::fs::File,
-    sync_failed: &AtomicBool,
-    inbox: &std::sync::mpsc::Receiver<ToSync>,
-    #[cfg(test)] hooks: &SyncHooks,
-) {
-    let mut ready: Vec<ToSync> = Vec::new();
-    while let Ok(first) = inbox.recv() {
-        ready.push(first);
-        ready.extend(inbox.try_iter());
-        #[cfg(test)]
-        hooks.wait_at_gate();
-        let started = std::time::Instant::now();
-        // A failed group left nothing in the WAL; anything else needs the sync.
-        let needed = ready.iter().any(|m| match m {
-            ToSync::Group(g) => g.failed.is_none(),
-            ToSync::Read(_) => true,
-        });
-        let outcome = if needed {
-            #[cfg(test)]
-            let outcome = hooks.sync(wal);
-            #[cfg(not(test))]
-            let outcome = wal.sync_data();
-            metrics::counter!(METRIC_WAL_SYNCS).increment(1);
-            metrics::histogram!(METRIC_WAL_SYNC_SECONDS).record(started.elapsed().as_secs_f64());
-            outcome
-        } else {
-            Ok(())
-        };
-        if let Err(e) = outcome {
-            error!(error = %e, "Ledger WAL sync failed: the ledger stops.");
-            sync_failed.store(true, Ordering::SeqCst);
-            for m in ready.drain(..) {
-                // A read's dropped sender fails it.
-                if let ToSync::Group(group) = m {
-                    answer(group.jobs, Some(SYNCER_STOPPED));
+/// The syncer thread: the WAL's file, and the flag it raises when a sync fails.
+struct WalSyncer {
+    wal: std::fs::File,
+    failed: Arc<AtomicBool>,
+    #[cfg(test)]
+    hooks: Arc<SyncHooks>,
+}
+
+impl WalSyncer {
+    /// The syncer's half: takes every group committed since its last sync (and every read
+    /// that ended since), makes them durable with one `fdatasync` of the WAL, and only then
+    /// answers them. The writer meanwhile runs the next group: its statements and WAL writes
+    /// no longer wait for the disk, and one sync covers every group it wrote meanwhile. The
+    /// WAL's frames are checksummed in a chain, so recovery keeps a prefix of the commits: a
+    /// later group is never durable without the earlier ones. A failed sync stops the syncer
+    /// (like PostgreSQL after a failed fsync, since the kernel may have dropped the unwritten
+    /// pages): its jobs and every later one fail, and so do reads.
+    #[allow(
+        clippy::disallowed_types,
+        reason = "the syncer is a thread of its own, outside the runtime: it times wall-clock work"
+    )]
+    fn run(&self, inbox: &std::sync::mpsc::Receiver<ToSync>) {
+        let mut ready: Vec<ToSync> = Vec::new();
+        while let Ok(first) = inbox.recv() {
+            ready.push(first);
+            ready.extend(inbox.try_iter());
+            // A failed group left nothing in the WAL; anything else needs the sync.
+            let needed = ready.iter().any(|m| match m {
+                ToSync::Group(g) => g.failed.is_none(),
+                ToSync::Read(_) => true,
+            });
+            if needed {
+                let started = std::time::Instant::now();
+                let outcome = self.sync();
+                metrics::counter!(METRIC_WAL_SYNCS).increment(1);
+                metrics::histogram!(METRIC_WAL_SYNC_SECONDS)
+                    .record(started.elapsed().as_secs_f64());
+                if let Err(e) = outcome {
+                    error!(error = %e, "Ledger WAL sync failed: the ledger stops.");
+                    self.failed.store(true, Ordering::SeqCst);
+                    for m in ready.drain(..) {
+                        // A read's dropped sender fails it.
+                        if let ToSync::Group(group) = m {
+                            answer(group.jobs, Some(SYNCER_STOPPED));
+                        }
+                    }
+                    // Returning drops the inbox: the writer then fails later groups itself,
+                    // and reads fail to ask.
+                    return;
                 }
             }
-            // Returning drops the inbox: the writer then fails later groups itself, and reads
-            // fail to ask.
-            return;
-        }
-        for m in ready.drain(..) {
-            match m {
-                ToSync::Group(group) => {
-                    metrics::histogram!(METRIC_GROUP_COMMIT_SECONDS)
-                        .record(group.started.elapsed().as_secs_f64());
-                    answer(group.jobs, group.failed.as_deref());
-                }
-                ToSync::Read(done) => {
-                    // The reader may have gone away.
-                    let _ = done.send(());
+            for m in ready.drain(..) {
+                match m {
+                    ToSync::Group(group) => {
+                        metrics::histogram!(METRIC_GROUP_COMMIT_SECONDS)
+                            .record(group.started.elapsed().as_secs_f64());
+                        answer(group.jobs, group.failed.as_deref());
+                    }
+                    ToSync::Read(done) => {
+                        // The reader may have gone away.
+                        let _ = done.send(());
+                    }
                 }
             }
         }
     }
+
+    /// One `fdatasync` of the WAL (in tests, first through the hooks' gate and failure).
+    fn sync(&self) -> std::io::Result<()> {
+        #[cfg(test)]
+        self.hooks.before_sync()?;
+        self.wal.sync_data()
+    }
 }
 
-/// Test hooks on the syncer: hold it at a gate before it syncs, or fail its next sync.
+/// Test hooks on the syncer: hold it at a gate before it syncs, count its syncs, or fail the
+/// next one.
 #[cfg(test)]
 #[derive(Debug, Default)]
 struct SyncHooks {
@@ -1124,21 +1125,20 @@ impl SyncHooks {
         self.gate.lock().unwrap().1 > 0
     }
 
-    fn wait_at_gate(&self) {
+    /// Waits while the gate is closed, counts the sync, and fails it if asked to.
+    fn before_sync(&self) -> std::io::Result<()> {
         let mut gate = self.gate.lock().unwrap();
         gate.1 += 1;
         while gate.0 {
             gate = self.opened.wait(gate).unwrap();
         }
         gate.1 -= 1;
-    }
-
-    fn sync(&self, wal: &std::fs::File) -> std::io::Result<()> {
+        drop(gate);
         self.syncs.fetch_add(1, Ordering::SeqCst);
         if self.fail_next.swap(false, Ordering::SeqCst) {
             return Err(std::io::Error::other("injected sync failure"));
         }
-        wal.sync_data()
+        Ok(())
     }
 }
 
