@@ -131,6 +131,10 @@ pub struct Report {
     /// (after − before) / connections, bytes (idle).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_per_conn_bytes: Option<f64>,
+    /// RSS growth while the second half of the connections joined, per connection of that
+    /// half, bytes: one more member's cost, without what the server spends once (idle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_marginal_per_conn_bytes: Option<f64>,
     /// Gifts settled (ok replies) (gifts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settled: Option<u64>,
@@ -224,13 +228,17 @@ impl Report {
             ),
         ];
         let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}"));
-        let extra: [(&'static str, Option<String>); 14] = [
+        let extra: [(&'static str, Option<String>); 15] = [
             ("server cpu ms", opt(self.server_cpu_ms, 0)),
             ("cpu µs/delivery", opt(self.cpu_us_per_delivery, 3)),
             ("frames/write", opt(self.frames_per_write, 2)),
             ("rss before KiB", self.rss_before_kib.map(|v| v.to_string())),
             ("rss after KiB", self.rss_after_kib.map(|v| v.to_string())),
             ("rss bytes/conn", opt(self.rss_per_conn_bytes, 0)),
+            (
+                "rss bytes/conn, marginal",
+                opt(self.rss_marginal_per_conn_bytes, 0),
+            ),
             ("settled", self.settled.map(|v| v.to_string())),
             ("settled/s", opt(self.settled_per_sec, 0)),
             (

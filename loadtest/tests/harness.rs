@@ -91,6 +91,7 @@ async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
     let (before, after) = (r.rss_before_kib.unwrap(), r.rss_after_kib.unwrap());
     assert!(before > 1024 && after > 1024, "{before} → {after} KiB");
     assert!(r.rss_per_conn_bytes.is_some());
+    assert!(r.rss_marginal_per_conn_bytes.is_some());
 }
 
 /// A standalone node for the gift storms below.

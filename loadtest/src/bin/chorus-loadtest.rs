@@ -456,12 +456,15 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Ratio> {
     type Get = fn(&Report) -> Option<f64>;
-    let metrics: [(&str, Get); 7] = [
+    let metrics: [(&str, Get); 8] = [
         ("delivered_per_sec", |r| Some(r.delivered_per_sec)),
         ("settled_per_sec", |r| r.settled_per_sec),
         ("cpu_us_per_delivery", |r| r.cpu_us_per_delivery),
         ("p99_ms", |r| (r.latency.count > 0).then_some(r.p99_ms)),
         ("rss_per_conn_bytes", |r| r.rss_per_conn_bytes),
+        ("rss_marginal_per_conn_bytes", |r| {
+            r.rss_marginal_per_conn_bytes
+        }),
         ("resume_ms", |r| r.resume_ms),
         ("reply_p99_ms", |r| {
             (r.reply.count > 0).then_some(r.reply.p99_ms)
