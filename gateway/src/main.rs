@@ -8,10 +8,10 @@ use gateway::cli::{self, Cli, Cmd};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-/// jemalloc serves every allocation of the process, SQLite's included, built without its
+/// jemalloc serves every allocation of the process, SQLite's included, built with a small
 /// per-thread cache (`.cargo/config.toml`; `MALLOC_CONF` overrides it at start). Against glibc's
 /// malloc: less CPU per gift and per room delivery, and less memory per idle connection
-/// (BENCHMARKS.md, Change 13).
+/// (BENCHMARKS.md, Changes 13 and 24).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
