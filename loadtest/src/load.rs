@@ -57,8 +57,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Which events a [`Shared`] counts as deliveries. Every connection tracks every room event's
+/// seq whatever this says; a `party` run keeps one `Shared` per kind of traffic, and each counts
+/// the deliveries of its own kind only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    /// `chat` events.
+    pub chat: bool,
+    /// `gift` events.
+    pub gift: bool,
+}
+
+impl Counted {
+    /// Chat and gift events: what every single-kind scenario counts.
+    pub const ALL: Self = Self {
+        chat: true,
+        gift: true,
+    };
+}
+
 /// Run-wide clock, counters and histograms that every connection of a run writes into.
 pub struct Shared {
+    /// The events counted as deliveries.
+    pub counted: Counted,
     /// The run's clock origin: chat texts carry nanoseconds since this instant.
     pub start: Instant,
     /// `start` on the Unix clock (ns): gift request ids carry their intended send time as a
@@ -104,13 +125,19 @@ pub const SLOT_NS: u64 = 100_000_000;
 const SLOTS: usize = 6_000;
 
 impl Shared {
-    /// A fresh run starting now.
+    /// A fresh run starting now, counting chat and gift events.
     pub fn new() -> Arc<Self> {
+        Self::counting(Counted::ALL)
+    }
+
+    /// A fresh run starting now, counting the deliveries of `counted` only.
+    pub fn counting(counted: Counted) -> Arc<Self> {
         let start = Instant::now();
         let start_unix_ns = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         Arc::new(Self {
+            counted,
             start,
             start_unix_ns,
             received: AtomicU64::new(0),
@@ -564,12 +591,12 @@ fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
                 p.1 = seq;
             }
         }
-        if ev == "chat" || ev == "gift" {
+        if (ev == "chat" && shared.counted.chat) || (ev == "gift" && shared.counted.gift) {
             g.received += 1;
         }
     }
     match ev {
-        "chat" => {
+        "chat" if shared.counted.chat => {
             let intended =
                 f.d.and_then(|d| serde_json::from_str::<ChatD<'_>>(d.get()).ok())
                     .and_then(|d| d.text.as_deref().and_then(parse_marker));
@@ -580,7 +607,7 @@ fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
                 }
             }
         }
-        "gift" => {
+        "gift" if shared.counted.gift => {
             let intended =
                 f.d.and_then(|d| serde_json::from_str::<GiftD<'_>>(d.get()).ok())
                     .and_then(|d| d.order.as_deref().and_then(|o| shared.gift_intended_ns(o)));

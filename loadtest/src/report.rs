@@ -36,6 +36,14 @@ fn ms(us: u64) -> f64 {
 }
 
 impl Latency {
+    /// `p50 / p90 / p99 / p999 / max` in ms, for the human table.
+    pub fn row(&self) -> String {
+        format!(
+            "{:.2} / {:.2} / {:.2} / {:.2} / {:.2}",
+            self.p50_ms, self.p90_ms, self.p99_ms, self.p999_ms, self.max_ms
+        )
+    }
+
     /// Summarises a µs histogram.
     pub fn from_hist(h: &Histogram<u64>) -> Self {
         if h.is_empty() {
@@ -151,6 +159,15 @@ pub struct Report {
     /// `GET /admin/ledger/totals` → `conserved` (gifts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conserved: Option<bool>,
+    /// Reply latency of the gift bursts' `gift.send` (party; the chat's is `reply`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gift_reply: Option<Latency>,
+    /// Delivery latency of the gift bursts' `gift` events (party; the chat's is `latency`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gift_events: Option<Latency>,
+    /// Reply latency of the seat changes, `seat.take` and `seat.leave` (party).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seat_reply: Option<Latency>,
     /// Connections resumed (reconnect).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumed: Option<u64>,
@@ -187,6 +204,16 @@ impl Report {
         self.latency = l;
     }
 
+    /// The highest p99 of the traffic a `party` run carries beside its chat (gift replies, gift
+    /// events, seat replies), ms; 0 for other scenarios.
+    pub fn side_p99_ms(&self) -> f64 {
+        [&self.gift_reply, &self.gift_events, &self.seat_reply]
+            .into_iter()
+            .flatten()
+            .map(|l| l.p99_ms)
+            .fold(0.0, f64::max)
+    }
+
     /// The rows of the human table.
     pub fn rows(&self) -> Vec<(&'static str, String)> {
         let mut r = vec![
@@ -215,18 +242,18 @@ impl Report {
                     self.p50_ms, self.p90_ms, self.p99_ms, self.p999_ms, self.max_ms
                 ),
             ),
-            (
-                "reply ms p50/p90/p99/p999/max",
-                format!(
-                    "{:.2} / {:.2} / {:.2} / {:.2} / {:.2}",
-                    self.reply.p50_ms,
-                    self.reply.p90_ms,
-                    self.reply.p99_ms,
-                    self.reply.p999_ms,
-                    self.reply.max_ms
-                ),
-            ),
+            ("reply ms p50/p90/p99/p999/max", self.reply.row()),
         ];
+        let parts = [
+            ("gift reply ms p50/p90/p99/p999/max", &self.gift_reply),
+            ("gift event ms p50/p90/p99/p999/max", &self.gift_events),
+            ("seat reply ms p50/p90/p99/p999/max", &self.seat_reply),
+        ];
+        r.extend(
+            parts
+                .into_iter()
+                .filter_map(|(k, l)| l.as_ref().map(|l| (k, l.row()))),
+        );
         let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}"));
         let extra: [(&'static str, Option<String>); 15] = [
             ("server cpu ms", opt(self.server_cpu_ms, 0)),

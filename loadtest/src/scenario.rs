@@ -6,12 +6,14 @@
 //! - [`gifts`]: a gift storm with ledger checks;
 //! - [`churn`]: joins, leaves, seat takes and switches;
 //! - [`idle`]: server memory per idle joined connection;
-//! - [`reconnect`]: everyone drops and resumes at once.
+//! - [`reconnect`]: everyone drops and resumes at once;
+//! - [`party`]: rooms chatting while gift bursts and seat changes hit them.
 
 pub mod chat;
 pub mod churn;
 pub mod gifts;
 pub mod idle;
+pub mod party;
 pub mod reconnect;
 
 use std::future::Future;
@@ -102,6 +104,9 @@ pub enum Scenario {
         /// Members per room (plus one publisher that stays).
         members: usize,
     },
+    /// Rooms chatting while gift bursts and seat changes hit them; rate = chat messages/s per
+    /// chatter.
+    Party(party::Shape),
 }
 
 impl Scenario {
@@ -114,6 +119,7 @@ impl Scenario {
             Self::Churn { .. } => "churn",
             Self::Idle { .. } => "idle",
             Self::Reconnect { .. } => "reconnect",
+            Self::Party(_) => "party",
         }
     }
 
@@ -148,6 +154,7 @@ impl Scenario {
             Self::Reconnect { rooms, members } => {
                 reconnect::run(target, p, rate, rooms, members).await?
             }
+            Self::Party(shape) => party::run(target, p, rate, shape).await?,
         };
         r.scenario = self.name().to_owned();
         r.target = target.name.clone();
@@ -276,21 +283,45 @@ pub fn schedule_len(rate: f64, duration: Duration) -> u64 {
 /// Runs the schedule: send `i` is intended at `t0 + i / rate`; `send(i, intended_ns)` is
 /// awaited in order. A late schedule sends at once with the original intended times. Bounded:
 /// `schedule_len` sends, and never past `duration` + 30 s. Returns `(t0_ns, sends)`.
-pub async fn pace<F, Fut>(shared: &Shared, rate: f64, duration: Duration, mut send: F) -> (u64, u64)
+pub async fn pace<F, Fut>(shared: &Shared, rate: f64, duration: Duration, send: F) -> (u64, u64)
 where
     F: FnMut(u64, u64) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let total = schedule_len(rate, duration);
-    let t0 = shared.now_ns();
     if rate <= 0.0 {
-        return (t0, 0);
+        return (shared.now_ns(), 0);
     }
     let interval = 1e9 / rate;
+    let total = schedule_len(rate, duration);
+    pace_by(
+        shared,
+        total,
+        |i| (i as f64 * interval) as u64,
+        duration,
+        send,
+    )
+    .await
+}
+
+/// Runs a schedule of `total` sends, send `i` intended at `t0 + offset_ns(i)` (offsets that
+/// never decrease); otherwise as [`pace`]: a late schedule sends at once with the original
+/// intended times, and it stops `duration` + 30 s after it began. Returns `(t0_ns, sends)`.
+pub async fn pace_by<F, Fut>(
+    shared: &Shared,
+    total: u64,
+    offset_ns: impl Fn(u64) -> u64,
+    duration: Duration,
+    mut send: F,
+) -> (u64, u64)
+where
+    F: FnMut(u64, u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let t0 = shared.now_ns();
     let hard_stop = Instant::now() + duration + Duration::from_secs(30);
     let mut i = 0;
     while i < total {
-        let due = t0 + (i as f64 * interval) as u64;
+        let due = t0 + offset_ns(i);
         let now = shared.now_ns();
         if due > now {
             tokio::time::sleep(Duration::from_nanos(due - now)).await;

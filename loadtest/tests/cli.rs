@@ -68,3 +68,60 @@ fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
     let (b, c) = (settled["baseline"].as_f64(), settled["chorus"].as_f64());
     assert!(b.unwrap() > 0.0 && c.unwrap() > 0.0, "{settled}");
 }
+
+/// `party` from the command line: its JSON carries the side traffic's latencies beside the
+/// chat's; sizes it cannot run and `--compare` (the baseline has no seats) are refused with a
+/// message, before anything is spawned.
+#[test]
+fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("party.json");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+            .args(["party", "--spawn", "standalone", "--rooms", "2"])
+            .args(["--members", "2", "--gifters", "1", "--seaters", "1"])
+            .args(["--bursts-per-sec", "2", "--burst-gifts", "5"])
+            .args(["--seat-rate", "4", "--rate", "2", "--duration", "1"])
+            .args(["--quiet", "--json"])
+            .arg(&json)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let text = || {
+        format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    assert!(out.status.success(), "{}", text());
+    assert!(text().contains("gift event ms"), "{}", text());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let r = &v["runs"][0];
+    assert_eq!(r["scenario"], "party", "{r}");
+    // 8 chat messages, 2 bursts of 5 gifts, 4 seat changes.
+    assert_eq!(
+        (r["sent"].as_u64(), r["unanswered"].as_u64()),
+        (Some(22), Some(0)),
+        "{r}"
+    );
+    assert_eq!(r["settled"], 10, "{r}");
+    assert_eq!(r["gift_reply"]["count"], 10, "{r}");
+    assert_eq!(r["gift_events"]["count"], 10, "{r}");
+    assert_eq!(r["seat_reply"]["count"], 4, "{r}");
+    assert_eq!(r["conserved"], true, "{r}");
+
+    for (extra, says) in [
+        (&["--compare"][..], "baseline server has no seats"),
+        (&["--burst-rate", "1"][..], "lasts longer"),
+    ] {
+        let out = run(extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{extra:?}: {err}"
+        );
+    }
+}

@@ -282,3 +282,66 @@ async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
         t.abort();
     }
 }
+
+/// A party carries chat, gift bursts and seat changes at once, and reports each apart: every
+/// chat message reaches every chatter and every gift event every gifter, counted by its own
+/// kind only (a chatter does not count the gift events it also gets, so the deliveries add up
+/// exactly), every request is answered and timed in its own histogram, and the gifts are paid
+/// for and conserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_party_reports_its_chat_gift_bursts_and_seat_changes_apart() {
+    use loadtest::scenario::party::Shape;
+    let target = gift_node().await;
+    let params = Params {
+        duration: Duration::from_millis(1000),
+        drain: Duration::from_secs(10),
+        ..Params::default()
+    };
+    let shape = Shape {
+        rooms: 3,
+        members: 3,
+        gifters: 2,
+        seaters: 2,
+        bursts_per_sec: 4.0,
+        burst_gifts: 10,
+        burst_rate: 1_000.0,
+        seat_rate: 20.0,
+    };
+    // 2 messages/s from each of the 9 chatters: 18 messages; 4 bursts of 10 gifts; 20 seat
+    // changes (each of the 6 changers takes a seat, leaves it, ...).
+    let r = Scenario::Party(shape)
+        .run(&target, &params, 2.0)
+        .await
+        .unwrap();
+    assert_eq!(r.scenario, "party");
+    assert_eq!((r.sent, r.accepted, r.unanswered), (78, 78, 0), "{r:?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.connections, 3 * (3 + 2 + 2));
+    assert_eq!(r.expected, 18 * 3 + 40 * 2, "{r:?}");
+    assert_eq!(r.received, r.expected, "{r:?}");
+    assert_eq!(
+        (r.lost, r.gaps, r.duplicates, r.closed),
+        (0, 0, 0, 0),
+        "{r:?}"
+    );
+    // The chat's deliveries and replies are the main figures; the rest stand beside them.
+    assert_eq!((r.latency.count, r.reply.count), (18 * 3, 18), "{r:?}");
+    let gift_reply = r.gift_reply.as_ref().unwrap();
+    let gift_events = r.gift_events.as_ref().unwrap();
+    let seat_reply = r.seat_reply.as_ref().unwrap();
+    assert_eq!(
+        (gift_reply.count, gift_events.count, seat_reply.count),
+        (40, 80, 20)
+    );
+    assert!(r.side_p99_ms() >= gift_reply.p99_ms.max(seat_reply.p99_ms));
+    assert_eq!(
+        (
+            r.settled,
+            r.balances_checked,
+            r.balance_mismatches,
+            r.conserved
+        ),
+        (Some(40), Some(6), Some(0), Some(true)),
+        "{r:?}"
+    );
+}

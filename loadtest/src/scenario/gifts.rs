@@ -12,6 +12,7 @@
 //! `--interleave-rooms` sends each gift to another room than the one before, so every event
 //! is a socket write of its own until the node falls behind (BENCHMARKS.md, Change 19).
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use futures_util::StreamExt;
@@ -20,7 +21,7 @@ use uuid::Uuid;
 
 use super::{Params, Progress, common_report, connect_users, drain, join_all, pace, run_prefix};
 use crate::admin;
-use crate::load::{Shared, close_all};
+use crate::load::{Conn, Shared, close_all};
 use crate::report::Report;
 use crate::target::Target;
 
@@ -80,28 +81,7 @@ pub async fn run(
         .collect();
     let room_of = |i: usize| format!("{prefix}-r{}", i / members);
 
-    let grants = futures_util::stream::iter(users.iter().map(|u| {
-        let token = token.clone();
-        async move {
-            let body = json!({ "amount": GRANT, "key": format!("{u}-grant") });
-            let r = admin::call(
-                admin_addr,
-                "POST",
-                &format!("/admin/wallets/{u}/grant"),
-                token.as_deref(),
-                Some(body),
-            )
-            .await?;
-            anyhow::ensure!(r.status == 200, "grant {u}: HTTP {} {}", r.status, r.body);
-            Ok(())
-        }
-    }))
-    .buffer_unordered(ADMIN_CONCURRENCY)
-    .collect::<Vec<anyhow::Result<()>>>()
-    .await;
-    for g in grants {
-        g?;
-    }
+    grant_all(admin_addr, token.as_deref(), &users).await?;
 
     let shared = Shared::new();
     let conns = connect_users(target, &users, p, &shared).await?;
@@ -149,37 +129,80 @@ pub async fn run(
         r.settled_per_sec = Some(settled as f64 / window);
     }
 
-    // Every sender's balance must be the grant minus what its settled gifts cost. A gift still
-    // unanswered when the drain ended (a server far behind) may settle before or during the
-    // check, so it may or may not be paid for; it is counted in `unanswered`, not here.
+    let (checked, mismatches) = check_balances(admin_addr, token.as_deref(), &conns).await;
+    r.balances_checked = Some(checked);
+    r.balance_mismatches = Some(mismatches);
+    r.conserved = conserved(admin_addr, token.as_deref()).await;
+    close_all(conns).await;
+    Ok(r)
+}
+
+/// Grants each of `users` [`GRANT`] coins through the admin API, once (the grant key is the
+/// user's).
+///
+/// # Errors
+/// A grant failed.
+pub(super) async fn grant_all(
+    admin_addr: SocketAddr,
+    token: Option<&str>,
+    users: &[String],
+) -> anyhow::Result<()> {
+    let grants = futures_util::stream::iter(users.iter().map(|u| async move {
+        let body = json!({ "amount": GRANT, "key": format!("{u}-grant") });
+        let r = admin::call(
+            admin_addr,
+            "POST",
+            &format!("/admin/wallets/{u}/grant"),
+            token,
+            Some(body),
+        )
+        .await?;
+        anyhow::ensure!(r.status == 200, "grant {u}: HTTP {} {}", r.status, r.body);
+        Ok(())
+    }))
+    .buffer_unordered(ADMIN_CONCURRENCY)
+    .collect::<Vec<anyhow::Result<()>>>()
+    .await;
+    grants.into_iter().collect()
+}
+
+/// Checks every sender's balance: the grant minus what its settled gifts cost. A gift still
+/// unanswered when the drain ended (a server far behind) may settle before or during the
+/// check, so it may or may not be paid for; it is counted in `unanswered`, not here. Returns
+/// `(wallets checked, mismatches)`.
+pub(super) async fn check_balances(
+    admin_addr: SocketAddr,
+    token: Option<&str>,
+    conns: &[Conn],
+) -> (u64, u64) {
     let expected: Vec<(String, u64, u64)> = conns
         .iter()
         .map(|c| (c.user.clone(), c.ok_count(), c.in_flight() as u64))
         .collect();
-    let checks = futures_util::stream::iter(expected.into_iter().map(|(u, ok, open)| {
-        let token = token.clone();
-        async move {
-            let r = admin::get(admin_addr, &format!("/admin/wallets/{u}"), token.as_deref())
-                .await
-                .ok()?;
-            Some(
-                r.json()["balance"]
-                    .as_i64()
-                    .is_some_and(|b| balance_fits(b, ok, open)),
-            )
-        }
+    let checks = futures_util::stream::iter(expected.into_iter().map(|(u, ok, open)| async move {
+        let r = admin::get(admin_addr, &format!("/admin/wallets/{u}"), token)
+            .await
+            .ok()?;
+        Some(
+            r.json()["balance"]
+                .as_i64()
+                .is_some_and(|b| balance_fits(b, ok, open)),
+        )
     }))
     .buffer_unordered(ADMIN_CONCURRENCY)
     .collect::<Vec<Option<bool>>>()
     .await;
-    r.balances_checked = Some(checks.iter().filter(|c| c.is_some()).count() as u64);
-    r.balance_mismatches = Some(checks.iter().filter(|c| **c == Some(false)).count() as u64);
-    r.conserved = admin::get(admin_addr, "/admin/ledger/totals", token.as_deref())
+    let checked = checks.iter().filter(|c| c.is_some()).count() as u64;
+    let mismatches = checks.iter().filter(|c| **c == Some(false)).count() as u64;
+    (checked, mismatches)
+}
+
+/// The ledger's own audit: `GET /admin/ledger/totals` → `conserved`.
+pub(super) async fn conserved(admin_addr: SocketAddr, token: Option<&str>) -> Option<bool> {
+    admin::get(admin_addr, "/admin/ledger/totals", token)
         .await
         .ok()
-        .and_then(|t| t.json()["conserved"].as_bool());
-    close_all(conns).await;
-    Ok(r)
+        .and_then(|t| t.json()["conserved"].as_bool())
 }
 
 /// Whether a sender's `balance` fits its gifts: the grant less the price of each of its `ok`

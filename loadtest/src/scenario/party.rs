@@ -1,0 +1,426 @@
+//! A voice-room party: rooms whose members chat while gift bursts and seat changes hit them,
+//! all at once, so that each kind of traffic is measured under the others. Per room:
+//!
+//! - `members` chatters, each sending `rate` timed chat messages per second (the chat's
+//!   delivery and reply latency, and its losses, are the report's main figures);
+//! - `gifters` funded senders: every `1 / bursts_per_sec` seconds one room (the rooms in turn)
+//!   takes a burst of `burst_gifts` gifts at `burst_rate` gifts/s from its gifters, each to one
+//!   of its chatters, as when a host calls for gifts (reply and event latency, settled gifts,
+//!   balances and the ledger's conservation checked at the end);
+//! - `seaters` taking a seat and leaving it in turn, `seat_rate` changes per second over all
+//!   rooms (reply latency; `NO_FREE_SEAT` is an answer, not a failure).
+//!
+//! Each kind counts in a [`Shared`] of its own, over its own connections: a chatter counts the
+//! chat it receives, a gifter the gift events. Every connection still checks every room event's
+//! seq, so a gap anywhere is seen. There is no baseline for it: the baseline server has no
+//! seats.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::gifts::{check_balances, conserved, grant_all};
+use super::{
+    Params, Progress, common_report, connect_users, drain, join_all, pace, pace_by, run_prefix,
+};
+use crate::load::{Counted, Shared, close_all};
+use crate::report::{Latency, Report};
+use crate::target::Target;
+
+/// The party's sizes and side traffic; the scenario's rate is the chat's, per chatter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shape {
+    /// Rooms.
+    pub rooms: usize,
+    /// Chatters per room.
+    pub members: usize,
+    /// Gift senders per room.
+    pub gifters: usize,
+    /// Seat changers per room.
+    pub seaters: usize,
+    /// Gift bursts per second, over all rooms (each burst hits one room).
+    pub bursts_per_sec: f64,
+    /// Gifts per burst.
+    pub burst_gifts: usize,
+    /// Gifts per second within a burst.
+    pub burst_rate: f64,
+    /// Seat changes per second, over all rooms.
+    pub seat_rate: f64,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Self {
+            rooms: 100,
+            members: 10,
+            gifters: 4,
+            seaters: 4,
+            bursts_per_sec: 2.0,
+            burst_gifts: 100,
+            burst_rate: 5_000.0,
+            seat_rate: 100.0,
+        }
+    }
+}
+
+impl Shape {
+    /// Why these sizes cannot run, if they cannot.
+    ///
+    /// # Errors
+    /// A count that must be positive is zero, a rate is not finite, or a burst lasts longer
+    /// than the time between bursts (bursts would overlap).
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.rooms > 0 && self.members > 0,
+            "party needs --rooms and --members of at least 1"
+        );
+        anyhow::ensure!(
+            self.gifters > 0 || self.burst_gifts == 0 || self.bursts_per_sec == 0.0,
+            "gift bursts need --gifters of at least 1"
+        );
+        anyhow::ensure!(
+            self.seaters > 0 || self.seat_rate == 0.0,
+            "seat changes need --seaters of at least 1"
+        );
+        for (name, v) in [
+            ("--bursts-per-sec", self.bursts_per_sec),
+            ("--burst-rate", self.burst_rate),
+            ("--seat-rate", self.seat_rate),
+        ] {
+            anyhow::ensure!(v.is_finite() && v >= 0.0, "{name} must be ≥ 0, not {v}");
+        }
+        if self.bursts_per_sec > 0.0 && self.burst_gifts > 0 {
+            anyhow::ensure!(self.burst_rate > 0.0, "--burst-rate must be > 0");
+            anyhow::ensure!(
+                self.burst_gifts as f64 / self.burst_rate <= 1.0 / self.bursts_per_sec,
+                "a burst of {} gifts at {}/s lasts longer than the {:.3} s between bursts",
+                self.burst_gifts,
+                self.burst_rate,
+                1.0 / self.bursts_per_sec
+            );
+        }
+        Ok(())
+    }
+
+    /// Gifts the bursts send in `duration`.
+    fn gifts_in(&self, duration: Duration) -> u64 {
+        if self.gifters == 0 || self.burst_rate <= 0.0 {
+            return 0;
+        }
+        super::schedule_len(self.bursts_per_sec, duration) * self.burst_gifts as u64
+    }
+
+    /// When gift `i` is due, in ns from the schedule's start: burst `i / burst_gifts` starts
+    /// every `1 / bursts_per_sec` s, its gifts `1 / burst_rate` s apart.
+    fn gift_offset_ns(&self, i: u64) -> u64 {
+        let per_burst = self.burst_gifts.max(1) as u64;
+        let (burst, within) = (i / per_burst, i % per_burst);
+        let start = burst as f64 * 1e9 / self.bursts_per_sec;
+        (start + within as f64 * 1e9 / self.burst_rate) as u64
+    }
+
+    /// The room of gift `i`'s burst, and the gifter (index within the room) and chatter it
+    /// goes from and to: the rooms take bursts in turn, the room's gifters and chatters send
+    /// and receive in turn.
+    fn gift_route(&self, i: u64) -> (usize, usize, usize) {
+        let per_burst = self.burst_gifts.max(1) as u64;
+        let (burst, within) = (i / per_burst, i % per_burst);
+        let room = (burst % self.rooms as u64) as usize;
+        let gifter = (within % self.gifters.max(1) as u64) as usize;
+        let chatter = (within % self.members as u64) as usize;
+        (room, gifter, chatter)
+    }
+}
+
+/// Seat change `i` over `seaters` seat changers in all: the changer (in turn), and whether it
+/// takes a seat (its even changes) or leaves it (its odd ones).
+fn seat_change(i: u64, seaters: usize) -> (usize, bool) {
+    let n = seaters.max(1) as u64;
+    ((i % n) as usize, (i / n).is_multiple_of(2))
+}
+
+/// Runs the party.
+///
+/// # Errors
+/// The sizes cannot run ([`Shape::check`]), the target has no admin API while gifts are to be
+/// sent, or granting, connecting or joining failed.
+pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow::Result<Report> {
+    shape.check()?;
+    let gifts_total = shape.gifts_in(p.duration);
+    let admin_addr = target.admin;
+    let token = target.admin_token.clone();
+    if gifts_total > 0 {
+        anyhow::ensure!(
+            admin_addr.is_some(),
+            "party's gifts need --admin (or --spawn)"
+        );
+    }
+    let prefix = run_prefix("party");
+    let Shape {
+        rooms,
+        members,
+        gifters,
+        seaters,
+        ..
+    } = shape;
+    let room_name = |k: usize| format!("{prefix}-r{k}");
+    let named = |kind: &str, per_room: usize| -> Vec<String> {
+        (0..rooms * per_room)
+            .map(|i| format!("{prefix}-{kind}{i}"))
+            .collect()
+    };
+    let (chatters, givers, changers) = (
+        named("c", members),
+        named("g", gifters),
+        named("s", seaters),
+    );
+    if let (Some(admin), true) = (admin_addr, gifts_total > 0) {
+        grant_all(admin, token.as_deref(), &givers).await?;
+    }
+
+    let chat = Shared::counting(Counted {
+        chat: true,
+        gift: false,
+    });
+    let gift = Shared::counting(Counted {
+        chat: false,
+        gift: true,
+    });
+    let seat = Shared::counting(Counted {
+        chat: false,
+        gift: false,
+    });
+    let group = |shared: &Arc<Shared>, users: &[String], per_room: usize| {
+        let (shared, users) = (shared.clone(), users.to_vec());
+        async move {
+            let cs = connect_users(target, &users, p, &shared).await?;
+            join_all(&cs, |i| room_name(i / per_room), p.connect_concurrency).await?;
+            anyhow::Ok(cs)
+        }
+    };
+    let cc = group(&chat, &chatters, members).await?;
+    let gc = group(&gift, &givers, gifters.max(1)).await?;
+    let sc = group(&seat, &changers, seaters.max(1)).await?;
+
+    // The chat goes round the rooms, one member of each in turn (as `rooms` sends it).
+    let senders: Vec<usize> = (0..members)
+        .flat_map(|m| (0..rooms).map(move |k| k * members + m))
+        .collect();
+    let chat_rate = rate * senders.len() as f64;
+    let total = super::schedule_len(chat_rate, p.duration);
+    let progress = Progress::start(p.progress, &target.name, total, &chat);
+    let writes_before = super::server_writes(target).await;
+    let cpu_before = super::server_cpu(target).await;
+    let msg_bytes = p.msg_bytes;
+    let chatting = pace(&chat, chat_rate, p.duration, |i, due| {
+        let c = senders[(i % senders.len() as u64) as usize];
+        let (conn, room) = (&cc[c], room_name(c / members));
+        async move {
+            let _ = conn.send_chat(&room, due, msg_bytes).await;
+        }
+    });
+    let gifting = pace_by(
+        &gift,
+        gifts_total,
+        |i| shape.gift_offset_ns(i),
+        p.duration,
+        |i, due| {
+            let (room, from, to) = shape.gift_route(i);
+            let d = json!({
+                "room": room_name(room),
+                // At the intended send time, which the gift's events carry in their order id.
+                "req_id": gift.v7_at(due).to_string(),
+                "gift": "rose",
+                "count": 1,
+                "to": [chatters[room * members + to]],
+            });
+            let conn = &gc[room * gifters + from];
+            async move {
+                let _ = conn.send_timed("gift.send", &d, due).await;
+            }
+        },
+    );
+    let seating = pace(&seat, shape.seat_rate, p.duration, |i, due| {
+        let (c, take) = seat_change(i, sc.len());
+        let conn = &sc[c];
+        let d = json!({ "room": room_name(c / seaters.max(1)) });
+        async move {
+            let op = if take { "seat.take" } else { "seat.leave" };
+            let _ = conn.send_timed(op, &d, due).await;
+        }
+    });
+    let ((t_chat, _), (t_gift, _), (t_seat, _)) = tokio::join!(chatting, gifting, seating);
+    let m = members as u64;
+    let g = gifters as u64;
+    drain(&chat, p.drain, || chat.ok.load(Ordering::Relaxed) * m).await;
+    drain(&gift, p.drain, || gift.ok.load(Ordering::Relaxed) * g).await;
+    drain(&seat, p.drain, || 0).await;
+    let cpu_after = super::server_cpu(target).await;
+    let writes_after = super::server_writes(target).await;
+    progress.finish();
+
+    let mut r = common_report(
+        &chat,
+        t_chat,
+        chat.ok.load(Ordering::Relaxed) * m,
+        None,
+        None,
+    );
+    let settled = gift.ok.load(Ordering::Relaxed);
+    let gifts = common_report(&gift, t_gift, settled * g, None, None);
+    let seats = common_report(&seat, t_seat, 0, None, None);
+    merge_sides(&mut r, &gifts, &seats);
+    // No CPU per delivery: the node also delivers what no connection counts here (the chat
+    // to gifters and seat changers, the gift events to chatters, every seat update).
+    r.server_cpu_ms = cpu_before.zip(cpu_after).map(|(a, b)| b - a);
+    r.frames_per_write = super::frames_per_write(writes_before, writes_after);
+    r.offered_per_sec = chat_rate;
+    r.duration_s = p.duration.as_secs_f64();
+    r.connections = cc.len() + gc.len() + sc.len();
+    r.rooms = rooms;
+    if gifts_total > 0 {
+        r.settled = Some(settled);
+        if let Some(admin) = admin_addr {
+            let (checked, mismatches) = check_balances(admin, token.as_deref(), &gc).await;
+            r.balances_checked = Some(checked);
+            r.balance_mismatches = Some(mismatches);
+            r.conserved = conserved(admin, token.as_deref()).await;
+        }
+    }
+    for cs in [cc, gc, sc] {
+        close_all(cs).await;
+    }
+    Ok(r)
+}
+
+/// Folds the gift bursts' and the seat changes' reports into the chat's: their requests,
+/// deliveries, losses, gaps, closes and errors add up; their latencies go beside the chat's;
+/// the worst stretches are the worst of all three.
+fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report) {
+    for s in [gifts, seats] {
+        r.sent += s.sent;
+        r.accepted += s.accepted;
+        r.unanswered += s.unanswered;
+        r.expected += s.expected;
+        r.received += s.received;
+        r.lost += s.lost;
+        r.gaps += s.gaps;
+        r.duplicates += s.duplicates;
+        r.closed += s.closed;
+        r.delivered_per_sec += s.delivered_per_sec;
+        r.send_lag_max_ms = r.send_lag_max_ms.max(s.send_lag_max_ms);
+        for (code, n) in &s.errors {
+            *r.errors.entry(code.clone()).or_default() += n;
+        }
+        r.worst_100ms.extend(s.worst_100ms.iter().copied());
+    }
+    r.worst_100ms.sort_by(|a, b| b.1.total_cmp(&a.1));
+    r.worst_100ms.truncate(super::WORST_SLOTS_REPORTED);
+    let sent = |s: &Report, l: &Latency| (s.sent > 0).then(|| l.clone());
+    r.gift_reply = sent(gifts, &gifts.reply);
+    r.gift_events = sent(gifts, &gifts.latency);
+    r.seat_reply = sent(seats, &seats.reply);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Shape, seat_change};
+
+    fn shape() -> Shape {
+        Shape {
+            rooms: 3,
+            members: 4,
+            gifters: 2,
+            seaters: 2,
+            bursts_per_sec: 2.0,
+            burst_gifts: 5,
+            burst_rate: 1_000.0,
+            seat_rate: 10.0,
+        }
+    }
+
+    #[test]
+    fn bursts_start_on_their_beat_and_their_gifts_follow_at_the_burst_rate() {
+        let s = shape();
+        assert_eq!(s.gifts_in(Duration::from_secs(3)), 6 * 5);
+        let at: Vec<u64> = (0..7).map(|i| s.gift_offset_ns(i)).collect();
+        // Burst 0: 0, 1, 2, 3, 4 ms; burst 1 at 500 ms.
+        assert_eq!(
+            at,
+            [
+                0,
+                1_000_000,
+                2_000_000,
+                3_000_000,
+                4_000_000,
+                500_000_000,
+                501_000_000
+            ]
+        );
+        assert!((1..40).all(|i| s.gift_offset_ns(i) >= s.gift_offset_ns(i - 1)));
+    }
+
+    #[test]
+    fn each_burst_hits_one_room_and_the_rooms_take_turns() {
+        let s = shape();
+        let rooms: Vec<usize> = (0..20).map(|i| s.gift_route(i).0).collect();
+        assert_eq!(&rooms[..5], &[0; 5]);
+        assert_eq!(&rooms[5..10], &[1; 5]);
+        assert_eq!(&rooms[15..20], &[0; 5], "round the 3 rooms and back");
+        let (_, from, to) = s.gift_route(3);
+        assert!(from < s.gifters && to < s.members);
+        assert_ne!(s.gift_route(0).1, s.gift_route(1).1, "gifters take turns");
+    }
+
+    #[test]
+    fn every_seat_changer_takes_then_leaves_in_turn() {
+        let ops: Vec<(usize, bool)> = (0..6).map(|i| seat_change(i, 3)).collect();
+        assert_eq!(
+            ops,
+            [
+                (0, true),
+                (1, true),
+                (2, true),
+                (0, false),
+                (1, false),
+                (2, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn shapes_that_cannot_run_are_refused() {
+        assert!(shape().check().is_ok());
+        assert!(Shape::default().check().is_ok());
+        let overlapping = Shape {
+            burst_gifts: 600,
+            ..shape()
+        };
+        assert!(overlapping.check().is_err(), "600 gifts at 1000/s > 0.5 s");
+        let no_gifters = Shape {
+            gifters: 0,
+            ..shape()
+        };
+        assert!(no_gifters.check().is_err());
+        let quiet = Shape {
+            gifters: 0,
+            bursts_per_sec: 0.0,
+            seaters: 0,
+            seat_rate: 0.0,
+            ..shape()
+        };
+        assert!(quiet.check().is_ok(), "chat alone");
+        assert!(
+            Shape {
+                seat_rate: f64::NAN,
+                ..shape()
+            }
+            .check()
+            .is_err()
+        );
+    }
+}
