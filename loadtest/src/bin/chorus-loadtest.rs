@@ -454,8 +454,15 @@ async fn sweep(
             let t = targets[i];
             let r = s.run(t, p, rate).await?;
             let ok = sustainable(s, &r, c.p99_limit_ms);
+            // A party's gift bursts and seat changes count too.
+            let side = r.side_p99_ms();
+            let sides = if side > 0.0 {
+                format!(" gifts/seats p99 {side:.2} ms")
+            } else {
+                String::new()
+            };
             eprintln!(
-                "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms lost {} errors {:?} -> {}",
+                "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms{sides} lost {} errors {:?} -> {}",
                 t.name,
                 s.name(),
                 r.delivered_per_sec,
@@ -859,6 +866,32 @@ mod tests {
         r.reply.p99_ms = 500.0;
         r.p99_ms = 40.0;
         assert!(sustainable(&rooms, &r, 50.0));
+    }
+
+    /// A party's rate holds only while its gift bursts and seat changes are in time too: its
+    /// chat alone does not decide it.
+    #[test]
+    fn a_party_rate_is_judged_by_its_gifts_and_seats_as_well_as_its_chat() {
+        let party = Scenario::Party(Shape::default());
+        let mut r = Report {
+            p99_ms: 20.0,
+            gift_reply: Some(report::Latency::default()),
+            seat_reply: Some(report::Latency::default()),
+            ..Report::default()
+        };
+        assert!(sustainable(&party, &r, 100.0));
+        if let Some(g) = r.gift_reply.as_mut() {
+            g.p99_ms = 150.0;
+        }
+        assert!(!sustainable(&party, &r, 100.0), "gift replies late");
+        r.gift_reply = None;
+        if let Some(s) = r.seat_reply.as_mut() {
+            s.p99_ms = 101.0;
+        }
+        assert!(!sustainable(&party, &r, 100.0), "seat replies late");
+        r.seat_reply = None;
+        r.p99_ms = 120.0;
+        assert!(!sustainable(&party, &r, 100.0), "chat late");
     }
 
     /// Sweeps step together: both targets run at a rate before either runs at the next, a
