@@ -232,7 +232,8 @@ impl Shared {
     }
 
     /// The `n` slots of the schedule from `t0_ns` on with the worst latency, worst first, as
-    /// (seconds from `t0_ns` to the slot's start, worst latency in ms).
+    /// (seconds from `t0_ns` to the slot's start, worst latency in ms). The slot that holds
+    /// `t0_ns` starts at 0 s, not before it.
     pub fn worst_slots(&self, t0_ns: u64, n: usize) -> Vec<(f64, f64)> {
         let first = usize::try_from(t0_ns / SLOT_NS).unwrap_or(usize::MAX);
         let mut all: Vec<(usize, u64)> = self
@@ -247,7 +248,7 @@ impl Shared {
         all.into_iter()
             .take(n)
             .map(|(i, us)| {
-                let at_ns = (i as u64 * SLOT_NS) as f64 - t0_ns as f64;
+                let at_ns = ((i as u64 * SLOT_NS) as f64 - t0_ns as f64).max(0.0);
                 (at_ns / 1e9, us as f64 / 1000.0)
             })
             .collect()
@@ -870,6 +871,13 @@ mod tests {
         assert_eq!(worst.len(), 2);
         assert!((worst[0].0 - 0.05).abs() < 1e-9 && (worst[0].1 - 80.0).abs() < 1e-9);
         assert!((worst[1].0 - 0.45).abs() < 1e-9 && (worst[1].1 - 20.0).abs() < 1e-9);
+        // The stretch the schedule starts in is timed from its start, never before it.
+        s.note_slot(t0 + 1, 500_000);
+        let first = s.worst_slots(t0, 1);
+        assert!(
+            first[0].0 == 0.0 && (first[0].1 - 500.0).abs() < 1e-9,
+            "{first:?}"
+        );
         // Past the kept stretches: counted in the histograms only, never a panic.
         s.note_slot(u64::MAX, 1);
     }
