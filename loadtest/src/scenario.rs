@@ -125,7 +125,11 @@ impl Scenario {
 
     /// Whether the baseline server needs its gift ledger, admin port and users for it.
     pub fn needs_ledger(&self) -> bool {
-        matches!(self, Self::Gifts { .. })
+        match self {
+            Self::Gifts { .. } => true,
+            Self::Party(shape) => shape.sends_gifts(),
+            _ => false,
+        }
     }
 
     /// Whether a sweep judges the run by reply latency (requests) rather than delivery latency.

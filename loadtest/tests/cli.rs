@@ -70,8 +70,8 @@ fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
 }
 
 /// `party` from the command line: its JSON carries the side traffic's latencies beside the
-/// chat's; sizes it cannot run and `--compare` (the baseline has no seats) are refused with a
-/// message, before anything is spawned.
+/// chat's; sizes it cannot run and `--compare` with seat changes (the baseline has no seats)
+/// are refused with a message, before anything is spawned.
 #[test]
 fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,7 +114,7 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
     assert_eq!(r["conserved"], true, "{r}");
 
     for (extra, says) in [
-        (&["--compare"][..], "baseline server has no seats"),
+        (&["--compare"][..], "needs --seat-rate 0"),
         (&["--burst-rate", "1"][..], "lasts longer"),
     ] {
         let out = run(extra);
@@ -123,5 +123,69 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
             !out.status.success() && err.contains(says),
             "{extra:?}: {err}"
         );
+    }
+}
+
+/// `party --compare` without seat changes alternates the baseline (with its gift ledger) and
+/// Chorus, and compares the gift bursts as well as the chat.
+#[test]
+fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("party.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .args(["party", "--spawn", "standalone", "--rooms", "2"])
+        .args(["--members", "2", "--gifters", "1", "--seaters", "0"])
+        .args([
+            "--bursts-per-sec",
+            "2",
+            "--burst-gifts",
+            "5",
+            "--seat-rate",
+            "0",
+        ])
+        .args([
+            "--rate",
+            "2",
+            "--duration",
+            "1",
+            "--compare",
+            "--rounds",
+            "2",
+        ])
+        .args(["--quiet", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let targets: Vec<&str> = runs.iter().map(|r| r["target"].as_str().unwrap()).collect();
+    assert_eq!(targets, ["baseline", "chorus", "baseline", "chorus"]);
+    for r in runs {
+        assert_eq!(
+            (r["settled"].as_u64(), r["lost"].as_u64()),
+            (Some(10), Some(0)),
+            "{r}"
+        );
+        assert_eq!(r["conserved"], true, "{r}");
+    }
+    let metrics: Vec<&str> = v["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["metric"].as_str().unwrap())
+        .collect();
+    for m in [
+        "p99_ms",
+        "gift_reply_p99_ms",
+        "gift_events_p99_ms",
+        "server_cpu_ms",
+    ] {
+        assert!(metrics.contains(&m), "{m} in {metrics:?}");
     }
 }

@@ -345,3 +345,50 @@ async fn a_party_reports_its_chat_gift_bursts_and_seat_changes_apart() {
         "{r:?}"
     );
 }
+
+/// Without seat changes a party runs against the baseline too, as `party --compare --seat-rate
+/// 0` runs it: the baseline's ledger settles the bursts' gifts, and the chat and the gift events
+/// add up as on Chorus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_party_without_seat_changes_runs_against_the_baseline() {
+    use loadtest::scenario::party::Shape;
+    let dir = tempfile::tempdir().unwrap();
+    let (target, running) = gift_baseline(dir.path()).await;
+    let params = Params {
+        duration: Duration::from_millis(1000),
+        drain: Duration::from_secs(10),
+        ..Params::default()
+    };
+    let shape = Shape {
+        rooms: 2,
+        members: 3,
+        gifters: 2,
+        seaters: 0,
+        bursts_per_sec: 2.0,
+        burst_gifts: 10,
+        burst_rate: 1_000.0,
+        seat_rate: 0.0,
+    };
+    assert!(Scenario::Party(shape).needs_ledger());
+    let r = Scenario::Party(shape)
+        .run(&target, &params, 3.0)
+        .await
+        .unwrap();
+    // 18 chat messages counted by 3 chatters each, 20 gifts by 2 gifters each.
+    assert_eq!((r.sent, r.accepted, r.unanswered), (38, 38, 0), "{r:?}");
+    assert_eq!(
+        (r.expected, r.received, r.lost, r.gaps),
+        (94, 94, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(r.gift_events.as_ref().map(|l| l.count), Some(40));
+    assert!(r.seat_reply.is_none(), "{r:?}");
+    assert_eq!(
+        (r.settled, r.balance_mismatches, r.conserved),
+        (Some(20), Some(0), Some(true)),
+        "{r:?}"
+    );
+    for t in running.tasks {
+        t.abort();
+    }
+}

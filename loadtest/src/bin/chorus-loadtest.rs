@@ -118,8 +118,8 @@ enum Cmd {
         common: Common,
     },
     /// A party: K rooms × M chatters at --rate msgs/s each, while gift bursts and seat changes
-    /// hit the rooms; each kind of traffic is reported on its own (no baseline: it has no
-    /// seats).
+    /// hit the rooms; each kind of traffic is reported on its own (--compare only with
+    /// --seat-rate 0: the baseline has no seats).
     Party {
         /// Rooms.
         #[arg(long, default_value_t = 100)]
@@ -511,7 +511,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Ratio> {
     type Get = fn(&Report) -> Option<f64>;
-    let metrics: [(&str, Get); 8] = [
+    let metrics: [(&str, Get); 11] = [
         ("delivered_per_sec", |r| Some(r.delivered_per_sec)),
         ("settled_per_sec", |r| r.settled_per_sec),
         ("cpu_us_per_delivery", |r| r.cpu_us_per_delivery),
@@ -523,6 +523,17 @@ fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Rat
         ("resume_ms", |r| r.resume_ms),
         ("reply_p99_ms", |r| {
             (r.reply.count > 0).then_some(r.reply.p99_ms)
+        }),
+        // A party's side traffic, and its CPU for the same work (it counts only part of what
+        // the node delivers, so it has no CPU per delivery).
+        ("gift_reply_p99_ms", |r| {
+            r.gift_reply.as_ref().map(|l| l.p99_ms)
+        }),
+        ("gift_events_p99_ms", |r| {
+            r.gift_events.as_ref().map(|l| l.p99_ms)
+        }),
+        ("server_cpu_ms", |r| {
+            (r.scenario == "party").then_some(r.server_cpu_ms).flatten()
         }),
     ];
     let mut out = Vec::new();
@@ -611,10 +622,12 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
         drain: Duration::from_secs_f64(c.drain.max(0.0)),
         progress: !c.quiet,
     };
-    anyhow::ensure!(
-        !(c.compare && matches!(s, Scenario::Party(_))),
-        "party has no --compare: the baseline server has no seats"
-    );
+    if let (true, Scenario::Party(shape)) = (c.compare, &s) {
+        anyhow::ensure!(
+            !shape.changes_seats(),
+            "the baseline server has no seats: a party with --compare needs --seat-rate 0"
+        );
+    }
     let rate = c.rate.unwrap_or_else(|| default_rate(&s));
     let chorus = make_target(&c).await?;
     // Gifts need the baseline's ledger, its admin port and users from tokens.
@@ -892,6 +905,37 @@ mod tests {
         r.seat_reply = None;
         r.p99_ms = 120.0;
         assert!(!sustainable(&party, &r, 100.0), "chat late");
+    }
+
+    /// A party's ratios include its gift bursts and, as it has no CPU per delivery, its CPU
+    /// for the same work; other scenarios get no CPU-time ratio.
+    #[test]
+    fn a_party_compares_its_gift_bursts_and_its_cpu_for_the_same_work() {
+        let run = |target: &str, cpu: f64, gift_p99: f64| Report {
+            scenario: "party".into(),
+            target: target.into(),
+            server_cpu_ms: Some(cpu),
+            gift_reply: Some(report::Latency {
+                count: 10,
+                p99_ms: gift_p99,
+                ..report::Latency::default()
+            }),
+            ..Report::default()
+        };
+        let got = ratios(
+            &[run("baseline", 100.0, 20.0)],
+            &[run("chorus", 80.0, 10.0)],
+            &[],
+        );
+        let ratio = |m: &str| got.iter().find(|r| r.metric == m).map(|r| r.ratio);
+        assert_eq!(ratio("server_cpu_ms"), Some(0.8));
+        assert_eq!(ratio("gift_reply_p99_ms"), Some(0.5));
+        let rooms = |target: &str, cpu: f64| Report {
+            scenario: "rooms".into(),
+            ..run(target, cpu, 1.0)
+        };
+        let got = ratios(&[rooms("baseline", 100.0)], &[rooms("chorus", 80.0)], &[]);
+        assert!(got.iter().all(|r| r.metric != "server_cpu_ms"));
     }
 
     /// Sweeps step together: both targets run at a rate before either runs at the next, a

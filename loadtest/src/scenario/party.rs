@@ -12,8 +12,8 @@
 //!
 //! Each kind counts in a [`Shared`] of its own, over its own connections: a chatter counts the
 //! chat it receives, a gifter the gift events. Every connection still checks every room event's
-//! seq, so a gap anywhere is seen. There is no baseline for it: the baseline server has no
-//! seats.
+//! seq, so a gap anywhere is seen. The baseline server has no seats: a party runs against it
+//! (`--compare`) without seat changes only.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -104,9 +104,19 @@ impl Shape {
         Ok(())
     }
 
+    /// Whether the party sends gifts (then it needs an admin API, and a baseline its ledger).
+    pub fn sends_gifts(&self) -> bool {
+        self.gifters > 0 && self.burst_gifts > 0 && self.bursts_per_sec > 0.0
+    }
+
+    /// Whether the party changes seats (which the baseline server cannot answer).
+    pub fn changes_seats(&self) -> bool {
+        self.seaters > 0 && self.seat_rate > 0.0
+    }
+
     /// Gifts the bursts send in `duration`.
     fn gifts_in(&self, duration: Duration) -> u64 {
-        if self.gifters == 0 || self.burst_rate <= 0.0 {
+        if !self.sends_gifts() || self.burst_rate <= 0.0 {
             return 0;
         }
         super::schedule_len(self.bursts_per_sec, duration) * self.burst_gifts as u64
