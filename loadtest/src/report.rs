@@ -168,6 +168,10 @@ pub struct Report {
     /// Reply latency of the seat changes, `seat.take` and `seat.leave` (party).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seat_reply: Option<Latency>,
+    /// Reply latency of the listeners' comings and goings, `room.leave` and `room.join`
+    /// (party).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_reply: Option<Latency>,
     /// Connections resumed (reconnect).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumed: Option<u64>,
@@ -205,13 +209,18 @@ impl Report {
     }
 
     /// The highest p99 of the traffic a `party` run carries beside its chat (gift replies, gift
-    /// events, seat replies), ms; 0 for other scenarios.
+    /// events, seat and membership replies), ms; 0 for other scenarios.
     pub fn side_p99_ms(&self) -> f64 {
-        [&self.gift_reply, &self.gift_events, &self.seat_reply]
-            .into_iter()
-            .flatten()
-            .map(|l| l.p99_ms)
-            .fold(0.0, f64::max)
+        [
+            &self.gift_reply,
+            &self.gift_events,
+            &self.seat_reply,
+            &self.join_reply,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|l| l.p99_ms)
+        .fold(0.0, f64::max)
     }
 
     /// The rows of the human table.
@@ -248,6 +257,7 @@ impl Report {
             ("gift reply ms p50/p90/p99/p999/max", &self.gift_reply),
             ("gift event ms p50/p90/p99/p999/max", &self.gift_events),
             ("seat reply ms p50/p90/p99/p999/max", &self.seat_reply),
+            ("join/leave reply ms p50/p90/p99/p999/max", &self.join_reply),
         ];
         r.extend(
             parts

@@ -82,6 +82,7 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
             .args(["--members", "2", "--gifters", "1", "--seaters", "1"])
             .args(["--bursts-per-sec", "2", "--burst-gifts", "5"])
             .args(["--seat-rate", "4", "--rate", "2", "--duration", "1"])
+            .args(["--listeners", "1", "--join-rate", "4"])
             .args(["--quiet", "--json"])
             .arg(&json)
             .args(extra)
@@ -101,12 +102,14 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let r = &v["runs"][0];
     assert_eq!(r["scenario"], "party", "{r}");
-    // 8 chat messages, 2 bursts of 5 gifts, 4 seat changes.
+    // 8 chat messages, 2 bursts of 5 gifts, 4 seat changes, 4 leaves and rejoins.
     assert_eq!(
         (r["sent"].as_u64(), r["unanswered"].as_u64()),
-        (Some(22), Some(0)),
+        (Some(26), Some(0)),
         "{r}"
     );
+    assert_eq!(r["join_reply"]["count"], 4, "{r}");
+    assert_eq!(r["gaps"], 0, "{r}");
     assert_eq!(r["settled"], 10, "{r}");
     assert_eq!(r["gift_reply"]["count"], 10, "{r}");
     assert_eq!(r["gift_events"]["count"], 10, "{r}");
@@ -114,7 +117,7 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
     assert_eq!(r["conserved"], true, "{r}");
 
     for (extra, says) in [
-        (&["--compare"][..], "needs --seat-rate 0"),
+        (&["--compare"][..], "needs --seat-rate 0 --join-rate 0"),
         (&["--burst-rate", "1"][..], "lasts longer"),
     ] {
         let out = run(extra);
@@ -126,7 +129,7 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
     }
 }
 
-/// `party --compare` without seat changes alternates the baseline (with its gift ledger) and
+/// `party --compare` without seat or membership changes alternates the baseline (with its gift ledger) and
 /// Chorus, and compares the gift bursts as well as the chat.
 #[test]
 fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
@@ -135,6 +138,7 @@ fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
     let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
         .args(["party", "--spawn", "standalone", "--rooms", "2"])
         .args(["--members", "2", "--gifters", "1", "--seaters", "0"])
+        .args(["--listeners", "0", "--join-rate", "0"])
         .args([
             "--bursts-per-sec",
             "2",

@@ -283,7 +283,8 @@ async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
     }
 }
 
-/// A party carries chat, gift bursts and seat changes at once, and reports each apart: every
+/// A party carries chat, gift bursts, seat changes and listeners coming and going at once, and
+/// reports each apart: every
 /// chat message reaches every chatter and every gift event every gifter, counted by its own
 /// kind only (a chatter does not count the gift events it also gets, so the deliveries add up
 /// exactly), every request is answered and timed in its own histogram, and the gifts are paid
@@ -306,17 +307,21 @@ async fn a_party_reports_its_chat_gift_bursts_and_seat_changes_apart() {
         burst_gifts: 10,
         burst_rate: 1_000.0,
         seat_rate: 20.0,
+        listeners: 2,
+        join_rate: 12.0,
     };
     // 2 messages/s from each of the 9 chatters: 18 messages; 4 bursts of 10 gifts; 20 seat
-    // changes (each of the 6 changers takes a seat, leaves it, ...).
+    // changes (each of the 6 changers takes a seat, leaves it, ...); 12 comings and goings
+    // (each of the 6 listeners leaves its room and joins it again: the chat and gifts it
+    // missed meanwhile are no gap).
     let r = Scenario::Party(shape)
         .run(&target, &params, 2.0)
         .await
         .unwrap();
     assert_eq!(r.scenario, "party");
-    assert_eq!((r.sent, r.accepted, r.unanswered), (78, 78, 0), "{r:?}");
+    assert_eq!((r.sent, r.accepted, r.unanswered), (90, 90, 0), "{r:?}");
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(r.connections, 3 * (3 + 2 + 2));
+    assert_eq!(r.connections, 3 * (3 + 2 + 2 + 2));
     assert_eq!(r.expected, 18 * 3 + 40 * 2, "{r:?}");
     assert_eq!(r.received, r.expected, "{r:?}");
     assert_eq!(
@@ -329,11 +334,18 @@ async fn a_party_reports_its_chat_gift_bursts_and_seat_changes_apart() {
     let gift_reply = r.gift_reply.as_ref().unwrap();
     let gift_events = r.gift_events.as_ref().unwrap();
     let seat_reply = r.seat_reply.as_ref().unwrap();
+    let join_reply = r.join_reply.as_ref().unwrap();
     assert_eq!(
-        (gift_reply.count, gift_events.count, seat_reply.count),
-        (40, 80, 20)
+        (
+            gift_reply.count,
+            gift_events.count,
+            seat_reply.count,
+            join_reply.count
+        ),
+        (40, 80, 20, 12)
     );
     assert!(r.side_p99_ms() >= gift_reply.p99_ms.max(seat_reply.p99_ms));
+    assert!(r.side_p99_ms() >= join_reply.p99_ms);
     assert_eq!(
         (
             r.settled,
@@ -368,6 +380,8 @@ async fn a_party_without_seat_changes_runs_against_the_baseline() {
         burst_gifts: 10,
         burst_rate: 1_000.0,
         seat_rate: 0.0,
+        listeners: 0,
+        join_rate: 0.0,
     };
     assert!(Scenario::Party(shape).needs_ledger());
     let r = Scenario::Party(shape)
@@ -382,7 +396,7 @@ async fn a_party_without_seat_changes_runs_against_the_baseline() {
         "{r:?}"
     );
     assert_eq!(r.gift_events.as_ref().map(|l| l.count), Some(40));
-    assert!(r.seat_reply.is_none(), "{r:?}");
+    assert!(r.seat_reply.is_none() && r.join_reply.is_none(), "{r:?}");
     assert_eq!(
         (r.settled, r.balance_mismatches, r.conserved),
         (Some(20), Some(0), Some(true)),

@@ -117,9 +117,10 @@ enum Cmd {
         #[command(flatten)]
         common: Common,
     },
-    /// A party: K rooms × M chatters at --rate msgs/s each, while gift bursts and seat changes
-    /// hit the rooms; each kind of traffic is reported on its own (--compare only with
-    /// --seat-rate 0: the baseline has no seats).
+    /// A party: K rooms × M chatters at --rate msgs/s each, while gift bursts, seat changes and
+    /// listeners coming and going hit the rooms; each kind of traffic is reported on its own
+    /// (--compare only with --seat-rate 0 --join-rate 0: the baseline sends no seat or member
+    /// events).
     Party {
         /// Rooms.
         #[arg(long, default_value_t = 100)]
@@ -145,6 +146,12 @@ enum Cmd {
         /// Seat changes per second over all rooms.
         #[arg(long, default_value_t = 100.0)]
         seat_rate: f64,
+        /// Listeners per room (each leaves the room, then joins it again, in turn).
+        #[arg(long, default_value_t = 4)]
+        listeners: usize,
+        /// Leaves and rejoins per second over all rooms.
+        #[arg(long, default_value_t = 100.0)]
+        join_rate: f64,
         #[command(flatten)]
         common: Common,
     },
@@ -280,6 +287,7 @@ fn plot_series(s: &Scenario, r: &Report) -> Vec<(String, report::Latency)> {
             ("gift replies", &r.gift_reply),
             ("gift events", &r.gift_events),
             ("seat replies", &r.seat_reply),
+            ("join/leave replies", &r.join_reply),
         ];
         let mut out = vec![(name.clone(), r.latency.clone())];
         out.extend(
@@ -624,8 +632,9 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     };
     if let (true, Scenario::Party(shape)) = (c.compare, &s) {
         anyhow::ensure!(
-            !shape.changes_seats(),
-            "the baseline server has no seats: a party with --compare needs --seat-rate 0"
+            !shape.changes_seats_or_members(),
+            "the baseline server answers seat and membership changes without their events: a \
+             party with --compare needs --seat-rate 0 --join-rate 0"
         );
     }
     let rate = c.rate.unwrap_or_else(|| default_rate(&s));
@@ -825,6 +834,8 @@ fn main() -> anyhow::Result<()> {
                 burst_gifts,
                 burst_rate,
                 seat_rate,
+                listeners,
+                join_rate,
                 common,
             } => {
                 let shape = Shape {
@@ -836,6 +847,8 @@ fn main() -> anyhow::Result<()> {
                     burst_gifts,
                     burst_rate,
                     seat_rate,
+                    listeners,
+                    join_rate,
                 };
                 shape.check()?;
                 run_scenario(Scenario::Party(shape), common).await
@@ -881,8 +894,8 @@ mod tests {
         assert!(sustainable(&rooms, &r, 50.0));
     }
 
-    /// A party's rate holds only while its gift bursts and seat changes are in time too: its
-    /// chat alone does not decide it.
+    /// A party's rate holds only while its gift bursts, seat changes and comings and goings are
+    /// in time too: its chat alone does not decide it.
     #[test]
     fn a_party_rate_is_judged_by_its_gifts_and_seats_as_well_as_its_chat() {
         let party = Scenario::Party(Shape::default());
@@ -903,6 +916,12 @@ mod tests {
         }
         assert!(!sustainable(&party, &r, 100.0), "seat replies late");
         r.seat_reply = None;
+        r.join_reply = Some(report::Latency {
+            p99_ms: 300.0,
+            ..report::Latency::default()
+        });
+        assert!(!sustainable(&party, &r, 100.0), "joins late");
+        r.join_reply = None;
         r.p99_ms = 120.0;
         assert!(!sustainable(&party, &r, 100.0), "chat late");
     }

@@ -8,12 +8,15 @@
 //!   of its chatters, as when a host calls for gifts (reply and event latency, settled gifts,
 //!   balances and the ledger's conservation checked at the end);
 //! - `seaters` taking a seat and leaving it in turn, `seat_rate` changes per second over all
-//!   rooms (reply latency; `NO_FREE_SEAT` is an answer, not a failure).
+//!   rooms (reply latency; `NO_FREE_SEAT` is an answer, not a failure);
+//! - `listeners` leaving the room and joining it again in turn, `join_rate` changes per second
+//!   over all rooms, as listeners come and go (reply latency; a rejoin takes the room's position
+//!   from its reply, so the events it missed while away are not gaps).
 //!
 //! Each kind counts in a [`Shared`] of its own, over its own connections: a chatter counts the
 //! chat it receives, a gifter the gift events. Every connection still checks every room event's
-//! seq, so a gap anywhere is seen. The baseline server has no seats: a party runs against it
-//! (`--compare`) without seat changes only.
+//! seq, so a gap anywhere is seen. The baseline server answers seat and membership changes
+//! without their events: a party runs against it (`--compare`) without them only.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -48,6 +51,10 @@ pub struct Shape {
     pub burst_rate: f64,
     /// Seat changes per second, over all rooms.
     pub seat_rate: f64,
+    /// Listeners per room who leave and rejoin.
+    pub listeners: usize,
+    /// Leaves and rejoins per second, over all rooms.
+    pub join_rate: f64,
 }
 
 impl Default for Shape {
@@ -61,6 +68,8 @@ impl Default for Shape {
             burst_gifts: 100,
             burst_rate: 5_000.0,
             seat_rate: 100.0,
+            listeners: 4,
+            join_rate: 100.0,
         }
     }
 }
@@ -84,10 +93,15 @@ impl Shape {
             self.seaters > 0 || self.seat_rate == 0.0,
             "seat changes need --seaters of at least 1"
         );
+        anyhow::ensure!(
+            self.listeners > 0 || self.join_rate == 0.0,
+            "leaves and rejoins need --listeners of at least 1"
+        );
         for (name, v) in [
             ("--bursts-per-sec", self.bursts_per_sec),
             ("--burst-rate", self.burst_rate),
             ("--seat-rate", self.seat_rate),
+            ("--join-rate", self.join_rate),
         ] {
             anyhow::ensure!(v.is_finite() && v >= 0.0, "{name} must be ≥ 0, not {v}");
         }
@@ -109,9 +123,10 @@ impl Shape {
         self.gifters > 0 && self.burst_gifts > 0 && self.bursts_per_sec > 0.0
     }
 
-    /// Whether the party changes seats (which the baseline server cannot answer).
-    pub fn changes_seats(&self) -> bool {
-        self.seaters > 0 && self.seat_rate > 0.0
+    /// Whether the party changes seats or members (which the baseline server answers without
+    /// their events).
+    pub fn changes_seats_or_members(&self) -> bool {
+        (self.seaters > 0 && self.seat_rate > 0.0) || (self.listeners > 0 && self.join_rate > 0.0)
     }
 
     /// Gifts the bursts send in `duration`.
@@ -144,10 +159,11 @@ impl Shape {
     }
 }
 
-/// Seat change `i` over `seaters` seat changers in all: the changer (in turn), and whether it
-/// takes a seat (its even changes) or leaves it (its odd ones).
-fn seat_change(i: u64, seaters: usize) -> (usize, bool) {
-    let n = seaters.max(1) as u64;
+/// Change `i` over `n` connections that change in turn: the connection, and whether this is
+/// the first of its pair (its even changes: a seat taken, a room left) or the second (its odd
+/// ones: the seat left, the room joined again).
+fn turn(i: u64, n: usize) -> (usize, bool) {
+    let n = n.max(1) as u64;
     ((i % n) as usize, (i / n).is_multiple_of(2))
 }
 
@@ -173,6 +189,7 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
         members,
         gifters,
         seaters,
+        listeners,
         ..
     } = shape;
     let room_name = |k: usize| format!("{prefix}-r{k}");
@@ -181,10 +198,11 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
             .map(|i| format!("{prefix}-{kind}{i}"))
             .collect()
     };
-    let (chatters, givers, changers) = (
+    let (chatters, givers, changers, comers) = (
         named("c", members),
         named("g", gifters),
         named("s", seaters),
+        named("l", listeners),
     );
     if let (Some(admin), true) = (admin_addr, gifts_total > 0) {
         grant_all(admin, token.as_deref(), &givers).await?;
@@ -198,10 +216,11 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
         chat: false,
         gift: true,
     });
-    let seat = Shared::counting(Counted {
+    let nothing = Counted {
         chat: false,
         gift: false,
-    });
+    };
+    let (seat, member) = (Shared::counting(nothing), Shared::counting(nothing));
     let group = |shared: &Arc<Shared>, users: &[String], per_room: usize| {
         let (shared, users) = (shared.clone(), users.to_vec());
         async move {
@@ -213,6 +232,7 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     let cc = group(&chat, &chatters, members).await?;
     let gc = group(&gift, &givers, gifters.max(1)).await?;
     let sc = group(&seat, &changers, seaters.max(1)).await?;
+    let lc = group(&member, &comers, listeners.max(1)).await?;
 
     // The chat goes round the rooms, one member of each in turn (as `rooms` sends it).
     let senders: Vec<usize> = (0..members)
@@ -253,7 +273,7 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
         },
     );
     let seating = pace(&seat, shape.seat_rate, p.duration, |i, due| {
-        let (c, take) = seat_change(i, sc.len());
+        let (c, take) = turn(i, sc.len());
         let conn = &sc[c];
         let d = json!({ "room": room_name(c / seaters.max(1)) });
         async move {
@@ -261,12 +281,28 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
             let _ = conn.send_timed(op, &d, due).await;
         }
     });
-    let ((t_chat, _), (t_gift, _), (t_seat, _)) = tokio::join!(chatting, gifting, seating);
+    let coming = pace(&member, shape.join_rate, p.duration, |i, due| {
+        let (c, leave) = turn(i, lc.len());
+        let conn = &lc[c];
+        let room = room_name(c / listeners.max(1));
+        async move {
+            let _ = if leave {
+                conn.send_timed("room.leave", &json!({ "room": room }), due)
+                    .await
+            } else {
+                // The reply sets the room's position: what was sent meanwhile is not a gap.
+                conn.send_timed_join(&room, due).await
+            };
+        }
+    });
+    let ((t_chat, _), (t_gift, _), (t_seat, _), (t_member, _)) =
+        tokio::join!(chatting, gifting, seating, coming);
     let m = members as u64;
     let g = gifters as u64;
     drain(&chat, p.drain, || chat.ok.load(Ordering::Relaxed) * m).await;
     drain(&gift, p.drain, || gift.ok.load(Ordering::Relaxed) * g).await;
     drain(&seat, p.drain, || 0).await;
+    drain(&member, p.drain, || 0).await;
     let cpu_after = super::server_cpu(target).await;
     let writes_after = super::server_writes(target).await;
     progress.finish();
@@ -281,14 +317,16 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     let settled = gift.ok.load(Ordering::Relaxed);
     let gifts = common_report(&gift, t_gift, settled * g, None, None);
     let seats = common_report(&seat, t_seat, 0, None, None);
-    merge_sides(&mut r, &gifts, &seats);
+    let comings = common_report(&member, t_member, 0, None, None);
+    merge_sides(&mut r, &gifts, &seats, &comings);
     // No CPU per delivery: the node also delivers what no connection counts here (the chat
-    // to gifters and seat changers, the gift events to chatters, every seat update).
+    // to gifters, seat changers and listeners, the gift events to chatters, every seat and
+    // membership event).
     r.server_cpu_ms = cpu_before.zip(cpu_after).map(|(a, b)| b - a);
     r.frames_per_write = super::frames_per_write(writes_before, writes_after);
     r.offered_per_sec = chat_rate;
     r.duration_s = p.duration.as_secs_f64();
-    r.connections = cc.len() + gc.len() + sc.len();
+    r.connections = cc.len() + gc.len() + sc.len() + lc.len();
     r.rooms = rooms;
     if gifts_total > 0 {
         r.settled = Some(settled);
@@ -299,17 +337,17 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
             r.conserved = conserved(admin, token.as_deref()).await;
         }
     }
-    for cs in [cc, gc, sc] {
+    for cs in [cc, gc, sc, lc] {
         close_all(cs).await;
     }
     Ok(r)
 }
 
-/// Folds the gift bursts' and the seat changes' reports into the chat's: their requests,
-/// deliveries, losses, gaps, closes and errors add up; their latencies go beside the chat's;
-/// the worst stretches are the worst of all three.
-fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report) {
-    for s in [gifts, seats] {
+/// Folds the gift bursts', the seat changes' and the comings and goings' reports into the
+/// chat's: their requests, deliveries, losses, gaps, closes and errors add up; their latencies
+/// go beside the chat's; the worst stretches are the worst of all four.
+fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report, members: &Report) {
+    for s in [gifts, seats, members] {
         r.sent += s.sent;
         r.accepted += s.accepted;
         r.unanswered += s.unanswered;
@@ -332,13 +370,14 @@ fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report) {
     r.gift_reply = sent(gifts, &gifts.reply);
     r.gift_events = sent(gifts, &gifts.latency);
     r.seat_reply = sent(seats, &seats.reply);
+    r.join_reply = sent(members, &members.reply);
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::{Shape, seat_change};
+    use super::{Shape, turn};
 
     fn shape() -> Shape {
         Shape {
@@ -350,6 +389,8 @@ mod tests {
             burst_gifts: 5,
             burst_rate: 1_000.0,
             seat_rate: 10.0,
+            listeners: 1,
+            join_rate: 4.0,
         }
     }
 
@@ -387,8 +428,8 @@ mod tests {
     }
 
     #[test]
-    fn every_seat_changer_takes_then_leaves_in_turn() {
-        let ops: Vec<(usize, bool)> = (0..6).map(|i| seat_change(i, 3)).collect();
+    fn every_changer_takes_then_leaves_in_turn() {
+        let ops: Vec<(usize, bool)> = (0..6).map(|i| turn(i, 3)).collect();
         assert_eq!(
             ops,
             [
@@ -421,9 +462,17 @@ mod tests {
             bursts_per_sec: 0.0,
             seaters: 0,
             seat_rate: 0.0,
+            listeners: 0,
+            join_rate: 0.0,
             ..shape()
         };
         assert!(quiet.check().is_ok(), "chat alone");
+        assert!(!quiet.changes_seats_or_members() && !quiet.sends_gifts());
+        let no_listeners = Shape {
+            listeners: 0,
+            ..shape()
+        };
+        assert!(no_listeners.check().is_err());
         assert!(
             Shape {
                 seat_rate: f64::NAN,
