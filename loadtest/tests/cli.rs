@@ -1,5 +1,6 @@
 //! The `chorus-loadtest` binary end to end: `gifts --compare` spawns a standalone node and the
-//! baseline with its gift ledger, runs them in turn, and writes both runs and their ratios.
+//! baseline with its gift ledger, runs them in turn, and writes both runs and their ratios;
+//! `party` reports each kind of its traffic, and refuses what it cannot run.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -7,29 +8,13 @@
 
 use std::process::Command;
 
-#[test]
-fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
+/// Runs `chorus-loadtest` with `args` and `--quiet --json <a temp file>`, requires it to
+/// succeed, and returns the JSON it wrote.
+fn run_json(args: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("gifts.json");
+    let json = dir.path().join("out.json");
     let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
-        .args([
-            "gifts",
-            "--spawn",
-            "standalone",
-            "--rooms",
-            "2",
-            "--members",
-            "3",
-        ])
-        .args([
-            "--rate",
-            "60",
-            "--duration",
-            "1",
-            "--compare",
-            "--rounds",
-            "2",
-        ])
+        .args(args)
         .args(["--quiet", "--json"])
         .arg(&json)
         .output()
@@ -40,10 +25,36 @@ fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+}
+
+/// The runs of a `--compare --rounds 2` output, required to alternate baseline and Chorus.
+fn alternated(v: &serde_json::Value) -> &Vec<serde_json::Value> {
     let runs = v["runs"].as_array().unwrap();
     let targets: Vec<&str> = runs.iter().map(|r| r["target"].as_str().unwrap()).collect();
     assert_eq!(targets, ["baseline", "chorus", "baseline", "chorus"]);
+    runs
+}
+
+#[test]
+fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
+    let v = run_json(&[
+        "gifts",
+        "--spawn",
+        "standalone",
+        "--rooms",
+        "2",
+        "--members",
+        "3",
+        "--rate",
+        "60",
+        "--duration",
+        "1",
+        "--compare",
+        "--rounds",
+        "2",
+    ]);
+    let runs = alternated(&v);
     for r in runs {
         // Both servers settle every gift, every member gets its event, balances and coins add up.
         assert_eq!(r["settled"], 60, "{r}");
@@ -133,43 +144,37 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
 /// Chorus, and compares the gift bursts as well as the chat.
 #[test]
 fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("party.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
-        .args(["party", "--spawn", "standalone", "--rooms", "2"])
-        .args(["--members", "2", "--gifters", "1", "--seaters", "0"])
-        .args(["--listeners", "0", "--join-rate", "0"])
-        .args([
-            "--bursts-per-sec",
-            "2",
-            "--burst-gifts",
-            "5",
-            "--seat-rate",
-            "0",
-        ])
-        .args([
-            "--rate",
-            "2",
-            "--duration",
-            "1",
-            "--compare",
-            "--rounds",
-            "2",
-        ])
-        .args(["--quiet", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let runs = v["runs"].as_array().unwrap();
-    let targets: Vec<&str> = runs.iter().map(|r| r["target"].as_str().unwrap()).collect();
-    assert_eq!(targets, ["baseline", "chorus", "baseline", "chorus"]);
+    let v = run_json(&[
+        "party",
+        "--spawn",
+        "standalone",
+        "--rooms",
+        "2",
+        "--members",
+        "2",
+        "--gifters",
+        "1",
+        "--seaters",
+        "0",
+        "--listeners",
+        "0",
+        "--join-rate",
+        "0",
+        "--bursts-per-sec",
+        "2",
+        "--burst-gifts",
+        "5",
+        "--seat-rate",
+        "0",
+        "--rate",
+        "2",
+        "--duration",
+        "1",
+        "--compare",
+        "--rounds",
+        "2",
+    ]);
+    let runs = alternated(&v);
     for r in runs {
         assert_eq!(
             (r["settled"].as_u64(), r["lost"].as_u64()),

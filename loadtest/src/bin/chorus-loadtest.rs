@@ -122,36 +122,8 @@ enum Cmd {
     /// (--compare only with --seat-rate 0 --join-rate 0: the baseline sends no seat or member
     /// events).
     Party {
-        /// Rooms.
-        #[arg(long, default_value_t = 100)]
-        rooms: usize,
-        /// Chatters per room.
-        #[arg(long, default_value_t = 10)]
-        members: usize,
-        /// Gift senders per room (funded through the admin API first).
-        #[arg(long, default_value_t = 4)]
-        gifters: usize,
-        /// Seat changers per room (each takes a seat, then leaves it, in turn).
-        #[arg(long, default_value_t = 4)]
-        seaters: usize,
-        /// Gift bursts per second over all rooms; each burst hits one room, the rooms in turn.
-        #[arg(long, default_value_t = 2.0)]
-        bursts_per_sec: f64,
-        /// Gifts per burst.
-        #[arg(long, default_value_t = 100)]
-        burst_gifts: usize,
-        /// Gifts per second within a burst.
-        #[arg(long, default_value_t = 5000.0)]
-        burst_rate: f64,
-        /// Seat changes per second over all rooms.
-        #[arg(long, default_value_t = 100.0)]
-        seat_rate: f64,
-        /// Listeners per room (each leaves the room, then joins it again, in turn).
-        #[arg(long, default_value_t = 4)]
-        listeners: usize,
-        /// Leaves and rejoins per second over all rooms.
-        #[arg(long, default_value_t = 100.0)]
-        join_rate: f64,
+        #[command(flatten)]
+        shape: Shape,
         #[command(flatten)]
         common: Common,
     },
@@ -825,31 +797,7 @@ fn main() -> anyhow::Result<()> {
                 members,
                 common,
             } => run_scenario(Scenario::Reconnect { rooms, members }, common).await,
-            Cmd::Party {
-                rooms,
-                members,
-                gifters,
-                seaters,
-                bursts_per_sec,
-                burst_gifts,
-                burst_rate,
-                seat_rate,
-                listeners,
-                join_rate,
-                common,
-            } => {
-                let shape = Shape {
-                    rooms,
-                    members,
-                    gifters,
-                    seaters,
-                    bursts_per_sec,
-                    burst_gifts,
-                    burst_rate,
-                    seat_rate,
-                    listeners,
-                    join_rate,
-                };
+            Cmd::Party { shape, common } => {
                 shape.check()?;
                 run_scenario(Scenario::Party(shape), common).await
             }
@@ -898,7 +846,15 @@ mod tests {
     /// in time too: its chat alone does not decide it.
     #[test]
     fn a_party_rate_is_judged_by_its_gifts_and_seats_as_well_as_its_chat() {
-        let party = Scenario::Party(Shape::default());
+        // The command's default party.
+        let Ok(Cli {
+            cmd: Cmd::Party { shape, .. },
+        }) = Cli::try_parse_from(["chorus-loadtest", "party"])
+        else {
+            panic!("`party` parses with its defaults");
+        };
+        assert!(shape.check().is_ok(), "{shape:?}");
+        let party = Scenario::Party(shape);
         let mut r = Report {
             p99_ms: 20.0,
             gift_reply: Some(report::Latency::default()),

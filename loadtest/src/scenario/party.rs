@@ -32,46 +32,40 @@ use crate::load::{Counted, Shared, close_all};
 use crate::report::{Latency, Report};
 use crate::target::Target;
 
-/// The party's sizes and side traffic; the scenario's rate is the chat's, per chatter.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The party's sizes and side traffic (the `party` command's flags); the scenario's rate is the
+/// chat's, per chatter.
+#[derive(Debug, Clone, Copy, PartialEq, clap::Args)]
 pub struct Shape {
     /// Rooms.
+    #[arg(long, default_value_t = 100)]
     pub rooms: usize,
     /// Chatters per room.
+    #[arg(long, default_value_t = 10)]
     pub members: usize,
-    /// Gift senders per room.
+    /// Gift senders per room (funded through the admin API first).
+    #[arg(long, default_value_t = 4)]
     pub gifters: usize,
-    /// Seat changers per room.
+    /// Seat changers per room (each takes a seat, then leaves it, in turn).
+    #[arg(long, default_value_t = 4)]
     pub seaters: usize,
-    /// Gift bursts per second, over all rooms (each burst hits one room).
+    /// Gift bursts per second over all rooms; each burst hits one room, the rooms in turn.
+    #[arg(long, default_value_t = 2.0)]
     pub bursts_per_sec: f64,
     /// Gifts per burst.
+    #[arg(long, default_value_t = 100)]
     pub burst_gifts: usize,
     /// Gifts per second within a burst.
+    #[arg(long, default_value_t = 5000.0)]
     pub burst_rate: f64,
-    /// Seat changes per second, over all rooms.
+    /// Seat changes per second over all rooms.
+    #[arg(long, default_value_t = 100.0)]
     pub seat_rate: f64,
-    /// Listeners per room who leave and rejoin.
+    /// Listeners per room (each leaves the room, then joins it again, in turn).
+    #[arg(long, default_value_t = 4)]
     pub listeners: usize,
-    /// Leaves and rejoins per second, over all rooms.
+    /// Leaves and rejoins per second over all rooms.
+    #[arg(long, default_value_t = 100.0)]
     pub join_rate: f64,
-}
-
-impl Default for Shape {
-    fn default() -> Self {
-        Self {
-            rooms: 100,
-            members: 10,
-            gifters: 4,
-            seaters: 4,
-            bursts_per_sec: 2.0,
-            burst_gifts: 100,
-            burst_rate: 5_000.0,
-            seat_rate: 100.0,
-            listeners: 4,
-            join_rate: 100.0,
-        }
-    }
 }
 
 impl Shape {
@@ -446,7 +440,6 @@ mod tests {
     #[test]
     fn shapes_that_cannot_run_are_refused() {
         assert!(shape().check().is_ok());
-        assert!(Shape::default().check().is_ok());
         let overlapping = Shape {
             burst_gifts: 600,
             ..shape()
