@@ -28,17 +28,25 @@ fn run_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
 
-/// The runs of a `--compare --rounds 2` output, required to alternate baseline and Chorus.
-fn alternated(v: &serde_json::Value) -> &Vec<serde_json::Value> {
-    let runs = v["runs"].as_array().unwrap();
-    let targets: Vec<&str> = runs.iter().map(|r| r["target"].as_str().unwrap()).collect();
+/// Runs `args` for one second with `--compare --rounds 2` ([`run_json`]), requires the runs to
+/// alternate baseline and Chorus, and returns the output.
+fn compared(args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.extend(["--duration", "1", "--compare", "--rounds", "2"]);
+    let v = run_json(&all);
+    let targets: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["target"].as_str().unwrap())
+        .collect();
     assert_eq!(targets, ["baseline", "chorus", "baseline", "chorus"]);
-    runs
+    v
 }
 
 #[test]
 fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
-    let v = run_json(&[
+    let v = compared(&[
         "gifts",
         "--spawn",
         "standalone",
@@ -48,13 +56,8 @@ fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
         "3",
         "--rate",
         "60",
-        "--duration",
-        "1",
-        "--compare",
-        "--rounds",
-        "2",
     ]);
-    let runs = alternated(&v);
+    let runs = v["runs"].as_array().unwrap();
     for r in runs {
         // Both servers settle every gift, every member gets its event, balances and coins add up.
         assert_eq!(r["settled"], 60, "{r}");
@@ -144,7 +147,7 @@ fn party_writes_each_kind_of_traffic_and_refuses_what_it_cannot_run() {
 /// Chorus, and compares the gift bursts as well as the chat.
 #[test]
 fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
-    let v = run_json(&[
+    let v = compared(&[
         "party",
         "--spawn",
         "standalone",
@@ -168,13 +171,8 @@ fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
         "0",
         "--rate",
         "2",
-        "--duration",
-        "1",
-        "--compare",
-        "--rounds",
-        "2",
     ]);
-    let runs = alternated(&v);
+    let runs = v["runs"].as_array().unwrap();
     for r in runs {
         assert_eq!(
             (r["settled"].as_u64(), r["lost"].as_u64()),

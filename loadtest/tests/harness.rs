@@ -94,6 +94,15 @@ async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
     assert!(r.rss_marginal_per_conn_bytes.is_some());
 }
 
+/// One second of sending, drained for up to 10 s.
+fn one_second() -> Params {
+    Params {
+        duration: Duration::from_millis(1000),
+        drain: Duration::from_secs(10),
+        ..Params::default()
+    }
+}
+
 /// A standalone node for the gift storms below.
 async fn gift_node() -> Target {
     loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
@@ -103,11 +112,7 @@ async fn gift_node() -> Target {
 
 /// One second of gifts at `rate` over 2 rooms × 4 members, drained for up to 10 s.
 async fn gift_storm(target: &Target, order: Order, rate: f64) -> Report {
-    let params = Params {
-        duration: Duration::from_millis(1000),
-        drain: Duration::from_secs(10),
-        ..Params::default()
-    };
+    let params = one_second();
     Scenario::Gifts {
         rooms: 2,
         members: 4,
@@ -284,20 +289,15 @@ async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
 }
 
 /// A party carries chat, gift bursts, seat changes and listeners coming and going at once, and
-/// reports each apart: every
-/// chat message reaches every chatter and every gift event every gifter, counted by its own
-/// kind only (a chatter does not count the gift events it also gets, so the deliveries add up
-/// exactly), every request is answered and timed in its own histogram, and the gifts are paid
-/// for and conserved.
+/// reports each apart: every chat message reaches every chatter and every gift event every
+/// gifter, counted by its own kind only (a chatter does not count the gift events it also gets,
+/// so the deliveries add up exactly), every request is answered and timed in its own
+/// histogram, and the gifts are paid for and conserved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_party_reports_its_chat_gift_bursts_and_seat_changes_apart() {
     use loadtest::scenario::party::Shape;
     let target = gift_node().await;
-    let params = Params {
-        duration: Duration::from_millis(1000),
-        drain: Duration::from_secs(10),
-        ..Params::default()
-    };
+    let params = one_second();
     let shape = Shape {
         rooms: 3,
         members: 3,
@@ -366,11 +366,7 @@ async fn a_party_without_seat_changes_runs_against_the_baseline() {
     use loadtest::scenario::party::Shape;
     let dir = tempfile::tempdir().unwrap();
     let (target, running) = gift_baseline(dir.path()).await;
-    let params = Params {
-        duration: Duration::from_millis(1000),
-        drain: Duration::from_secs(10),
-        ..Params::default()
-    };
+    let params = one_second();
     let shape = Shape {
         rooms: 2,
         members: 3,
