@@ -74,6 +74,21 @@ impl Counted {
         chat: true,
         gift: true,
     };
+    /// Chat events only.
+    pub const CHAT: Self = Self {
+        chat: true,
+        gift: false,
+    };
+    /// Gift events only.
+    pub const GIFT: Self = Self {
+        chat: false,
+        gift: true,
+    };
+    /// No events (connections whose requests are what is measured).
+    pub const NONE: Self = Self {
+        chat: false,
+        gift: false,
+    };
 }
 
 /// Run-wide clock, counters and histograms that every connection of a run writes into.

@@ -199,6 +199,22 @@ pub async fn connect_users(
     load::connect_many(specs, p.connect_concurrency, shared).await
 }
 
+/// Connects `users` ([`connect_users`]) and joins connection `i` to `room_of(i)` ([`join_all`]).
+///
+/// # Errors
+/// A connection or a join failed.
+pub async fn connect_and_join(
+    target: &Target,
+    users: &[String],
+    p: &Params,
+    shared: &Arc<Shared>,
+    room_of: impl Fn(usize) -> String,
+) -> anyhow::Result<Vec<Conn>> {
+    let conns = connect_users(target, users, p, shared).await?;
+    join_all(&conns, room_of, p.connect_concurrency).await?;
+    Ok(conns)
+}
+
 /// Joins `conns[i]` to `room_of(i)`, at most `concurrency` joins in flight.
 ///
 /// # Errors

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{Params, Progress, common_report, connect_users, drain, join_all, pace, run_prefix};
+use super::{Params, Progress, common_report, connect_and_join, drain, pace, run_prefix};
 use crate::load::{Conn, Shared, close_all};
 use crate::report::Report;
 use crate::target::Target;
@@ -27,8 +27,7 @@ pub async fn fanout(
     let mut users: Vec<String> = (0..publishers).map(|i| format!("{prefix}-p{i}")).collect();
     users.extend((0..listeners).map(|i| format!("{prefix}-l{i}")));
     let shared = Shared::new();
-    let conns = connect_users(target, &users, p, &shared).await?;
-    join_all(&conns, |_| room.clone(), p.connect_concurrency).await?;
+    let conns = connect_and_join(target, &users, p, &shared, |_| room.clone()).await?;
     let members = conns.len() as u64;
     let senders: Vec<(usize, String)> = (0..publishers).map(|i| (i, room.clone())).collect();
     let mut r = drive(target, p, rate, &shared, &conns, &senders, members).await;
@@ -55,8 +54,7 @@ pub async fn rooms(
         .collect();
     let room_of = |i: usize| format!("{prefix}-r{}", i / members.max(1));
     let shared = Shared::new();
-    let conns = connect_users(target, &users, p, &shared).await?;
-    join_all(&conns, room_of, p.connect_concurrency).await?;
+    let conns = connect_and_join(target, &users, p, &shared, room_of).await?;
     // Interleave senders across rooms so each room's messages are spread over time.
     let senders: Vec<(usize, String)> = (0..members)
         .flat_map(|m| (0..rooms).map(move |k| k * members + m))

@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use super::{Params, Progress, common_report, connect_users, drain, join_all, pace, run_prefix};
+use super::{Params, Progress, common_report, connect_and_join, drain, pace, run_prefix};
 use crate::load::{Shared, close_all};
 use crate::report::Report;
 use crate::target::Target;
@@ -29,8 +29,7 @@ pub async fn run(
     let users: Vec<String> = (0..conns).map(|i| format!("{prefix}-u{i}")).collect();
     let room_name = |k: usize| format!("{prefix}-r{k}");
     let shared = Shared::new();
-    let cs = connect_users(target, &users, p, &shared).await?;
-    join_all(&cs, |i| room_name(i % rooms), p.connect_concurrency).await?;
+    let cs = connect_and_join(target, &users, p, &shared, |i| room_name(i % rooms)).await?;
     // Where each connection is (as far as the generator asked; replies may say otherwise).
     let state: RefCell<Vec<Option<usize>>> =
         RefCell::new((0..conns).map(|i| Some(i % rooms)).collect());

@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{Params, Progress, common_report, connect_users, drain, join_all, pace, run_prefix};
+use super::{Params, Progress, common_report, connect_and_join, drain, pace, run_prefix};
 use crate::admin;
 use crate::load::{Conn, Shared, close_all};
 use crate::report::Report;
@@ -84,8 +84,7 @@ pub async fn run(
     grant_all(admin_addr, token.as_deref(), &users).await?;
 
     let shared = Shared::new();
-    let conns = connect_users(target, &users, p, &shared).await?;
-    join_all(&conns, room_of, p.connect_concurrency).await?;
+    let conns = connect_and_join(target, &users, p, &shared, room_of).await?;
     let total = super::schedule_len(rate, p.duration);
     let progress = Progress::start(p.progress, &target.name, total, &shared);
     // Read first: the scrape's own work stays out of the CPU window.

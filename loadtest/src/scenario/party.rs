@@ -18,16 +18,13 @@
 //! seq, so a gap anywhere is seen. The baseline server answers seat and membership changes
 //! without their events: a party runs against it (`--compare`) without them only.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::gifts::{check_balances, conserved, grant_all};
-use super::{
-    Params, Progress, common_report, connect_users, drain, join_all, pace, pace_by, run_prefix,
-};
+use super::{Params, Progress, common_report, connect_and_join, drain, pace, pace_by, run_prefix};
 use crate::load::{Counted, Shared, close_all};
 use crate::report::{Latency, Report};
 use crate::target::Target;
@@ -202,31 +199,18 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
         grant_all(admin, token.as_deref(), &givers).await?;
     }
 
-    let chat = Shared::counting(Counted {
-        chat: true,
-        gift: false,
-    });
-    let gift = Shared::counting(Counted {
-        chat: false,
-        gift: true,
-    });
-    let nothing = Counted {
-        chat: false,
-        gift: false,
-    };
-    let (seat, member) = (Shared::counting(nothing), Shared::counting(nothing));
-    let group = |shared: &Arc<Shared>, users: &[String], per_room: usize| {
-        let (shared, users) = (shared.clone(), users.to_vec());
-        async move {
-            let cs = connect_users(target, &users, p, &shared).await?;
-            join_all(&cs, |i| room_name(i / per_room), p.connect_concurrency).await?;
-            anyhow::Ok(cs)
-        }
-    };
-    let cc = group(&chat, &chatters, members).await?;
-    let gc = group(&gift, &givers, gifters.max(1)).await?;
-    let sc = group(&seat, &changers, seaters.max(1)).await?;
-    let lc = group(&member, &comers, listeners.max(1)).await?;
+    let chat = Shared::counting(Counted::CHAT);
+    let gift = Shared::counting(Counted::GIFT);
+    let (seat, member) = (
+        Shared::counting(Counted::NONE),
+        Shared::counting(Counted::NONE),
+    );
+    // Connection i of a kind with `per_room` per room is in room i / per_room.
+    let in_rooms = |per_room: usize| move |i: usize| room_name(i / per_room.max(1));
+    let cc = connect_and_join(target, &chatters, p, &chat, in_rooms(members)).await?;
+    let gc = connect_and_join(target, &givers, p, &gift, in_rooms(gifters)).await?;
+    let sc = connect_and_join(target, &changers, p, &seat, in_rooms(seaters)).await?;
+    let lc = connect_and_join(target, &comers, p, &member, in_rooms(listeners)).await?;
 
     // The chat goes round the rooms, one member of each in turn (as `rooms` sends it).
     let senders: Vec<usize> = (0..members)
@@ -269,7 +253,7 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     let seating = pace(&seat, shape.seat_rate, p.duration, |i, due| {
         let (c, take) = turn(i, sc.len());
         let conn = &sc[c];
-        let d = json!({ "room": room_name(c / seaters.max(1)) });
+        let d = json!({ "room": in_rooms(seaters)(c) });
         async move {
             let op = if take { "seat.take" } else { "seat.leave" };
             let _ = conn.send_timed(op, &d, due).await;
@@ -278,7 +262,7 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     let coming = pace(&member, shape.join_rate, p.duration, |i, due| {
         let (c, leave) = turn(i, lc.len());
         let conn = &lc[c];
-        let room = room_name(c / listeners.max(1));
+        let room = in_rooms(listeners)(c);
         async move {
             let _ = if leave {
                 conn.send_timed("room.leave", &json!({ "room": room }), due)

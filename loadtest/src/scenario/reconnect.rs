@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use super::{Params, connect_users, drain, join_all, run_prefix};
+use super::{Params, connect_and_join, connect_users, drain, run_prefix};
 use crate::load::{Conn, Shared, close_all};
 use crate::report::Report;
 use crate::target::Target;
@@ -46,10 +46,8 @@ pub async fn run(
         .collect();
     let room_of = |i: usize| room_names[i / members.max(1)].clone();
     let shared = Shared::new();
-    let pubs = connect_users(target, &pub_users, p, &shared).await?;
-    join_all(&pubs, |k| room_names[k].clone(), p.connect_concurrency).await?;
-    let conns = connect_users(target, &users, p, &shared).await?;
-    join_all(&conns, room_of, p.connect_concurrency).await?;
+    let pubs = connect_and_join(target, &pub_users, p, &shared, |k| room_names[k].clone()).await?;
+    let conns = connect_and_join(target, &users, p, &shared, room_of).await?;
     let per_room = members as u64 + 1;
 
     // Warm up: every member gets a position.
