@@ -121,9 +121,17 @@ pub struct Report {
     /// Server CPU time (user + system) during the measured window, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_cpu_ms: Option<f64>,
+    /// Server CPU time over the wall time of the measured window: 1.0 is one core busy all
+    /// along (a cluster's processes add up, and may pass 1.0). How near its capacity the server
+    /// ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cores: Option<f64>,
     /// Server CPU per delivery, µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_us_per_delivery: Option<f64>,
+    /// Server CPU per settled gift, µs (gifts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_us_per_gift: Option<f64>,
     /// Frames per socket write on the `--admin` node during the window (its
     /// `chorus_gateway_frames_out_total` over `chorus_gateway_write_batches_total`): how much
     /// the node's write batching saves in system calls. Absent for a target without those
@@ -265,9 +273,11 @@ impl Report {
                 .filter_map(|(k, l)| l.as_ref().map(|l| (k, l.row()))),
         );
         let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}"));
-        let extra: [(&'static str, Option<String>); 15] = [
+        let extra: [(&'static str, Option<String>); 17] = [
             ("server cpu ms", opt(self.server_cpu_ms, 0)),
+            ("server cores busy", opt(self.server_cores, 2)),
             ("cpu µs/delivery", opt(self.cpu_us_per_delivery, 3)),
+            ("cpu µs/gift", opt(self.cpu_us_per_gift, 1)),
             ("frames/write", opt(self.frames_per_write, 2)),
             ("rss before KiB", self.rss_before_kib.map(|v| v.to_string())),
             ("rss after KiB", self.rss_after_kib.map(|v| v.to_string())),

@@ -378,14 +378,58 @@ const ADMIN_CPU_SECONDS: &str = "process_cpu_seconds_total";
 /// Process metric the node's admin port serves: resident memory in bytes.
 const ADMIN_RSS_BYTES: &str = "process_resident_memory_bytes";
 
-/// Server CPU (ms) now: summed over the target's pids from `/proc`, or, when no pid is known
-/// (a node under another user or in a container, which `ss` cannot name), the `--admin`
-/// node's `process_cpu_seconds_total`.
-pub async fn server_cpu(target: &Target) -> Option<f64> {
-    if !target.pids.is_empty() {
-        return procfs::cpu_ms(&target.pids);
+/// The server's CPU time (user + system, ms) and when it was read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CpuReading {
+    /// CPU time so far, ms.
+    pub ms: f64,
+    /// When it was read.
+    pub at: Instant,
+}
+
+/// What the server used between two [`CpuReading`]s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CpuUse {
+    /// CPU time, ms.
+    pub ms: f64,
+    /// CPU time over the wall time between the readings: 1.0 is one core busy all along. How
+    /// near its capacity the server ran, which decides how long its queues get: on this shared
+    /// host the same work takes more or less CPU from one minute to the next.
+    pub cores: Option<f64>,
+}
+
+impl CpuUse {
+    /// The use between `before` and `after`, when both were read.
+    pub fn between(before: Option<CpuReading>, after: Option<CpuReading>) -> Option<Self> {
+        let (a, b) = before.zip(after)?;
+        let wall_ms = b.at.saturating_duration_since(a.at).as_secs_f64() * 1000.0;
+        let ms = b.ms - a.ms;
+        Some(Self {
+            ms,
+            cores: (wall_ms > 0.0).then(|| ms / wall_ms),
+        })
     }
-    Some(admin_metric(target, ADMIN_CPU_SECONDS).await? * 1000.0)
+
+    /// Sets the report's server CPU fields (not its CPU per delivery).
+    pub fn record(self, r: &mut Report) {
+        r.server_cpu_ms = Some(self.ms);
+        r.server_cores = self.cores;
+    }
+}
+
+/// Server CPU now: summed over the target's pids from `/proc`, or, when no pid is known (a
+/// node under another user or in a container, which `ss` cannot name), the `--admin` node's
+/// `process_cpu_seconds_total`.
+pub async fn server_cpu(target: &Target) -> Option<CpuReading> {
+    let ms = if target.pids.is_empty() {
+        admin_metric(target, ADMIN_CPU_SECONDS).await? * 1000.0
+    } else {
+        procfs::cpu_ms(&target.pids)?
+    };
+    Some(CpuReading {
+        ms,
+        at: Instant::now(),
+    })
 }
 
 /// Server resident memory (KiB) now: summed over the target's pids from `/proc`, or, when no
@@ -446,8 +490,8 @@ pub fn common_report(
     shared: &Shared,
     t0_ns: u64,
     expected: u64,
-    cpu_before: Option<f64>,
-    cpu_after: Option<f64>,
+    cpu_before: Option<CpuReading>,
+    cpu_after: Option<CpuReading>,
 ) -> Report {
     let received = shared.received.load(Ordering::Relaxed);
     let mut r = Report {
@@ -471,10 +515,10 @@ pub fn common_report(
         r.delivered_per_sec = received as f64 / ((last - t0_ns) as f64 / 1e9);
     }
     r.set_latency(&shared.latency());
-    if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
-        r.server_cpu_ms = Some(b - a);
+    if let Some(cpu) = CpuUse::between(cpu_before, cpu_after) {
+        cpu.record(&mut r);
         if received > 0 {
-            r.cpu_us_per_delivery = Some((b - a) * 1000.0 / received as f64);
+            r.cpu_us_per_delivery = Some(cpu.ms * 1000.0 / received as f64);
         }
     }
     r
@@ -485,8 +529,42 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    use super::pace;
+    use tokio::time::Instant;
+
+    use super::{CpuReading, CpuUse, pace};
     use crate::load::Shared;
+    use crate::report::Report;
+
+    /// 500 ms of CPU over 2 s of wall time is a quarter of a core; without both readings there
+    /// is no figure, and without wall time no share.
+    #[tokio::test(start_paused = true)]
+    async fn cpu_use_is_the_cpu_time_and_its_share_of_the_wall_time() {
+        let before = CpuReading {
+            ms: 1_000.0,
+            at: Instant::now(),
+        };
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let after = CpuReading {
+            ms: 1_500.0,
+            at: Instant::now(),
+        };
+        let used = CpuUse::between(Some(before), Some(after)).unwrap();
+        assert_eq!(
+            used,
+            CpuUse {
+                ms: 500.0,
+                cores: Some(0.25)
+            }
+        );
+        let mut r = Report::default();
+        used.record(&mut r);
+        assert_eq!((r.server_cpu_ms, r.server_cores), (Some(500.0), Some(0.25)));
+
+        assert_eq!(CpuUse::between(Some(before), None), None);
+        assert_eq!(CpuUse::between(None, Some(after)), None);
+        let same = CpuUse::between(Some(before), Some(before)).unwrap();
+        assert_eq!((same.ms, same.cores), (0.0, None));
+    }
 
     /// A generator that cannot keep its schedule says so: 20 sends due 1 ms apart, each taking
     /// at least 5 ms, so the last one (due at +19 ms) starts at +95 ms at the earliest.

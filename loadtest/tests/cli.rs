@@ -70,6 +70,12 @@ fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
         assert_eq!(r["balance_mismatches"], 0, "{r}");
         assert_eq!(r["balances_checked"], 6, "{r}");
         assert_eq!(r["conserved"], true, "{r}");
+        // The server's CPU: per gift, and as a share of a core over the window.
+        let cpu = r["server_cpu_ms"].as_f64().unwrap();
+        let per_gift = r["cpu_us_per_gift"].as_f64().unwrap();
+        assert!((per_gift * 60.0 - cpu * 1000.0).abs() < 1e-6, "{r}");
+        let cores = r["server_cores"].as_f64().unwrap();
+        assert!((0.0..=2.0).contains(&cores), "{r}");
     }
     let settled = v["ratios"]
         .as_array()

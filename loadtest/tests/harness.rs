@@ -71,7 +71,7 @@ async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
     );
 
     let cpu_proc = loadtest::procfs::cpu_ms(&[pid]).unwrap();
-    let cpu_admin = scenario::server_cpu(&target).await.unwrap();
+    let cpu_admin = scenario::server_cpu(&target).await.unwrap().ms;
     // Both count since the process started; the scrape in between costs a few ticks.
     assert!(
         cpu_admin >= cpu_proc && cpu_admin - cpu_proc < 200.0,

@@ -122,6 +122,9 @@ pub async fn run(
     r.connections = conns.len();
     r.rooms = rooms;
     r.settled = Some(settled);
+    if let (Some(ms), true) = (r.server_cpu_ms, settled > 0) {
+        r.cpu_us_per_gift = Some(ms * 1000.0 / settled as f64);
+    }
     if done > t0 {
         // Settled per second over the schedule plus the time its last replies took.
         let window = ((done - t0) as f64 / 1e9).max(p.duration.as_secs_f64());

@@ -300,7 +300,9 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     // No CPU per delivery: the node also delivers what no connection counts here (the chat
     // to gifters, seat changers and listeners, the gift events to chatters, every seat and
     // membership event).
-    r.server_cpu_ms = cpu_before.zip(cpu_after).map(|(a, b)| b - a);
+    if let Some(cpu) = super::CpuUse::between(cpu_before, cpu_after) {
+        cpu.record(&mut r);
+    }
     r.frames_per_write = super::frames_per_write(writes_before, writes_after);
     r.offered_per_sec = chat_rate;
     r.duration_s = p.duration.as_secs_f64();
