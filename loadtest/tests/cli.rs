@@ -1,6 +1,6 @@
 //! The `chorus-loadtest` binary end to end: `gifts --compare` spawns a standalone node and the
 //! baseline with its gift ledger, runs them in turn, and writes both runs and their ratios;
-//! `party` reports each kind of its traffic, and refuses what it cannot run.
+//! `party` reports each kind of its traffic, and refuses what it cannot run; `--sweep` steps up.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -201,4 +201,50 @@ fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
     ] {
         assert!(metrics.contains(&m), "{m} in {metrics:?}");
     }
+}
+
+/// `--sweep` from the command line: the rate rises by `--sweep-factor` for `--sweep-steps`
+/// steps while every step holds, each step is printed with how busy the server's core was, and
+/// the JSON names the highest rate that held.
+#[test]
+fn a_gift_sweep_steps_up_and_names_the_highest_rate_that_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .args(["gifts", "--spawn", "standalone", "--rooms", "1"])
+        .args(["--members", "2", "--rate", "10", "--duration", "1"])
+        .args(["--sweep", "--sweep-factor", "2", "--sweep-steps", "2"])
+        // Generous: a loaded CI machine must not turn 20 gifts/s into a failed step.
+        .args(["--p99-limit-ms", "5000", "--quiet", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let steps: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("sweep chorus gifts rate"))
+        .collect();
+    assert_eq!(steps.len(), 2, "{stderr}");
+    assert!(
+        steps[0].starts_with("sweep chorus gifts rate 10.0:"),
+        "{stderr}"
+    );
+    assert!(
+        steps[1].starts_with("sweep chorus gifts rate 20.0:"),
+        "{stderr}"
+    );
+    for s in &steps {
+        assert!(s.contains(" cores busy ") && s.ends_with("-> ok"), "{s}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let sweep = &v["sweeps"][0];
+    assert_eq!(sweep["best_rate"], 20.0, "{sweep}");
+    let settled: Vec<u64> = sweep["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["settled"].as_u64().unwrap())
+        .collect();
+    assert_eq!(settled, [10, 20], "{sweep}");
 }

@@ -441,8 +441,13 @@ async fn sweep(
             } else {
                 String::new()
             };
+            // How near its capacity the server ran at this step.
+            let cores = r
+                .server_cores
+                .map(|c| format!(" cores busy {c:.2}"))
+                .unwrap_or_default();
             eprintln!(
-                "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms{sides} lost {} errors {:?} -> {}",
+                "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms{sides}{cores} lost {} errors {:?} -> {}",
                 t.name,
                 s.name(),
                 r.delivered_per_sec,
