@@ -270,7 +270,7 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
                         "event of epoch {ep} after epoch {max_epoch}: {e:?}"
                     );
                     max_epoch = ep;
-                    assert_ne!(e.d["text"], "to the paused owner");
+                    assert_ne!(e.d["text"], "to the paused owner", "{e:?}");
                 }
             }
             Err(ClientError::Timeout) => {}
