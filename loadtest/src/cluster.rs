@@ -67,6 +67,48 @@ fn send_signal(pid: u32, signal: &str) -> io::Result<()> {
     }
 }
 
+/// Sends SIGSTOP to `pid` and returns once every thread of it is stopped: kill(2) returns
+/// as soon as the signal is queued, and until the kernel completes the group stop the
+/// process's other threads keep running (on a busy machine for milliseconds), so a request
+/// sent right after the `kill` could still be served.
+fn stop_and_wait(pid: u32) -> io::Result<()> {
+    send_signal(pid, "STOP")?;
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while !all_threads_stopped(pid)? {
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("process {pid} did not stop within {STOP_TIMEOUT:?}"),
+            ));
+        }
+        // Usually a few microseconds to a few milliseconds: spin politely rather than block
+        // a runtime thread in a sleep.
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+/// Longest [`stop_and_wait`] waits for the group stop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether every thread of `pid` is in state `T` (stopped) in `/proc/<pid>/task/*/stat`.
+fn all_threads_stopped(pid: u32) -> io::Result<bool> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread that exits meanwhile is not running either.
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
+            continue;
+        };
+        // `tid (comm) S ...`: the state follows the last ')' (comm may hold one).
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if state != Some('T') {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// A unique log file path in the system temp dir for process `name`.
 fn log_file_path(name: &str) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -170,7 +212,7 @@ impl RedisServer {
     /// # Errors
     /// When the server is not running or the signal cannot be sent.
     pub fn pause(&self) -> io::Result<()> {
-        send_signal(self.running_pid()?, "STOP")
+        stop_and_wait(self.running_pid()?)
     }
 
     /// Thaws a server frozen by [`RedisServer::pause`] with SIGCONT.
@@ -396,12 +438,13 @@ impl Node {
         self.child.wait().map(|_| ())
     }
 
-    /// SIGSTOP: freezes the node (a "long GC pause"); its sockets stay open.
+    /// SIGSTOP: freezes the node (a "long GC pause"); its sockets stay open. Returns once
+    /// every thread of the node is stopped.
     ///
     /// # Errors
-    /// When the signal cannot be sent.
+    /// When the signal cannot be sent or the node does not stop.
     pub fn pause(&self) -> io::Result<()> {
-        send_signal(self.pid(), "STOP")
+        stop_and_wait(self.pid())
     }
 
     /// SIGCONT: thaws a node frozen by [`Node::pause`].
@@ -467,12 +510,16 @@ mod tests {
         assert_eq!(redis.url(), format!("redis://127.0.0.1:{port}/"));
 
         redis.pause().unwrap();
+        // `pause` returns once every thread has stopped, not once the signal is queued.
+        let pid = redis.pid().unwrap();
+        assert!(all_threads_stopped(pid).unwrap());
         assert!(
             !answers_ping(port).await,
             "a stopped server must not answer"
         );
         redis.resume().unwrap();
         assert!(answers_ping(port).await);
+        assert!(!all_threads_stopped(pid).unwrap());
 
         let old_pid = redis.pid().unwrap();
         redis.restart().await.unwrap();
