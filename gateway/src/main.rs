@@ -175,6 +175,18 @@ fn orphan_sweep_env() -> anyhow::Result<Option<std::time::Duration>> {
     }
 }
 
+/// TEST ONLY (`CHORUS_TEST_HOLD_BROADCAST_MS`): how long a room holds a broadcast after its
+/// fenced history write ([`shard::ShardConfig::test_hold_before_broadcast`]).
+fn test_hold_before_broadcast_env() -> anyhow::Result<Option<std::time::Duration>> {
+    match std::env::var("CHORUS_TEST_HOLD_BROADCAST_MS") {
+        Err(_) => Ok(None),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(ms) => Ok(Some(std::time::Duration::from_millis(ms))),
+            _ => anyhow::bail!("CHORUS_TEST_HOLD_BROADCAST_MS must be a number of ms, not {v:?}"),
+        },
+    }
+}
+
 fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     let file = cli::load_file(a.config.as_deref())?;
     let lucky = env_secret("CHORUS_LUCKY_SECRET", file.lucky_secret.as_ref()).unwrap_or_default();
@@ -188,6 +200,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     if let Some(every) = orphan_sweep_env()? {
         shard.orphan_sweep = every;
     }
+    shard.test_hold_before_broadcast = test_hold_before_broadcast_env()?;
     let cfg = gateway::cluster::ShardNodeConfig {
         node_id: protocol::NodeId::from(a.node_id.as_str()),
         redis: a.redis.clone(),

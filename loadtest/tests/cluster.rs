@@ -308,6 +308,84 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
     );
 }
 
+/// LEDGER-AND-LEASES 2.3, the deadline before every side effect: an owner frozen after it wrote
+/// an event to the fenced history and before it broadcast it (a test switch holds the broadcast
+/// long enough to pause the node there) wakes past its deadline and broadcasts nothing. The
+/// event is not lost: the new owner replays it from the fenced history to the member who
+/// rejoins, once.
+#[tokio::test]
+async fn an_owner_frozen_between_its_write_and_its_broadcast_withholds_the_broadcast() {
+    let ttl = Duration::from_secs(2);
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 3,
+        gateways: 1,
+        lease_ttl: ttl,
+        env: vec![("CHORUS_TEST_HOLD_BROADCAST_MS".into(), "5000".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let mut b = cluster.connect(0, "bob").await.unwrap();
+    let room = RoomId::from("held");
+    // Joins cause no sequenced event, so nothing is held before the chat.
+    join_retrying(&mut a, &room, WAIT).await;
+    join_retrying(&mut b, &room, WAIT).await;
+    let (owner, _) = cluster.room_owner("held").await.unwrap().unwrap();
+    let frozen = cluster.shard(&owner).unwrap();
+    let _ = b
+        .send("chat.send", json!({"room": room, "text": "held"}))
+        .await
+        .unwrap();
+    // The owner logs the hold once the chat is in the fenced history; pause it there.
+    let deadline = Instant::now() + WAIT;
+    while !frozen
+        .node
+        .log()
+        .unwrap()
+        .contains("Test hold before broadcast.")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the owner never held a broadcast"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    frozen.node.pause().unwrap();
+    assert_eq!(
+        wait_room_left(&mut a, ttl * 5).await["reason"],
+        "unavailable"
+    );
+    // A new owner holds the lease once this join succeeds: the frozen owner's deadline, set
+    // before the lease's expiry in Redis, has passed.
+    let rejoined = join_retrying(&mut a, &room, ttl * 5).await;
+    assert!(rejoined["resync"] == false, "{rejoined}");
+    frozen.node.resume().unwrap();
+    let deadline = Instant::now() + WAIT;
+    while loadtest::admin::metric(frozen.admin, WITHHELD)
+        .await
+        .unwrap()
+        < 1.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the frozen owner did not withhold its broadcast"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The chat reached alice once: replayed by the new owner on her rejoin.
+    let mut copies = 0;
+    while let Ok(e) = a.next_event(Duration::from_millis(500)).await {
+        if e.ev == "chat" && e.d["text"] == "held" {
+            copies += 1;
+        }
+    }
+    assert_eq!(copies, 1);
+}
+
+/// Broadcasts a room runtime withheld past its lease deadline (the shard's counter).
+const WITHHELD: &str = "chorus_shard_broadcasts_withheld_total";
+
 #[tokio::test]
 async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     let mut cluster = Cluster::start(ClusterOptions {

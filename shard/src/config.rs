@@ -61,6 +61,10 @@ pub struct ShardConfig {
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
+    /// TEST ONLY: hold a room's broadcast of its sequenced events this long after they are in
+    /// the fenced history, so a test can freeze the owner between the write and the broadcast.
+    /// Never set in production.
+    pub test_hold_before_broadcast: Option<Duration>,
 }
 
 impl Default for ShardConfig {
@@ -79,6 +83,7 @@ impl Default for ShardConfig {
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
             orphan_sweep: DEFAULT_ORPHAN_SWEEP,
             test_crash_after_debit: false,
+            test_hold_before_broadcast: None,
         }
     }
 }

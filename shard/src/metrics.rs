@@ -25,6 +25,9 @@ pub const LEASE_RENEW_ROUND_TRIPS: &str = "chorus_lease_renew_round_trips_total"
 pub const LINK_QUEUE_DEPTH: &str = "chorus_shard_link_queue_depth";
 /// Room state writes rejected because the fence was not the live lease's (counter).
 pub const FENCED_WRITES_REJECTED: &str = "chorus_fenced_writes_rejected_total";
+/// Broadcasts a room runtime withheld because its lease deadline passed while it wrote the
+/// events (counter): the events are in the fenced history, and a new owner replays them.
+pub const BROADCASTS_WITHHELD: &str = "chorus_shard_broadcasts_withheld_total";
 
 /// Gift sagas settled by the room that took them (counter).
 pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";

@@ -764,6 +764,22 @@ impl RoomActor {
                 }
             }
         }
+        if !applied.events.is_empty() {
+            if let Some(hold) = self.inner.config.test_hold_before_broadcast {
+                info!(room = %self.room, "Test hold before broadcast.");
+                tokio::time::sleep(hold).await;
+            }
+            // LEDGER-AND-LEASES 2.3: the deadline before every side effect. The writes above
+            // awaited, and the process may have been frozen meanwhile: past its deadline the
+            // runtime broadcasts nothing. What it wrote is in the fenced history, from which a
+            // new owner replays it to the members it evicts when they rejoin.
+            if !self.inner.owner.proven(&self.valid) {
+                metrics::counter!(m::BROADCASTS_WITHHELD).increment(1);
+                warn!(room = %self.room, fence = self.fence, "Lease deadline passed while publishing; stopping.");
+                self.lease.cancel();
+                return;
+            }
+        }
         let gws = self.gateways();
         for ((seq, _), frame) in applied.events.iter().zip(frames) {
             self.inner.hot.events_sequenced.increment(1);
