@@ -32,6 +32,15 @@ async fn join_retrying_pw(
     c.join_retrying(room, pw, within).await.unwrap()
 }
 
+/// Alice and Bob, both through the first gateway, joined to `room`.
+async fn alice_and_bob_in(cluster: &Cluster, room: &RoomId) -> (Client, Client) {
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    let mut b = cluster.connect(0, "bob").await.unwrap();
+    join_retrying(&mut a, room, WAIT).await;
+    join_retrying(&mut b, room, WAIT).await;
+    (a, b)
+}
+
 /// Waits for `room.left` with reason `unavailable` for `room`.
 async fn wait_room_left(c: &mut Client, within: Duration) -> Value {
     c.next_event_named("room.left", within).await.unwrap().d
@@ -112,11 +121,8 @@ async fn quiet_room_ownership_changes(renew_on_traffic: bool) -> usize {
     })
     .await
     .unwrap();
-    let mut a = cluster.connect(0, "alice").await.unwrap();
-    let mut b = cluster.connect(0, "bob").await.unwrap();
     let room = RoomId::from("quiet");
-    join_retrying(&mut a, &room, WAIT).await;
-    join_retrying(&mut b, &room, WAIT).await;
+    let (mut a, _b) = alice_and_bob_in(&cluster, &room).await;
     let first = cluster.room_owner("quiet").await.unwrap().unwrap();
     let mut changes = 0;
     let end = Instant::now() + ttl * 3 + ttl / 2;
@@ -223,11 +229,8 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
     })
     .await
     .unwrap();
-    let mut a = cluster.connect(0, "alice").await.unwrap();
-    let mut b = cluster.connect(0, "bob").await.unwrap();
     let room = RoomId::from("paused");
-    join_retrying(&mut a, &room, WAIT).await;
-    join_retrying(&mut b, &room, WAIT).await;
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
     a.request("seat.take", json!({"room": room, "seat": 0}))
         .await
         .unwrap();
@@ -325,12 +328,9 @@ async fn an_owner_frozen_between_its_write_and_its_broadcast_withholds_the_broad
     })
     .await
     .unwrap();
-    let mut a = cluster.connect(0, "alice").await.unwrap();
-    let mut b = cluster.connect(0, "bob").await.unwrap();
     let room = RoomId::from("held");
     // Joins cause no sequenced event, so nothing is held before the chat.
-    join_retrying(&mut a, &room, WAIT).await;
-    join_retrying(&mut b, &room, WAIT).await;
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
     let (owner, _) = cluster.room_owner("held").await.unwrap().unwrap();
     let frozen = cluster.shard(&owner).unwrap();
     let _ = b
