@@ -772,8 +772,10 @@ impl RoomActor {
             // LEDGER-AND-LEASES 2.3: the deadline before every side effect. The writes above
             // awaited, and the process may have been frozen meanwhile: past its deadline the
             // runtime broadcasts nothing. What it wrote is in the fenced history, from which a
-            // new owner replays it to the members it evicts when they rejoin.
-            if !self.inner.owner.proven(&self.valid) {
+            // new owner replays it to the members it evicts when they rejoin. Without a fenced
+            // history (standalone: one process, in-process leases) no other node can own the
+            // room, and withholding would only lose the event.
+            if self.inner.config.durable_history && !self.inner.owner.proven(&self.valid) {
                 metrics::counter!(m::BROADCASTS_WITHHELD).increment(1);
                 warn!(room = %self.room, fence = self.fence, "Lease deadline passed while publishing; stopping.");
                 self.lease.cancel();
