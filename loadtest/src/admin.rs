@@ -84,6 +84,28 @@ pub async fn metric(addr: SocketAddr, name_and_labels: &str) -> anyhow::Result<f
         .unwrap_or(0.0))
 }
 
+/// Polls [`metric`] until it reaches `at_least` or `within` runs out: whether it reached it.
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn wait_metric(
+    addr: SocketAddr,
+    name_and_labels: &str,
+    at_least: f64,
+    within: std::time::Duration,
+) -> anyhow::Result<bool> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if metric(addr, name_and_labels).await? >= at_least {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Like [`metric`], but `None` when the node does not serve the metric at all.
 ///
 /// # Errors

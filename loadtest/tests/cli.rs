@@ -28,18 +28,22 @@ fn run_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
 
+/// The string `key` of each object in the JSON array `list`.
+fn field_of_each<'a>(list: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[key].as_str().unwrap())
+        .collect()
+}
+
 /// Runs `args` for one second with `--compare --rounds 2` ([`run_json`]), requires the runs to
 /// alternate baseline and Chorus, and returns the output.
 fn compared(args: &[&str]) -> serde_json::Value {
     let mut all = args.to_vec();
     all.extend(["--duration", "1", "--compare", "--rounds", "2"]);
     let v = run_json(&all);
-    let targets: Vec<&str> = v["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["target"].as_str().unwrap())
-        .collect();
+    let targets = field_of_each(&v["runs"], "target");
     assert_eq!(targets, ["baseline", "chorus", "baseline", "chorus"]);
     v
 }
@@ -187,12 +191,7 @@ fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
         );
         assert_eq!(r["conserved"], true, "{r}");
     }
-    let metrics: Vec<&str> = v["ratios"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["metric"].as_str().unwrap())
-        .collect();
+    let metrics = field_of_each(&v["ratios"], "metric");
     for m in [
         "p99_ms",
         "gift_reply_p99_ms",

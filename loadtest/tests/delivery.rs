@@ -220,18 +220,13 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
     // The fast client gets every event, in order, while the slow one is cut off.
     let p = reader.await.unwrap();
     assert_eq!((p.gaps, p.duplicates), (0, 0));
-    let deadline = Instant::now() + WAIT;
-    while loadtest::admin::metric(admin, "chorus_gateway_closes_total{code=\"4000\"}")
-        .await
-        .unwrap()
-        < 1.0
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the slow consumer was not closed with 4000"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let closed = "chorus_gateway_closes_total{code=\"4000\"}";
+    assert!(
+        loadtest::admin::wait_metric(admin, closed, 1.0, WAIT)
+            .await
+            .unwrap(),
+        "the slow consumer was not closed with 4000"
+    );
     let rss_after = rss_kib(node.pid());
     // ~10 MB were published to the slow consumer; the node keeps at most its outbox bound.
     let grew = rss_after.saturating_sub(rss_before);
