@@ -139,8 +139,12 @@ impl LeaseStore {
         self.claim_above(room, owner, ttl, 0).await
     }
 
-    /// Like [`LeaseStore::claim`], but a newly granted token is greater than `floor` (a durable
-    /// high-water mark, for when Redis lost its fence counter; LEDGER-AND-LEASES 2.4).
+    /// Like [`LeaseStore::claim`], but the token granted is greater than `floor` (a durable
+    /// high-water mark, for when Redis lost its fence counter; LEDGER-AND-LEASES 2.4). That
+    /// holds for the owner's own live lease too: it keeps its token only while the token is
+    /// above `floor`. At or below it, a runtime of this owner has already written with the token
+    /// (and stopped without releasing it, e.g. past its lease deadline), so the owner gets a new
+    /// one: a new runtime starts a new epoch and never numbers events its predecessor numbered.
     ///
     /// # Errors
     /// As [`LeaseStore::claim`].

@@ -100,6 +100,50 @@ async fn claim_and_conflict(store: LeaseStore) {
     ));
 }
 
+/// A runtime that stopped without releasing its lease (past its deadline) leaves the lease
+/// live under its token; the next runtime of the same process passes that token as the floor
+/// (it is the room's durable high-water mark) and must get a new one, or it would number its
+/// events in the old epoch again.
+async fn a_holder_whose_token_wrote_gets_a_new_one(store: LeaseStore) {
+    let room = RoomId::from("reclaim");
+    let (a, b) = (owner("a"), owner("b"));
+    let f1 = acquired(store.claim(&room, &a, LONG_TTL).await.unwrap());
+    // A retried claim (the floor below the token: nothing wrote with it) keeps the token.
+    assert_eq!(
+        acquired(
+            store
+                .claim_above(&room, &a, LONG_TTL, f1 - 1)
+                .await
+                .unwrap()
+        ),
+        f1
+    );
+    let f2 = acquired(store.claim_above(&room, &a, LONG_TTL, f1).await.unwrap());
+    assert!(
+        f2 > f1,
+        "{f2} > {f1}: a token that wrote is never handed out again"
+    );
+    assert_eq!(
+        store.holder(&room).await.unwrap(),
+        Some((a.to_string(), f2))
+    );
+    assert_eq!(
+        store
+            .renew(&a, &[(room.clone(), f1), (room.clone(), f2)], LONG_TTL)
+            .await
+            .unwrap(),
+        vec![false, true]
+    );
+    // Another owner still finds the lease held.
+    assert_eq!(
+        store.claim_above(&room, &b, LONG_TTL, f2).await.unwrap(),
+        ClaimOutcome::HeldBy {
+            owner: a.to_string(),
+            fence: f2
+        }
+    );
+}
+
 async fn fence_strictly_increases(clock: Clock, store: LeaseStore) {
     let room = RoomId::from("fences");
     let (a, b, c) = (owner("a"), owner("b"), owner("c"));
@@ -197,6 +241,11 @@ async fn in_process_claim_and_conflict() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn in_process_a_holder_whose_token_wrote_gets_a_new_one() {
+    a_holder_whose_token_wrote_gets_a_new_one(LeaseStore::in_process()).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn in_process_fence_strictly_increases() {
     fence_strictly_increases(Clock::Paused, LeaseStore::in_process()).await;
 }
@@ -276,6 +325,12 @@ async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) 
 async fn redis_claim_and_conflict() {
     let (_server, _redis, store) = redis_store().await;
     claim_and_conflict(store).await;
+}
+
+#[tokio::test]
+async fn redis_a_holder_whose_token_wrote_gets_a_new_one() {
+    let (_server, _redis, store) = redis_store().await;
+    a_holder_whose_token_wrote_gets_a_new_one(store).await;
 }
 
 #[tokio::test]

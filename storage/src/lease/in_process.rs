@@ -65,14 +65,18 @@ impl InProcessLeases {
         let now = Instant::now();
         let mut leases = self.lock();
         if let Some(held) = leases.live(room, now) {
-            if *held.owner == *owner {
+            if *held.owner != *owner {
+                return ClaimOutcome::HeldBy {
+                    owner: held.owner.to_string(),
+                    fence: held.fence,
+                };
+            }
+            // The caller's own lease: its token again, unless a runtime already wrote with
+            // it (the floor says so), which a new ownership must not do under the same token.
+            if held.fence > floor {
                 held.expires_at = now + ttl;
                 return ClaimOutcome::Acquired { fence: held.fence };
             }
-            return ClaimOutcome::HeldBy {
-                owner: held.owner.to_string(),
-                fence: held.fence,
-            };
         }
         let counter = leases.fences.entry(room.clone()).or_insert(0);
         *counter = (*counter).max(floor) + 1;

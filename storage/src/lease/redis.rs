@@ -20,16 +20,20 @@ pub const RENEW_CHUNK_MAX: usize = 1_000;
 
 /// ACQUIRE: `KEYS = [lease, fence]`, `ARGV = [owner, ttl_ms, fence_floor]`.
 /// Returns `{1, fence}` when the caller holds the lease, `{0, owner, fence}` when another does.
+/// The caller's own live lease keeps its token only while that token is above the floor;
+/// otherwise (a runtime of the caller already wrote with it) the caller gets a new token.
 const ACQUIRE_LUA: &str = r"
 local v = redis.call('HMGET', KEYS[1], 'owner', 'fence')
+local floor = tonumber(ARGV[3])
 if v[1] then
-  if v[1] == ARGV[1] then
+  if v[1] ~= ARGV[1] then
+    return {0, v[1], tonumber(v[2])}
+  end
+  if tonumber(v[2]) > floor then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(v[2])}
   end
-  return {0, v[1], tonumber(v[2])}
 end
-local floor = tonumber(ARGV[3])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < floor then
   redis.call('SET', KEYS[2], ARGV[3])
 end
