@@ -223,6 +223,35 @@ impl RedisServer {
         send_signal(self.running_pid()?, "CONT")
     }
 
+    /// `CONFIG SET name value` on the running server, e.g. `maxmemory 1` to make it refuse
+    /// every write that needs memory (OOM) while reads and expiry changes go on.
+    ///
+    /// # Errors
+    /// When the server cannot be reached within [`PING_TIMEOUT`] or does not answer `+OK`.
+    pub async fn config_set(&self, name: &str, value: &str) -> io::Result<()> {
+        let command = format!(
+            "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n${}\r\n{name}\r\n${}\r\n{value}\r\n",
+            name.len(),
+            value.len()
+        );
+        let exchange = async {
+            let mut stream = TcpStream::connect(self.addr()).await?;
+            stream.write_all(command.as_bytes()).await?;
+            let mut buf = [0u8; 5];
+            stream.read_exact(&mut buf).await?;
+            io::Result::Ok(buf)
+        };
+        match tokio::time::timeout(PING_TIMEOUT, exchange).await {
+            Ok(Ok(buf)) if &buf == b"+OK\r\n" => Ok(()),
+            Ok(Ok(buf)) => Err(io::Error::other(format!(
+                "CONFIG SET {name} {value}: {}",
+                String::from_utf8_lossy(&buf)
+            ))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::other(format!("CONFIG SET {name}: no answer"))),
+        }
+    }
+
     fn running_pid(&self) -> io::Result<u32> {
         self.pid()
             .ok_or_else(|| io::Error::other("redis-server is not running"))

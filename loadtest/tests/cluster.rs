@@ -377,6 +377,61 @@ async fn an_owner_frozen_between_its_write_and_its_broadcast_withholds_the_broad
     assert_eq!(copies, 1);
 }
 
+/// A history write that fails (not fenced: here Redis refuses writes that need memory, while
+/// lease renewals go on) must not be published: members would see an event no new owner can
+/// replay. The sender is refused, the runtime stops without saving and tells its members to
+/// rejoin, and the next runtime runs under a new token and epoch (the old token wrote, so the
+/// same node must not number events in its epoch again). Alice, who resumes from her last
+/// event, gets no resync, never the refused chat, and the next chat in the new epoch.
+#[tokio::test]
+async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_new_epoch() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        lease_ttl: Duration::from_secs(2),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let room = RoomId::from("no-history");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    b.chat(&room, "before").await.unwrap();
+    let before = a.next_event_named("chat", WAIT).await.unwrap();
+    let old_epoch = before.epoch.unwrap();
+    cluster.redis.config_set("maxmemory", "1").await.unwrap();
+    let sent = b
+        .send("chat.send", json!({"room": room, "text": "refused"}))
+        .await
+        .unwrap();
+    let shard = cluster.shards.first().unwrap();
+    let failed = loadtest::admin::wait_metric(shard.admin, HISTORY_FAILED, 1.0, WAIT).await;
+    cluster.redis.config_set("maxmemory", "0").await.unwrap();
+    // Refused: UNAVAILABLE, or NOT_IN_ROOM from the next runtime, where the gateway retried
+    // it before bob rejoined.
+    let refused = b.reply_to(sent, WAIT).await;
+    assert!(
+        matches!(refused, Err(ClientError::Server(_))),
+        "accepted although its history write failed: {refused:?}"
+    );
+    assert!(failed.unwrap(), "the history write did not fail");
+    for c in [&mut a, &mut b] {
+        assert_eq!(wait_room_left(c, WAIT).await["reason"], "unavailable");
+        let rejoined = join_retrying(c, &room, WAIT).await;
+        assert_eq!(rejoined["resync"], false, "{rejoined}");
+    }
+    b.chat(&room, "after").await.unwrap();
+    let e = a.next_event_named("chat", WAIT).await.unwrap();
+    assert_eq!(e.d["text"], "after", "{e:?}");
+    assert!(
+        e.epoch.unwrap() > old_epoch,
+        "the next runtime reused epoch {old_epoch}: {e:?}"
+    );
+    assert_eq!(e.seq, Some(1));
+}
+
+/// History writes a shard's rooms could not make (not fenced), and so did not publish.
+const HISTORY_FAILED: &str = "chorus_shard_history_write_failures_total";
+
 /// Broadcasts a room runtime withheld past its lease deadline (the shard's counter).
 const WITHHELD: &str = "chorus_shard_broadcasts_withheld_total";
 

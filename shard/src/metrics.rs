@@ -8,6 +8,9 @@ pub const ROOM_COMMANDS: &str = "chorus_shard_room_commands_total";
 pub const ROOM_INBOX_FULL: &str = "chorus_shard_room_inbox_full_total";
 /// Sequenced events published (counter; one per event, not per member).
 pub const EVENTS_SEQUENCED: &str = "chorus_shard_events_sequenced_total";
+/// History writes that failed other than by fencing (counter): the runtime publishes nothing
+/// of that change, answers `UNAVAILABLE` and stops.
+pub const HISTORY_WRITE_FAILURES: &str = "chorus_shard_history_write_failures_total";
 /// Snapshot writes that failed (counter).
 pub const SNAPSHOT_WRITE_FAILURES: &str = "chorus_shard_snapshot_write_failures_total";
 /// Room stops that wrote no final snapshot: the state was already stored (counter).
@@ -68,6 +71,10 @@ pub fn describe() {
         "Room loads with no saga sweep: the room's first owner."
     );
     describe_counter!(SNAPSHOT_WRITE_FAILURES, "Room snapshot writes that failed.");
+    describe_counter!(
+        HISTORY_WRITE_FAILURES,
+        "Room history writes that failed (not fenced); their events were not published."
+    );
     describe_counter!(
         SNAPSHOT_WRITES_SKIPPED,
         "Room stops with no final snapshot write: the state was already stored."

@@ -77,6 +77,12 @@ fn unreachable_join() -> ! {
     unreachable!("matched RoomCmd::Join or RoomCmd::Rejoin")
 }
 
+/// The answer to a command whose events did not reach the fenced history ([`RoomActor::publish`]).
+const NOT_PUBLISHED: Rejected = Rejected {
+    code: ErrorCode::Unavailable,
+    msg: "room unavailable; retry",
+};
+
 /// Longest a handoff waits for the room's in-flight gift sagas.
 const HANDOFF_GIFT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -446,7 +452,9 @@ impl RoomActor {
             };
             if let Ok(applied) = state.leave(&user, &at, LeaveReason::Disconnected.as_str()) {
                 self.untrack(gw);
-                self.publish(applied, None).await;
+                if self.publish(applied, None).await.is_err() {
+                    break;
+                }
             }
         }
         self.gateways.remove(gw);
@@ -607,19 +615,21 @@ impl RoomActor {
                 // the session; presence excludes the joiner anyway.
                 let ok = Bytes::from(client::to_json(&ok));
                 self.reply(cmd, Ok(ok), Some(Membership::Joined)).await;
-                self.publish(joined.applied, Some(at)).await;
+                // Answered already; should this fail, the runtime stops and the joiner rejoins.
+                let _ = self.publish(joined.applied, Some(at)).await;
                 Ok(None)
             }
             RoomCmd::Leave(reason) => {
                 let applied = state.leave(user, at, reason.as_str())?;
                 self.untrack(&at.gateway);
-                self.publish(applied, None).await;
+                // Out of the room either way: a runtime that cannot publish stops.
+                let _ = self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
             RoomCmd::Chat(c) => {
                 let applied = state.chat(user, at, c.text.clone())?;
                 let seq = applied.events.last().map_or(0, |(s, _)| *s);
-                self.publish(applied, None).await;
+                self.publish(applied, None).await?;
                 Ok(Some((
                     Bytes::from(client::to_json(&client::ChatSent { seq })),
                     None,
@@ -627,7 +637,7 @@ impl RoomActor {
             }
             RoomCmd::SeatTake(s) => {
                 let (seat, applied) = state.seat_take(user, at, s.seat)?;
-                self.publish(applied, None).await;
+                self.publish(applied, None).await?;
                 Ok(Some((
                     Bytes::from(client::to_json(&SeatTaken { seat })),
                     None,
@@ -635,7 +645,7 @@ impl RoomActor {
             }
             RoomCmd::SeatLeave => {
                 let applied = state.seat_leave(user, at)?;
-                self.publish(applied, None).await;
+                self.publish(applied, None).await?;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
             // `handle` moves gifts into `take_gift` (their saga keeps the command) and never
@@ -685,16 +695,28 @@ impl RoomActor {
         }
     }
 
-    /// Encodes each sequenced event once, records it for resume and sends one copy per
-    /// gateway; then publishes presence on the volatile lane.
     /// The gateways with members in the room, copied out so that sending may borrow the
     /// actor; inline for the usual one or two, so a published event allocates no list.
     fn gateways(&self) -> SmallVec<[NodeId; 2]> {
         self.gw_members.keys().cloned().collect()
     }
 
-    async fn publish(&mut self, applied: Applied, joiner: Option<&SessionRef>) {
-        let Some(state) = &self.state else { return };
+    /// Encodes each sequenced event once, records it for resume and sends one copy per
+    /// gateway; then publishes presence on the volatile lane.
+    ///
+    /// `Err` when the events did not reach the fenced history (cluster): nobody saw them and no
+    /// owner will replay them, so the command's sender must not be told it took effect. The
+    /// runtime then stops without saving, and the next command starts a new one (a new epoch)
+    /// from the last saved state. Members only ever see events a new owner can replay
+    /// (DESIGN, Order: never a silent gap).
+    async fn publish(
+        &mut self,
+        applied: Applied,
+        joiner: Option<&SessionRef>,
+    ) -> Result<(), Rejected> {
+        let Some(state) = &self.state else {
+            return Ok(());
+        };
         let now = Instant::now();
         let epoch = state.epoch();
         let mut frames: SmallVec<[Bytes; 2]> = SmallVec::with_capacity(applied.events.len());
@@ -734,9 +756,16 @@ impl RoomActor {
                         metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
                         warn!(room = %self.room, token, "History write fenced; stopping the runtime.");
                         self.lease.cancel();
-                        return;
+                        return Err(NOT_PUBLISHED);
                     }
-                    Err(e) => warn!(room = %self.room, error = %e, "History write failed."),
+                    Err(e) => {
+                        // Broadcasting it anyway would show members an event no new owner
+                        // can replay: a silent gap for whoever resumes across that owner.
+                        metrics::counter!(m::HISTORY_WRITE_FAILURES).increment(1);
+                        warn!(room = %self.room, error = %e, "History write failed; stopping the runtime.");
+                        self.lease.cancel();
+                        return Err(NOT_PUBLISHED);
+                    }
                 }
             }
             frames.push(frame);
@@ -754,7 +783,13 @@ impl RoomActor {
                     metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
                     warn!(room = %self.room, token, "Snapshot write fenced; stopping the runtime.");
                     self.lease.cancel();
-                    return;
+                    // With a fenced history the events are in it (written under the lease
+                    // just before): they happened, and reach the members by replay.
+                    return if self.inner.config.durable_history {
+                        Ok(())
+                    } else {
+                        Err(NOT_PUBLISHED)
+                    };
                 }
                 Err(e) => {
                     warn!(room = %self.room, error = %e, "Snapshot write failed.");
@@ -779,7 +814,8 @@ impl RoomActor {
                 metrics::counter!(m::BROADCASTS_WITHHELD).increment(1);
                 warn!(room = %self.room, fence = self.fence, "Lease deadline passed while publishing; stopping.");
                 self.lease.cancel();
-                return;
+                // In the fenced history: it happened, and reaches the members by replay.
+                return Ok(());
             }
         }
         let gws = self.gateways();
@@ -796,6 +832,7 @@ impl RoomActor {
         if self.member_count() == 0 {
             self.idle_since = Instant::now();
         }
+        Ok(())
     }
 
     async fn publish_presence(&mut self, p: Presence, joiner: Option<&SessionRef>) {
