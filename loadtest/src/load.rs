@@ -178,6 +178,11 @@ impl Shared {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// The Unix time (ms) of `ns` since `start`.
+    pub fn unix_ms_at(&self, ns: u64) -> u64 {
+        u64::try_from((self.start_unix_ns + u128::from(ns)) / 1_000_000).unwrap_or(u64::MAX)
+    }
+
     /// A UUIDv7 whose timestamp is `intended_ns` (since `start`) on the Unix clock: a gift's
     /// `req_id`, so that its `gift` events can be timed from their order id.
     pub fn v7_at(&self, intended_ns: u64) -> Uuid {

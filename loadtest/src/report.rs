@@ -196,6 +196,10 @@ pub struct Report {
     /// longest, worst first: (seconds from the schedule's start, worst latency in ms). A
     /// stall shows as one stretch far above the rest; a saturated server as many.
     pub worst_100ms: Vec<(f64, f64)>,
+    /// When the schedule started, on the Unix clock (ms): `worst_100ms` and any other offset
+    /// from the start can then be matched with the server's logs and traces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule_start_unix_ms: Option<u64>,
     /// The most the generator's schedule ran behind itself, ms. Latency counts from the
     /// intended send time, so a late generator shows as latency: when this is as large as the
     /// worst latency, the stall was the generator's, not the server's.
@@ -312,6 +316,9 @@ impl Report {
                 .map(|(at, ms)| format!("{at:+.1} s {ms:.0} ms"))
                 .collect();
             r.push(("worst 100 ms at", worst.join(", ")));
+        }
+        if let Some(ms) = self.schedule_start_unix_ms {
+            r.push(("schedule start unix ms", ms.to_string()));
         }
         r.push(("sender lag max ms", format!("{:.1}", self.send_lag_max_ms)));
         r

@@ -507,6 +507,7 @@ pub fn common_report(
         errors: shared.errors(),
         reply: Latency::from_hist(&shared.reply_latency()),
         worst_100ms: shared.worst_slots(t0_ns, WORST_SLOTS_REPORTED),
+        schedule_start_unix_ms: Some(shared.unix_ms_at(t0_ns)),
         send_lag_max_ms: shared.send_lag_max_ns.load(Ordering::Relaxed) as f64 / 1e6,
         ..Report::default()
     };

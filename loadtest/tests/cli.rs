@@ -209,6 +209,7 @@ fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
 fn a_gift_sweep_steps_up_and_names_the_highest_rate_that_held() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
+    let started = unix_ms_now();
     let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
         .args(["gifts", "--spawn", "standalone", "--rooms", "1"])
         .args(["--members", "2", "--rate", "10", "--duration", "1"])
@@ -246,4 +247,22 @@ fn a_gift_sweep_steps_up_and_names_the_highest_rate_that_held() {
         .map(|r| r["settled"].as_u64().unwrap())
         .collect();
     assert_eq!(settled, [10, 20], "{sweep}");
+    // Each step says when its schedule started (Unix ms), to match stalls with server logs:
+    // within the run, the second after the first step's last gift (its 10th, sent at 0.9 s).
+    let ended = unix_ms_now();
+    let starts: Vec<u64> = sweep["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["schedule_start_unix_ms"].as_u64().unwrap())
+        .collect();
+    assert!(
+        started <= starts[0] && starts[0] + 900 <= starts[1] && starts[1] <= ended,
+        "{started} {starts:?} {ended}"
+    );
+}
+
+fn unix_ms_now() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(now.unwrap().as_millis()).unwrap()
 }
