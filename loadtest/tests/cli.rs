@@ -37,6 +37,15 @@ fn field_of_each<'a>(list: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The number `key` of each object in the JSON array `list`.
+fn u64_of_each(list: &serde_json::Value, key: &str) -> Vec<u64> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[key].as_u64().unwrap())
+        .collect()
+}
+
 /// Runs `args` for one second with `--compare --rounds 2` ([`run_json`]), requires the runs to
 /// alternate baseline and Chorus, and returns the output.
 fn compared(args: &[&str]) -> serde_json::Value {
@@ -240,22 +249,11 @@ fn a_gift_sweep_steps_up_and_names_the_highest_rate_that_held() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let sweep = &v["sweeps"][0];
     assert_eq!(sweep["best_rate"], 20.0, "{sweep}");
-    let settled: Vec<u64> = sweep["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["settled"].as_u64().unwrap())
-        .collect();
-    assert_eq!(settled, [10, 20], "{sweep}");
+    assert_eq!(u64_of_each(&sweep["steps"], "settled"), [10, 20], "{sweep}");
     // Each step says when its schedule started (Unix ms), to match stalls with server logs:
     // within the run, the second after the first step's last gift (its 10th, sent at 0.9 s).
     let ended = unix_ms_now();
-    let starts: Vec<u64> = sweep["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["schedule_start_unix_ms"].as_u64().unwrap())
-        .collect();
+    let starts = u64_of_each(&sweep["steps"], "schedule_start_unix_ms");
     assert!(
         started <= starts[0] && starts[0] + 900 <= starts[1] && starts[1] <= ended,
         "{started} {starts:?} {ended}"
