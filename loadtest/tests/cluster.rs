@@ -414,8 +414,10 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
         "accepted although its history write failed: {refused:?}"
     );
     assert!(failed.unwrap(), "the history write did not fail");
+    let seen = events_until_room_left(&mut a).await;
+    assert!(seen.iter().all(|e| e.ev != "chat"), "published: {seen:?}");
+    assert_eq!(wait_room_left(&mut b, WAIT).await["reason"], "unavailable");
     for c in [&mut a, &mut b] {
-        assert_eq!(wait_room_left(c, WAIT).await["reason"], "unavailable");
         let rejoined = join_retrying(c, &room, WAIT).await;
         assert_eq!(rejoined["resync"], false, "{rejoined}");
     }
@@ -427,6 +429,45 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
         "the next runtime reused epoch {old_epoch}: {e:?}"
     );
     assert_eq!(e.seq, Some(1));
+    // A refused seat.take is not applied either: the next runtime starts from the last saved
+    // state, where the seat is free.
+    cluster.redis.config_set("maxmemory", "1").await.unwrap();
+    let sent = b
+        .send("seat.take", json!({"room": room, "seat": 0}))
+        .await
+        .unwrap();
+    let failed = loadtest::admin::wait_metric(shard.admin, HISTORY_FAILED, 2.0, WAIT).await;
+    cluster.redis.config_set("maxmemory", "0").await.unwrap();
+    let refused = b.reply_to(sent, WAIT).await;
+    assert!(
+        matches!(refused, Err(ClientError::Server(_))),
+        "accepted although its history write failed: {refused:?}"
+    );
+    assert!(failed.unwrap(), "the second history write did not fail");
+    let seen = events_until_room_left(&mut a).await;
+    assert!(
+        seen.iter().all(|e| e.ev != "seat.update"),
+        "published: {seen:?}"
+    );
+    let rejoined = join_retrying(&mut a, &room, WAIT).await;
+    assert_ne!(
+        rejoined["snapshot"]["seats"][0]["user"], "bob",
+        "{rejoined}"
+    );
+    assert!(rejoined["epoch"].as_u64() > e.epoch, "{rejoined}");
+}
+
+/// The events `c` receives up to its `room.left` (reason `unavailable`), which ends the list.
+async fn events_until_room_left(c: &mut Client) -> Vec<loadtest::client::Event> {
+    let mut seen = Vec::new();
+    loop {
+        let e = c.next_event(WAIT).await.unwrap();
+        if e.ev == "room.left" {
+            assert_eq!(e.d["reason"], "unavailable", "{e:?}");
+            return seen;
+        }
+        seen.push(e);
+    }
 }
 
 /// History writes a shard's rooms could not make (not fenced), and so did not publish.
