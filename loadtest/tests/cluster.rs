@@ -398,22 +398,8 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
     b.chat(&room, "before").await.unwrap();
     let before = a.next_event_named("chat", WAIT).await.unwrap();
     let old_epoch = before.epoch.unwrap();
-    cluster.redis.config_set("maxmemory", "1").await.unwrap();
-    let sent = b
-        .send("chat.send", json!({"room": room, "text": "refused"}))
-        .await
-        .unwrap();
-    let shard = cluster.shards.first().unwrap();
-    let failed = loadtest::admin::wait_metric(shard.admin, HISTORY_FAILED, 1.0, WAIT).await;
-    cluster.redis.config_set("maxmemory", "0").await.unwrap();
-    // Refused: UNAVAILABLE, or NOT_IN_ROOM from the next runtime, where the gateway retried
-    // it before bob rejoined.
-    let refused = b.reply_to(sent, WAIT).await;
-    assert!(
-        matches!(refused, Err(ClientError::Server(_))),
-        "accepted although its history write failed: {refused:?}"
-    );
-    assert!(failed.unwrap(), "the history write did not fail");
+    let chat = json!({"room": room, "text": "refused"});
+    refused_while_redis_is_full(&cluster, &mut b, "chat.send", chat, 1.0).await;
     let seen = events_until_room_left(&mut a).await;
     assert!(seen.iter().all(|e| e.ev != "chat"), "published: {seen:?}");
     assert_eq!(wait_room_left(&mut b, WAIT).await["reason"], "unavailable");
@@ -431,19 +417,8 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
     assert_eq!(e.seq, Some(1));
     // A refused seat.take is not applied either: the next runtime starts from the last saved
     // state, where the seat is free.
-    cluster.redis.config_set("maxmemory", "1").await.unwrap();
-    let sent = b
-        .send("seat.take", json!({"room": room, "seat": 0}))
-        .await
-        .unwrap();
-    let failed = loadtest::admin::wait_metric(shard.admin, HISTORY_FAILED, 2.0, WAIT).await;
-    cluster.redis.config_set("maxmemory", "0").await.unwrap();
-    let refused = b.reply_to(sent, WAIT).await;
-    assert!(
-        matches!(refused, Err(ClientError::Server(_))),
-        "accepted although its history write failed: {refused:?}"
-    );
-    assert!(failed.unwrap(), "the second history write did not fail");
+    let take = json!({"room": room, "seat": 0});
+    refused_while_redis_is_full(&cluster, &mut b, "seat.take", take, 2.0).await;
     let seen = events_until_room_left(&mut a).await;
     assert!(
         seen.iter().all(|e| e.ev != "seat.update"),
@@ -455,6 +430,30 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
         "{rejoined}"
     );
     assert!(rejoined["epoch"].as_u64() > e.epoch, "{rejoined}");
+}
+
+/// Sends `op` from `c` while Redis refuses every write that needs memory (lease renewals go
+/// on), waits until the shard has counted `failures` failed history writes in all, lets Redis
+/// take writes again, and requires the request to have been refused: `UNAVAILABLE`, or
+/// `NOT_IN_ROOM` from the next runtime when the gateway's retry reached it first.
+async fn refused_while_redis_is_full(
+    cluster: &Cluster,
+    c: &mut Client,
+    op: &str,
+    d: Value,
+    failures: f64,
+) {
+    cluster.redis.config_set("maxmemory", "1").await.unwrap();
+    let sent = c.send(op, d).await.unwrap();
+    let shard = cluster.shards.first().unwrap();
+    let failed = loadtest::admin::wait_metric(shard.admin, HISTORY_FAILED, failures, WAIT).await;
+    cluster.redis.config_set("maxmemory", "0").await.unwrap();
+    let refused = c.reply_to(sent, WAIT).await;
+    assert!(
+        matches!(refused, Err(ClientError::Server(_))),
+        "{op} accepted although its history write failed: {refused:?}"
+    );
+    assert!(failed.unwrap(), "the history write of {op} did not fail");
 }
 
 /// The events `c` receives up to its `room.left` (reason `unavailable`), which ends the list.
