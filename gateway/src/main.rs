@@ -94,7 +94,7 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     cfg.shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes())?);
     cfg.shard.test_crash_after_debit =
         std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
-    if let Some(every) = orphan_sweep_env()? {
+    if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         cfg.shard.orphan_sweep = every;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -163,26 +163,17 @@ fn run_until_signal(
     })
 }
 
-/// `CHORUS_ORPHAN_SWEEP_MS`: how often a shard looks for rooms with unfinished sagas that
-/// nobody has loaded (default 60 s).
-fn orphan_sweep_env() -> anyhow::Result<Option<std::time::Duration>> {
-    match std::env::var("CHORUS_ORPHAN_SWEEP_MS") {
+/// A duration in milliseconds from the environment variable `name`: `None` when it is unset,
+/// an error unless it is a positive whole number. Read for `CHORUS_ORPHAN_SWEEP_MS` (how often
+/// a shard looks for rooms with unfinished sagas that nobody has loaded; default 60 s) and,
+/// TEST ONLY, `CHORUS_TEST_HOLD_BROADCAST_MS` (how long a room holds a broadcast after its
+/// fenced history write, [`shard::ShardConfig::test_hold_before_broadcast`]).
+fn env_positive_ms(name: &str) -> anyhow::Result<Option<std::time::Duration>> {
+    match std::env::var(name) {
         Err(_) => Ok(None),
         Ok(v) => match v.parse::<u64>() {
             Ok(ms) if ms > 0 => Ok(Some(std::time::Duration::from_millis(ms))),
-            _ => anyhow::bail!("CHORUS_ORPHAN_SWEEP_MS must be a positive number of ms, not {v:?}"),
-        },
-    }
-}
-
-/// TEST ONLY (`CHORUS_TEST_HOLD_BROADCAST_MS`): how long a room holds a broadcast after its
-/// fenced history write ([`shard::ShardConfig::test_hold_before_broadcast`]).
-fn test_hold_before_broadcast_env() -> anyhow::Result<Option<std::time::Duration>> {
-    match std::env::var("CHORUS_TEST_HOLD_BROADCAST_MS") {
-        Err(_) => Ok(None),
-        Ok(v) => match v.parse::<u64>() {
-            Ok(ms) => Ok(Some(std::time::Duration::from_millis(ms))),
-            _ => anyhow::bail!("CHORUS_TEST_HOLD_BROADCAST_MS must be a number of ms, not {v:?}"),
+            _ => anyhow::bail!("{name} must be a positive number of ms, not {v:?}"),
         },
     }
 }
@@ -197,10 +188,10 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     })?);
     shard.test_crash_after_debit =
         std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
-    if let Some(every) = orphan_sweep_env()? {
+    if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         shard.orphan_sweep = every;
     }
-    shard.test_hold_before_broadcast = test_hold_before_broadcast_env()?;
+    shard.test_hold_before_broadcast = env_positive_ms("CHORUS_TEST_HOLD_BROADCAST_MS")?;
     let cfg = gateway::cluster::ShardNodeConfig {
         node_id: protocol::NodeId::from(a.node_id.as_str()),
         redis: a.redis.clone(),
