@@ -125,19 +125,24 @@ fn kill_and_reap(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// Sends `request` to the Redis server on `port` over a fresh connection and reads the first
+/// `N` bytes of its answer, all within [`PING_TIMEOUT`].
+async fn ask<const N: usize>(port: u16, request: &[u8]) -> io::Result<[u8; N]> {
+    let exchange = async {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
+        stream.write_all(request).await?;
+        let mut buf = [0u8; N];
+        stream.read_exact(&mut buf).await?;
+        io::Result::Ok(buf)
+    };
+    tokio::time::timeout(PING_TIMEOUT, exchange)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "redis-server did not answer"))?
+}
+
 /// Whether a Redis server answers `PING` on `port` within [`PING_TIMEOUT`].
 async fn answers_ping(port: u16) -> bool {
-    let probe = async {
-        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
-        stream.write_all(b"PING\r\n").await?;
-        let mut buf = [0u8; 7];
-        stream.read_exact(&mut buf).await?;
-        io::Result::Ok(&buf == b"+PONG\r\n")
-    };
-    matches!(
-        tokio::time::timeout(PING_TIMEOUT, probe).await,
-        Ok(Ok(true))
-    )
+    matches!(ask(port, b"PING\r\n").await, Ok(answer) if &answer == b"+PONG\r\n")
 }
 
 /// A real `redis-server` on a free 127.0.0.1 port, with no persistence; killed on drop.
@@ -234,21 +239,14 @@ impl RedisServer {
             name.len(),
             value.len()
         );
-        let exchange = async {
-            let mut stream = TcpStream::connect(self.addr()).await?;
-            stream.write_all(command.as_bytes()).await?;
-            let mut buf = [0u8; 5];
-            stream.read_exact(&mut buf).await?;
-            io::Result::Ok(buf)
-        };
-        match tokio::time::timeout(PING_TIMEOUT, exchange).await {
-            Ok(Ok(buf)) if &buf == b"+OK\r\n" => Ok(()),
-            Ok(Ok(buf)) => Err(io::Error::other(format!(
+        let answer: [u8; 5] = ask(self.port, command.as_bytes()).await?;
+        if &answer == b"+OK\r\n" {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
                 "CONFIG SET {name} {value}: {}",
-                String::from_utf8_lossy(&buf)
-            ))),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(io::Error::other(format!("CONFIG SET {name}: no answer"))),
+                String::from_utf8_lossy(&answer)
+            )))
         }
     }
 
