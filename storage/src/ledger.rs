@@ -964,14 +964,49 @@ impl Ledger {
         dispatch!(self.pending_sagas(room, min_age_ms))
     }
 
-    /// Rooms with a saga still PENDING or DEBITED whose last move is at least `min_age_ms` old:
-    /// where a crashed owner left money half-moved. A background sweep loads those rooms, so
-    /// their owner's recovery runs even if nobody comes back to them.
+    /// Rooms with a saga still PENDING or DEBITED whose last move is at least `min_age_ms` old
+    /// (where a crashed owner left money half-moved), or with a settled gift whose event is owed
+    /// and was recorded at least that long ago. A background sweep loads those rooms, so their
+    /// owner's recovery runs even if nobody comes back to them.
     ///
     /// # Errors
     /// Engine errors.
     pub async fn rooms_with_open_sagas(&self, min_age_ms: i64) -> Result<Vec<RoomId>> {
         dispatch!(self.rooms_with_open_sagas(min_age_ms))
+    }
+
+    /// Records that the room owes the `gift` event of a settled gift: its runtime settled it
+    /// but could not publish it (the lease could not be proven, the history write failed, or
+    /// the runtime stopped first). The room's next owner publishes it
+    /// ([`unpublished_gifts`](Self::unpublished_gifts)). A gift that is not settled, or not
+    /// known, is not recorded; recording one twice is one record.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn mark_unpublished(&self, gift_id: Uuid) -> Result<()> {
+        dispatch!(self.mark_unpublished(gift_id))
+    }
+
+    /// The room's settled gifts whose event is owed ([`mark_unpublished`](Self::mark_unpublished)),
+    /// recorded at least `min_age_ms` ago, oldest first.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn unpublished_gifts(
+        &self,
+        room: &RoomId,
+        min_age_ms: i64,
+    ) -> Result<Vec<GiftOrder>> {
+        dispatch!(self.unpublished_gifts(room, min_age_ms))
+    }
+
+    /// Takes the debt of a gift's event: `true` for exactly one caller, who then publishes it
+    /// (and records it again if it cannot).
+    ///
+    /// # Errors
+    /// Engine errors (whether it was taken is then unknown: it may stay recorded).
+    pub async fn take_unpublished(&self, room: &RoomId, gift_id: Uuid) -> Result<bool> {
+        dispatch!(self.take_unpublished(room, gift_id))
     }
 
     /// Resolves one saga. On the owner: a debited saga is settled, a pending one with no debit

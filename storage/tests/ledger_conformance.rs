@@ -132,6 +132,7 @@ conformance!(
     owner_voids_only_undebited_sagas,
     money_is_conserved_over_random_gifts,
     leaderboards_rank_settled_gifts,
+    an_owed_gift_event_is_listed_until_one_caller_takes_it,
 );
 
 async fn concurrent_gifts_never_overdraw(f: Fixture) {
@@ -529,6 +530,132 @@ async fn owner_voids_only_undebited_sagas(f: Fixture) {
             first: GiftResult::Voided
         }
     );
+}
+
+/// A settled gift whose event its runtime could not publish is recorded once, listed for its
+/// room (and the room for the orphan sweep) until exactly one caller takes it. Nothing but a
+/// settled gift is ever recorded.
+async fn an_owed_gift_event_is_listed_until_one_caller_takes_it(f: Fixture) {
+    let sender = f.user("s");
+    let host = f.user("h");
+    let room = f.room("r");
+    let other = f.room("o");
+    let to = std::slice::from_ref(&host);
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    let settled = f.order(&sender, "req-1", &room, 10, to);
+    assert!(matches!(
+        f.ledger.send_gift(&settled, 1).await.unwrap(),
+        GiftOutcome::Settled { .. }
+    ));
+    let refused = f.order(&sender, "req-2", &room, 1_000, to);
+    assert!(matches!(
+        f.ledger.send_gift(&refused, 1).await.unwrap(),
+        GiftOutcome::InsufficientFunds { .. }
+    ));
+    let pending = f.order(&sender, "req-3", &other, 10, to);
+    f.ledger.begin(&pending, 1).await.unwrap();
+    assert!(
+        f.ledger
+            .unpublished_gifts(&room, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !f.ledger
+            .rooms_with_open_sagas(0)
+            .await
+            .unwrap()
+            .contains(&room)
+    );
+
+    for id in [
+        settled.gift_id,
+        settled.gift_id,
+        refused.gift_id,
+        pending.gift_id,
+        Uuid::new_v4(),
+    ] {
+        f.ledger.mark_unpublished(id).await.unwrap();
+    }
+    assert_eq!(
+        f.ledger.unpublished_gifts(&room, 0).await.unwrap(),
+        vec![settled.clone()],
+        "only the settled gift, once"
+    );
+    assert!(
+        f.ledger
+            .unpublished_gifts(&other, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        f.ledger
+            .unpublished_gifts(&room, 60_000)
+            .await
+            .unwrap()
+            .is_empty(),
+        "recorded less than a minute ago"
+    );
+    assert!(
+        f.ledger
+            .rooms_with_open_sagas(0)
+            .await
+            .unwrap()
+            .contains(&room)
+    );
+    assert!(
+        !f.ledger
+            .rooms_with_open_sagas(60_000)
+            .await
+            .unwrap()
+            .contains(&room)
+    );
+
+    assert!(
+        !f.ledger
+            .take_unpublished(&other, settled.gift_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        f.ledger
+            .take_unpublished(&room, settled.gift_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !f.ledger
+            .take_unpublished(&room, settled.gift_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        f.ledger
+            .unpublished_gifts(&room, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !f.ledger
+            .rooms_with_open_sagas(0)
+            .await
+            .unwrap()
+            .contains(&room)
+    );
+
+    // Two nodes take the same record at once: one of them gets it.
+    f.ledger.mark_unpublished(settled.gift_id).await.unwrap();
+    let second = f.second_handle().await;
+    let (a, b) = tokio::join!(
+        f.ledger.take_unpublished(&room, settled.gift_id),
+        second.take_unpublished(&room, settled.gift_id)
+    );
+    assert!(a.unwrap() ^ b.unwrap(), "taken by exactly one");
+    // The money is where the settled gift put it.
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 90);
 }
 
 async fn money_is_conserved_over_random_gifts(f: Fixture) {

@@ -120,6 +120,11 @@ fn schema(ks: &str, rf: usize) -> Vec<String> {
                room_id text, gift_id uuid, PRIMARY KEY ((room_id), gift_id))"
         ),
         format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.room_unpublished_gifts (
+               room_id text, gift_id uuid, marked_at timestamp,
+               PRIMARY KEY ((room_id), gift_id))"
+        ),
+        format!(
             "CREATE TABLE IF NOT EXISTS {ks}.earnings_entries (
                receiver_id text, gift_id uuid, amount bigint, room_id text,
                PRIMARY KEY ((receiver_id), gift_id))"
@@ -157,6 +162,10 @@ struct Statements {
     open_del: PreparedStatement,
     open_list: PreparedStatement,
     open_rooms: PreparedStatement,
+    unpublished_add: PreparedStatement,
+    unpublished_list: PreparedStatement,
+    unpublished_take: PreparedStatement,
+    unpublished_rooms: PreparedStatement,
     earn_add: PreparedStatement,
     earn_sum: PreparedStatement,
     fact_add: PreparedStatement,
@@ -955,7 +964,56 @@ impl ScyllaLedger {
                 out.push(room);
             }
         }
+        let owing: Vec<(String,)> = self.scan(&self.st.unpublished_rooms, ()).await?;
+        for (room,) in owing {
+            let room = RoomId::new(room);
+            if !out.contains(&room) && !self.unpublished_gifts(&room, min_age_ms).await?.is_empty()
+            {
+                out.push(room);
+            }
+        }
         Ok(out)
+    }
+
+    pub(super) async fn mark_unpublished(&self, gift_id: Uuid) -> Result<()> {
+        match self.read_saga(gift_id).await? {
+            Some(rec) if rec.state == SagaState::Settled => {
+                self.write(
+                    &self.st.unpublished_add,
+                    (rec.order.room.as_str(), gift_id, now_ts()),
+                )
+                .await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) async fn unpublished_gifts(
+        &self,
+        room: &RoomId,
+        min_age_ms: i64,
+    ) -> Result<Vec<GiftOrder>> {
+        let before = now_ms().saturating_sub(min_age_ms);
+        let mut marks: Vec<(Uuid, Option<CqlTimestamp>)> = self
+            .scan(&self.st.unpublished_list, (room.as_str(),))
+            .await?;
+        marks.retain(|(_, at)| at.map_or(0, |t| t.0) <= before);
+        marks.sort_by_key(|(_, at)| at.map_or(0, |t| t.0));
+        let mut out = Vec::with_capacity(marks.len());
+        for (id, _) in marks {
+            if let Some(rec) = self.read_saga(id).await? {
+                out.push(rec.order);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn take_unpublished(&self, room: &RoomId, gift_id: Uuid) -> Result<bool> {
+        // An unknown outcome is an error, and the caller leaves the record for a later sweep. If
+        // the delete did land, nobody publishes that event: lost, never shown twice.
+        self.lwt(&self.st.unpublished_take, (room.as_str(), gift_id))
+            .await
+            .map_err(|()| unavailable("take of an unpublished gift: outcome unknown"))
     }
 
     pub(super) async fn leaderboard(
@@ -1188,6 +1246,28 @@ async fn prepare_all(session: &Session, ks: &str) -> Result<Statements> {
             .await?,
         ),
         open_rooms: scan(prep(format!("SELECT DISTINCT room_id FROM {ks}.room_open_sagas")).await?),
+        unpublished_add: plain(
+            prep(format!(
+                "INSERT INTO {ks}.room_unpublished_gifts (room_id, gift_id, marked_at) VALUES (?, ?, ?)"
+            ))
+            .await?,
+        ),
+        unpublished_list: scan(
+            prep(format!(
+                "SELECT gift_id, marked_at FROM {ks}.room_unpublished_gifts WHERE room_id = ?"
+            ))
+            .await?,
+        ),
+        unpublished_take: lwt(prep(format!(
+            "DELETE FROM {ks}.room_unpublished_gifts WHERE room_id = ? AND gift_id = ? IF EXISTS"
+        ))
+        .await?),
+        unpublished_rooms: scan(
+            prep(format!(
+                "SELECT DISTINCT room_id FROM {ks}.room_unpublished_gifts"
+            ))
+            .await?,
+        ),
         earn_add: plain(
             prep(format!(
                 "INSERT INTO {ks}.earnings_entries (receiver_id, gift_id, amount, room_id)

@@ -155,6 +155,8 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 /// no index: audits read it whole. The leaderboards read `gift_rank`, each user's total per
 /// room, board and UTC day, added to in that same transaction: a room's board costs a read of
 /// its users' rows (times the days in the period), however many gifts the room has seen.
+/// `unpublished_gift` lists the settled gifts whose room event a runtime could not publish,
+/// until the room's next owner takes one to publish it; it is empty but for such failures.
 /// [`MIGRATIONS`] bring older ledgers to this layout. Measured: a `WITHOUT
 /// ROWID` `gift_saga` (its large rows in the random b-tree) costs more CPU per gift, not less.
 /// Databases created with the earlier layout (`settled_gift` keyed by `(gift_id, receiver)`)
@@ -206,6 +208,12 @@ CREATE TABLE IF NOT EXISTS settled_gift (
   amount   INTEGER NOT NULL,
   earnings INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS unpublished_gift (
+  gift_id   BLOB PRIMARY KEY,
+  room      TEXT NOT NULL,
+  marked_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS unpublished_gift_room ON unpublished_gift (room, marked_ms);
 CREATE TABLE IF NOT EXISTS gift_rank (
   room  TEXT NOT NULL,
   board INTEGER NOT NULL,
@@ -847,14 +855,73 @@ impl SqliteLedger {
             // The partial index `gift_saga_open` holds exactly the open sagas.
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT DISTINCT room FROM gift_saga
-                     WHERE state IN ('PENDING', 'DEBITED') AND updated_ms <= ?1",
+                    "SELECT room FROM gift_saga
+                     WHERE state IN ('PENDING', 'DEBITED') AND updated_ms <= ?1
+                     UNION SELECT room FROM unpublished_gift WHERE marked_ms <= ?1",
                 )
                 .map_err(db)?;
             stmt.query_map([before], |r| r.get::<_, String>(0).map(RoomId::new))
                 .map_err(db)?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(db)
+        })
+        .await
+    }
+
+    pub(super) async fn mark_unpublished(&self, gift_id: Uuid) -> Result<()> {
+        self.write(move |c| {
+            c.prepare_cached(
+                "INSERT OR IGNORE INTO unpublished_gift (gift_id, room, marked_ms)
+                 SELECT gift_id, room, ?2 FROM gift_saga WHERE gift_id = ?1 AND state = 'SETTLED'",
+            )
+            .map_err(db)?
+            .execute(params![gift_id.as_bytes().as_slice(), now_ms()])
+            .map_err(db)?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn unpublished_gifts(
+        &self,
+        room: &RoomId,
+        min_age_ms: i64,
+    ) -> Result<Vec<GiftOrder>> {
+        let room = room.clone();
+        let before = now_ms().saturating_sub(min_age_ms);
+        self.read(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT gift_id FROM unpublished_gift
+                     WHERE room = ?1 AND marked_ms <= ?2 ORDER BY marked_ms",
+                )
+                .map_err(db)?;
+            let ids = stmt
+                .query_map(params![room.as_str(), before], |r| r.get::<_, Vec<u8>>(0))
+                .map_err(db)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db)?;
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                let id = Uuid::from_slice(&id).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+                if let Some(rec) = load_saga(c, id)? {
+                    out.push(rec.order);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    pub(super) async fn take_unpublished(&self, room: &RoomId, gift_id: Uuid) -> Result<bool> {
+        let room = room.clone();
+        self.write(move |c| {
+            let taken = c
+                .prepare_cached("DELETE FROM unpublished_gift WHERE gift_id = ?1 AND room = ?2")
+                .map_err(db)?
+                .execute(params![gift_id.as_bytes().as_slice(), room.as_str()])
+                .map_err(db)?;
+            Ok(taken == 1)
         })
         .await
     }
