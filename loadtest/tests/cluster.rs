@@ -432,6 +432,81 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
     assert!(rejoined["epoch"].as_u64() > e.epoch, "{rejoined}");
 }
 
+/// A settled gift whose event its runtime cannot publish (its history write fails, as above)
+/// is not lost to the room: the money moved, so the runtime records the event it owes in the
+/// ledger, and the room's next runtime publishes it. Bob, who rejoins, gets alice's gift; the
+/// ledger hands the owed event out once, and the coins moved once.
+#[tokio::test]
+async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_after_all() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        lease_ttl: Duration::from_secs(2),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let admin = cluster.gateways[0].admin;
+    let token = Some(cluster.admin_token.as_str());
+    let grant = json!({"amount": 100, "key": "g1"});
+    let r = loadtest::admin::call(
+        admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        token,
+        Some(grant),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let room = RoomId::from("owed-gift");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    // Bob holds a position to resume from.
+    a.chat(&room, "before").await.unwrap();
+    let before = b.next_event_named("chat", WAIT).await.unwrap();
+    let shard = cluster.shards.first().unwrap();
+    cluster.redis.config_set("maxmemory", "1").await.unwrap();
+    let gift = json!({"room": room, "req_id": "owed-1", "gift": "rose", "to": ["bob"]});
+    let sent = a.send("gift.send", gift).await.unwrap();
+    let settled = a.reply_to(sent, WAIT).await;
+    cluster.redis.config_set("maxmemory", "0").await.unwrap();
+    let settled = settled.unwrap();
+    assert_eq!(settled["balance"], 90, "{settled}");
+    assert_eq!(
+        loadtest::admin::metric(shard.admin, HISTORY_FAILED)
+            .await
+            .unwrap(),
+        1.0
+    );
+    // The runtime answers after it recorded the event it owes.
+    assert_eq!(
+        loadtest::admin::metric(shard.admin, OWED).await.unwrap(),
+        1.0
+    );
+    let seen = events_until_room_left(&mut b).await;
+    assert!(seen.iter().all(|e| e.ev != "gift"), "published: {seen:?}");
+    let rejoined = join_retrying(&mut b, &room, WAIT).await;
+    assert_eq!(rejoined["resync"], false, "{rejoined}");
+    let e = b.next_event_named("gift", WAIT).await.unwrap();
+    assert_eq!(e.d["order"], settled["order"], "{e:?}");
+    assert!(e.epoch > before.epoch, "{e:?}");
+    assert_eq!(
+        (e.d["from"].as_str(), e.d["coins"].as_i64()),
+        (Some("alice"), Some(10))
+    );
+    assert_eq!(
+        loadtest::admin::metric(shard.admin, OWED_TAKEN)
+            .await
+            .unwrap(),
+        1.0
+    );
+    let alice = loadtest::admin::get(admin, "/admin/wallets/alice", token)
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(alice["balance"], 90, "{alice}");
+}
+
 /// Sends `op` from `c` while Redis refuses every write that needs memory (lease renewals go
 /// on), waits until the shard has counted `failures` failed history writes in all, lets Redis
 /// take writes again, and requires the request to have been refused: `UNAVAILABLE`, or
@@ -471,6 +546,12 @@ async fn events_until_room_left(c: &mut Client) -> Vec<loadtest::client::Event> 
 
 /// History writes a shard's rooms could not make (not fenced), and so did not publish.
 const HISTORY_FAILED: &str = "chorus_shard_history_write_failures_total";
+
+/// Settled gifts whose event a runtime recorded for the next one to publish (the shard's).
+const OWED: &str = "chorus_gift_events_owed_total";
+
+/// Owed gift events a room's runtime took from the ledger to publish (the shard's counter).
+const OWED_TAKEN: &str = "chorus_gift_events_owed_taken_total";
 
 /// Broadcasts a room runtime withheld past its lease deadline (the shard's counter).
 const WITHHELD: &str = "chorus_shard_broadcasts_withheld_total";

@@ -360,6 +360,14 @@ impl Inner {
         true
     }
 
+    /// Asks the room's runtime on this node, if one runs, to sweep its sagas now.
+    pub(crate) fn nudge_sweep(&self, room: &RoomId) {
+        let tx = lock(&self.rooms).get(room).map(|h| h.tx.clone());
+        if let Some(tx) = tx {
+            let _ = tx.try_send(RoomMsg::Sweep);
+        }
+    }
+
     /// Removes a room from the registry if `generation` is still the registered runtime.
     pub(crate) fn unregister(&self, room: &RoomId, generation: u64) {
         let mut rooms = lock(&self.rooms);

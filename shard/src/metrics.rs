@@ -38,6 +38,14 @@ pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";
 pub const SAGAS_RECOVERED: &str = "chorus_sagas_recovered_total";
 /// Rooms loaded by the orphan sweep to recover their unfinished sagas (counter).
 pub const ORPHAN_ROOMS_LOADED: &str = "chorus_saga_orphan_rooms_loaded_total";
+/// Settled gifts whose event the room could not publish, recorded in the ledger for the
+/// room's next owner to publish (counter).
+pub const GIFT_EVENTS_OWED: &str = "chorus_gift_events_owed_total";
+/// Owed gift events a room's owner took from the ledger to publish (counter).
+pub const GIFT_EVENTS_TAKEN: &str = "chorus_gift_events_owed_taken_total";
+/// Settled gifts whose event was neither published nor recorded: the ledger refused the
+/// record too (counter). Members never see these gifts; the money moved all the same.
+pub const GIFT_EVENTS_LOST: &str = "chorus_gift_events_lost_total";
 /// Room loads that skipped the saga sweep: the room's first owner in the ledger (counter).
 pub const RECOVERY_SKIPPED: &str = "chorus_saga_sweeps_skipped_total";
 
@@ -65,6 +73,18 @@ pub fn describe() {
     describe_counter!(
         ORPHAN_ROOMS_LOADED,
         "Rooms loaded by the orphan sweep to recover their unfinished sagas."
+    );
+    describe_counter!(
+        GIFT_EVENTS_OWED,
+        "Settled gifts whose event was recorded for the room's next owner to publish."
+    );
+    describe_counter!(
+        GIFT_EVENTS_TAKEN,
+        "Owed gift events a room's owner took from the ledger to publish."
+    );
+    describe_counter!(
+        GIFT_EVENTS_LOST,
+        "Settled gifts whose event was neither published nor recorded."
     );
     describe_counter!(
         RECOVERY_SKIPPED,

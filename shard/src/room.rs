@@ -41,8 +41,12 @@ pub(crate) enum RoomMsg {
     Command(Box<Command>),
     /// A gateway's link closed: its sessions leave the room.
     GatewayGone(NodeId),
-    /// The owner's recovery settled a saga a previous runtime left unfinished.
+    /// The owner's recovery settled a saga a previous runtime left unfinished, or took a
+    /// settled gift's event a runtime owed (see [`gifts::owe_event`]): publish it.
     GiftRecovered(Box<storage::ledger::GiftOrder>),
+    /// The orphan sweep found work for the room's saga sweep (an unfinished saga, an owed
+    /// event) while the room runs: sweep now.
+    Sweep,
     /// The placement moved the room to this shard: hand it off.
     Handoff(NodeId),
     /// The admin API asks what the room looks like now.
@@ -271,6 +275,7 @@ impl RoomActor {
                     Ok(
                         RoomMsg::GatewayGone(_)
                         | RoomMsg::GiftRecovered(_)
+                        | RoomMsg::Sweep
                         | RoomMsg::Handoff(_)
                         | RoomMsg::Inspect(_),
                     ) => continue,
@@ -307,6 +312,7 @@ impl RoomActor {
                     }
                     Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
                     Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
+                    Some(RoomMsg::Sweep) => self.sweep_now(),
                     Some(RoomMsg::Handoff(to)) => break Stop::Handoff(to),
                     Some(RoomMsg::Inspect(tx)) => {
                         let _ = tx.send(self.inspect());
@@ -337,8 +343,12 @@ impl RoomActor {
         while let Some(msg) = rx.recv().await {
             match msg {
                 RoomMsg::Command(cmd) => pending.push(*cmd),
+                // A settled gift's event this runtime will not publish now: the next one does.
+                RoomMsg::GiftRecovered(order) => {
+                    gifts::owe_event(&self.inner, &self.room, order.gift_id).await;
+                }
                 RoomMsg::GatewayGone(_)
-                | RoomMsg::GiftRecovered(_)
+                | RoomMsg::Sweep
                 | RoomMsg::Handoff(_)
                 | RoomMsg::Inspect(_) => {}
             }
@@ -429,6 +439,7 @@ impl RoomActor {
                 Some(done) = self.sagas.next() => self.gift_done(done).await,
                 m = rx.recv() => match m {
                     Some(RoomMsg::Command(cmd)) => self.deferred.push(*cmd),
+                    Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
                     Some(_) => {}
                     None => return,
                 },

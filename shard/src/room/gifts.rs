@@ -188,10 +188,35 @@ pub(crate) async fn install_fence(
     }
 }
 
-/// Answers a gift whose room stopped before the outcome arrived.
+/// Answers a gift whose room stopped before the outcome arrived. A gift settled just now
+/// had no room to publish its event: the room's next owner publishes it.
 pub(crate) async fn reply_without_room(inner: &Arc<Inner>, done: GiftDone) {
+    if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
+        owe_event(inner, &done.order.room, done.order.gift_id).await;
+    }
     let outcome = outcome_reply(&done.order, &done.outcome);
     inner.reply_direct(&done.cmd, outcome, None).await;
+}
+
+/// Records in the ledger that the room owes the event of a settled gift it could not publish
+/// ([`Ledger::mark_unpublished`]): the room's next owner publishes it (its sweep at load, or
+/// the orphan sweep). Money never waits for this; a gift is settled whatever its event does.
+///
+/// [`Ledger::mark_unpublished`]: storage::ledger::Ledger::mark_unpublished
+pub(crate) async fn owe_event(inner: &Inner, room: &RoomId, gift_id: Uuid) {
+    let Some(ledger) = &inner.ledger else {
+        return;
+    };
+    match ledger.mark_unpublished(gift_id).await {
+        Ok(()) => {
+            metrics::counter!(m::GIFT_EVENTS_OWED).increment(1);
+            info!(%room, order = %gift_id, "Gift event not published; recorded for the next owner.");
+        }
+        Err(e) => {
+            metrics::counter!(m::GIFT_EVENTS_LOST).increment(1);
+            warn!(%room, order = %gift_id, error = %e, "Gift event neither published nor recorded.");
+        }
+    }
 }
 
 fn outcome_reply(
@@ -405,19 +430,22 @@ impl RoomActor {
         self.reply(&cmd, reply, None).await;
     }
 
-    /// Publishes a gift the owner's recovery settled.
+    /// Publishes a gift the owner's recovery settled, or whose event a runtime owed.
     pub(super) async fn gift_recovered(&mut self, order: GiftOrder) {
         self.publish_gift(order).await;
     }
 
-    /// Publishes a settled order; the event takes the order's fields rather than copies.
+    /// Publishes a settled order; the event takes the order's fields rather than copies. When
+    /// the runtime cannot publish it (it cannot prove its lease, or the history write failed and
+    /// it stops), the event is owed to the members: recorded for the next owner ([`owe_event`]).
     async fn publish_gift(&mut self, order: GiftOrder) {
-        if !self.inner.owner.proven(&self.valid) {
-            return;
-        }
         let Some(state) = self.state.as_mut() else {
             return;
         };
+        if !self.inner.owner.proven(&self.valid) {
+            owe_event(&self.inner, &self.room, order.gift_id).await;
+            return;
+        }
         let order_id = order.gift_id;
         let coins = order.total();
         let win = order
@@ -445,7 +473,16 @@ impl RoomActor {
         }
         // The gift is settled in the ledger whatever happens to its event: a runtime that
         // cannot publish it stops, and the sender's answer still says settled.
-        let _ = self.publish(applied, None).await;
+        if self.publish(applied, None).await.is_err() {
+            owe_event(&self.inner, &self.room, order_id).await;
+        }
+    }
+
+    /// Starts the saga sweep now unless it runs already: the orphan sweep found work for it.
+    pub(super) fn sweep_now(&self) {
+        if self.sweep.failed(now_ms()) {
+            self.spawn_sweep(0, false);
+        }
     }
 
     /// Starts the owner-only sweep of this room's unfinished sagas at load: a previous owner
@@ -509,8 +546,13 @@ impl RoomActor {
                                 Ok(RecoveryOutcome::Settled) => {
                                     metrics::counter!(m::SAGAS_RECOVERED, "outcome" => "settled").increment(1);
                                     info!(%room, order = %rec.order.gift_id, "Recovered a debited gift: settled.");
-                                    if let Some(tx) = weak.upgrade() {
-                                        let _ = tx.send(RoomMsg::GiftRecovered(Box::new(rec.order))).await;
+                                    let gift_id = rec.order.gift_id;
+                                    let sent = match weak.upgrade() {
+                                        Some(tx) => tx.send(RoomMsg::GiftRecovered(Box::new(rec.order))).await.is_ok(),
+                                        None => false,
+                                    };
+                                    if !sent {
+                                        owe_event(&inner, &room, gift_id).await;
                                     }
                                 }
                                 Ok(RecoveryOutcome::Voided) => {
@@ -534,6 +576,9 @@ impl RoomActor {
                         warn!(%room, error = %e, "Could not list unfinished sagas.");
                     }
                 }
+                if !publish_owed(&inner, &ledger, &room, min_age, &weak).await {
+                    clean = false;
+                }
                 min_age = RECOVERY_MIN_AGE_MS;
                 if clean && !sweep.go_on(began, seen) {
                     return;
@@ -541,6 +586,48 @@ impl RoomActor {
             }
         });
     }
+}
+
+/// Takes the room's owed gift events (settled gifts a runtime could not publish) from the
+/// ledger and hands them to the running room to publish. A taken event whose room has stopped
+/// is recorded again. Returns whether the ledger answered.
+async fn publish_owed(
+    inner: &Arc<Inner>,
+    ledger: &storage::ledger::Ledger,
+    room: &RoomId,
+    min_age: i64,
+    room_tx: &tokio::sync::mpsc::WeakSender<RoomMsg>,
+) -> bool {
+    let owed = match ledger.unpublished_gifts(room, min_age).await {
+        Ok(owed) => owed,
+        Err(e) => {
+            warn!(%room, error = %e, "Could not list owed gift events.");
+            return false;
+        }
+    };
+    for order in owed {
+        match ledger.take_unpublished(room, order.gift_id).await {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                warn!(%room, order = %order.gift_id, error = %e, "Could not take an owed gift event.");
+                return false;
+            }
+        }
+        metrics::counter!(m::GIFT_EVENTS_TAKEN).increment(1);
+        let gift_id = order.gift_id;
+        let sent = match room_tx.upgrade() {
+            Some(tx) => tx
+                .send(RoomMsg::GiftRecovered(Box::new(order)))
+                .await
+                .is_ok(),
+            None => false,
+        };
+        if !sent {
+            owe_event(inner, room, gift_id).await;
+        }
+    }
+    true
 }
 
 /// Every [`ShardConfig::orphan_sweep`](crate::ShardConfig::orphan_sweep), loads the rooms
@@ -563,6 +650,10 @@ pub(crate) async fn sweep_orphans(inner: Arc<Inner>) {
                     if inner.load_room(&room) {
                         metrics::counter!(m::ORPHAN_ROOMS_LOADED).increment(1);
                         info!(%room, "Loaded a room with unfinished sagas to recover them.");
+                    } else {
+                        // Running here, its own sweep may have ended before the work came in
+                        // (an event owed by a runtime that stopped late).
+                        inner.nudge_sweep(&room);
                     }
                 }
             }
