@@ -747,39 +747,45 @@ impl RoomActor {
                 }
             };
             self.log.push(epoch, *seq, frame.clone(), now);
-            if self.inner.config.durable_history {
-                // Write-ahead: an event is in the fenced history before anyone sees it, so a
-                // new owner can replay everything any client saw.
-                match self
-                    .inner
-                    .snapshots
-                    .append_history(
-                        &self.room,
-                        self.fence,
-                        *seq,
-                        &frame,
-                        self.inner.config.history_events,
-                    )
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(storage::StorageError::Fenced { token }) => {
-                        metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
-                        warn!(room = %self.room, token, "History write fenced; stopping the runtime.");
-                        self.lease.cancel();
-                        return Err(NOT_PUBLISHED);
-                    }
-                    Err(e) => {
-                        // Broadcasting it anyway would show members an event no new owner
-                        // can replay: a silent gap for whoever resumes across that owner.
-                        metrics::counter!(m::HISTORY_WRITE_FAILURES).increment(1);
-                        warn!(room = %self.room, error = %e, "History write failed; stopping the runtime.");
-                        self.lease.cancel();
-                        return Err(NOT_PUBLISHED);
-                    }
+            frames.push(frame);
+        }
+        if self.inner.config.durable_history && !frames.is_empty() {
+            // Write-ahead: an event is in the fenced history before anyone sees it, so a new
+            // owner can replay everything any client saw. A change's events (a gift and its
+            // lucky win) go in one write: all of them or none.
+            let entries: SmallVec<[(protocol::Seq, &[u8]); 2]> = applied
+                .events
+                .iter()
+                .zip(&frames)
+                .map(|((seq, _), frame)| (*seq, &frame[..]))
+                .collect();
+            match self
+                .inner
+                .snapshots
+                .append_history(
+                    &self.room,
+                    self.fence,
+                    &entries,
+                    self.inner.config.history_events,
+                )
+                .await
+            {
+                Ok(()) => {}
+                Err(storage::StorageError::Fenced { token }) => {
+                    metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
+                    warn!(room = %self.room, token, "History write fenced; stopping the runtime.");
+                    self.lease.cancel();
+                    return Err(NOT_PUBLISHED);
+                }
+                Err(e) => {
+                    // Broadcasting it anyway would show members an event no new owner can
+                    // replay: a silent gap for whoever resumes across that owner.
+                    metrics::counter!(m::HISTORY_WRITE_FAILURES).increment(1);
+                    warn!(room = %self.room, error = %e, "History write failed; stopping the runtime.");
+                    self.lease.cancel();
+                    return Err(NOT_PUBLISHED);
                 }
             }
-            frames.push(frame);
         }
         if applied.durable_changed {
             match self

@@ -51,17 +51,16 @@ impl Snapshots {
         }
     }
 
-    /// Appends a sequenced event to the fenced history.
+    /// Appends the sequenced events of one change to the fenced history, all or none.
     pub(crate) async fn append_history(
         &self,
         room: &RoomId,
         fence: FencingToken,
-        seq: protocol::Seq,
-        frame: &[u8],
+        entries: &[(protocol::Seq, &[u8])],
         max_len: usize,
     ) -> Result<(), StorageError> {
         self.store
-            .append_history(room, fence, seq, frame, max_len)
+            .append_history(room, fence, entries, max_len)
             .await
     }
 

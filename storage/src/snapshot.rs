@@ -92,8 +92,9 @@ impl SnapshotStore {
         }
     }
 
-    /// Appends an event to the room's history, keeping only the newest `max_len` entries
-    /// (at least one), fenced like [`SnapshotStore::save`].
+    /// Appends the events of one change to the room's history, all of them or none (a change
+    /// half in the history would replay part of it), keeping only the newest `max_len` entries
+    /// (at least one), fenced like [`SnapshotStore::save`]. Nothing to append is a no-op.
     ///
     /// # Errors
     /// As [`SnapshotStore::save`].
@@ -101,14 +102,16 @@ impl SnapshotStore {
         &self,
         room: &RoomId,
         fence: FencingToken,
-        seq: Seq,
-        bytes: &[u8],
+        entries: &[(Seq, &[u8])],
         max_len: usize,
     ) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
         let max_len = max_len.max(1);
         match self {
-            Self::Redis(s) => s.append_history(room, fence, seq, bytes, max_len).await,
-            Self::Sqlite(s) => s.append_history(room, fence, seq, bytes, max_len).await,
+            Self::Redis(s) => s.append_history(room, fence, entries, max_len).await,
+            Self::Sqlite(s) => s.append_history(room, fence, entries, max_len).await,
         }
     }
 

@@ -97,10 +97,16 @@ async fn stale_token_is_rejected(env: Env) {
     // A wakes up and tries to write with its old token: every write is refused.
     fenced(env.snaps.save(&room, fa, b"stale").await, fa);
     fenced(
-        env.snaps.append_history(&room, fa, 1, b"stale", 10).await,
+        env.snaps
+            .append_history(&room, fa, &[(1, b"stale"), (2, b"stale")], 10)
+            .await,
         fa,
     );
     fenced(env.snaps.delete(&room, fa).await, fa);
+    assert!(
+        env.snaps.load_history(&room).await.unwrap().is_empty(),
+        "a refused append wrote nothing"
+    );
     // A token that never held the lease is refused too.
     fenced(env.snaps.save(&room, fb + 1, b"future").await, fb + 1);
     assert_eq!(
@@ -135,13 +141,19 @@ async fn history_is_bounded_and_fenced(env: Env) {
     let room = RoomId::from("history");
     assert!(env.snaps.load_history(&room).await.unwrap().is_empty());
     let f = env.claim(&room, "a", LONG_TTL).await;
-    for seq in 1..=5u64 {
+    for seq in 1..=3u64 {
         let ev = format!("ev{seq}");
         env.snaps
-            .append_history(&room, f, seq, ev.as_bytes(), 3)
+            .append_history(&room, f, &[(seq, ev.as_bytes())], 3)
             .await
             .unwrap();
     }
+    // One change's events in one write, in order.
+    env.snaps
+        .append_history(&room, f, &[(4, b"ev4"), (5, b"ev5")], 3)
+        .await
+        .unwrap();
+    env.snaps.append_history(&room, f, &[], 3).await.unwrap();
     let want: Vec<HistoryEntry> = (3..=5u64)
         .map(|seq| HistoryEntry {
             fence: f,
@@ -286,7 +298,7 @@ async fn sqlite_restart_keeps_state_and_tokens_increasing() {
         let f2 = env.claim(&room, "a", LONG_TTL).await;
         env.snaps.save(&room, f2, b"before").await.unwrap();
         env.snaps
-            .append_history(&room, f2, 1, b"ev", 10)
+            .append_history(&room, f2, &[(1, b"ev")], 10)
             .await
             .unwrap();
         f2

@@ -44,8 +44,8 @@ const APPEND_LUA: &str = concat!(
     fence_check!(),
     r"
 redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
-redis.call('RPUSH', KEYS[3], ARGV[2])
-redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+redis.call('RPUSH', KEYS[3], unpack(ARGV, 3))
+redis.call('LTRIM', KEYS[3], -tonumber(ARGV[2]), -1)
 return 1
 "
 );
@@ -156,23 +156,20 @@ impl RedisSnapshots {
         &self,
         room: &RoomId,
         fence: FencingToken,
-        seq: Seq,
-        bytes: &[u8],
+        entries: &[(Seq, &[u8])],
         max_len: usize,
     ) -> Result<()> {
         let mut conn = self.conn.clone();
-        let status: i64 = self
-            .scripts
-            .append
-            .key(lease_key(room))
+        let mut call = self.scripts.append.prepare_invoke();
+        call.key(lease_key(room))
             .key(state_key(room))
             .key(history_key(room))
             .arg(fence)
-            .arg(encode_entry(fence, seq, bytes))
-            .arg(max_len)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(map_err)?;
+            .arg(max_len);
+        for &(seq, bytes) in entries {
+            call.arg(encode_entry(fence, seq, bytes));
+        }
+        let status: i64 = call.invoke_async(&mut conn).await.map_err(map_err)?;
         fenced_status(status, fence)
     }
 

@@ -228,18 +228,21 @@ impl SqliteSnapshots {
         &self,
         room: &RoomId,
         fence: FencingToken,
-        seq: Seq,
-        bytes: &[u8],
+        entries: &[(Seq, &[u8])],
         max_len: usize,
     ) -> Result<()> {
-        let data = bytes.to_vec();
-        let seq = to_sql(seq)?;
+        let entries = entries
+            .iter()
+            .map(|&(seq, bytes)| Ok((to_sql(seq)?, bytes.to_vec())))
+            .collect::<Result<Vec<_>>>()?;
         let keep = i64::try_from(max_len).unwrap_or(i64::MAX);
         self.fenced(room, fence, move |tx, room, f| {
-            tx.execute(
-                "INSERT INTO room_history (room, fence, seq, data) VALUES (?1, ?2, ?3, ?4)",
-                params![room, f, seq, data],
-            )?;
+            for (seq, data) in &entries {
+                tx.execute(
+                    "INSERT INTO room_history (room, fence, seq, data) VALUES (?1, ?2, ?3, ?4)",
+                    params![room, f, seq, data],
+                )?;
+            }
             tx.execute(
                 "DELETE FROM room_history WHERE room = ?1 AND id <= (
                      SELECT id FROM room_history WHERE room = ?1
