@@ -715,11 +715,13 @@ impl RoomActor {
     /// Encodes each sequenced event once, records it for resume and sends one copy per
     /// gateway; then publishes presence on the volatile lane.
     ///
-    /// `Err` when the events did not reach the fenced history (cluster): nobody saw them and no
-    /// owner will replay them, so the command's sender must not be told it took effect. The
-    /// runtime then stops without saving, and the next command starts a new one (a new epoch)
-    /// from the last saved state. Members only ever see events a new owner can replay
-    /// (DESIGN, Order: never a silent gap).
+    /// `Err` when the change was not stored: in a cluster its events and state (one write) did
+    /// not reach the fenced store, or the write was fenced; standalone, its state write was
+    /// fenced. Nobody saw its events and no owner will replay them, so the command's sender
+    /// must not be told it took effect. The runtime then stops without saving, and the next
+    /// command starts a new one (a new epoch) from the last saved state, which agrees with the
+    /// history. Members only ever see events a new owner can replay (DESIGN, Order: never a
+    /// silent gap).
     async fn publish(
         &mut self,
         applied: Applied,
@@ -749,71 +751,60 @@ impl RoomActor {
             self.log.push(epoch, *seq, frame.clone(), now);
             frames.push(frame);
         }
-        if self.inner.config.durable_history && !frames.is_empty() {
+        // What this change stored: with a fenced history (cluster) its events and its state
+        // go in one write, all or none; standalone keeps no history, and saves the state alone.
+        let written = if self.inner.config.durable_history {
             // Write-ahead: an event is in the fenced history before anyone sees it, so a new
-            // owner can replay everything any client saw. A change's events (a gift and its
-            // lucky win) go in one write: all of them or none.
+            // owner can replay everything any client saw, from the state that holds it.
             let entries: SmallVec<[(protocol::Seq, &[u8]); 2]> = applied
                 .events
                 .iter()
                 .zip(&frames)
                 .map(|((seq, _), frame)| (*seq, &frame[..]))
                 .collect();
-            match self
-                .inner
+            let durable = applied.durable_changed.then(|| state.durable());
+            self.inner
                 .snapshots
-                .append_history(
+                .write_change(
                     &self.room,
                     self.fence,
                     &entries,
+                    durable,
                     self.inner.config.history_events,
                 )
                 .await
-            {
-                Ok(()) => {}
-                Err(storage::StorageError::Fenced { token }) => {
-                    metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
-                    warn!(room = %self.room, token, "History write fenced; stopping the runtime.");
-                    self.lease.cancel();
-                    return Err(NOT_PUBLISHED);
-                }
-                Err(e) => {
-                    // Broadcasting it anyway would show members an event no new owner can
-                    // replay: a silent gap for whoever resumes across that owner.
-                    metrics::counter!(m::HISTORY_WRITE_FAILURES).increment(1);
-                    warn!(room = %self.room, error = %e, "History write failed; stopping the runtime.");
-                    self.lease.cancel();
-                    return Err(NOT_PUBLISHED);
-                }
-            }
-        }
-        if applied.durable_changed {
-            match self
-                .inner
+        } else if applied.durable_changed {
+            self.inner
                 .snapshots
                 .save(&self.room, self.fence, state.durable())
                 .await
-            {
-                Ok(written) => self.saved = Some(written),
-                Err(storage::StorageError::Fenced { token }) => {
-                    // Someone else owns the room now: publish nothing more, stop.
-                    metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
-                    warn!(room = %self.room, token, "Snapshot write fenced; stopping the runtime.");
-                    self.lease.cancel();
-                    // With a fenced history the events are in it (written under the lease
-                    // just before): they happened, and reach the members by replay.
-                    return if self.inner.config.durable_history {
-                        Ok(())
-                    } else {
-                        Err(NOT_PUBLISHED)
-                    };
-                }
-                Err(e) => {
-                    warn!(room = %self.room, error = %e, "Snapshot write failed.");
-                    metrics::counter!(m::SNAPSHOT_WRITE_FAILURES).increment(1);
-                    // The stop writes it again.
-                    self.saved = None;
-                }
+                .map(Some)
+        } else {
+            Ok(None)
+        };
+        match written {
+            Ok(Some(w)) => self.saved = Some(w),
+            Ok(None) => {}
+            Err(storage::StorageError::Fenced { token }) => {
+                // Someone else owns the room now: publish nothing, stop.
+                metrics::counter!(m::FENCED_WRITES_REJECTED).increment(1);
+                warn!(room = %self.room, token, "Room write fenced; stopping the runtime.");
+                self.lease.cancel();
+                return Err(NOT_PUBLISHED);
+            }
+            Err(e) if self.inner.config.durable_history => {
+                // Broadcasting it anyway would show members an event no new owner can replay:
+                // a silent gap for whoever resumes across that owner.
+                metrics::counter!(m::HISTORY_WRITE_FAILURES).increment(1);
+                warn!(room = %self.room, error = %e, "History write failed; stopping the runtime.");
+                self.lease.cancel();
+                return Err(NOT_PUBLISHED);
+            }
+            Err(e) => {
+                warn!(room = %self.room, error = %e, "Snapshot write failed.");
+                metrics::counter!(m::SNAPSHOT_WRITE_FAILURES).increment(1);
+                // The stop writes it again.
+                self.saved = None;
             }
         }
         if !applied.events.is_empty() {

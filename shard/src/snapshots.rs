@@ -51,17 +51,21 @@ impl Snapshots {
         }
     }
 
-    /// Appends the sequenced events of one change to the fenced history, all or none.
-    pub(crate) async fn append_history(
+    /// Writes one change: its sequenced events to the fenced history and, with `durable`, the
+    /// room's state, all or none. Returns the digest of the state written, if any.
+    pub(crate) async fn write_change(
         &self,
         room: &RoomId,
         fence: FencingToken,
         entries: &[(protocol::Seq, &[u8])],
+        durable: Option<&Durable>,
         max_len: usize,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Option<Written>, StorageError> {
+        let bytes = durable.map(encode).transpose()?;
         self.store
-            .append_history(room, fence, entries, max_len)
-            .await
+            .write_change(room, fence, entries, bytes.as_deref(), max_len)
+            .await?;
+        Ok(bytes.as_deref().map(Written::of))
     }
 
     /// The fenced history, oldest first.

@@ -92,26 +92,29 @@ impl SnapshotStore {
         }
     }
 
-    /// Appends the events of one change to the room's history, all of them or none (a change
-    /// half in the history would replay part of it), keeping only the newest `max_len` entries
-    /// (at least one), fenced like [`SnapshotStore::save`]. Nothing to append is a no-op.
+    /// Writes one change of the room: appends its events to the room's history and, with
+    /// `state`, replaces the room's state, in one write: all of it or none (a change half
+    /// written would replay events the saved state does not hold, or the reverse). Keeps only
+    /// the newest `max_len` history entries (at least one). Fenced like [`SnapshotStore::save`].
+    /// No events and no state is a no-op.
     ///
     /// # Errors
     /// As [`SnapshotStore::save`].
-    pub async fn append_history(
+    pub async fn write_change(
         &self,
         room: &RoomId,
         fence: FencingToken,
         entries: &[(Seq, &[u8])],
+        state: Option<&[u8]>,
         max_len: usize,
     ) -> Result<()> {
-        if entries.is_empty() {
+        if entries.is_empty() && state.is_none() {
             return Ok(());
         }
         let max_len = max_len.max(1);
         match self {
-            Self::Redis(s) => s.append_history(room, fence, entries, max_len).await,
-            Self::Sqlite(s) => s.append_history(room, fence, entries, max_len).await,
+            Self::Redis(s) => s.write_change(room, fence, entries, state, max_len).await,
+            Self::Sqlite(s) => s.write_change(room, fence, entries, state, max_len).await,
         }
     }
 

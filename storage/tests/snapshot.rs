@@ -98,14 +98,14 @@ async fn stale_token_is_rejected(env: Env) {
     fenced(env.snaps.save(&room, fa, b"stale").await, fa);
     fenced(
         env.snaps
-            .append_history(&room, fa, &[(1, b"stale"), (2, b"stale")], 10)
+            .write_change(&room, fa, &[(1, b"stale")], Some(b"stale"), 10)
             .await,
         fa,
     );
     fenced(env.snaps.delete(&room, fa).await, fa);
     assert!(
         env.snaps.load_history(&room).await.unwrap().is_empty(),
-        "a refused append wrote nothing"
+        "a refused change wrote nothing"
     );
     // A token that never held the lease is refused too.
     fenced(env.snaps.save(&room, fb + 1, b"future").await, fb + 1);
@@ -144,16 +144,19 @@ async fn history_is_bounded_and_fenced(env: Env) {
     for seq in 1..=3u64 {
         let ev = format!("ev{seq}");
         env.snaps
-            .append_history(&room, f, &[(seq, ev.as_bytes())], 3)
+            .write_change(&room, f, &[(seq, ev.as_bytes())], None, 3)
             .await
             .unwrap();
     }
     // One change's events in one write, in order.
     env.snaps
-        .append_history(&room, f, &[(4, b"ev4"), (5, b"ev5")], 3)
+        .write_change(&room, f, &[(4, b"ev4"), (5, b"ev5")], None, 3)
         .await
         .unwrap();
-    env.snaps.append_history(&room, f, &[], 3).await.unwrap();
+    env.snaps
+        .write_change(&room, f, &[], None, 3)
+        .await
+        .unwrap();
     let want: Vec<HistoryEntry> = (3..=5u64)
         .map(|seq| HistoryEntry {
             fence: f,
@@ -164,6 +167,21 @@ async fn history_is_bounded_and_fenced(env: Env) {
     assert_eq!(env.snaps.load_history(&room).await.unwrap(), want);
     // History alone does not make a snapshot.
     assert_eq!(env.snaps.load(&room).await.unwrap(), None);
+    // A change with state: the events and the state in one write.
+    env.snaps
+        .write_change(&room, f, &[(6, b"ev6")], Some(b"seated"), 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        env.snaps.load(&room).await.unwrap(),
+        Some(Stored {
+            fence: f,
+            bytes: Bytes::from_static(b"seated")
+        })
+    );
+    let history = env.snaps.load_history(&room).await.unwrap();
+    assert_eq!(history.last().map(|e| e.seq), Some(6));
+    assert_eq!(history.len(), 3);
 
     env.snaps.save(&room, f, b"state").await.unwrap();
     env.snaps.delete(&room, f).await.unwrap();
@@ -298,7 +316,7 @@ async fn sqlite_restart_keeps_state_and_tokens_increasing() {
         let f2 = env.claim(&room, "a", LONG_TTL).await;
         env.snaps.save(&room, f2, b"before").await.unwrap();
         env.snaps
-            .append_history(&room, f2, &[(1, b"ev")], 10)
+            .write_change(&room, f2, &[(1, b"ev")], None, 10)
             .await
             .unwrap();
         f2

@@ -39,13 +39,20 @@ return 1
 "
 );
 
-/// APPEND: `KEYS = [lease, state, history]`, `ARGV = [fence, entry, max_len]`.
-const APPEND_LUA: &str = concat!(
+/// CHANGE: `KEYS = [lease, state, history]`, `ARGV = [fence, max_len, has_state ('0' or '1'),
+/// data, entry…]`: the state (when given) and the entries, in one script, so all or none.
+const CHANGE_LUA: &str = concat!(
     fence_check!(),
     r"
-redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
-redis.call('RPUSH', KEYS[3], unpack(ARGV, 3))
-redis.call('LTRIM', KEYS[3], -tonumber(ARGV[2]), -1)
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[2], 'hwm', ARGV[1], 'fence', ARGV[1], 'data', ARGV[4])
+else
+  redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
+end
+if #ARGV > 4 then
+  redis.call('RPUSH', KEYS[3], unpack(ARGV, 5))
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[2]), -1)
+end
 return 1
 "
 );
@@ -70,7 +77,7 @@ pub struct RedisSnapshots {
 
 struct Scripts {
     save: Script,
-    append: Script,
+    change: Script,
     delete: Script,
 }
 
@@ -98,7 +105,7 @@ impl RedisSnapshots {
             conn: redis.conn(),
             scripts: Arc::new(Scripts {
                 save: Script::new(SAVE_LUA),
-                append: Script::new(APPEND_LUA),
+                change: Script::new(CHANGE_LUA),
                 delete: Script::new(DELETE_LUA),
             }),
         }
@@ -148,24 +155,27 @@ impl RedisSnapshots {
         fenced_status(status, fence)
     }
 
-    /// See [`super::SnapshotStore::append_history`].
+    /// See [`super::SnapshotStore::write_change`].
     ///
     /// # Errors
     /// `Fenced`, `Unavailable`.
-    pub async fn append_history(
+    pub async fn write_change(
         &self,
         room: &RoomId,
         fence: FencingToken,
         entries: &[(Seq, &[u8])],
+        state: Option<&[u8]>,
         max_len: usize,
     ) -> Result<()> {
         let mut conn = self.conn.clone();
-        let mut call = self.scripts.append.prepare_invoke();
+        let mut call = self.scripts.change.prepare_invoke();
         call.key(lease_key(room))
             .key(state_key(room))
             .key(history_key(room))
             .arg(fence)
-            .arg(max_len);
+            .arg(max_len)
+            .arg(if state.is_some() { "1" } else { "0" })
+            .arg(state.unwrap_or_default());
         for &(seq, bytes) in entries {
             call.arg(encode_entry(fence, seq, bytes));
         }

@@ -220,17 +220,19 @@ impl SqliteSnapshots {
         .await
     }
 
-    /// See [`super::SnapshotStore::append_history`].
+    /// See [`super::SnapshotStore::write_change`].
     ///
     /// # Errors
     /// `Fenced`, `Backend`.
-    pub async fn append_history(
+    pub async fn write_change(
         &self,
         room: &RoomId,
         fence: FencingToken,
         entries: &[(Seq, &[u8])],
+        state: Option<&[u8]>,
         max_len: usize,
     ) -> Result<()> {
+        let state = state.map(<[u8]>::to_vec);
         let entries = entries
             .iter()
             .map(|&(seq, bytes)| Ok((to_sql(seq)?, bytes.to_vec())))
@@ -248,8 +250,14 @@ impl SqliteSnapshots {
                      SELECT id FROM room_history WHERE room = ?1
                      ORDER BY id DESC LIMIT 1 OFFSET ?2)",
                 params![room, keep],
-            )
-            .map(|_| ())
+            )?;
+            if let Some(data) = &state {
+                tx.execute(
+                    "UPDATE room_state SET fence = ?2, data = ?3 WHERE room = ?1",
+                    params![room, f, data],
+                )?;
+            }
+            Ok(())
         })
         .await
     }
