@@ -507,6 +507,65 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
     assert_eq!(alice["balance"], 90, "{alice}");
 }
 
+/// A gift whose saga is still in the ledger when its room's runtime stops (here Redis freezes,
+/// so the owner cannot prove its lease and stops) is settled after the stop: the sender is
+/// answered from outside the room, and the event, which no room could publish then, is
+/// recorded and published by the next runtime.
+#[tokio::test]
+async fn a_gift_settled_after_its_runtime_stopped_reaches_the_room_after_all() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        lease_ttl: Duration::from_secs(2),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let (admin, token) = (
+        cluster.gateways[0].admin,
+        Some(cluster.admin_token.as_str()),
+    );
+    let grant = json!({"amount": 100, "key": "g1"});
+    let r = loadtest::admin::call(
+        admin,
+        "POST",
+        "/admin/wallets/alice/grant",
+        token,
+        Some(grant),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let room = RoomId::from("late-gift");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    a.chat(&room, "before").await.unwrap();
+    let before = b.next_event_named("chat", WAIT).await.unwrap();
+    // The test holds the ledger's write lock: the gift's saga waits in the ledger.
+    let ledger = cluster.data_dir.join("ledger.db");
+    let lock = rusqlite::Connection::open(&ledger).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let gift = json!({"room": room, "req_id": "late-1", "gift": "rose", "to": ["bob"]});
+    let sent = a.send("gift.send", gift).await.unwrap();
+    cluster.redis.pause().unwrap();
+    let seen = events_until_room_left(&mut b).await;
+    lock.execute_batch("ROLLBACK").unwrap();
+    let settled = a.reply_to(sent, WAIT).await;
+    cluster.redis.resume().unwrap();
+    assert!(seen.iter().all(|e| e.ev != "gift"), "published: {seen:?}");
+    let settled = settled.unwrap();
+    assert_eq!(settled["balance"], 90, "{settled}");
+    let shard = cluster.shards.first().unwrap();
+    assert_eq!(
+        loadtest::admin::metric(shard.admin, OWED).await.unwrap(),
+        1.0
+    );
+    let rejoined = join_retrying(&mut b, &room, WAIT).await;
+    assert_eq!(rejoined["resync"], false, "{rejoined}");
+    let e = b.next_event_named("gift", WAIT).await.unwrap();
+    assert_eq!(e.d["order"], settled["order"], "{e:?}");
+    assert!(e.epoch > before.epoch, "{e:?}");
+}
+
 /// Sends `op` from `c` while Redis refuses every write that needs memory (lease renewals go
 /// on), waits until the shard has counted `failures` failed history writes in all, lets Redis
 /// take writes again, and requires the request to have been refused: `UNAVAILABLE`, or
