@@ -385,14 +385,7 @@ async fn an_owner_frozen_between_its_write_and_its_broadcast_withholds_the_broad
 /// event, gets no resync, never the refused chat, and the next chat in the new epoch.
 #[tokio::test]
 async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_new_epoch() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 1,
-        lease_ttl: Duration::from_secs(2),
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = one_shard_cluster().await;
     let room = RoomId::from("no-history");
     let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
     b.chat(&room, "before").await.unwrap();
@@ -438,69 +431,29 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
 /// ledger hands the owed event out once, and the coins moved once.
 #[tokio::test]
 async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_after_all() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 1,
-        lease_ttl: Duration::from_secs(2),
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
-    let admin = cluster.gateways[0].admin;
-    let token = Some(cluster.admin_token.as_str());
-    let grant = json!({"amount": 100, "key": "g1"});
-    let r = loadtest::admin::call(
-        admin,
-        "POST",
-        "/admin/wallets/alice/grant",
-        token,
-        Some(grant),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    let room = RoomId::from("owed-gift");
-    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
-    // Bob holds a position to resume from.
-    a.chat(&room, "before").await.unwrap();
-    let before = b.next_event_named("chat", WAIT).await.unwrap();
-    let shard = cluster.shards.first().unwrap();
-    cluster.redis.config_set("maxmemory", "1").await.unwrap();
-    let gift = json!({"room": room, "req_id": "owed-1", "gift": "rose", "to": ["bob"]});
-    let sent = a.send("gift.send", gift).await.unwrap();
-    let settled = a.reply_to(sent, WAIT).await;
-    cluster.redis.config_set("maxmemory", "0").await.unwrap();
+    let mut g = alice_with_coins_and_bob_in("owed-gift").await;
+    let shard = g.cluster.shards.first().unwrap();
+    g.cluster.redis.config_set("maxmemory", "1").await.unwrap();
+    let gift = json!({"room": g.room, "req_id": "owed-1", "gift": "rose", "to": ["bob"]});
+    let sent = g.a.send("gift.send", gift).await.unwrap();
+    let settled = g.a.reply_to(sent, WAIT).await;
+    g.cluster.redis.config_set("maxmemory", "0").await.unwrap();
     let settled = settled.unwrap();
     assert_eq!(settled["balance"], 90, "{settled}");
-    assert_eq!(
-        loadtest::admin::metric(shard.admin, HISTORY_FAILED)
-            .await
-            .unwrap(),
-        1.0
-    );
+    let metric = |name| loadtest::admin::metric(shard.admin, name);
+    assert_eq!(metric(HISTORY_FAILED).await.unwrap(), 1.0);
     // The runtime answers after it recorded the event it owes.
-    assert_eq!(
-        loadtest::admin::metric(shard.admin, OWED).await.unwrap(),
-        1.0
-    );
-    let seen = events_until_room_left(&mut b).await;
+    assert_eq!(metric(OWED).await.unwrap(), 1.0);
+    let seen = events_until_room_left(&mut g.b).await;
     assert!(seen.iter().all(|e| e.ev != "gift"), "published: {seen:?}");
-    let rejoined = join_retrying(&mut b, &room, WAIT).await;
-    assert_eq!(rejoined["resync"], false, "{rejoined}");
-    let e = b.next_event_named("gift", WAIT).await.unwrap();
-    assert_eq!(e.d["order"], settled["order"], "{e:?}");
-    assert!(e.epoch > before.epoch, "{e:?}");
+    let e = gift_on_rejoin(&mut g.b, &g.room, &settled, &g.before).await;
     assert_eq!(
         (e.d["from"].as_str(), e.d["coins"].as_i64()),
         (Some("alice"), Some(10))
     );
-    assert_eq!(
-        loadtest::admin::metric(shard.admin, OWED_TAKEN)
-            .await
-            .unwrap(),
-        1.0
-    );
-    let alice = loadtest::admin::get(admin, "/admin/wallets/alice", token)
+    assert_eq!(metric(OWED_TAKEN).await.unwrap(), 1.0);
+    let token = Some(g.cluster.admin_token.as_str());
+    let alice = loadtest::admin::get(g.cluster.gateways[0].admin, "/admin/wallets/alice", token)
         .await
         .unwrap()
         .json();
@@ -513,57 +466,88 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
 /// recorded and published by the next runtime.
 #[tokio::test]
 async fn a_gift_settled_after_its_runtime_stopped_reaches_the_room_after_all() {
-    let cluster = Cluster::start(ClusterOptions {
+    let mut g = alice_with_coins_and_bob_in("late-gift").await;
+    // The test holds the ledger's write lock: the gift's saga waits in the ledger.
+    let ledger = g.cluster.data_dir.join("ledger.db");
+    let lock = rusqlite::Connection::open(&ledger).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let gift = json!({"room": g.room, "req_id": "late-1", "gift": "rose", "to": ["bob"]});
+    let sent = g.a.send("gift.send", gift).await.unwrap();
+    g.cluster.redis.pause().unwrap();
+    let seen = events_until_room_left(&mut g.b).await;
+    lock.execute_batch("ROLLBACK").unwrap();
+    let settled = g.a.reply_to(sent, WAIT).await;
+    g.cluster.redis.resume().unwrap();
+    assert!(seen.iter().all(|e| e.ev != "gift"), "published: {seen:?}");
+    let settled = settled.unwrap();
+    assert_eq!(settled["balance"], 90, "{settled}");
+    let shard = g.cluster.shards.first().unwrap();
+    assert_eq!(
+        loadtest::admin::metric(shard.admin, OWED).await.unwrap(),
+        1.0
+    );
+    gift_on_rejoin(&mut g.b, &g.room, &settled, &g.before).await;
+}
+
+/// One shard and one gateway with 2-s leases: one process runs every room, and its runtime
+/// stops soon after Redis stops answering.
+async fn one_shard_cluster() -> Cluster {
+    Cluster::start(ClusterOptions {
         shards: 1,
         gateways: 1,
         lease_ttl: Duration::from_secs(2),
         ..ClusterOptions::default()
     })
     .await
-    .unwrap();
-    let (admin, token) = (
-        cluster.gateways[0].admin,
-        Some(cluster.admin_token.as_str()),
-    );
+    .unwrap()
+}
+
+/// A one-shard cluster (2-s leases) where alice has 100 coins and bob, beside her in `room`,
+/// holds a position to resume from (`before`, a chat).
+struct OwedGift {
+    cluster: Cluster,
+    a: Client,
+    b: Client,
+    before: loadtest::client::Event,
+    room: RoomId,
+}
+
+async fn alice_with_coins_and_bob_in(room: &str) -> OwedGift {
+    let cluster = one_shard_cluster().await;
+    let token = Some(cluster.admin_token.as_str());
     let grant = json!({"amount": 100, "key": "g1"});
-    let r = loadtest::admin::call(
-        admin,
-        "POST",
-        "/admin/wallets/alice/grant",
-        token,
-        Some(grant),
-    )
-    .await
-    .unwrap();
+    let path = "/admin/wallets/alice/grant";
+    let r = loadtest::admin::call(cluster.gateways[0].admin, "POST", path, token, Some(grant))
+        .await
+        .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
-    let room = RoomId::from("late-gift");
+    let room = RoomId::from(room);
     let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
     a.chat(&room, "before").await.unwrap();
     let before = b.next_event_named("chat", WAIT).await.unwrap();
-    // The test holds the ledger's write lock: the gift's saga waits in the ledger.
-    let ledger = cluster.data_dir.join("ledger.db");
-    let lock = rusqlite::Connection::open(&ledger).unwrap();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let gift = json!({"room": room, "req_id": "late-1", "gift": "rose", "to": ["bob"]});
-    let sent = a.send("gift.send", gift).await.unwrap();
-    cluster.redis.pause().unwrap();
-    let seen = events_until_room_left(&mut b).await;
-    lock.execute_batch("ROLLBACK").unwrap();
-    let settled = a.reply_to(sent, WAIT).await;
-    cluster.redis.resume().unwrap();
-    assert!(seen.iter().all(|e| e.ev != "gift"), "published: {seen:?}");
-    let settled = settled.unwrap();
-    assert_eq!(settled["balance"], 90, "{settled}");
-    let shard = cluster.shards.first().unwrap();
-    assert_eq!(
-        loadtest::admin::metric(shard.admin, OWED).await.unwrap(),
-        1.0
-    );
-    let rejoined = join_retrying(&mut b, &room, WAIT).await;
+    OwedGift {
+        cluster,
+        a,
+        b,
+        before,
+        room,
+    }
+}
+
+/// Bob rejoins from his position (no resync) and gets the `settled` gift's event, in an epoch
+/// after `before`'s: published by the next runtime.
+async fn gift_on_rejoin(
+    b: &mut Client,
+    room: &RoomId,
+    settled: &Value,
+    before: &loadtest::client::Event,
+) -> loadtest::client::Event {
+    let rejoined = join_retrying(b, room, WAIT).await;
     assert_eq!(rejoined["resync"], false, "{rejoined}");
     let e = b.next_event_named("gift", WAIT).await.unwrap();
     assert_eq!(e.d["order"], settled["order"], "{e:?}");
     assert!(e.epoch > before.epoch, "{e:?}");
+    e
 }
 
 /// Sends `op` from `c` while Redis refuses every write that needs memory (lease renewals go

@@ -541,121 +541,82 @@ async fn an_owed_gift_event_is_listed_until_one_caller_takes_it(f: Fixture) {
     let room = f.room("r");
     let other = f.room("o");
     let to = std::slice::from_ref(&host);
-    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    let l = &f.ledger;
+    l.grant(&sender, 100, "seed").await.unwrap();
     let settled = f.order(&sender, "req-1", &room, 10, to);
     assert!(matches!(
-        f.ledger.send_gift(&settled, 1).await.unwrap(),
+        l.send_gift(&settled, 1).await.unwrap(),
         GiftOutcome::Settled { .. }
     ));
     let refused = f.order(&sender, "req-2", &room, 1_000, to);
     assert!(matches!(
-        f.ledger.send_gift(&refused, 1).await.unwrap(),
+        l.send_gift(&refused, 1).await.unwrap(),
         GiftOutcome::InsufficientFunds { .. }
     ));
     let pending = f.order(&sender, "req-3", &other, 10, to);
-    f.ledger.begin(&pending, 1).await.unwrap();
-    assert!(
-        f.ledger
-            .unpublished_gifts(&room, 0)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        !f.ledger
-            .rooms_with_open_sagas(0)
-            .await
-            .unwrap()
-            .contains(&room)
-    );
+    l.begin(&pending, 1).await.unwrap();
+    assert!(owed(l, &room, 0).await.is_empty());
+    assert!(!swept(l, &room, 0).await);
 
+    let unknown = Uuid::new_v4();
     for id in [
         settled.gift_id,
         settled.gift_id,
         refused.gift_id,
         pending.gift_id,
-        Uuid::new_v4(),
+        unknown,
     ] {
-        f.ledger.mark_unpublished(id).await.unwrap();
+        l.mark_unpublished(id).await.unwrap();
     }
     assert_eq!(
-        f.ledger.unpublished_gifts(&room, 0).await.unwrap(),
+        owed(l, &room, 0).await,
         vec![settled.clone()],
         "only the settled gift, once"
     );
+    assert!(owed(l, &other, 0).await.is_empty());
     assert!(
-        f.ledger
-            .unpublished_gifts(&other, 0)
-            .await
-            .unwrap()
-            .is_empty()
+        owed(l, &room, 60_000).await.is_empty(),
+        "recorded under a minute ago"
     );
-    assert!(
-        f.ledger
-            .unpublished_gifts(&room, 60_000)
-            .await
-            .unwrap()
-            .is_empty(),
-        "recorded less than a minute ago"
-    );
-    assert!(
-        f.ledger
-            .rooms_with_open_sagas(0)
-            .await
-            .unwrap()
-            .contains(&room)
-    );
-    assert!(
-        !f.ledger
-            .rooms_with_open_sagas(60_000)
-            .await
-            .unwrap()
-            .contains(&room)
-    );
+    assert!(swept(l, &room, 0).await);
+    assert!(!swept(l, &room, 60_000).await);
 
+    let id = settled.gift_id;
     assert!(
-        !f.ledger
-            .take_unpublished(&other, settled.gift_id)
-            .await
-            .unwrap()
+        !l.take_unpublished(&other, id).await.unwrap(),
+        "another room's"
     );
+    assert!(l.take_unpublished(&room, id).await.unwrap());
     assert!(
-        f.ledger
-            .take_unpublished(&room, settled.gift_id)
-            .await
-            .unwrap()
+        !l.take_unpublished(&room, id).await.unwrap(),
+        "taken already"
     );
-    assert!(
-        !f.ledger
-            .take_unpublished(&room, settled.gift_id)
-            .await
-            .unwrap()
-    );
-    assert!(
-        f.ledger
-            .unpublished_gifts(&room, 0)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        !f.ledger
-            .rooms_with_open_sagas(0)
-            .await
-            .unwrap()
-            .contains(&room)
-    );
+    assert!(owed(l, &room, 0).await.is_empty());
+    assert!(!swept(l, &room, 0).await);
 
     // Two nodes take the same record at once: one of them gets it.
-    f.ledger.mark_unpublished(settled.gift_id).await.unwrap();
+    l.mark_unpublished(id).await.unwrap();
     let second = f.second_handle().await;
     let (a, b) = tokio::join!(
-        f.ledger.take_unpublished(&room, settled.gift_id),
-        second.take_unpublished(&room, settled.gift_id)
+        l.take_unpublished(&room, id),
+        second.take_unpublished(&room, id)
     );
     assert!(a.unwrap() ^ b.unwrap(), "taken by exactly one");
     // The money is where the settled gift put it.
-    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 90);
+    assert_eq!(l.balance(&sender).await.unwrap(), 90);
+}
+
+/// The room's owed gift events recorded at least `min_age_ms` ago.
+async fn owed(l: &Ledger, room: &RoomId, min_age_ms: i64) -> Vec<GiftOrder> {
+    l.unpublished_gifts(room, min_age_ms).await.unwrap()
+}
+
+/// Whether the orphan sweep's list (rooms with work at least `min_age_ms` old) holds `room`.
+async fn swept(l: &Ledger, room: &RoomId, min_age_ms: i64) -> bool {
+    l.rooms_with_open_sagas(min_age_ms)
+        .await
+        .unwrap()
+        .contains(room)
 }
 
 async fn money_is_conserved_over_random_gifts(f: Fixture) {

@@ -826,25 +826,13 @@ impl SqliteLedger {
         let room = room.clone();
         let before = now_ms().saturating_sub(min_age_ms);
         self.read(move |c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT gift_id FROM gift_saga
-                     WHERE room = ?1 AND state IN ('PENDING', 'DEBITED') AND updated_ms <= ?2",
-                )
-                .map_err(db)?;
-            let ids = stmt
-                .query_map(params![room.as_str(), before], |r| r.get::<_, Vec<u8>>(0))
-                .map_err(db)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db)?;
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                let id = Uuid::from_slice(&id).map_err(|e| StorageError::Corrupt(e.to_string()))?;
-                if let Some(rec) = load_saga(c, id)? {
-                    out.push(rec);
-                }
-            }
-            Ok(out)
+            sagas_listed(
+                c,
+                "SELECT gift_id FROM gift_saga
+                 WHERE room = ?1 AND state IN ('PENDING', 'DEBITED') AND updated_ms <= ?2",
+                &room,
+                before,
+            )
         })
         .await
     }
@@ -890,25 +878,14 @@ impl SqliteLedger {
         let room = room.clone();
         let before = now_ms().saturating_sub(min_age_ms);
         self.read(move |c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT gift_id FROM unpublished_gift
-                     WHERE room = ?1 AND marked_ms <= ?2 ORDER BY marked_ms",
-                )
-                .map_err(db)?;
-            let ids = stmt
-                .query_map(params![room.as_str(), before], |r| r.get::<_, Vec<u8>>(0))
-                .map_err(db)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db)?;
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                let id = Uuid::from_slice(&id).map_err(|e| StorageError::Corrupt(e.to_string()))?;
-                if let Some(rec) = load_saga(c, id)? {
-                    out.push(rec.order);
-                }
-            }
-            Ok(out)
+            let listed = sagas_listed(
+                c,
+                "SELECT gift_id FROM unpublished_gift
+                 WHERE room = ?1 AND marked_ms <= ?2 ORDER BY marked_ms",
+                &room,
+                before,
+            )?;
+            Ok(listed.into_iter().map(|rec| rec.order).collect())
         })
         .await
     }
@@ -1681,6 +1658,26 @@ fn ensure_fence(c: &Tx<'_, '_>, room: &RoomId, fence: u64, saga_fence: u64) -> R
 
 /// `order_json, state, fence, reason, balance_after, updated_ms` of one saga row.
 type SagaRow = (String, String, i64, Option<String>, Option<i64>, i64);
+
+/// The sagas whose gift ids `sql` lists for `(room, before)` (parameters ?1 and ?2), in its
+/// order; an id without a saga is skipped.
+fn sagas_listed(c: &Connection, sql: &str, room: &RoomId, before: i64) -> Result<Vec<SagaRecord>> {
+    let ids = c
+        .prepare_cached(sql)
+        .map_err(db)?
+        .query_map(params![room.as_str(), before], |r| r.get::<_, Vec<u8>>(0))
+        .map_err(db)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(db)?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id = Uuid::from_slice(&id).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        if let Some(rec) = load_saga(c, id)? {
+            out.push(rec);
+        }
+    }
+    Ok(out)
+}
 
 fn load_saga(c: &Connection, gift_id: Uuid) -> Result<Option<SagaRecord>> {
     let row: Option<SagaRow> = c
