@@ -24,11 +24,16 @@ struct Server {
     running: Option<Running>,
     url: String,
     admin: SocketAddr,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Server {
     async fn start() -> Server {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A server whose shard configuration `tune` has adjusted.
+    async fn start_with(tune: impl FnOnce(&mut ShardConfig)) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let gateway = GatewayConfig {
             rate_per_sec: 10_000,
@@ -36,10 +41,11 @@ impl Server {
             drain_window: Duration::from_millis(100),
             ..GatewayConfig::default()
         };
-        let shard = ShardConfig {
+        let mut shard = ShardConfig {
             catalog: std::sync::Arc::new(Catalog::default_with_secret(b"lucky".to_vec())),
             ..ShardConfig::default()
         };
+        tune(&mut shard);
         let running = standalone::start(StandaloneConfig {
             ws_addr: "127.0.0.1:0".parse().unwrap(),
             admin_addr: "127.0.0.1:0".parse().unwrap(),
@@ -56,7 +62,7 @@ impl Server {
             url: format!("ws://{}/ws", running.ws_addr),
             admin: running.admin_addr,
             running: Some(running),
-            _dir: dir,
+            dir,
         }
     }
 
@@ -444,5 +450,51 @@ async fn conservation_over_thousands_of_random_gifts() {
     for u in users {
         assert!(s.wallet(u).await["balance"].as_i64().unwrap() >= 0);
     }
+    s.stop().await;
+}
+
+/// An event owed to a room that runs here, recorded after the room's own sweep (if any) has
+/// ended: a stopped runtime's late record, made here through a second handle on the ledger as
+/// another process would. The node's orphan sweep finds the room, tells its runtime to sweep,
+/// and the runtime publishes the gift's event again, to the members it has now.
+#[tokio::test]
+async fn an_owed_gift_event_recorded_late_reaches_the_running_room() {
+    let s = Server::start_with(|c| c.orphan_sweep = Duration::from_millis(200)).await;
+    s.grant("alice", 100, "g1").await;
+    let room = RoomId::from("late-owed");
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    a.join(&room, true, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    a.request("gift.send", gift(&room, "owed-1", "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    let first = b.next_event_named("gift", WAIT).await.unwrap();
+    let ledger = storage::ledger::Ledger::open("", s.dir.path())
+        .await
+        .unwrap();
+    let id = storage::ledger::gift_id(&"alice".into(), "owed-1");
+    assert_eq!(first.d["order"], id.to_string());
+    ledger.mark_unpublished(id).await.unwrap();
+    // The sweep lists a record once it is 3 s old; then the running room publishes it.
+    let again = b
+        .next_event_named("gift", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(again.d["order"], first.d["order"], "{again:?}");
+    assert_eq!(
+        again.seq,
+        first.seq.map(|q| q + 1),
+        "a new event of the same epoch"
+    );
+    assert!(
+        ledger.unpublished_gifts(&room, 0).await.unwrap().is_empty(),
+        "taken"
+    );
+    assert_eq!(
+        s.wallet("alice").await["balance"],
+        90,
+        "the money moved once"
+    );
     s.stop().await;
 }
