@@ -472,7 +472,8 @@ impl RoomActor {
                 .extend(state.record(Sequenced::LuckyWin(win)).events);
         }
         // The gift is settled in the ledger whatever happens to its event: a runtime that
-        // cannot publish it stops, and the sender's answer still says settled.
+        // cannot publish it stops, the sender's answer still says settled, and the event is
+        // owed to the room's next runtime.
         if self.publish(applied, None).await.is_err() {
             owe_event(&self.inner, &self.room, order_id).await;
         }
