@@ -81,7 +81,7 @@ fn unreachable_join() -> ! {
     unreachable!("matched RoomCmd::Join or RoomCmd::Rejoin")
 }
 
-/// The answer to a command whose events did not reach the fenced history ([`RoomActor::publish`]).
+/// The answer to a command whose change was not stored, so nobody saw it ([`RoomActor::publish`]).
 const NOT_PUBLISHED: Rejected = Rejected {
     code: ErrorCode::Unavailable,
     msg: "room unavailable; retry",

@@ -480,6 +480,7 @@ impl RoomActor {
     }
 
     /// Starts the saga sweep now unless it runs already: the orphan sweep found work for it.
+    /// The nudge counts as a failure for [`Sweep`], so the sweep goes on until a clean pass.
     pub(super) fn sweep_now(&self) {
         if self.sweep.failed(now_ms()) {
             self.spawn_sweep(0, false);
