@@ -92,8 +92,8 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     .ok_or_else(|| anyhow::anyhow!("no lucky secret"))?;
     let mut cfg = cli::standalone_config(a, &file, secret.into_bytes(), Some(admin_token))?;
     cfg.shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes())?);
-    cfg.shard.test_crash_after_debit =
-        std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
+    cfg.shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
+    cfg.shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         cfg.shard.orphan_sweep = every;
     }
@@ -178,6 +178,11 @@ fn env_positive_ms(name: &str) -> anyhow::Result<Option<std::time::Duration>> {
     }
 }
 
+/// A test-only switch: on when the environment variable `name` is `1`.
+fn test_switch(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
 fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     let file = cli::load_file(a.config.as_deref())?;
     let lucky = env_secret("CHORUS_LUCKY_SECRET", file.lucky_secret.as_ref()).unwrap_or_default();
@@ -186,8 +191,8 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes()).map_err(|e| {
         anyhow::anyhow!("{e} (shards need CHORUS_LUCKY_SECRET when the catalog has lucky gifts)")
     })?);
-    shard.test_crash_after_debit =
-        std::env::var("CHORUS_TEST_CRASH_AFTER_DEBIT").is_ok_and(|v| v == "1");
+    shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
+    shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         shard.orphan_sweep = every;
     }

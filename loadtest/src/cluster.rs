@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -248,6 +248,32 @@ impl RedisServer {
                 String::from_utf8_lossy(&answer)
             )))
         }
+    }
+
+    /// Runs a command whose answer is an integer (e.g. `SCARD key`) and returns it.
+    ///
+    /// # Errors
+    /// When the server cannot be reached within [`PING_TIMEOUT`] or answers anything else.
+    pub async fn integer(&self, args: &[&str]) -> io::Result<i64> {
+        let mut request = format!("*{}\r\n", args.len());
+        for a in args {
+            request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        let exchange = async {
+            let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).await?;
+            stream.write_all(request.as_bytes()).await?;
+            let mut line = String::new();
+            BufReader::new(stream).read_line(&mut line).await?;
+            io::Result::Ok(line)
+        };
+        let line = tokio::time::timeout(PING_TIMEOUT, exchange)
+            .await
+            .map_err(|_| {
+                io::Error::new(io::ErrorKind::TimedOut, "redis-server did not answer")
+            })??;
+        line.strip_prefix(':')
+            .and_then(|n| n.trim_end().parse().ok())
+            .ok_or_else(|| io::Error::other(format!("{args:?}: {}", line.trim_end())))
     }
 
     fn running_pid(&self) -> io::Result<u32> {

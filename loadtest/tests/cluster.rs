@@ -12,7 +12,7 @@ use std::time::Duration;
 use loadtest::client::resume::ResumingClient;
 use loadtest::client::{Client, ClientError};
 use loadtest::cluster::{Cluster, ClusterOptions};
-use protocol::RoomId;
+use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -426,24 +426,28 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
 }
 
 /// A settled gift whose event its runtime cannot publish (its history write fails, as above)
-/// is not lost to the room: the money moved, so the runtime records the event it owes in the
-/// ledger, and the room's next runtime publishes it. Bob, who rejoins, gets alice's gift; the
-/// ledger hands the owed event out once, and the coins moved once.
+/// is not lost to the room: the gift stays open in the fenced store, and the room's next
+/// runtime finds it settled in the ledger and publishes it. The test holds the ledger's write
+/// lock until the gift is open, then makes Redis refuse writes: the saga settles, and the
+/// write that would publish the event (and close the gift) fails. Bob, who rejoins, gets
+/// alice's gift; the coins moved once.
 #[tokio::test]
 async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_after_all() {
     let mut g = alice_with_coins_and_bob_in("owed-gift").await;
     let shard = g.cluster.shards.first().unwrap();
-    g.cluster.redis.config_set("maxmemory", "1").await.unwrap();
+    let lock = hold_ledger_lock(&g.cluster);
     let gift = json!({"room": g.room, "req_id": "owed-1", "gift": "rose", "to": ["bob"]});
     let sent = g.a.send("gift.send", gift).await.unwrap();
+    wait_gift_open(&g.cluster, &g.room).await;
+    g.cluster.redis.config_set("maxmemory", "1").await.unwrap();
+    lock.execute_batch("ROLLBACK").unwrap();
     let settled = g.a.reply_to(sent, WAIT).await;
     g.cluster.redis.config_set("maxmemory", "0").await.unwrap();
     let settled = settled.unwrap();
     assert_eq!(settled["balance"], 90, "{settled}");
     let metric = |name| loadtest::admin::metric(shard.admin, name);
     assert_eq!(metric(HISTORY_FAILED).await.unwrap(), 1.0);
-    // The runtime answers after it recorded the event it owes.
-    assert_eq!(metric(OWED).await.unwrap(), 1.0);
+    assert_eq!(metric(LEFT_OPEN).await.unwrap(), 1.0);
     let seen = events_until_room_left(&mut g.b).await;
     assert!(seen.iter().all(|e| e.ev != "gift"), "published: {seen:?}");
     let e = gift_on_rejoin(&mut g.b, &g.room, &settled, &g.before).await;
@@ -451,7 +455,12 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
         (e.d["from"].as_str(), e.d["coins"].as_i64()),
         (Some("alice"), Some(10))
     );
-    assert_eq!(metric(OWED_TAKEN).await.unwrap(), 1.0);
+    assert_eq!(metric(FOUND_OPEN).await.unwrap(), 1.0);
+    assert_eq!(
+        open_gifts(&g.cluster, &g.room).await,
+        0,
+        "closed by the publish"
+    );
     let token = Some(g.cluster.admin_token.as_str());
     let alice = loadtest::admin::get(g.cluster.gateways[0].admin, "/admin/wallets/alice", token)
         .await
@@ -462,17 +471,16 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
 
 /// A gift whose saga is still in the ledger when its room's runtime stops (here Redis freezes,
 /// so the owner cannot prove its lease and stops) is settled after the stop: the sender is
-/// answered from outside the room, and the event, which no room could publish then, is
-/// recorded and published by the next runtime.
+/// answered from outside the room, and the event, which no room could publish then, stays
+/// open for the next runtime, which publishes it.
 #[tokio::test]
 async fn a_gift_settled_after_its_runtime_stopped_reaches_the_room_after_all() {
     let mut g = alice_with_coins_and_bob_in("late-gift").await;
     // The test holds the ledger's write lock: the gift's saga waits in the ledger.
-    let ledger = g.cluster.data_dir.join("ledger.db");
-    let lock = rusqlite::Connection::open(&ledger).unwrap();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let lock = hold_ledger_lock(&g.cluster);
     let gift = json!({"room": g.room, "req_id": "late-1", "gift": "rose", "to": ["bob"]});
     let sent = g.a.send("gift.send", gift).await.unwrap();
+    wait_gift_open(&g.cluster, &g.room).await;
     g.cluster.redis.pause().unwrap();
     let seen = events_until_room_left(&mut g.b).await;
     lock.execute_batch("ROLLBACK").unwrap();
@@ -482,11 +490,138 @@ async fn a_gift_settled_after_its_runtime_stopped_reaches_the_room_after_all() {
     let settled = settled.unwrap();
     assert_eq!(settled["balance"], 90, "{settled}");
     let shard = g.cluster.shards.first().unwrap();
-    assert_eq!(
-        loadtest::admin::metric(shard.admin, OWED).await.unwrap(),
-        1.0
-    );
+    let metric = |name| loadtest::admin::metric(shard.admin, name);
+    assert_eq!(metric(LEFT_OPEN).await.unwrap(), 1.0);
     gift_on_rejoin(&mut g.b, &g.room, &settled, &g.before).await;
+    assert_eq!(metric(FOUND_OPEN).await.unwrap(), 1.0);
+}
+
+/// Refused gifts do not stay open in the fenced store: their records go with the room's next
+/// write, or in a write of their own once 32 wait. Bob has no coins.
+#[tokio::test]
+async fn refused_gifts_are_closed_with_the_next_write() {
+    let cluster = one_shard_cluster().await;
+    let room = RoomId::from("refused-gifts");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    let mut refuse = async |from: u32, to: u32| {
+        for i in from..to {
+            let gift = json!({"room": room, "req_id": format!("nsf-{i}"), "gift": "rose", "to": ["alice"]});
+            let refused = b.request("gift.send", gift).await;
+            assert!(
+                matches!(&refused, Err(e) if e.code() == Some(ErrorCode::InsufficientFunds)),
+                "a gift without coins: {refused:?}"
+            );
+        }
+    };
+    refuse(0, 3).await;
+    assert_eq!(open_gifts(&cluster, &room).await, 3, "waiting for a write");
+    a.chat(&room, "a write").await.unwrap();
+    assert_eq!(open_gifts(&cluster, &room).await, 0, "closed with the chat");
+    refuse(3, 3 + 31).await;
+    assert_eq!(open_gifts(&cluster, &room).await, 31);
+    refuse(34, 35).await;
+    assert_eq!(
+        open_gifts(&cluster, &room).await,
+        0,
+        "closed by a write of their own"
+    );
+}
+
+/// Takes the shared ledger's write lock, so that every saga waits in the ledger until the
+/// returned connection rolls back.
+fn hold_ledger_lock(cluster: &Cluster) -> rusqlite::Connection {
+    let lock = rusqlite::Connection::open(cluster.data_dir.join("ledger.db")).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    lock
+}
+
+/// The number of gifts open in `room` (in Redis).
+async fn open_gifts(cluster: &Cluster, room: &RoomId) -> i64 {
+    let key = format!("room:{{{room}}}:open_gifts");
+    cluster.redis.integer(&["SCARD", &key]).await.unwrap()
+}
+
+/// Waits until a gift is open in `room`: its runtime opened it and handed it to the ledger.
+async fn wait_gift_open(cluster: &Cluster, room: &RoomId) {
+    let deadline = Instant::now() + WAIT;
+    while open_gifts(cluster, room).await == 0 {
+        assert!(Instant::now() < deadline, "no gift was opened in {room}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A shard killed after a gift settled in the ledger and before its event reached the room's
+/// history (a test switch aborts it there): the gift was open in the fenced store, so the
+/// room's next runtime, on the other shard, finds it settled in the ledger and publishes its
+/// event. Bob, who rejoins from his position, gets it in the new epoch, and only once; the
+/// coins moved once.
+#[tokio::test]
+async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 1,
+        lease_ttl: Duration::from_secs(2),
+        env: vec![("CHORUS_TEST_CRASH_AFTER_SETTLE".into(), "1".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut g = alice_with_coins_and_bob_in_cluster(cluster, "killed-gift").await;
+    let (owner, _) = g
+        .cluster
+        .room_owner(g.room.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    let gift = json!({"room": g.room, "req_id": "killed-1", "gift": "rose", "to": ["bob"]});
+    let _ = g.a.send("gift.send", gift).await.unwrap();
+    let dead = g.cluster.shard_mut(&owner).unwrap();
+    let status = dead.node.wait_exit(WAIT).await.unwrap();
+    assert!(status.is_some(), "the owner did not crash");
+    let seen = events_until_room_left(&mut g.b).await;
+    assert!(seen.iter().all(|e| e.ev != "gift"), "published: {seen:?}");
+    let token = Some(g.cluster.admin_token.as_str());
+    let gw = g.cluster.gateways[0].admin;
+    let wallet = |user: &'static str| async move {
+        let path = format!("/admin/wallets/{user}");
+        loadtest::admin::get(gw, &path, token).await.unwrap().json()
+    };
+    assert_eq!(
+        wallet("alice").await["balance"],
+        90,
+        "settled before the crash"
+    );
+
+    let rejoined = join_retrying(&mut g.b, &g.room, WAIT).await;
+    assert_eq!(rejoined["resync"], false, "{rejoined}");
+    let e = g.b.next_event_named("gift", WAIT).await.unwrap();
+    assert_eq!(
+        (e.d["from"].as_str(), e.d["coins"].as_i64()),
+        (Some("alice"), Some(10)),
+        "{e:?}"
+    );
+    assert!(e.epoch > g.before.epoch, "{e:?}");
+    let survivor = g.cluster.shards.iter().find(|s| s.id != owner).unwrap();
+    let found = loadtest::admin::metric(survivor.admin, FOUND_OPEN).await;
+    assert_eq!(found.unwrap(), 1.0);
+    assert_eq!(
+        open_gifts(&g.cluster, &g.room).await,
+        0,
+        "closed by the publish"
+    );
+    // Once: no second gift event before alice's next chat.
+    join_retrying(&mut g.a, &g.room, WAIT).await;
+    g.a.chat(&g.room, "after").await.unwrap();
+    loop {
+        let next = g.b.next_event(WAIT).await.unwrap();
+        assert_ne!(next.ev, "gift", "published twice: {next:?}");
+        if next.ev == "chat" {
+            assert_eq!(next.d["text"], "after", "{next:?}");
+            break;
+        }
+    }
+    assert_eq!(wallet("alice").await["balance"], 90, "debited once");
+    assert_eq!(wallet("bob").await["earnings"], 5, "credited once");
 }
 
 /// One shard and one gateway with 2-s leases: one process runs every room, and its runtime
@@ -513,7 +648,11 @@ struct OwedGift {
 }
 
 async fn alice_with_coins_and_bob_in(room: &str) -> OwedGift {
-    let cluster = one_shard_cluster().await;
+    alice_with_coins_and_bob_in_cluster(one_shard_cluster().await, room).await
+}
+
+/// [`alice_with_coins_and_bob_in`] on `cluster`.
+async fn alice_with_coins_and_bob_in_cluster(cluster: Cluster, room: &str) -> OwedGift {
     let token = Some(cluster.admin_token.as_str());
     let grant = json!({"amount": 100, "key": "g1"});
     let path = "/admin/wallets/alice/grant";
@@ -590,11 +729,13 @@ async fn events_until_room_left(c: &mut Client) -> Vec<loadtest::client::Event> 
 /// History writes a shard's rooms could not make (not fenced), and so did not publish.
 const HISTORY_FAILED: &str = "chorus_shard_history_write_failures_total";
 
-/// Settled gifts whose event a runtime recorded for the next one to publish (the shard's).
-const OWED: &str = "chorus_gift_events_owed_total";
+/// Settled gifts whose event a runtime left open in the fenced store for the next one (the
+/// shard's counter).
+const LEFT_OPEN: &str = "chorus_gift_events_left_open_total";
 
-/// Owed gift events a room's runtime took from the ledger to publish (the shard's counter).
-const OWED_TAKEN: &str = "chorus_gift_events_owed_taken_total";
+/// Gift events a room's new runtime published from gifts a previous one left open (the
+/// shard's counter).
+const FOUND_OPEN: &str = "chorus_gift_events_found_open_total";
 
 /// Broadcasts a room runtime withheld past its lease deadline (the shard's counter).
 const WITHHELD: &str = "chorus_shard_broadcasts_withheld_total";

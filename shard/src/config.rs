@@ -61,6 +61,9 @@ pub struct ShardConfig {
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
+    /// TEST ONLY: abort the process when a gift has settled in the ledger, before its event is
+    /// published, to test that the next owner publishes it. Never set in production.
+    pub test_crash_after_settle: bool,
     /// TEST ONLY: hold a room's broadcast of its sequenced events this long after they are in
     /// the fenced history, so a test can freeze the owner between the write and the broadcast.
     /// Never set in production.
@@ -83,6 +86,7 @@ impl Default for ShardConfig {
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
             orphan_sweep: DEFAULT_ORPHAN_SWEEP,
             test_crash_after_debit: false,
+            test_crash_after_settle: false,
             test_hold_before_broadcast: None,
         }
     }

@@ -41,6 +41,11 @@ pub const ORPHAN_ROOMS_LOADED: &str = "chorus_saga_orphan_rooms_loaded_total";
 /// Settled gifts whose event the room could not publish, recorded in the ledger for the
 /// room's next owner to publish (counter).
 pub const GIFT_EVENTS_OWED: &str = "chorus_gift_events_owed_total";
+/// Settled gifts whose event a runtime could not publish and left open in the fenced store,
+/// for the room's next runtime (counter).
+pub const GIFT_EVENTS_LEFT_OPEN: &str = "chorus_gift_events_left_open_total";
+/// Gift events a room's new runtime published from gifts a previous one left open (counter).
+pub const GIFT_EVENTS_FOUND_OPEN: &str = "chorus_gift_events_found_open_total";
 /// Owed gift events a room's owner took from the ledger to publish (counter).
 pub const GIFT_EVENTS_TAKEN: &str = "chorus_gift_events_owed_taken_total";
 /// Settled gifts whose event was neither published nor recorded: the ledger refused the
@@ -77,6 +82,14 @@ pub fn describe() {
     describe_counter!(
         GIFT_EVENTS_OWED,
         "Settled gifts whose event was recorded for the room's next owner to publish."
+    );
+    describe_counter!(
+        GIFT_EVENTS_LEFT_OPEN,
+        "Settled gifts whose event was left open in the fenced store for the next runtime."
+    );
+    describe_counter!(
+        GIFT_EVENTS_FOUND_OPEN,
+        "Gift events a new runtime published from gifts a previous one left open."
     );
     describe_counter!(
         GIFT_EVENTS_TAKEN,

@@ -171,11 +171,13 @@ pub(crate) async fn run(
         in_flight: Arc::default(),
         sweep: Arc::default(),
         sagas: gifts::Sagas::default(),
+        closing: Vec::new(),
         inner: inner.clone(),
     };
     if actor.state.is_some() {
         info!(room = %actor.room, fence, "Room runtime started.");
     }
+    actor.publish_left_open().await;
     actor.start_recovery(first_owner);
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
@@ -253,6 +255,9 @@ struct RoomActor {
     sweep: Arc<gifts::Sweep>,
     /// The gift sagas this runtime is driving, polled by the run loop.
     sagas: gifts::Sagas,
+    /// Open gifts to close with the room's next write (cluster): a published gift's own, and
+    /// refused ones this runtime opened.
+    closing: Vec<uuid::Uuid>,
 }
 
 impl RoomActor {
@@ -763,6 +768,7 @@ impl RoomActor {
                 .map(|((seq, _), frame)| (*seq, &frame[..]))
                 .collect();
             let durable = applied.durable_changed.then(|| state.durable());
+            let closed = std::mem::take(&mut self.closing);
             self.inner
                 .snapshots
                 .write_change(
@@ -770,6 +776,7 @@ impl RoomActor {
                     self.fence,
                     &entries,
                     durable,
+                    &closed,
                     self.inner.config.history_events,
                 )
                 .await

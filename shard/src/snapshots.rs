@@ -4,7 +4,8 @@ use std::hash::{DefaultHasher, Hasher};
 
 use protocol::{FencingToken, RoomId};
 use storage::StorageError;
-use storage::snapshot::SnapshotStore;
+use storage::snapshot::{Change, SnapshotStore};
+use uuid::Uuid;
 
 use crate::room::state::Durable;
 
@@ -51,21 +52,44 @@ impl Snapshots {
         }
     }
 
-    /// Writes one change: its sequenced events to the fenced history and, with `durable`, the
-    /// room's state, all or none. Returns the digest of the state written, if any.
+    /// Writes one change: its sequenced events to the fenced history, with `durable` the
+    /// room's state, and the open gifts it closes (`closed`), all or none. Returns the digest
+    /// of the state written, if any.
     pub(crate) async fn write_change(
         &self,
         room: &RoomId,
         fence: FencingToken,
         entries: &[(protocol::Seq, &[u8])],
         durable: Option<&Durable>,
+        closed: &[Uuid],
         max_len: usize,
     ) -> Result<Option<Written>, StorageError> {
         let bytes = durable.map(encode).transpose()?;
+        let change = Change {
+            entries,
+            state: bytes.as_deref(),
+            closed,
+        };
         self.store
-            .write_change(room, fence, entries, bytes.as_deref(), max_len)
+            .write_change(room, fence, change, max_len)
             .await?;
         Ok(bytes.as_deref().map(Written::of))
+    }
+
+    /// Records a gift the room hands to the ledger as open until its event is published
+    /// ([`SnapshotStore::open_gift`]): true when this call opened it.
+    pub(crate) async fn open_gift(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        gift: Uuid,
+    ) -> Result<bool, StorageError> {
+        self.store.open_gift(room, fence, gift).await
+    }
+
+    /// The gifts a runtime of the room left open ([`SnapshotStore::open_gifts`]).
+    pub(crate) async fn open_gifts(&self, room: &RoomId) -> Result<Vec<Uuid>, StorageError> {
+        self.store.open_gifts(room).await
     }
 
     /// The fenced history, oldest first.

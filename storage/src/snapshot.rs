@@ -9,7 +9,16 @@
 //!
 //! # Engines
 //! - [`RedisSnapshots`] (`snapshot/redis.rs`): Lua scripts that read `room:{R}:lease` and write
-//!   `room:{R}:state` (hash `hwm`, `fence`, `data`) and `room:{R}:history` (list) atomically.
+//!   `room:{R}:state` (hash `hwm`, `fence`, `data`), `room:{R}:history` (list) and
+//!   `room:{R}:open_gifts` (set) atomically.
+//!
+//! # Open gifts
+//! A room's open gifts are the gifts its runtime has handed to the ledger and whose event it
+//! has not published yet. A runtime opens one ([`SnapshotStore::open_gift`]) before its ledger
+//! call and closes it in the very write that puts its event in the history
+//! ([`SnapshotStore::write_change`]), or after the ledger refused it. What a runtime killed in
+//! between leaves open, the room's next owner finds ([`SnapshotStore::open_gifts`]): a gift the
+//! ledger settled there is one whose event nobody published.
 //! - [`SqliteSnapshots`] (`snapshot/sqlite.rs`): `<data_dir>/rooms.db` for standalone mode;
 //!   the live-lease check asks the process's [`crate::lease::InProcessLeases`].
 
@@ -18,6 +27,7 @@ mod sqlite;
 
 use bytes::Bytes;
 use protocol::{FencingToken, RoomId, Seq};
+use uuid::Uuid;
 
 pub use self::redis::RedisSnapshots;
 pub use self::sqlite::{ROOMS_DB_FILE, SqliteSnapshots};
@@ -93,10 +103,12 @@ impl SnapshotStore {
     }
 
     /// Writes one change of the room: appends its events to the room's history and, with
-    /// `state`, replaces the room's state, in one write: all of it or none (a change half
-    /// written would replay events the saved state does not hold, or the reverse). Keeps only
+    /// `state`, replaces the room's state, and closes the open gifts `closed` (those whose
+    /// event this change publishes, and refused ones), in one write: all of it or none (a
+    /// change half written would replay events the saved state does not hold, or the reverse;
+    /// a gift event written with its gift still open would be published twice). Keeps only
     /// the newest `max_len` history entries (at least one). Fenced like [`SnapshotStore::save`].
-    /// No events and no state is a no-op.
+    /// No events, no state and no gift is a no-op.
     ///
     /// # Errors
     /// As [`SnapshotStore::save`].
@@ -104,17 +116,41 @@ impl SnapshotStore {
         &self,
         room: &RoomId,
         fence: FencingToken,
-        entries: &[(Seq, &[u8])],
-        state: Option<&[u8]>,
+        change: Change<'_>,
         max_len: usize,
     ) -> Result<()> {
-        if entries.is_empty() && state.is_none() {
+        if change.is_empty() {
             return Ok(());
         }
         let max_len = max_len.max(1);
         match self {
-            Self::Redis(s) => s.write_change(room, fence, entries, state, max_len).await,
-            Self::Sqlite(s) => s.write_change(room, fence, entries, state, max_len).await,
+            Self::Redis(s) => s.write_change(room, fence, change, max_len).await,
+            Self::Sqlite(s) => s.write_change(room, fence, change, max_len).await,
+        }
+    }
+
+    /// Records `gift` as open in `room` (see the module docs), fenced like
+    /// [`SnapshotStore::save`]. True when it was not open yet: false means another call opened
+    /// it (a retry of the same order), and that call's runtime, or the next owner, answers for
+    /// its event.
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::save`].
+    pub async fn open_gift(&self, room: &RoomId, fence: FencingToken, gift: Uuid) -> Result<bool> {
+        match self {
+            Self::Redis(s) => s.open_gift(room, fence, gift).await,
+            Self::Sqlite(s) => s.open_gift(room, fence, gift).await,
+        }
+    }
+
+    /// The room's open gifts, in no particular order.
+    ///
+    /// # Errors
+    /// `Unavailable` when the backend cannot be reached; `Corrupt` for an unreadable id.
+    pub async fn open_gifts(&self, room: &RoomId) -> Result<Vec<Uuid>> {
+        match self {
+            Self::Redis(s) => s.open_gifts(room).await,
+            Self::Sqlite(s) => s.open_gifts(room).await,
         }
     }
 
@@ -139,6 +175,23 @@ impl SnapshotStore {
             Self::Redis(s) => s.delete(room, fence).await,
             Self::Sqlite(s) => s.delete(room, fence).await,
         }
+    }
+}
+
+/// One change of a room for [`SnapshotStore::write_change`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Change<'a> {
+    /// The change's events, with their sequence numbers, in order.
+    pub entries: &'a [(Seq, &'a [u8])],
+    /// The room's state after the change, when the change moved it.
+    pub state: Option<&'a [u8]>,
+    /// Open gifts to close: those whose events are among `entries`, and refused ones.
+    pub closed: &'a [Uuid],
+}
+
+impl Change<'_> {
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.state.is_none() && self.closed.is_empty()
     }
 }
 
@@ -181,6 +234,17 @@ fn state_key(room: &RoomId) -> String {
 /// Redis key of a room's history list.
 fn history_key(room: &RoomId) -> String {
     format!("room:{{{room}}}:history")
+}
+
+/// Redis key of a room's set of open gifts (16-byte ids).
+fn open_gifts_key(room: &RoomId) -> String {
+    format!("room:{{{room}}}:open_gifts")
+}
+
+/// A gift id stored as its 16 bytes.
+fn decode_gift(room: &RoomId, raw: &[u8]) -> Result<Uuid> {
+    Uuid::from_slice(raw)
+        .map_err(|_| StorageError::Corrupt(format!("open gift of {room} is not a 16-byte id")))
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@ use protocol::{NodeId, RoomId};
 use storage::StorageError;
 use storage::lease::{ClaimOutcome, InProcessLeases, LeaseOwner, LeaseStore};
 use storage::redis::Redis;
-use storage::snapshot::{HistoryEntry, ROOMS_DB_FILE, SnapshotStore, Stored};
+use storage::snapshot::{Change, HistoryEntry, ROOMS_DB_FILE, SnapshotStore, Stored};
 use tokio::time::Instant;
+use uuid::Uuid;
 
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
@@ -62,6 +63,15 @@ fn fenced(r: Result<(), StorageError>, token: u64) {
     }
 }
 
+/// A change of `entries` and `state` that closes no gift.
+fn change<'a>(entries: &'a [(u64, &'a [u8])], state: Option<&'a [u8]>) -> Change<'a> {
+    Change {
+        entries,
+        state,
+        closed: &[],
+    }
+}
+
 // ---------- contract ----------
 
 async fn save_and_load(env: Env) {
@@ -98,7 +108,7 @@ async fn stale_token_is_rejected(env: Env) {
     fenced(env.snaps.save(&room, fa, b"stale").await, fa);
     fenced(
         env.snaps
-            .write_change(&room, fa, &[(1, b"stale")], Some(b"stale"), 10)
+            .write_change(&room, fa, change(&[(1, b"stale")], Some(b"stale")), 10)
             .await,
         fa,
     );
@@ -144,17 +154,17 @@ async fn history_is_bounded_and_fenced(env: Env) {
     for seq in 1..=3u64 {
         let ev = format!("ev{seq}");
         env.snaps
-            .write_change(&room, f, &[(seq, ev.as_bytes())], None, 3)
+            .write_change(&room, f, change(&[(seq, ev.as_bytes())], None), 3)
             .await
             .unwrap();
     }
     // One change's events in one write, in order.
     env.snaps
-        .write_change(&room, f, &[(4, b"ev4"), (5, b"ev5")], None, 3)
+        .write_change(&room, f, change(&[(4, b"ev4"), (5, b"ev5")], None), 3)
         .await
         .unwrap();
     env.snaps
-        .write_change(&room, f, &[], None, 3)
+        .write_change(&room, f, change(&[], None), 3)
         .await
         .unwrap();
     let want: Vec<HistoryEntry> = (3..=5u64)
@@ -169,7 +179,7 @@ async fn history_is_bounded_and_fenced(env: Env) {
     assert_eq!(env.snaps.load(&room).await.unwrap(), None);
     // A change with state: the events and the state in one write.
     env.snaps
-        .write_change(&room, f, &[(6, b"ev6")], Some(b"seated"), 3)
+        .write_change(&room, f, change(&[(6, b"ev6")], Some(b"seated")), 3)
         .await
         .unwrap();
     assert_eq!(
@@ -189,6 +199,73 @@ async fn history_is_bounded_and_fenced(env: Env) {
     assert!(env.snaps.load_history(&room).await.unwrap().is_empty());
     // The live owner can write again after a delete.
     env.snaps.save(&room, f, b"again").await.unwrap();
+}
+
+/// A gift is open from before its ledger call until the write that publishes its event: a
+/// second open of it says so, a stale owner cannot open one, a write that carries the event
+/// closes it with the event (and a fenced write closes nothing), and a delete drops them all.
+async fn open_gifts_close_with_the_write_that_publishes_them(env: Env) {
+    let room = RoomId::from("gifts");
+    let (g1, g2, g3) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+    assert!(env.snaps.open_gifts(&room).await.unwrap().is_empty());
+    let fa = env.claim(&room, "a", SHORT_TTL).await;
+    for g in [g1, g2, g3] {
+        assert!(env.snaps.open_gift(&room, fa, g).await.unwrap());
+    }
+    assert!(
+        !env.snaps.open_gift(&room, fa, g1).await.unwrap(),
+        "a second open of one gift finds it open"
+    );
+    let mut open = env.snaps.open_gifts(&room).await.unwrap();
+    open.sort();
+    assert_eq!(open, vec![g1, g2, g3]);
+
+    // g1's event and the close of g2 (refused) in one write.
+    let published = Change {
+        entries: &[(1, b"gift g1")],
+        state: None,
+        closed: &[g1, g2],
+    };
+    env.snaps
+        .write_change(&room, fa, published, 10)
+        .await
+        .unwrap();
+    assert_eq!(env.snaps.open_gifts(&room).await.unwrap(), vec![g3]);
+    assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 1);
+    // Closing alone is a write too.
+    let only_closes = Change {
+        closed: &[g3],
+        ..Change::default()
+    };
+    env.snaps
+        .write_change(&room, fa, only_closes, 10)
+        .await
+        .unwrap();
+    assert!(env.snaps.open_gifts(&room).await.unwrap().is_empty());
+
+    // The owner's lease expires and b takes the room: a's open and a's close are refused.
+    assert!(env.snaps.open_gift(&room, fa, g1).await.unwrap());
+    env.let_expire(&room, SHORT_TTL).await;
+    let fb = env.claim(&room, "b", LONG_TTL).await;
+    match env.snaps.open_gift(&room, fa, g2).await {
+        Err(StorageError::Fenced { token }) => assert_eq!(token, fa),
+        other => panic!("a stale owner opened a gift: {other:?}"),
+    }
+    let stale = Change {
+        entries: &[(2, b"stale gift g1")],
+        state: None,
+        closed: &[g1],
+    };
+    fenced(env.snaps.write_change(&room, fa, stale, 10).await, fa);
+    assert_eq!(
+        env.snaps.open_gifts(&room).await.unwrap(),
+        vec![g1],
+        "what a's runtime left open, b finds"
+    );
+    assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 1);
+    env.snaps.save(&room, fb, b"state").await.unwrap();
+    env.snaps.delete(&room, fb).await.unwrap();
+    assert!(env.snaps.open_gifts(&room).await.unwrap().is_empty());
 }
 
 // ---------- Redis ----------
@@ -232,6 +309,12 @@ async fn redis_released_lease_cannot_write() {
 async fn redis_history_is_bounded_and_fenced() {
     let (_server, env) = redis_env().await;
     history_is_bounded_and_fenced(env).await;
+}
+
+#[tokio::test]
+async fn redis_open_gifts_close_with_the_write_that_publishes_them() {
+    let (_server, env) = redis_env().await;
+    open_gifts_close_with_the_write_that_publishes_them(env).await;
 }
 
 #[tokio::test]
@@ -306,6 +389,12 @@ async fn sqlite_history_is_bounded_and_fenced() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn sqlite_open_gifts_close_with_the_write_that_publishes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    open_gifts_close_with_the_write_that_publishes_them(sqlite_env(dir.path()).await).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn sqlite_restart_keeps_state_and_tokens_increasing() {
     let dir = tempfile::tempdir().unwrap();
     let room = RoomId::from("restart");
@@ -316,7 +405,7 @@ async fn sqlite_restart_keeps_state_and_tokens_increasing() {
         let f2 = env.claim(&room, "a", LONG_TTL).await;
         env.snaps.save(&room, f2, b"before").await.unwrap();
         env.snaps
-            .write_change(&room, f2, &[(1, b"ev")], None, 10)
+            .write_change(&room, f2, change(&[(1, b"ev")], None), 10)
             .await
             .unwrap();
         f2

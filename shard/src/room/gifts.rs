@@ -18,7 +18,7 @@ use protocol::{ErrorCode, FencingToken, RoomId};
 use storage::StorageError;
 use storage::ledger::{
     FenceInstall, GiftIds, GiftOrder, GiftOutcome, GiftResult, LuckyPrize, RecoveryOutcome,
-    gift_ids, now_ms,
+    SagaState, gift_ids, now_ms,
 };
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -76,6 +76,9 @@ impl std::fmt::Debug for Sagas {
     }
 }
 
+/// Refused gifts a runtime lets wait for its next write before it closes them in a write of
+/// their own ([`RoomActor::flush_closing`]).
+const CLOSE_BATCH: usize = 32;
 /// Attempts of a saga step on a retryable ledger error before the client is told to retry.
 const SAGA_ATTEMPTS: u32 = 5;
 /// First pause between saga attempts; doubles per attempt.
@@ -142,6 +145,10 @@ pub(crate) struct GiftDone {
     key: Uuid,
     /// The order booked: the saga's own, or the one a request booked under its legacy id.
     order: GiftOrder,
+    /// Whether this saga opened the gift in the fenced store (cluster): then that open record
+    /// stands for the gift's event until a write publishes it (see
+    /// [`storage::snapshot::SnapshotStore::open_gift`]).
+    opened: bool,
     outcome: Result<GiftOutcome, StorageError>,
 }
 
@@ -189,10 +196,15 @@ pub(crate) async fn install_fence(
 }
 
 /// Answers a gift whose room stopped before the outcome arrived. A gift settled just now
-/// had no room to publish its event: the room's next owner publishes it.
+/// had no room to publish its event: the room's next owner publishes it, found open in the
+/// fenced store (cluster) or recorded in the ledger here.
 pub(crate) async fn reply_without_room(inner: &Arc<Inner>, done: GiftDone) {
     if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
-        owe_event(inner, &done.order.room, done.order.gift_id).await;
+        if done.opened {
+            left_open(&done.order.room, done.order.gift_id);
+        } else {
+            owe_event(inner, &done.order.room, done.order.gift_id).await;
+        }
     }
     let outcome = outcome_reply(&done.order, &done.outcome);
     inner.reply_direct(&done.cmd, outcome, None).await;
@@ -217,6 +229,15 @@ pub(crate) async fn owe_event(inner: &Inner, room: &RoomId, gift_id: Uuid) {
             warn!(%room, order = %gift_id, error = %e, "Gift event neither published nor recorded.");
         }
     }
+}
+
+/// A settled gift whose event its runtime could not publish, left open in the fenced store:
+/// the room's next runtime finds it there and publishes it ([`RoomActor::publish_left_open`]).
+/// Only that runtime publishes it: a ledger record as well would be a second source, and the
+/// event could be published twice.
+fn left_open(room: &RoomId, gift_id: Uuid) {
+    metrics::counter!(m::GIFT_EVENTS_LEFT_OPEN).increment(1);
+    info!(%room, order = %gift_id, "Gift event not published; left open for the next runtime.");
 }
 
 fn outcome_reply(
@@ -366,7 +387,14 @@ impl RoomActor {
         ledger: storage::ledger::Ledger,
     ) {
         lock(&self.in_flight).insert(order.gift_id);
-        let crash = self.inner.config.test_crash_after_debit;
+        let config = &self.inner.config;
+        let crash = if config.test_crash_after_debit {
+            Crash::AfterDebit
+        } else if config.test_crash_after_settle {
+            Crash::AfterSettle
+        } else {
+            Crash::No
+        };
         let start = SagaStart {
             cmd,
             order,
@@ -374,6 +402,7 @@ impl RoomActor {
             ledger,
             fence: self.fence,
             in_flight: self.in_flight.clone(),
+            open_in: config.durable_history.then(|| self.inner.snapshots.clone()),
             crash,
         };
         self.sagas.0.push(Box::pin(saga(start)));
@@ -416,37 +445,59 @@ impl RoomActor {
         if done.outcome.is_err() && self.sweep.failed(now_ms()) {
             self.spawn_sweep(RECOVERY_MIN_AGE_MS, true);
         }
+        if let Err(StorageError::Fenced { token }) = &done.outcome {
+            // A higher token wrote (the fenced store or the ledger): another runtime owns
+            // the room now.
+            warn!(room = %self.room, token, "Gift fenced; stopping the runtime.");
+            self.lease.cancel();
+        }
         let reply = outcome_reply(&done.order, &done.outcome);
         let GiftDone {
             cmd,
             order,
+            opened,
             outcome,
             ..
         } = done;
-        if let Ok(GiftOutcome::Settled { .. }) = &outcome {
-            self.inner.hot.gifts_settled.increment(1);
-            self.publish_gift(order).await;
+        match &outcome {
+            Ok(GiftOutcome::Settled { .. }) => {
+                self.inner.hot.gifts_settled.increment(1);
+                self.publish_gift(order, opened).await;
+            }
+            // Refused, or a retry of an order settled before: no event of this saga's to
+            // publish. Its open record goes with the room's next write. An error leaves it
+            // open: the next runtime asks the ledger how the gift ended.
+            Ok(_) if opened => {
+                self.closing.push(order.gift_id);
+                if self.closing.len() >= CLOSE_BATCH {
+                    self.flush_closing().await;
+                }
+            }
+            _ => {}
         }
         self.reply(&cmd, reply, None).await;
     }
 
     /// Publishes a gift the owner's recovery settled, or whose event a runtime owed.
     pub(super) async fn gift_recovered(&mut self, order: GiftOrder) {
-        self.publish_gift(order).await;
+        self.publish_gift(order, false).await;
     }
 
     /// Publishes a settled order; the event takes the order's fields rather than copies. When
     /// the runtime cannot publish it (it cannot prove its lease, or the history write failed and
-    /// it stops), the event is owed to the members: recorded for the next owner ([`owe_event`]).
-    async fn publish_gift(&mut self, order: GiftOrder) {
+    /// it stops), the event is owed to the members: `open` (the gift is open in the fenced
+    /// store) leaves it to the next runtime's [`RoomActor::publish_left_open`], otherwise it is
+    /// recorded in the ledger for the next owner ([`owe_event`]). In a cluster the write that
+    /// publishes the event closes the gift's open record (a no-op for one never opened).
+    async fn publish_gift(&mut self, order: GiftOrder, open: bool) {
         let Some(state) = self.state.as_mut() else {
             return;
         };
+        let order_id = order.gift_id;
         if !self.inner.owner.proven(&self.valid) {
-            owe_event(&self.inner, &self.room, order.gift_id).await;
+            self.event_not_published(order_id, open).await;
             return;
         }
-        let order_id = order.gift_id;
         let coins = order.total();
         let win = order
             .lucky
@@ -471,11 +522,105 @@ impl RoomActor {
                 .events
                 .extend(state.record(Sequenced::LuckyWin(win)).events);
         }
+        if self.inner.config.durable_history {
+            self.closing.push(order_id);
+        }
         // The gift is settled in the ledger whatever happens to its event: a runtime that
         // cannot publish it stops, the sender's answer still says settled, and the event is
         // owed to the room's next runtime.
         if self.publish(applied, None).await.is_err() {
-            owe_event(&self.inner, &self.room, order_id).await;
+            self.event_not_published(order_id, open).await;
+        }
+    }
+
+    async fn event_not_published(&mut self, gift_id: Uuid, open: bool) {
+        if open {
+            left_open(&self.room, gift_id);
+        } else {
+            owe_event(&self.inner, &self.room, gift_id).await;
+        }
+    }
+
+    /// At load, before the room serves (cluster): publishes the events of the gifts a previous
+    /// runtime left open and the ledger settled (it was killed, or could not write, between
+    /// the two), and closes the open records of gifts the ledger refused or never booked. The
+    /// ledger's fence, installed before this, keeps a previous runtime from booking one now.
+    /// A gift still mid-saga stays open: the saga sweep settles or voids it. One the ledger
+    /// also lists as owed is left to the sweep, which publishes that record once.
+    pub(super) async fn publish_left_open(&mut self) {
+        let Some(ledger) = self.inner.ledger.clone() else {
+            return;
+        };
+        if !self.inner.config.durable_history || self.state.is_none() {
+            return;
+        }
+        let open = match self.inner.snapshots.open_gifts(&self.room).await {
+            Ok(open) => open,
+            Err(e) => {
+                warn!(room = %self.room, error = %e, "Could not list the room's open gifts.");
+                return;
+            }
+        };
+        if open.is_empty() {
+            return;
+        }
+        let owed: HashSet<Uuid> = match ledger.unpublished_gifts(&self.room, 0).await {
+            Ok(owed) => owed.iter().map(|o| o.gift_id).collect(),
+            Err(e) => {
+                warn!(room = %self.room, error = %e, "Could not list owed gift events.");
+                return;
+            }
+        };
+        for gift_id in open.into_iter().filter(|g| !owed.contains(g)) {
+            match ledger.saga(gift_id).await {
+                Ok(Some(rec)) => match rec.state {
+                    SagaState::Settled => {
+                        metrics::counter!(m::GIFT_EVENTS_FOUND_OPEN).increment(1);
+                        info!(room = %self.room, order = %gift_id, "Publishing a gift event a previous runtime left open.");
+                        self.publish_gift(rec.order, true).await;
+                        if self.lease.is_cancelled() {
+                            return;
+                        }
+                    }
+                    SagaState::Voided => self.closing.push(gift_id),
+                    SagaState::Pending | SagaState::Debited => {}
+                },
+                Ok(None) => self.closing.push(gift_id),
+                Err(e) => {
+                    warn!(room = %self.room, order = %gift_id, error = %e, "Could not read an open gift's saga.")
+                }
+            }
+        }
+        self.flush_closing().await;
+    }
+
+    /// Closes the open gifts waiting for the room's next write now, in a write of their own:
+    /// refused gifts would otherwise pile up in a room that publishes nothing. A failed write
+    /// leaves them open for the next runtime, which asks the ledger about each.
+    async fn flush_closing(&mut self) {
+        if self.closing.is_empty() {
+            return;
+        }
+        let closed = std::mem::take(&mut self.closing);
+        let written = self
+            .inner
+            .snapshots
+            .write_change(
+                &self.room,
+                self.fence,
+                &[],
+                None,
+                &closed,
+                self.inner.config.history_events,
+            )
+            .await;
+        match written {
+            Ok(_) => {}
+            Err(StorageError::Fenced { token }) => {
+                warn!(room = %self.room, token, "Room write fenced; stopping the runtime.");
+                self.lease.cancel();
+            }
+            Err(e) => warn!(room = %self.room, error = %e, "Could not close open gifts."),
         }
     }
 
@@ -681,15 +826,30 @@ fn saga(mut s: SagaStart) -> impl Future<Output = GiftDone> + Send {
             // Boxed: a lookup only upgraded ledgers make, kept out of every gift's future.
             outcome = Box::pin(go_on_from_legacy(&mut s)).await;
         }
+        let mut opened = false;
+        if let (Ok(()), Some(snapshots)) = (&outcome, &s.open_in) {
+            // Boxed: a cluster's write, kept out of every gift's future.
+            match Box::pin(snapshots.open_gift(&s.order.room, s.fence, s.order.gift_id)).await {
+                Ok(now) => opened = now,
+                Err(e) => outcome = Err(e),
+            }
+        }
         let outcome = match outcome {
             Err(e) => Err(e),
-            Ok(()) if s.crash => crash_after_debit(&s.ledger, &s.order, s.fence).await,
+            Ok(()) if s.crash == Crash::AfterDebit => {
+                crash_after_debit(&s.ledger, &s.order, s.fence).await
+            }
             Ok(()) => send_with_retry(&s.ledger, &s.order, s.fence).await,
         };
+        if s.crash == Crash::AfterSettle && matches!(outcome, Ok(GiftOutcome::Settled { .. })) {
+            warn!(order = %s.order.gift_id, "TEST: aborting between settle and publish.");
+            std::process::abort();
+        }
         GiftDone {
             cmd: s.cmd,
             key,
             order: s.order,
+            opened,
             outcome,
         }
     }
@@ -717,7 +877,18 @@ struct SagaStart {
     ledger: storage::ledger::Ledger,
     fence: FencingToken,
     in_flight: InFlight,
-    crash: bool,
+    /// Where the gift is opened before its ledger call (the fenced store, cluster only).
+    open_in: Option<crate::snapshots::Snapshots>,
+    crash: Crash,
+}
+
+/// TEST ONLY: where a saga aborts the process ([`crate::ShardConfig::test_crash_after_debit`]
+/// and [`crate::ShardConfig::test_crash_after_settle`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Crash {
+    No,
+    AfterDebit,
+    AfterSettle,
 }
 
 async fn send_with_retry(
@@ -753,7 +924,7 @@ async fn crash_after_debit(
 
 #[cfg(test)]
 mod tests {
-    use super::{InFlight, RECOVERY_MIN_AGE_MS, SagaStart, Sweep, saga};
+    use super::{Crash, InFlight, RECOVERY_MIN_AGE_MS, SagaStart, Sweep, saga};
     use protocol::link::Command;
     use storage::ledger::{GiftOrder, GiftOutcome, Ledger, gift_id, legacy_gift_id};
     use uuid::Uuid;
@@ -845,7 +1016,8 @@ mod tests {
             ledger,
             fence: 1,
             in_flight: InFlight::default(),
-            crash: false,
+            open_in: None,
+            crash: Crash::No,
         }
     }
 

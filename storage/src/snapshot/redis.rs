@@ -2,6 +2,7 @@
 //!
 //! `room:{R}:state` is a hash: `hwm` (highest token that ever wrote for the room), `fence` (token
 //! of the saved state) and `data` (the state). `room:{R}:history` is a list of encoded entries.
+//! `room:{R}:open_gifts` is a set of 16-byte gift ids (see the parent module's "Open gifts").
 //! Every write script first checks that the lease `room:{R}:lease` carries the write's token,
 //! then that the token is not below `hwm`, and only then writes and raises `hwm`.
 
@@ -10,9 +11,14 @@ use std::sync::Arc;
 use ::redis::Script;
 use ::redis::aio::ConnectionManager;
 use bytes::Bytes;
-use protocol::{FencingToken, RoomId, Seq};
+use protocol::{FencingToken, RoomId};
 
-use super::{HistoryEntry, Stored, decode_entry, encode_entry, history_key, state_key};
+use uuid::Uuid;
+
+use super::{
+    Change, HistoryEntry, Stored, decode_entry, decode_gift, encode_entry, history_key,
+    open_gifts_key, state_key,
+};
 use crate::error::{Result, StorageError};
 use crate::lease::lease_key;
 use crate::redis::{Redis, map_err};
@@ -39,8 +45,9 @@ return 1
 "
 );
 
-/// CHANGE: `KEYS = [lease, state, history]`, `ARGV = [fence, max_len, has_state ('0' or '1'),
-/// data, entry…]`: the state (when given) and the entries, in one script, so all or none.
+/// CHANGE: `KEYS = [lease, state, history, open_gifts]`, `ARGV = [fence, max_len, has_state
+/// ('0' or '1'), data, closed_count, closed…, entry…]`: the state (when given), the entries and
+/// the closed gifts, in one script, so all or none.
 const CHANGE_LUA: &str = concat!(
     fence_check!(),
     r"
@@ -49,21 +56,36 @@ if ARGV[3] == '1' then
 else
   redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
 end
-if #ARGV > 4 then
-  redis.call('RPUSH', KEYS[3], unpack(ARGV, 5))
+local closed = tonumber(ARGV[5])
+if closed > 0 then
+  redis.call('SREM', KEYS[4], unpack(ARGV, 6, 5 + closed))
+end
+if #ARGV > 5 + closed then
+  redis.call('RPUSH', KEYS[3], unpack(ARGV, 6 + closed))
   redis.call('LTRIM', KEYS[3], -tonumber(ARGV[2]), -1)
 end
 return 1
 "
 );
 
-/// DELETE: `KEYS = [lease, state, history]`, `ARGV = [fence]`. Keeps `hwm`.
+/// OPEN GIFT: `KEYS = [lease, state, open_gifts]`, `ARGV = [fence, gift id]`. Returns 1 when
+/// the gift was not open yet, 0 when it was.
+const OPEN_GIFT_LUA: &str = concat!(
+    fence_check!(),
+    r"
+redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
+if redis.call('SADD', KEYS[3], ARGV[2]) == 1 then return 1 end
+return 0
+"
+);
+
+/// DELETE: `KEYS = [lease, state, history, open_gifts]`, `ARGV = [fence]`. Keeps `hwm`.
 const DELETE_LUA: &str = concat!(
     fence_check!(),
     r"
 redis.call('HDEL', KEYS[2], 'fence', 'data')
 redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
-redis.call('DEL', KEYS[3])
+redis.call('DEL', KEYS[3], KEYS[4])
 return 1
 "
 );
@@ -78,6 +100,7 @@ pub struct RedisSnapshots {
 struct Scripts {
     save: Script,
     change: Script,
+    open_gift: Script,
     delete: Script,
 }
 
@@ -106,6 +129,7 @@ impl RedisSnapshots {
             scripts: Arc::new(Scripts {
                 save: Script::new(SAVE_LUA),
                 change: Script::new(CHANGE_LUA),
+                open_gift: Script::new(OPEN_GIFT_LUA),
                 delete: Script::new(DELETE_LUA),
             }),
         }
@@ -163,8 +187,7 @@ impl RedisSnapshots {
         &self,
         room: &RoomId,
         fence: FencingToken,
-        entries: &[(Seq, &[u8])],
-        state: Option<&[u8]>,
+        change: Change<'_>,
         max_len: usize,
     ) -> Result<()> {
         let mut conn = self.conn.clone();
@@ -172,15 +195,57 @@ impl RedisSnapshots {
         call.key(lease_key(room))
             .key(state_key(room))
             .key(history_key(room))
+            .key(open_gifts_key(room))
             .arg(fence)
             .arg(max_len)
-            .arg(if state.is_some() { "1" } else { "0" })
-            .arg(state.unwrap_or_default());
-        for &(seq, bytes) in entries {
+            .arg(if change.state.is_some() { "1" } else { "0" })
+            .arg(change.state.unwrap_or_default())
+            .arg(change.closed.len());
+        for gift in change.closed {
+            call.arg(gift.as_bytes().as_slice());
+        }
+        for &(seq, bytes) in change.entries {
             call.arg(encode_entry(fence, seq, bytes));
         }
         let status: i64 = call.invoke_async(&mut conn).await.map_err(map_err)?;
         fenced_status(status, fence)
+    }
+
+    /// See [`super::SnapshotStore::open_gift`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Unavailable`.
+    pub async fn open_gift(&self, room: &RoomId, fence: FencingToken, gift: Uuid) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let status: i64 = self
+            .scripts
+            .open_gift
+            .key(lease_key(room))
+            .key(state_key(room))
+            .key(open_gifts_key(room))
+            .arg(fence)
+            .arg(gift.as_bytes().as_slice())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        match status {
+            0 => Ok(false),
+            other => fenced_status(other, fence).map(|()| true),
+        }
+    }
+
+    /// See [`super::SnapshotStore::open_gifts`].
+    ///
+    /// # Errors
+    /// `Unavailable`, `Corrupt`.
+    pub async fn open_gifts(&self, room: &RoomId) -> Result<Vec<Uuid>> {
+        let mut conn = self.conn.clone();
+        let raw: Vec<Vec<u8>> = ::redis::cmd("SMEMBERS")
+            .arg(open_gifts_key(room))
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        raw.iter().map(|g| decode_gift(room, g)).collect()
     }
 
     /// See [`super::SnapshotStore::load_history`].
@@ -211,6 +276,7 @@ impl RedisSnapshots {
             .key(lease_key(room))
             .key(state_key(room))
             .key(history_key(room))
+            .key(open_gifts_key(room))
             .arg(fence)
             .invoke_async(&mut conn)
             .await

@@ -15,10 +15,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use protocol::{FencingToken, RoomId, Seq};
+use protocol::{FencingToken, RoomId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
-use super::{HistoryEntry, Stored};
+use uuid::Uuid;
+
+use super::{Change, HistoryEntry, Stored, decode_gift};
 use crate::error::{Result, StorageError};
 use crate::lease::InProcessLeases;
 
@@ -29,7 +31,7 @@ pub const ROOMS_DB_FILE: &str = "rooms.db";
 /// operator's `sqlite3` shell) before failing; our own calls are serialized by the mutex.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Schema: one row of state per room, and the bounded history.
+/// Schema: one row of state per room, the bounded history, and the open gifts.
 const SCHEMA: &str = "
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
@@ -47,6 +49,11 @@ CREATE TABLE IF NOT EXISTS room_history (
     data  BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS room_history_by_room ON room_history (room, id);
+CREATE TABLE IF NOT EXISTS open_gift (
+    room    TEXT NOT NULL,
+    gift_id BLOB NOT NULL,
+    PRIMARY KEY (room, gift_id)
+) WITHOUT ROWID;
 ";
 
 /// An opened database and every room's stored high-water token.
@@ -141,9 +148,10 @@ impl SqliteSnapshots {
 
     /// Checks the live lease, then runs `write` in a transaction that first checks and raises
     /// the high-water token.
-    async fn fenced<F>(&self, room: &RoomId, fence: FencingToken, write: F) -> Result<()>
+    async fn fenced<T, F>(&self, room: &RoomId, fence: FencingToken, write: F) -> Result<T>
     where
-        F: FnOnce(&Transaction<'_>, &str, i64) -> rusqlite::Result<()> + Send + 'static,
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>, &str, i64) -> rusqlite::Result<T> + Send + 'static,
     {
         if !self.leases.is_live(room, fence) {
             return Err(StorageError::Fenced { token: fence });
@@ -169,8 +177,9 @@ impl SqliteSnapshots {
                 params![room, f],
             )
             .map_err(backend)?;
-            write(&tx, &room, f).map_err(backend)?;
-            tx.commit().map_err(backend)
+            let written = write(&tx, &room, f).map_err(backend)?;
+            tx.commit().map_err(backend)?;
+            Ok(written)
         })
         .await
     }
@@ -228,29 +237,38 @@ impl SqliteSnapshots {
         &self,
         room: &RoomId,
         fence: FencingToken,
-        entries: &[(Seq, &[u8])],
-        state: Option<&[u8]>,
+        change: Change<'_>,
         max_len: usize,
     ) -> Result<()> {
-        let state = state.map(<[u8]>::to_vec);
-        let entries = entries
+        let state = change.state.map(<[u8]>::to_vec);
+        let entries = change
+            .entries
             .iter()
             .map(|&(seq, bytes)| Ok((to_sql(seq)?, bytes.to_vec())))
             .collect::<Result<Vec<_>>>()?;
+        let closed = change.closed.to_vec();
         let keep = i64::try_from(max_len).unwrap_or(i64::MAX);
         self.fenced(room, fence, move |tx, room, f| {
+            for gift in &closed {
+                tx.execute(
+                    "DELETE FROM open_gift WHERE room = ?1 AND gift_id = ?2",
+                    params![room, gift.as_bytes().as_slice()],
+                )?;
+            }
             for (seq, data) in &entries {
                 tx.execute(
                     "INSERT INTO room_history (room, fence, seq, data) VALUES (?1, ?2, ?3, ?4)",
                     params![room, f, seq, data],
                 )?;
             }
-            tx.execute(
-                "DELETE FROM room_history WHERE room = ?1 AND id <= (
-                     SELECT id FROM room_history WHERE room = ?1
-                     ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-                params![room, keep],
-            )?;
+            if !entries.is_empty() {
+                tx.execute(
+                    "DELETE FROM room_history WHERE room = ?1 AND id <= (
+                         SELECT id FROM room_history WHERE room = ?1
+                         ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                    params![room, keep],
+                )?;
+            }
             if let Some(data) = &state {
                 tx.execute(
                     "UPDATE room_state SET fence = ?2, data = ?3 WHERE room = ?1",
@@ -258,6 +276,43 @@ impl SqliteSnapshots {
                 )?;
             }
             Ok(())
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::open_gift`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Backend`.
+    pub async fn open_gift(&self, room: &RoomId, fence: FencingToken, gift: Uuid) -> Result<bool> {
+        self.fenced(room, fence, move |tx, room, _| {
+            tx.execute(
+                "INSERT OR IGNORE INTO open_gift (room, gift_id) VALUES (?1, ?2)",
+                params![room, gift.as_bytes().as_slice()],
+            )
+            .map(|added| added == 1)
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::open_gifts`].
+    ///
+    /// # Errors
+    /// `Backend`, `Corrupt`.
+    pub async fn open_gifts(&self, room: &RoomId) -> Result<Vec<Uuid>> {
+        let id = room.clone();
+        self.with_conn(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT gift_id FROM open_gift WHERE room = ?1")
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([id.as_str()], |r| r.get::<_, Vec<u8>>(0))
+                .map_err(backend)?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(decode_gift(&id, &row.map_err(backend)?)?);
+            }
+            Ok(out)
         })
         .await
     }
@@ -307,7 +362,8 @@ impl SqliteSnapshots {
                 "UPDATE room_state SET fence = NULL, data = NULL WHERE room = ?1",
                 [room],
             )?;
-            tx.execute("DELETE FROM room_history WHERE room = ?1", [room])
+            tx.execute("DELETE FROM room_history WHERE room = ?1", [room])?;
+            tx.execute("DELETE FROM open_gift WHERE room = ?1", [room])
                 .map(|_| ())
         })
         .await
