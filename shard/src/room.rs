@@ -172,6 +172,7 @@ pub(crate) async fn run(
         sweep: Arc::default(),
         sagas: gifts::Sagas::default(),
         closing: Vec::new(),
+        opener: None,
         inner: inner.clone(),
     };
     if actor.state.is_some() {
@@ -258,6 +259,8 @@ struct RoomActor {
     /// Open gifts to close with the room's next write (cluster): a published gift's own, and
     /// refused ones this runtime opened.
     closing: Vec<uuid::Uuid>,
+    /// Opens this runtime's gifts in the fenced store (cluster; started with the first gift).
+    opener: Option<gifts::Opener>,
 }
 
 impl RoomActor {

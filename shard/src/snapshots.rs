@@ -76,15 +76,15 @@ impl Snapshots {
         Ok(bytes.as_deref().map(Written::of))
     }
 
-    /// Records a gift the room hands to the ledger as open until its event is published
-    /// ([`SnapshotStore::open_gift`]): true when this call opened it.
-    pub(crate) async fn open_gift(
+    /// Records gifts the room hands to the ledger as open until their events are published,
+    /// in one write ([`SnapshotStore::open_batch`]): for each, true when this call opened it.
+    pub(crate) async fn open_batch(
         &self,
         room: &RoomId,
         fence: FencingToken,
-        gift: Uuid,
-    ) -> Result<bool, StorageError> {
-        self.store.open_gift(room, fence, gift).await
+        gifts: &[Uuid],
+    ) -> Result<Vec<bool>, StorageError> {
+        self.store.open_batch(room, fence, gifts).await
     }
 
     /// The gifts a runtime of the room left open ([`SnapshotStore::open_gifts`]).

@@ -3,7 +3,7 @@
 use protocol::ErrorCode;
 
 /// What went wrong talking to a store.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StorageError {
     /// A conditional write lost: another owner (higher fencing token) or another writer won.
     /// Ownership conflicts are retried by the current owner, never turned into a terminal state.

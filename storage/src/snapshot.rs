@@ -14,7 +14,7 @@
 //!
 //! # Open gifts
 //! A room's open gifts are the gifts its runtime has handed to the ledger and whose event it
-//! has not published yet. A runtime opens one ([`SnapshotStore::open_gift`]) before its ledger
+//! has not published yet. A runtime opens one ([`SnapshotStore::open_batch`]) before its ledger
 //! call and closes it in the very write that puts its event in the history
 //! ([`SnapshotStore::write_change`]), or after the ledger refused it. What a runtime killed in
 //! between leaves open, the room's next owner finds ([`SnapshotStore::open_gifts`]): a gift the
@@ -129,17 +129,25 @@ impl SnapshotStore {
         }
     }
 
-    /// Records `gift` as open in `room` (see the module docs), fenced like
-    /// [`SnapshotStore::save`]. True when it was not open yet: false means another call opened
-    /// it (a retry of the same order), and that call's runtime, or the next owner, answers for
-    /// its event.
+    /// Records each of `gifts` as open in `room` (see the module docs), in one write fenced
+    /// like [`SnapshotStore::save`]. For each gift, in order: true when it was not open yet;
+    /// false means another call opened it (a retry of the same order), and that call's
+    /// runtime, or the next owner, answers for its event.
     ///
     /// # Errors
     /// As [`SnapshotStore::save`].
-    pub async fn open_gift(&self, room: &RoomId, fence: FencingToken, gift: Uuid) -> Result<bool> {
+    pub async fn open_batch(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        gifts: &[Uuid],
+    ) -> Result<Vec<bool>> {
+        if gifts.is_empty() {
+            return Ok(Vec::new());
+        }
         match self {
-            Self::Redis(s) => s.open_gift(room, fence, gift).await,
-            Self::Sqlite(s) => s.open_gift(room, fence, gift).await,
+            Self::Redis(s) => s.open_batch(room, fence, gifts).await,
+            Self::Sqlite(s) => s.open_batch(room, fence, gifts).await,
         }
     }
 

@@ -209,12 +209,24 @@ async fn open_gifts_close_with_the_write_that_publishes_them(env: Env) {
     let (g1, g2, g3) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
     assert!(env.snaps.open_gifts(&room).await.unwrap().is_empty());
     let fa = env.claim(&room, "a", SHORT_TTL).await;
-    for g in [g1, g2, g3] {
-        assert!(env.snaps.open_gift(&room, fa, g).await.unwrap());
-    }
-    assert!(
-        !env.snaps.open_gift(&room, fa, g1).await.unwrap(),
+    assert_eq!(
+        env.snaps.open_batch(&room, fa, &[g1]).await.unwrap(),
+        [true]
+    );
+    assert_eq!(
+        env.snaps
+            .open_batch(&room, fa, &[g2, g1, g3])
+            .await
+            .unwrap(),
+        [true, false, true],
         "a second open of one gift finds it open"
+    );
+    assert!(
+        env.snaps
+            .open_batch(&room, fa, &[])
+            .await
+            .unwrap()
+            .is_empty()
     );
     let mut open = env.snaps.open_gifts(&room).await.unwrap();
     open.sort();
@@ -244,10 +256,13 @@ async fn open_gifts_close_with_the_write_that_publishes_them(env: Env) {
     assert!(env.snaps.open_gifts(&room).await.unwrap().is_empty());
 
     // The owner's lease expires and b takes the room: a's open and a's close are refused.
-    assert!(env.snaps.open_gift(&room, fa, g1).await.unwrap());
+    assert_eq!(
+        env.snaps.open_batch(&room, fa, &[g1]).await.unwrap(),
+        [true]
+    );
     env.let_expire(&room, SHORT_TTL).await;
     let fb = env.claim(&room, "b", LONG_TTL).await;
-    match env.snaps.open_gift(&room, fa, g2).await {
+    match env.snaps.open_batch(&room, fa, &[g2]).await {
         Err(StorageError::Fenced { token }) => assert_eq!(token, fa),
         other => panic!("a stale owner opened a gift: {other:?}"),
     }

@@ -20,6 +20,7 @@ use storage::ledger::{
     FenceInstall, GiftIds, GiftOrder, GiftOutcome, GiftResult, LuckyPrize, RecoveryOutcome,
     SagaState, gift_ids, now_ms,
 };
+use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -402,10 +403,17 @@ impl RoomActor {
             ledger,
             fence: self.fence,
             in_flight: self.in_flight.clone(),
-            open_in: config.durable_history.then(|| self.inner.snapshots.clone()),
+            open_in: config.durable_history.then(|| self.opener()),
             crash,
         };
         self.sagas.0.push(Box::pin(saga(start)));
+    }
+
+    /// The runtime's [`Opener`], started with its first gift.
+    fn opener(&mut self) -> Opener {
+        self.opener
+            .get_or_insert_with(|| Opener::start(&self.inner, self.room.clone(), self.fence))
+            .clone()
     }
 
     fn answer_from_ledger_or(
@@ -827,9 +835,9 @@ fn saga(mut s: SagaStart) -> impl Future<Output = GiftDone> + Send {
             outcome = Box::pin(go_on_from_legacy(&mut s)).await;
         }
         let mut opened = false;
-        if let (Ok(()), Some(snapshots)) = (&outcome, &s.open_in) {
+        if let (Ok(()), Some(opener)) = (&outcome, &s.open_in) {
             // Boxed: a cluster's write, kept out of every gift's future.
-            match Box::pin(snapshots.open_gift(&s.order.room, s.fence, s.order.gift_id)).await {
+            match Box::pin(opener.open(s.order.gift_id)).await {
                 Ok(now) => opened = now,
                 Err(e) => outcome = Err(e),
             }
@@ -878,8 +886,62 @@ struct SagaStart {
     fence: FencingToken,
     in_flight: InFlight,
     /// Where the gift is opened before its ledger call (the fenced store, cluster only).
-    open_in: Option<crate::snapshots::Snapshots>,
+    open_in: Option<Opener>,
     crash: Crash,
+}
+
+/// Opens a runtime's gifts in the fenced store before their ledger calls, many in one write:
+/// a saga hands its gift id over and waits, and the opener's task opens every id waiting in
+/// one call ([`Snapshots::open_batch`](crate::snapshots::Snapshots::open_batch)), as the
+/// ledger's writer groups commits. A lone gift goes at once; gifts that come while a write is
+/// out go together in the next. The task ends with the runtime's last saga.
+#[derive(Clone, Debug)]
+pub(crate) struct Opener {
+    tx: mpsc::Sender<OpenRequest>,
+}
+
+/// A gift to open, and where its answer goes.
+type OpenRequest = (Uuid, oneshot::Sender<Result<bool, StorageError>>);
+
+/// Gift ids waiting for an [`Opener`]'s write before senders wait too.
+const OPEN_QUEUE: usize = 1024;
+/// Most gift ids one open write carries.
+const OPEN_BATCH_MAX: usize = 256;
+
+impl Opener {
+    fn start(inner: &Arc<Inner>, room: RoomId, fence: FencingToken) -> Self {
+        let (tx, mut rx) = mpsc::channel(OPEN_QUEUE);
+        let snapshots = inner.snapshots.clone();
+        inner.tracker.spawn(async move {
+            let mut waiting: Vec<OpenRequest> = Vec::with_capacity(OPEN_BATCH_MAX);
+            while rx.recv_many(&mut waiting, OPEN_BATCH_MAX).await > 0 {
+                let ids: Vec<Uuid> = waiting.iter().map(|(id, _)| *id).collect();
+                match snapshots.open_batch(&room, fence, &ids).await {
+                    Ok(added) => {
+                        for ((_, answer), added) in waiting.drain(..).zip(added) {
+                            let _ = answer.send(Ok(added));
+                        }
+                    }
+                    Err(e) => {
+                        for (_, answer) in waiting.drain(..) {
+                            let _ = answer.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        Self { tx }
+    }
+
+    /// Opens `gift`: true when this call opened it (see [`SnapshotStore::open_batch`]).
+    ///
+    /// [`SnapshotStore::open_batch`]: storage::snapshot::SnapshotStore::open_batch
+    async fn open(&self, gift: Uuid) -> Result<bool, StorageError> {
+        let gone = || StorageError::Unavailable("the room's opener stopped".into());
+        let (answer, answered) = oneshot::channel();
+        self.tx.send((gift, answer)).await.map_err(|_| gone())?;
+        answered.await.map_err(|_| gone())?
+    }
 }
 
 /// TEST ONLY: where a saga aborts the process ([`crate::ShardConfig::test_crash_after_debit`]

@@ -68,16 +68,19 @@ return 1
 "
 );
 
-/// OPEN GIFT: `KEYS = [lease, state, open_gifts]`, `ARGV = [fence, gift id]`. Returns 1 when
-/// the gift was not open yet, 0 when it was.
-const OPEN_GIFT_LUA: &str = concat!(
-    fence_check!(),
-    r"
-redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
-if redis.call('SADD', KEYS[3], ARGV[2]) == 1 then return 1 end
-return 0
-"
-);
+/// OPEN: `KEYS = [lease, state, open_gifts]`, `ARGV = [fence, gift id…]`. Returns `{1, added…}`
+/// with `added` 1 for a gift that was not open yet, 0 for one that was; `{-1}` or `{-2}` as
+/// the fence check's statuses.
+const OPEN_LUA: &str = r"
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return {-1} end
+local hwm = redis.call('HGET', KEYS[2], 'hwm')
+if hwm and tonumber(ARGV[1]) < tonumber(hwm) then return {-2} end
+local added = {1}
+for i = 2, #ARGV do
+  added[i] = redis.call('SADD', KEYS[3], ARGV[i])
+end
+return added
+";
 
 /// DELETE: `KEYS = [lease, state, history, open_gifts]`, `ARGV = [fence]`. Keeps `hwm`.
 const DELETE_LUA: &str = concat!(
@@ -100,7 +103,7 @@ pub struct RedisSnapshots {
 struct Scripts {
     save: Script,
     change: Script,
-    open_gift: Script,
+    open: Script,
     delete: Script,
 }
 
@@ -129,7 +132,7 @@ impl RedisSnapshots {
             scripts: Arc::new(Scripts {
                 save: Script::new(SAVE_LUA),
                 change: Script::new(CHANGE_LUA),
-                open_gift: Script::new(OPEN_GIFT_LUA),
+                open: Script::new(OPEN_LUA),
                 delete: Script::new(DELETE_LUA),
             }),
         }
@@ -211,26 +214,34 @@ impl RedisSnapshots {
         fenced_status(status, fence)
     }
 
-    /// See [`super::SnapshotStore::open_gift`].
+    /// See [`super::SnapshotStore::open_batch`].
     ///
     /// # Errors
     /// `Fenced`, `Unavailable`.
-    pub async fn open_gift(&self, room: &RoomId, fence: FencingToken, gift: Uuid) -> Result<bool> {
+    pub async fn open_batch(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        gifts: &[Uuid],
+    ) -> Result<Vec<bool>> {
         let mut conn = self.conn.clone();
-        let status: i64 = self
-            .scripts
-            .open_gift
-            .key(lease_key(room))
+        let mut call = self.scripts.open.prepare_invoke();
+        call.key(lease_key(room))
             .key(state_key(room))
             .key(open_gifts_key(room))
-            .arg(fence)
-            .arg(gift.as_bytes().as_slice())
-            .invoke_async(&mut conn)
-            .await
-            .map_err(map_err)?;
-        match status {
-            0 => Ok(false),
-            other => fenced_status(other, fence).map(|()| true),
+            .arg(fence);
+        for gift in gifts {
+            call.arg(gift.as_bytes().as_slice());
+        }
+        let reply: Vec<i64> = call.invoke_async(&mut conn).await.map_err(map_err)?;
+        match reply.split_first() {
+            Some((1, added)) if added.len() == gifts.len() => {
+                Ok(added.iter().map(|&a| a == 1).collect())
+            }
+            Some((&status, [])) => fenced_status(status, fence).map(|()| Vec::new()),
+            _ => Err(StorageError::Corrupt(format!(
+                "unexpected answer to opening gifts: {reply:?}"
+            ))),
         }
     }
 

@@ -280,17 +280,29 @@ impl SqliteSnapshots {
         .await
     }
 
-    /// See [`super::SnapshotStore::open_gift`].
+    /// See [`super::SnapshotStore::open_batch`].
     ///
     /// # Errors
     /// `Fenced`, `Backend`.
-    pub async fn open_gift(&self, room: &RoomId, fence: FencingToken, gift: Uuid) -> Result<bool> {
+    pub async fn open_batch(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        gifts: &[Uuid],
+    ) -> Result<Vec<bool>> {
+        let gifts = gifts.to_vec();
         self.fenced(room, fence, move |tx, room, _| {
-            tx.execute(
+            let mut insert = tx.prepare_cached(
                 "INSERT OR IGNORE INTO open_gift (room, gift_id) VALUES (?1, ?2)",
-                params![room, gift.as_bytes().as_slice()],
-            )
-            .map(|added| added == 1)
+            )?;
+            gifts
+                .iter()
+                .map(|g| {
+                    insert
+                        .execute(params![room, g.as_bytes().as_slice()])
+                        .map(|added| added == 1)
+                })
+                .collect()
         })
         .await
     }
