@@ -148,7 +148,7 @@ pub(crate) struct GiftDone {
     order: GiftOrder,
     /// Whether this saga opened the gift in the fenced store (cluster): then that open record
     /// stands for the gift's event until a write publishes it (see
-    /// [`storage::snapshot::SnapshotStore::open_gift`]).
+    /// [`storage::snapshot::SnapshotStore::open_batch`]).
     opened: bool,
     outcome: Result<GiftOutcome, StorageError>,
 }
