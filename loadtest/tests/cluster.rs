@@ -527,6 +527,63 @@ async fn refused_gifts_are_closed_with_the_next_write() {
     );
 }
 
+/// Gifts sent at once by several members of one room are opened together (the runtime's
+/// opener batches them) and each is closed by the write that publishes its event: every gift
+/// settles, a watcher sees each event exactly once, and nothing stays open.
+#[tokio::test]
+async fn concurrent_gifts_are_opened_together_and_each_published_once() {
+    const SENDERS: usize = 5;
+    const GIFTS_EACH: usize = 20;
+    let cluster = one_shard_cluster().await;
+    let room = RoomId::from("gift-batch");
+    let token = Some(cluster.admin_token.as_str());
+    let mut senders = Vec::new();
+    for i in 0..SENDERS {
+        let user = format!("sender{i}");
+        let grant = json!({"amount": 1000, "key": "g1"});
+        let path = format!("/admin/wallets/{user}/grant");
+        let r = loadtest::admin::call(cluster.gateways[0].admin, "POST", &path, token, Some(grant))
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let mut c = cluster.connect(0, &user).await.unwrap();
+        join_retrying(&mut c, &room, WAIT).await;
+        senders.push(c);
+    }
+    let mut watcher = cluster.connect(0, "watcher").await.unwrap();
+    join_retrying(&mut watcher, &room, WAIT).await;
+    let mut sent = Vec::new();
+    for n in 0..GIFTS_EACH {
+        for (i, c) in senders.iter_mut().enumerate() {
+            let to = format!("sender{}", (i + 1) % SENDERS);
+            let gift =
+                json!({"room": room, "req_id": format!("b-{i}-{n}"), "gift": "rose", "to": [to]});
+            sent.push((i, c.send("gift.send", gift).await.unwrap()));
+        }
+    }
+    for (i, id) in sent {
+        let settled = senders[i].reply_to(id, WAIT).await.unwrap();
+        assert!(settled["order"].is_string(), "{settled}");
+    }
+    assert_eq!(open_gifts(&cluster, &room).await, 0, "every gift closed");
+    let mut orders = std::collections::HashSet::new();
+    while orders.len() < SENDERS * GIFTS_EACH {
+        let e = watcher.next_event_named("gift", WAIT).await.unwrap();
+        assert!(
+            orders.insert(e.d["order"].clone()),
+            "published twice: {e:?}"
+        );
+    }
+    watcher.chat(&room, "the end").await.unwrap();
+    loop {
+        let e = watcher.next_event(WAIT).await.unwrap();
+        assert_ne!(e.ev, "gift", "published twice: {e:?}");
+        if e.ev == "chat" {
+            break;
+        }
+    }
+}
+
 /// Takes the shared ledger's write lock, so that every saga waits in the ledger until the
 /// returned connection rolls back.
 fn hold_ledger_lock(cluster: &Cluster) -> rusqlite::Connection {
