@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::state::{Rejected, Sequenced, SessionRef};
+use super::state::{Applied, Rejected, Sequenced, SessionRef};
 use super::{RoomActor, RoomMsg};
 use crate::Inner;
 use crate::gifts::GiftKind;
@@ -201,11 +201,7 @@ pub(crate) async fn install_fence(
 /// fenced store (cluster) or recorded in the ledger here.
 pub(crate) async fn reply_without_room(inner: &Arc<Inner>, done: GiftDone) {
     if let Ok(GiftOutcome::Settled { .. }) = &done.outcome {
-        if done.opened {
-            left_open(&done.order.room, done.order.gift_id);
-        } else {
-            owe_event(inner, &done.order.room, done.order.gift_id).await;
-        }
+        event_not_published(inner, &done.order.room, done.order.gift_id, done.opened).await;
     }
     let outcome = outcome_reply(&done.order, &done.outcome);
     inner.reply_direct(&done.cmd, outcome, None).await;
@@ -232,13 +228,18 @@ pub(crate) async fn owe_event(inner: &Inner, room: &RoomId, gift_id: Uuid) {
     }
 }
 
-/// A settled gift whose event its runtime could not publish, left open in the fenced store:
-/// the room's next runtime finds it there and publishes it ([`RoomActor::publish_left_open`]).
-/// Only that runtime publishes it: a ledger record as well would be a second source, and the
-/// event could be published twice.
-fn left_open(room: &RoomId, gift_id: Uuid) {
-    metrics::counter!(m::GIFT_EVENTS_LEFT_OPEN).increment(1);
-    info!(%room, order = %gift_id, "Gift event not published; left open for the next runtime.");
+/// A settled gift whose event its runtime could not publish. One that is open in the fenced
+/// store (`open`, cluster) stays open: the room's next runtime finds it there and publishes it
+/// ([`RoomActor::publish_left_open`]), and only that runtime does (a ledger record as well would
+/// be a second source, and the event could be published twice). Any other is recorded in the
+/// ledger ([`owe_event`]).
+async fn event_not_published(inner: &Inner, room: &RoomId, gift_id: Uuid, open: bool) {
+    if open {
+        metrics::counter!(m::GIFT_EVENTS_LEFT_OPEN).increment(1);
+        info!(%room, order = %gift_id, "Gift event not published; left open for the next runtime.");
+    } else {
+        owe_event(inner, room, gift_id).await;
+    }
 }
 
 fn outcome_reply(
@@ -503,7 +504,7 @@ impl RoomActor {
         };
         let order_id = order.gift_id;
         if !self.inner.owner.proven(&self.valid) {
-            self.event_not_published(order_id, open).await;
+            event_not_published(&self.inner, &self.room, order_id, open).await;
             return;
         }
         let coins = order.total();
@@ -537,15 +538,7 @@ impl RoomActor {
         // cannot publish it stops, the sender's answer still says settled, and the event is
         // owed to the room's next runtime.
         if self.publish(applied, None).await.is_err() {
-            self.event_not_published(order_id, open).await;
-        }
-    }
-
-    async fn event_not_published(&mut self, gift_id: Uuid, open: bool) {
-        if open {
-            left_open(&self.room, gift_id);
-        } else {
-            owe_event(&self.inner, &self.room, gift_id).await;
+            event_not_published(&self.inner, &self.room, order_id, open).await;
         }
     }
 
@@ -602,33 +595,14 @@ impl RoomActor {
         self.flush_closing().await;
     }
 
-    /// Closes the open gifts waiting for the room's next write now, in a write of their own:
-    /// refused gifts would otherwise pile up in a room that publishes nothing. A failed write
-    /// leaves them open for the next runtime, which asks the ledger about each.
+    /// Closes the open gifts waiting for the room's next write now, in a write of their own
+    /// (an empty change through [`RoomActor::publish`], which handles a failed or fenced write
+    /// as for any other change): refused gifts would otherwise pile up in a room that
+    /// publishes nothing. Gifts a failed write leaves open are asked about by the next runtime.
     async fn flush_closing(&mut self) {
-        if self.closing.is_empty() {
-            return;
-        }
-        let closed = std::mem::take(&mut self.closing);
-        let written = self
-            .inner
-            .snapshots
-            .write_change(
-                &self.room,
-                self.fence,
-                &[],
-                None,
-                &closed,
-                self.inner.config.history_events,
-            )
-            .await;
-        match written {
-            Ok(_) => {}
-            Err(StorageError::Fenced { token }) => {
-                warn!(room = %self.room, token, "Room write fenced; stopping the runtime.");
-                self.lease.cancel();
-            }
-            Err(e) => warn!(room = %self.room, error = %e, "Could not close open gifts."),
+        if !self.closing.is_empty() {
+            // A failure stops the runtime (see `publish`): nothing more to do here.
+            let _ = self.publish(Applied::default(), None).await;
         }
     }
 
