@@ -128,13 +128,18 @@ fn kill_and_reap(child: &mut Child) {
 /// Sends `request` to the Redis server on `port` over a fresh connection and reads the first
 /// `N` bytes of its answer, all within [`PING_TIMEOUT`].
 async fn ask<const N: usize>(port: u16, request: &[u8]) -> io::Result<[u8; N]> {
-    let exchange = async {
+    in_time(async {
         let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
         stream.write_all(request).await?;
         let mut buf = [0u8; N];
         stream.read_exact(&mut buf).await?;
-        io::Result::Ok(buf)
-    };
+        Ok(buf)
+    })
+    .await
+}
+
+/// `exchange` with a Redis server, given up after [`PING_TIMEOUT`].
+async fn in_time<T>(exchange: impl Future<Output = io::Result<T>>) -> io::Result<T> {
     tokio::time::timeout(PING_TIMEOUT, exchange)
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "redis-server did not answer"))?
@@ -259,18 +264,14 @@ impl RedisServer {
         for a in args {
             request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
         }
-        let exchange = async {
+        let line = in_time(async {
             let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).await?;
             stream.write_all(request.as_bytes()).await?;
             let mut line = String::new();
             BufReader::new(stream).read_line(&mut line).await?;
-            io::Result::Ok(line)
-        };
-        let line = tokio::time::timeout(PING_TIMEOUT, exchange)
-            .await
-            .map_err(|_| {
-                io::Error::new(io::ErrorKind::TimedOut, "redis-server did not answer")
-            })??;
+            Ok(line)
+        })
+        .await?;
         line.strip_prefix(':')
             .and_then(|n| n.trim_end().parse().ok())
             .ok_or_else(|| io::Error::other(format!("{args:?}: {}", line.trim_end())))
