@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use protocol::client;
+use protocol::client::{self, RoomOp};
 use protocol::link::{Command, RoomCmd, ToGateway};
 use protocol::{ErrorCode, NodeId, RoomId, SessionId, UserId};
 
@@ -156,20 +156,9 @@ impl Core {
         self.next_session.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Sends a room command on behalf of a session.
+    /// Sends a room command on behalf of a session, to `hint` first when given (a handoff's
+    /// new owner).
     pub(crate) fn send_command(
-        &self,
-        session: SessionId,
-        user: &UserId,
-        client_id: Option<u64>,
-        room: RoomId,
-        cmd: RoomCmd,
-    ) {
-        self.send_command_to(session, user, client_id, room, cmd, None);
-    }
-
-    /// Sends a room command, to `hint` first when given (a handoff's new owner).
-    pub(crate) fn send_command_to(
         &self,
         session: SessionId,
         user: &UserId,
@@ -179,7 +168,7 @@ impl Core {
         hint: Option<NodeId>,
     ) {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
-        if client_id.is_some() && matches!(cmd, RoomCmd::Join(_)) {
+        if client_id.is_some() && matches!(cmd, RoomCmd::Op(RoomOp::Join(_))) {
             self.hub.note_join(session, req, &room);
         }
         let cmd = Command {
@@ -395,7 +384,7 @@ impl Core {
                 password: None,
             };
             self.rejoining_set().insert((r.session, r.room.clone()));
-            self.send_command_to(
+            self.send_command(
                 r.session,
                 &r.user,
                 None,
@@ -417,7 +406,8 @@ impl Core {
     /// Sends the leaves the gateway makes on its own (switch, disconnect).
     pub(crate) fn send_leaves(&self, leaves: Vec<PendingLeave>) {
         for l in leaves {
-            self.send_command(l.session, &l.user, None, l.room, RoomCmd::Leave(l.reason));
+            let leave = RoomCmd::Leave(l.reason);
+            self.send_command(l.session, &l.user, None, l.room, leave, None);
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use protocol::NodeId;
-use protocol::link::{self, LINK_VERSION, LinkFrame, LinkHello, ToShard};
+use protocol::link::{self, Command, LINK_VERSION, LinkFrame, LinkHello};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -26,20 +26,18 @@ const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Connect time-out.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Frames written before one flush.
-const WRITE_BATCH: usize = 256;
 
 /// The sending side of one shard link.
 #[derive(Debug)]
 pub(crate) struct ShardLink {
     pub(crate) node: NodeId,
-    tx: mpsc::Sender<ToShard>,
+    tx: mpsc::Sender<Command>,
     up: AtomicBool,
 }
 
 impl ShardLink {
     /// Queues a message; false when the link is down or full (the caller retries).
-    pub(crate) fn send(&self, msg: ToShard) -> bool {
+    pub(crate) fn send(&self, msg: Command) -> bool {
         self.up.load(Ordering::Relaxed) && self.tx.try_send(msg).is_ok()
     }
 
@@ -62,7 +60,7 @@ pub(crate) fn start(core: &Arc<Core>, node: NodeId, addr: String) -> Arc<ShardLi
     link
 }
 
-async fn run(core: Arc<Core>, link: Arc<ShardLink>, addr: String, mut rx: mpsc::Receiver<ToShard>) {
+async fn run(core: Arc<Core>, link: Arc<ShardLink>, addr: String, mut rx: mpsc::Receiver<Command>) {
     let mut backoff = MIN_BACKOFF;
     let shutdown = core.shutdown.clone();
     loop {
@@ -103,7 +101,7 @@ async fn serve(
     core: &Arc<Core>,
     link: &Arc<ShardLink>,
     stream: TcpStream,
-    rx: &mut mpsc::Receiver<ToShard>,
+    rx: &mut mpsc::Receiver<Command>,
 ) {
     let mut framed = Framed::new(stream, shard::link::codec());
     let hello = LinkFrame::Hello(LinkHello {
@@ -124,18 +122,7 @@ async fn serve(
             () = &mut stopping => return,
             msg = rx.recv() => {
                 let Some(first) = msg else { return };
-                let mut next = Some(first);
-                let mut n = 0;
-                while let Some(m) = next.take() {
-                    if sink.feed(link::encode(&LinkFrame::ToShard(m))).await.is_err() {
-                        return;
-                    }
-                    n += 1;
-                    if n < WRITE_BATCH {
-                        next = rx.try_recv().ok();
-                    }
-                }
-                if sink.flush().await.is_err() {
+                if shard::link::write_batch(&mut sink, rx, first, LinkFrame::Command).await.is_err() {
                     return;
                 }
             }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use protocol::link::{Command, ToShard};
+use protocol::link::Command;
 use protocol::ring::{Placement, Ring};
 use protocol::{NodeId, RoomId};
 use shard::Shard;
@@ -153,7 +153,7 @@ impl Router {
     pub(crate) fn send(&self, cmd: Command, hint: Option<&NodeId>) -> bool {
         match self {
             Self::Local(shard) => {
-                shard.dispatch(ToShard::Command(cmd));
+                shard.dispatch(cmd);
                 true
             }
             Self::Cluster(routes) => {
@@ -168,7 +168,7 @@ impl Router {
                     Some(l) => l,
                     None => return false,
                 };
-                link.send(ToShard::Command(cmd))
+                link.send(cmd)
             }
         }
     }

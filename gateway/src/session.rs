@@ -8,7 +8,7 @@ use futures_util::{SinkExt, StreamExt};
 use protocol::client::{self, Hello, Op, Pong};
 use protocol::error::close;
 use protocol::ids::is_valid_id;
-use protocol::link::{LeaveReason, RoomCmd};
+use protocol::link::RoomCmd;
 use protocol::{ErrorCode, RoomId, SessionId};
 use smallvec::SmallVec;
 use tokio::net::TcpStream;
@@ -362,37 +362,19 @@ impl Session {
             );
             return None;
         }
-        let cmd = match req.op {
-            Op::Ping => {
-                self.reply_ok(id, &Pong { t: unix_ms() });
-                return None;
-            }
+        match req.op {
+            Op::Ping => self.reply_ok(id, &Pong { t: unix_ms() }),
             Op::WalletBalance(_) | Op::GiftList(_) | Op::RankGet(_) => {
                 self.core
                     .money_request(self.session, &self.who.user, id, req.op);
-                return None;
             }
-            Op::RoomCreate(c) => {
-                let room = c.room.clone().unwrap_or_else(new_room_id);
-                self.core.send_command(
-                    self.session,
-                    &self.who.user,
-                    Some(id),
-                    room,
-                    RoomCmd::Create(c),
-                );
-                return None;
+            Op::Room(op) => {
+                // Only `room.create` may leave its room out: the server names the room.
+                let room = room.unwrap_or_else(new_room_id);
+                let cmd = RoomCmd::Op(op);
+                self.core
+                    .send_command(self.session, &self.who.user, Some(id), room, cmd, None);
             }
-            Op::RoomJoin(j) => RoomCmd::Join(j),
-            Op::RoomLeave(_) => RoomCmd::Leave(LeaveReason::Left),
-            Op::ChatSend(c) => RoomCmd::Chat(c),
-            Op::SeatTake(s) => RoomCmd::SeatTake(s),
-            Op::SeatLeave(_) => RoomCmd::SeatLeave,
-            Op::GiftSend(g) => RoomCmd::Gift(g),
-        };
-        if let Some(room) = room {
-            self.core
-                .send_command(self.session, &self.who.user, Some(id), room, cmd);
         }
         None
     }

@@ -6,6 +6,7 @@
 
 pub mod chat;
 pub mod gift;
+mod op;
 pub mod room;
 pub mod seat;
 pub mod session;
@@ -27,6 +28,7 @@ pub use gift::{
     GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent, RankEntry,
     RankGet,
 };
+pub use op::{Addressed, Op, RoomOp};
 pub use room::{
     JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin, RoomLeave,
     RoomLeft, SeatView, Since, Snapshot,
@@ -42,67 +44,6 @@ pub struct Request {
     pub id: u64,
     /// What the client asks for.
     pub op: Op,
-}
-
-/// Every operation a client can send (see PROTOCOL.md, "Operations").
-#[derive(Debug, Clone, PartialEq)]
-pub enum Op {
-    /// `ping`: answers the server time.
-    Ping,
-    /// `room.create`.
-    RoomCreate(RoomCreate),
-    /// `room.join`.
-    RoomJoin(RoomJoin),
-    /// `room.leave`.
-    RoomLeave(RoomLeave),
-    /// `chat.send`.
-    ChatSend(ChatSend),
-    /// `seat.take`.
-    SeatTake(SeatTake),
-    /// `seat.leave`.
-    SeatLeave(SeatLeave),
-    /// `gift.send`.
-    GiftSend(GiftSend),
-    /// `gift.list`: the gift catalog.
-    GiftList(GiftList),
-    /// `rank.get`: a room leaderboard.
-    RankGet(RankGet),
-    /// `wallet.balance`.
-    WalletBalance(WalletBalance),
-}
-
-impl Op {
-    /// The op's wire name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Ping => "ping",
-            Self::RoomCreate(_) => "room.create",
-            Self::RoomJoin(_) => "room.join",
-            Self::RoomLeave(_) => "room.leave",
-            Self::ChatSend(_) => "chat.send",
-            Self::SeatTake(_) => "seat.take",
-            Self::SeatLeave(_) => "seat.leave",
-            Self::GiftSend(_) => "gift.send",
-            Self::GiftList(_) => "gift.list",
-            Self::RankGet(_) => "rank.get",
-            Self::WalletBalance(_) => "wallet.balance",
-        }
-    }
-
-    /// The room this op addresses, if it is a room op.
-    pub fn room(&self) -> Option<&RoomId> {
-        match self {
-            Self::RoomCreate(c) => c.room.as_ref(),
-            Self::RoomJoin(j) => Some(&j.room),
-            Self::RoomLeave(l) => Some(&l.room),
-            Self::ChatSend(c) => Some(&c.room),
-            Self::SeatTake(s) => Some(&s.room),
-            Self::SeatLeave(s) => Some(&s.room),
-            Self::GiftSend(g) => Some(&g.room),
-            Self::RankGet(r) => Some(&r.room),
-            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) => None,
-        }
-    }
 }
 
 /// Why a frame could not be decoded; answered with an error reply, the connection stays open.
@@ -153,23 +94,13 @@ pub fn decode_request(text: &str) -> Result<Request, DecodeError> {
         msg: format!("not a request frame: {e}"),
     })?;
     let (id, d) = (env.id, env.d);
-    let op = match &*env.op {
-        "ping" => Op::Ping,
-        "room.create" => Op::RoomCreate(args(id, &env.op, d)?),
-        "room.join" => Op::RoomJoin(args(id, &env.op, d)?),
-        "room.leave" => Op::RoomLeave(args(id, &env.op, d)?),
-        "chat.send" => Op::ChatSend(args(id, &env.op, d)?),
-        "seat.take" => Op::SeatTake(args(id, &env.op, d)?),
-        "seat.leave" => Op::SeatLeave(args(id, &env.op, d)?),
-        "gift.send" => Op::GiftSend(args(id, &env.op, d)?),
-        "gift.list" => Op::GiftList(args(id, &env.op, d)?),
-        "rank.get" => Op::RankGet(args(id, &env.op, d)?),
-        "wallet.balance" => Op::WalletBalance(args(id, &env.op, d)?),
-        other => {
+    let op = match Op::decode(&env.op, id, d) {
+        Some(op) => op?,
+        None => {
             return Err(DecodeError {
                 id: Some(id),
                 code: ErrorCode::UnknownOp,
-                msg: format!("unknown op {:?}", truncate(other, 40)),
+                msg: format!("unknown op {:?}", truncate(&env.op, 40)),
             });
         }
     };

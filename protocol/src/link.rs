@@ -9,19 +9,13 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
-use crate::client::{ChatSend, GiftSend, RankGet, RoomCreate, RoomJoin, SeatTake};
+use crate::client::{RoomJoin, RoomOp};
 use crate::error::ErrorCode;
 use crate::ids::{NodeId, RoomId, SessionId, UserId};
 
-/// Version of the link message set; a gateway and a shard must agree on it.
-pub const LINK_VERSION: u16 = 1;
-
-/// A message from a gateway to a shard.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToShard {
-    /// A room command on behalf of one session.
-    Command(Command),
-}
+/// Version of the link message set; a gateway and a shard must agree on it. Version 2
+/// carries a client's room operation as decoded at the edge ([`RoomCmd::Op`]).
+pub const LINK_VERSION: u16 = 2;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,28 +59,16 @@ impl LeaveReason {
     }
 }
 
-/// A room command.
+/// A room command: a client's room operation, or one the gateway makes itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum RoomCmd {
-    /// Create the room with the sender as owner.
-    Create(RoomCreate),
-    /// Join (or resume).
-    Join(RoomJoin),
+    /// A client's room operation, as the gateway decoded it.
+    Op(RoomOp),
     /// The gateway moves a member to the room's new owner after a handoff: a join with
     /// `since` and no password check (gateways are trusted; clients cannot send this).
     Rejoin(RoomJoin),
-    /// Leave.
+    /// The gateway takes a session out of the room (a room switch or a closed connection).
     Leave(LeaveReason),
-    /// Send a chat message.
-    Chat(ChatSend),
-    /// Take a seat.
-    SeatTake(SeatTake),
-    /// Leave the seat held.
-    SeatLeave,
-    /// Send a gift.
-    Gift(GiftSend),
-    /// Read a leaderboard.
-    Rank(RankGet),
 }
 
 /// A message from a shard to a gateway.
@@ -223,8 +205,8 @@ pub enum LinkDecodeError {
 pub enum LinkFrame {
     /// Gateway -> shard, first frame.
     Hello(LinkHello),
-    /// Gateway -> shard.
-    ToShard(ToShard),
+    /// Gateway -> shard: a room command.
+    Command(Command),
     /// Shard -> gateway.
     ToGateway(ToGateway),
 }
@@ -263,7 +245,7 @@ fn frame(kind: u8, header: &impl Serialize, payload: &[u8]) -> Bytes {
 pub fn encode(f: &LinkFrame) -> Bytes {
     match f {
         LinkFrame::Hello(h) => frame(KIND_HELLO, h, &[]),
-        LinkFrame::ToShard(ToShard::Command(c)) => frame(KIND_COMMAND, c, &[]),
+        LinkFrame::Command(c) => frame(KIND_COMMAND, c, &[]),
         LinkFrame::ToGateway(ToGateway::Reply(r)) => {
             let (err, payload) = match &r.outcome {
                 Ok(b) => (None, &b[..]),
@@ -316,7 +298,7 @@ pub fn decode(body: Bytes) -> Result<LinkFrame, LinkDecodeError> {
     let payload = body.slice(end..);
     Ok(match kind {
         KIND_HELLO => LinkFrame::Hello(header(h)?),
-        KIND_COMMAND => LinkFrame::ToShard(ToShard::Command(header(h)?)),
+        KIND_COMMAND => LinkFrame::Command(header(h)?),
         KIND_REPLY => {
             let r: ReplyHeader = header(h)?;
             LinkFrame::ToGateway(ToGateway::Reply(Reply {
@@ -348,7 +330,7 @@ pub fn decode(body: Bytes) -> Result<LinkFrame, LinkDecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ChatSend;
+    use crate::client::{ChatSend, RoomOp};
 
     fn round_trip(f: LinkFrame) {
         assert_eq!(decode(encode(&f)).unwrap(), f);
@@ -360,19 +342,19 @@ mod tests {
             v: LINK_VERSION,
             gateway: "g1".into(),
         }));
-        round_trip(LinkFrame::ToShard(ToShard::Command(Command {
+        round_trip(LinkFrame::Command(Command {
             req: 7,
             gateway: "g1".into(),
             session: 3,
             user: "u1".into(),
             client_id: Some(9),
             room: "r1".into(),
-            cmd: RoomCmd::Chat(ChatSend {
+            cmd: RoomCmd::Op(RoomOp::Chat(ChatSend {
                 room: "r1".into(),
                 text: "hi".into(),
-            }),
-        })));
-        round_trip(LinkFrame::ToShard(ToShard::Command(Command {
+            })),
+        }));
+        round_trip(LinkFrame::Command(Command {
             req: 8,
             gateway: "g1".into(),
             session: 3,
@@ -380,7 +362,7 @@ mod tests {
             client_id: None,
             room: "r1".into(),
             cmd: RoomCmd::Leave(LeaveReason::Switched),
-        })));
+        }));
         for outcome in [
             Ok(Bytes::from_static(b"{\"seq\":1}")),
             Err(ReplyError {

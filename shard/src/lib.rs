@@ -1,6 +1,6 @@
 //! Chorus shard: owns rooms through leases; each room is one actor.
 //!
-//! A gateway hands the shard [`protocol::link::ToShard`] messages through [`Shard::dispatch`]
+//! A gateway hands the shard [`protocol::link::Command`]s through [`Shard::dispatch`]
 //! (in-process in standalone mode, from the link server in a cluster) and receives
 //! [`protocol::link::ToGateway`] messages on the channel it attached with
 //! [`Shard::attach_gateway`]. Rooms start only after their lease is claimed.
@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
-use protocol::link::{Command, Membership, Reply, ReplyError, ToGateway, ToShard};
+use protocol::link::{Command, Membership, Reply, ReplyError, ToGateway};
 use protocol::ring::Placement;
 use protocol::{ErrorCode, NodeId, RoomId};
 use storage::lease::LeaseStore;
@@ -223,13 +223,11 @@ impl Shard {
         }
     }
 
-    /// Hands a gateway message to the room it addresses. Never waits: a full room inbox is
+    /// Hands a gateway's command to the room it addresses. Never waits: a full room inbox is
     /// answered `UNAVAILABLE` (Reject policy).
-    pub fn dispatch(&self, msg: ToShard) {
-        tracing::trace!(?msg, "Dispatch.");
-        match msg {
-            ToShard::Command(cmd) => self.inner.dispatch_command(cmd),
-        }
+    pub fn dispatch(&self, cmd: Command) {
+        tracing::trace!(?cmd, "Dispatch.");
+        self.inner.dispatch_command(cmd);
     }
 
     /// Rooms running on this node now.

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use bytes::Bytes;
+use futures_util::{Sink, SinkExt, StreamExt};
 use protocol::link::{self, LINK_VERSION, LinkFrame, LinkHello, MAX_LINK_FRAME_BYTES, ToGateway};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -23,7 +24,7 @@ use crate::metrics as m;
 /// reader never waits on rooms, so this only slows rooms while that gateway catches up).
 pub const GATEWAY_OUTBOX: usize = 16 * 1024;
 /// Frames written before one flush.
-const WRITE_BATCH: usize = 256;
+pub const WRITE_BATCH: usize = 256;
 /// How long a new link may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -32,6 +33,30 @@ pub fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(MAX_LINK_FRAME_BYTES)
         .new_codec()
+}
+
+/// Writes `first` and whatever else is queued behind it (up to [`WRITE_BATCH`] frames) into
+/// `sink`, then flushes once: both ends of a link write this way. `Err` when the connection
+/// failed.
+pub async fn write_batch<T, S>(
+    sink: &mut S,
+    rx: &mut mpsc::Receiver<T>,
+    first: T,
+    frame: impl Fn(T) -> LinkFrame,
+) -> Result<(), S::Error>
+where
+    S: Sink<Bytes> + Unpin,
+{
+    let mut next = Some(first);
+    let mut n = 0;
+    while let Some(msg) = next.take() {
+        sink.feed(link::encode(&frame(msg))).await?;
+        n += 1;
+        if n < WRITE_BATCH {
+            next = rx.try_recv().ok();
+        }
+    }
+    sink.flush().await
 }
 
 /// Accepts gateway links until `shutdown`.
@@ -95,22 +120,10 @@ async fn connection(
                 m = rx.recv() => match m { Some(m) => m, None => break },
             };
             metrics::gauge!(m::LINK_QUEUE_DEPTH).set(rx.len() as f64);
-            let mut next = Some(first);
-            let mut n = 0;
-            while let Some(msg) = next.take() {
-                if sink
-                    .feed(link::encode(&LinkFrame::ToGateway(msg)))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                n += 1;
-                if n < WRITE_BATCH {
-                    next = rx.try_recv().ok();
-                }
-            }
-            if sink.flush().await.is_err() {
+            if write_batch(&mut sink, &mut rx, first, LinkFrame::ToGateway)
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -130,7 +143,7 @@ async fn connection(
             None => break Ok(()),
             Some(Err(e)) => break Err(e.to_string()),
             Some(Ok(body)) => match link::decode(body.freeze()) {
-                Ok(LinkFrame::ToShard(msg)) => shard.dispatch(msg),
+                Ok(LinkFrame::Command(cmd)) => shard.dispatch(cmd),
                 Ok(_) => break Err("unexpected frame kind from a gateway".into()),
                 Err(e) => break Err(e.to_string()),
             },

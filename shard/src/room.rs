@@ -13,9 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use protocol::client::{
-    self, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreated, RoomLeft, SeatTaken,
-};
+use protocol::client::{self, JoinOk, MemberCount, RoomCreated, RoomLeft, RoomOp};
 use protocol::link::{
     Audience, Command, LeaveReason, Membership, Reply, ReplyError, RoomCmd, RoomEvent, ToGateway,
 };
@@ -31,7 +29,7 @@ use crate::metrics as m;
 use crate::owner::Claim;
 use crate::snapshots::{Snapshots, Written};
 use log::{EventLog, Resume};
-use state::{Applied, Durable, Presence, Rejected, RoomState, Sequenced, SessionRef};
+use state::{Applied, Durable, Presence, PresencePlan, Rejected, RoomState, SessionRef};
 
 /// A message in a room's inbox.
 #[derive(Debug)]
@@ -74,11 +72,6 @@ enum Stop {
     LeaseLost,
     /// The node shuts down: save, release, exit.
     Shutdown,
-}
-
-/// `apply` matched a join variant just above; this is never reached.
-fn unreachable_join() -> ! {
-    unreachable!("matched RoomCmd::Join or RoomCmd::Rejoin")
 }
 
 /// The answer to a command whose change was not stored, so nobody saw it ([`RoomActor::publish`]).
@@ -160,7 +153,6 @@ pub(crate) async fn run(
         room,
         fence,
         gateways: HashMap::new(),
-        gw_members: HashMap::new(),
         count_dirty: false,
         last_count: now,
         idle_since: now,
@@ -236,8 +228,6 @@ struct RoomActor {
     log: EventLog,
     /// Senders to the gateways this room talks to, cached from the shard's link table.
     gateways: HashMap<NodeId, mpsc::Sender<ToGateway>>,
-    /// Members per gateway: one copy of each event goes to each gateway listed here.
-    gw_members: HashMap<NodeId, usize>,
     count_dirty: bool,
     last_count: Instant,
     idle_since: Instant,
@@ -387,14 +377,13 @@ impl RoomActor {
             // The position of the last event every member was sent: the gateways resume from
             // it at the new owner.
             let position = self.state.as_ref().map(|s| (s.epoch(), s.seq()));
-            let by_gw = self.sessions_by_gateway(|_| true);
+            let by_gw = self.sessions_by_gateway();
             for (gw, sessions) in by_gw {
                 let audience = Audience::Moved {
                     sessions,
                     to: to.clone(),
                 };
-                self.send_event_at(&gw, audience, Bytes::new(), position)
-                    .await;
+                self.send_event(&gw, audience, Bytes::new(), position).await;
             }
         } else if self.member_count() > 0 {
             let frame = client::encode_event(
@@ -406,9 +395,9 @@ impl RoomActor {
                     reason: "unavailable".into(),
                 },
             );
-            let by_gw = self.sessions_by_gateway(|_| true);
+            let by_gw = self.sessions_by_gateway();
             for (gw, sessions) in by_gw {
-                self.send_event(&gw, Audience::Evict(sessions), frame.clone())
+                self.send_event(&gw, Audience::Evict(sessions), frame.clone(), None)
                     .await;
             }
         }
@@ -469,11 +458,10 @@ impl RoomActor {
             let Some(state) = self.state.as_mut() else {
                 return;
             };
-            if let Ok(applied) = state.leave(&user, &at, LeaveReason::Disconnected.as_str()) {
-                self.untrack(gw);
-                if self.publish(applied, None).await.is_err() {
-                    break;
-                }
+            if let Ok(applied) = state.leave(&user, &at, LeaveReason::Disconnected.as_str())
+                && self.publish(applied, None).await.is_err()
+            {
+                break;
             }
         }
         self.gateways.remove(gw);
@@ -513,7 +501,7 @@ impl RoomActor {
             gateway: cmd.gateway.clone(),
             session: cmd.session,
         };
-        if let RoomCmd::Gift(_) = &cmd.cmd {
+        if let RoomCmd::Op(RoomOp::Gift(_)) = &cmd.cmd {
             // The saga keeps the command for its reply: moved there, not copied.
             self.take_gift(cmd, &at).await;
             return;
@@ -530,45 +518,23 @@ impl RoomActor {
     }
 
     /// Applies one command; returns the `ok` JSON and the membership change for the gateway,
-    /// or `None` when `apply` already sent the reply (a join sends it between the replay and
-    /// the presence events).
+    /// or `None` when the reply was sent already (a join sends it between the replay and the
+    /// presence events). Every room operation without needs of its own goes through
+    /// [`RoomState::apply`].
     async fn apply(
         &mut self,
         cmd: &Command,
         at: &SessionRef,
     ) -> Result<Option<(Bytes, Option<Membership>)>, Rejected> {
         let user = &cmd.user;
-        if let RoomCmd::Create(c) = &cmd.cmd {
-            if self.state.is_some() {
-                return Err(Rejected {
-                    code: ErrorCode::RoomExists,
-                    msg: "room already exists",
-                });
-            }
-            let durable = Durable::new(user.clone(), c.title.clone(), c.seats, c.password.clone())?;
+        let auto_create = self.inner.config.auto_create;
+        if let Some(durable) = state::creation(&cmd.cmd, self.state.is_some(), user, auto_create)? {
             self.create(durable).await?;
-            let ok = client::to_json(&RoomCreated {
-                room: self.room.clone(),
-            });
-            return Ok(Some((Bytes::from(ok), None)));
-        }
-        if self.state.is_none() {
-            match &cmd.cmd {
-                RoomCmd::Join(_) if self.inner.config.auto_create => {
-                    let durable = Durable::new(
-                        user.clone(),
-                        String::new(),
-                        client::room::DEFAULT_SEATS,
-                        None,
-                    )?;
-                    self.create(durable).await?;
-                }
-                _ => {
-                    return Err(Rejected {
-                        code: ErrorCode::RoomNotFound,
-                        msg: "no such room",
-                    });
-                }
+            if let RoomCmd::Op(RoomOp::Create(_)) = &cmd.cmd {
+                let ok = client::to_json(&RoomCreated {
+                    room: self.room.clone(),
+                });
+                return Ok(Some((Bytes::from(ok), None)));
             }
         }
         let Some(state) = self.state.as_mut() else {
@@ -578,106 +544,88 @@ impl RoomActor {
             });
         };
         match &cmd.cmd {
-            RoomCmd::Create(_) => Err(Rejected {
-                code: ErrorCode::RoomExists,
-                msg: "room already exists",
-            }),
-            RoomCmd::Join(_) | RoomCmd::Rejoin(_) => {
-                let (j, trusted) = match &cmd.cmd {
-                    RoomCmd::Rejoin(j) => (j, true),
-                    RoomCmd::Join(j) => (j, false),
-                    _ => unreachable_join(),
-                };
-                let joined = if trusted {
-                    state.rejoin(user, at.clone())
-                } else {
-                    state.join(user, at.clone(), j.password.as_deref())?
-                };
-                let replay = match j.since {
-                    Some(since) => {
-                        self.log
-                            .resume(since, state.epoch(), state.seq(), Instant::now())
-                    }
-                    None => Resume::Resync,
-                };
-                let (frames, resync) = match replay {
-                    Resume::Replay(frames) => (frames, false),
-                    Resume::Resync => (Vec::new(), j.since.is_some()),
-                };
-                let snapshot = state.snapshot();
-                let ok = JoinOk {
-                    epoch: snapshot.epoch,
-                    seq: snapshot.seq,
-                    snapshot,
-                    resync,
-                };
-                if let Some(old) = &joined.replaced {
-                    self.untrack(&old.gateway);
-                    let frame = client::encode_event(
-                        "room.left",
-                        None,
-                        None,
-                        &RoomLeft {
-                            room: self.room.clone(),
-                            reason: "replaced".into(),
-                        },
-                    );
-                    self.send_event(&old.gateway, Audience::Evict(vec![old.session]), frame)
-                        .await;
-                }
-                self.track(&at.gateway);
-                for frame in frames {
-                    self.send_event(&at.gateway, Audience::Only(vec![at.session]), frame)
-                        .await;
-                }
-                // The reply must go out before any presence so the joiner's gateway has added
-                // the session; presence excludes the joiner anyway.
-                let ok = Bytes::from(client::to_json(&ok));
-                self.reply(cmd, Ok(ok), Some(Membership::Joined)).await;
-                // Answered already; should this fail, the runtime stops and the joiner rejoins.
-                let _ = self.publish(joined.applied, Some(at)).await;
-                Ok(None)
-            }
+            RoomCmd::Op(RoomOp::Join(j)) => self.join(cmd, at, j, false).await.map(|()| None),
+            RoomCmd::Rejoin(j) => self.join(cmd, at, j, true).await.map(|()| None),
             RoomCmd::Leave(reason) => {
                 let applied = state.leave(user, at, reason.as_str())?;
-                self.untrack(&at.gateway);
                 // Out of the room either way: a runtime that cannot publish stops.
                 let _ = self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
-            RoomCmd::Chat(c) => {
-                let applied = state.chat(user, at, c.text.clone())?;
-                let seq = applied.events.last().map_or(0, |(s, _)| *s);
-                self.publish(applied, None).await?;
-                Ok(Some((
-                    Bytes::from(client::to_json(&client::ChatSent { seq })),
-                    None,
-                )))
+            RoomCmd::Op(op) => {
+                let out = state.apply(user, at, op)?;
+                let published = self.publish(out.applied, None).await;
+                // A member who left is out either way (a runtime that cannot publish stops);
+                // any other change that was not stored did not happen.
+                if out.membership != Some(Membership::Left) {
+                    published?;
+                }
+                Ok(Some((out.ok, out.membership)))
             }
-            RoomCmd::SeatTake(s) => {
-                let (seat, applied) = state.seat_take(user, at, s.seat)?;
-                self.publish(applied, None).await?;
-                Ok(Some((
-                    Bytes::from(client::to_json(&SeatTaken { seat })),
-                    None,
-                )))
-            }
-            RoomCmd::SeatLeave => {
-                let applied = state.seat_leave(user, at)?;
-                self.publish(applied, None).await?;
-                Ok(Some((Bytes::from_static(b"{}"), None)))
-            }
-            // `handle` moves gifts into `take_gift` (their saga keeps the command) and never
-            // brings them here.
-            RoomCmd::Gift(_) => Err(Rejected {
-                code: ErrorCode::Internal,
-                msg: "gift.send is taken before apply",
-            }),
-            RoomCmd::Rank(_) => Err(Rejected {
-                code: ErrorCode::BadRequest,
-                msg: "rank.get is answered by the gateway",
-            }),
         }
+    }
+
+    /// A join (`trusted`: a gateway's rejoin after a handoff, without the password check):
+    /// the replay the joiner missed, the reply, then presence.
+    async fn join(
+        &mut self,
+        cmd: &Command,
+        at: &SessionRef,
+        j: &client::RoomJoin,
+        trusted: bool,
+    ) -> Result<(), Rejected> {
+        let Some(state) = self.state.as_mut() else {
+            return Err(Rejected {
+                code: ErrorCode::RoomNotFound,
+                msg: "no such room",
+            });
+        };
+        let joined = if trusted {
+            state.rejoin(&cmd.user, at.clone())
+        } else {
+            state.join(&cmd.user, at.clone(), j.password.as_deref())?
+        };
+        let replay = match j.since {
+            Some(since) => self
+                .log
+                .resume(since, state.epoch(), state.seq(), Instant::now()),
+            None => Resume::Resync,
+        };
+        let (frames, resync) = match replay {
+            Resume::Replay(frames) => (frames, false),
+            Resume::Resync => (Vec::new(), j.since.is_some()),
+        };
+        let snapshot = state.snapshot();
+        let ok = JoinOk {
+            epoch: snapshot.epoch,
+            seq: snapshot.seq,
+            snapshot,
+            resync,
+        };
+        if let Some(old) = &joined.replaced {
+            let frame = client::encode_event(
+                "room.left",
+                None,
+                None,
+                &RoomLeft {
+                    room: self.room.clone(),
+                    reason: "replaced".into(),
+                },
+            );
+            let evict = Audience::Evict(vec![old.session]);
+            self.send_event(&old.gateway, evict, frame, None).await;
+        }
+        for frame in frames {
+            let only = Audience::Only(vec![at.session]);
+            self.send_event(&at.gateway, only, frame, None).await;
+        }
+        // The reply must go out before any presence so the joiner's gateway has added the
+        // session; presence excludes the joiner anyway.
+        let ok = Bytes::from(client::to_json(&ok));
+        self.reply(cmd, Ok(ok), Some(Membership::Joined)).await;
+        // Answered already; should this fail, the runtime stops and the joiner rejoins.
+        let _ = self.publish(joined.applied, Some(at)).await;
+        Ok(())
     }
 
     async fn create(&mut self, durable: Durable) -> Result<(), Rejected> {
@@ -701,23 +649,13 @@ impl RoomActor {
         Ok(())
     }
 
-    fn track(&mut self, gw: &NodeId) {
-        *self.gw_members.entry(gw.clone()).or_default() += 1;
-    }
-
-    fn untrack(&mut self, gw: &NodeId) {
-        if let Some(n) = self.gw_members.get_mut(gw) {
-            *n -= 1;
-            if *n == 0 {
-                self.gw_members.remove(gw);
-            }
-        }
-    }
-
     /// The gateways with members in the room, copied out so that sending may borrow the
     /// actor; inline for the usual one or two, so a published event allocates no list.
     fn gateways(&self) -> SmallVec<[NodeId; 2]> {
-        self.gw_members.keys().cloned().collect()
+        self.state
+            .as_ref()
+            .map(|s| s.gateways().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Encodes each sequenced event once, records it for resume and sends one copy per
@@ -742,20 +680,7 @@ impl RoomActor {
         let epoch = state.epoch();
         let mut frames: SmallVec<[Bytes; 2]> = SmallVec::with_capacity(applied.events.len());
         for (seq, ev) in &applied.events {
-            let frame = match ev {
-                Sequenced::Chat(e) => {
-                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
-                }
-                Sequenced::SeatUpdate(e) => {
-                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
-                }
-                Sequenced::Gift(e) => {
-                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
-                }
-                Sequenced::LuckyWin(e) => {
-                    client::encode_event(ev.name(), Some(&self.room), Some((epoch, *seq)), e)
-                }
-            };
+            let frame = ev.encode(&self.room, epoch, *seq);
             self.log.push(epoch, *seq, frame.clone(), now);
             frames.push(frame);
         }
@@ -840,7 +765,7 @@ impl RoomActor {
         for ((seq, _), frame) in applied.events.iter().zip(frames) {
             self.inner.hot.events_sequenced.increment(1);
             for gw in &gws {
-                self.send_event_at(gw, Audience::All, frame.clone(), Some((epoch, *seq)))
+                self.send_event(gw, Audience::All, frame.clone(), Some((epoch, *seq)))
                     .await;
             }
         }
@@ -855,50 +780,27 @@ impl RoomActor {
 
     async fn publish_presence(&mut self, p: Presence, joiner: Option<&SessionRef>) {
         let Some(state) = &self.state else { return };
-        let (name, frame, subject) = match &p {
-            Presence::Join(u) => (
-                "member.join",
-                client::encode_event(
-                    "member.join",
-                    Some(&self.room),
-                    None,
-                    &MemberJoin { user: u.clone() },
-                ),
-                u,
-            ),
-            Presence::Leave(u, reason) => (
-                "member.leave",
-                client::encode_event(
-                    "member.leave",
-                    Some(&self.room),
-                    None,
-                    &MemberLeave {
-                        user: u.clone(),
-                        reason: (*reason).to_owned(),
-                    },
-                ),
-                u,
-            ),
-        };
-        debug!(room = %self.room, event = name, user = %subject, "Presence.");
-        if state.member_count() <= self.inner.config.presence_full_max {
-            for gw in self.gateways() {
-                // Session ids are per gateway: exclude the joiner on its own gateway only.
-                let audience = match joiner {
-                    Some(j) if j.gateway == gw => Audience::AllBut(j.session),
-                    _ => Audience::All,
-                };
-                self.send_event(&gw, audience, frame.clone()).await;
+        let frame = p.encode(&self.room);
+        debug!(room = %self.room, user = %p.user(), "Presence.");
+        match state.presence_plan(&p, self.inner.config.presence_full_max) {
+            PresencePlan::Everyone => {
+                for gw in self.gateways() {
+                    // Session ids are per gateway: exclude the joiner on its own gateway only.
+                    let audience = match joiner {
+                        Some(j) if j.gateway == gw => Audience::AllBut(j.session),
+                        _ => Audience::All,
+                    };
+                    self.send_event(&gw, audience, frame.clone(), None).await;
+                }
             }
-        } else {
-            // Big room: per-member presence only for the owner, admins and seat holders;
-            // listeners get a coalesced member.count.
-            let by_gw = self.sessions_by_gateway(|u| state.is_privileged(u) && u != subject);
-            for (gw, sessions) in by_gw {
-                self.send_event(&gw, Audience::Only(sessions), frame.clone())
-                    .await;
+            PresencePlan::Privileged(sessions) => {
+                for (gw, sessions) in by_gateway(sessions) {
+                    self.send_event(&gw, Audience::Only(sessions), frame.clone(), None)
+                        .await;
+                }
+                // Listeners see the new count, coalesced.
+                self.count_dirty = true;
             }
-            self.count_dirty = true;
         }
     }
 
@@ -913,23 +815,15 @@ impl RoomActor {
             &MemberCount { count },
         );
         for gw in self.gateways() {
-            self.send_event(&gw, Audience::All, frame.clone()).await;
+            self.send_event(&gw, Audience::All, frame.clone(), None)
+                .await;
         }
     }
 
-    fn sessions_by_gateway(
-        &self,
-        keep: impl Fn(&UserId) -> bool,
-    ) -> HashMap<NodeId, Vec<SessionId>> {
-        let mut out: HashMap<NodeId, Vec<SessionId>> = HashMap::new();
-        if let Some(state) = &self.state {
-            for (user, at) in state.members() {
-                if keep(user) {
-                    out.entry(at.gateway.clone()).or_default().push(at.session);
-                }
-            }
-        }
-        out
+    /// Every member's session, grouped by gateway.
+    fn sessions_by_gateway(&self) -> HashMap<NodeId, Vec<SessionId>> {
+        let members = self.state.as_ref().into_iter().flat_map(RoomState::members);
+        by_gateway(members.map(|(_, at)| at.clone()))
     }
 
     fn link(&mut self, gw: &NodeId) -> Option<mpsc::Sender<ToGateway>> {
@@ -943,11 +837,8 @@ impl RoomActor {
         Some(tx)
     }
 
-    async fn send_event(&mut self, gw: &NodeId, audience: Audience, frame: Bytes) {
-        self.send_event_at(gw, audience, frame, None).await;
-    }
-
-    async fn send_event_at(
+    /// Sends one room event to gateway `gw`; `position` for a sequenced one.
+    async fn send_event(
         &mut self,
         gw: &NodeId,
         audience: Audience,
@@ -989,4 +880,13 @@ impl RoomActor {
             self.gateways.remove(&cmd.gateway);
         }
     }
+}
+
+/// Sessions grouped by the gateway that holds them.
+fn by_gateway(sessions: impl IntoIterator<Item = SessionRef>) -> HashMap<NodeId, Vec<SessionId>> {
+    let mut out: HashMap<NodeId, Vec<SessionId>> = HashMap::new();
+    for at in sessions {
+        out.entry(at.gateway).or_default().push(at.session);
+    }
+    out
 }

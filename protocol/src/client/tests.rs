@@ -7,16 +7,16 @@ fn decodes_core_ops() {
     assert_eq!(r.id, 7);
     assert_eq!(
         r.op,
-        Op::ChatSend(ChatSend {
+        Op::Room(RoomOp::Chat(ChatSend {
             room: "r1".into(),
             text: "hi".into()
-        })
+        }))
     );
     let r = decode_request(r#"{"id":1,"op":"ping"}"#).unwrap();
     assert_eq!(r.op, Op::Ping);
     let r = decode_request(r#"{"id":2,"op":"room.create","d":{"title":"t"}}"#).unwrap();
     match r.op {
-        Op::RoomCreate(c) => {
+        Op::Room(RoomOp::Create(c)) => {
             assert_eq!(c.seats, room::DEFAULT_SEATS);
             assert!(c.room.is_none());
         }
@@ -26,7 +26,7 @@ fn decodes_core_ops() {
         decode_request(r#"{"id":3,"op":"room.join","d":{"room":"r","since":{"epoch":2,"seq":9}}}"#)
             .unwrap();
     match r.op {
-        Op::RoomJoin(j) => assert_eq!(j.since, Some(Since { epoch: 2, seq: 9 })),
+        Op::Room(RoomOp::Join(j)) => assert_eq!(j.since, Some(Since { epoch: 2, seq: 9 })),
         other => panic!("{other:?}"),
     }
     let r = decode_request(
@@ -34,7 +34,7 @@ fn decodes_core_ops() {
     )
     .unwrap();
     match r.op {
-        Op::GiftSend(g) => {
+        Op::Room(RoomOp::Gift(g)) => {
             assert_eq!(g.count, 1);
             assert_eq!(g.to, GiftTargets::Users(vec![UserId::from("u2")]));
         }
@@ -49,7 +49,7 @@ fn gift_targets_are_a_list_of_users_or_seats_and_nothing_else() {
             r#"{{"id":9,"op":"gift.send","d":{{"room":"r","req_id":"x","gift":"rose","to":{to}}}}}"#
         );
         decode_request(&frame).map(|r| match r.op {
-            Op::GiftSend(g) => g.to,
+            Op::Room(RoomOp::Gift(g)) => g.to,
             other => panic!("{other:?}"),
         })
     };

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use protocol::client::{self, GiftEvent, GiftSend, GiftSent, LuckyWinEvent};
+use protocol::client::{self, GiftEvent, GiftSend, GiftSent, LuckyWinEvent, RoomOp};
 use protocol::link::{Command, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, RoomId};
 use storage::StorageError;
@@ -284,7 +284,7 @@ impl RoomActor {
     /// the reply.
     pub(super) async fn take_gift(&mut self, cmd: Box<Command>, at: &SessionRef) {
         let order = match &cmd.cmd {
-            RoomCmd::Gift(g) => self.gift_order(&cmd, at, g),
+            RoomCmd::Op(RoomOp::Gift(g)) => self.gift_order(&cmd, at, g),
             _ => Err(Rejected {
                 code: ErrorCode::BadRequest,
                 msg: "not a gift.send",
@@ -1024,7 +1024,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "req": 1, "gateway": "g1", "session": 1, "user": "alice", "client_id": 7,
             "room": "r1",
-            "cmd": { "Gift": { "room": "r1", "req_id": req_id, "gift": "rose", "to": ["bob"] } }
+            "cmd": { "Op": { "Gift": { "room": "r1", "req_id": req_id, "gift": "rose", "to": ["bob"] } } }
         }))
         .unwrap()
     }

@@ -4,11 +4,14 @@
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use protocol::client::gift::{MAX_GIFT_COUNT, MAX_GIFT_RECIPIENTS};
 use protocol::client::room::{MAX_PASSWORD_CHARS, MAX_SEATS, MAX_TITLE_CHARS, MIN_SEATS};
 use protocol::client::{
-    ChatEvent, GiftEvent, GiftTargets, LuckyWinEvent, MAX_CHAT_TEXT_CHARS, SeatView, Snapshot,
+    self, ChatEvent, ChatSent, GiftEvent, GiftTargets, LuckyWinEvent, MAX_CHAT_TEXT_CHARS,
+    MemberJoin, MemberLeave, RoomOp, SeatTaken, SeatView, Snapshot,
 };
+use protocol::link::{LeaveReason, Membership, RoomCmd};
 use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +122,18 @@ impl Sequenced {
             Self::LuckyWin(_) => "gift.lucky",
         }
     }
+
+    /// The client frame of this event at `(epoch, seq)` in `room`: encoded once, shared by
+    /// every recipient and the resume log.
+    pub fn encode(&self, room: &RoomId, epoch: Epoch, seq: Seq) -> Bytes {
+        let at = Some((epoch, seq));
+        match self {
+            Self::Chat(e) => client::encode_event(self.name(), Some(room), at, e),
+            Self::SeatUpdate(e) => client::encode_event(self.name(), Some(room), at, e),
+            Self::Gift(e) => client::encode_event(self.name(), Some(room), at, e),
+            Self::LuckyWin(e) => client::encode_event(self.name(), Some(room), at, e),
+        }
+    }
 }
 
 /// A presence change, published on the volatile lane.
@@ -128,6 +143,99 @@ pub enum Presence {
     Join(UserId),
     /// A user stopped being a member.
     Leave(UserId, &'static str),
+}
+
+impl Presence {
+    /// The user whose presence changed.
+    pub fn user(&self) -> &UserId {
+        match self {
+            Self::Join(u) | Self::Leave(u, _) => u,
+        }
+    }
+
+    /// The client frame (`member.join` / `member.leave`, not sequenced).
+    pub fn encode(&self, room: &RoomId) -> Bytes {
+        match self {
+            Self::Join(u) => client::encode_event(
+                "member.join",
+                Some(room),
+                None,
+                &MemberJoin { user: u.clone() },
+            ),
+            Self::Leave(u, reason) => client::encode_event(
+                "member.leave",
+                Some(room),
+                None,
+                &MemberLeave {
+                    user: u.clone(),
+                    reason: (*reason).to_owned(),
+                },
+            ),
+        }
+    }
+}
+
+/// Who gets a presence event ([`RoomState::presence_plan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PresencePlan {
+    /// A small room: every member, except the joiner's own session.
+    Everyone,
+    /// A big room: only these sessions (the owner, admins and the seated, not the subject);
+    /// listeners see a coalesced `member.count` instead.
+    Privileged(Vec<SessionRef>),
+}
+
+/// What a command applied by [`RoomState::apply`] produced.
+#[derive(Debug, PartialEq)]
+pub struct Outcome {
+    /// The reply's `ok` JSON.
+    pub ok: Bytes,
+    /// The change to publish.
+    pub applied: Applied,
+    /// The sender's membership change, applied by its gateway before the reply.
+    pub membership: Option<Membership>,
+}
+
+impl Outcome {
+    fn new(ok: Bytes, applied: Applied) -> Self {
+        Self {
+            ok,
+            applied,
+            membership: None,
+        }
+    }
+}
+
+/// The rule for rooms that do not exist yet: the durable state `cmd` creates, if it creates
+/// the room.
+///
+/// # Errors
+/// `ROOM_EXISTS` for `room.create` of an existing room; `ROOM_NOT_FOUND` for any other command
+/// to a missing room, except a client's join where `auto_create` makes a default room; the
+/// checks of [`Durable::new`].
+pub fn creation(
+    cmd: &RoomCmd,
+    exists: bool,
+    user: &UserId,
+    auto_create: bool,
+) -> Result<Option<Durable>, Rejected> {
+    match (cmd, exists) {
+        (RoomCmd::Op(RoomOp::Create(_)), true) => {
+            Err(rejected(ErrorCode::RoomExists, "room already exists"))
+        }
+        (RoomCmd::Op(RoomOp::Create(c)), false) => {
+            Durable::new(user.clone(), c.title.clone(), c.seats, c.password.clone()).map(Some)
+        }
+        (_, true) => Ok(None),
+        (RoomCmd::Op(RoomOp::Join(_)), false) if auto_create => Durable::new(
+            user.clone(),
+            String::new(),
+            client::room::DEFAULT_SEATS,
+            None,
+        )
+        .map(Some),
+        (_, false) => Err(rejected(ErrorCode::RoomNotFound, "no such room")),
+    }
 }
 
 /// What applying a command produced: sequenced events (seq assigned) and presence changes.
@@ -156,6 +264,8 @@ pub struct RoomState {
     id: RoomId,
     durable: Durable,
     members: HashMap<UserId, SessionRef>,
+    /// Members per gateway: one copy of each event goes to each gateway listed here.
+    gateways: HashMap<NodeId, usize>,
     epoch: Epoch,
     seq: Seq,
 }
@@ -167,6 +277,7 @@ impl RoomState {
             id,
             durable,
             members: HashMap::new(),
+            gateways: HashMap::new(),
             epoch,
             seq: 0,
         }
@@ -205,6 +316,53 @@ impl RoomState {
     /// The session of a member.
     pub fn member(&self, user: &UserId) -> Option<&SessionRef> {
         self.members.get(user)
+    }
+
+    /// The gateways that hold members of the room, each once.
+    pub fn gateways(&self) -> impl Iterator<Item = &NodeId> {
+        self.gateways.keys()
+    }
+
+    /// Who gets presence change `p`: everyone in a room of at most `full_max` members; in a
+    /// bigger one only the owner, admins and the seated (never the subject), so that presence
+    /// never costs members squared.
+    pub fn presence_plan(&self, p: &Presence, full_max: usize) -> PresencePlan {
+        if self.members.len() <= full_max {
+            return PresencePlan::Everyone;
+        }
+        let subject = p.user();
+        PresencePlan::Privileged(
+            self.members
+                .iter()
+                .filter(|(u, _)| *u != subject && self.is_privileged(u))
+                .map(|(_, at)| at.clone())
+                .collect(),
+        )
+    }
+
+    /// Makes `at` the connection of `user`; returns the one it replaced.
+    fn insert_member(&mut self, user: &UserId, at: SessionRef) -> Option<SessionRef> {
+        *self.gateways.entry(at.gateway.clone()).or_default() += 1;
+        let old = self.members.insert(user.clone(), at);
+        if let Some(old) = &old {
+            self.gateway_lost_member(&old.gateway);
+        }
+        old
+    }
+
+    fn remove_member(&mut self, user: &UserId) {
+        if let Some(old) = self.members.remove(user) {
+            self.gateway_lost_member(&old.gateway);
+        }
+    }
+
+    fn gateway_lost_member(&mut self, gw: &NodeId) {
+        if let Some(n) = self.gateways.get_mut(gw) {
+            *n -= 1;
+            if *n == 0 {
+                self.gateways.remove(gw);
+            }
+        }
     }
 
     /// Whether `user` gets per-member presence in a big room: the owner, admins and seat
@@ -276,20 +434,18 @@ impl RoomState {
                 ));
             }
         }
-        let mut joined = Joined::default();
-        match self.members.insert(user.clone(), at.clone()) {
-            Some(old) if old != at => joined.replaced = Some(old),
-            Some(_) => {}
-            None => joined.applied.presence.push(Presence::Join(user.clone())),
-        }
-        Ok(joined)
+        Ok(self.add(user, at))
     }
 
     /// Adds `user` back after a handoff: a trusted join (the gateway vouches the user was a
     /// member at the previous owner), so no password check.
     pub fn rejoin(&mut self, user: &UserId, at: SessionRef) -> Joined {
+        self.add(user, at)
+    }
+
+    fn add(&mut self, user: &UserId, at: SessionRef) -> Joined {
         let mut joined = Joined::default();
-        match self.members.insert(user.clone(), at.clone()) {
+        match self.insert_member(user, at.clone()) {
             Some(old) if old != at => joined.replaced = Some(old),
             Some(_) => {}
             None => joined.applied.presence.push(Presence::Join(user.clone())),
@@ -311,7 +467,7 @@ impl RoomState {
         if self.members.get(user) != Some(at) {
             return Err(rejected(ErrorCode::NotInRoom, "not in this room"));
         }
-        self.members.remove(user);
+        self.remove_member(user);
         let mut applied = Applied::default();
         if let Some(i) = self.seat_of(user) {
             self.durable.seats[i as usize].user = None;
@@ -328,6 +484,46 @@ impl RoomState {
             Ok(())
         } else {
             Err(rejected(ErrorCode::NotInRoom, "join the room first"))
+        }
+    }
+
+    /// Applies a member's room operation that needs nothing but the room's state: the reply
+    /// and the change to publish. A new room operation gets its rule here.
+    ///
+    /// # Errors
+    /// The rule's rejection; `INTERNAL` for the operations the actor runs itself (create,
+    /// join, gift), which never come here.
+    pub fn apply(
+        &mut self,
+        user: &UserId,
+        at: &SessionRef,
+        op: &RoomOp,
+    ) -> Result<Outcome, Rejected> {
+        match op {
+            RoomOp::Leave(_) => {
+                let applied = self.leave(user, at, LeaveReason::Left.as_str())?;
+                Ok(Outcome {
+                    membership: Some(Membership::Left),
+                    ..Outcome::new(Bytes::from_static(b"{}"), applied)
+                })
+            }
+            RoomOp::Chat(c) => {
+                let applied = self.chat(user, at, c.text.clone())?;
+                let seq = applied.events.last().map_or(0, |(s, _)| *s);
+                Ok(Outcome::new(json(&ChatSent { seq }), applied))
+            }
+            RoomOp::SeatTake(t) => {
+                let (seat, applied) = self.seat_take(user, at, t.seat)?;
+                Ok(Outcome::new(json(&SeatTaken { seat }), applied))
+            }
+            RoomOp::SeatLeave(_) => {
+                let applied = self.seat_leave(user, at)?;
+                Ok(Outcome::new(Bytes::from_static(b"{}"), applied))
+            }
+            RoomOp::Create(_) | RoomOp::Join(_) | RoomOp::Gift(_) => Err(rejected(
+                ErrorCode::Internal,
+                "this operation is run by the room actor",
+            )),
         }
     }
 
@@ -501,6 +697,10 @@ impl RoomState {
         self.push(&mut applied, ev);
         applied
     }
+}
+
+fn json<T: Serialize>(v: &T) -> Bytes {
+    Bytes::from(client::to_json(v))
 }
 
 #[cfg(test)]

@@ -260,3 +260,158 @@ fn gift_recipients_are_members_or_the_seated_without_the_sender() {
     let bad = GiftTargets::Seated("everyone".into());
     assert!(r.gift_recipients(&u("a"), &at(0), &bad, 1).is_err());
 }
+
+fn op(frame: &str) -> RoomOp {
+    match client::decode_request(frame).map(|r| r.op) {
+        Ok(client::Op::Room(op)) => op,
+        other => panic!("not a room op: {other:?}"),
+    }
+}
+
+#[test]
+fn creation_rule_for_missing_and_existing_rooms() {
+    let create = RoomCmd::Op(op(
+        r#"{"id":1,"op":"room.create","d":{"room":"r1","title":"t","seats":4}}"#,
+    ));
+    let join = RoomCmd::Op(op(r#"{"id":2,"op":"room.join","d":{"room":"r1"}}"#));
+    let chat = RoomCmd::Op(op(
+        r#"{"id":3,"op":"chat.send","d":{"room":"r1","text":"x"}}"#,
+    ));
+    let rejoin = RoomCmd::Rejoin(client::RoomJoin {
+        room: "r1".into(),
+        since: None,
+        password: None,
+    });
+    let host = u("host");
+    // room.create makes the room, validated, with the sender as owner.
+    let made = creation(&create, false, &host, false).unwrap().unwrap();
+    assert_eq!((made.owner.as_str(), made.seats.len()), ("host", 4));
+    assert_eq!(
+        creation(&create, true, &host, true).unwrap_err().code,
+        ErrorCode::RoomExists
+    );
+    // A client's join makes a default room only when auto-create is on.
+    let auto = creation(&join, false, &host, true).unwrap().unwrap();
+    assert_eq!(auto.seats.len(), client::room::DEFAULT_SEATS as usize);
+    assert_eq!(
+        creation(&join, false, &host, false).unwrap_err().code,
+        ErrorCode::RoomNotFound
+    );
+    // Nothing else creates a room, not even a gateway's rejoin.
+    for cmd in [&chat, &rejoin, &RoomCmd::Leave(LeaveReason::Disconnected)] {
+        assert_eq!(
+            creation(cmd, false, &host, true).unwrap_err().code,
+            ErrorCode::RoomNotFound
+        );
+        assert_eq!(creation(cmd, true, &host, true), Ok(None));
+    }
+    let bad = RoomCmd::Op(op(r#"{"id":4,"op":"room.create","d":{"seats":0}}"#));
+    assert_eq!(
+        creation(&bad, false, &host, false).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn apply_answers_plain_ops_with_their_ok_and_change() {
+    let mut r = room(2, None);
+    r.join(&u("a"), at(1), None).unwrap();
+    let chat = op(r#"{"id":1,"op":"chat.send","d":{"room":"r1","text":"hi"}}"#);
+    let out = r.apply(&u("a"), &at(1), &chat).unwrap();
+    assert_eq!(&out.ok[..], br#"{"seq":1}"#);
+    assert_eq!(out.applied.events.len(), 1);
+    assert_eq!(out.membership, None);
+    let take = op(r#"{"id":2,"op":"seat.take","d":{"room":"r1","seat":1}}"#);
+    let out = r.apply(&u("a"), &at(1), &take).unwrap();
+    assert_eq!(&out.ok[..], br#"{"seat":1}"#);
+    assert!(out.applied.durable_changed);
+    let leave_seat = op(r#"{"id":3,"op":"seat.leave","d":{"room":"r1"}}"#);
+    assert_eq!(
+        &r.apply(&u("a"), &at(1), &leave_seat).unwrap().ok[..],
+        b"{}"
+    );
+    let leave = op(r#"{"id":4,"op":"room.leave","d":{"room":"r1"}}"#);
+    let out = r.apply(&u("a"), &at(1), &leave).unwrap();
+    assert_eq!(out.membership, Some(Membership::Left));
+    assert_eq!(out.applied.presence, vec![Presence::Leave(u("a"), "left")]);
+    assert_eq!(r.member_count(), 0);
+    // A non-member is refused by the op's own rule.
+    assert_eq!(
+        r.apply(&u("a"), &at(1), &chat).unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+    // The actor runs joins, creates and gifts itself.
+    let join = op(r#"{"id":5,"op":"room.join","d":{"room":"r1"}}"#);
+    assert_eq!(
+        r.apply(&u("a"), &at(1), &join).unwrap_err().code,
+        ErrorCode::Internal
+    );
+}
+
+#[test]
+fn gateways_are_counted_by_their_members() {
+    let on = |gw: &str, session| SessionRef {
+        gateway: NodeId::from(gw),
+        session,
+    };
+    let gws = |r: &RoomState| {
+        let mut v: Vec<String> = r.gateways().map(|g| g.as_str().to_owned()).collect();
+        v.sort();
+        v
+    };
+    let mut r = room(8, None);
+    r.join(&u("a"), on("g1", 1), None).unwrap();
+    // The same connection joining twice counts once.
+    r.join(&u("a"), on("g1", 1), None).unwrap();
+    r.join(&u("b"), on("g2", 2), None).unwrap();
+    assert_eq!(gws(&r), ["g1", "g2"]);
+    r.leave(&u("b"), &on("g2", 2), "left").unwrap();
+    assert_eq!(gws(&r), ["g1"]);
+    // A's new connection on g3 replaces the one on g1.
+    let j = r.join(&u("a"), on("g3", 9), None).unwrap();
+    assert_eq!(j.replaced, Some(on("g1", 1)));
+    assert_eq!(gws(&r), ["g3"]);
+    r.leave(&u("a"), &on("g3", 9), "left").unwrap();
+    assert_eq!(r.gateways().count(), 0);
+}
+
+#[test]
+fn presence_goes_to_everyone_in_small_rooms_and_to_the_privileged_in_big_ones() {
+    let mut r = room(2, None);
+    r.join(&u("host"), at(1), None).unwrap();
+    r.join(&u("a"), at(2), None).unwrap();
+    r.join(&u("b"), at(3), None).unwrap();
+    r.seat_take(&u("a"), &at(2), Some(0)).unwrap();
+    let joined = Presence::Join(u("b"));
+    assert_eq!(r.presence_plan(&joined, 3), PresencePlan::Everyone);
+    let PresencePlan::Privileged(mut to) = r.presence_plan(&joined, 2) else {
+        panic!("a room over the bound gets privileged presence only");
+    };
+    to.sort_by_key(|s| s.session);
+    assert_eq!(to, vec![at(1), at(2)]);
+    // The subject never hears of itself, even when privileged.
+    let PresencePlan::Privileged(to) = r.presence_plan(&Presence::Join(u("a")), 2) else {
+        panic!("privileged");
+    };
+    assert_eq!(to, vec![at(1)]);
+}
+
+#[test]
+fn events_and_presence_encode_as_the_protocol_says() {
+    let ev = Sequenced::Chat(ChatEvent {
+        from: u("a"),
+        text: "hi".into(),
+    });
+    let frame = ev.encode(&RoomId::from("r1"), 3, 9);
+    let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"ev":"chat","room":"r1","epoch":3,"seq":9,"d":{"from":"a","text":"hi"}})
+    );
+    let left = Presence::Leave(u("a"), "disconnected").encode(&RoomId::from("r1"));
+    let v: serde_json::Value = serde_json::from_slice(&left).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"ev":"member.leave","room":"r1","d":{"user":"a","reason":"disconnected"}})
+    );
+}
