@@ -26,6 +26,10 @@ use storage::lease::{LeaseStore, node_of};
 use crate::Core;
 
 mod cluster_ops;
+mod health;
+mod money;
+
+pub(crate) use health::Readiness;
 
 /// Largest admin request body accepted.
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
@@ -71,6 +75,8 @@ pub(crate) struct Admin {
     pub(crate) leases: LeaseStore,
     /// The ring membership (cluster nodes); `None` in standalone.
     pub(crate) membership: Option<storage::membership::Membership>,
+    /// What `/readyz` checks.
+    pub(crate) ready: Readiness,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -141,6 +147,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     let method = req.method().clone();
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => return respond(StatusCode::OK, "ok\n", "text/plain"),
+        (&Method::GET, "/readyz") => return health::readyz(admin).await,
         (&Method::GET, "/metrics") => {
             // Off the runtime: counting open descriptors lists `/proc/self/fd`, one entry per
             // socket.
@@ -192,15 +199,15 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::GET, ["rebalance"]) => cluster_ops::rebalance(admin).await,
         (&Method::GET, ["local"]) => cluster_ops::local(admin),
         (&Method::POST, ["wallets", user, "grant"]) if is_valid_id(user) => match &admin.core {
-            Some(core) => core.admin_grant(user, &body).await,
+            Some(core) => money::grant(&core.money, user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
         (&Method::GET, ["wallets", user]) if is_valid_id(user) => match &admin.core {
-            Some(core) => core.admin_wallet(user).await,
+            Some(core) => money::wallet(&core.money, user).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
         (&Method::GET, ["ledger", "totals"]) => match &admin.core {
-            Some(core) => core.admin_totals().await,
+            Some(core) => money::totals(&core.money).await,
             None => error(
                 StatusCode::NOT_FOUND,
                 "the ledger is served by gateway nodes",

@@ -8,20 +8,20 @@
 //!   `outbox`: the bounded per-socket queue (slow consumer -> 4000).
 //! - `hub`: local sessions, room fan-out, and what shards send back.
 //! - [`router`]: room -> shard; `link`: the link client to one shard.
-//! - [`cluster`]: the `gateway` and `shard` roles of a cluster.
+//! - [`node`]: the roles of the binary (gateway, shard with its admin port), each started by
+//!   one function; [`standalone`] composes gateway and shard in one process.
 //! - `admin`: the admin HTTP port.
-//! - [`standalone`]: gateway + in-process shard + embedded storage in one process.
 //! - [`signal`]: SIGTERM/SIGINT -> cancel the root token.
 
 mod admin;
 pub mod auth;
 pub mod cli;
-pub mod cluster;
 pub mod config;
 mod hub;
 mod link;
 pub mod metrics;
 pub mod money;
+pub mod node;
 mod outbox;
 pub mod router;
 mod server;

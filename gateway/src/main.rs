@@ -138,9 +138,7 @@ fn env_secret(name: &str, from_file: Option<&String>) -> Option<String> {
 }
 
 fn run_until_signal(
-    start: impl std::future::Future<
-        Output = Result<gateway::standalone::Running, gateway::standalone::StartError>,
-    >,
+    start: impl std::future::Future<Output = Result<gateway::node::Running, gateway::node::StartError>>,
     what: &str,
 ) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -197,17 +195,19 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
         shard.orphan_sweep = every;
     }
     shard.test_hold_before_broadcast = env_positive_ms("CHORUS_TEST_HOLD_BROADCAST_MS")?;
-    let cfg = gateway::cluster::ShardNodeConfig {
-        node_id: protocol::NodeId::from(a.node_id.as_str()),
-        redis: a.redis.clone(),
-        link_addr: a.link_addr,
-        admin_addr: a.admin_addr,
+    let cfg = gateway::node::ShardRoleConfig {
+        node: shard::node::ShardNodeConfig {
+            node_id: protocol::NodeId::from(a.node_id.as_str()),
+            redis: a.redis.clone(),
+            link_addr: a.link_addr,
+            admin_addr: a.admin_addr,
+            shard,
+            renew_on_traffic: a.test_renew_on_traffic,
+            ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
+        },
         admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
-        shard,
-        renew_on_traffic: a.test_renew_on_traffic,
-        ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
     };
-    run_until_signal(gateway::cluster::start_shard(cfg), "shard")
+    run_until_signal(gateway::node::start_shard(cfg), "shard")
 }
 
 fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
@@ -215,7 +215,7 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
     let Some(secret) = env_secret("CHORUS_JWT_SECRET", file.jwt_secret.as_ref()) else {
         anyhow::bail!("a gateway needs CHORUS_JWT_SECRET (or jwt_secret in the config)");
     };
-    let cfg = gateway::cluster::GatewayNodeConfig {
+    let cfg = gateway::node::GatewayNodeConfig {
         node_id: protocol::NodeId::from(a.node_id.as_str()),
         redis: a.redis.clone(),
         ws_addr: a.ws_addr,
@@ -227,7 +227,7 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
         // Gateways only list the catalog; draws happen on shards.
         catalog: std::sync::Arc::new(cli::catalog(&file, b"unused-on-gateways".to_vec())?),
     };
-    run_until_signal(gateway::cluster::start_gateway(cfg), "gateway")
+    run_until_signal(gateway::node::start_gateway(cfg), "gateway")
 }
 
 fn admin(a: &cli::AdminArgs) -> anyhow::Result<()> {

@@ -5,23 +5,20 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::StatusCode;
 use protocol::client::{self, GiftInfo, Op, RankEntry, RankGet};
 use protocol::{ErrorCode, RoomId, SessionId, UserId};
-use serde::Deserialize;
 use serde_json::json;
 use shard::gifts::{Catalog, GiftKind};
 use storage::ledger::{Board, Ledger, Period};
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::Core;
-use crate::admin;
 use crate::hub::text;
 
 /// Most entries a `rank.get` returns.
 const MAX_RANK_LIMIT: u32 = 100;
 /// Largest single grant, in coins: a typo guard for operators.
-const MAX_GRANT_COINS: i64 = 1_000_000_000_000;
+pub(crate) const MAX_GRANT_COINS: i64 = 1_000_000_000_000;
 
 /// The gateway's view of money.
 #[derive(Clone)]
@@ -40,12 +37,6 @@ impl Money {
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
         }
     }
-}
-
-#[derive(Deserialize)]
-struct GrantBody {
-    amount: i64,
-    key: String,
 }
 
 fn parse_board(s: &str) -> Option<Board> {
@@ -133,81 +124,6 @@ impl Core {
             };
             core.send_frame(session, frame);
         });
-    }
-
-    /// `POST /admin/wallets/{user}/grant` with `{"amount": coins, "key": "idempotency key"}`.
-    pub(crate) async fn admin_grant(
-        &self,
-        user: &str,
-        body: &Bytes,
-    ) -> http::Response<http_body_util::Full<Bytes>> {
-        let Some(ledger) = &self.money.ledger else {
-            return admin::error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node");
-        };
-        let g: GrantBody = match serde_json::from_slice(body) {
-            Ok(g) => g,
-            Err(e) => return admin::error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
-        };
-        if g.amount <= 0 || g.amount > MAX_GRANT_COINS || g.key.is_empty() || g.key.len() > 128 {
-            return admin::error(
-                StatusCode::BAD_REQUEST,
-                "amount must be 1..=10^12 and key 1..=128 bytes",
-            );
-        }
-        match ledger.grant(&UserId::from(user), g.amount, &g.key).await {
-            Ok(out) => {
-                info!(user, amount = g.amount, key = %g.key, applied = out.applied, "Admin grant.");
-                admin::json_resp(
-                    StatusCode::OK,
-                    &json!({ "balance": out.balance, "applied": out.applied }),
-                )
-            }
-            Err(e) => admin::error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-        }
-    }
-
-    /// `GET /admin/wallets/{user}`.
-    pub(crate) async fn admin_wallet(
-        &self,
-        user: &str,
-    ) -> http::Response<http_body_util::Full<Bytes>> {
-        let Some(ledger) = &self.money.ledger else {
-            return admin::error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node");
-        };
-        let u = UserId::from(user);
-        match (ledger.balance(&u).await, ledger.earnings(&u).await) {
-            (Ok(balance), Ok(earnings)) => admin::json_resp(
-                StatusCode::OK,
-                &json!({ "user": user, "balance": balance, "earnings": earnings }),
-            ),
-            (Err(e), _) | (_, Err(e)) => {
-                admin::error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
-            }
-        }
-    }
-
-    /// `GET /admin/ledger/totals`: sums for audits (conservation).
-    pub(crate) async fn admin_totals(&self) -> http::Response<http_body_util::Full<Bytes>> {
-        let Some(ledger) = &self.money.ledger else {
-            return admin::error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node");
-        };
-        match ledger.audit_totals().await {
-            Ok(t) => admin::json_resp(
-                StatusCode::OK,
-                &json!({
-                    "totals": {
-                        "granted": t.granted,
-                        "coins": t.coins,
-                        "earnings": t.earnings,
-                        "platform_revenue": t.platform_revenue,
-                        "lucky_paid": t.lucky_paid,
-                        "negative_accounts": t.negative_accounts,
-                    },
-                    "conserved": t.is_conserved(),
-                }),
-            ),
-            Err(e) => admin::error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-        }
     }
 }
 

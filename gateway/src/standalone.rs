@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use protocol::NodeId;
 use shard::{Shard, ShardConfig, Stores};
@@ -18,11 +17,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
+pub use crate::node::{Running, StartError};
+
+use crate::Core;
+use crate::admin::{self, Readiness};
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
 use crate::money::Money;
 use crate::router::Router;
-use crate::{Core, admin};
 
 /// Messages buffered from the in-process shard to the gateway before rooms wait (Block
 /// policy on an internal path: the gateway side never waits on rooms).
@@ -48,88 +50,6 @@ pub struct StandaloneConfig {
     /// Ledger URL: empty for `<data_dir>/ledger.db`, `sqlite://<path>`, or
     /// `scylla://host:9042,...[/keyspace]`.
     pub ledger: String,
-}
-
-/// Why standalone mode could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The data directory or a store could not be opened.
-    #[error("storage: {0}")]
-    Storage(String),
-    /// A setting is unusable (e.g. an empty secret).
-    #[error("config: {0}")]
-    Config(String),
-}
-
-/// A running node (standalone, gateway or shard).
-pub struct Running {
-    /// The bound WebSocket address (a shard: its link address).
-    pub ws_addr: SocketAddr,
-    /// The bound admin address.
-    pub admin_addr: SocketAddr,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
-    /// Cancelled by SIGTERM on nodes with a graceful drain phase (shards); stops the node
-    /// when the drain is done. Defaults to the shutdown token.
-    drain: Option<CancellationToken>,
-}
-
-impl Running {
-    pub(crate) fn with_drain(mut self, drain: CancellationToken) -> Self {
-        self.drain = Some(drain);
-        self
-    }
-
-    /// The token a stop signal should cancel: the drain phase where there is one.
-    pub fn stop_token(&self) -> CancellationToken {
-        self.drain.clone().unwrap_or_else(|| self.shutdown.clone())
-    }
-
-    pub(crate) fn new(
-        ws_addr: SocketAddr,
-        admin_addr: SocketAddr,
-        shutdown: CancellationToken,
-        tracker: TaskTracker,
-    ) -> Self {
-        Self {
-            ws_addr,
-            admin_addr,
-            shutdown,
-            tracker,
-            drain: None,
-        }
-    }
-
-    /// The token that stops the node when cancelled.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
-
-    /// Waits until the node was told to stop, then until its tasks finish (at most `grace`).
-    pub async fn wait(self, grace: Duration) {
-        self.shutdown.cancelled().await;
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
-            info!("Shutdown grace time over; exiting with tasks still running.");
-        }
-    }
-
-    /// Stops the node and waits for it (at most `grace`).
-    pub async fn stop(self, grace: Duration) {
-        self.shutdown.cancel();
-        self.wait(grace).await;
-    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -202,6 +122,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         shard: Some(shard),
         leases: LeaseStore::InProcess(leases),
         membership: None,
+        ready: Readiness::Standalone,
     });
     tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
     info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");

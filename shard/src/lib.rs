@@ -9,9 +9,10 @@
 //! - [`config`]: TTL, inbox sizes, history and presence bounds.
 //! - `owner`: the lease keeper (claim before start, batched renewal at TTL/3, stop on loss).
 //! - `room`: the room actor; `room/state.rs` the pure rules; `room/log.rs` the resume history.
-//! - `snapshots`: durable room state through fenced writes.
+//! - `room/snapshots.rs`: durable room state through fenced writes.
 //! - [`gifts`]: the gift catalog and lucky draws; `room/gifts.rs` drives gift sagas.
-//! - [`link`]: the link server for gateways in a cluster.
+//! - [`link`]: the link server for gateways in a cluster, and the framing both ends share.
+//! - [`node`]: the shard role of a cluster node (Redis stores, link server, ring, drain).
 //! - [`rebalance`]: planned, throttled handoffs when the placement moves rooms away.
 //! - [`metrics`]: metric names.
 
@@ -19,10 +20,10 @@ pub mod config;
 pub mod gifts;
 pub mod link;
 pub mod metrics;
+pub mod node;
 mod owner;
 pub mod rebalance;
 mod room;
-mod snapshots;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,7 +68,7 @@ pub(crate) struct Inner {
     links: Mutex<HashMap<NodeId, mpsc::Sender<ToGateway>>>,
     rooms: Mutex<HashMap<RoomId, RoomHandle>>,
     owner: Arc<owner::Owner>,
-    snapshots: snapshots::Snapshots,
+    snapshots: room::snapshots::Snapshots,
     ledger: Option<Ledger>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -132,7 +133,7 @@ impl Shard {
                 links: Mutex::new(HashMap::new()),
                 rooms: Mutex::new(HashMap::new()),
                 owner,
-                snapshots: snapshots::Snapshots::new(stores.snapshots),
+                snapshots: room::snapshots::Snapshots::new(stores.snapshots),
                 ledger: stores.ledger,
                 tracker,
                 shutdown,

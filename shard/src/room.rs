@@ -7,6 +7,7 @@
 mod gifts;
 pub(crate) use gifts::sweep_orphans;
 pub(crate) mod log;
+pub(crate) mod snapshots;
 pub mod state;
 
 use std::collections::HashMap;
@@ -27,8 +28,8 @@ use tracing::{debug, info, warn};
 use crate::Inner;
 use crate::metrics as m;
 use crate::owner::Claim;
-use crate::snapshots::{Snapshots, Written};
 use log::{EventLog, Resume};
+use snapshots::{Snapshots, Written};
 use state::{Applied, Durable, Presence, PresencePlan, Rejected, RoomState, SessionRef};
 
 /// A message in a room's inbox.

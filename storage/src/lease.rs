@@ -3,7 +3,7 @@
 //! Only the holder of a room's lease runs the room (DESIGN law 1). Each successful claim of a
 //! free lease gets a fencing token from a per-room counter that never resets, so tokens strictly
 //! increase across owners and across expiry; every write the room makes to shared state carries
-//! its token ([`crate::snapshot`]) and is rejected unless it is the live lease's.
+//! its token (the snapshot store's fenced writes) and is rejected unless it is the live lease's.
 //!
 //! # Engines
 //! - [`RedisLeases`] (`lease/redis.rs`): atomic Lua scripts per LEDGER-AND-LEASES 2.1/2.2. Keys

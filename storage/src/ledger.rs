@@ -1045,6 +1045,14 @@ impl Ledger {
     pub async fn audit_totals(&self) -> Result<Totals> {
         dispatch!(self.audit_totals())
     }
+
+    /// Whether the ledger takes writes now (`/readyz`).
+    ///
+    /// # Errors
+    /// The engine's error when it does not.
+    pub async fn check_writable(&self) -> Result<()> {
+        dispatch!(self.check_writable())
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, StorageError};
 use crate::redis::{CONNECT_TIMEOUT, Redis, map_err};
 
+mod liveness;
+pub use liveness::{HEARTBEAT_INTERVAL, RING_REFRESH, STALE_AFTER};
+
 /// Pub/sub channel carrying the new ring version after every change.
 pub const RING_CHANNEL: &str = "chorus:ring";
 

@@ -76,6 +76,19 @@ impl Redis {
     pub fn client(&self) -> &redis::Client {
         &self.client
     }
+
+    /// One `PING` round trip on the shared connection: whether Redis answers now.
+    ///
+    /// # Errors
+    /// [`StorageError::Unavailable`] when it does not answer (within the response time-out).
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn();
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(map_err)
+    }
 }
 
 /// Maps a Redis error to a [`StorageError`]: connection trouble is `Unavailable` (retryable,

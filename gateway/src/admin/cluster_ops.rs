@@ -11,11 +11,10 @@ use protocol::ring::DEFAULT_VNODES_PER_WEIGHT;
 use protocol::{NodeId, RoomId};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use storage::membership::{NodeRole, NodeSpec};
+use storage::membership::{NodeRole, NodeSpec, STALE_AFTER};
 use tracing::info;
 
 use super::{Admin, Resp, error, json_resp};
-use crate::cluster::STALE_AFTER;
 
 /// How long one node-to-node admin call may take.
 const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -71,7 +70,7 @@ pub(super) async fn ring(admin: &Admin) -> Resp {
     };
     match m.list().await {
         Ok(view) => {
-            let live = crate::cluster::live_shards(&view);
+            let live = view.live_shards();
             let nodes: Vec<Value> = view
                 .nodes
                 .iter()
@@ -247,10 +246,7 @@ pub(super) async fn move_room(admin: &Admin, room: &str, body: &Bytes) -> Resp {
     };
     let to = NodeId::from(b.to.as_str());
     match m.list().await {
-        Ok(view)
-            if crate::cluster::live_shards(&view)
-                .iter()
-                .any(|(n, _)| *n == to) => {}
+        Ok(view) if view.live_shards().iter().any(|(n, _)| *n == to) => {}
         Ok(_) => {
             return error(
                 StatusCode::BAD_REQUEST,

@@ -1,6 +1,6 @@
 //! Every operation a client can send, in one table: the wire name, the variant and the type
 //! of its `d`. Room operations are decoded here once, travel to the room's owner as they are
-//! ([`crate::link::RoomCmd::Op`]) and are applied there by the room's rules.
+//! (the link's `RoomCmd::Op`) and are applied there by the room's rules.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

@@ -866,7 +866,7 @@ struct SagaStart {
 
 /// Opens a runtime's gifts in the fenced store before their ledger calls, many in one write:
 /// a saga hands its gift id over and waits, and the opener's task opens every id waiting in
-/// one call ([`Snapshots::open_batch`](crate::snapshots::Snapshots::open_batch)), as the
+/// one call ([`Snapshots::open_batch`](crate::room::snapshots::Snapshots::open_batch)), as the
 /// ledger's writer groups commits. A lone gift goes at once; gifts that come while a write is
 /// out go together in the next. The task ends with the runtime's last saga.
 #[derive(Clone, Debug)]

@@ -1048,6 +1048,11 @@ impl ScyllaLedger {
             .collect())
     }
 
+    /// A quorum read of one wallet head: the cluster answers at the consistency writes need.
+    pub(super) async fn check_writable(&self) -> Result<()> {
+        self.read_head("-readyz-").await.map(drop)
+    }
+
     pub(super) async fn audit_totals(&self) -> Result<Totals> {
         let mut totals = Totals::default();
         let wallets: Vec<WalletScanRow> = self.scan(&self.st.scan_wallets, ()).await?;

@@ -934,6 +934,11 @@ impl SqliteLedger {
         .await
     }
 
+    /// A group commit with nothing in it: the writer runs and the disk takes a sync.
+    pub(super) async fn check_writable(&self) -> Result<()> {
+        self.write(|_| Ok(())).await
+    }
+
     pub(super) async fn audit_totals(&self) -> Result<Totals> {
         self.read(|c| {
             let granted: i64 = c

@@ -7,7 +7,7 @@ use storage::StorageError;
 use storage::snapshot::{Change, SnapshotStore};
 use uuid::Uuid;
 
-use crate::room::state::Durable;
+use super::state::Durable;
 
 /// A digest of the snapshot bytes a room last wrote: a room whose durable state is what it
 /// last wrote has nothing to save when it stops.

@@ -1,0 +1,87 @@
+//! The money calls of the admin API: grants, wallets and the ledger's audit totals.
+
+use bytes::Bytes;
+use http::StatusCode;
+use protocol::UserId;
+use serde::Deserialize;
+use serde_json::json;
+use tracing::info;
+
+use super::{Resp, error, json_resp};
+use crate::money::{MAX_GRANT_COINS, Money};
+
+#[derive(Deserialize)]
+struct GrantBody {
+    amount: i64,
+    key: String,
+}
+
+fn no_ledger() -> Resp {
+    error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node")
+}
+
+/// `POST /admin/wallets/{user}/grant` with `{"amount": coins, "key": "idempotency key"}`.
+pub(super) async fn grant(money: &Money, user: &str, body: &Bytes) -> Resp {
+    let Some(ledger) = &money.ledger else {
+        return no_ledger();
+    };
+    let g: GrantBody = match serde_json::from_slice(body) {
+        Ok(g) => g,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+    };
+    if g.amount <= 0 || g.amount > MAX_GRANT_COINS || g.key.is_empty() || g.key.len() > 128 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "amount must be 1..=10^12 and key 1..=128 bytes",
+        );
+    }
+    match ledger.grant(&UserId::from(user), g.amount, &g.key).await {
+        Ok(out) => {
+            info!(user, amount = g.amount, key = %g.key, applied = out.applied, "Admin grant.");
+            json_resp(
+                StatusCode::OK,
+                &json!({ "balance": out.balance, "applied": out.applied }),
+            )
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+/// `GET /admin/wallets/{user}`.
+pub(super) async fn wallet(money: &Money, user: &str) -> Resp {
+    let Some(ledger) = &money.ledger else {
+        return no_ledger();
+    };
+    let u = UserId::from(user);
+    match (ledger.balance(&u).await, ledger.earnings(&u).await) {
+        (Ok(balance), Ok(earnings)) => json_resp(
+            StatusCode::OK,
+            &json!({ "user": user, "balance": balance, "earnings": earnings }),
+        ),
+        (Err(e), _) | (_, Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+/// `GET /admin/ledger/totals`: sums for audits (conservation).
+pub(super) async fn totals(money: &Money) -> Resp {
+    let Some(ledger) = &money.ledger else {
+        return no_ledger();
+    };
+    match ledger.audit_totals().await {
+        Ok(t) => json_resp(
+            StatusCode::OK,
+            &json!({
+                "totals": {
+                    "granted": t.granted,
+                    "coins": t.coins,
+                    "earnings": t.earnings,
+                    "platform_revenue": t.platform_revenue,
+                    "lucky_paid": t.lucky_paid,
+                    "negative_accounts": t.negative_accounts,
+                },
+                "conserved": t.is_conserved(),
+            }),
+        ),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}

@@ -1,0 +1,98 @@
+//! `/healthz` and `/readyz` on real nodes: liveness stays up while readiness follows what the
+//! node needs (Redis for a cluster node, the ledger everywhere it has one).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use loadtest::admin::{self, AdminResponse};
+use loadtest::cluster::{Cluster, ClusterOptions, Node};
+use tokio::time::Instant;
+
+/// Longest a node may take to notice a change of what it depends on.
+const NOTICE: Duration = Duration::from_secs(10);
+
+async fn readyz(addr: SocketAddr) -> AdminResponse {
+    admin::get(addr, "/readyz", None).await.unwrap()
+}
+
+/// Polls `/readyz` until its status is `want`; returns the last answer.
+async fn ready_becomes(addr: SocketAddr, want: u16) -> AdminResponse {
+    let deadline = Instant::now() + NOTICE;
+    loop {
+        let r = readyz(addr).await;
+        if r.status == want {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{addr}: /readyz stayed {} ({}), wanted {want}",
+            r.status,
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn live(addr: SocketAddr) {
+    let r = admin::get(addr, "/healthz", None).await.unwrap();
+    assert_eq!((r.status, r.body.as_str()), (200, "ok\n"), "{addr}");
+}
+
+#[tokio::test]
+async fn cluster_nodes_are_unready_while_redis_is_frozen_and_stay_live() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let nodes = [cluster.shards[0].admin, cluster.gateways[0].admin];
+    for addr in nodes {
+        live(addr).await;
+        let r = ready_becomes(addr, 200).await;
+        assert_eq!(r.json(), serde_json::json!({ "ready": true }), "{addr}");
+    }
+    cluster.redis.pause().unwrap();
+    for addr in nodes {
+        let r = ready_becomes(addr, 503).await;
+        let v = r.json();
+        assert_eq!(v["ready"], false, "{addr}: {v}");
+        let problems = v["problems"].as_array().unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.as_str().unwrap().starts_with("redis")),
+            "{addr}: {v}"
+        );
+        // Not ready is not dead: an orchestrator must not restart it for this.
+        live(addr).await;
+    }
+    cluster.redis.resume().unwrap();
+    for addr in nodes {
+        ready_becomes(addr, 200).await;
+    }
+}
+
+#[tokio::test]
+async fn a_standalone_node_is_ready_when_its_ledger_takes_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, _ws, admin): (Node, _, _) = Node::spawn_standalone(
+        dir.path(),
+        &[],
+        [
+            ("CHORUS_JWT_SECRET", "health-secret"),
+            ("CHORUS_ADMIN_TOKEN", "health-admin"),
+        ],
+    )
+    .await
+    .unwrap();
+    live(admin).await;
+    let r = readyz(admin).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json(), serde_json::json!({ "ready": true }));
+}
