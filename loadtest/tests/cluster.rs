@@ -311,7 +311,7 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
     );
 }
 
-/// LEDGER-AND-LEASES 2.3, the deadline before every side effect: an owner frozen after it wrote
+/// The deadline before every side effect (docs/ARCHITECTURE.md, section 4): an owner frozen after it wrote
 /// an event to the fenced history and before it broadcast it (a test switch holds the broadcast
 /// long enough to pause the node there) wakes past its deadline and broadcasts nothing. The
 /// event is not lost: the new owner replays it from the fenced history to the member who

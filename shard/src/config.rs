@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::gifts::Catalog;
 
-/// Lease time-to-live. DESIGN: 10 s; renewals run at a third of it.
+/// Lease time-to-live. 10 s by default; renewals run at a third of it (docs/ARCHITECTURE.md, section 4).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 /// Commands queued per room before new ones are refused with `UNAVAILABLE` (Reject policy):
 /// a second of chat in a very busy room.

@@ -1,8 +1,8 @@
 //! The room actor: one task, one bounded inbox, all room state inside it.
 //!
 //! The loop only receives, applies (through the pure rules in [`state`]), persists and
-//! publishes. It starts only after its node claimed the room's lease (DESIGN law 1) and stops
-//! the moment the lease keeper cancels its token (law 2).
+//! publishes. It starts only after its node claimed the room's lease (docs/ARCHITECTURE.md,
+//! section 4) and stops the moment the lease keeper cancels its token.
 
 mod gifts;
 pub(crate) use gifts::sweep_orphans;
@@ -125,7 +125,7 @@ pub(crate) async fn run(
         return;
     };
     // Read again under the lease, then install the new fence durably before serving
-    // (LEDGER-AND-LEASES 2.4): from now on the previous owner's writes are rejected.
+    // (docs/ARCHITECTURE.md, section 4): from now on the previous owner's writes are rejected.
     let loaded = match inner.snapshots.load(&room).await {
         Ok(Some((_, d))) => match inner.snapshots.save(&room, fence, &d).await {
             Ok(written) => Some((d, written)),
@@ -303,7 +303,7 @@ impl RoomActor {
                 msg = rx.recv() => match msg {
                     Some(RoomMsg::Command(cmd)) => {
                         if !self.inner.owner.proven(&self.valid) {
-                            // DESIGN law 2: not provably the owner any more; apply nothing.
+                            // Not provably the owner any more: apply nothing (ARCHITECTURE.md, section 4).
                             self.deferred.push(*cmd);
                             break Stop::LeaseLost;
                         }
@@ -667,8 +667,8 @@ impl RoomActor {
     /// fenced. Nobody saw its events and no owner will replay them, so the command's sender
     /// must not be told it took effect. The runtime then stops without saving, and the next
     /// command starts a new one (a new epoch) from the last saved state, which agrees with the
-    /// history. Members only ever see events a new owner can replay (DESIGN, Order: never a
-    /// silent gap).
+    /// history. Members only ever see events a new owner can replay (docs/ARCHITECTURE.md, section 6:
+    /// never a silent gap).
     async fn publish(
         &mut self,
         applied: Applied,
@@ -748,7 +748,7 @@ impl RoomActor {
                 info!(room = %self.room, "Test hold before broadcast.");
                 tokio::time::sleep(hold).await;
             }
-            // LEDGER-AND-LEASES 2.3: the deadline before every side effect. The writes above
+            // The deadline before every side effect (ARCHITECTURE.md, section 4). The writes above
             // awaited, and the process may have been frozen meanwhile: past its deadline the
             // runtime broadcasts nothing. What it wrote is in the fenced history, from which a
             // new owner replays it to the members it evicts when they rejoin. Without a fenced

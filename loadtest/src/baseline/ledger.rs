@@ -1,5 +1,5 @@
 //! The baseline's gift ledger: the least a durable gift server does, so that `gifts --compare`
-//! has a same-run baseline (BENCHMARKS.md, Change 20).
+//! has a same-run baseline (BENCHMARKS.md, the gifts target).
 //!
 //! One SQLite file on the same bundled SQLite as Chorus, in WAL mode with `synchronous=FULL`
 //! (a gift is answered only after its commit is on disk), one writer thread that commits every
@@ -10,7 +10,7 @@
 //! facts, no commit pacing, no checkpointer thread, no lucky draws.
 //!
 //! Request ids are the idempotency key's first column, so UUIDv7 ids append to its index as
-//! Chorus' time-ordered gift ids do (Change 17): the baseline is not made slow on purpose.
+//! Chorus' time-ordered gift ids do: the baseline is not made slow on purpose.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};

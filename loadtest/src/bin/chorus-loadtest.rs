@@ -26,7 +26,7 @@ use loadtest::{baseline, procfs};
 use serde::Serialize;
 
 /// The same allocator as the `chorus` binary, so that the baseline server runs on the same
-/// stack as Chorus down to malloc (BENCHMARKS.md, Change 13), and the generator gains too.
+/// stack as Chorus down to malloc (BENCHMARKS.md, method), and the generator gains too.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -10,7 +10,7 @@
 //! The connections send in turn, room after room: a room takes `members` gifts in a row, so
 //! its members get them in one burst, which the node writes in few socket writes.
 //! `--interleave-rooms` sends each gift to another room than the one before, so every event
-//! is a socket write of its own until the node falls behind (BENCHMARKS.md, Change 19).
+//! is a socket write of its own until the node falls behind (BENCHMARKS.md, the gifts target).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -36,7 +36,7 @@ const ADMIN_CONCURRENCY: usize = 32;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Order {
     /// Random (UUIDv4) request ids instead of time-ordered (UUIDv7) ones: each gift then
-    /// writes one random page of the ledger's saga index (BENCHMARKS.md, Change 17), and its
+    /// writes one random page of the ledger's saga index (see `storage::ledger::gift_id`), and its
     /// events are counted, not timed.
     pub random_req_ids: bool,
     /// Consecutive gifts go to different rooms (gift i to room i % rooms) instead of a run of

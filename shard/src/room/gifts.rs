@@ -1,6 +1,7 @@
 //! Gifts in the room actor: validate, take the order, drive the saga next to the inbox, and
 //! publish the `gift` event only after the debit committed. Plus the owner-only recovery of
-//! sagas a previous runtime left unfinished (DESIGN laws 4 and 5).
+//! sagas a previous runtime left unfinished (docs/ARCHITECTURE.md, section 8: recovery is owner-only, a
+//! conflict is retried, never compensated).
 
 use std::collections::HashSet;
 use std::future::Future;
