@@ -98,7 +98,7 @@ impl Ledger {
     /// `<data_dir>/ledger.db`), or `scylla://host:9042,host2:9042[/keyspace]`.
     ///
     /// # Errors
-    /// `Backend` for an unknown scheme; the engine's error if it cannot open or prepare.
+    /// `Invalid` for an unknown scheme; the engine's error if it cannot open or prepare.
     pub async fn open(url: &str, data_dir: &Path) -> Result<Self> {
         if url.is_empty() || url == "sqlite" || url == "sqlite://" {
             let path = data_dir.join("ledger.db");
@@ -120,18 +120,18 @@ impl Ledger {
                 .collect();
             return Ok(Self::Scylla(ScyllaLedger::connect(&nodes, keyspace).await?));
         }
-        Err(StorageError::Backend(format!("unknown ledger url {url:?}")))
+        Err(StorageError::invalid_msg(format!(
+            "unknown ledger url {url:?}"
+        )))
     }
 
     /// Admin top-up, idempotent by `key` (per user): the same key credits once.
     ///
     /// # Errors
-    /// Engine errors; `Backend` for a non-positive amount.
+    /// Engine errors; `Invalid` for a non-positive amount.
     pub async fn grant(&self, user: &UserId, amount: i64, key: &str) -> Result<GrantOutcome> {
         if amount <= 0 {
-            return Err(StorageError::Backend(
-                "grant amount must be positive".into(),
-            ));
+            return Err(StorageError::invalid_msg("grant amount must be positive"));
         }
         dispatch!(self.grant(user, amount, key))
     }
@@ -170,7 +170,7 @@ impl Ledger {
     /// A retry with the same gift id debits nothing and returns `Duplicate` with the first result.
     ///
     /// # Errors
-    /// `Fenced` if `fence` is below the room's or the saga's; `Backend` for an invalid order;
+    /// `Fenced` if `fence` is below the room's or the saga's; `Invalid` for an invalid order;
     /// retryable engine errors (`Unavailable`, `Conflict`): retry with the same order.
     pub async fn send_gift(&self, order: &GiftOrder, fence: u64) -> Result<GiftOutcome> {
         order.checked()?;

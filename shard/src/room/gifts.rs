@@ -911,7 +911,7 @@ impl Opener {
     ///
     /// [`SnapshotStore::open_batch`]: storage::snapshot::SnapshotStore::open_batch
     async fn open(&self, gift: Uuid) -> Result<bool, StorageError> {
-        let gone = || StorageError::Unavailable("the room's opener stopped".into());
+        let gone = || StorageError::unavailable_msg("the room's opener stopped");
         let (answer, answered) = oneshot::channel();
         self.tx.send((gift, answer)).await.map_err(|_| gone())?;
         answered.await.map_err(|_| gone())?

@@ -72,7 +72,7 @@ pub enum OrderError {
 
 impl GiftOrder {
     /// Checks the order's numbers. The room actor should call this before booking and answer
-    /// `BAD_REQUEST`; the ledger checks again and refuses an invalid order with `Backend`.
+    /// `BAD_REQUEST`; the ledger checks again and refuses an invalid order with `Invalid`.
     ///
     /// # Errors
     /// The first rule the order breaks.
@@ -155,14 +155,14 @@ impl GiftOrder {
         // Sized for a typical order: one allocation, no regrowth.
         let mut out = Vec::with_capacity(STORED_ORDER_CAPACITY);
         serde_json::to_writer(&mut out, &stored)
-            .map_err(|e| StorageError::Corrupt(e.to_string()))?;
-        String::from_utf8(out).map_err(|e| StorageError::Corrupt(e.to_string()))
+            .map_err(|e| StorageError::corrupt("encode gift order", e))?;
+        String::from_utf8(out).map_err(|e| StorageError::corrupt("encode gift order", e))
     }
 
     /// The order back from a saga row.
     pub(super) fn from_json(gift_id: Uuid, json: &str) -> Result<Self> {
-        let s: StoredOrder =
-            serde_json::from_str(json).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        let s: StoredOrder = serde_json::from_str(json)
+            .map_err(|e| StorageError::corrupt(format!("gift order {gift_id}"), e))?;
         Ok(Self {
             gift_id,
             sender: s.sender,
@@ -179,7 +179,7 @@ impl GiftOrder {
 
     pub(super) fn checked(&self) -> Result<()> {
         self.validate()
-            .map_err(|e| StorageError::Backend(format!("invalid gift order {}: {e}", self.gift_id)))
+            .map_err(|e| StorageError::invalid(format!("invalid gift order {}", self.gift_id), e))
     }
 }
 

@@ -49,7 +49,7 @@ impl SagaState {
             "DEBITED" => Ok(Self::Debited),
             "SETTLED" => Ok(Self::Settled),
             "VOIDED" => Ok(Self::Voided),
-            other => Err(StorageError::Corrupt(format!(
+            other => Err(StorageError::corrupt_msg(format!(
                 "unknown saga state {other:?}"
             ))),
         }
@@ -91,7 +91,7 @@ impl VoidReason {
             "NSF" => Ok(Self::InsufficientFunds),
             "RECOVERED" => Ok(Self::Recovered),
             "CANCELLED" => Ok(Self::Cancelled),
-            other => Err(StorageError::Corrupt(format!(
+            other => Err(StorageError::corrupt_msg(format!(
                 "unknown void reason {other:?}"
             ))),
         }
@@ -132,7 +132,7 @@ impl EntryKind {
             "DEBIT" => Ok(Self::Debit),
             "VOID" => Ok(Self::Void),
             "LUCKY" => Ok(Self::Lucky),
-            other => Err(StorageError::Corrupt(format!(
+            other => Err(StorageError::corrupt_msg(format!(
                 "unknown entry kind {other:?}"
             ))),
         }

@@ -90,7 +90,7 @@ pub async fn recover(
         }
         RecoveryAction::Inconsistent => {
             warn!(gift = %order.gift_id, state = record.state.as_str(), ?entry, "Saga and wallet disagree.");
-            Err(StorageError::Corrupt(format!(
+            Err(StorageError::corrupt_msg(format!(
                 "saga {} is {} but wallet entry is {entry:?}",
                 order.gift_id,
                 record.state.as_str()

@@ -67,21 +67,26 @@ const READ_BACK_PAUSE: Duration = Duration::from_millis(50);
 /// Rows per page for the audit and leaderboard scans.
 const SCAN_PAGE_ROWS: i32 = 1_000;
 
-fn backend(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Backend(format!("scylla: {e}"))
+fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
+    StorageError::backend("scylla", e)
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Unavailable(format!("scylla: {e}"))
+fn unavailable<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
+    StorageError::unavailable("scylla", e)
+}
+
+/// `Unavailable` with no driver error: an outcome that stayed unknown.
+fn unknown(what: &str) -> StorageError {
+    StorageError::unavailable_msg(format!("scylla: {what}"))
 }
 
 fn to_cql_fence(fence: u64) -> Result<i64> {
-    i64::try_from(fence).map_err(|_| StorageError::Backend(format!("fence {fence} too large")))
+    i64::try_from(fence).map_err(|_| StorageError::invalid_msg(format!("fence {fence} too large")))
 }
 
 fn from_cql_fence(fence: Option<i64>) -> Result<u64> {
     let f = fence.unwrap_or(0);
-    u64::try_from(f).map_err(|_| StorageError::Corrupt(format!("negative fence {f}")))
+    u64::try_from(f).map_err(|_| StorageError::corrupt_msg(format!("negative fence {f}")))
 }
 
 fn cql_day(day: i64) -> i32 {
@@ -104,16 +109,17 @@ impl ScyllaLedger {
     /// prepares every statement.
     ///
     /// # Errors
-    /// `Unavailable` if no node answers; `Backend` if the schema or a statement is refused.
+    /// `Invalid` for no contact points or a bad keyspace name; `Unavailable` if no node answers;
+    /// `Backend` if the schema or a statement is refused.
     pub async fn connect(nodes: &[String], keyspace: &str) -> Result<Self> {
         if nodes.is_empty() {
-            return Err(StorageError::Backend("scylla: no contact points".into()));
+            return Err(StorageError::invalid_msg("scylla: no contact points"));
         }
         if !keyspace
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_')
         {
-            return Err(StorageError::Backend(format!(
+            return Err(StorageError::invalid_msg(format!(
                 "bad keyspace name {keyspace:?}"
             )));
         }
@@ -207,7 +213,7 @@ impl ScyllaLedger {
             }
             tokio::time::sleep(READ_BACK_PAUSE).await;
         }
-        Err(last.unwrap_or_else(|| unavailable("read-back gave up")))
+        Err(last.unwrap_or_else(|| unknown("read-back gave up")))
     }
 }
 
@@ -226,7 +232,7 @@ fn lwt_applied(res: QueryResult) -> Result<bool> {
     let first: Option<Row> = rows.maybe_first_row::<Row>().map_err(backend)?;
     match first.and_then(|r| r.columns.into_iter().next().flatten()) {
         Some(CqlValue::Boolean(applied)) => Ok(applied),
-        other => Err(StorageError::Corrupt(format!(
+        other => Err(StorageError::corrupt_msg(format!(
             "LWT result without [applied]: {other:?}"
         ))),
     }

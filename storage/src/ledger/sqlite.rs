@@ -109,15 +109,15 @@ pub struct SqliteLedger {
 }
 
 fn db(e: rusqlite::Error) -> StorageError {
-    StorageError::Backend(format!("sqlite: {e}"))
+    StorageError::backend("sqlite", e)
 }
 
 fn to_sql_fence(fence: u64) -> Result<i64> {
-    i64::try_from(fence).map_err(|_| StorageError::Backend(format!("fence {fence} too large")))
+    i64::try_from(fence).map_err(|_| StorageError::invalid_msg(format!("fence {fence} too large")))
 }
 
 fn from_sql_fence(fence: i64) -> Result<u64> {
-    u64::try_from(fence).map_err(|_| StorageError::Corrupt(format!("negative fence {fence}")))
+    u64::try_from(fence).map_err(|_| StorageError::corrupt_msg(format!("negative fence {fence}")))
 }
 
 impl SqliteLedger {
@@ -137,7 +137,7 @@ impl SqliteLedger {
             tokio::task::spawn_blocking(move || -> Result<_> {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)
-                        .map_err(|e| StorageError::Backend(format!("create {dir:?}: {e}")))?;
+                        .map_err(|e| StorageError::backend(format!("create {dir:?}"), e))?;
                 }
                 let mut writer = open_connection(&path, Syncing::CommitsBySyncer)?;
                 writer.execute_batch(SCHEMA).map_err(db)?;
@@ -165,9 +165,7 @@ impl SqliteLedger {
                 std::thread::Builder::new()
                     .name("ledger-checkpoint".into())
                     .spawn(move || checkpointer_loop(&checkpointer, &wal_of_checkpointer, &wakes))
-                    .map_err(|e| {
-                        StorageError::Backend(format!("spawn ledger checkpointer: {e}"))
-                    })?;
+                    .map_err(|e| StorageError::backend("spawn ledger checkpointer", e))?;
                 // The WAL's file, for the syncer: SQLite created it when the writer first opened
                 // the database in WAL mode, and keeps it (this inode) while a connection is open.
                 let mut wal_path = path.into_os_string();
@@ -176,11 +174,11 @@ impl SqliteLedger {
                     .read(true)
                     .write(true)
                     .open(&wal_path)
-                    .map_err(|e| StorageError::Backend(format!("open {wal_path:?}: {e}")))?;
+                    .map_err(|e| StorageError::backend(format!("open {wal_path:?}"), e))?;
                 Ok((writer, reader, legacy_gift_ids, wal_file))
             })
             .await
-            .map_err(|e| StorageError::Backend(format!("ledger open task: {e}")))??;
+            .map_err(|e| StorageError::backend("ledger open task", e))??;
         let sync_failed = Arc::new(AtomicBool::new(false));
         let (syncer, inbox) = std::sync::mpsc::channel::<ToSync>();
         #[cfg(test)]
@@ -194,13 +192,13 @@ impl SqliteLedger {
         std::thread::Builder::new()
             .name("ledger-sync".into())
             .spawn(move || wal_syncer.run(&inbox))
-            .map_err(|e| StorageError::Backend(format!("spawn ledger syncer: {e}")))?;
+            .map_err(|e| StorageError::backend("spawn ledger syncer", e))?;
         let (jobs, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
         let to_syncer = syncer.clone();
         std::thread::Builder::new()
             .name("ledger-writer".into())
             .spawn(move || writer_loop(writer, rx, &sync_failed, &to_syncer))
-            .map_err(|e| StorageError::Backend(format!("spawn ledger writer: {e}")))?;
+            .map_err(|e| StorageError::backend("spawn ledger writer", e))?;
         info!("SQLite ledger open.");
         Ok(Self {
             jobs,
@@ -232,9 +230,9 @@ impl SqliteLedger {
         self.jobs
             .send(job)
             .await
-            .map_err(|_| StorageError::Unavailable("ledger writer stopped".into()))?;
+            .map_err(|_| StorageError::unavailable_msg("ledger writer stopped"))?;
         rx.await
-            .map_err(|_| StorageError::Unavailable("ledger writer dropped the request".into()))?
+            .map_err(|_| StorageError::unavailable_msg("ledger writer dropped the request"))?
     }
 
     /// Runs a read on the reader connection, off the async threads, and answers after a sync
@@ -248,13 +246,13 @@ impl SqliteLedger {
         let out = tokio::task::spawn_blocking(move || {
             let conn = reader
                 .lock()
-                .map_err(|_| StorageError::Backend("ledger reader lock poisoned".into()))?;
+                .map_err(|_| StorageError::backend_msg("ledger reader lock poisoned"))?;
             f(&conn)
         })
         .await
-        .map_err(|e| StorageError::Backend(format!("ledger read task: {e}")))??;
+        .map_err(|e| StorageError::backend("ledger read task", e))??;
         let (done, synced) = oneshot::channel();
-        let stopped = || StorageError::Unavailable(SYNCER_STOPPED.into());
+        let stopped = || StorageError::unavailable_msg(SYNCER_STOPPED);
         self.syncer
             .send(ToSync::Read(done))
             .map_err(|_| stopped())?;
@@ -273,7 +271,9 @@ impl SqliteLedger {
         self.write(move |c| {
             if let Some(kind) = entry_kind(c, user.as_str(), entry_id)? {
                 if kind != EntryKind::Grant {
-                    return Err(StorageError::Corrupt(format!("grant key holds a {kind:?}")));
+                    return Err(StorageError::corrupt_msg(format!(
+                        "grant key holds a {kind:?}"
+                    )));
                 }
                 return Ok(GrantOutcome {
                     balance: coins(c, user.as_str())?,

@@ -118,7 +118,7 @@ fn fenced_status(status: i64, fence: FencingToken) -> Result<()> {
     match status {
         1 => Ok(()),
         -1 | -2 => Err(StorageError::Fenced { token: fence }),
-        other => Err(StorageError::Corrupt(format!(
+        other => Err(StorageError::corrupt_msg(format!(
             "unexpected fenced-write status {other}"
         ))),
     }
@@ -157,7 +157,7 @@ impl RedisSnapshots {
                 bytes: Bytes::from(data),
             })),
             (None, None) => Ok(None),
-            _ => Err(StorageError::Corrupt(format!(
+            _ => Err(StorageError::corrupt_msg(format!(
                 "state of {room} has only one of fence and data"
             ))),
         }
@@ -239,7 +239,7 @@ impl RedisSnapshots {
                 Ok(added.iter().map(|&a| a == 1).collect())
             }
             Some((&status, [])) => fenced_status(status, fence).map(|()| Vec::new()),
-            _ => Err(StorageError::Corrupt(format!(
+            _ => Err(StorageError::corrupt_msg(format!(
                 "unexpected answer to opening gifts: {reply:?}"
             ))),
         }

@@ -8,7 +8,7 @@ use protocol::{RoomId, UserId};
 use uuid::Uuid;
 
 use super::super::{Board, EntryKind, GiftOrder, SagaRecord, SagaState, Totals, now_ms};
-use super::{ScyllaLedger, cql_day, now_ts, unavailable};
+use super::{ScyllaLedger, cql_day, now_ts, unknown};
 use crate::Result;
 
 impl ScyllaLedger {
@@ -99,7 +99,7 @@ impl ScyllaLedger {
         // the delete did land, nobody publishes that event: lost, never shown twice.
         self.lwt(&self.st.unpublished_take, (room.as_str(), gift_id))
             .await
-            .map_err(|()| unavailable("take of an unpublished gift: outcome unknown"))
+            .map_err(|()| unknown("take of an unpublished gift: outcome unknown"))
     }
 
     pub(in crate::ledger) async fn leaderboard(

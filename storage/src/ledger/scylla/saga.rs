@@ -10,9 +10,7 @@ use super::super::{
     SettleOutcome, VoidOutcome, VoidReason, day_of, lucky_entry_id,
 };
 use super::wallet::Applied;
-use super::{
-    MAX_RESENDS, ScyllaLedger, cql_day, from_cql_fence, now_ts, to_cql_fence, unavailable,
-};
+use super::{MAX_RESENDS, ScyllaLedger, cql_day, from_cql_fence, now_ts, to_cql_fence, unknown};
 use crate::{Result, StorageError};
 
 impl ScyllaLedger {
@@ -23,7 +21,7 @@ impl ScyllaLedger {
             return Ok(None);
         };
         let (Some(json), Some(state)) = (json, state) else {
-            return Err(StorageError::Corrupt(format!(
+            return Err(StorageError::corrupt_msg(format!(
                 "saga {gift_id} lacks order or state"
             )));
         };
@@ -77,7 +75,9 @@ impl ScyllaLedger {
                 return Ok(None);
             }
             let Some(rec) = self.read_back(|| self.read_saga(gift_id)).await? else {
-                return Err(StorageError::Corrupt(format!("saga {gift_id} vanished")));
+                return Err(StorageError::corrupt_msg(format!(
+                    "saga {gift_id} vanished"
+                )));
             };
             if rec.fence > fence {
                 // A newer owner holds it. Stop; never make it terminal from here.
@@ -91,7 +91,7 @@ impl ScyllaLedger {
             }
             // Still `from` with a fence we may move: the write did not land. Send it again.
         }
-        Err(unavailable("saga move outcome stays unknown"))
+        Err(unknown("saga move outcome stays unknown"))
     }
 
     pub(in crate::ledger) async fn install_fence(
@@ -126,7 +126,7 @@ impl ScyllaLedger {
                 }
             }
         }
-        Err(unavailable("fence install outcome stays unknown"))
+        Err(unknown("fence install outcome stays unknown"))
     }
 
     pub(in crate::ledger) async fn begin(
@@ -161,7 +161,7 @@ impl ScyllaLedger {
                 return Ok(BeginOutcome::Existing(rec));
             }
         }
-        Err(unavailable("saga insert outcome stays unknown"))
+        Err(unknown("saga insert outcome stays unknown"))
     }
 
     pub(in crate::ledger) async fn debit(
@@ -216,7 +216,7 @@ impl ScyllaLedger {
                         ..
                     } => (kind, balance_after, Some(balance)),
                     Applied::Insufficient { .. } => {
-                        return Err(StorageError::Corrupt("a void claim cannot overdraw".into()));
+                        return Err(StorageError::corrupt_msg("a void claim cannot overdraw"));
                     }
                 }
             }
@@ -239,7 +239,7 @@ impl ScyllaLedger {
                             balance: after.unwrap_or(0),
                         })
                     }
-                    Some(state) => Err(StorageError::Corrupt(format!(
+                    Some(state) => Err(StorageError::corrupt_msg(format!(
                         "gift {} debited but saga is {}",
                         o.gift_id,
                         state.as_str()
@@ -337,7 +337,7 @@ impl ScyllaLedger {
                     balance = balance_after.unwrap_or(balance);
                 }
                 Applied::Insufficient { .. } => {
-                    return Err(StorageError::Corrupt("a prize cannot overdraw".into()));
+                    return Err(StorageError::corrupt_msg("a prize cannot overdraw"));
                 }
             }
         }
@@ -386,7 +386,7 @@ impl ScyllaLedger {
         {
             Applied::Held { kind, .. } => kind,
             Applied::Insufficient { .. } => {
-                return Err(StorageError::Corrupt("a void claim cannot overdraw".into()));
+                return Err(StorageError::corrupt_msg("a void claim cannot overdraw"));
             }
         };
         if kind == EntryKind::Debit {
@@ -446,7 +446,7 @@ impl ScyllaLedger {
                 return Ok(Some(rec));
             }
         }
-        Err(unavailable("saga touch outcome stays unknown"))
+        Err(unknown("saga touch outcome stays unknown"))
     }
 
     /// Whether sagas may be kept under their ids from before time-ordered gift ids

@@ -12,8 +12,7 @@ use uuid::Uuid;
 use super::super::decision::{Decision, Observation, decide};
 use super::super::{EntryKind, GrantOutcome, grant_entry_id};
 use super::{
-    CAS_JITTER_MAX_MS, MAX_CAS_ATTEMPTS, MAX_RESENDS, ScyllaLedger, lwt_applied, now_ts,
-    unavailable,
+    CAS_JITTER_MAX_MS, MAX_CAS_ATTEMPTS, MAX_RESENDS, ScyllaLedger, lwt_applied, now_ts, unknown,
 };
 use crate::{Result, StorageError};
 
@@ -84,7 +83,7 @@ impl ScyllaLedger {
             let (balance, version) = self.read_head(account).await?;
             let new = balance
                 .checked_add(delta)
-                .ok_or_else(|| StorageError::Backend("balance overflow".into()))?;
+                .ok_or_else(|| StorageError::backend_msg("balance overflow"))?;
             if new < 0 {
                 return Ok(Applied::Insufficient { balance });
             }
@@ -135,12 +134,12 @@ impl ScyllaLedger {
                     Decision::ResendSame => {
                         resends += 1;
                         if resends > MAX_RESENDS {
-                            return Err(unavailable("wallet change outcome stays unknown"));
+                            return Err(unknown("wallet change outcome stays unknown"));
                         }
                         observed = self.change(&values).await;
                     }
                     Decision::Corrupt(kind) => {
-                        return Err(StorageError::Corrupt(format!(
+                        return Err(StorageError::corrupt_msg(format!(
                             "wallet {account} key {entry_id} holds a {kind:?}, wanted {claim:?}"
                         )));
                     }
@@ -199,7 +198,7 @@ impl ScyllaLedger {
                 applied: ours,
             }),
             Applied::Insufficient { .. } => {
-                Err(StorageError::Corrupt("a credit cannot overdraw".into()))
+                Err(StorageError::corrupt_msg("a credit cannot overdraw"))
             }
         }
     }
@@ -243,10 +242,10 @@ pub(super) fn held(
             balance_after,
             ours,
         }),
-        Decision::Corrupt(kind) => Err(StorageError::Corrupt(format!(
+        Decision::Corrupt(kind) => Err(StorageError::corrupt_msg(format!(
             "key holds a {kind:?}, wanted {claim:?}"
         ))),
-        other => Err(StorageError::Corrupt(format!(
+        other => Err(StorageError::corrupt_msg(format!(
             "unexpected decision {other:?} for a found entry"
         ))),
     }

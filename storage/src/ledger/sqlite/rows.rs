@@ -61,7 +61,7 @@ pub(super) fn sagas_listed(
         .map_err(db)?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        let id = Uuid::from_slice(&id).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        let id = Uuid::from_slice(&id).map_err(|e| StorageError::corrupt("saga gift id", e))?;
         if let Some(rec) = load_saga(c, id)? {
             out.push(rec);
         }
@@ -183,7 +183,7 @@ pub(super) fn add_coins(c: &Connection, user: &str, delta: i64) -> Result<i64> {
     let now = coins(c, user)?;
     let after = now
         .checked_add(delta)
-        .ok_or_else(|| StorageError::Backend(format!("coins of {user} would overflow")))?;
+        .ok_or_else(|| StorageError::backend_msg(format!("coins of {user} would overflow")))?;
     set_coins(c, user, after)
 }
 

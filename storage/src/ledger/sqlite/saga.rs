@@ -20,8 +20,8 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
     }
     // A retry: continue from the stored saga, answer with the first result.
     let Some(rec) = load_saga(c, order.gift_id)? else {
-        return Err(StorageError::Corrupt(
-            "a saga refused as a duplicate is missing".into(),
+        return Err(StorageError::corrupt_msg(
+            "a saga refused as a duplicate is missing",
         ));
     };
     ensure_fence(c, &order.room, fence, rec.fence)?;
@@ -35,7 +35,7 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
                 balance,
             },
             other => {
-                return Err(StorageError::Corrupt(format!(
+                return Err(StorageError::corrupt_msg(format!(
                     "settle after debit gave {other:?}"
                 )));
             }
@@ -43,8 +43,8 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
         DebitOutcome::InsufficientFunds { balance } => GiftResult::InsufficientFunds { balance },
         DebitOutcome::Voided => GiftResult::Voided,
         DebitOutcome::Missing => {
-            return Err(StorageError::Corrupt(
-                "saga vanished inside a transaction".into(),
+            return Err(StorageError::corrupt_msg(
+                "saga vanished inside a transaction",
             ));
         }
     };
@@ -74,7 +74,7 @@ pub(super) fn tx_send_new(
     let debited = balance - total;
     let settled = debited
         .checked_add(order.prize())
-        .ok_or_else(|| StorageError::Backend(format!("coins of {sender} would overflow")))?;
+        .ok_or_else(|| StorageError::backend_msg(format!("coins of {sender} would overflow")))?;
     if !insert_saga(c, order, SagaState::Settled, fence, None, Some(settled))? {
         return Ok(None);
     }
@@ -82,7 +82,7 @@ pub(super) fn tx_send_new(
     let after = apply_effects(c, order, Some(debited))?;
     if after != settled {
         // The row above says `settled`: fail the job, so that none of it is kept.
-        return Err(StorageError::Corrupt(format!(
+        return Err(StorageError::corrupt_msg(format!(
             "gift settled at balance {after}, booked as {settled}"
         )));
     }
@@ -122,8 +122,8 @@ pub(super) fn tx_begin(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<
     }
     ensure_fence(c, &order.room, fence, 0)?;
     if !insert_saga(c, order, SagaState::Pending, fence, None, None)? {
-        return Err(StorageError::Corrupt(
-            "a saga appeared inside a transaction".into(),
+        return Err(StorageError::corrupt_msg(
+            "a saga appeared inside a transaction",
         ));
     }
     Ok(BeginOutcome::Started)

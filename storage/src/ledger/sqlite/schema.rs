@@ -170,9 +170,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(db)?;
     let applied = usize::try_from(applied)
-        .map_err(|_| StorageError::Corrupt(format!("ledger user_version {applied}")))?;
+        .map_err(|_| StorageError::corrupt_msg(format!("ledger user_version {applied}")))?;
     if applied > MIGRATIONS.len() {
-        return Err(StorageError::Backend(format!(
+        return Err(StorageError::backend_msg(format!(
             "the ledger has {applied} schema changes, this version knows {}: written by a newer version",
             MIGRATIONS.len()
         )));

@@ -153,7 +153,7 @@ fn coins_move_by_plain_writes_and_refuse_to_overflow() {
     assert_eq!(add_coins(&c, "u", i64::MAX - 2).unwrap(), i64::MAX);
     assert!(matches!(
         add_coins(&c, "u", 1),
-        Err(StorageError::Backend(_))
+        Err(StorageError::Backend { .. })
     ));
     assert_eq!(coins(&c, "u").unwrap(), i64::MAX, "nothing written");
     // The CHECK still refuses a negative balance.
@@ -390,7 +390,7 @@ async fn a_read_of_another_writers_commit_waits_for_a_sync_of_its_own() {
 async fn a_failed_sync_stops_the_ledger() {
     let (_dir, ledger, user) = granted_ledger().await;
     ledger.sync_hooks.fail_next.store(true, Ordering::SeqCst);
-    let unavailable = |r: Result<()>| matches!(r, Err(StorageError::Unavailable(_)));
+    let unavailable = |r: Result<()>| matches!(r, Err(StorageError::Unavailable { .. }));
     assert!(unavailable(
         ledger.grant(&user, 7, "second").await.map(drop)
     ));

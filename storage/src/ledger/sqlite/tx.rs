@@ -63,7 +63,7 @@ impl<'c> Hot<'c> {
 /// One of [`Hot`]'s statements, for one execution (a job never holds two at once).
 pub(super) fn hot<'a, 'c>(stmt: &'a RefCell<Statement<'c>>) -> Result<RefMut<'a, Statement<'c>>> {
     stmt.try_borrow_mut()
-        .map_err(|_| StorageError::Backend("a held statement is already in use".into()))
+        .map_err(|_| StorageError::backend_msg("a held statement is already in use"))
 }
 
 /// [`HOUSE_ACCOUNTS`] index of the platform's revenue.
@@ -110,10 +110,10 @@ impl<'t, 'c> Tx<'t, 'c> {
         let mut takings = self.house.get();
         let slot = takings
             .get_mut(account)
-            .ok_or_else(|| StorageError::Backend(format!("no house account {account}")))?;
+            .ok_or_else(|| StorageError::backend_msg(format!("no house account {account}")))?;
         *slot = slot
             .checked_add(delta)
-            .ok_or_else(|| StorageError::Backend("house takings would overflow".into()))?;
+            .ok_or_else(|| StorageError::backend_msg("house takings would overflow"))?;
         self.house.set(takings);
         Ok(())
     }

@@ -69,7 +69,7 @@ where
     fn answer(self: Box<Self>, commit: Result<()>) {
         let out = self
             .out
-            .unwrap_or_else(|| Err(StorageError::Backend("ledger job never ran".into())));
+            .unwrap_or_else(|| Err(StorageError::backend_msg("ledger job never ran")));
         // The caller may have gone away; its answer is then simply dropped.
         let _ = self.tx.send(commit.and(out));
     }
@@ -148,7 +148,7 @@ pub(super) fn answer(jobs: Vec<Job>, failed: Option<&str>) {
     for job in jobs {
         let outcome = match failed {
             None => Ok(()),
-            Some(e) => Err(StorageError::Unavailable(e.to_owned())),
+            Some(e) => Err(StorageError::unavailable_msg(e.to_owned())),
         };
         job.answer(outcome);
     }
