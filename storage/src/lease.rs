@@ -1,25 +1,25 @@
 //! Room leases with fencing tokens: claim, batched renew, release, holder.
 //!
-//! Only the holder of a room's lease runs the room (DESIGN law 1). Each successful claim of a
+//! Only the holder of a room's lease runs the room (docs/ARCHITECTURE.md, section 4). Each successful claim of a
 //! free lease gets a fencing token from a per-room counter that never resets, so tokens strictly
 //! increase across owners and across expiry; every write the room makes to shared state carries
 //! its token (the snapshot store's fenced writes) and is rejected unless it is the live lease's.
 //!
 //! # Engines
-//! - [`RedisLeases`] (`lease/redis.rs`): atomic Lua scripts per LEDGER-AND-LEASES 2.1/2.2. Keys
+//! - [`RedisLeases`] (`lease/redis.rs`): atomic Lua scripts. Keys
 //!   `room:{R}:lease` (hash `owner`, `fence`; `PEXPIRE` = TTL) and `room:{R}:fence` (counter,
 //!   no TTL). Renewal of all a node's leases is one round trip.
 //! - [`InProcessLeases`] (`lease/in_process.rs`): a mutex-guarded map on
 //!   `tokio::time::Instant`, for standalone mode and paused-time tests.
 //!
-//! # Client-side timing rule (self-fencing; LEDGER-AND-LEASES 2.3)
+//! # Client-side timing rule (self-fencing)
 //! Take `t0 = tokio::time::Instant::now()` **before** sending a claim or renew. When it
 //! succeeds, the holder may act until `deadline = t0 + ttl - safety_margin`, where
 //! `safety_margin >= Redis RTT + clock drift × ttl` (≥ 250–500 ms for a 10 s TTL; see
 //! [`MIN_SAFETY_MARGIN`]). Renew every `ttl / 3` from a dedicated task (never piggy-backed on
 //! room traffic). Before every side effect check `now < deadline`; at the deadline stop the
 //! room. A renew that returns `false` for a room, or an error that lasts until the deadline,
-//! means the room is lost: cancel its runtime at once (DESIGN law 2).
+//! means the room is lost: cancel its runtime at once.
 
 mod in_process;
 mod redis;
@@ -34,7 +34,7 @@ pub use self::redis::{RENEW_CHUNK_MAX, RedisLeases};
 use crate::error::Result;
 
 /// The smallest safety margin a holder should subtract from its local deadline: covers a
-/// loopback/LAN round trip plus clock-rate drift over a 10 s TTL (LEDGER-AND-LEASES 2.3).
+/// loopback/LAN round trip plus clock-rate drift over a 10 s TTL.
 pub const MIN_SAFETY_MARGIN: Duration = Duration::from_millis(500);
 
 /// Who holds a lease: `"<node_id>/<boot_id>"`. Derefs to `&str`, which is what the store
@@ -140,7 +140,7 @@ impl LeaseStore {
     }
 
     /// Like [`LeaseStore::claim`], but the token granted is greater than `floor` (a durable
-    /// high-water mark, for when Redis lost its fence counter; LEDGER-AND-LEASES 2.4). That
+    /// high-water mark, for when Redis lost its fence counter). That
     /// holds for the owner's own live lease too: it keeps its token only while the token is
     /// above `floor`. At or below it, a runtime of this owner has already written with the token
     /// (and stopped without releasing it, e.g. past its lease deadline), so the owner gets a new

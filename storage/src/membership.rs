@@ -245,7 +245,7 @@ impl Membership {
     /// `Unavailable` when Redis cannot be reached.
     pub async fn join(&self, node: &NodeSpec, weight: u32) -> Result<u64> {
         let spec = serde_json::to_string(node)
-            .map_err(|e| StorageError::Backend(format!("encode node spec: {e}")))?;
+            .map_err(|e| StorageError::backend("encode node spec", e))?;
         let mut conn = self.conn.clone();
         self.scripts
             .join
@@ -370,7 +370,7 @@ impl Membership {
         let mut nodes = Vec::with_capacity(specs.len());
         for (id, json) in specs {
             let spec: NodeSpec = serde_json::from_str(&json)
-                .map_err(|e| StorageError::Corrupt(format!("member {id}: {e}")))?;
+                .map_err(|e| StorageError::corrupt(format!("member {id}"), e))?;
             nodes.push(NodeInfo {
                 weight: weights.get(&id).copied().unwrap_or(0),
                 last_heartbeat_ms: beats.get(&id).copied().unwrap_or(0),
@@ -404,7 +404,7 @@ impl Membership {
         };
         let pubsub = tokio::time::timeout(CONNECT_TIMEOUT, subscribe)
             .await
-            .map_err(|_| StorageError::Unavailable("subscribing to the ring channel".into()))?
+            .map_err(|_| StorageError::unavailable_msg("subscribing to the ring channel"))?
             .map_err(map_err)?;
         Ok(RingWatch {
             messages: Box::pin(pubsub.into_on_message()),

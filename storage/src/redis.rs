@@ -100,9 +100,9 @@ pub(crate) fn map_err(e: RedisError) -> StorageError {
         || e.is_connection_refusal()
         || e.kind() == ErrorKind::Server(ServerErrorKind::BusyLoading);
     if unreachable {
-        StorageError::Unavailable(e.to_string())
+        StorageError::unavailable("redis", e)
     } else {
-        StorageError::Backend(e.to_string())
+        StorageError::backend("redis", e)
     }
 }
 

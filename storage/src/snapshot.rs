@@ -217,7 +217,7 @@ fn encode_entry(fence: FencingToken, seq: Seq, bytes: &[u8]) -> Vec<u8> {
 
 /// Decodes an entry written by [`encode_entry`].
 fn decode_entry(room: &RoomId, raw: Vec<u8>) -> Result<HistoryEntry> {
-    let corrupt = || StorageError::Corrupt(format!("history entry of {room} is too short"));
+    let corrupt = || StorageError::corrupt_msg(format!("history entry of {room} is too short"));
     let fence = raw
         .get(..8)
         .and_then(|b| <[u8; 8]>::try_from(b).ok())
@@ -252,7 +252,7 @@ fn open_gifts_key(room: &RoomId) -> String {
 /// A gift id stored as its 16 bytes.
 fn decode_gift(room: &RoomId, raw: &[u8]) -> Result<Uuid> {
     Uuid::from_slice(raw)
-        .map_err(|_| StorageError::Corrupt(format!("open gift of {room} is not a 16-byte id")))
+        .map_err(|_| StorageError::corrupt_msg(format!("open gift of {room} is not a 16-byte id")))
 }
 
 #[cfg(test)]

@@ -449,7 +449,7 @@ macro_rules! retry_unavailable {
         let start = Instant::now();
         loop {
             match $op.await {
-                Err(StorageError::Unavailable(e)) => {
+                Err(e @ StorageError::Unavailable { .. }) => {
                     assert!(start.elapsed() < WAIT_LIMIT, "still unavailable: {e}");
                     tokio::time::sleep(POLL).await;
                 }
@@ -555,6 +555,6 @@ async fn redis_unreachable_is_unavailable() {
         .await
         .unwrap_err();
     server.resume().unwrap();
-    assert!(matches!(err, StorageError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, StorageError::Unavailable { .. }), "{err:?}");
     assert!(err.is_retryable());
 }

@@ -272,6 +272,10 @@ fn outcome_reply(
             ErrorCode::Unavailable,
             "ledger busy; retry with the same req_id",
         )),
+        // A caller's mistake is the client's to fix; anything else is ours and says no more.
+        Err(e) if e.code() == ErrorCode::BadRequest => {
+            Err(ReplyError::new(ErrorCode::BadRequest, e.to_string()))
+        }
         Err(e) => {
             warn!(error = %e, "Gift failed.");
             Err(ReplyError::new(ErrorCode::Internal, "internal error"))
@@ -912,7 +916,7 @@ impl Opener {
     ///
     /// [`SnapshotStore::open_batch`]: storage::snapshot::SnapshotStore::open_batch
     async fn open(&self, gift: Uuid) -> Result<bool, StorageError> {
-        let gone = || StorageError::Unavailable("the room's opener stopped".into());
+        let gone = || StorageError::unavailable_msg("the room's opener stopped");
         let (answer, answered) = oneshot::channel();
         self.tx.send((gift, answer)).await.map_err(|_| gone())?;
         answered.await.map_err(|_| gone())?

@@ -25,7 +25,7 @@ impl Written {
 }
 
 fn encode(durable: &Durable) -> Result<Vec<u8>, StorageError> {
-    serde_json::to_vec(durable).map_err(|e| StorageError::Corrupt(format!("encode snapshot: {e}")))
+    serde_json::to_vec(durable).map_err(|e| StorageError::corrupt("encode snapshot", e))
 }
 
 /// Reads and writes room snapshots.
@@ -48,7 +48,7 @@ impl Snapshots {
             None => Ok(None),
             Some(stored) => serde_json::from_slice(&stored.bytes)
                 .map(|d| Some((stored.fence, d)))
-                .map_err(|e| StorageError::Corrupt(format!("room {room} snapshot: {e}"))),
+                .map_err(|e| StorageError::corrupt(format!("room {room} snapshot"), e)),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Redis lease engine: atomic Lua scripts (LEDGER-AND-LEASES 2.1/2.2).
+//! Redis lease engine: atomic Lua scripts (claim, batched renew, release; docs/ARCHITECTURE.md, section 4).
 //!
 //! Every script receives every key it touches as a `KEYS` argument. Fencing tokens are Lua
 //! numbers (doubles) inside scripts, exact below 2^53: at one claim per millisecond per room that
@@ -131,7 +131,7 @@ impl RedisLeases {
                 owner: ::redis::from_redis_value_ref(holder).map_err(corrupt)?,
                 fence: fence_of(fence)?,
             }),
-            other => Err(StorageError::Corrupt(format!(
+            other => Err(StorageError::corrupt_msg(format!(
                 "unexpected ACQUIRE reply for {room}: {other:?}"
             ))),
         }
@@ -165,7 +165,7 @@ impl RedisLeases {
             query_scripted_pipeline(&mut conn, &self.scripts.renew, &pipe).await?;
         let renewed: Vec<bool> = replies.into_iter().flatten().map(|r| r == 1).collect();
         if renewed.len() != leases.len() {
-            return Err(StorageError::Corrupt(format!(
+            return Err(StorageError::corrupt_msg(format!(
                 "RENEW answered {} of {} leases",
                 renewed.len(),
                 leases.len()
@@ -208,7 +208,7 @@ impl RedisLeases {
         match (owner, fence) {
             (Some(owner), Some(fence)) => Ok(Some((owner, fence))),
             (None, None) => Ok(None),
-            (owner, fence) => Err(StorageError::Corrupt(format!(
+            (owner, fence) => Err(StorageError::corrupt_msg(format!(
                 "lease of {room} has owner {owner:?} and fence {fence:?}"
             ))),
         }
@@ -219,6 +219,6 @@ fn fence_of(v: &Value) -> Result<FencingToken> {
     ::redis::from_redis_value_ref(v).map_err(corrupt)
 }
 
-fn corrupt(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Corrupt(e.to_string())
+fn corrupt<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
+    StorageError::corrupt("stored lease", e)
 }

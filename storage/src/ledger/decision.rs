@@ -1,4 +1,5 @@
-//! Pure decision tables of the gift saga (LEDGER-AND-LEASES §1.4): no I/O, every row tested.
+//! Pure decision tables of the gift saga (the wallet compare-and-set and recovery): no I/O,
+//! every row tested.
 //!
 //! Both the debit and the void claim write the sender's wallet entry under the gift id. Whoever
 //! writes it first owns the key; the other must find the row and follow it. [`decide`] says what
@@ -83,7 +84,7 @@ pub enum RecoveryAction {
 }
 
 /// The recovery action for a saga in `state` whose wallet entry (read at SERIAL) is `entry`.
-/// Pending never proves "not debited": only the wallet entry does (DESIGN lesson 5).
+/// Pending never proves "not debited": only the wallet entry does.
 pub fn decide_recovery(
     is_owner: bool,
     state: SagaState,

@@ -1,7 +1,8 @@
 //! The gift saga driver: runs `begin → debit → settle` through the step functions, and the
 //! owner-only recovery of sagas left PENDING or DEBITED by a crash or a lost lease.
 //!
-//! DESIGN lessons 4 and 5 are structural here: a non-owner returns `Released` before any read or
+//! Two rules are structural here: only the owner moves a saga, and only the wallet entry proves
+//! a debit. A non-owner returns `Released` before any read or
 //! write; an owner voids only through the void claim, which loses to a debit that already holds
 //! the key; a fencing conflict is returned as `Fenced` (stop, the new owner will finish), never
 //! turned into a terminal state.
@@ -90,7 +91,7 @@ pub async fn recover(
         }
         RecoveryAction::Inconsistent => {
             warn!(gift = %order.gift_id, state = record.state.as_str(), ?entry, "Saga and wallet disagree.");
-            Err(StorageError::Corrupt(format!(
+            Err(StorageError::corrupt_msg(format!(
                 "saga {} is {} but wallet entry is {entry:?}",
                 order.gift_id,
                 record.state.as_str()

@@ -1,4 +1,4 @@
-//! Redis snapshot engine: fenced writes as atomic Lua scripts (LEDGER-AND-LEASES 2.2, 2.5).
+//! Redis snapshot engine: fenced writes as atomic Lua scripts (docs/ARCHITECTURE.md, section 4).
 //!
 //! `room:{R}:state` is a hash: `hwm` (highest token that ever wrote for the room), `fence` (token
 //! of the saved state) and `data` (the state). `room:{R}:history` is a list of encoded entries.
@@ -118,7 +118,7 @@ fn fenced_status(status: i64, fence: FencingToken) -> Result<()> {
     match status {
         1 => Ok(()),
         -1 | -2 => Err(StorageError::Fenced { token: fence }),
-        other => Err(StorageError::Corrupt(format!(
+        other => Err(StorageError::corrupt_msg(format!(
             "unexpected fenced-write status {other}"
         ))),
     }
@@ -157,7 +157,7 @@ impl RedisSnapshots {
                 bytes: Bytes::from(data),
             })),
             (None, None) => Ok(None),
-            _ => Err(StorageError::Corrupt(format!(
+            _ => Err(StorageError::corrupt_msg(format!(
                 "state of {room} has only one of fence and data"
             ))),
         }
@@ -239,7 +239,7 @@ impl RedisSnapshots {
                 Ok(added.iter().map(|&a| a == 1).collect())
             }
             Some((&status, [])) => fenced_status(status, fence).map(|()| Vec::new()),
-            _ => Err(StorageError::Corrupt(format!(
+            _ => Err(StorageError::corrupt_msg(format!(
                 "unexpected answer to opening gifts: {reply:?}"
             ))),
         }

@@ -72,17 +72,17 @@ impl std::fmt::Debug for SqliteSnapshots {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Backend(e.to_string())
+fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
+    StorageError::backend("sqlite snapshots", e)
 }
 
 /// A token as SQLite's signed integer (tokens stay far below 2^63).
 fn to_sql(n: u64) -> Result<i64> {
-    i64::try_from(n).map_err(|_| StorageError::Backend(format!("{n} does not fit SQLite")))
+    i64::try_from(n).map_err(|_| StorageError::backend_msg(format!("{n} does not fit SQLite")))
 }
 
 fn from_sql(n: i64) -> Result<u64> {
-    u64::try_from(n).map_err(|_| StorageError::Corrupt(format!("negative stored token {n}")))
+    u64::try_from(n).map_err(|_| StorageError::corrupt_msg(format!("negative stored token {n}")))
 }
 
 impl SqliteSnapshots {
@@ -205,7 +205,7 @@ impl SqliteSnapshots {
                     bytes: Bytes::from(data),
                 })),
                 Some((None, None)) | None => Ok(None),
-                Some(_) => Err(StorageError::Corrupt(format!(
+                Some(_) => Err(StorageError::corrupt_msg(format!(
                     "state of {room} has only one of fence and data"
                 ))),
             }
