@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gateway::GatewayConfig;
 use gateway::standalone::{self, Running, StandaloneConfig};
-use loadtest::client::{self, Client};
+use kit::client::{self, Client};
 use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use shard::ShardConfig;
@@ -72,7 +72,7 @@ impl Server {
     }
 
     async fn grant(&self, user: &str, amount: i64, key: &str) -> Value {
-        let r = loadtest::admin::call(
+        let r = kit::admin::call(
             self.admin,
             "POST",
             &format!("/admin/wallets/{user}/grant"),
@@ -86,7 +86,7 @@ impl Server {
     }
 
     async fn wallet(&self, user: &str) -> Value {
-        loadtest::admin::get(self.admin, &format!("/admin/wallets/{user}"), Some(ADMIN))
+        kit::admin::get(self.admin, &format!("/admin/wallets/{user}"), Some(ADMIN))
             .await
             .unwrap()
             .json()
@@ -113,7 +113,7 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
         (Some(100), Some(false))
     );
     assert_eq!(s.grant("alice", 50, "k2").await["balance"], 150);
-    let refused = loadtest::admin::call(
+    let refused = kit::admin::call(
         s.admin,
         "POST",
         "/admin/wallets/alice/grant",
@@ -123,7 +123,7 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
     .await
     .unwrap();
     assert_eq!(refused.status, 401);
-    let wrong = loadtest::admin::call(
+    let wrong = kit::admin::call(
         s.admin,
         "POST",
         "/admin/wallets/alice/grant",
@@ -287,7 +287,7 @@ async fn batch_gifts_to_the_seated_and_bad_gift_requests() {
     for u in ["s1", "s2", "s3"] {
         assert_eq!(s.wallet(u).await["earnings"], 50);
     }
-    let code = |r: Result<Value, loadtest::client::ClientError>| r.unwrap_err().code().unwrap();
+    let code = |r: Result<Value, kit::client::ClientError>| r.unwrap_err().code().unwrap();
     assert_eq!(
         code(
             h.request("gift.send", gift(&room, "x1", "nope", json!(["s1"])))
@@ -392,7 +392,7 @@ async fn catalog_leaderboards_and_lucky_gifts() {
         }
     }
     assert!(won > 0, "no lucky win in 200 orders");
-    let totals = loadtest::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
+    let totals = kit::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
         .await
         .unwrap()
         .json();
@@ -442,7 +442,7 @@ async fn conservation_over_thousands_of_random_gifts() {
     for (c, id) in pending.drain(..) {
         let _ = clients[c].reply_to(id, WAIT).await;
     }
-    let totals = loadtest::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
+    let totals = kit::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
         .await
         .unwrap()
         .json();

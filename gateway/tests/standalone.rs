@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gateway::GatewayConfig;
 use gateway::standalone::{self, Running, StandaloneConfig};
-use loadtest::client::{self, Client, ClientError};
+use kit::client::{self, Client, ClientError};
 use protocol::{ErrorCode, RoomId};
 use serde_json::json;
 use shard::ShardConfig;
@@ -654,7 +654,7 @@ async fn an_empty_room_unloads_after_the_idle_time_and_reloads_with_its_state() 
         .await
         .unwrap();
     a.join(&room, false, None).await.unwrap();
-    let loaded = loadtest::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
+    let loaded = kit::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
         .await
         .unwrap();
     assert_eq!(loaded.status, 200);
@@ -663,7 +663,7 @@ async fn an_empty_room_unloads_after_the_idle_time_and_reloads_with_its_state() 
         .unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let r = loadtest::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
+        let r = kit::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
             .await
             .unwrap();
         if r.status == 404 {

@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use loadtest::client::resume::ResumingClient;
-use loadtest::client::{Client, ClientError};
-use loadtest::cluster::{Cluster, ClusterOptions};
+use kit::client::resume::ResumingClient;
+use kit::client::{Client, ClientError};
+use kit::cluster::{Cluster, ClusterOptions};
 use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -89,7 +89,7 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
         let (owner, fence) = cluster.room_owner(r.as_str()).await.unwrap().unwrap();
         assert!(fence > 0);
         let shard = cluster.shard(&owner).unwrap();
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             shard.admin,
             &format!("/admin/rooms/{r}"),
             Some(&cluster.admin_token),
@@ -102,7 +102,7 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
     }
     assert!(owners.len() >= 2, "rooms on one shard only: {owners:?}");
     // The admin API refuses calls without the token.
-    let r = loadtest::admin::get(cluster.gateways[0].admin, "/admin/rooms/xroom-0", None)
+    let r = kit::admin::get(cluster.gateways[0].admin, "/admin/rooms/xroom-0", None)
         .await
         .unwrap();
     assert_eq!(r.status, 401);
@@ -287,7 +287,7 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
     assert!(now_fence >= new_epoch);
     let deadline = Instant::now() + WAIT;
     loop {
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             paused.admin,
             "/admin/rooms/paused",
             Some(&cluster.admin_token),
@@ -362,7 +362,7 @@ async fn an_owner_frozen_between_its_write_and_its_broadcast_withholds_the_broad
     assert!(rejoined["resync"] == false, "{rejoined}");
     frozen.node.resume().unwrap();
     assert!(
-        loadtest::admin::wait_metric(frozen.admin, WITHHELD, 1.0, WAIT)
+        kit::admin::wait_metric(frozen.admin, WITHHELD, 1.0, WAIT)
             .await
             .unwrap(),
         "the frozen owner did not withhold its broadcast"
@@ -445,7 +445,7 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
     g.cluster.redis.config_set("maxmemory", "0").await.unwrap();
     let settled = settled.unwrap();
     assert_eq!(settled["balance"], 90, "{settled}");
-    let metric = |name| loadtest::admin::metric(shard.admin, name);
+    let metric = |name| kit::admin::metric(shard.admin, name);
     assert_eq!(metric(HISTORY_FAILED).await.unwrap(), 1.0);
     assert_eq!(metric(LEFT_OPEN).await.unwrap(), 1.0);
     let seen = events_until_room_left(&mut g.b).await;
@@ -462,7 +462,7 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
         "closed by the publish"
     );
     let token = Some(g.cluster.admin_token.as_str());
-    let alice = loadtest::admin::get(g.cluster.gateways[0].admin, "/admin/wallets/alice", token)
+    let alice = kit::admin::get(g.cluster.gateways[0].admin, "/admin/wallets/alice", token)
         .await
         .unwrap()
         .json();
@@ -490,7 +490,7 @@ async fn a_gift_settled_after_its_runtime_stopped_reaches_the_room_after_all() {
     let settled = settled.unwrap();
     assert_eq!(settled["balance"], 90, "{settled}");
     let shard = g.cluster.shards.first().unwrap();
-    let metric = |name| loadtest::admin::metric(shard.admin, name);
+    let metric = |name| kit::admin::metric(shard.admin, name);
     assert_eq!(metric(LEFT_OPEN).await.unwrap(), 1.0);
     gift_on_rejoin(&mut g.b, &g.room, &settled, &g.before).await;
     assert_eq!(metric(FOUND_OPEN).await.unwrap(), 1.0);
@@ -542,7 +542,7 @@ async fn concurrent_gifts_are_opened_together_and_each_published_once() {
         let user = format!("sender{i}");
         let grant = json!({"amount": 1000, "key": "g1"});
         let path = format!("/admin/wallets/{user}/grant");
-        let r = loadtest::admin::call(cluster.gateways[0].admin, "POST", &path, token, Some(grant))
+        let r = kit::admin::call(cluster.gateways[0].admin, "POST", &path, token, Some(grant))
             .await
             .unwrap();
         assert_eq!(r.status, 200, "{}", r.body);
@@ -641,7 +641,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
     let gw = g.cluster.gateways[0].admin;
     let wallet = |user: &'static str| async move {
         let path = format!("/admin/wallets/{user}");
-        loadtest::admin::get(gw, &path, token).await.unwrap().json()
+        kit::admin::get(gw, &path, token).await.unwrap().json()
     };
     assert_eq!(
         wallet("alice").await["balance"],
@@ -659,7 +659,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
     );
     assert!(e.epoch > g.before.epoch, "{e:?}");
     let survivor = g.cluster.shards.iter().find(|s| s.id != owner).unwrap();
-    let found = loadtest::admin::metric(survivor.admin, FOUND_OPEN).await;
+    let found = kit::admin::metric(survivor.admin, FOUND_OPEN).await;
     assert_eq!(found.unwrap(), 1.0);
     assert_eq!(
         open_gifts(&g.cluster, &g.room).await,
@@ -700,7 +700,7 @@ struct OwedGift {
     cluster: Cluster,
     a: Client,
     b: Client,
-    before: loadtest::client::Event,
+    before: kit::client::Event,
     room: RoomId,
 }
 
@@ -713,7 +713,7 @@ async fn alice_with_coins_and_bob_in_cluster(cluster: Cluster, room: &str) -> Ow
     let token = Some(cluster.admin_token.as_str());
     let grant = json!({"amount": 100, "key": "g1"});
     let path = "/admin/wallets/alice/grant";
-    let r = loadtest::admin::call(cluster.gateways[0].admin, "POST", path, token, Some(grant))
+    let r = kit::admin::call(cluster.gateways[0].admin, "POST", path, token, Some(grant))
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
@@ -736,8 +736,8 @@ async fn gift_on_rejoin(
     b: &mut Client,
     room: &RoomId,
     settled: &Value,
-    before: &loadtest::client::Event,
-) -> loadtest::client::Event {
+    before: &kit::client::Event,
+) -> kit::client::Event {
     let rejoined = join_retrying(b, room, WAIT).await;
     assert_eq!(rejoined["resync"], false, "{rejoined}");
     let e = b.next_event_named("gift", WAIT).await.unwrap();
@@ -760,7 +760,7 @@ async fn refused_while_redis_is_full(
     cluster.redis.config_set("maxmemory", "1").await.unwrap();
     let sent = c.send(op, d).await.unwrap();
     let shard = cluster.shards.first().unwrap();
-    let failed = loadtest::admin::wait_metric(shard.admin, HISTORY_FAILED, failures, WAIT).await;
+    let failed = kit::admin::wait_metric(shard.admin, HISTORY_FAILED, failures, WAIT).await;
     cluster.redis.config_set("maxmemory", "0").await.unwrap();
     let refused = c.reply_to(sent, WAIT).await;
     assert!(
@@ -771,7 +771,7 @@ async fn refused_while_redis_is_full(
 }
 
 /// The events `c` receives up to its `room.left` (reason `unavailable`), which ends the list.
-async fn events_until_room_left(c: &mut Client) -> Vec<loadtest::client::Event> {
+async fn events_until_room_left(c: &mut Client) -> Vec<kit::client::Event> {
     let mut seen = Vec::new();
     loop {
         let e = c.next_event(WAIT).await.unwrap();
@@ -839,7 +839,7 @@ async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     // Exactly one shard runs the room.
     let mut running = 0;
     for s in &cluster.shards {
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             s.admin,
             "/admin/rooms/redis-restart",
             Some(&cluster.admin_token),

@@ -10,8 +10,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::SinkExt;
-use loadtest::client::{self, Client, ClientError};
-use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, wait_listening};
+use kit::client::{self, Client, ClientError};
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::node::{NODE_READY_TIMEOUT, Node, wait_listening};
 use protocol::RoomId;
 use serde_json::json;
 use tokio::time::Instant;
@@ -24,7 +25,7 @@ async fn join_retrying(c: &mut Client, room: &RoomId) -> serde_json::Value {
         .unwrap()
 }
 
-fn chats(events: &[loadtest::client::Event]) -> Vec<String> {
+fn chats(events: &[kit::client::Event]) -> Vec<String> {
     events
         .iter()
         .filter(|e| e.ev == "chat")
@@ -222,7 +223,7 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
     assert_eq!((p.gaps, p.duplicates), (0, 0));
     let closed = "chorus_gateway_closes_total{code=\"4000\"}";
     assert!(
-        loadtest::admin::wait_metric(admin, closed, 1.0, WAIT)
+        kit::admin::wait_metric(admin, closed, 1.0, WAIT)
             .await
             .unwrap(),
         "the slow consumer was not closed with 4000"

@@ -13,8 +13,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use loadtest::client::{self, ClientError};
-use loadtest::cluster::Node;
+use kit::client::{self, ClientError};
+use kit::node::Node;
 use protocol::RoomId;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;

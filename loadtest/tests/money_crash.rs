@@ -8,8 +8,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use loadtest::client;
-use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, wait_listening};
+use kit::client;
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::node::{NODE_READY_TIMEOUT, Node, wait_listening};
 use protocol::RoomId;
 use serde_json::json;
 use tokio::time::Instant;
@@ -38,7 +39,7 @@ async fn standalone_with(
 }
 
 async fn wallet(admin: SocketAddr, token: &str, user: &str) -> serde_json::Value {
-    loadtest::admin::get(admin, &format!("/admin/wallets/{user}"), Some(token))
+    kit::admin::get(admin, &format!("/admin/wallets/{user}"), Some(token))
         .await
         .unwrap()
         .json()
@@ -46,7 +47,7 @@ async fn wallet(admin: SocketAddr, token: &str, user: &str) -> serde_json::Value
 
 /// Grants alice the 100 coins each test's gift (a 10-coin rose to bob) draws on.
 async fn grant_alice(admin: SocketAddr, token: &str) {
-    let r = loadtest::admin::call(
+    let r = kit::admin::call(
         admin,
         "POST",
         "/admin/wallets/alice/grant",
@@ -68,7 +69,7 @@ async fn wait_bob_credited(admin: SocketAddr, token: &str, within: Duration, wha
 }
 
 async fn assert_conserved(admin: SocketAddr, token: &str) {
-    let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(token))
+    let totals = kit::admin::get(admin, "/admin/ledger/totals", Some(token))
         .await
         .unwrap()
         .json();
@@ -87,7 +88,7 @@ async fn crash_mid_gift(dir: &std::path::Path, room: &RoomId, req_id: &str) -> s
     a.join(room, false, None).await.unwrap();
     b.join(room, false, None).await.unwrap();
     // A brand-new room has no previous owner and no saga: its load sweeps nothing.
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 1.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 1.0);
     let req = json!({"room": room, "req_id": req_id, "gift": "rose", "to": ["bob"]});
     let _ = a.send("gift.send", req.clone()).await.unwrap();
     // The node aborts after the debit, before the settle.
@@ -116,7 +117,7 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     // Loading the room starts the owner's recovery, which settles the debited saga: the room
     // had an owner, so its load does not skip the sweep.
     a.join(&room, false, None).await.unwrap();
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
     let within = Duration::from_secs(10);
     wait_bob_credited(admin, ADMIN, within, "recovery did not settle the saga").await;
     assert_eq!(
@@ -167,7 +168,7 @@ async fn a_crashed_saga_in_a_room_nobody_rejoins_is_settled_by_the_orphan_sweep(
         90,
         "debited once"
     );
-    assert_eq!(loadtest::admin::metric(admin, LOADED).await.unwrap(), 1.0);
+    assert_eq!(kit::admin::metric(admin, LOADED).await.unwrap(), 1.0);
     assert_conserved(admin, ADMIN).await;
 }
 
@@ -224,12 +225,7 @@ async fn a_dead_owners_saga_is_settled_by_another_shard_when_nobody_rejoins() {
         "debited once"
     );
     let survivor = cluster.shards.iter().find(|s| s.id != owner).unwrap();
-    assert!(
-        loadtest::admin::metric(survivor.admin, LOADED)
-            .await
-            .unwrap()
-            >= 1.0
-    );
+    assert!(kit::admin::metric(survivor.admin, LOADED).await.unwrap() >= 1.0);
     let (new_owner, _) = cluster.room_owner(room.as_str()).await.unwrap().unwrap();
     assert_eq!(new_owner, survivor.id);
 }

@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use loadtest::client::{Client, ClientError};
-use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, wait_listening};
+use kit::client::{Client, ClientError};
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::node::{NODE_READY_TIMEOUT, wait_listening};
 use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -17,7 +18,7 @@ use tokio::time::Instant;
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn admin(c: &Cluster, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let r = loadtest::admin::call(
+    let r = kit::admin::call(
         c.gateways[0].admin,
         method,
         path,
@@ -104,7 +105,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
     let mut followers = Vec::new();
     let stop = tokio_util::sync::CancellationToken::new();
     for (i, room) in rooms.iter().enumerate() {
-        let r = loadtest::admin::call(
+        let r = kit::admin::call(
             cluster.gateways[0].admin,
             "POST",
             &format!("/admin/wallets/p{i}/grant"),
@@ -181,7 +182,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
             let token = cluster.admin_token.clone();
             drain_watch = Some(tokio::spawn(async move {
                 loop {
-                    let j = loadtest::admin::get(addr, "/admin/local", Some(&token))
+                    let j = kit::admin::get(addr, "/admin/local", Some(&token))
                         .await
                         .unwrap()
                         .json();
@@ -249,7 +250,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
             "room {i}: chat lost, duplicated or reordered"
         );
         assert_eq!(gifts as i64, gifts_acked[i], "room {i}: gift events");
-        let w = loadtest::admin::get(
+        let w = kit::admin::get(
             cluster.gateways[0].admin,
             &format!("/admin/wallets/p{i}"),
             Some(&cluster.admin_token),
@@ -427,7 +428,7 @@ async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_o
     frozen.node.resume().unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             frozen.admin,
             "/admin/rooms/frozen",
             Some(&cluster.admin_token),
@@ -477,7 +478,7 @@ async fn admin_calls_without_the_token_are_refused() {
     for addr in [cluster.gateways[0].admin, cluster.shards[0].admin] {
         for (method, path) in calls {
             for token in [None, Some("wrong-token")] {
-                let r = loadtest::admin::call(addr, method, path, token, Some(json!({})))
+                let r = kit::admin::call(addr, method, path, token, Some(json!({})))
                     .await
                     .unwrap();
                 assert_eq!(r.status, 401, "{method} {path} with {token:?} on {addr}");

@@ -9,8 +9,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use loadtest::client;
-use loadtest::cluster::Node;
+use kit::client;
+use kit::node::Node;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -28,9 +28,7 @@ async fn wait_unloaded(admin: SocketAddr, room: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
         let path = format!("/admin/rooms/{room}");
-        let r = loadtest::admin::get(admin, &path, Some(ADMIN))
-            .await
-            .unwrap();
+        let r = kit::admin::get(admin, &path, Some(ADMIN)).await.unwrap();
         if r.status == 404 {
             return;
         }
@@ -72,7 +70,7 @@ async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_t
         .request("chat.send", json!({"room": room, "text": "hi"}))
         .await
         .unwrap();
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
     // Bob leaves holding his seat (the seat frees: another write), then alice leaves.
     bob.request("room.leave", json!({"room": room}))
         .await
@@ -83,7 +81,7 @@ async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_t
         .unwrap();
     wait_unloaded(admin, "calm").await;
     assert_eq!(
-        loadtest::admin::metric(admin, SKIPPED).await.unwrap(),
+        kit::admin::metric(admin, SKIPPED).await.unwrap(),
         1.0,
         "the unload wrote a snapshot that was already stored"
     );
@@ -104,7 +102,7 @@ async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_t
         .unwrap();
     drop(bob);
     wait_unloaded(admin, "calm").await;
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 2.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 2.0);
     let ok = alice.join(&room, false, Some("pw")).await.unwrap();
     let seats = ok["snapshot"]["seats"].as_array().unwrap().clone();
     assert!(seats.iter().all(|s| s["user"].is_null()), "{seats:?}");

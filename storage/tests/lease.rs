@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use loadtest::cluster::RedisServer;
+use kit::redis::RedisServer;
 use protocol::{NodeId, RoomId};
 use storage::StorageError;
 use storage::lease::{ClaimOutcome, LeaseOwner, LeaseStore, RENEW_CHUNK_MAX};

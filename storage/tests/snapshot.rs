@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use loadtest::cluster::RedisServer;
+use kit::redis::RedisServer;
 use protocol::{NodeId, RoomId};
 use storage::StorageError;
 use storage::lease::{ClaimOutcome, InProcessLeases, LeaseOwner, LeaseStore};
