@@ -18,26 +18,12 @@ use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Joins `room` (resuming from the client's position), retrying while ownership moves.
-async fn join_retrying(c: &mut Client, room: &RoomId, within: Duration) -> Value {
-    c.join_retrying(room, None, within).await.unwrap()
-}
-
-async fn join_retrying_pw(
-    c: &mut Client,
-    room: &RoomId,
-    pw: Option<&str>,
-    within: Duration,
-) -> Value {
-    c.join_retrying(room, pw, within).await.unwrap()
-}
-
 /// Alice and Bob, both through the first gateway, joined to `room`.
 async fn alice_and_bob_in(cluster: &Cluster, room: &RoomId) -> (Client, Client) {
     let mut a = cluster.connect(0, "alice").await.unwrap();
     let mut b = cluster.connect(0, "bob").await.unwrap();
-    join_retrying(&mut a, room, WAIT).await;
-    join_retrying(&mut b, room, WAIT).await;
+    a.join_retrying(room, None, WAIT).await.unwrap();
+    b.join_retrying(room, None, WAIT).await.unwrap();
     (a, b)
 }
 
@@ -56,8 +42,8 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
         rooms.push(RoomId::from(format!("xroom-{i}")));
     }
     let room = rooms[0].clone();
-    join_retrying(&mut a, &room, WAIT).await;
-    let jb = join_retrying(&mut b, &room, WAIT).await;
+    a.join_retrying(&room, None, WAIT).await.unwrap();
+    let jb = b.join_retrying(&room, None, WAIT).await.unwrap();
     assert_eq!(jb["snapshot"]["members"], 2);
     assert_eq!(
         a.next_event_named("member.join", WAIT).await.unwrap().d["user"],
@@ -85,7 +71,7 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
     // Rooms spread over the shards, and every node's admin API names the same owner.
     let mut owners = std::collections::HashSet::new();
     for r in &rooms[1..] {
-        join_retrying(&mut a, r, WAIT).await;
+        a.join_retrying(r, None, WAIT).await.unwrap();
         let (owner, fence) = cluster.room_owner(r.as_str()).await.unwrap().unwrap();
         assert!(fence > 0);
         let shard = cluster.shard(&owner).unwrap();
@@ -190,7 +176,7 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
     let killed_at = Instant::now();
     cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
     assert_eq!(wait_room_left(&mut a, WAIT).await["reason"], "unavailable");
-    let ja = join_retrying(&mut a, &room, ttl * 5).await;
+    let ja = a.join_retrying(&room, None, ttl * 5).await.unwrap();
     let failover = killed_at.elapsed();
     let snap = &ja["snapshot"];
     assert_eq!(snap["owner"], "alice", "owner restored");
@@ -202,7 +188,7 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
     assert_ne!(new_owner, owner);
     assert_eq!(new_fence, new_epoch);
     wait_room_left(&mut b, WAIT).await;
-    join_retrying_pw(&mut b, &room, Some("pw"), WAIT).await;
+    b.join_retrying(&room, Some("pw"), WAIT).await.unwrap();
     // Chat continues in the new epoch with consecutive seq.
     let s1 = a.chat(&room, "after").await.unwrap();
     let s2 = b.chat(&room, "after 2").await.unwrap();
@@ -249,7 +235,7 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
         wait_room_left(&mut a, ttl * 3).await["reason"],
         "unavailable"
     );
-    let ja = join_retrying(&mut a, &room, ttl * 4).await;
+    let ja = a.join_retrying(&room, None, ttl * 4).await.unwrap();
     let takeover = stopped_at.elapsed();
     let new_epoch = ja["epoch"].as_u64().unwrap();
     assert!(new_epoch > old_fence);
@@ -358,7 +344,7 @@ async fn an_owner_frozen_between_its_write_and_its_broadcast_withholds_the_broad
     );
     // A new owner holds the lease once this join succeeds: the frozen owner's deadline, set
     // before the lease's expiry in Redis, has passed.
-    let rejoined = join_retrying(&mut a, &room, ttl * 5).await;
+    let rejoined = a.join_retrying(&room, None, ttl * 5).await.unwrap();
     assert!(rejoined["resync"] == false, "{rejoined}");
     frozen.node.resume().unwrap();
     assert!(
@@ -397,7 +383,7 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
     assert!(seen.iter().all(|e| e.ev != "chat"), "published: {seen:?}");
     assert_eq!(wait_room_left(&mut b, WAIT).await["reason"], "unavailable");
     for c in [&mut a, &mut b] {
-        let rejoined = join_retrying(c, &room, WAIT).await;
+        let rejoined = c.join_retrying(&room, None, WAIT).await.unwrap();
         assert_eq!(rejoined["resync"], false, "{rejoined}");
     }
     b.chat(&room, "after").await.unwrap();
@@ -417,7 +403,7 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
         seen.iter().all(|e| e.ev != "seat.update"),
         "published: {seen:?}"
     );
-    let rejoined = join_retrying(&mut a, &room, WAIT).await;
+    let rejoined = a.join_retrying(&room, None, WAIT).await.unwrap();
     assert_ne!(
         rejoined["snapshot"]["seats"][0]["user"], "bob",
         "{rejoined}"
@@ -462,7 +448,7 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
         "closed by the publish"
     );
     let token = Some(g.cluster.admin_token.as_str());
-    let alice = kit::admin::get(g.cluster.gateways[0].admin, "/admin/wallets/alice", token)
+    let alice = kit::admin::wallet(g.cluster.gateways[0].admin, token, "alice")
         .await
         .unwrap()
         .json();
@@ -540,18 +526,16 @@ async fn concurrent_gifts_are_opened_together_and_each_published_once() {
     let mut senders = Vec::new();
     for i in 0..SENDERS {
         let user = format!("sender{i}");
-        let grant = json!({"amount": 1000, "key": "g1"});
-        let path = format!("/admin/wallets/{user}/grant");
-        let r = kit::admin::call(cluster.gateways[0].admin, "POST", &path, token, Some(grant))
+        let r = kit::admin::grant(cluster.gateways[0].admin, token, &user, 1000, "g1")
             .await
             .unwrap();
         assert_eq!(r.status, 200, "{}", r.body);
         let mut c = cluster.connect(0, &user).await.unwrap();
-        join_retrying(&mut c, &room, WAIT).await;
+        c.join_retrying(&room, None, WAIT).await.unwrap();
         senders.push(c);
     }
     let mut watcher = cluster.connect(0, "watcher").await.unwrap();
-    join_retrying(&mut watcher, &room, WAIT).await;
+    watcher.join_retrying(&room, None, WAIT).await.unwrap();
     let mut sent = Vec::new();
     for n in 0..GIFTS_EACH {
         for (i, c) in senders.iter_mut().enumerate() {
@@ -649,7 +633,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
         "settled before the crash"
     );
 
-    let rejoined = join_retrying(&mut g.b, &g.room, WAIT).await;
+    let rejoined = g.b.join_retrying(&g.room, None, WAIT).await.unwrap();
     assert_eq!(rejoined["resync"], false, "{rejoined}");
     let e = g.b.next_event_named("gift", WAIT).await.unwrap();
     assert_eq!(
@@ -667,7 +651,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
         "closed by the publish"
     );
     // Once: no second gift event before alice's next chat.
-    join_retrying(&mut g.a, &g.room, WAIT).await;
+    g.a.join_retrying(&g.room, None, WAIT).await.unwrap();
     g.a.chat(&g.room, "after").await.unwrap();
     loop {
         let next = g.b.next_event(WAIT).await.unwrap();
@@ -711,9 +695,7 @@ async fn alice_with_coins_and_bob_in(room: &str) -> OwedGift {
 /// [`alice_with_coins_and_bob_in`] on `cluster`.
 async fn alice_with_coins_and_bob_in_cluster(cluster: Cluster, room: &str) -> OwedGift {
     let token = Some(cluster.admin_token.as_str());
-    let grant = json!({"amount": 100, "key": "g1"});
-    let path = "/admin/wallets/alice/grant";
-    let r = kit::admin::call(cluster.gateways[0].admin, "POST", path, token, Some(grant))
+    let r = kit::admin::grant(cluster.gateways[0].admin, token, "alice", 100, "g1")
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
@@ -738,7 +720,7 @@ async fn gift_on_rejoin(
     settled: &Value,
     before: &kit::client::Event,
 ) -> kit::client::Event {
-    let rejoined = join_retrying(b, room, WAIT).await;
+    let rejoined = b.join_retrying(room, None, WAIT).await.unwrap();
     assert_eq!(rejoined["resync"], false, "{rejoined}");
     let e = b.next_event_named("gift", WAIT).await.unwrap();
     assert_eq!(e.d["order"], settled["order"], "{e:?}");
@@ -809,7 +791,7 @@ async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     .unwrap();
     let mut a = cluster.connect(0, "alice").await.unwrap();
     let room = RoomId::from("redis-restart");
-    join_retrying(&mut a, &room, WAIT).await;
+    a.join_retrying(&room, None, WAIT).await.unwrap();
     a.chat(&room, "before").await.unwrap();
     cluster.redis.restart().await.unwrap();
     // Keep using the room for 3 TTLs (rejoining whenever told to), then it must work.
@@ -874,7 +856,10 @@ async fn follow(
                 texts.push(e.d["text"].as_str().unwrap_or_default().to_owned())
             }
             Ok(e) if e.ev == "room.left" => {
-                let j = join_retrying(&mut c, &room, Duration::from_secs(20)).await;
+                let j = c
+                    .join_retrying(&room, None, Duration::from_secs(20))
+                    .await
+                    .unwrap();
                 if j["resync"] == true {
                     resynced = true;
                 }
@@ -926,12 +911,12 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
     .unwrap();
     let room = RoomId::from("traffic");
     let mut p = cluster.connect(0, "publisher").await.unwrap();
-    join_retrying(&mut p, &room, WAIT).await;
+    p.join_retrying(&room, None, WAIT).await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let mut followers = Vec::new();
     for (g, user) in [(0, "o1"), (1, "o2")] {
         let mut c = cluster.connect(g, user).await.unwrap();
-        join_retrying(&mut c, &room, WAIT).await;
+        c.join_retrying(&room, None, WAIT).await.unwrap();
         followers.push(tokio::spawn(follow(c, room.clone(), stop.clone())));
     }
     // The third follower is the library's self-resuming client.

@@ -9,8 +9,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use kit::client;
-use kit::node::Node;
+use kit::standalone::Server;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -18,10 +17,6 @@ const SECRET: &str = "snapshot-secret";
 const ADMIN: &str = "snapshot-admin";
 const SKIPPED: &str = "chorus_shard_snapshot_writes_skipped_total";
 const WAIT: Duration = Duration::from_secs(10);
-
-fn token(user: &str) -> String {
-    client::mint_token(SECRET.as_bytes(), user, Duration::from_secs(600)).unwrap()
-}
 
 /// Waits until the admin API no longer finds `room` running (it unloaded).
 async fn wait_unloaded(admin: SocketAddr, room: &str) {
@@ -40,20 +35,18 @@ async fn wait_unloaded(admin: SocketAddr, room: &str) {
 #[tokio::test]
 async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, ws, admin) = Node::spawn_standalone(
+    let node = Server::start(
         dir.path(),
+        SECRET,
+        ADMIN,
         &[],
-        [
-            ("CHORUS_JWT_SECRET", SECRET),
-            ("CHORUS_ADMIN_TOKEN", ADMIN),
-            ("CHORUS_IDLE_UNLOAD_MS", "300"),
-        ],
+        &[("CHORUS_IDLE_UNLOAD_MS", "300")],
     )
     .await
     .unwrap();
-    let url = format!("ws://{ws}/ws");
-    let mut alice = client::connect(&url, Some(&token("alice"))).await.unwrap();
-    let mut bob = client::connect(&url, Some(&token("bob"))).await.unwrap();
+    let admin = node.admin;
+    let mut alice = node.connect("alice").await.unwrap();
+    let mut bob = node.connect("bob").await.unwrap();
     let room = alice
         .create_room(json!({"room": "calm", "title": "calm", "seats": 4, "password": "pw"}))
         .await

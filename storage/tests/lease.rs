@@ -14,6 +14,10 @@ use storage::lease::{ClaimOutcome, LeaseOwner, LeaseStore, RENEW_CHUNK_MAX};
 use storage::redis::Redis;
 use tokio::time::Instant;
 
+#[path = "support/owner.rs"]
+mod support;
+use support::owner;
+
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
 /// Lease TTL for tests that wait for expiry: short, so Redis tests stay fast.
@@ -32,10 +36,6 @@ enum Clock {
     Paused,
     /// Real Redis: time is the wall clock.
     Real,
-}
-
-fn owner(node: &str) -> LeaseOwner {
-    LeaseOwner::new(&NodeId::from(node), &format!("boot-{node}"))
 }
 
 fn acquired(outcome: ClaimOutcome) -> u64 {

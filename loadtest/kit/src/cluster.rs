@@ -307,6 +307,23 @@ impl Cluster {
         Ok(crate::client::connect(url, Some(&token)).await?)
     }
 
+    /// An admin call to the first gateway, with the cluster's admin token.
+    ///
+    /// # Errors
+    /// No gateway, or connection and protocol failures.
+    pub async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> anyhow::Result<crate::admin::AdminResponse> {
+        let g = self
+            .gateways
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("no gateway"))?;
+        crate::admin::call(g.admin, method, path, Some(&self.admin_token), body).await
+    }
+
     /// `(owner node id, fence)` of `room`'s live lease, asked through gateway `g`'s admin API.
     ///
     /// # Errors
