@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::{NODE_READY_TIMEOUT, Node, POLL_INTERVAL, wait_listening};
-use crate::redis::RedisServer;
+use crate::node::POLL_INTERVAL;
+// The process pieces cluster tests use next to a `Cluster`, importable from here too.
+pub use crate::node::{NODE_EXIT_TIMEOUT, NODE_READY_TIMEOUT, Node, free_port, wait_listening};
+pub use crate::redis::RedisServer;
 
 /// Distinguishes the clusters one test process starts.
 static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
