@@ -249,16 +249,9 @@ async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
         refused.err()
     );
     let admin = target.admin.unwrap();
-    let grant = serde_json::json!({ "amount": 100, "key": "g" });
-    let r = kit::admin::call(
-        admin,
-        "POST",
-        "/admin/wallets/alice/grant",
-        None,
-        Some(grant),
-    )
-    .await
-    .unwrap();
+    let r = kit::admin::grant(admin, None, "alice", 100, "g")
+        .await
+        .unwrap();
     assert_eq!((r.status, r.json()["balance"].as_i64()), (200, Some(100)));
     let token = mint_token(
         target.secret.as_ref().unwrap(),

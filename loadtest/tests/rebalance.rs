@@ -93,12 +93,13 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
     let mut followers = Vec::new();
     let stop = tokio_util::sync::CancellationToken::new();
     for (i, room) in rooms.iter().enumerate() {
-        let r = kit::admin::call(
+        let token = Some(cluster.admin_token.as_str());
+        let r = kit::admin::grant(
             cluster.gateways[0].admin,
-            "POST",
-            &format!("/admin/wallets/p{i}/grant"),
-            Some(&cluster.admin_token),
-            Some(json!({"amount": 100_000, "key": "g"})),
+            token,
+            &format!("p{i}"),
+            100_000,
+            "g",
         )
         .await
         .unwrap();
