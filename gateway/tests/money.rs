@@ -5,27 +5,21 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use gateway::GatewayConfig;
-use gateway::standalone::{self, Running, StandaloneConfig};
-use loadtest::client::{self, Client};
 use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use shard::ShardConfig;
 use shard::gifts::Catalog;
 
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
+
 const SECRET: &[u8] = b"money-test-secret";
 const ADMIN: &str = "money-admin";
 const WAIT: Duration = Duration::from_secs(5);
-
-struct Server {
-    running: Option<Running>,
-    url: String,
-    admin: SocketAddr,
-    dir: tempfile::TempDir,
-}
 
 impl Server {
     async fn start() -> Server {
@@ -34,7 +28,6 @@ impl Server {
 
     /// A server whose shard configuration `tune` has adjusted.
     async fn start_with(tune: impl FnOnce(&mut ShardConfig)) -> Server {
-        let dir = tempfile::tempdir().unwrap();
         let gateway = GatewayConfig {
             rate_per_sec: 10_000,
             rate_burst: 10_000,
@@ -46,56 +39,22 @@ impl Server {
             ..ShardConfig::default()
         };
         tune(&mut shard);
-        let running = standalone::start(StandaloneConfig {
-            ws_addr: "127.0.0.1:0".parse().unwrap(),
-            admin_addr: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().to_owned(),
-            jwt_secret: SECRET.to_vec(),
-            admin_token: Some(ADMIN.into()),
-            gateway,
-            shard,
-            ledger: String::new(),
-        })
-        .await
-        .unwrap();
-        Server {
-            url: format!("ws://{}/ws", running.ws_addr),
-            admin: running.admin_addr,
-            running: Some(running),
-            dir,
-        }
-    }
-
-    async fn connect(&self, user: &str) -> Client {
-        let t = client::mint_token(SECRET, user, Duration::from_secs(600)).unwrap();
-        client::connect(&self.url, Some(&t)).await.unwrap()
+        Server::launch(SECRET, ADMIN, gateway, shard).await
     }
 
     async fn grant(&self, user: &str, amount: i64, key: &str) -> Value {
-        let r = loadtest::admin::call(
-            self.admin,
-            "POST",
-            &format!("/admin/wallets/{user}/grant"),
-            Some(ADMIN),
-            Some(json!({"amount": amount, "key": key})),
-        )
-        .await
-        .unwrap();
+        let r = kit::admin::grant(self.admin, Some(ADMIN), user, amount, key)
+            .await
+            .unwrap();
         assert_eq!(r.status, 200, "{}", r.body);
         r.json()
     }
 
     async fn wallet(&self, user: &str) -> Value {
-        loadtest::admin::get(self.admin, &format!("/admin/wallets/{user}"), Some(ADMIN))
+        kit::admin::wallet(self.admin, Some(ADMIN), user)
             .await
             .unwrap()
             .json()
-    }
-
-    async fn stop(mut self) {
-        if let Some(r) = self.running.take() {
-            r.stop(Duration::from_secs(5)).await;
-        }
     }
 }
 
@@ -113,7 +72,7 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
         (Some(100), Some(false))
     );
     assert_eq!(s.grant("alice", 50, "k2").await["balance"], 150);
-    let refused = loadtest::admin::call(
+    let refused = kit::admin::call(
         s.admin,
         "POST",
         "/admin/wallets/alice/grant",
@@ -123,7 +82,7 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
     .await
     .unwrap();
     assert_eq!(refused.status, 401);
-    let wrong = loadtest::admin::call(
+    let wrong = kit::admin::call(
         s.admin,
         "POST",
         "/admin/wallets/alice/grant",
@@ -287,7 +246,7 @@ async fn batch_gifts_to_the_seated_and_bad_gift_requests() {
     for u in ["s1", "s2", "s3"] {
         assert_eq!(s.wallet(u).await["earnings"], 50);
     }
-    let code = |r: Result<Value, loadtest::client::ClientError>| r.unwrap_err().code().unwrap();
+    let code = |r: Result<Value, kit::client::ClientError>| r.unwrap_err().code().unwrap();
     assert_eq!(
         code(
             h.request("gift.send", gift(&room, "x1", "nope", json!(["s1"])))
@@ -392,7 +351,7 @@ async fn catalog_leaderboards_and_lucky_gifts() {
         }
     }
     assert!(won > 0, "no lucky win in 200 orders");
-    let totals = loadtest::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
+    let totals = kit::admin::ledger_totals(s.admin, Some(ADMIN))
         .await
         .unwrap()
         .json();
@@ -442,7 +401,7 @@ async fn conservation_over_thousands_of_random_gifts() {
     for (c, id) in pending.drain(..) {
         let _ = clients[c].reply_to(id, WAIT).await;
     }
-    let totals = loadtest::admin::get(s.admin, "/admin/ledger/totals", Some(ADMIN))
+    let totals = kit::admin::ledger_totals(s.admin, Some(ADMIN))
         .await
         .unwrap()
         .json();

@@ -7,20 +7,17 @@
 use std::time::Duration;
 
 use gateway::GatewayConfig;
-use gateway::standalone::{self, Running, StandaloneConfig};
-use loadtest::client::{self, Client, ClientError};
+use kit::client::{self, Client, ClientError};
 use protocol::{ErrorCode, RoomId};
 use serde_json::json;
 use shard::ShardConfig;
 
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
+
 const SECRET: &[u8] = b"test-secret-for-standalone";
 const WAIT: Duration = Duration::from_secs(5);
-
-struct Server {
-    running: Option<Running>,
-    url: String,
-    _dir: tempfile::TempDir,
-}
 
 impl Server {
     async fn start() -> Server {
@@ -28,36 +25,13 @@ impl Server {
     }
 
     async fn start_with(tune: impl FnOnce(&mut GatewayConfig, &mut ShardConfig)) -> Server {
-        let dir = tempfile::tempdir().unwrap();
         let mut gateway = GatewayConfig {
             drain_window: Duration::from_millis(100),
             ..GatewayConfig::default()
         };
         let mut shard = ShardConfig::default();
         tune(&mut gateway, &mut shard);
-        let running = standalone::start(StandaloneConfig {
-            ws_addr: "127.0.0.1:0".parse().unwrap(),
-            admin_addr: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().to_owned(),
-            jwt_secret: SECRET.to_vec(),
-            admin_token: Some("admin-token".into()),
-            gateway,
-            shard,
-            ledger: String::new(),
-        })
-        .await
-        .unwrap();
-        let url = format!("ws://{}/ws", running.ws_addr);
-        Server {
-            running: Some(running),
-            url,
-            _dir: dir,
-        }
-    }
-
-    async fn connect(&self, user: &str) -> Client {
-        let token = client::mint_token(SECRET, user, Duration::from_secs(600)).unwrap();
-        client::connect(&self.url, Some(&token)).await.unwrap()
+        Server::launch(SECRET, "admin-token", gateway, shard).await
     }
 
     /// A node for tests that write many requests at once: no heartbeat pings between the
@@ -72,17 +46,11 @@ impl Server {
 
     /// A bare WebSocket for `user`, for tests that control how requests share a write.
     async fn raw(&self, user: &str) -> RawWs {
-        let t = client::mint_token(SECRET, user, Duration::from_secs(600)).unwrap();
+        let t = self.token(user);
         let (ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", self.url))
             .await
             .unwrap();
         ws
-    }
-
-    async fn stop(mut self) {
-        if let Some(r) = self.running.take() {
-            r.stop(Duration::from_secs(5)).await;
-        }
     }
 }
 
@@ -654,7 +622,7 @@ async fn an_empty_room_unloads_after_the_idle_time_and_reloads_with_its_state() 
         .await
         .unwrap();
     a.join(&room, false, None).await.unwrap();
-    let loaded = loadtest::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
+    let loaded = kit::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
         .await
         .unwrap();
     assert_eq!(loaded.status, 200);
@@ -663,7 +631,7 @@ async fn an_empty_room_unloads_after_the_idle_time_and_reloads_with_its_state() 
         .unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let r = loadtest::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
+        let r = kit::admin::get(admin, "/admin/rooms/idle", Some("admin-token"))
             .await
             .unwrap();
         if r.status == 404 {

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::cluster::{self, Cluster, ClusterOptions, NODE_READY_TIMEOUT, free_port};
+use crate::cluster::{Cluster, ClusterOptions};
+use crate::node::{self, NODE_READY_TIMEOUT, free_port};
 
 /// A process the harness started; killed (and its data dir removed) on drop.
 #[derive(Debug)]
@@ -145,7 +146,7 @@ pub async fn spawn_standalone(
     let ws = loopback(free_port()?);
     let admin = loopback(free_port()?);
     let data_dir = data_dir("", ws.port())?;
-    let bin = cluster::chorus_bin();
+    let bin = node::chorus_bin();
     let spawned = spawn_logged(
         command(&bin, pin)
             .arg("standalone")
@@ -164,8 +165,8 @@ pub async fn spawn_standalone(
         &format!("chorus-{}", ws.port()),
         Some(data_dir),
     )?;
-    cluster::wait_listening(ws, NODE_READY_TIMEOUT).await?;
-    cluster::wait_listening(admin, NODE_READY_TIMEOUT).await?;
+    node::wait_listening(ws, NODE_READY_TIMEOUT).await?;
+    node::wait_listening(admin, NODE_READY_TIMEOUT).await?;
     Ok(Target {
         name: "chorus".into(),
         urls: vec![format!("ws://{ws}/ws")],
@@ -208,9 +209,9 @@ pub async fn spawn_baseline(pin: bool, ledger_secret: Option<&[u8]>) -> anyhow::
         &format!("baseline-{}", addr.port()),
         ledger.as_ref().map(|(d, _, _)| d.clone()),
     )?;
-    cluster::wait_listening(addr, NODE_READY_TIMEOUT).await?;
+    node::wait_listening(addr, NODE_READY_TIMEOUT).await?;
     if let Some((_, admin, _)) = &ledger {
-        cluster::wait_listening(*admin, NODE_READY_TIMEOUT).await?;
+        node::wait_listening(*admin, NODE_READY_TIMEOUT).await?;
     }
     Ok(Target {
         name: "baseline".into(),

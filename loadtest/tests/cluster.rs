@@ -9,35 +9,21 @@
 
 use std::time::Duration;
 
-use loadtest::client::resume::ResumingClient;
-use loadtest::client::{Client, ClientError};
-use loadtest::cluster::{Cluster, ClusterOptions};
+use kit::client::resume::ResumingClient;
+use kit::client::{Client, ClientError};
+use kit::cluster::{Cluster, ClusterOptions};
 use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Joins `room` (resuming from the client's position), retrying while ownership moves.
-async fn join_retrying(c: &mut Client, room: &RoomId, within: Duration) -> Value {
-    c.join_retrying(room, None, within).await.unwrap()
-}
-
-async fn join_retrying_pw(
-    c: &mut Client,
-    room: &RoomId,
-    pw: Option<&str>,
-    within: Duration,
-) -> Value {
-    c.join_retrying(room, pw, within).await.unwrap()
-}
-
 /// Alice and Bob, both through the first gateway, joined to `room`.
 async fn alice_and_bob_in(cluster: &Cluster, room: &RoomId) -> (Client, Client) {
     let mut a = cluster.connect(0, "alice").await.unwrap();
     let mut b = cluster.connect(0, "bob").await.unwrap();
-    join_retrying(&mut a, room, WAIT).await;
-    join_retrying(&mut b, room, WAIT).await;
+    a.join_retrying(room, None, WAIT).await.unwrap();
+    b.join_retrying(room, None, WAIT).await.unwrap();
     (a, b)
 }
 
@@ -56,8 +42,8 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
         rooms.push(RoomId::from(format!("xroom-{i}")));
     }
     let room = rooms[0].clone();
-    join_retrying(&mut a, &room, WAIT).await;
-    let jb = join_retrying(&mut b, &room, WAIT).await;
+    a.join_retrying(&room, None, WAIT).await.unwrap();
+    let jb = b.join_retrying(&room, None, WAIT).await.unwrap();
     assert_eq!(jb["snapshot"]["members"], 2);
     assert_eq!(
         a.next_event_named("member.join", WAIT).await.unwrap().d["user"],
@@ -85,11 +71,11 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
     // Rooms spread over the shards, and every node's admin API names the same owner.
     let mut owners = std::collections::HashSet::new();
     for r in &rooms[1..] {
-        join_retrying(&mut a, r, WAIT).await;
+        a.join_retrying(r, None, WAIT).await.unwrap();
         let (owner, fence) = cluster.room_owner(r.as_str()).await.unwrap().unwrap();
         assert!(fence > 0);
         let shard = cluster.shard(&owner).unwrap();
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             shard.admin,
             &format!("/admin/rooms/{r}"),
             Some(&cluster.admin_token),
@@ -102,7 +88,7 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
     }
     assert!(owners.len() >= 2, "rooms on one shard only: {owners:?}");
     // The admin API refuses calls without the token.
-    let r = loadtest::admin::get(cluster.gateways[0].admin, "/admin/rooms/xroom-0", None)
+    let r = kit::admin::get(cluster.gateways[0].admin, "/admin/rooms/xroom-0", None)
         .await
         .unwrap();
     assert_eq!(r.status, 401);
@@ -190,7 +176,7 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
     let killed_at = Instant::now();
     cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
     assert_eq!(wait_room_left(&mut a, WAIT).await["reason"], "unavailable");
-    let ja = join_retrying(&mut a, &room, ttl * 5).await;
+    let ja = a.join_retrying(&room, None, ttl * 5).await.unwrap();
     let failover = killed_at.elapsed();
     let snap = &ja["snapshot"];
     assert_eq!(snap["owner"], "alice", "owner restored");
@@ -202,7 +188,7 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
     assert_ne!(new_owner, owner);
     assert_eq!(new_fence, new_epoch);
     wait_room_left(&mut b, WAIT).await;
-    join_retrying_pw(&mut b, &room, Some("pw"), WAIT).await;
+    b.join_retrying(&room, Some("pw"), WAIT).await.unwrap();
     // Chat continues in the new epoch with consecutive seq.
     let s1 = a.chat(&room, "after").await.unwrap();
     let s2 = b.chat(&room, "after 2").await.unwrap();
@@ -249,7 +235,7 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
         wait_room_left(&mut a, ttl * 3).await["reason"],
         "unavailable"
     );
-    let ja = join_retrying(&mut a, &room, ttl * 4).await;
+    let ja = a.join_retrying(&room, None, ttl * 4).await.unwrap();
     let takeover = stopped_at.elapsed();
     let new_epoch = ja["epoch"].as_u64().unwrap();
     assert!(new_epoch > old_fence);
@@ -287,7 +273,7 @@ async fn a_paused_owner_is_fenced_and_never_interleaves_old_epoch_events() {
     assert!(now_fence >= new_epoch);
     let deadline = Instant::now() + WAIT;
     loop {
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             paused.admin,
             "/admin/rooms/paused",
             Some(&cluster.admin_token),
@@ -358,11 +344,11 @@ async fn an_owner_frozen_between_its_write_and_its_broadcast_withholds_the_broad
     );
     // A new owner holds the lease once this join succeeds: the frozen owner's deadline, set
     // before the lease's expiry in Redis, has passed.
-    let rejoined = join_retrying(&mut a, &room, ttl * 5).await;
+    let rejoined = a.join_retrying(&room, None, ttl * 5).await.unwrap();
     assert!(rejoined["resync"] == false, "{rejoined}");
     frozen.node.resume().unwrap();
     assert!(
-        loadtest::admin::wait_metric(frozen.admin, WITHHELD, 1.0, WAIT)
+        kit::admin::wait_metric(frozen.admin, WITHHELD, 1.0, WAIT)
             .await
             .unwrap(),
         "the frozen owner did not withhold its broadcast"
@@ -397,7 +383,7 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
     assert!(seen.iter().all(|e| e.ev != "chat"), "published: {seen:?}");
     assert_eq!(wait_room_left(&mut b, WAIT).await["reason"], "unavailable");
     for c in [&mut a, &mut b] {
-        let rejoined = join_retrying(c, &room, WAIT).await;
+        let rejoined = c.join_retrying(&room, None, WAIT).await.unwrap();
         assert_eq!(rejoined["resync"], false, "{rejoined}");
     }
     b.chat(&room, "after").await.unwrap();
@@ -417,7 +403,7 @@ async fn a_failed_history_write_publishes_nothing_and_the_next_runtime_starts_a_
         seen.iter().all(|e| e.ev != "seat.update"),
         "published: {seen:?}"
     );
-    let rejoined = join_retrying(&mut a, &room, WAIT).await;
+    let rejoined = a.join_retrying(&room, None, WAIT).await.unwrap();
     assert_ne!(
         rejoined["snapshot"]["seats"][0]["user"], "bob",
         "{rejoined}"
@@ -445,7 +431,7 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
     g.cluster.redis.config_set("maxmemory", "0").await.unwrap();
     let settled = settled.unwrap();
     assert_eq!(settled["balance"], 90, "{settled}");
-    let metric = |name| loadtest::admin::metric(shard.admin, name);
+    let metric = |name| kit::admin::metric(shard.admin, name);
     assert_eq!(metric(HISTORY_FAILED).await.unwrap(), 1.0);
     assert_eq!(metric(LEFT_OPEN).await.unwrap(), 1.0);
     let seen = events_until_room_left(&mut g.b).await;
@@ -462,7 +448,7 @@ async fn a_settled_gift_whose_event_could_not_be_published_reaches_the_room_afte
         "closed by the publish"
     );
     let token = Some(g.cluster.admin_token.as_str());
-    let alice = loadtest::admin::get(g.cluster.gateways[0].admin, "/admin/wallets/alice", token)
+    let alice = kit::admin::wallet(g.cluster.gateways[0].admin, token, "alice")
         .await
         .unwrap()
         .json();
@@ -490,7 +476,7 @@ async fn a_gift_settled_after_its_runtime_stopped_reaches_the_room_after_all() {
     let settled = settled.unwrap();
     assert_eq!(settled["balance"], 90, "{settled}");
     let shard = g.cluster.shards.first().unwrap();
-    let metric = |name| loadtest::admin::metric(shard.admin, name);
+    let metric = |name| kit::admin::metric(shard.admin, name);
     assert_eq!(metric(LEFT_OPEN).await.unwrap(), 1.0);
     gift_on_rejoin(&mut g.b, &g.room, &settled, &g.before).await;
     assert_eq!(metric(FOUND_OPEN).await.unwrap(), 1.0);
@@ -540,18 +526,16 @@ async fn concurrent_gifts_are_opened_together_and_each_published_once() {
     let mut senders = Vec::new();
     for i in 0..SENDERS {
         let user = format!("sender{i}");
-        let grant = json!({"amount": 1000, "key": "g1"});
-        let path = format!("/admin/wallets/{user}/grant");
-        let r = loadtest::admin::call(cluster.gateways[0].admin, "POST", &path, token, Some(grant))
+        let r = kit::admin::grant(cluster.gateways[0].admin, token, &user, 1000, "g1")
             .await
             .unwrap();
         assert_eq!(r.status, 200, "{}", r.body);
         let mut c = cluster.connect(0, &user).await.unwrap();
-        join_retrying(&mut c, &room, WAIT).await;
+        c.join_retrying(&room, None, WAIT).await.unwrap();
         senders.push(c);
     }
     let mut watcher = cluster.connect(0, "watcher").await.unwrap();
-    join_retrying(&mut watcher, &room, WAIT).await;
+    watcher.join_retrying(&room, None, WAIT).await.unwrap();
     let mut sent = Vec::new();
     for n in 0..GIFTS_EACH {
         for (i, c) in senders.iter_mut().enumerate() {
@@ -641,7 +625,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
     let gw = g.cluster.gateways[0].admin;
     let wallet = |user: &'static str| async move {
         let path = format!("/admin/wallets/{user}");
-        loadtest::admin::get(gw, &path, token).await.unwrap().json()
+        kit::admin::get(gw, &path, token).await.unwrap().json()
     };
     assert_eq!(
         wallet("alice").await["balance"],
@@ -649,7 +633,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
         "settled before the crash"
     );
 
-    let rejoined = join_retrying(&mut g.b, &g.room, WAIT).await;
+    let rejoined = g.b.join_retrying(&g.room, None, WAIT).await.unwrap();
     assert_eq!(rejoined["resync"], false, "{rejoined}");
     let e = g.b.next_event_named("gift", WAIT).await.unwrap();
     assert_eq!(
@@ -659,7 +643,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
     );
     assert!(e.epoch > g.before.epoch, "{e:?}");
     let survivor = g.cluster.shards.iter().find(|s| s.id != owner).unwrap();
-    let found = loadtest::admin::metric(survivor.admin, FOUND_OPEN).await;
+    let found = kit::admin::metric(survivor.admin, FOUND_OPEN).await;
     assert_eq!(found.unwrap(), 1.0);
     assert_eq!(
         open_gifts(&g.cluster, &g.room).await,
@@ -667,7 +651,7 @@ async fn a_gift_whose_owner_died_before_publishing_it_reaches_the_room_after_all
         "closed by the publish"
     );
     // Once: no second gift event before alice's next chat.
-    join_retrying(&mut g.a, &g.room, WAIT).await;
+    g.a.join_retrying(&g.room, None, WAIT).await.unwrap();
     g.a.chat(&g.room, "after").await.unwrap();
     loop {
         let next = g.b.next_event(WAIT).await.unwrap();
@@ -700,7 +684,7 @@ struct OwedGift {
     cluster: Cluster,
     a: Client,
     b: Client,
-    before: loadtest::client::Event,
+    before: kit::client::Event,
     room: RoomId,
 }
 
@@ -711,9 +695,7 @@ async fn alice_with_coins_and_bob_in(room: &str) -> OwedGift {
 /// [`alice_with_coins_and_bob_in`] on `cluster`.
 async fn alice_with_coins_and_bob_in_cluster(cluster: Cluster, room: &str) -> OwedGift {
     let token = Some(cluster.admin_token.as_str());
-    let grant = json!({"amount": 100, "key": "g1"});
-    let path = "/admin/wallets/alice/grant";
-    let r = loadtest::admin::call(cluster.gateways[0].admin, "POST", path, token, Some(grant))
+    let r = kit::admin::grant(cluster.gateways[0].admin, token, "alice", 100, "g1")
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
@@ -736,9 +718,9 @@ async fn gift_on_rejoin(
     b: &mut Client,
     room: &RoomId,
     settled: &Value,
-    before: &loadtest::client::Event,
-) -> loadtest::client::Event {
-    let rejoined = join_retrying(b, room, WAIT).await;
+    before: &kit::client::Event,
+) -> kit::client::Event {
+    let rejoined = b.join_retrying(room, None, WAIT).await.unwrap();
     assert_eq!(rejoined["resync"], false, "{rejoined}");
     let e = b.next_event_named("gift", WAIT).await.unwrap();
     assert_eq!(e.d["order"], settled["order"], "{e:?}");
@@ -760,7 +742,7 @@ async fn refused_while_redis_is_full(
     cluster.redis.config_set("maxmemory", "1").await.unwrap();
     let sent = c.send(op, d).await.unwrap();
     let shard = cluster.shards.first().unwrap();
-    let failed = loadtest::admin::wait_metric(shard.admin, HISTORY_FAILED, failures, WAIT).await;
+    let failed = kit::admin::wait_metric(shard.admin, HISTORY_FAILED, failures, WAIT).await;
     cluster.redis.config_set("maxmemory", "0").await.unwrap();
     let refused = c.reply_to(sent, WAIT).await;
     assert!(
@@ -771,7 +753,7 @@ async fn refused_while_redis_is_full(
 }
 
 /// The events `c` receives up to its `room.left` (reason `unavailable`), which ends the list.
-async fn events_until_room_left(c: &mut Client) -> Vec<loadtest::client::Event> {
+async fn events_until_room_left(c: &mut Client) -> Vec<kit::client::Event> {
     let mut seen = Vec::new();
     loop {
         let e = c.next_event(WAIT).await.unwrap();
@@ -809,7 +791,7 @@ async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     .unwrap();
     let mut a = cluster.connect(0, "alice").await.unwrap();
     let room = RoomId::from("redis-restart");
-    join_retrying(&mut a, &room, WAIT).await;
+    a.join_retrying(&room, None, WAIT).await.unwrap();
     a.chat(&room, "before").await.unwrap();
     cluster.redis.restart().await.unwrap();
     // Keep using the room for 3 TTLs (rejoining whenever told to), then it must work.
@@ -839,7 +821,7 @@ async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     // Exactly one shard runs the room.
     let mut running = 0;
     for s in &cluster.shards {
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             s.admin,
             "/admin/rooms/redis-restart",
             Some(&cluster.admin_token),
@@ -874,7 +856,10 @@ async fn follow(
                 texts.push(e.d["text"].as_str().unwrap_or_default().to_owned())
             }
             Ok(e) if e.ev == "room.left" => {
-                let j = join_retrying(&mut c, &room, Duration::from_secs(20)).await;
+                let j = c
+                    .join_retrying(&room, None, Duration::from_secs(20))
+                    .await
+                    .unwrap();
                 if j["resync"] == true {
                     resynced = true;
                 }
@@ -926,12 +911,12 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
     .unwrap();
     let room = RoomId::from("traffic");
     let mut p = cluster.connect(0, "publisher").await.unwrap();
-    join_retrying(&mut p, &room, WAIT).await;
+    p.join_retrying(&room, None, WAIT).await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let mut followers = Vec::new();
     for (g, user) in [(0, "o1"), (1, "o2")] {
         let mut c = cluster.connect(g, user).await.unwrap();
-        join_retrying(&mut c, &room, WAIT).await;
+        c.join_retrying(&room, None, WAIT).await.unwrap();
         followers.push(tokio::spawn(follow(c, room.clone(), stop.clone())));
     }
     // The third follower is the library's self-resuming client.

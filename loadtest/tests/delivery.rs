@@ -6,25 +6,22 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::SinkExt;
-use loadtest::client::{self, Client, ClientError};
-use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, wait_listening};
+use kit::client::{self, ClientError};
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::node::{NODE_READY_TIMEOUT, wait_listening};
+use kit::standalone::Server;
 use protocol::RoomId;
 use serde_json::json;
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(10);
+/// How long a join retries while the room's ownership moves.
+const JOIN_WITHIN: Duration = Duration::from_secs(20);
 
-async fn join_retrying(c: &mut Client, room: &RoomId) -> serde_json::Value {
-    c.join_retrying(room, None, Duration::from_secs(20))
-        .await
-        .unwrap()
-}
-
-fn chats(events: &[loadtest::client::Event]) -> Vec<String> {
+fn chats(events: &[kit::client::Event]) -> Vec<String> {
     events
         .iter()
         .filter(|e| e.ev == "chat")
@@ -44,12 +41,12 @@ async fn sigterm_on_a_gateway_spreads_1001_and_clients_resume_elsewhere_losing_n
     .unwrap();
     let room = RoomId::from("drain");
     let mut p = cluster.connect(1, "publisher").await.unwrap();
-    join_retrying(&mut p, &room).await;
+    p.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
     let n = 20;
     let mut clients = Vec::new();
     for i in 0..n {
         let mut c = cluster.connect(0, &format!("c{i}")).await.unwrap();
-        join_retrying(&mut c, &room).await;
+        c.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
         clients.push(c);
     }
     // Each client waits for its close while the publisher keeps talking.
@@ -98,7 +95,7 @@ async fn sigterm_on_a_gateway_spreads_1001_and_clients_resume_elsewhere_losing_n
             .await
             .unwrap();
         c.set_position(&room, since.epoch, since.seq);
-        let j = join_retrying(&mut c, &room).await;
+        let j = c.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
         assert_eq!(j["resync"], false, "the gap is in the history");
         let mut texts = seen;
         texts.extend(chats(&c.queued_events()));
@@ -137,30 +134,11 @@ async fn sigterm_on_a_gateway_spreads_1001_and_clients_resume_elsewhere_losing_n
     );
 }
 
-async fn spawn_standalone(
-    config: &std::path::Path,
-    data: &std::path::Path,
-) -> (Node, SocketAddr, SocketAddr) {
+async fn spawn_standalone(config: &std::path::Path, data: &std::path::Path) -> Server {
     let config = config.display().to_string();
-    Node::spawn_standalone(
-        data,
-        &["--config", &config],
-        [
-            ("CHORUS_JWT_SECRET", "delivery-secret"),
-            ("CHORUS_ADMIN_TOKEN", "delivery-admin"),
-        ],
-    )
-    .await
-    .unwrap()
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
+    let args = ["--config", config.as_str()];
+    Server::start(data, "delivery-secret", "delivery-admin", &args, &[])
+        .await
         .unwrap()
 }
 
@@ -173,11 +151,11 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
         "rate_per_sec = 100000\nrate_burst = 100000\noutbox_frames = 256\noutbox_bytes = 262144\nwrite_timeout_ms = 1000\n",
     )
     .unwrap();
-    let (node, ws, admin) = spawn_standalone(&config, &dir.path().join("data")).await;
+    let server = spawn_standalone(&config, &dir.path().join("data")).await;
+    let (node, admin) = (&server.node, server.admin);
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
-    let url = format!("ws://{ws}/ws");
-    let token =
-        |u: &str| client::mint_token(b"delivery-secret", u, Duration::from_secs(600)).unwrap();
+    let url = server.url();
+    let token = |u: &str| server.token(u).unwrap();
     let room = RoomId::from("slow");
     let mut fast = client::connect(&url, Some(&token("fast"))).await.unwrap();
     fast.join(&room, false, None).await.unwrap();
@@ -186,7 +164,7 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
     slow.join(&room, false, None).await.unwrap();
     let mut publisher = client::connect(&url, Some(&token("pub"))).await.unwrap();
     publisher.join(&room, false, None).await.unwrap();
-    let rss_before = rss_kib(node.pid());
+    let rss_before = kit::procfs::rss_kib(node.pid()).unwrap();
     let text = "x".repeat(480);
     let total = 20_000u64;
     // The fast client reads all along.
@@ -222,12 +200,12 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
     assert_eq!((p.gaps, p.duplicates), (0, 0));
     let closed = "chorus_gateway_closes_total{code=\"4000\"}";
     assert!(
-        loadtest::admin::wait_metric(admin, closed, 1.0, WAIT)
+        kit::admin::wait_metric(admin, closed, 1.0, WAIT)
             .await
             .unwrap(),
         "the slow consumer was not closed with 4000"
     );
-    let rss_after = rss_kib(node.pid());
+    let rss_after = kit::procfs::rss_kib(node.pid()).unwrap();
     // ~10 MB were published to the slow consumer; the node keeps at most its outbox bound.
     let grew = rss_after.saturating_sub(rss_before);
     eprintln!("SLOW CONSUMER: node RSS {rss_before} KiB -> {rss_after} KiB (+{grew} KiB)");
@@ -237,7 +215,7 @@ async fn a_client_that_never_reads_is_closed_4000_with_bounded_memory() {
     assert!(closed.is_ok(), "slow consumer still open");
     let _ = slow;
     let _ = publisher.close().await;
-    drop(node);
+    drop(server);
 }
 
 #[tokio::test]
@@ -245,10 +223,11 @@ async fn new_connections_beyond_the_admission_rate_get_503() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("chorus.toml");
     std::fs::write(&config, "admit_per_sec = 1\nadmit_burst = 3\n").unwrap();
-    let (_node, ws, admin) = spawn_standalone(&config, &dir.path().join("data")).await;
+    let server = spawn_standalone(&config, &dir.path().join("data")).await;
+    let (ws, admin) = (server.ws, server.admin);
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
-    let url = format!("ws://{ws}/ws");
-    let t = client::mint_token(b"delivery-secret", "u", Duration::from_secs(600)).unwrap();
+    let url = server.url();
+    let t = server.token("u").unwrap();
     let mut admitted = Vec::new();
     let mut refused = 0;
     for _ in 0..6 {

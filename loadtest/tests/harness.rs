@@ -62,7 +62,7 @@ async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
     let pid = target.pids[0];
     target.pids.clear();
 
-    let from_proc = loadtest::procfs::rss_total_kib(&[pid]).unwrap();
+    let from_proc = kit::procfs::rss_total_kib(&[pid]).unwrap();
     let from_admin = scenario::server_rss_kib(&target).await.unwrap();
     let drift = from_admin.abs_diff(from_proc);
     assert!(
@@ -70,7 +70,7 @@ async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
         "admin {from_admin} KiB, /proc {from_proc} KiB"
     );
 
-    let cpu_proc = loadtest::procfs::cpu_ms(&[pid]).unwrap();
+    let cpu_proc = kit::procfs::cpu_ms(&[pid]).unwrap();
     let cpu_admin = scenario::server_cpu(&target).await.unwrap().ms;
     // Both count since the process started; the scrape in between costs a few ticks.
     assert!(
@@ -237,7 +237,7 @@ async fn a_gift_storm_against_the_baseline_settles_and_checks_every_gift() {
 /// token's user (a reused `req_id` gets the same order and no second debit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
-    use loadtest::client::{ClientError, connect, mint_token};
+    use kit::client::{ClientError, connect, mint_token};
     let dir = tempfile::tempdir().unwrap();
     let (target, running) = gift_baseline(dir.path()).await;
     let url = &target.urls[0];
@@ -249,16 +249,9 @@ async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
         refused.err()
     );
     let admin = target.admin.unwrap();
-    let grant = serde_json::json!({ "amount": 100, "key": "g" });
-    let r = loadtest::admin::call(
-        admin,
-        "POST",
-        "/admin/wallets/alice/grant",
-        None,
-        Some(grant),
-    )
-    .await
-    .unwrap();
+    let r = kit::admin::grant(admin, None, "alice", 100, "g")
+        .await
+        .unwrap();
     assert_eq!((r.status, r.json()["balance"].as_i64()), (200, Some(100)));
     let token = mint_token(
         target.secret.as_ref().unwrap(),
@@ -279,7 +272,7 @@ async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
     let again = alice.request("gift.send", d).await.unwrap();
     assert_eq!(first["balance"].as_i64(), Some(80));
     assert_eq!(first, again);
-    let bob = loadtest::admin::get(admin, "/admin/wallets/bob", None)
+    let bob = kit::admin::get(admin, "/admin/wallets/bob", None)
         .await
         .unwrap();
     assert_eq!(bob.json()["earnings"].as_i64(), Some(20));

@@ -13,8 +13,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use loadtest::client::{self, ClientError};
-use loadtest::cluster::Node;
+use kit::client::{self, ClientError};
+use kit::standalone::Server;
 use protocol::RoomId;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -41,8 +41,7 @@ fn p99(mut v: Vec<u64>) -> u64 {
 
 /// Publishes for one phase and returns the victim's latencies (µs).
 async fn phase(url: &str, room: &RoomId, tag: &str) -> Vec<u64> {
-    let token =
-        |u: &str| client::mint_token(SECRET.as_bytes(), u, Duration::from_secs(600)).unwrap();
+    let token = |u: &str| kit::token(SECRET.as_bytes(), u).unwrap();
     let mut victim = client::connect(url, Some(&token(&format!("victim-{tag}"))))
         .await
         .unwrap();
@@ -88,8 +87,7 @@ async fn hostiles(
     room: RoomId,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let token =
-        |u: &str| client::mint_token(SECRET.as_bytes(), u, Duration::from_secs(600)).unwrap();
+    let token = |u: &str| kit::token(SECRET.as_bytes(), u).unwrap();
     // Half-open sockets: TCP connected, never finishing the handshake.
     let mut half_open = Vec::new();
     for _ in 0..50 {
@@ -140,14 +138,16 @@ async fn hostiles(
 #[ignore = "measurement: run by hand with a release build (see the file's doc); records a factor, asserts a generous bound"]
 async fn hostile_clients_raise_a_victims_p99_by_a_bounded_factor() {
     let dir = tempfile::tempdir().unwrap();
-    let (_node, ws, _admin) = Node::spawn_standalone(
+    let node = Server::start(
         dir.path(),
+        SECRET,
+        "x",
         &["--rate-per-sec", "1000", "--rate-burst", "1000"],
-        [("CHORUS_JWT_SECRET", SECRET), ("CHORUS_ADMIN_TOKEN", "x")],
+        &[],
     )
     .await
     .unwrap();
-    let url = format!("ws://{ws}/ws");
+    let (url, ws) = (node.url(), node.ws);
     let room = RoomId::from("victims");
     let quiet = p99(phase(&url, &room, "a").await);
     let stop = tokio_util::sync::CancellationToken::new();

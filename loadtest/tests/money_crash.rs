@@ -8,8 +8,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use loadtest::client;
-use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, Node, wait_listening};
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::node::{NODE_READY_TIMEOUT, wait_listening};
+use kit::standalone::Server;
 use protocol::RoomId;
 use serde_json::json;
 use tokio::time::Instant;
@@ -17,28 +18,20 @@ use tokio::time::Instant;
 const SECRET: &str = "crash-secret";
 const ADMIN: &str = "crash-admin";
 
-async fn standalone(dir: &std::path::Path, crash: bool) -> (Node, SocketAddr, SocketAddr) {
-    standalone_with(dir, crash, Vec::new()).await
+async fn standalone(dir: &std::path::Path, crash: bool) -> Server {
+    standalone_with(dir, crash, &[]).await
 }
 
-async fn standalone_with(
-    dir: &std::path::Path,
-    crash: bool,
-    extra: Vec<(&'static str, String)>,
-) -> (Node, SocketAddr, SocketAddr) {
-    let mut env = vec![
-        ("CHORUS_JWT_SECRET", SECRET.to_owned()),
-        ("CHORUS_ADMIN_TOKEN", ADMIN.to_owned()),
-    ];
-    env.extend(extra);
+async fn standalone_with(dir: &std::path::Path, crash: bool, extra: &[(&str, &str)]) -> Server {
+    let mut env = extra.to_vec();
     if crash {
-        env.push(("CHORUS_TEST_CRASH_AFTER_DEBIT", "1".to_owned()));
+        env.push(("CHORUS_TEST_CRASH_AFTER_DEBIT", "1"));
     }
-    Node::spawn_standalone(dir, &[], env).await.unwrap()
+    Server::start(dir, SECRET, ADMIN, &[], &env).await.unwrap()
 }
 
 async fn wallet(admin: SocketAddr, token: &str, user: &str) -> serde_json::Value {
-    loadtest::admin::get(admin, &format!("/admin/wallets/{user}"), Some(token))
+    kit::admin::wallet(admin, Some(token), user)
         .await
         .unwrap()
         .json()
@@ -46,15 +39,9 @@ async fn wallet(admin: SocketAddr, token: &str, user: &str) -> serde_json::Value
 
 /// Grants alice the 100 coins each test's gift (a 10-coin rose to bob) draws on.
 async fn grant_alice(admin: SocketAddr, token: &str) {
-    let r = loadtest::admin::call(
-        admin,
-        "POST",
-        "/admin/wallets/alice/grant",
-        Some(token),
-        Some(json!({"amount": 100, "key": "g1"})),
-    )
-    .await
-    .unwrap();
+    let r = kit::admin::grant(admin, Some(token), "alice", 100, "g1")
+        .await
+        .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -68,7 +55,7 @@ async fn wait_bob_credited(admin: SocketAddr, token: &str, within: Duration, wha
 }
 
 async fn assert_conserved(admin: SocketAddr, token: &str) {
-    let totals = loadtest::admin::get(admin, "/admin/ledger/totals", Some(token))
+    let totals = kit::admin::ledger_totals(admin, Some(token))
         .await
         .unwrap()
         .json();
@@ -78,26 +65,22 @@ async fn assert_conserved(admin: SocketAddr, token: &str) {
 /// Starts a node that aborts between a gift's debit and its settle, has alice send bob a rose
 /// in the brand-new `room`, and waits for the crash. Returns the gift's request.
 async fn crash_mid_gift(dir: &std::path::Path, room: &RoomId, req_id: &str) -> serde_json::Value {
-    let (mut node, ws, admin) = standalone(dir, true).await;
+    let mut node = standalone(dir, true).await;
+    let admin = node.admin;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     grant_alice(admin, ADMIN).await;
-    let url = format!("ws://{ws}/ws");
-    let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
-    let mut b = client::connect(&url, Some(&token("bob"))).await.unwrap();
+    let mut a = node.connect("alice").await.unwrap();
+    let mut b = node.connect("bob").await.unwrap();
     a.join(room, false, None).await.unwrap();
     b.join(room, false, None).await.unwrap();
     // A brand-new room has no previous owner and no saga: its load sweeps nothing.
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 1.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 1.0);
     let req = json!({"room": room, "req_id": req_id, "gift": "rose", "to": ["bob"]});
     let _ = a.send("gift.send", req.clone()).await.unwrap();
     // The node aborts after the debit, before the settle.
-    let status = node.wait_exit(Duration::from_secs(10)).await.unwrap();
+    let status = node.node.wait_exit(Duration::from_secs(10)).await.unwrap();
     assert!(status.is_some(), "the node did not crash");
     req
-}
-
-fn token(user: &str) -> String {
-    client::mint_token(SECRET.as_bytes(), user, Duration::from_secs(600)).unwrap()
 }
 
 const SKIPPED: &str = "chorus_saga_sweeps_skipped_total";
@@ -109,14 +92,14 @@ async fn a_crash_between_debit_and_settle_is_settled_once_after_restart() {
     let room = RoomId::from("crash");
     let req = crash_mid_gift(dir.path(), &room, "crash-1").await;
 
-    let (_node, ws, admin) = standalone(dir.path(), false).await;
+    let node = standalone(dir.path(), false).await;
+    let admin = node.admin;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
-    let url = format!("ws://{ws}/ws");
-    let mut a = client::connect(&url, Some(&token("alice"))).await.unwrap();
+    let mut a = node.connect("alice").await.unwrap();
     // Loading the room starts the owner's recovery, which settles the debited saga: the room
     // had an owner, so its load does not skip the sweep.
     a.join(&room, false, None).await.unwrap();
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
     let within = Duration::from_secs(10);
     wait_bob_credited(admin, ADMIN, within, "recovery did not settle the saga").await;
     assert_eq!(
@@ -139,8 +122,9 @@ async fn a_crashed_saga_in_a_room_nobody_rejoins_is_settled_by_the_orphan_sweep(
     let dir = tempfile::tempdir().unwrap();
     crash_mid_gift(dir.path(), &RoomId::from("orphan"), "orphan-1").await;
 
-    let sweep = vec![("CHORUS_ORPHAN_SWEEP_MS", "200".to_owned())];
-    let (_node, _ws, admin) = standalone_with(dir.path(), false, sweep).await;
+    let sweep = [("CHORUS_ORPHAN_SWEEP_MS", "200")];
+    let node = standalone_with(dir.path(), false, &sweep).await;
+    let admin = node.admin;
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     assert_eq!(
         wallet(admin, ADMIN, "alice").await["balance"],
@@ -167,7 +151,7 @@ async fn a_crashed_saga_in_a_room_nobody_rejoins_is_settled_by_the_orphan_sweep(
         90,
         "debited once"
     );
-    assert_eq!(loadtest::admin::metric(admin, LOADED).await.unwrap(), 1.0);
+    assert_eq!(kit::admin::metric(admin, LOADED).await.unwrap(), 1.0);
     assert_conserved(admin, ADMIN).await;
 }
 
@@ -224,12 +208,7 @@ async fn a_dead_owners_saga_is_settled_by_another_shard_when_nobody_rejoins() {
         "debited once"
     );
     let survivor = cluster.shards.iter().find(|s| s.id != owner).unwrap();
-    assert!(
-        loadtest::admin::metric(survivor.admin, LOADED)
-            .await
-            .unwrap()
-            >= 1.0
-    );
+    assert!(kit::admin::metric(survivor.admin, LOADED).await.unwrap() >= 1.0);
     let (new_owner, _) = cluster.room_owner(room.as_str()).await.unwrap().unwrap();
     assert_eq!(new_owner, survivor.id);
 }

@@ -8,39 +8,28 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use loadtest::client::{Client, ClientError};
-use loadtest::cluster::{Cluster, ClusterOptions, NODE_READY_TIMEOUT, wait_listening};
+use kit::client::{Client, ClientError};
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::node::{NODE_READY_TIMEOUT, wait_listening};
 use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-async fn admin(c: &Cluster, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let r = loadtest::admin::call(
-        c.gateways[0].admin,
-        method,
-        path,
-        Some(&c.admin_token),
-        body,
-    )
-    .await
-    .unwrap();
-    (r.status, r.json())
-}
-
-async fn join_retrying(c: &mut Client, room: &RoomId) -> Value {
-    c.join_retrying(room, None, Duration::from_secs(30))
-        .await
-        .unwrap()
-}
+/// How long a join retries while the room's ownership moves.
+const JOIN_WITHIN: Duration = Duration::from_secs(30);
 
 /// Waits until no shard has a move planned or in flight, twice in a row.
 async fn settled(c: &Cluster) -> Value {
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut quiet = 0;
     loop {
-        let (_, r) = admin(c, "GET", "/admin/rebalance", None).await;
+        let r = c
+            .admin("GET", "/admin/rebalance", None)
+            .await
+            .unwrap()
+            .json();
         if r["planned"] == 0 && r["in_flight"] == 0 {
             quiet += 1;
             if quiet >= 2 {
@@ -58,7 +47,7 @@ async fn settled(c: &Cluster) -> Value {
 async fn owners(c: &Cluster, probe: &mut Client, rooms: &[RoomId]) -> HashMap<RoomId, String> {
     let mut out = HashMap::new();
     for r in rooms {
-        join_retrying(probe, r).await;
+        probe.join_retrying(r, None, JOIN_WITHIN).await.unwrap();
         let (owner, _) = c.room_owner(r.as_str()).await.unwrap().unwrap();
         out.insert(r.clone(), owner);
     }
@@ -69,7 +58,7 @@ async fn owners(c: &Cluster, probe: &mut Client, rooms: &[RoomId]) -> HashMap<Ro
 async fn ring_has(c: &Cluster, n: usize) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let (_, r) = admin(c, "GET", "/admin/ring", None).await;
+        let r = c.admin("GET", "/admin/ring", None).await.unwrap().json();
         let on = r["nodes"]
             .as_array()
             .map_or(0, |a| a.iter().filter(|n| n["on_ring"] == true).count());
@@ -104,20 +93,21 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
     let mut followers = Vec::new();
     let stop = tokio_util::sync::CancellationToken::new();
     for (i, room) in rooms.iter().enumerate() {
-        let r = loadtest::admin::call(
+        let token = Some(cluster.admin_token.as_str());
+        let r = kit::admin::grant(
             cluster.gateways[0].admin,
-            "POST",
-            &format!("/admin/wallets/p{i}/grant"),
-            Some(&cluster.admin_token),
-            Some(json!({"amount": 100_000, "key": "g"})),
+            token,
+            &format!("p{i}"),
+            100_000,
+            "g",
         )
         .await
         .unwrap();
         assert_eq!(r.status, 200, "{}", r.body);
         let mut f = cluster.connect(0, &format!("f{i}")).await.unwrap();
-        join_retrying(&mut f, room).await;
+        f.join_retrying(room, None, JOIN_WITHIN).await.unwrap();
         let mut p = cluster.connect(0, &format!("p{i}")).await.unwrap();
-        join_retrying(&mut p, room).await;
+        p.join_retrying(room, None, JOIN_WITHIN).await.unwrap();
         pubs.push(p);
         let room = room.clone();
         let stop = stop.clone();
@@ -166,14 +156,9 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
     let mut n = 0u64;
     while Instant::now() < load_until {
         if n == 60 {
-            let (status, _) = admin(
-                &cluster,
-                "POST",
-                &format!("/admin/nodes/{drained}/drain"),
-                None,
-            )
-            .await;
-            assert_eq!(status, 200);
+            let path = format!("/admin/nodes/{drained}/drain");
+            let r = cluster.admin("POST", &path, None).await.unwrap();
+            assert_eq!(r.status, 200);
             let started = Instant::now();
             drain_started = Some(started);
             // Time until the drained node runs no room.
@@ -181,7 +166,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
             let token = cluster.admin_token.clone();
             drain_watch = Some(tokio::spawn(async move {
                 loop {
-                    let j = loadtest::admin::get(addr, "/admin/local", Some(&token))
+                    let j = kit::admin::get(addr, "/admin/local", Some(&token))
                         .await
                         .unwrap()
                         .json();
@@ -249,7 +234,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
             "room {i}: chat lost, duplicated or reordered"
         );
         assert_eq!(gifts as i64, gifts_acked[i], "room {i}: gift events");
-        let w = loadtest::admin::get(
+        let w = kit::admin::get(
             cluster.gateways[0].admin,
             &format!("/admin/wallets/p{i}"),
             Some(&cluster.admin_token),
@@ -263,7 +248,11 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
             "room {i}: double debit"
         );
     }
-    let (_, totals) = admin(&cluster, "GET", "/admin/ledger/totals", None).await;
+    let totals = cluster
+        .admin("GET", "/admin/ledger/totals", None)
+        .await
+        .unwrap()
+        .json();
     assert_eq!(totals["conserved"], true, "{totals}");
     let moved_rooms: Vec<usize> = (0..rooms.len())
         .filter(|i| before[&rooms[*i]] == drained)
@@ -328,14 +317,9 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     );
 
     // Weight s1 3×: rooms move only to s1.
-    let (status, _) = admin(
-        &cluster,
-        "PUT",
-        "/admin/nodes/s1/weight",
-        Some(json!({"weight": 3})),
-    )
-    .await;
-    assert_eq!(status, 200);
+    let weight = Some(json!({"weight": 3}));
+    let r = cluster.admin("PUT", "/admin/nodes/s1/weight", weight);
+    assert_eq!(r.await.unwrap().status, 200);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     settled(&cluster).await;
     let weighted = owners(&cluster, &mut probe, &rooms).await;
@@ -347,8 +331,11 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     );
 
     // Remove s4: its rooms move, no other room does.
-    let (status, _) = admin(&cluster, "DELETE", "/admin/nodes/s4", None).await;
-    assert_eq!(status, 200);
+    let r = cluster
+        .admin("DELETE", "/admin/nodes/s4", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
     ring_has(&cluster, 3).await;
     settled(&cluster).await;
     let removed = owners(&cluster, &mut probe, &rooms).await;
@@ -383,7 +370,7 @@ async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_o
     ring_has(&cluster, 3).await;
     let room = RoomId::from("frozen");
     let mut a = cluster.connect(0, "alice").await.unwrap();
-    join_retrying(&mut a, &room).await;
+    a.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
     let (owner, fence) = cluster.room_owner("frozen").await.unwrap().unwrap();
     let target = cluster
         .shards
@@ -394,14 +381,9 @@ async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_o
     let frozen = cluster.shard(&owner).unwrap();
     frozen.node.pause().unwrap();
     let started = Instant::now();
-    let (status, _) = admin(
-        &cluster,
-        "POST",
-        "/admin/rooms/frozen/move",
-        Some(json!({"to": target})),
-    )
-    .await;
-    assert_eq!(status, 200);
+    let to = Some(json!({"to": target}));
+    let r = cluster.admin("POST", "/admin/rooms/frozen/move", to);
+    assert_eq!(r.await.unwrap().status, 200);
     // The client keeps trying; the move completes once the frozen owner's lease expires.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -420,14 +402,14 @@ async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_o
         took >= ttl / 2,
         "moved before the frozen owner's lease could expire: {took:?}"
     );
-    join_retrying(&mut a, &room).await;
+    a.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
     a.chat(&room, "on the new owner").await.unwrap();
     // Thaw the old owner: it must not take the room back (the pin says otherwise) and its
     // old runtime stops.
     frozen.node.resume().unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
-        let j = loadtest::admin::get(
+        let j = kit::admin::get(
             frozen.admin,
             "/admin/rooms/frozen",
             Some(&cluster.admin_token),
@@ -477,7 +459,7 @@ async fn admin_calls_without_the_token_are_refused() {
     for addr in [cluster.gateways[0].admin, cluster.shards[0].admin] {
         for (method, path) in calls {
             for token in [None, Some("wrong-token")] {
-                let r = loadtest::admin::call(addr, method, path, token, Some(json!({})))
+                let r = kit::admin::call(addr, method, path, token, Some(json!({})))
                     .await
                     .unwrap();
                 assert_eq!(r.status, 401, "{method} {path} with {token:?} on {addr}");
@@ -485,6 +467,10 @@ async fn admin_calls_without_the_token_are_refused() {
         }
     }
     // And the ring is unchanged.
-    let (_, ring) = admin(&cluster, "GET", "/admin/ring", None).await;
+    let ring = cluster
+        .admin("GET", "/admin/ring", None)
+        .await
+        .unwrap()
+        .json();
     assert_eq!(ring["nodes"][0]["weight"], 1);
 }

@@ -9,8 +9,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use loadtest::client;
-use loadtest::cluster::Node;
+use kit::standalone::Server;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -19,18 +18,12 @@ const ADMIN: &str = "snapshot-admin";
 const SKIPPED: &str = "chorus_shard_snapshot_writes_skipped_total";
 const WAIT: Duration = Duration::from_secs(10);
 
-fn token(user: &str) -> String {
-    client::mint_token(SECRET.as_bytes(), user, Duration::from_secs(600)).unwrap()
-}
-
 /// Waits until the admin API no longer finds `room` running (it unloaded).
 async fn wait_unloaded(admin: SocketAddr, room: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
         let path = format!("/admin/rooms/{room}");
-        let r = loadtest::admin::get(admin, &path, Some(ADMIN))
-            .await
-            .unwrap();
+        let r = kit::admin::get(admin, &path, Some(ADMIN)).await.unwrap();
         if r.status == 404 {
             return;
         }
@@ -42,20 +35,18 @@ async fn wait_unloaded(admin: SocketAddr, room: &str) {
 #[tokio::test]
 async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    let (node, ws, admin) = Node::spawn_standalone(
+    let node = Server::start(
         dir.path(),
+        SECRET,
+        ADMIN,
         &[],
-        [
-            ("CHORUS_JWT_SECRET", SECRET),
-            ("CHORUS_ADMIN_TOKEN", ADMIN),
-            ("CHORUS_IDLE_UNLOAD_MS", "300"),
-        ],
+        &[("CHORUS_IDLE_UNLOAD_MS", "300")],
     )
     .await
     .unwrap();
-    let url = format!("ws://{ws}/ws");
-    let mut alice = client::connect(&url, Some(&token("alice"))).await.unwrap();
-    let mut bob = client::connect(&url, Some(&token("bob"))).await.unwrap();
+    let admin = node.admin;
+    let mut alice = node.connect("alice").await.unwrap();
+    let mut bob = node.connect("bob").await.unwrap();
     let room = alice
         .create_room(json!({"room": "calm", "title": "calm", "seats": 4, "password": "pw"}))
         .await
@@ -72,7 +63,7 @@ async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_t
         .request("chat.send", json!({"room": room, "text": "hi"}))
         .await
         .unwrap();
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 0.0);
     // Bob leaves holding his seat (the seat frees: another write), then alice leaves.
     bob.request("room.leave", json!({"room": room}))
         .await
@@ -83,7 +74,7 @@ async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_t
         .unwrap();
     wait_unloaded(admin, "calm").await;
     assert_eq!(
-        loadtest::admin::metric(admin, SKIPPED).await.unwrap(),
+        kit::admin::metric(admin, SKIPPED).await.unwrap(),
         1.0,
         "the unload wrote a snapshot that was already stored"
     );
@@ -104,7 +95,7 @@ async fn a_room_unchanged_since_its_last_write_unloads_without_one_and_reloads_t
         .unwrap();
     drop(bob);
     wait_unloaded(admin, "calm").await;
-    assert_eq!(loadtest::admin::metric(admin, SKIPPED).await.unwrap(), 2.0);
+    assert_eq!(kit::admin::metric(admin, SKIPPED).await.unwrap(), 2.0);
     let ok = alice.join(&room, false, Some("pw")).await.unwrap();
     let seats = ok["snapshot"]["seats"].as_array().unwrap().clone();
     assert!(seats.iter().all(|s| s["user"].is_null()), "{seats:?}");

@@ -434,7 +434,7 @@ impl RingWatch {
 
 #[cfg(test)]
 mod tests {
-    use loadtest::cluster::RedisServer;
+    use kit::redis::RedisServer;
 
     use super::*;
 

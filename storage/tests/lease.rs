@@ -7,12 +7,16 @@
 
 use std::time::Duration;
 
-use loadtest::cluster::RedisServer;
+use kit::redis::RedisServer;
 use protocol::{NodeId, RoomId};
 use storage::StorageError;
 use storage::lease::{ClaimOutcome, LeaseOwner, LeaseStore, RENEW_CHUNK_MAX};
 use storage::redis::Redis;
 use tokio::time::Instant;
+
+#[path = "support/owner.rs"]
+mod support;
+use support::owner;
 
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
@@ -32,10 +36,6 @@ enum Clock {
     Paused,
     /// Real Redis: time is the wall clock.
     Real,
-}
-
-fn owner(node: &str) -> LeaseOwner {
-    LeaseOwner::new(&NodeId::from(node), &format!("boot-{node}"))
 }
 
 fn acquired(outcome: ClaimOutcome) -> u64 {

@@ -813,7 +813,7 @@ async fn sqlite_gift_throughput() {
     }
     let ledger = Arc::new(f.ledger.clone());
     let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    let cpu_before = loadtest::procfs::cpu_ms(&[std::process::id()]);
+    let cpu_before = kit::procfs::cpu_ms(&[std::process::id()]);
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(orders.len());
     for o in orders {
@@ -833,7 +833,7 @@ async fn sqlite_gift_throughput() {
     }
     let secs = start.elapsed().as_secs_f64();
     // The whole test process: the writer and checkpointer threads plus the callers' tasks.
-    let cpu_us_per_gift = match (cpu_before, loadtest::procfs::cpu_ms(&[std::process::id()])) {
+    let cpu_us_per_gift = match (cpu_before, kit::procfs::cpu_ms(&[std::process::id()])) {
         (Some(a), Some(b)) => format!("{:.1}", (b - a) * 1000.0 / settled as f64),
         _ => "?".into(),
     };

@@ -6,14 +6,18 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use loadtest::cluster::RedisServer;
-use protocol::{NodeId, RoomId};
+use kit::redis::RedisServer;
+use protocol::RoomId;
 use storage::StorageError;
-use storage::lease::{ClaimOutcome, InProcessLeases, LeaseOwner, LeaseStore};
+use storage::lease::{ClaimOutcome, InProcessLeases, LeaseStore};
 use storage::redis::Redis;
 use storage::snapshot::{Change, HistoryEntry, ROOMS_DB_FILE, SnapshotStore, Stored};
 use tokio::time::Instant;
 use uuid::Uuid;
+
+#[path = "support/owner.rs"]
+mod support;
+use support::owner;
 
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
@@ -28,10 +32,6 @@ struct Env {
     leases: LeaseStore,
     snaps: SnapshotStore,
     paused: bool,
-}
-
-fn owner(node: &str) -> LeaseOwner {
-    LeaseOwner::new(&NodeId::from(node), "boot")
 }
 
 impl Env {

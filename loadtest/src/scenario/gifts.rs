@@ -150,15 +150,7 @@ pub(super) async fn grant_all(
     users: &[String],
 ) -> anyhow::Result<()> {
     let grants = futures_util::stream::iter(users.iter().map(|u| async move {
-        let body = json!({ "amount": GRANT, "key": format!("{u}-grant") });
-        let r = admin::call(
-            admin_addr,
-            "POST",
-            &format!("/admin/wallets/{u}/grant"),
-            token,
-            Some(body),
-        )
-        .await?;
+        let r = admin::grant(admin_addr, token, u, GRANT, &format!("{u}-grant")).await?;
         anyhow::ensure!(r.status == 200, "grant {u}: HTTP {} {}", r.status, r.body);
         Ok(())
     }))
@@ -182,9 +174,7 @@ pub(super) async fn check_balances(
         .map(|c| (c.user.clone(), c.ok_count(), c.in_flight() as u64))
         .collect();
     let checks = futures_util::stream::iter(expected.into_iter().map(|(u, ok, open)| async move {
-        let r = admin::get(admin_addr, &format!("/admin/wallets/{u}"), token)
-            .await
-            .ok()?;
+        let r = admin::wallet(admin_addr, token, &u).await.ok()?;
         Some(
             r.json()["balance"]
                 .as_i64()
@@ -201,7 +191,7 @@ pub(super) async fn check_balances(
 
 /// The ledger's own audit: `GET /admin/ledger/totals` → `conserved`.
 pub(super) async fn conserved(admin_addr: SocketAddr, token: Option<&str>) -> Option<bool> {
-    admin::get(admin_addr, "/admin/ledger/totals", token)
+    admin::ledger_totals(admin_addr, token)
         .await
         .ok()
         .and_then(|t| t.json()["conserved"].as_bool())

@@ -1,4 +1,8 @@
-//! A small client for the admin HTTP API (hyper), used by tests and the load generator.
+//! The admin HTTP client of the project (hyper), used by tests and the load generator.
+//!
+//! [`call`] sends one request and answers an [`AdminResponse`] (status and body); [`get`] and
+//! [`post`] are its common shapes; [`grant`], [`wallet`] and [`ledger_totals`] are the money
+//! calls tests and the gifts scenario make; [`metric`] and its siblings read `/metrics`.
 
 use std::net::SocketAddr;
 
@@ -21,6 +25,20 @@ impl AdminResponse {
     /// The body parsed as JSON (`Null` when it is not JSON).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Whether the status is 2xx.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// This answer when its status is 2xx.
+    ///
+    /// # Errors
+    /// Any other status, with the body.
+    pub fn success(self) -> anyhow::Result<Self> {
+        anyhow::ensure!(self.is_success(), "HTTP {}: {}", self.status, self.body);
+        Ok(self)
     }
 }
 
@@ -70,6 +88,54 @@ pub async fn get(
     token: Option<&str>,
 ) -> anyhow::Result<AdminResponse> {
     call(addr, "GET", path, token, None).await
+}
+
+/// `POST path` with a JSON `body` and the bearer token.
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn post(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    body: serde_json::Value,
+) -> anyhow::Result<AdminResponse> {
+    call(addr, "POST", path, token, Some(body)).await
+}
+
+/// `POST /admin/wallets/{user}/grant`: grants `user` `amount` coins once per `key`.
+///
+/// # Errors
+/// Connection or protocol failures (a refusal is an answer: see its status).
+pub async fn grant(
+    addr: SocketAddr,
+    token: Option<&str>,
+    user: &str,
+    amount: i64,
+    key: &str,
+) -> anyhow::Result<AdminResponse> {
+    let body = serde_json::json!({ "amount": amount, "key": key });
+    post(addr, &format!("/admin/wallets/{user}/grant"), token, body).await
+}
+
+/// `GET /admin/wallets/{user}`: `user`'s balance and earnings.
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn wallet(
+    addr: SocketAddr,
+    token: Option<&str>,
+    user: &str,
+) -> anyhow::Result<AdminResponse> {
+    get(addr, &format!("/admin/wallets/{user}"), token).await
+}
+
+/// `GET /admin/ledger/totals`: the ledger's own audit (`conserved`).
+///
+/// # Errors
+/// Connection or protocol failures.
+pub async fn ledger_totals(addr: SocketAddr, token: Option<&str>) -> anyhow::Result<AdminResponse> {
+    get(addr, "/admin/ledger/totals", token).await
 }
 
 /// One sample of the node's `/metrics` (Prometheus text): the value of the first line that

@@ -495,6 +495,18 @@ pub fn mint_token(
     )
 }
 
+/// How long the tokens of [`token`] live: longer than any test.
+pub const TEST_TOKEN_TTL: Duration = Duration::from_secs(600);
+
+/// A client token for `user` signed with `secret`, valid for [`TEST_TOKEN_TTL`]: the token
+/// tests connect with.
+///
+/// # Errors
+/// Encoding failed.
+pub fn token(secret: &[u8], user: &str) -> Result<String, jsonwebtoken::errors::Error> {
+    mint_token(secret, user, TEST_TOKEN_TTL)
+}
+
 /// Mints a token that expired `ago` ago (for tests of refusal).
 ///
 /// # Errors

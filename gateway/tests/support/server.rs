@@ -1,0 +1,78 @@
+//! The in-process standalone server the gateway's end-to-end tests start: `gateway::standalone`
+//! on loopback port 0 with its data in a temp dir, and kit clients with test tokens. Each test
+//! file adds its own starters (`impl Server` in the file) that choose the configuration.
+// Each test binary includes this file and uses part of it.
+#![allow(dead_code, reason = "each test binary uses part of the shared server")]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use gateway::GatewayConfig;
+use gateway::standalone::{self, Running, StandaloneConfig};
+use kit::client::{self, Client};
+use shard::ShardConfig;
+
+/// A standalone server running in the test process; stopped by [`Server::stop`].
+pub(crate) struct Server {
+    /// The running server (`None` once stopped).
+    pub(crate) running: Option<Running>,
+    /// Its WebSocket URL.
+    pub(crate) url: String,
+    /// Its admin address.
+    pub(crate) admin: SocketAddr,
+    /// Its data directory, removed on drop.
+    pub(crate) dir: tempfile::TempDir,
+    secret: Vec<u8>,
+}
+
+impl Server {
+    /// Starts a server with `gateway` and `shard`, checking client tokens signed with
+    /// `secret` and admin calls bearing `admin_token`.
+    pub(crate) async fn launch(
+        secret: &[u8],
+        admin_token: &str,
+        gateway: GatewayConfig,
+        shard: ShardConfig,
+    ) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let running = standalone::start(StandaloneConfig {
+            ws_addr: "127.0.0.1:0".parse().expect("loopback address"),
+            admin_addr: "127.0.0.1:0".parse().expect("loopback address"),
+            data_dir: dir.path().to_owned(),
+            jwt_secret: secret.to_vec(),
+            admin_token: Some(admin_token.into()),
+            gateway,
+            shard,
+            ledger: String::new(),
+        })
+        .await
+        .expect("standalone server starts");
+        Server {
+            url: format!("ws://{}/ws", running.ws_addr),
+            admin: running.admin_addr,
+            running: Some(running),
+            dir,
+            secret: secret.to_vec(),
+        }
+    }
+
+    /// A token for `user` this server accepts ([`kit::token`]).
+    pub(crate) fn token(&self, user: &str) -> String {
+        kit::token(&self.secret, user).expect("token encodes")
+    }
+
+    /// Connects `user` with a fresh token.
+    pub(crate) async fn connect(&self, user: &str) -> Client {
+        let token = self.token(user);
+        client::connect(&self.url, Some(&token))
+            .await
+            .expect("client connects")
+    }
+
+    /// Stops the server, giving its connections 5 s to drain.
+    pub(crate) async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop(Duration::from_secs(5)).await;
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! A real `redis-server` for tests, on a free loopback port and without persistence.
+//!
+//! The guard kills the server on drop. Faults are made with signals (SIGSTOP/SIGCONT through
+//! [`RedisServer::pause`]/[`RedisServer::resume`]) and restarts; readiness is a PING polled
+//! against a bounded deadline.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::node::{
+    POLL_INTERVAL, free_port, kill_and_reap, log_file_path, send_signal, stop_and_wait,
+};
+
+/// How long a fresh `redis-server` may take to answer PING: it starts in milliseconds, but CI
+/// machines are shared and a debug build of the tests may compete for the two cores.
+pub const REDIS_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one PING probe may take before it counts as "not ready yet".
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Tries at starting redis-server on a fresh free port: another process may grab the port
+/// between [`free_port`] releasing it and redis-server binding it.
+const REDIS_START_ATTEMPTS: u32 = 3;
+
+/// The redis-server binary, found on `PATH` unless `REDIS_SERVER_BIN` names another.
+fn redis_server_bin() -> PathBuf {
+    std::env::var_os("REDIS_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
+/// Sends `request` to the Redis server on `port` over a fresh connection and reads the first
+/// `N` bytes of its answer, all within [`PING_TIMEOUT`].
+async fn ask<const N: usize>(port: u16, request: &[u8]) -> io::Result<[u8; N]> {
+    in_time(async {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
+        stream.write_all(request).await?;
+        let mut buf = [0u8; N];
+        stream.read_exact(&mut buf).await?;
+        Ok(buf)
+    })
+    .await
+}
+
+/// `exchange` with a Redis server, given up after [`PING_TIMEOUT`].
+async fn in_time<T>(exchange: impl Future<Output = io::Result<T>>) -> io::Result<T> {
+    tokio::time::timeout(PING_TIMEOUT, exchange)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "redis-server did not answer"))?
+}
+
+/// Whether a Redis server answers `PING` on `port` within [`PING_TIMEOUT`].
+async fn answers_ping(port: u16) -> bool {
+    matches!(ask(port, b"PING\r\n").await, Ok(answer) if &answer == b"+PONG\r\n")
+}
+
+/// A real `redis-server` on a free 127.0.0.1 port, with no persistence; killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` on a free port and waits until it answers PING.
+    ///
+    /// # Errors
+    /// When the binary cannot be run, or the server does not answer within
+    /// [`REDIS_READY_TIMEOUT`] after [`REDIS_START_ATTEMPTS`] ports.
+    pub async fn start() -> io::Result<Self> {
+        let mut last_err = io::Error::other("redis-server was not started");
+        for _ in 0..REDIS_START_ATTEMPTS {
+            let port = free_port()?;
+            let mut server = Self {
+                child: None,
+                port,
+                log: log_file_path(&format!("redis-{port}")),
+            };
+            match server.spawn_and_wait().await {
+                Ok(()) => return Ok(server),
+                Err(e) => last_err = e,
+            }
+        }
+        Err(last_err)
+    }
+
+    /// The URL clients connect with, e.g. `redis://127.0.0.1:6390/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port the server listens on (kept across [`RedisServer::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The socket address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The process id of the running server, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server (all data is lost: no persistence) and starts a new one on the same port.
+    ///
+    /// # Errors
+    /// When the new server does not answer PING within [`REDIS_READY_TIMEOUT`].
+    pub async fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        self.spawn_and_wait().await
+    }
+
+    /// Kills the server without starting a new one; [`RedisServer::restart`] brings it back.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open but nothing is answered.
+    ///
+    /// # Errors
+    /// When the server is not running or the signal cannot be sent.
+    pub fn pause(&self) -> io::Result<()> {
+        stop_and_wait(self.running_pid()?)
+    }
+
+    /// Thaws a server frozen by [`RedisServer::pause`] with SIGCONT.
+    ///
+    /// # Errors
+    /// When the server is not running or the signal cannot be sent.
+    pub fn resume(&self) -> io::Result<()> {
+        send_signal(self.running_pid()?, "CONT")
+    }
+
+    /// `CONFIG SET name value` on the running server, e.g. `maxmemory 1` to make it refuse
+    /// every write that needs memory (OOM) while reads and expiry changes go on.
+    ///
+    /// # Errors
+    /// When the server cannot be reached within [`PING_TIMEOUT`] or does not answer `+OK`.
+    pub async fn config_set(&self, name: &str, value: &str) -> io::Result<()> {
+        let command = format!(
+            "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n${}\r\n{name}\r\n${}\r\n{value}\r\n",
+            name.len(),
+            value.len()
+        );
+        let answer: [u8; 5] = ask(self.port, command.as_bytes()).await?;
+        if &answer == b"+OK\r\n" {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "CONFIG SET {name} {value}: {}",
+                String::from_utf8_lossy(&answer)
+            )))
+        }
+    }
+
+    /// Runs a command whose answer is an integer (e.g. `SCARD key`) and returns it.
+    ///
+    /// # Errors
+    /// When the server cannot be reached within [`PING_TIMEOUT`] or answers anything else.
+    pub async fn integer(&self, args: &[&str]) -> io::Result<i64> {
+        let mut request = format!("*{}\r\n", args.len());
+        for a in args {
+            request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        let line = in_time(async {
+            let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).await?;
+            stream.write_all(request.as_bytes()).await?;
+            let mut line = String::new();
+            BufReader::new(stream).read_line(&mut line).await?;
+            Ok(line)
+        })
+        .await?;
+        line.strip_prefix(':')
+            .and_then(|n| n.trim_end().parse().ok())
+            .ok_or_else(|| io::Error::other(format!("{args:?}: {}", line.trim_end())))
+    }
+
+    fn running_pid(&self) -> io::Result<u32> {
+        self.pid()
+            .ok_or_else(|| io::Error::other("redis-server is not running"))
+    }
+
+    async fn spawn_and_wait(&mut self) -> io::Result<()> {
+        let log = std::fs::File::create(&self.log)?;
+        let child = Command::new(redis_server_bin())
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = Instant::now() + REDIS_READY_TIMEOUT;
+        loop {
+            if answers_ping(self.port).await {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                self.child = None;
+                return Err(io::Error::other(format!(
+                    "redis-server on port {} exited with {status}; log: {}",
+                    self.port,
+                    self.log.display()
+                )));
+            }
+            if Instant::now() >= deadline {
+                self.stop();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis-server on port {} did not answer PING", self.port),
+                ));
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::all_threads_stopped;
+
+    #[tokio::test]
+    async fn redis_server_starts_pauses_restarts_and_dies_on_drop() {
+        let mut redis = RedisServer::start().await.unwrap();
+        let port = redis.port();
+        assert!(answers_ping(port).await);
+        assert_eq!(redis.url(), format!("redis://127.0.0.1:{port}/"));
+
+        redis.pause().unwrap();
+        // `pause` returns once every thread has stopped, not once the signal is queued.
+        let pid = redis.pid().unwrap();
+        assert!(all_threads_stopped(pid).unwrap());
+        assert!(
+            !answers_ping(port).await,
+            "a stopped server must not answer"
+        );
+        redis.resume().unwrap();
+        assert!(answers_ping(port).await);
+        assert!(!all_threads_stopped(pid).unwrap());
+
+        let old_pid = redis.pid().unwrap();
+        redis.restart().await.unwrap();
+        assert_eq!(redis.port(), port);
+        assert_ne!(redis.pid().unwrap(), old_pid);
+        assert!(answers_ping(port).await);
+
+        drop(redis);
+        assert!(
+            !answers_ping(port).await,
+            "the server must die with its guard"
+        );
+    }
+}
