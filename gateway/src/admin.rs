@@ -287,34 +287,3 @@ async fn room(admin: &Admin, room: RoomId, local_only: bool) -> Resp {
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }
 }
-
-/// One HTTP/1 request to an admin port (node-to-node calls and `chorus admin`); returns the
-/// status and the body.
-///
-/// # Errors
-/// Connection and protocol failures.
-pub async fn http_call(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<serde_json::Value>,
-) -> Result<(u16, String), Box<dyn std::error::Error + Send + Sync>> {
-    let stream = tokio::net::TcpStream::connect(addr).await?;
-    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string());
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-    let resp = tx.send_request(req.body(Full::new(body))?).await?;
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
-}

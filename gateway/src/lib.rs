@@ -62,7 +62,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use admin::{http_call, prometheus};
+pub use admin::prometheus;
 pub use config::GatewayConfig;
 
 use hub::{Hub, PendingLeave, text};

@@ -235,8 +235,8 @@ fn admin(a: &cli::AdminArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (status, text) = rt
-        .block_on(gateway::http_call(
+    let answer = rt
+        .block_on(kit::admin::call(
             a.addr,
             method,
             &path,
@@ -244,9 +244,9 @@ fn admin(a: &cli::AdminArgs) -> anyhow::Result<()> {
             body,
         ))
         .map_err(|e| anyhow::anyhow!("{method} {path} on {}: {e}", a.addr))?;
-    println!("{text}");
-    if status >= 400 {
-        anyhow::bail!("{method} {path}: HTTP {status}");
+    println!("{}", answer.body);
+    if answer.status >= 400 {
+        anyhow::bail!("{method} {path}: HTTP {}", answer.status);
     }
     Ok(())
 }

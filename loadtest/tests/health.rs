@@ -8,8 +8,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use loadtest::admin::{self, AdminResponse};
-use loadtest::cluster::{Cluster, ClusterOptions, Node};
+use kit::admin::{self, AdminResponse};
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::standalone::Server;
 use tokio::time::Instant;
 
 /// Longest a node may take to notice a change of what it depends on.
@@ -81,16 +82,10 @@ async fn cluster_nodes_are_unready_while_redis_is_frozen_and_stay_live() {
 #[tokio::test]
 async fn a_standalone_node_is_ready_when_its_ledger_takes_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let (_node, _ws, admin): (Node, _, _) = Node::spawn_standalone(
-        dir.path(),
-        &[],
-        [
-            ("CHORUS_JWT_SECRET", "health-secret"),
-            ("CHORUS_ADMIN_TOKEN", "health-admin"),
-        ],
-    )
-    .await
-    .unwrap();
+    let server = Server::start(dir.path(), "health-secret", "health-admin", &[], &[])
+        .await
+        .unwrap();
+    let admin = server.admin;
     live(admin).await;
     let r = readyz(admin).await;
     assert_eq!(r.status, 200, "{}", r.body);

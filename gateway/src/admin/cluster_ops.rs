@@ -22,12 +22,12 @@ const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// `GET` on another node's admin port (to aggregate room and rebalance state).
 async fn peer_get(addr: &str, path: &str, token: Option<&str>) -> Option<Value> {
     let addr: SocketAddr = addr.parse().ok()?;
-    let call = super::http_call(addr, "GET", path, token, None);
-    let (_, body) = tokio::time::timeout(PEER_CALL_TIMEOUT, call)
+    let call = kit::admin::get(addr, path, token);
+    let answer = tokio::time::timeout(PEER_CALL_TIMEOUT, call)
         .await
         .ok()?
         .ok()?;
-    serde_json::from_str(&body).ok()
+    serde_json::from_str(&answer.body).ok()
 }
 
 fn no_cluster() -> Resp {

@@ -1,4 +1,5 @@
-//! The admin HTTP client of the project (hyper), used by tests and the load generator.
+//! The admin HTTP client of the project (hyper): tests, the load generator, `chorus admin`
+//! and the nodes' calls to each other's admin ports all use it.
 //!
 //! [`call`] sends one request and answers an [`AdminResponse`] (status and body); [`get`] and
 //! [`post`] are its common shapes; [`grant`], [`wallet`] and [`ledger_totals`] are the money

@@ -1,5 +1,5 @@
 //! Real `chorus` node processes for tests, and the process plumbing they share with
-//! [`crate::redis`]: free loopback ports, signals, log files, readiness polls.
+//! `redis.rs`: free loopback ports, signals, log files, readiness polls.
 //!
 //! Every guard kills its process on drop, so a failing test leaves nothing running. Faults are
 //! made with signals: SIGKILL ([`Node::kill9`]), SIGSTOP/SIGCONT (`pause`/`resume`) and SIGTERM
