@@ -171,6 +171,69 @@ async fn seats_take_leave_and_conflicts() {
 }
 
 #[tokio::test]
+async fn the_owner_locks_a_seat_members_see_it_nobody_takes_it_and_it_survives_a_reload() {
+    let s = Server::start_with(|_, sh| sh.idle_unload = Duration::from_millis(300)).await;
+    let mut host = s.connect("host").await;
+    let mut bob = s.connect("bob").await;
+    let room = host
+        .create_room(json!({"room": "locks", "seats": 2}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    bob.join(&room, false, None).await.unwrap();
+    let err = bob
+        .request(
+            "seat.lock",
+            json!({"room": room, "seat": 1, "locked": true}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::Forbidden);
+    let ok = host
+        .request(
+            "seat.lock",
+            json!({"room": room, "seat": 1, "locked": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok, json!({}));
+    for c in [&mut host, &mut bob] {
+        let e = c.next_event_named("seat.update", WAIT).await.unwrap();
+        assert_eq!(
+            e.d,
+            json!({"index": 1, "user": null, "locked": true, "muted": false})
+        );
+        assert!(e.seq.is_some(), "seat.update is sequenced");
+    }
+    let err = bob
+        .request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::SeatLocked);
+    // The lock is durable: the room unloads when empty and reloads with it.
+    for c in [&mut host, &mut bob] {
+        c.request("room.leave", json!({"room": room}))
+            .await
+            .unwrap();
+    }
+    let admin = s.running.as_ref().unwrap().admin_addr;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while kit::admin::get(admin, "/admin/rooms/locks", Some("admin-token"))
+        .await
+        .unwrap()
+        .status
+        != 404
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never unloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ok = bob.join(&room, false, None).await.unwrap();
+    assert_eq!(ok["snapshot"]["seats"][1]["locked"], true);
+    assert_eq!(ok["snapshot"]["seats"][0]["locked"], false);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn locked_rooms_missing_rooms_and_bad_arguments() {
     let s = Server::start_with(|_, sh| sh.auto_create = false).await;
     let mut a = s.connect("alice").await;

@@ -33,7 +33,7 @@ pub use room::{
     JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin, RoomLeave,
     RoomLeft, SeatView, Since, Snapshot,
 };
-pub use seat::{SeatLeave, SeatTake, SeatTaken, SeatUpdate};
+pub use seat::{SeatLeave, SeatLock, SeatTake, SeatTaken, SeatUpdate};
 pub use session::{Hello, Pong};
 pub use wallet::{Balance, WalletBalance};
 

@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 
 use super::{
     ChatSend, DecodeError, GiftList, GiftSend, RankGet, RoomCreate, RoomJoin, RoomLeave, SeatLeave,
-    SeatTake, WalletBalance, args,
+    SeatLock, SeatTake, WalletBalance, args,
 };
 use crate::ids::RoomId;
 
@@ -29,7 +29,7 @@ macro_rules! addressed {
 }
 
 addressed!(
-    RoomJoin, RoomLeave, ChatSend, SeatTake, SeatLeave, GiftSend, RankGet
+    RoomJoin, RoomLeave, ChatSend, SeatTake, SeatLeave, SeatLock, GiftSend, RankGet
 );
 
 impl Addressed for RoomCreate {
@@ -91,6 +91,8 @@ room_ops! {
     "seat.take" => SeatTake(SeatTake),
     /// `seat.leave`.
     "seat.leave" => SeatLeave(SeatLeave),
+    /// `seat.lock`: the owner or an admin locks or unlocks a seat.
+    "seat.lock" => SeatLock(SeatLock),
     /// `gift.send`: a paid gift, settled through the ledger.
     "gift.send" => Gift(GiftSend),
 }

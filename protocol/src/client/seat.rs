@@ -1,4 +1,4 @@
-//! `seat.take`, `seat.leave` and the `seat.update` event.
+//! `seat.take`, `seat.leave`, `seat.lock` and the `seat.update` event.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +27,17 @@ pub struct SeatTaken {
 pub struct SeatLeave {
     /// The room.
     pub room: RoomId,
+}
+
+/// `seat.lock` arguments: the owner or an admin locks or unlocks one seat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeatLock {
+    /// The room.
+    pub room: RoomId,
+    /// The seat index.
+    pub seat: u32,
+    /// `true` locks the seat, `false` unlocks it.
+    pub locked: bool,
 }
 
 /// The `seat.update` event: the changed seat, in full.

@@ -520,6 +520,10 @@ impl RoomState {
                 let applied = self.seat_leave(user, at)?;
                 Ok(Outcome::new(Bytes::from_static(b"{}"), applied))
             }
+            RoomOp::SeatLock(l) => {
+                let applied = self.seat_lock(user, at, l.seat, l.locked)?;
+                Ok(Outcome::new(Bytes::from_static(b"{}"), applied))
+            }
             RoomOp::Create(_) | RoomOp::Join(_) | RoomOp::Gift(_) => Err(rejected(
                 ErrorCode::Internal,
                 "this operation is run by the room actor",
@@ -624,6 +628,42 @@ impl RoomState {
             self.durable.seats[i as usize].user = None;
             applied.durable_changed = true;
             let view = self.seat_view(i as usize);
+            self.push(&mut applied, Sequenced::SeatUpdate(view));
+        }
+        Ok(applied)
+    }
+
+    /// The owner or an admin locks (or unlocks) seat `seat`. A locked seat cannot be taken;
+    /// whoever sits on it stays. Setting the state it already has changes nothing.
+    ///
+    /// # Errors
+    /// `NOT_IN_ROOM`; `FORBIDDEN` for a member who is neither the owner nor an admin;
+    /// `BAD_REQUEST` for an index out of range.
+    pub fn seat_lock(
+        &mut self,
+        user: &UserId,
+        at: &SessionRef,
+        seat: u32,
+        locked: bool,
+    ) -> Result<Applied, Rejected> {
+        self.check_member(user, at)?;
+        if self.durable.owner != *user && !self.durable.admins.contains(user) {
+            return Err(rejected(
+                ErrorCode::Forbidden,
+                "only the owner or an admin locks seats",
+            ));
+        }
+        let i = seat as usize;
+        let s = self
+            .durable
+            .seats
+            .get_mut(i)
+            .ok_or(rejected(ErrorCode::BadRequest, "no such seat"))?;
+        let mut applied = Applied::default();
+        if s.locked != locked {
+            s.locked = locked;
+            applied.durable_changed = true;
+            let view = self.seat_view(i);
             self.push(&mut applied, Sequenced::SeatUpdate(view));
         }
         Ok(applied)

@@ -415,3 +415,52 @@ fn events_and_presence_encode_as_the_protocol_says() {
         serde_json::json!({"ev":"member.leave","room":"r1","d":{"user":"a","reason":"disconnected"}})
     );
 }
+
+#[test]
+fn the_owner_or_an_admin_locks_seats_and_a_locked_seat_cannot_be_taken() {
+    let mut r = room(2, None);
+    r.join(&u("host"), at(1), None).unwrap();
+    r.join(&u("a"), at(2), None).unwrap();
+    let lock = |seat: u32, locked: bool| {
+        op(&format!(
+            r#"{{"id":1,"op":"seat.lock","d":{{"room":"r1","seat":{seat},"locked":{locked}}}}}"#
+        ))
+    };
+    // A plain member may not; a non-member is not in the room.
+    assert_eq!(
+        r.apply(&u("a"), &at(2), &lock(0, true)).unwrap_err().code,
+        ErrorCode::Forbidden
+    );
+    assert_eq!(
+        r.apply(&u("x"), &at(9), &lock(0, true)).unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+    assert_eq!(
+        r.apply(&u("host"), &at(1), &lock(2, true))
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
+    let out = r.apply(&u("host"), &at(1), &lock(0, true)).unwrap();
+    assert_eq!(&out.ok[..], b"{}");
+    assert!(out.applied.durable_changed);
+    let [(seq, Sequenced::SeatUpdate(view))] = out.applied.events.as_slice() else {
+        panic!("one seat.update: {:?}", out.applied.events);
+    };
+    assert_eq!((*seq, view.index, view.locked), (1, 0, true));
+    assert!(r.durable().seats[0].locked);
+    // Locking a locked seat changes nothing.
+    let again = r.apply(&u("host"), &at(1), &lock(0, true)).unwrap();
+    assert_eq!(again.applied, Applied::default());
+    assert_eq!(
+        r.seat_take(&u("a"), &at(2), Some(0)).unwrap_err().code,
+        ErrorCode::SeatLocked
+    );
+    // The first free seat skips it; unlocked, it can be taken.
+    assert_eq!(r.seat_take(&u("a"), &at(2), None).unwrap().0, 1);
+    r.apply(&u("host"), &at(1), &lock(0, false)).unwrap();
+    assert_eq!(r.seat_take(&u("a"), &at(2), Some(0)).unwrap().0, 0);
+    // Whoever sits on a seat stays when it is locked.
+    r.apply(&u("host"), &at(1), &lock(0, true)).unwrap();
+    assert_eq!(r.seat_of(&u("a")), Some(0));
+}
