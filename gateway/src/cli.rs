@@ -283,7 +283,7 @@ pub struct StandaloneArgs {
     /// Joining a missing room creates it (default true in standalone).
     #[arg(long, env = "CHORUS_AUTO_CREATE")]
     pub auto_create: Option<bool>,
-    /// Ledger URL (default: SQLite at <data dir>/ledger.db).
+    /// Ledger URL (default: SQLite at `<data dir>/ledger.db`).
     #[arg(long, env = "CHORUS_LEDGER")]
     pub ledger: Option<String>,
 }

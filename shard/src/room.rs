@@ -180,7 +180,7 @@ pub(crate) async fn run(
 async fn load_log(inner: &Arc<Inner>, room: &RoomId) -> EventLog {
     let mut log = EventLog::new(inner.config.history_events, inner.config.history_age);
     if inner.config.durable_history {
-        match inner.snapshots.load_history(room).await {
+        match inner.snapshots.store().load_history(room).await {
             Ok(entries) => {
                 let now = Instant::now();
                 for e in entries {

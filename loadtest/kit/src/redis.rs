@@ -74,7 +74,7 @@ impl RedisServer {
     ///
     /// # Errors
     /// When the binary cannot be run, or the server does not answer within
-    /// [`REDIS_READY_TIMEOUT`] after [`REDIS_START_ATTEMPTS`] ports.
+    /// the ready time-out after a few ports.
     pub async fn start() -> io::Result<Self> {
         let mut last_err = io::Error::other("redis-server was not started");
         for _ in 0..REDIS_START_ATTEMPTS {
@@ -148,7 +148,7 @@ impl RedisServer {
     /// every write that needs memory (OOM) while reads and expiry changes go on.
     ///
     /// # Errors
-    /// When the server cannot be reached within [`PING_TIMEOUT`] or does not answer `+OK`.
+    /// When the server cannot be reached within the ping time-out or does not answer `+OK`.
     pub async fn config_set(&self, name: &str, value: &str) -> io::Result<()> {
         let command = format!(
             "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n${}\r\n{name}\r\n${}\r\n{value}\r\n",
@@ -169,7 +169,7 @@ impl RedisServer {
     /// Runs a command whose answer is an integer (e.g. `SCARD key`) and returns it.
     ///
     /// # Errors
-    /// When the server cannot be reached within [`PING_TIMEOUT`] or answers anything else.
+    /// When the server cannot be reached within the ping time-out or answers anything else.
     pub async fn integer(&self, args: &[&str]) -> io::Result<i64> {
         let mut request = format!("*{}\r\n", args.len());
         for a in args {

@@ -146,7 +146,7 @@ impl Sweep {
 #[derive(Debug)]
 pub(crate) struct GiftDone {
     /// Boxed, as it came through the inbox: the saga's box stays under glibc's 1,000-byte
-    /// threshold (see [`saga`]).
+    /// threshold (see [`saga()`]).
     cmd: Box<Command>,
     /// The gift id the saga was started under (in [`InFlight`] until it is done).
     key: Uuid,
@@ -565,7 +565,7 @@ impl RoomActor {
         if !self.inner.config.durable_history || self.state.is_none() {
             return;
         }
-        let open = match self.inner.snapshots.open_gifts(&self.room).await {
+        let open = match self.inner.snapshots.store().open_gifts(&self.room).await {
             Ok(open) => open,
             Err(e) => {
                 warn!(room = %self.room, error = %e, "Could not list the room's open gifts.");

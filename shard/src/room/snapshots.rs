@@ -28,7 +28,7 @@ fn encode(durable: &Durable) -> Result<Vec<u8>, StorageError> {
     serde_json::to_vec(durable).map_err(|e| StorageError::corrupt("encode snapshot", e))
 }
 
-/// Reads and writes room snapshots.
+/// Reads and writes a room's durable state as JSON through the fenced snapshot store.
 #[derive(Debug, Clone)]
 pub(crate) struct Snapshots {
     store: SnapshotStore,
@@ -76,28 +76,9 @@ impl Snapshots {
         Ok(bytes.as_deref().map(Written::of))
     }
 
-    /// Records gifts the room hands to the ledger as open until their events are published,
-    /// in one write ([`SnapshotStore::open_batch`]): for each, true when this call opened it.
-    pub(crate) async fn open_batch(
-        &self,
-        room: &RoomId,
-        fence: FencingToken,
-        gifts: &[Uuid],
-    ) -> Result<Vec<bool>, StorageError> {
-        self.store.open_batch(room, fence, gifts).await
-    }
-
-    /// The gifts a runtime of the room left open ([`SnapshotStore::open_gifts`]).
-    pub(crate) async fn open_gifts(&self, room: &RoomId) -> Result<Vec<Uuid>, StorageError> {
-        self.store.open_gifts(room).await
-    }
-
-    /// The fenced history, oldest first.
-    pub(crate) async fn load_history(
-        &self,
-        room: &RoomId,
-    ) -> Result<Vec<storage::snapshot::HistoryEntry>, StorageError> {
-        self.store.load_history(room).await
+    /// The store itself, for what needs no encoding (open gifts, the fenced history).
+    pub(crate) fn store(&self) -> &SnapshotStore {
+        &self.store
     }
 
     /// Saves the room's durable state; fails with `Fenced` unless `fence` is the live lease's.

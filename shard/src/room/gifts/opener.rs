@@ -11,7 +11,7 @@ use crate::Inner;
 
 /// Opens a runtime's gifts in the fenced store before their ledger calls, many in one write:
 /// a saga hands its gift id over and waits, and the opener's task opens every id waiting in
-/// one call ([`Snapshots::open_batch`](crate::room::snapshots::Snapshots::open_batch)), as the
+/// one call ([`SnapshotStore::open_batch`](storage::snapshot::SnapshotStore::open_batch)), as the
 /// ledger's writer groups commits. A lone gift goes at once; gifts that come while a write is
 /// out go together in the next. The task ends with the runtime's last saga.
 #[derive(Clone, Debug)]
@@ -35,7 +35,7 @@ impl Opener {
             let mut waiting: Vec<OpenRequest> = Vec::with_capacity(OPEN_BATCH_MAX);
             while rx.recv_many(&mut waiting, OPEN_BATCH_MAX).await > 0 {
                 let ids: Vec<Uuid> = waiting.iter().map(|(id, _)| *id).collect();
-                match snapshots.open_batch(&room, fence, &ids).await {
+                match snapshots.store().open_batch(&room, fence, &ids).await {
                     Ok(added) => {
                         for ((_, answer), added) in waiting.drain(..).zip(added) {
                             let _ = answer.send(Ok(added));

@@ -137,7 +137,7 @@ pub(super) const BOARD_RECEIVERS: i64 = 1;
 ///    not be written by an older one afterwards: its gifts would be missing from the boards.
 /// 2. Gift ids of UUIDv7 request ids became time-ordered ([`crate::ledger::gift_id`]): a ledger
 ///    that already holds sagas is marked, so that a retry of a request booked under its old
-///    (v5) id finds that saga ([`SqliteLedger::may_hold_legacy_gift_ids`]). A fresh ledger has
+///    (v5) id finds that saga ([`super::SqliteLedger::may_hold_legacy_gift_ids`]). A fresh ledger has
 ///    none, and never looks.
 pub(super) const MIGRATIONS: &[&str] = &[
     "
