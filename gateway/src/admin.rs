@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use storage::lease::{LeaseStore, node_of};
 
-use crate::Core;
+use crate::shared::Core;
 
 mod cluster_ops;
 mod health;

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use protocol::NodeId;
-use protocol::link::{self, Command, LINK_VERSION, LinkFrame, LinkHello};
+use protocol::link::{self, Command, LINK_VERSION, LinkFrame, LinkHello, ToGateway};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_util::codec::Framed;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
-
-use crate::Core;
 
 /// Commands queued to one shard before new ones are refused.
 pub(crate) const LINK_OUTBOX: usize = 16 * 1024;
@@ -26,6 +26,19 @@ const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Connect time-out.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a link needs from its gateway: who it is, where the shard's messages go, and what to
+/// do when the link goes down. The gateway's shared state implements it.
+pub(crate) trait LinkOwner: Send + Sync + 'static {
+    /// The gateway's node id, sent in the hello.
+    fn node(&self) -> &NodeId;
+    /// Stops the link when cancelled.
+    fn shutdown(&self) -> &CancellationToken;
+    /// A message from shard `from`.
+    fn on_shard_message(&self, from: &NodeId, msg: ToGateway);
+    /// The link to shard `shard` went down: its sessions must rejoin.
+    fn on_link_down(&self, shard: &NodeId);
+}
 
 /// The sending side of one shard link.
 #[derive(Debug)]
@@ -47,22 +60,32 @@ impl ShardLink {
     }
 }
 
-/// Starts the link to shard `node` at `addr`; it reconnects until the gateway shuts down.
-pub(crate) fn start(core: &Arc<Core>, node: NodeId, addr: String) -> Arc<ShardLink> {
+/// Starts the link to shard `node` at `addr` on `tracker`; it reconnects until the owner's
+/// shutdown.
+pub(crate) fn start(
+    owner: Arc<dyn LinkOwner>,
+    tracker: &TaskTracker,
+    node: NodeId,
+    addr: String,
+) -> Arc<ShardLink> {
     let (tx, rx) = mpsc::channel(LINK_OUTBOX);
     let link = Arc::new(ShardLink {
         node: node.clone(),
         tx,
         up: AtomicBool::new(false),
     });
-    core.tracker
-        .spawn(run(core.clone(), link.clone(), addr, rx));
+    tracker.spawn(run(owner, link.clone(), addr, rx));
     link
 }
 
-async fn run(core: Arc<Core>, link: Arc<ShardLink>, addr: String, mut rx: mpsc::Receiver<Command>) {
+async fn run(
+    owner: Arc<dyn LinkOwner>,
+    link: Arc<ShardLink>,
+    addr: String,
+    mut rx: mpsc::Receiver<Command>,
+) {
     let mut backoff = MIN_BACKOFF;
-    let shutdown = core.shutdown.clone();
+    let shutdown = owner.shutdown().clone();
     loop {
         if shutdown.is_cancelled() {
             return;
@@ -76,13 +99,12 @@ async fn run(core: Arc<Core>, link: Arc<ShardLink>, addr: String, mut rx: mpsc::
                 let _ = stream.set_nodelay(true);
                 backoff = MIN_BACKOFF;
                 info!(shard = %link.node, %addr, "Shard link up.");
-                serve(&core, &link, stream, &mut rx).await;
+                serve(owner.as_ref(), &link, stream, &mut rx).await;
                 link.up.store(false, Ordering::Relaxed);
                 // Messages still queued were for the old connection: their pending requests
                 // are retried or time out; drop them so nothing stale goes out later.
                 while rx.try_recv().is_ok() {}
-                let evicted = core.hub.evict_where(|_, via| *via == link.node);
-                warn!(shard = %link.node, evicted, "Shard link down.");
+                owner.on_link_down(&link.node);
             }
             Ok(Err(e)) => {
                 warn!(shard = %link.node, %addr, error = %e, "Shard link connect failed.")
@@ -98,7 +120,7 @@ async fn run(core: Arc<Core>, link: Arc<ShardLink>, addr: String, mut rx: mpsc::
 }
 
 async fn serve(
-    core: &Arc<Core>,
+    owner: &dyn LinkOwner,
     link: &Arc<ShardLink>,
     stream: TcpStream,
     rx: &mut mpsc::Receiver<Command>,
@@ -106,7 +128,7 @@ async fn serve(
     let mut framed = Framed::new(stream, shard::link::codec());
     let hello = LinkFrame::Hello(LinkHello {
         v: LINK_VERSION,
-        gateway: core.node.clone(),
+        gateway: owner.node().clone(),
     });
     if framed.send(link::encode(&hello)).await.is_err() {
         return;
@@ -115,7 +137,7 @@ async fn serve(
     let (mut sink, mut stream) = framed.split();
     // Polled in place: a fresh `cancelled()` per frame would register with (and leave) the
     // token's waiter list every time.
-    let stopping = core.shutdown.cancelled();
+    let stopping = owner.shutdown().cancelled();
     tokio::pin!(stopping);
     loop {
         tokio::select! {
@@ -136,7 +158,7 @@ async fn serve(
                     None => return,
                 };
                 match link::decode(body.freeze()) {
-                    Ok(LinkFrame::ToGateway(msg)) => core.on_shard_message(&link.node, msg),
+                    Ok(LinkFrame::ToGateway(msg)) => owner.on_shard_message(&link.node, msg),
                     Ok(_) => {
                         warn!(shard = %link.node, "Unexpected frame kind from a shard.");
                         return;

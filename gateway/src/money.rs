@@ -6,14 +6,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::{self, GiftInfo, Op, RankEntry, RankGet};
-use protocol::{ErrorCode, RoomId, SessionId, UserId};
+use protocol::{ErrorCode, RoomId, UserId};
 use serde_json::json;
 use shard::gifts::{Catalog, GiftKind};
 use storage::ledger::{Board, Ledger, Period};
 use tracing::warn;
-
-use crate::Core;
-use crate::hub::text;
 
 /// Most entries a `rank.get` returns.
 const MAX_RANK_LIMIT: u32 = 100;
@@ -56,24 +53,12 @@ fn parse_period(s: &str) -> Option<Period> {
     }
 }
 
-impl Core {
-    fn send_frame(&self, session: SessionId, frame: Bytes) {
-        if let Some(t) = text(frame) {
-            self.hub.send_to(session, t);
-        }
-    }
-
-    /// `wallet.balance`, `gift.list` and `rank.get`, answered by the gateway itself.
-    pub(crate) fn money_request(
-        self: &Arc<Self>,
-        session: SessionId,
-        user: &UserId,
-        id: u64,
-        op: Op,
-    ) {
+impl Money {
+    /// The answer to `wallet.balance`, `gift.list` or `rank.get` when it needs no ledger read:
+    /// the catalog, or `UNAVAILABLE` on a node without a ledger. `None`: ask [`Money::answer`].
+    pub(crate) fn answer_now(&self, id: u64, op: &Op) -> Option<Bytes> {
         if let Op::GiftList(_) = op {
             let gifts: Vec<GiftInfo> = self
-                .money
                 .catalog
                 .gifts
                 .iter()
@@ -88,42 +73,38 @@ impl Core {
                     effect_level: g.effect_level,
                 })
                 .collect();
-            self.send_frame(session, client::encode_ok(id, &json!({ "gifts": gifts })));
-            return;
+            return Some(client::encode_ok(id, &json!({ "gifts": gifts })));
         }
-        let Some(ledger) = self.money.ledger.clone() else {
+        if self.ledger.is_none() {
             let msg = format!("{} is not enabled on this node (no ledger)", op.name());
-            self.send_frame(
-                session,
-                client::encode_err(Some(id), ErrorCode::Unavailable, &msg),
-            );
-            return;
+            return Some(client::encode_err(Some(id), ErrorCode::Unavailable, &msg));
+        }
+        None
+    }
+
+    /// The answer to `wallet.balance` or `rank.get` from the ledger.
+    pub(crate) async fn answer(&self, user: &UserId, id: u64, op: Op) -> Bytes {
+        let Some(ledger) = &self.ledger else {
+            return client::encode_err(Some(id), ErrorCode::Unavailable, "no ledger on this node");
         };
-        let core = self.clone();
-        let user = user.clone();
-        self.tracker.spawn(async move {
-            let frame = match op {
-                Op::WalletBalance(_) => {
-                    match (ledger.balance(&user).await, ledger.earnings(&user).await) {
-                        (Ok(balance), Ok(earnings)) => client::encode_ok(
-                            id,
-                            &json!({ "balance": balance, "earnings": earnings }),
-                        ),
-                        (Err(e), _) | (_, Err(e)) => {
-                            warn!(error = %e, "Balance read failed.");
-                            client::encode_err(
-                                Some(id),
-                                ErrorCode::Unavailable,
-                                "ledger unavailable; retry",
-                            )
-                        }
-                    }
+        match op {
+            Op::WalletBalance(_) => match (ledger.balance(user).await, ledger.earnings(user).await)
+            {
+                (Ok(balance), Ok(earnings)) => {
+                    client::encode_ok(id, &json!({ "balance": balance, "earnings": earnings }))
                 }
-                Op::RankGet(r) => rank(&ledger, id, &r).await,
-                _ => client::encode_err(Some(id), ErrorCode::Internal, "internal error"),
-            };
-            core.send_frame(session, frame);
-        });
+                (Err(e), _) | (_, Err(e)) => {
+                    warn!(error = %e, "Balance read failed.");
+                    client::encode_err(
+                        Some(id),
+                        ErrorCode::Unavailable,
+                        "ledger unavailable; retry",
+                    )
+                }
+            },
+            Op::RankGet(r) => rank(ledger, id, &r).await,
+            _ => client::encode_err(Some(id), ErrorCode::Internal, "internal error"),
+        }
     }
 }
 

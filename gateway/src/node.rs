@@ -22,9 +22,10 @@ pub use shard::node::StartError;
 use crate::admin::{self, Admin, Readiness};
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
+use crate::metrics;
 use crate::money::Money;
 use crate::router::{Router, Routes};
-use crate::{Core, metrics};
+use crate::shared::Core;
 
 /// Settings of a gateway node.
 #[derive(Debug, Clone)]
@@ -225,7 +226,9 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
     };
     for n in &view.nodes {
         if n.role.owns_rooms() && !n.link_addr.is_empty() && !routes.has_link(&n.id) {
-            routes.add_link(crate::link::start(core, n.id.clone(), n.link_addr.clone()));
+            let owner: Arc<dyn crate::link::LinkOwner> = core.clone();
+            let link = crate::link::start(owner, &core.tracker, n.id.clone(), n.link_addr.clone());
+            routes.add_link(link);
         }
     }
     let live = view.live_shards();

@@ -13,10 +13,10 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tracing::{debug, info, warn};
 
-use crate::Core;
 use crate::auth::{Identity, token_from_request};
 use crate::config::HANDSHAKE_TIMEOUT;
 use crate::metrics as m;
+use crate::shared::Core;
 
 /// Accepts connections until shutdown.
 pub(crate) async fn serve(core: Arc<Core>, listener: TcpListener) {
@@ -49,42 +49,6 @@ fn refuse(status: u16, body: &str) -> ErrorResponse {
 
 /// Seconds a refused client is asked to wait (`Retry-After`).
 const RETRY_AFTER_SECS: u32 = 1;
-
-/// Admission control: a token bucket of new connections per second for the whole node.
-#[derive(Debug)]
-pub(crate) struct Admission {
-    state: std::sync::Mutex<(f64, tokio::time::Instant)>,
-    rate: f64,
-    burst: f64,
-}
-
-impl Admission {
-    pub(crate) fn new(rate: u32, burst: u32) -> Self {
-        Self {
-            state: std::sync::Mutex::new((f64::from(burst), tokio::time::Instant::now())),
-            rate: f64::from(rate),
-            burst: f64::from(burst),
-        }
-    }
-
-    /// Takes one admission; false when the node admits no more connections now.
-    pub(crate) fn admit(&self) -> bool {
-        let mut st = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = tokio::time::Instant::now();
-        let dt = now.saturating_duration_since(st.1).as_secs_f64();
-        st.1 = now;
-        st.0 = (st.0 + dt * self.rate).min(self.burst);
-        if st.0 >= 1.0 {
-            st.0 -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
 
 /// Serves one accepted TCP connection: the upgrade, then the socket's session.
 ///

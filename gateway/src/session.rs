@@ -19,12 +19,12 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tracing::debug;
 
-use crate::Core;
 use crate::auth::Identity;
 use crate::config::WRITE_BATCH_FRAMES;
 use crate::hub::text;
 use crate::metrics as m;
 use crate::outbox::{Outbox, Outgoing, clock_ms, unix_ms};
+use crate::shared::Core;
 use crate::wire;
 
 /// Frames of a batch kept inline (no allocation) before the batch spills to the heap.

@@ -19,12 +19,12 @@ use tracing::info;
 
 pub use crate::node::{Running, StartError};
 
-use crate::Core;
 use crate::admin::{self, Readiness};
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
 use crate::money::Money;
 use crate::router::Router;
+use crate::shared::Core;
 
 /// Messages buffered from the in-process shard to the gateway before rooms wait (Block
 /// policy on an internal path: the gateway side never waits on rooms).

@@ -1,0 +1,448 @@
+//! What a gateway's tasks share ([`Core`]): sessions and their rooms (the hub), the routes to
+//! shards, commands waiting for their replies (with routing retries), and the node-wide tasks
+//! (pending sweep, heartbeat, drain).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use protocol::client::{self, RoomOp};
+use protocol::link::{Command, RoomCmd, ToGateway};
+use protocol::{ErrorCode, NodeId, RoomId, SessionId, UserId};
+
+/// First delay before a routing retry; doubles per attempt.
+const RETRY_MIN_DELAY: Duration = Duration::from_millis(20);
+/// Longest delay between routing retries.
+const RETRY_MAX_DELAY: Duration = Duration::from_millis(500);
+/// Commands in flight per gateway (awaiting a reply or a routing retry) before new ones are
+/// refused with `UNAVAILABLE`: far above what the per-connection rate limits let a healthy
+/// node accumulate, low enough to bound memory when every shard is unreachable.
+const MAX_PENDING_COMMANDS: usize = 262_144;
+/// After the drain window, how long closing sockets get before the hard stop.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How often the drain checks whether every socket has closed.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// How often unanswered requests are checked against the retry budget.
+const PENDING_SWEEP: Duration = Duration::from_millis(500);
+/// The heartbeat task wakes this many times per heartbeat interval: each time it checks every
+/// socket for silence and token expiry, and pings one slice of them, so each socket gets one
+/// ping per interval and the pings of a big node are spread over the interval, not bunched.
+const HEARTBEAT_SLICES: u32 = 8;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::GatewayConfig;
+use crate::hub::{self, Hub, PendingLeave, text};
+use crate::{auth, money, outbox, router};
+
+/// Everything a gateway's tasks share.
+pub(crate) struct Core {
+    me: Weak<Core>,
+    pub(crate) node: NodeId,
+    pub(crate) config: GatewayConfig,
+    pub(crate) hub: Hub,
+    pub(crate) router: router::Router,
+    pub(crate) auth: auth::Authenticator,
+    pub(crate) shutdown: CancellationToken,
+    /// New-connection admission control.
+    pub(crate) admission: crate::admission::Admission,
+    pub(crate) tracker: TaskTracker,
+    next_session: AtomicU64,
+    next_req: AtomicU64,
+    /// Commands sent and not yet answered, kept for routing retries.
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// Ledger and catalog for the money ops the gateway answers itself.
+    pub(crate) money: money::Money,
+    /// Sessions the gateway is moving to a room's new owner: their commands for that room
+    /// wait (retried) until the move is done, instead of failing with `NOT_IN_ROOM`.
+    rejoining: Mutex<std::collections::HashSet<(SessionId, RoomId)>>,
+    /// Handles of the counters every frame touches, registered once: the `counter!` macro
+    /// looks its key up in the recorder's registry at every call.
+    pub(crate) hot: HotCounters,
+}
+
+/// Counter handles for the per-frame paths.
+pub(crate) struct HotCounters {
+    /// [`metrics::REQUESTS`].
+    pub(crate) requests: ::metrics::Counter,
+    /// [`metrics::FRAMES_OUT`].
+    pub(crate) frames_out: ::metrics::Counter,
+    /// [`metrics::WRITE_BATCHES`].
+    pub(crate) write_batches: ::metrics::Counter,
+}
+
+/// A command waiting for its reply.
+struct Pending {
+    cmd: Command,
+    started: Instant,
+    attempt: u32,
+}
+
+impl Core {
+    pub(crate) fn new(
+        node: NodeId,
+        config: GatewayConfig,
+        router: router::Router,
+        auth: auth::Authenticator,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+        money: money::Money,
+    ) -> Arc<Self> {
+        let admission = crate::admission::Admission::new(config.admit_per_sec, config.admit_burst);
+        let core = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            node,
+            config,
+            hub: Hub::default(),
+            router,
+            auth,
+            admission,
+            shutdown,
+            tracker,
+            next_session: AtomicU64::new(1),
+            next_req: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            money,
+            rejoining: Mutex::new(std::collections::HashSet::new()),
+            hot: HotCounters {
+                requests: ::metrics::counter!(crate::metrics::REQUESTS),
+                frames_out: ::metrics::counter!(crate::metrics::FRAMES_OUT),
+                write_batches: ::metrics::counter!(crate::metrics::WRITE_BATCHES),
+            },
+        });
+        core.tracker.spawn(core.clone().sweep_pending());
+        core.tracker.spawn(core.clone().drain());
+        core.tracker.spawn(core.clone().heartbeat());
+        core
+    }
+
+    fn self_ref(&self) -> Weak<Self> {
+        self.me.clone()
+    }
+
+    /// Writes `frame` to `session`'s socket.
+    fn send_frame(&self, session: SessionId, frame: bytes::Bytes) {
+        if let Some(t) = text(frame) {
+            self.hub.send_to(session, t);
+        }
+    }
+
+    /// `wallet.balance`, `gift.list` and `rank.get`, answered by the gateway itself: at once
+    /// when no ledger read is needed, otherwise on a task of its own.
+    pub(crate) fn money_request(
+        self: &Arc<Self>,
+        session: SessionId,
+        user: &UserId,
+        id: u64,
+        op: client::Op,
+    ) {
+        if let Some(frame) = self.money.answer_now(id, &op) {
+            self.send_frame(session, frame);
+            return;
+        }
+        let core = self.clone();
+        let user = user.clone();
+        self.tracker.spawn(async move {
+            let frame = core.money.answer(&user, id, op).await;
+            core.send_frame(session, frame);
+        });
+    }
+
+    pub(crate) fn next_session(&self) -> SessionId {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends a room command on behalf of a session, to `hint` first when given (a handoff's
+    /// new owner).
+    pub(crate) fn send_command(
+        &self,
+        session: SessionId,
+        user: &UserId,
+        client_id: Option<u64>,
+        room: RoomId,
+        cmd: RoomCmd,
+        hint: Option<NodeId>,
+    ) {
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        if client_id.is_some() && matches!(cmd, RoomCmd::Op(RoomOp::Join(_))) {
+            self.hub.note_join(session, req, &room);
+        }
+        let cmd = Command {
+            req,
+            gateway: self.node.clone(),
+            session,
+            user: user.clone(),
+            client_id,
+            room,
+            cmd,
+        };
+        {
+            let mut pending = self.pending();
+            if pending.len() >= MAX_PENDING_COMMANDS {
+                // Reject policy: the node is saturated; nothing queues without a bound.
+                drop(pending);
+                ::metrics::counter!(crate::metrics::ERRORS, "code" => "UNAVAILABLE").increment(1);
+                if let Some(id) = cmd.client_id {
+                    let frame =
+                        client::encode_err(Some(id), ErrorCode::Unavailable, "gateway busy; retry");
+                    if let Some(t) = text(frame) {
+                        self.hub.send_to(cmd.session, t);
+                    }
+                }
+                return;
+            }
+            pending.insert(
+                req,
+                Pending {
+                    cmd: cmd.clone(),
+                    started: Instant::now(),
+                    attempt: 0,
+                },
+            );
+        }
+        let sent = self.router.send(cmd, hint.as_ref());
+        tracing::trace!(req, sent, "Command routed.");
+        if !sent {
+            self.retry_later(req, hint);
+        }
+    }
+
+    fn rejoining_set(&self) -> MutexGuard<'_, std::collections::HashSet<(SessionId, RoomId)>> {
+        self.rejoining
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends pending request `req` again after a backoff (to `hint` if given).
+    fn retry_later(&self, req: u64, hint: Option<NodeId>) {
+        let attempt = match self.pending().get_mut(&req) {
+            Some(p) => {
+                p.attempt += 1;
+                p.attempt
+            }
+            None => return,
+        };
+        ::metrics::counter!(crate::metrics::ROUTING_RETRIES).increment(1);
+        let delay = RETRY_MIN_DELAY
+            .saturating_mul(1 << attempt.min(6))
+            .min(RETRY_MAX_DELAY);
+        let me = self.self_ref();
+        self.tracker.spawn(async move {
+            let Some(core) = me.upgrade() else { return };
+            tokio::select! {
+                () = core.shutdown.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            let cmd = match core.pending().get(&req) {
+                Some(p) => p.cmd.clone(),
+                None => return,
+            };
+            if !core.router.send(cmd, hint.as_ref()) {
+                core.retry_later(req, None);
+            }
+        });
+    }
+
+    /// Answers `UNAVAILABLE` to requests that found no owner within the retry budget.
+    pub(crate) async fn sweep_pending(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(PENDING_SWEEP);
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let budget = self.config.route_retry_budget;
+            let expired: Vec<Pending> = {
+                let mut p = self.pending();
+                let old: Vec<u64> = p
+                    .iter()
+                    .filter(|(_, v)| v.started.elapsed() > budget)
+                    .map(|(k, _)| *k)
+                    .collect();
+                old.iter().filter_map(|k| p.remove(k)).collect()
+            };
+            for p in expired {
+                if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
+                    self.rejoining_set()
+                        .remove(&(p.cmd.session, p.cmd.room.clone()));
+                    self.rejoin_failed(&p.cmd);
+                }
+                if let Some(id) = p.cmd.client_id {
+                    let frame = client::encode_err(
+                        Some(id),
+                        ErrorCode::Unavailable,
+                        "room is moving or its shard is unreachable; retry",
+                    );
+                    if let Some(t) = text(frame) {
+                        self.hub.send_to(p.cmd.session, t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node-wide heartbeat: pings every socket once per interval and closes those silent
+    /// for two intervals (1000) or whose token expired (1008). One task for all sockets keeps
+    /// a timer out of every idle socket's state; a close is at most one slice
+    /// (interval / [`HEARTBEAT_SLICES`]) late.
+    async fn heartbeat(self: Arc<Self>) {
+        let hb = self.config.heartbeat;
+        let period = (hb / HEARTBEAT_SLICES).max(Duration::from_millis(1));
+        let silence_ms = u64::try_from((2 * hb).as_millis()).unwrap_or(u64::MAX);
+        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut slice = 0u64;
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let closed = self
+                .hub
+                .beat(slice, u64::from(HEARTBEAT_SLICES), silence_ms);
+            if closed > 0 {
+                tracing::debug!(closed, "Heartbeat closed silent or expired sockets.");
+            }
+            slice = (slice + 1) % u64::from(HEARTBEAT_SLICES);
+        }
+    }
+
+    /// Graceful drain: once shutdown starts, tell every client to reconnect elsewhere (close
+    /// 1001), spread evenly over the drain window; close what is left at the deadline.
+    async fn drain(self: Arc<Self>) {
+        self.shutdown.cancelled().await;
+        let outboxes = self.hub.outboxes();
+        let n = outboxes.len().max(1) as u32;
+        let window = self.config.drain_window;
+        let start = Instant::now();
+        tracing::info!(
+            sessions = outboxes.len(),
+            ?window,
+            "Draining: closing sockets with 1001."
+        );
+        for (i, o) in outboxes.iter().enumerate() {
+            tokio::time::sleep_until(start + window * (i as u32) / n).await;
+            o.kick(outbox::Kick::GoingAway);
+        }
+        let deadline = start + window + DRAIN_GRACE;
+        while self.hub.session_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        // The deadline: every socket still open (including any whose handshake finished during
+        // the drain) is told to close now.
+        for o in self.hub.outboxes() {
+            o.kick(outbox::Kick::GoingAway);
+        }
+    }
+
+    /// Applies one message from shard `from`: routing retries first, then the hub.
+    pub(crate) fn on_shard_message(&self, from: &NodeId, msg: ToGateway) {
+        tracing::trace!(%from, ?msg, "From shard.");
+        if let ToGateway::Reply(r) = &msg {
+            let pending = self.pending().remove(&r.req);
+            if let Some(p) = &pending
+                && let RoomCmd::Rejoin(_) = &p.cmd.cmd
+            {
+                self.rejoining_set()
+                    .remove(&(p.cmd.session, p.cmd.room.clone()));
+            }
+            if let (Some(p), Err(e)) = (pending, &r.outcome) {
+                let moving = e.code == ErrorCode::NotInRoom
+                    && self
+                        .rejoining_set()
+                        .contains(&(p.cmd.session, p.cmd.room.clone()));
+                if (e.code == ErrorCode::Unavailable || moving)
+                    && p.started.elapsed() < self.config.route_retry_budget
+                {
+                    let hint = e.owner_hint.clone().filter(|h| h != from);
+                    let req = r.req;
+                    self.pending().insert(req, p);
+                    self.retry_later(req, hint);
+                    return;
+                }
+                if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
+                    self.rejoin_failed(&p.cmd);
+                }
+            }
+        }
+        let follow = self.hub.apply(from, msg);
+        self.send_leaves(follow.leaves);
+        for r in follow.rejoins {
+            let join = protocol::client::RoomJoin {
+                room: r.room.clone(),
+                since: r
+                    .since
+                    .map(|(epoch, seq)| protocol::client::Since { epoch, seq }),
+                password: None,
+            };
+            self.rejoining_set().insert((r.session, r.room.clone()));
+            self.send_command(
+                r.session,
+                &r.user,
+                None,
+                r.room,
+                RoomCmd::Rejoin(join),
+                Some(r.to),
+            );
+        }
+    }
+
+    /// A handoff rejoin could not be completed: tell the client to rejoin by itself.
+    fn rejoin_failed(&self, cmd: &Command) {
+        tracing::warn!(room = %cmd.room, session = cmd.session, "Handoff rejoin failed; telling the client.");
+        if let Some(t) = hub::room_left(&cmd.room, "unavailable") {
+            self.hub.send_to(cmd.session, t);
+        }
+    }
+
+    /// Sends the leaves the gateway makes on its own (switch, disconnect).
+    pub(crate) fn send_leaves(&self, leaves: Vec<PendingLeave>) {
+        for l in leaves {
+            let leave = RoomCmd::Leave(l.reason);
+            self.send_command(l.session, &l.user, None, l.room, leave, None);
+        }
+    }
+
+    /// Applies messages from one shard link until it closes.
+    pub(crate) async fn link_reader(self: Arc<Self>, mut rx: mpsc::Receiver<ToGateway>) {
+        // Polled in place: a fresh `cancelled()` per message would register with (and leave)
+        // the token's waiter list every time.
+        let stopping = self.shutdown.cancelled();
+        tokio::pin!(stopping);
+        loop {
+            let msg = tokio::select! {
+                () = &mut stopping => return,
+                m = rx.recv() => m,
+            };
+            let Some(msg) = msg else { return };
+            let from = self.node.clone();
+            self.on_shard_message(&from, msg);
+        }
+    }
+}
+
+impl crate::link::LinkOwner for Core {
+    fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    fn on_shard_message(&self, from: &NodeId, msg: ToGateway) {
+        Core::on_shard_message(self, from, msg);
+    }
+
+    fn on_link_down(&self, shard: &NodeId) {
+        let evicted = self.hub.evict_where(|_, via| via == shard);
+        tracing::warn!(%shard, evicted, "Shard link down.");
+    }
+}
