@@ -66,11 +66,11 @@ pub(crate) struct Core {
 
 /// Counter handles for the per-frame paths.
 pub(crate) struct HotCounters {
-    /// [`metrics::REQUESTS`].
+    /// [`crate::metrics::REQUESTS`].
     pub(crate) requests: ::metrics::Counter,
-    /// [`metrics::FRAMES_OUT`].
+    /// [`crate::metrics::FRAMES_OUT`].
     pub(crate) frames_out: ::metrics::Counter,
-    /// [`metrics::WRITE_BATCHES`].
+    /// [`crate::metrics::WRITE_BATCHES`].
     pub(crate) write_batches: ::metrics::Counter,
 }
 
