@@ -385,15 +385,7 @@ impl RoomActor {
                 self.send_event(&gw, audience, Bytes::new(), position).await;
             }
         } else if self.member_count() > 0 {
-            let frame = client::encode_event(
-                "room.left",
-                None,
-                None,
-                &RoomLeft {
-                    room: self.room.clone(),
-                    reason: "unavailable".into(),
-                },
-            );
+            let frame = room_left(&self.room, "unavailable");
             let by_gw = self.sessions_by_gateway();
             for (gw, sessions) in by_gw {
                 self.send_event(&gw, Audience::Evict(sessions), frame.clone(), None)
@@ -602,15 +594,7 @@ impl RoomActor {
             resync,
         };
         if let Some(old) = &joined.replaced {
-            let frame = client::encode_event(
-                "room.left",
-                None,
-                None,
-                &RoomLeft {
-                    room: self.room.clone(),
-                    reason: "replaced".into(),
-                },
-            );
+            let frame = room_left(&self.room, "replaced");
             let evict = Audience::Evict(vec![old.session]);
             self.send_event(&old.gateway, evict, frame, None).await;
         }
@@ -647,4 +631,13 @@ impl RoomActor {
         self.state = Some(RoomState::new(self.room.clone(), durable, self.fence));
         Ok(())
     }
+}
+
+/// The `room.left` frame a member gets when the room drops it (`reason` as PROTOCOL.md lists).
+fn room_left(room: &RoomId, reason: &str) -> Bytes {
+    let left = RoomLeft {
+        room: room.clone(),
+        reason: reason.into(),
+    };
+    client::encode_event("room.left", None, None, &left)
 }
