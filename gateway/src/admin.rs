@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -10,13 +11,14 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use protocol::RoomId;
 use protocol::ids::is_valid_id;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -30,6 +32,16 @@ mod health;
 mod money;
 
 pub(crate) use health::Readiness;
+
+/// How long an admin connection may take to send a request's headers, and how long it may sit
+/// idle between requests, before it is closed: the WebSocket port's handshake bound.
+const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request's body may take to arrive (then `408`).
+const ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Admin connections open at once; one more is closed as soon as it is accepted, so the admin
+/// port cannot take the file descriptors the WebSocket port needs. Monitoring and operators
+/// need a handful.
+const ADMIN_MAX_CONNECTIONS: usize = 256;
 
 /// Largest admin request body accepted.
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
@@ -98,13 +110,18 @@ pub(crate) fn error(status: StatusCode, msg: &str) -> Resp {
     json_resp(status, &json!({ "error": msg }))
 }
 
-/// Serves the admin port until shutdown.
+/// Serves the admin port until shutdown: at most [`ADMIN_MAX_CONNECTIONS`] connections, each
+/// closed when its headers take longer than [`ADMIN_HEADER_TIMEOUT`] or it idles that long.
 pub(crate) async fn serve(
     admin: Arc<Admin>,
     listener: TcpListener,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let open = Arc::new(Semaphore::new(ADMIN_MAX_CONNECTIONS));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(ADMIN_HEADER_TIMEOUT);
     loop {
         let (stream, _) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -116,15 +133,21 @@ pub(crate) async fn serve(
                 }
             },
         };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            // Reject policy: the connection is closed unread.
+            metrics::counter!("chorus_admin_connections_refused_total").increment(1);
+            drop(stream);
+            continue;
+        };
         let admin = admin.clone();
+        let http = http.clone();
         tracker.spawn(async move {
             let svc = service_fn(move |req| {
                 let admin = admin.clone();
                 async move { Ok::<_, Infallible>(handle(&admin, req).await) }
             });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+            drop(permit);
         });
     }
 }
@@ -169,12 +192,11 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|kv| kv == "local=1"));
-    let body = match Limited::new(req.into_body(), MAX_ADMIN_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body too large"),
+    let body = Limited::new(req.into_body(), MAX_ADMIN_BODY_BYTES).collect();
+    let body = match tokio::time::timeout(ADMIN_BODY_TIMEOUT, body).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(_)) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body too large"),
+        Err(_) => return error(StatusCode::REQUEST_TIMEOUT, "body too slow"),
     };
     info!(%method, %path, "Admin call.");
     metrics::counter!("chorus_admin_calls_total", "verb" => verb_of(&method, &parts)).increment(1);
