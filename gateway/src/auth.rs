@@ -7,11 +7,19 @@ use protocol::UserId;
 use protocol::ids::is_valid_id;
 use serde::{Deserialize, Serialize};
 
-/// The claims Chorus reads: `sub` is the user id, `exp` the expiry (seconds since the epoch).
+/// How far a token's `nbf` or `iat` may lie in the future: clocks of token issuers drift.
+const CLOCK_LEEWAY_SECS: u64 = 60;
+
+/// The claims Chorus reads: `sub` is the user id, `exp` the expiry, `nbf` and `iat` (optional)
+/// when it becomes valid and when it was issued, all in seconds since the epoch.
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
     sub: String,
     exp: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nbf: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    iat: Option<u64>,
 }
 
 /// An authenticated user and when its token expires.
@@ -43,6 +51,7 @@ pub struct Authenticator {
     decoding: DecodingKey,
     encoding: EncodingKey,
     validation: Validation,
+    max_lifetime: Duration,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -65,17 +74,26 @@ impl Authenticator {
             decoding: DecodingKey::from_secret(secret).map_err(bad)?,
             encoding: EncodingKey::from_secret(secret).map_err(bad)?,
             validation,
+            max_lifetime: crate::config::DEFAULT_MAX_TOKEN_LIFETIME,
         })
+    }
+
+    /// The longest lifetime a token may have (`exp` minus `iat`, or minus now without `iat`).
+    pub fn with_max_lifetime(mut self, max: Duration) -> Self {
+        self.max_lifetime = max;
+        self
     }
 
     /// Checks a token.
     ///
     /// # Errors
-    /// [`AuthError::Invalid`] for a bad signature, format or an expired token;
+    /// [`AuthError::Invalid`] for a bad signature or format, an expired token, one whose `nbf`
+    /// or `iat` lies more than a minute ahead, or one whose lifetime is above the cap;
     /// [`AuthError::BadSubject`] for an unusable `sub`.
     pub fn verify(&self, token: &str) -> Result<Identity, AuthError> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
+        self.check_times(&data.claims, jsonwebtoken::get_current_timestamp())?;
         if !is_valid_id(&data.claims.sub) {
             return Err(AuthError::BadSubject);
         }
@@ -85,17 +103,49 @@ impl Authenticator {
         })
     }
 
+    /// The time rules the signature check leaves: not valid yet, issued in the future, or
+    /// living longer than the cap.
+    fn check_times(&self, c: &Claims, now: u64) -> Result<(), AuthError> {
+        let ahead = now.saturating_add(CLOCK_LEEWAY_SECS);
+        if c.nbf.is_some_and(|nbf| nbf > ahead) {
+            return Err(AuthError::Invalid("token not valid yet (nbf)".into()));
+        }
+        if c.iat.is_some_and(|iat| iat > ahead) {
+            return Err(AuthError::Invalid(
+                "token issued in the future (iat)".into(),
+            ));
+        }
+        let from = c.iat.unwrap_or(now).min(now);
+        if c.exp.saturating_sub(from) > self.max_lifetime.as_secs() {
+            return Err(AuthError::Invalid(format!(
+                "token lifetime above {} s",
+                self.max_lifetime.as_secs()
+            )));
+        }
+        Ok(())
+    }
+
     /// Mints a token for `user` valid for `ttl`.
     ///
     /// # Errors
-    /// [`AuthError::BadSubject`] for an unusable user id.
+    /// [`AuthError::BadSubject`] for an unusable user id; [`AuthError::Invalid`] for a `ttl`
+    /// above the lifetime cap (such a token would be refused).
     pub fn mint(&self, user: &str, ttl: Duration) -> Result<String, AuthError> {
         if !is_valid_id(user) {
             return Err(AuthError::BadSubject);
         }
+        if ttl > self.max_lifetime {
+            return Err(AuthError::Invalid(format!(
+                "ttl above the token lifetime cap of {} s",
+                self.max_lifetime.as_secs()
+            )));
+        }
+        let now = jsonwebtoken::get_current_timestamp();
         let claims = Claims {
             sub: user.to_owned(),
-            exp: jsonwebtoken::get_current_timestamp() + ttl.as_secs(),
+            exp: now + ttl.as_secs(),
+            nbf: None,
+            iat: Some(now),
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Invalid(e.to_string()))
@@ -138,9 +188,43 @@ mod tests {
         let claims = Claims {
             sub: "u1".into(),
             exp: jsonwebtoken::get_current_timestamp() - 10,
+            nbf: None,
+            iat: None,
         };
         let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap();
         assert!(matches!(a.verify(&t), Err(AuthError::Invalid(_))));
+    }
+
+    #[test]
+    fn tokens_from_the_future_or_living_too_long_are_refused() {
+        let a = Authenticator::new(b"secret")
+            .unwrap()
+            .with_max_lifetime(Duration::from_secs(3600));
+        let now = jsonwebtoken::get_current_timestamp();
+        let token = |exp: u64, nbf: Option<u64>, iat: Option<u64>| {
+            let claims = Claims {
+                sub: "u1".into(),
+                exp,
+                nbf,
+                iat,
+            };
+            jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap()
+        };
+        let ok = |t: String| a.verify(&t).is_ok();
+        // Within the clock leeway, and the usual shapes.
+        assert!(ok(token(now + 600, Some(now + 30), Some(now + 30))));
+        assert!(ok(token(now + 600, Some(now - 600), Some(now - 600))));
+        assert!(ok(token(now + 3600, None, None)));
+        // Not valid yet, issued in the future.
+        assert!(!ok(token(now + 600, Some(now + 120), None)));
+        assert!(!ok(token(now + 600, None, Some(now + 120))));
+        // A lifetime above the cap, counted from iat or, without it, from now.
+        assert!(!ok(token(now + 3600 + 60, None, None)));
+        assert!(!ok(token(now + 600, None, Some(now - 3600))));
+        assert!(!ok(token(i64::MAX as u64, None, None)));
+        // Minting above the cap is refused too: the token would be.
+        assert!(a.mint("u1", Duration::from_secs(3601)).is_err());
+        assert!(ok(a.mint("u1", Duration::from_secs(3600)).unwrap()));
     }
 
     #[test]

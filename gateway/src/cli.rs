@@ -320,6 +320,10 @@ pub struct FileConfig {
     pub heartbeat_ms: Option<u64>,
     /// Frame limit, bytes.
     pub max_frame_bytes: Option<usize>,
+    /// Connections one user may hold on a gateway.
+    pub max_conns_per_user: Option<usize>,
+    /// Longest lifetime of a client token, in seconds.
+    pub max_token_lifetime_s: Option<u64>,
     /// Token bucket rate.
     pub rate_per_sec: Option<u32>,
     /// Token bucket size.
@@ -481,6 +485,12 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> GatewayConfig {
     }
     if let Some(v) = f.admit_burst {
         g.admit_burst = v;
+    }
+    if let Some(v) = f.max_conns_per_user {
+        g.max_conns_per_user = v.max(1);
+    }
+    if let Some(v) = f.max_token_lifetime_s {
+        g.max_token_lifetime = Duration::from_secs(v.max(1));
     }
     g
 }

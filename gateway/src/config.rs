@@ -38,6 +38,12 @@ pub const DEFAULT_DRAIN_WINDOW: Duration = Duration::from_secs(5);
 pub const DEFAULT_ADMIT_PER_SEC: u32 = 2000;
 /// Burst of the admission bucket.
 pub const DEFAULT_ADMIT_BURST: u32 = 4000;
+/// Connections one user may hold on one gateway; one more closes the user's oldest (4001).
+/// Ten covers a phone, a tablet and a few tabs; a leaked token cannot hold hundreds.
+pub const DEFAULT_MAX_CONNS_PER_USER: usize = 10;
+/// Longest lifetime a client token may have (`exp` minus `iat`, or minus now without `iat`):
+/// a token that never expires cannot be revoked by waiting.
+pub const DEFAULT_MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Longest time a client may take to finish the WebSocket handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -72,6 +78,10 @@ pub struct GatewayConfig {
     pub admit_per_sec: u32,
     /// Admission burst.
     pub admit_burst: u32,
+    /// Connections one user may hold on this gateway; one more closes the oldest with 4001.
+    pub max_conns_per_user: usize,
+    /// Longest lifetime a client token may have.
+    pub max_token_lifetime: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -91,6 +101,8 @@ impl Default for GatewayConfig {
             drain_window: DEFAULT_DRAIN_WINDOW,
             admit_per_sec: DEFAULT_ADMIT_PER_SEC,
             admit_burst: DEFAULT_ADMIT_BURST,
+            max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
+            max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
         }
     }
 }

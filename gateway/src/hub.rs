@@ -110,10 +110,28 @@ impl Hub {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a new session.
-    pub(crate) fn add(&self, session: SessionId, user: UserId, out: Arc<Outbox>) {
+    /// Registers a new session; returns the outboxes of the user's oldest sessions beyond
+    /// `max_per_user` (the new one counted), for the caller to close.
+    pub(crate) fn add(
+        &self,
+        session: SessionId,
+        user: UserId,
+        out: Arc<Outbox>,
+        max_per_user: usize,
+    ) -> Vec<Arc<Outbox>> {
         let mut st = self.write();
-        st.users.entry(user.clone()).or_default().push(session);
+        let mine = st.users.entry(user.clone()).or_default();
+        mine.push(session);
+        // Oldest first: session ids only grow.
+        let over: Vec<SessionId> = mine
+            .iter()
+            .take(mine.len().saturating_sub(max_per_user))
+            .copied()
+            .collect();
+        let evicted = over
+            .iter()
+            .filter_map(|s| st.sessions.get(s).map(|slot| slot.out.clone()))
+            .collect();
         st.sessions.insert(
             session,
             Slot {
@@ -123,6 +141,7 @@ impl Hub {
                 join: None,
             },
         );
+        evicted
     }
 
     /// Removes a closed session; returns the leave to send for the room it was in.
@@ -569,9 +588,9 @@ mod tests {
         let hub = Hub::default();
         let via = NodeId::from("shard-1");
         let (a, b, c) = (outbox(), outbox(), outbox());
-        hub.add(1, UserId::from("ann"), a.clone());
-        hub.add(2, UserId::from("bob"), b.clone());
-        hub.add(3, UserId::from("cy"), c.clone());
+        hub.add(1, UserId::from("ann"), a.clone(), 10);
+        hub.add(2, UserId::from("bob"), b.clone(), 10);
+        hub.add(3, UserId::from("cy"), c.clone(), 10);
         for (session, user, room) in [(1, "ann", "r1"), (2, "bob", "r1"), (3, "cy", "r2")] {
             assert!(joined(&hub, session, user, room, &via).is_empty());
         }
@@ -603,7 +622,7 @@ mod tests {
         let hub = Hub::default();
         let via = NodeId::from("shard-1");
         let a = outbox();
-        hub.add(1, UserId::from("ann"), a.clone());
+        hub.add(1, UserId::from("ann"), a.clone(), 10);
         assert!(joined_req(&hub, 10, 1, "ann", "r1", &via).is_empty());
         (hub, via, a)
     }

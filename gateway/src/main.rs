@@ -52,7 +52,13 @@ fn token(t: &cli::TokenArgs) -> anyhow::Result<()> {
             dir.display()
         );
     };
-    let tok = Authenticator::new(secret.as_bytes())?.mint(&t.user, t.ttl)?;
+    let max = file.max_token_lifetime_s.map_or(
+        gateway::config::DEFAULT_MAX_TOKEN_LIFETIME,
+        Duration::from_secs,
+    );
+    let tok = Authenticator::new(secret.as_bytes())?
+        .with_max_lifetime(max)
+        .mint(&t.user, t.ttl)?;
     println!("{tok}");
     Ok(())
 }

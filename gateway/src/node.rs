@@ -175,7 +175,9 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         cfg.node_id.clone(),
         cfg.gateway.clone(),
         Router::Cluster(routes.clone()),
-        Authenticator::new(&cfg.jwt_secret).map_err(|e| StartError::Config(e.to_string()))?,
+        Authenticator::new(&cfg.jwt_secret)
+            .map_err(|e| StartError::Config(e.to_string()))?
+            .with_max_lifetime(cfg.gateway.max_token_lifetime),
         shutdown.clone(),
         tracker.clone(),
         Money {

@@ -109,14 +109,17 @@ pub(crate) enum Kick {
     HeartbeatTimeout = 3,
     /// The token expired: 1008.
     TokenExpired = 4,
+    /// The user's newer connections pushed this one over the per-user cap: 4001.
+    TooManyConnections = 5,
 }
 
 impl Kick {
-    const ALL: [Kick; 4] = [
+    const ALL: [Kick; 5] = [
         Kick::SlowConsumer,
         Kick::GoingAway,
         Kick::HeartbeatTimeout,
         Kick::TokenExpired,
+        Kick::TooManyConnections,
     ];
 
     fn from_u8(v: u8) -> Option<Self> {
@@ -130,6 +133,7 @@ impl Kick {
             Kick::GoingAway => close::GOING_AWAY,
             Kick::HeartbeatTimeout => close::NORMAL,
             Kick::TokenExpired => close::POLICY,
+            Kick::TooManyConnections => close::TOO_MANY_CONNECTIONS,
         }
     }
 
@@ -140,6 +144,7 @@ impl Kick {
             Kick::GoingAway => "server going away: reconnect elsewhere and resume",
             Kick::HeartbeatTimeout => "heartbeat timeout",
             Kick::TokenExpired => "token expired",
+            Kick::TooManyConnections => "too many connections for this user",
         }
     }
 }

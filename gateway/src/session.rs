@@ -23,7 +23,7 @@ use crate::auth::Identity;
 use crate::config::WRITE_BATCH_FRAMES;
 use crate::hub::text;
 use crate::metrics as m;
-use crate::outbox::{Outbox, Outgoing, clock_ms, unix_ms};
+use crate::outbox::{Kick, Outbox, Outgoing, clock_ms, unix_ms};
 use crate::shared::Core;
 use crate::wire;
 
@@ -100,7 +100,10 @@ pub(crate) fn run(
         core.config.outbox_bytes,
         who.exp,
     ));
-    core.hub.add(session, who.user.clone(), outbox.clone());
+    let cap = core.config.max_conns_per_user;
+    for old in core.hub.add(session, who.user.clone(), outbox.clone(), cap) {
+        old.kick(Kick::TooManyConnections);
+    }
     metrics::gauge!(m::CONNECTIONS).increment(1.0);
     let hello = client::encode_event(
         "hello",

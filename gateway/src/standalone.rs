@@ -105,7 +105,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         node,
         cfg.gateway.clone(),
         Router::Local(shard.clone()),
-        Authenticator::new(&cfg.jwt_secret).map_err(|e| StartError::Config(e.to_string()))?,
+        Authenticator::new(&cfg.jwt_secret)
+            .map_err(|e| StartError::Config(e.to_string()))?
+            .with_max_lifetime(cfg.gateway.max_token_lifetime),
         shutdown.clone(),
         tracker.clone(),
         Money {

@@ -552,6 +552,60 @@ async fn upgrades_without_a_valid_token_are_refused_with_401() {
 }
 
 #[tokio::test]
+async fn tokens_from_the_future_or_living_past_the_cap_are_refused_with_401() {
+    let s = Server::start().await;
+    let refused = |r: Result<Client, ClientError>| match r {
+        Err(ClientError::Refused(status)) => status,
+        Ok(_) => panic!("upgrade accepted"),
+        Err(e) => panic!("unexpected {e:?}"),
+    };
+    let now = jsonwebtoken::get_current_timestamp();
+    let signed = |claims: serde_json::Value| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap()
+    };
+    // Valid only in an hour; issued in an hour; living for 60 days (the cap is 30); forever.
+    for claims in [
+        json!({"sub": "eve", "exp": now + 7200, "nbf": now + 3600}),
+        json!({"sub": "eve", "exp": now + 7200, "iat": now + 3600}),
+        json!({"sub": "eve", "exp": now + 60 * 86_400}),
+        json!({"sub": "eve", "exp": i64::MAX}),
+    ] {
+        let t = signed(claims.clone());
+        assert_eq!(
+            refused(client::connect(&s.url, Some(&t)).await),
+            401,
+            "{claims}"
+        );
+    }
+    // A small clock skew is tolerated.
+    let t = signed(json!({"sub": "ann", "exp": now + 600, "nbf": now + 20, "iat": now + 20}));
+    let mut ann = client::connect(&s.url, Some(&t)).await.unwrap();
+    ann.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_users_connection_past_the_cap_closes_its_oldest_with_4001() {
+    let s = Server::start_with(|g, _| g.max_conns_per_user = 2).await;
+    let mut first = s.connect("ann").await;
+    let mut second = s.connect("ann").await;
+    let mut bob = s.connect("bob").await;
+    let mut third = s.connect("ann").await;
+    let close = first.closed(WAIT).await.unwrap();
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(4001));
+    // The newer two, and other users, are served.
+    for c in [&mut second, &mut third, &mut bob] {
+        c.request("ping", json!({})).await.unwrap();
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn silent_connections_are_closed_after_two_heartbeats() {
     let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(200)).await;
     let mut c = s.connect("quiet").await;

@@ -93,4 +93,6 @@ pub mod close {
     pub const INTERNAL: u16 = 1011;
     /// Slow consumer: the outbound queue overflowed; reconnect and resume with `since`.
     pub const SLOW_CONSUMER: u16 = 4000;
+    /// The user opened more connections than a gateway allows one user: the oldest is closed.
+    pub const TOO_MANY_CONNECTIONS: u16 = 4001;
 }
