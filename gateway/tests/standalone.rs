@@ -606,6 +606,39 @@ async fn a_users_connection_past_the_cap_closes_its_oldest_with_4001() {
 }
 
 #[tokio::test]
+async fn control_and_bidi_characters_are_refused_in_chat_and_titles() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let err = a
+        .request(
+            "room.create",
+            json!({"room": "clean", "title": "\u{202E}gnp.exe"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    let room = a
+        .create_room(json!({"room": "clean", "title": "clean"}))
+        .await
+        .unwrap();
+    a.join(&room, false, None).await.unwrap();
+    let err = a
+        .request("chat.send", json!({"room": room, "text": "\u{1b}[2J gone"}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    let ok = a
+        .request(
+            "chat.send",
+            json!({"room": room, "text": "line one\nline two"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok["seq"], 1, "the refused message took no seq");
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn silent_connections_are_closed_after_two_heartbeats() {
     let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(200)).await;
     let mut c = s.connect("quiet").await;

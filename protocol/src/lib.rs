@@ -9,6 +9,7 @@
 //!   message family under `client/`.
 //! - [`link`]: gateway <-> shard messages.
 //! - [`ring`]: placement of rooms on shards, identical on every node.
+//! - [`text`]: which characters user text may hold.
 #![deny(clippy::unwrap_used)]
 
 pub mod client;
@@ -17,6 +18,7 @@ mod fuzz;
 pub mod ids;
 pub mod link;
 pub mod ring;
+pub mod text;
 
 pub use error::ErrorCode;
 pub use ids::{Epoch, FencingToken, NodeId, RoomId, Seq, SessionId, UserId};

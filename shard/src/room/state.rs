@@ -81,12 +81,20 @@ impl Durable {
         if title.chars().count() > MAX_TITLE_CHARS {
             return Err(rejected(ErrorCode::BadRequest, "title is too long"));
         }
+        if !protocol::text::is_clean(&title, false) {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "title may not hold control or bidi characters",
+            ));
+        }
         if let Some(p) = &password
-            && (p.is_empty() || p.chars().count() > MAX_PASSWORD_CHARS)
+            && (p.is_empty()
+                || p.chars().count() > MAX_PASSWORD_CHARS
+                || !protocol::text::is_clean(p, false))
         {
             return Err(rejected(
                 ErrorCode::BadRequest,
-                "password must be 1..=64 chars",
+                "password must be 1..=64 printable chars",
             ));
         }
         Ok(Self {
@@ -547,6 +555,12 @@ impl RoomState {
             return Err(rejected(
                 ErrorCode::BadRequest,
                 "text must be 1..=500 characters",
+            ));
+        }
+        if !protocol::text::is_clean(&text, true) {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "text may not hold control or bidi characters (newline and tab are fine)",
             ));
         }
         let mut applied = Applied::default();

@@ -464,3 +464,22 @@ fn the_owner_or_an_admin_locks_seats_and_a_locked_seat_cannot_be_taken() {
     r.apply(&u("host"), &at(1), &lock(0, true)).unwrap();
     assert_eq!(r.seat_of(&u("a")), Some(0));
 }
+
+#[test]
+fn control_and_bidi_characters_are_refused_in_chat_titles_and_passwords() {
+    let mut r = room(2, None);
+    r.join(&u("a"), at(1), None).unwrap();
+    for bad in ["nul\0", "esc\u{1b}[2J", "\u{202E}txt.exe"] {
+        let e = r.chat(&u("a"), &at(1), bad.into()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
+        let e = Durable::new(u("h"), bad.into(), 4, None).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
+        let e = Durable::new(u("h"), "t".into(), 4, Some(bad.into())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
+    }
+    // Newlines and tabs are fine in chat, not in a title; nothing was sequenced above.
+    assert_eq!(r.seq(), 0);
+    r.chat(&u("a"), &at(1), "two\nlines\tok".into()).unwrap();
+    assert!(Durable::new(u("h"), "two\nlines".into(), 4, None).is_err());
+    assert!(Durable::new(u("h"), "Friday night 🎤".into(), 4, None).is_ok());
+}
