@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use protocol::NodeId;
+use shard::node::bind;
 use shard::{Shard, ShardConfig, Stores};
 use storage::lease::{InProcessLeases, LeaseStore};
 use storage::ledger::Ledger;
 use storage::snapshot::SnapshotStore;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -52,12 +52,6 @@ pub struct StandaloneConfig {
     pub ledger: String,
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { addr, source })
-}
-
 /// Starts gateway + shard in this process.
 ///
 /// # Errors
@@ -74,16 +68,8 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let ledger = Ledger::open(&cfg.ledger, &cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("ledger: {e}")))?;
-    let ws = bind(cfg.ws_addr).await?;
-    let adm = bind(cfg.admin_addr).await?;
-    let ws_addr = ws.local_addr().map_err(|source| StartError::Bind {
-        addr: cfg.ws_addr,
-        source,
-    })?;
-    let admin_addr = adm.local_addr().map_err(|source| StartError::Bind {
-        addr: cfg.admin_addr,
-        source,
-    })?;
+    let (ws, ws_addr) = bind(cfg.ws_addr).await?;
+    let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();

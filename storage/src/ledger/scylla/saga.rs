@@ -164,18 +164,24 @@ impl ScyllaLedger {
         Err(unknown("saga insert outcome stays unknown"))
     }
 
+    /// What every saga step after `begin` starts with: the room's fence checked, then the
+    /// saga read; `Fenced` when the saga was moved by a newer owner, `None` when it is unknown.
+    async fn saga_for_step(&self, order: &GiftOrder, fence: u64) -> Result<Option<SagaRecord>> {
+        self.ensure_room_fence(&order.room, fence).await?;
+        match self.read_saga(order.gift_id).await? {
+            Some(rec) if rec.fence > fence => Err(StorageError::Fenced { token: fence }),
+            found => Ok(found),
+        }
+    }
+
     pub(in crate::ledger) async fn debit(
         &self,
         order: &GiftOrder,
         fence: u64,
     ) -> Result<DebitOutcome> {
-        self.ensure_room_fence(&order.room, fence).await?;
-        let Some(rec) = self.read_saga(order.gift_id).await? else {
+        let Some(rec) = self.saga_for_step(order, fence).await? else {
             return Ok(DebitOutcome::Missing);
         };
-        if rec.fence > fence {
-            return Err(StorageError::Fenced { token: fence });
-        }
         match rec.state {
             SagaState::Debited | SagaState::Settled => {
                 return Ok(DebitOutcome::Debited {
@@ -276,13 +282,9 @@ impl ScyllaLedger {
         order: &GiftOrder,
         fence: u64,
     ) -> Result<SettleOutcome> {
-        self.ensure_room_fence(&order.room, fence).await?;
-        let Some(rec) = self.read_saga(order.gift_id).await? else {
+        let Some(rec) = self.saga_for_step(order, fence).await? else {
             return Ok(SettleOutcome::Missing);
         };
-        if rec.fence > fence {
-            return Err(StorageError::Fenced { token: fence });
-        }
         match rec.state {
             SagaState::Settled => {
                 return Ok(SettleOutcome::Settled {
@@ -366,13 +368,9 @@ impl ScyllaLedger {
         fence: u64,
         reason: VoidReason,
     ) -> Result<VoidOutcome> {
-        self.ensure_room_fence(&order.room, fence).await?;
-        let Some(rec) = self.read_saga(order.gift_id).await? else {
+        let Some(rec) = self.saga_for_step(order, fence).await? else {
             return Ok(VoidOutcome::Missing);
         };
-        if rec.fence > fence {
-            return Err(StorageError::Fenced { token: fence });
-        }
         match rec.state {
             SagaState::Debited | SagaState::Settled => return Ok(VoidOutcome::Debited),
             SagaState::Voided => return Ok(VoidOutcome::Voided),
