@@ -6,6 +6,8 @@
 
 pub mod chat;
 pub mod gift;
+pub mod manage;
+pub mod moderation;
 mod op;
 pub mod room;
 pub mod seat;
@@ -28,12 +30,20 @@ pub use gift::{
     GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent, RankEntry,
     RankGet,
 };
+pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
+pub use moderation::{
+    BanList, BanPage, BanView, ChatMute, Moderation, RoomBan, RoomKick, UserInRoom,
+};
 pub use op::{Addressed, Op, RoomOp};
 pub use room::{
-    JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin, RoomLeave,
-    RoomLeft, SeatView, Since, Snapshot,
+    InRoom, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin,
+    RoomLeave, RoomLeft, SeatMode, SeatView, Since, Snapshot,
 };
-pub use seat::{SeatLeave, SeatLock, SeatTake, SeatTaken, SeatUpdate};
+pub use seat::{
+    Answered, InviteView, MicPublishing, Pending, RequestList, RequestView, SeatAnswer, SeatCount,
+    SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest,
+    SeatTake, SeatTaken, SeatUpdate,
+};
 pub use session::{Hello, Pong};
 pub use wallet::{Balance, WalletBalance};
 

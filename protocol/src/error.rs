@@ -14,7 +14,8 @@ pub enum ErrorCode {
     BadRequest,
     /// Authentication failed.
     Unauthorized,
-    /// The caller may not do this (not the owner, not an admin, banned).
+    /// The caller may not do this: the operation needs the owner or an admin, or acts on
+    /// someone the caller may not act on.
     Forbidden,
     /// The operation needs the caller to be a member of the room.
     NotInRoom,
@@ -30,6 +31,23 @@ pub enum ErrorCode {
     SeatLocked,
     /// Every seat is occupied or locked.
     NoFreeSeat,
+    /// The seat index is not one of the room's seats.
+    NoSuchSeat,
+    /// The user the operation names is not a member of the room.
+    UserNotInRoom,
+    /// The user the operation names holds no seat.
+    NotSeated,
+    /// No pending seat request or invitation matches (never made, cancelled, or already
+    /// answered by someone else).
+    NoSuchRequest,
+    /// The seat request or invitation timed out.
+    RequestExpired,
+    /// The room is closed by its owner.
+    RoomClosed,
+    /// The user is banned from the room (the message says until when).
+    Banned,
+    /// The sender is muted in the room's chat (the message says until when).
+    ChatMuted,
     /// The sender's balance does not cover the gift.
     InsufficientFunds,
     /// The gift order was cancelled before any coin moved (recovery voided it); send again
@@ -59,6 +77,14 @@ impl ErrorCode {
             Self::SeatTaken => "SEAT_TAKEN",
             Self::SeatLocked => "SEAT_LOCKED",
             Self::NoFreeSeat => "NO_FREE_SEAT",
+            Self::NoSuchSeat => "NO_SUCH_SEAT",
+            Self::UserNotInRoom => "USER_NOT_IN_ROOM",
+            Self::NotSeated => "NOT_SEATED",
+            Self::NoSuchRequest => "NO_SUCH_REQUEST",
+            Self::RequestExpired => "REQUEST_EXPIRED",
+            Self::RoomClosed => "ROOM_CLOSED",
+            Self::Banned => "BANNED",
+            Self::ChatMuted => "CHAT_MUTED",
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
             Self::GiftVoided => "GIFT_VOIDED",
             Self::RateLimited => "RATE_LIMITED",

@@ -15,7 +15,7 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 
 /// Version of the link message set; a gateway and a shard must agree on it. Version 2
 /// carries a client's room operation as decoded at the edge ([`RoomCmd::Op`]).
-pub const LINK_VERSION: u16 = 2;
+pub const LINK_VERSION: u16 = 3;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +69,33 @@ pub enum RoomCmd {
     Rejoin(RoomJoin),
     /// The gateway takes a session out of the room (a room switch or a closed connection).
     Leave(LeaveReason),
+    /// The RTC provider reported a change in the user's audio (a verified webhook); the
+    /// command's session is none of the user's.
+    Rtc(RtcEvent),
+}
+
+/// What an RTC provider's webhook says about one participant's audio.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RtcEvent {
+    /// The provider's event id: the same id twice is one event.
+    pub id: String,
+    /// What happened.
+    pub kind: RtcKind,
+    /// When the provider says it happened (unix ms): a later event wins over an earlier one
+    /// that arrives late.
+    pub at_ms: u64,
+}
+
+/// The audio changes a webhook can report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RtcKind {
+    /// The participant started publishing audio.
+    Published,
+    /// The participant stopped publishing audio.
+    Unpublished,
+    /// The participant left the RTC room.
+    Left,
 }
 
 /// A message from a shard to a gateway.

@@ -543,6 +543,7 @@ impl RoomActor {
                 let _ = self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
+            RoomCmd::Rtc(_) => Ok(None),
             RoomCmd::Op(op) => {
                 let out = state.apply(user, at, op)?;
                 let published = self.publish(out.applied, None).await;

@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{
-    ChatSend, DecodeError, GiftList, GiftSend, RankGet, RoomCreate, RoomJoin, RoomLeave, SeatLeave,
-    SeatLock, SeatTake, WalletBalance, args,
+    BanList, ChatMute, ChatSend, DecodeError, GiftList, GiftSend, InRoom, MicPublishing, RankGet,
+    RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer,
+    RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll,
+    SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, WalletBalance, args,
 };
 use crate::ids::RoomId;
 
@@ -29,7 +31,33 @@ macro_rules! addressed {
 }
 
 addressed!(
-    RoomJoin, RoomLeave, ChatSend, SeatTake, SeatLeave, SeatLock, GiftSend, RankGet
+    RoomJoin,
+    RoomLeave,
+    ChatSend,
+    SeatTake,
+    SeatLeave,
+    SeatLock,
+    GiftSend,
+    RankGet,
+    SeatMove,
+    SeatLockAll,
+    SeatMute,
+    SeatKick,
+    SeatCount,
+    SeatRequest,
+    InRoom,
+    SeatAnswer,
+    SeatInvite,
+    MicPublishing,
+    RoomUpdate,
+    RoomLock,
+    RoomAdmin,
+    RoomTransfer,
+    ChatMute,
+    UserInRoom,
+    RoomKick,
+    RoomBan,
+    BanList,
 );
 
 impl Addressed for RoomCreate {
@@ -93,6 +121,58 @@ room_ops! {
     "seat.leave" => SeatLeave(SeatLeave),
     /// `seat.lock`: the owner or an admin locks or unlocks a seat.
     "seat.lock" => SeatLock(SeatLock),
+    /// `seat.lock_all`: the owner or an admin locks or unlocks every seat.
+    "seat.lock_all" => SeatLockAll(SeatLockAll),
+    /// `seat.move`: move oneself, or (owner/admin) a seated user, to another seat.
+    "seat.move" => SeatMove(SeatMove),
+    /// `seat.mute`: mute or unmute a seat (owner/admin any seat, a user their own).
+    "seat.mute" => SeatMute(SeatMute),
+    /// `seat.kick`: the owner or an admin takes a user off their seat.
+    "seat.kick" => SeatKick(SeatKick),
+    /// `seat.count`: the owner or an admin changes the number of seats.
+    "seat.count" => SeatCount(SeatCount),
+    /// `seat.request`: ask for a seat (apply mode).
+    "seat.request" => SeatRequest(SeatRequest),
+    /// `seat.request.cancel`: withdraw one's own request.
+    "seat.request.cancel" => SeatRequestCancel(InRoom),
+    /// `seat.requests`: the pending requests (owner/admin).
+    "seat.requests" => SeatRequests(InRoom),
+    /// `seat.approve`: seat a requester (owner/admin).
+    "seat.approve" => SeatApprove(SeatAnswer),
+    /// `seat.reject`: turn a request down (owner/admin).
+    "seat.reject" => SeatReject(SeatAnswer),
+    /// `seat.invite`: invite a member to a seat (owner/admin).
+    "seat.invite" => SeatInvite(SeatInvite),
+    /// `seat.invite.accept`: take the seat one was invited to.
+    "seat.invite.accept" => SeatInviteAccept(InRoom),
+    /// `seat.invite.reject`: decline an invitation.
+    "seat.invite.reject" => SeatInviteReject(InRoom),
+    /// `mic.publishing`: the seated client reports whether its audio is published.
+    "mic.publishing" => MicPublishing(MicPublishing),
+    /// `room.update`: change title, notice, cover, seat mode, host seat (owner/admin).
+    "room.update" => RoomUpdate(RoomUpdate),
+    /// `room.lock`: set, change or remove the password (owner/admin).
+    "room.lock" => RoomLock(RoomLock),
+    /// `room.admin`: grant or revoke the admin role (owner).
+    "room.admin" => RoomAdmin(RoomAdmin),
+    /// `room.transfer`: hand the room to another member (owner).
+    "room.transfer" => RoomTransfer(RoomTransfer),
+    /// `room.close`: close the room; every member is taken out (owner).
+    "room.close" => RoomClose(InRoom),
+    /// `room.open`: reopen a closed room (owner, no membership needed).
+    "room.open" => RoomOpen(InRoom),
+    /// `chat.mute`: stop a user chatting, for a time or until lifted (owner/admin).
+    "chat.mute" => ChatMute(ChatMute),
+    /// `chat.unmute`: lift a chat mute (owner/admin).
+    "chat.unmute" => ChatUnmute(UserInRoom),
+    /// `room.kick`: remove a member, optionally banning them (owner/admin).
+    "room.kick" => RoomKick(RoomKick),
+    /// `room.ban`: ban a user, removing them if present (owner/admin).
+    "room.ban" => RoomBan(RoomBan),
+    /// `room.unban`: lift a ban (owner/admin).
+    "room.unban" => RoomUnban(UserInRoom),
+    /// `room.bans`: one page of the ban list (owner/admin).
+    "room.bans" => RoomBans(BanList),
     /// `gift.send`: a paid gift, settled through the ledger.
     "gift.send" => Gift(GiftSend),
 }

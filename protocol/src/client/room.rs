@@ -30,6 +30,23 @@ pub struct RoomCreate {
     /// Locks the room: joiners must give it.
     #[serde(default)]
     pub password: Option<String>,
+    /// How members get a seat: `free` (the default) or `apply`.
+    #[serde(default)]
+    pub seat_mode: SeatMode,
+    /// Seat 0 is the owner's alone.
+    #[serde(default)]
+    pub host_seat: bool,
+}
+
+/// How members get a seat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SeatMode {
+    /// Members take free seats directly.
+    #[default]
+    Free,
+    /// Members ask with `seat.request`; the owner or an admin approves.
+    Apply,
 }
 
 fn default_seats() -> u32 {
@@ -65,6 +82,14 @@ pub struct RoomJoin {
     pub password: Option<String>,
 }
 
+/// Arguments naming only the room (`room.close`, `room.open`, `seat.request.cancel`,
+/// `seat.requests`, `seat.invite.accept`, `seat.invite.reject`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InRoom {
+    /// The room.
+    pub room: RoomId,
+}
+
 /// `room.leave` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoomLeave {
@@ -73,7 +98,7 @@ pub struct RoomLeave {
 }
 
 /// One mic seat as clients see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeatView {
     /// Seat number, from 0.
     pub index: u32,
@@ -81,8 +106,18 @@ pub struct SeatView {
     pub user: Option<UserId>,
     /// Locked seats cannot be taken.
     pub locked: bool,
-    /// Muted by the owner or an admin.
+    /// Muted (by its user or by the owner or an admin).
     pub muted: bool,
+    /// Muted by the owner or an admin: its user cannot unmute it.
+    #[serde(default)]
+    pub admin_muted: bool,
+    /// Whether the seated user's audio is published (reported by the client or the RTC
+    /// provider).
+    #[serde(default)]
+    pub publishing: bool,
+    /// When the server frees the seat unless its user publishes audio (unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_by: Option<u64>,
 }
 
 /// The room as it is now, sent in the `room.join` reply.
@@ -99,6 +134,18 @@ pub struct Snapshot {
     pub admins: Vec<UserId>,
     /// Whether a password is needed to join.
     pub locked: bool,
+    /// The room's notice (announcement).
+    #[serde(default)]
+    pub notice: String,
+    /// The cover image URL.
+    #[serde(default)]
+    pub cover: String,
+    /// How members get a seat.
+    #[serde(default)]
+    pub seat_mode: SeatMode,
+    /// Seat 0 is the owner's alone.
+    #[serde(default)]
+    pub host_seat: bool,
     /// Every seat, by index.
     pub seats: Vec<SeatView>,
     /// Current member count (including the joiner).
@@ -152,6 +199,7 @@ pub struct RoomLeft {
     /// The room left.
     pub room: RoomId,
     /// `replaced` (the same user joined from another connection), `switched` (the user joined
-    /// another room), `unavailable` (the room stopped on this owner).
+    /// another room), `unavailable` (the room stopped on this owner), `kicked` (the owner or
+    /// an admin removed the user), `closed` (the owner closed the room).
     pub reason: String,
 }

@@ -398,6 +398,10 @@ impl RoomState {
             owner: self.durable.owner.clone(),
             admins: self.durable.admins.clone(),
             locked: self.durable.password.is_some(),
+            notice: String::new(),
+            cover: String::new(),
+            seat_mode: client::SeatMode::Free,
+            host_seat: false,
             seats: (0..self.durable.seats.len())
                 .map(|i| self.seat_view(i))
                 .collect(),
@@ -414,6 +418,9 @@ impl RoomState {
             user: s.user.clone(),
             locked: s.locked,
             muted: s.muted,
+            admin_muted: false,
+            publishing: false,
+            publish_by: None,
         }
     }
 
@@ -536,6 +543,7 @@ impl RoomState {
                 ErrorCode::Internal,
                 "this operation is run by the room actor",
             )),
+            _ => Err(rejected(ErrorCode::UnknownOp, "not served yet")),
         }
     }
 

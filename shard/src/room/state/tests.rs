@@ -120,7 +120,8 @@ fn seats_take_first_free_or_given_and_report_conflicts() {
                 index: 0,
                 user: Some(u("a")),
                 locked: false,
-                muted: false
+                muted: false,
+                ..SeatView::default()
             })
         )]
     );

@@ -1,0 +1,106 @@
+//! Room management: room info, the password lock, roles, ownership transfer, closing and
+//! reopening, and the `room.update` / `room.role` events.
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::room::SeatMode;
+use crate::ids::{RoomId, UserId};
+
+/// Longest room notice (announcement), in characters.
+pub const MAX_NOTICE_CHARS: usize = 500;
+/// Longest cover URL, in bytes.
+pub const MAX_COVER_BYTES: usize = 512;
+/// Most admins a room may have.
+pub const MAX_ADMINS: usize = 20;
+
+/// `room.update` arguments: the owner or an admin changes the fields given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomUpdate {
+    /// The room.
+    pub room: RoomId,
+    /// New title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// New notice (announcement).
+    #[serde(default)]
+    pub notice: Option<String>,
+    /// New cover image URL (`https://…`, or empty to clear).
+    #[serde(default)]
+    pub cover: Option<String>,
+    /// New seat mode.
+    #[serde(default)]
+    pub seat_mode: Option<SeatMode>,
+    /// Reserve seat 0 for the owner, or stop reserving it.
+    #[serde(default)]
+    pub host_seat: Option<bool>,
+}
+
+/// `room.lock` arguments: the owner or an admin sets, changes or (with `null`) removes the
+/// room's password.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomLock {
+    /// The room.
+    pub room: RoomId,
+    /// The new password; `null` unlocks the room.
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+/// `room.admin` arguments: the owner makes a member an admin, or takes the role back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomAdmin {
+    /// The room.
+    pub room: RoomId,
+    /// The user.
+    pub user: UserId,
+    /// `true` makes them an admin, `false` a plain member.
+    pub admin: bool,
+}
+
+/// `room.transfer` arguments: the owner hands the room to another member.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomTransfer {
+    /// The room.
+    pub room: RoomId,
+    /// The new owner.
+    pub user: UserId,
+}
+
+/// The `room.update` event: the fields that changed, and who changed them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomInfo {
+    /// Who changed them; absent for the server.
+    pub by: Option<UserId>,
+    /// New title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// New notice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
+    /// New cover URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cover: Option<String>,
+    /// New seat mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seat_mode: Option<SeatMode>,
+    /// Whether seat 0 is the owner's alone now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_seat: Option<bool>,
+    /// New seat count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seats: Option<u32>,
+    /// Whether joiners need a password now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked: Option<bool>,
+}
+
+/// The `room.role` event: a user's role changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleChange {
+    /// The user.
+    pub user: UserId,
+    /// `owner`, `admin` or `member`.
+    pub role: String,
+    /// Who changed it.
+    pub by: UserId,
+}
