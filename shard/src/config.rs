@@ -28,6 +28,10 @@ pub const DEFAULT_HANDOFF_RATE_PER_SEC: u32 = 50;
 
 /// Default [`ShardConfig::orphan_sweep`].
 pub const DEFAULT_ORPHAN_SWEEP: Duration = Duration::from_secs(60);
+/// A seated user must publish audio within this long, or the seat is freed.
+pub const DEFAULT_PUBLISH_DEADLINE: Duration = Duration::from_secs(10);
+/// A seat request or invitation expires after this long.
+pub const DEFAULT_SEAT_OFFER_TTL: Duration = Duration::from_secs(60);
 
 /// How a shard runs its rooms.
 #[derive(Debug, Clone)]
@@ -58,6 +62,13 @@ pub struct ShardConfig {
     /// How often a shard looks for rooms whose sagas a crashed owner left open and that
     /// nobody has loaded since, and loads them (their load settles or voids those sagas).
     pub orphan_sweep: Duration,
+    /// A seated user must publish audio within this long (reported by the client or the RTC
+    /// provider), or the server frees the seat; zero turns the deadline off.
+    pub publish_deadline: Duration,
+    /// A seat request expires after this long.
+    pub seat_request_ttl: Duration,
+    /// A seat invitation expires after this long.
+    pub seat_invite_ttl: Duration,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
@@ -85,9 +96,23 @@ impl Default for ShardConfig {
             handoff_rate_per_sec: DEFAULT_HANDOFF_RATE_PER_SEC,
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
             orphan_sweep: DEFAULT_ORPHAN_SWEEP,
+            publish_deadline: DEFAULT_PUBLISH_DEADLINE,
+            seat_request_ttl: DEFAULT_SEAT_OFFER_TTL,
+            seat_invite_ttl: DEFAULT_SEAT_OFFER_TTL,
             test_crash_after_debit: false,
             test_crash_after_settle: false,
             test_hold_before_broadcast: None,
+        }
+    }
+}
+
+impl ShardConfig {
+    /// The rooms' timing rules.
+    pub fn room_rules(&self) -> crate::room::state::Rules {
+        crate::room::state::Rules {
+            publish_deadline_ms: self.publish_deadline.as_millis() as u64,
+            request_ttl_ms: self.seat_request_ttl.as_millis() as u64,
+            invite_ttl_ms: self.seat_invite_ttl.as_millis() as u64,
         }
     }
 }

@@ -74,10 +74,7 @@ enum Stop {
 }
 
 /// The answer to a command whose change was not stored, so nobody saw it ([`RoomActor::publish`]).
-const NOT_PUBLISHED: Rejected = Rejected {
-    code: ErrorCode::Unavailable,
-    msg: "room unavailable; retry",
-};
+const NOT_PUBLISHED: Rejected = state::rejected(ErrorCode::Unavailable, "room unavailable; retry");
 
 /// Longest a handoff waits for the room's in-flight gift sagas.
 const HANDOFF_GIFT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -147,7 +144,8 @@ pub(crate) async fn run(
     let saved = loaded.as_ref().map(|(_, w)| *w);
     let mut actor = RoomActor {
         log: load_log(&inner, &room).await,
-        state: loaded.map(|(d, _)| RoomState::new(room.clone(), d, fence)),
+        state: loaded
+            .map(|(d, _)| RoomState::new(room.clone(), d, fence, inner.config.room_rules())),
         saved,
         room,
         fence,
@@ -287,6 +285,10 @@ impl RoomActor {
                 }
             }
             let count_at = self.last_count + self.inner.config.member_count_interval;
+            // Deadlines are wall-clock times kept in the durable state (a new owner re-arms
+            // them from it); the timer for the next one is made afresh each turn.
+            let due = self.state.as_ref().and_then(RoomState::next_deadline);
+            let due_at = due.map_or(now_far(), instant_at);
             let idle_at = self.idle_since + self.inner.config.idle_unload;
             let idle = self.member_count() == 0;
             tokio::select! {
@@ -317,6 +319,7 @@ impl RoomActor {
                     None => break Stop::Shutdown,
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
+                () = sleep_until(due_at), if due.is_some() => self.tick().await,
                 () = sleep_until(idle_at), if idle => break Stop::Idle,
             }
         };
@@ -458,6 +461,16 @@ impl RoomActor {
         self.gateways.remove(gw);
     }
 
+    /// Applies what is due now (publish deadlines, expiries) and publishes it.
+    async fn tick(&mut self) {
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let applied = state.tick(now_ms());
+        // A change that could not be stored stops the runtime; the next owner ticks again.
+        let _ = self.publish(applied, None).await;
+    }
+
     /// The room for the admin API: snapshot, members (at most 1,000 listed) and fence.
     fn inspect(&self) -> serde_json::Value {
         /// Members listed by the admin API; the count is always exact.
@@ -466,11 +479,17 @@ impl RoomActor {
             Some(state) => {
                 let members: Vec<&UserId> =
                     state.members().map(|(u, _)| u).take(MAX_LISTED).collect();
+                let d = state.durable();
                 serde_json::json!({
                     "snapshot": state.snapshot(),
                     "members": members,
                     "member_count": state.member_count(),
                     "fence": self.fence,
+                    "closed": d.closed,
+                    "requests": d.requests,
+                    "bans": d.bans.len(),
+                    "chat_mutes": d.mutes.len(),
+                    "audit": d.audit,
                 })
             }
             None => serde_json::Value::Null,
@@ -529,10 +548,7 @@ impl RoomActor {
             }
         }
         let Some(state) = self.state.as_mut() else {
-            return Err(Rejected {
-                code: ErrorCode::RoomNotFound,
-                msg: "no such room",
-            });
+            return Err(state::rejected(ErrorCode::RoomNotFound, "no such room"));
         };
         match &cmd.cmd {
             RoomCmd::Op(RoomOp::Join(j)) => self.join(cmd, at, j, false).await.map(|()| None),
@@ -543,9 +559,13 @@ impl RoomActor {
                 let _ = self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
-            RoomCmd::Rtc(_) => Ok(None),
+            RoomCmd::Rtc(ev) => {
+                let applied = state.rtc(user, ev);
+                self.publish(applied, None).await?;
+                Ok(Some((Bytes::from_static(b"{}"), None)))
+            }
             RoomCmd::Op(op) => {
-                let out = state.apply(user, at, op)?;
+                let out = state.apply(user, at, op, now_ms())?;
                 let published = self.publish(out.applied, None).await;
                 // A member who left is out either way (a runtime that cannot publish stops);
                 // any other change that was not stored did not happen.
@@ -567,15 +587,12 @@ impl RoomActor {
         trusted: bool,
     ) -> Result<(), Rejected> {
         let Some(state) = self.state.as_mut() else {
-            return Err(Rejected {
-                code: ErrorCode::RoomNotFound,
-                msg: "no such room",
-            });
+            return Err(state::rejected(ErrorCode::RoomNotFound, "no such room"));
         };
         let joined = if trusted {
             state.rejoin(&cmd.user, at.clone())
         } else {
-            state.join(&cmd.user, at.clone(), j.password.as_deref())?
+            state.join(&cmd.user, at.clone(), j.password.as_deref(), now_ms())?
         };
         let replay = match j.since {
             Some(since) => self
@@ -622,16 +639,40 @@ impl RoomActor {
             Ok(written) => self.saved = Some(written),
             Err(e) => {
                 warn!(room = %self.room, error = %e, "Could not save the new room.");
-                return Err(Rejected {
-                    code: ErrorCode::Unavailable,
-                    msg: "could not create the room; retry",
-                });
+                return Err(state::rejected(
+                    ErrorCode::Unavailable,
+                    "could not create the room; retry",
+                ));
             }
         }
         info!(room = %self.room, fence = self.fence, "Room created.");
-        self.state = Some(RoomState::new(self.room.clone(), durable, self.fence));
+        let rules = self.inner.config.room_rules();
+        self.state = Some(RoomState::new(
+            self.room.clone(),
+            durable,
+            self.fence,
+            rules,
+        ));
         Ok(())
     }
+}
+
+/// Now as unix milliseconds: the room rules' clock (deadlines survive a change of owner, so
+/// they are wall-clock times, not timers).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The instant at which the wall clock reads `ms` (now, for a time already past).
+fn instant_at(ms: u64) -> Instant {
+    Instant::now() + std::time::Duration::from_millis(ms.saturating_sub(now_ms()))
+}
+
+/// An instant that never comes, for a timer that is switched off.
+fn now_far() -> Instant {
+    Instant::now() + std::time::Duration::from_secs(86_400)
 }
 
 /// The `room.left` frame a member gets when the room drops it (`reason` as PROTOCOL.md lists).

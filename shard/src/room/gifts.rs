@@ -295,10 +295,10 @@ impl RoomActor {
     pub(super) async fn take_gift(&mut self, cmd: Box<Command>, at: &SessionRef) {
         let order = match &cmd.cmd {
             RoomCmd::Op(RoomOp::Gift(g)) => self.gift_order(&cmd, at, g),
-            _ => Err(Rejected {
-                code: ErrorCode::BadRequest,
-                msg: "not a gift.send",
-            }),
+            _ => Err(super::state::rejected(
+                ErrorCode::BadRequest,
+                "not a gift.send",
+            )),
         };
         match order {
             Ok(Some((order, legacy, ledger))) => self.start_saga(cmd, order, legacy, ledger),
@@ -324,29 +324,29 @@ impl RoomActor {
         g: &GiftSend,
     ) -> Result<Option<(GiftOrder, Option<Uuid>, storage::ledger::Ledger)>, Rejected> {
         let Some(ledger) = &self.inner.ledger else {
-            return Err(Rejected {
-                code: ErrorCode::Unavailable,
-                msg: "gifts are not enabled on this node",
-            });
+            return Err(super::state::rejected(
+                ErrorCode::Unavailable,
+                "gifts are not enabled on this node",
+            ));
         };
         let catalog = &self.inner.config.catalog;
         let Some(def) = catalog.get(&g.gift) else {
-            return Err(Rejected {
-                code: ErrorCode::BadRequest,
-                msg: "no such gift",
-            });
+            return Err(super::state::rejected(
+                ErrorCode::BadRequest,
+                "no such gift",
+            ));
         };
         if g.req_id.is_empty() || g.req_id.len() > 128 {
-            return Err(Rejected {
-                code: ErrorCode::BadRequest,
-                msg: "req_id must be 1..=128 bytes",
-            });
+            return Err(super::state::rejected(
+                ErrorCode::BadRequest,
+                "req_id must be 1..=128 bytes",
+            ));
         }
         let Some(state) = &self.state else {
-            return Err(Rejected {
-                code: ErrorCode::RoomNotFound,
-                msg: "no such room",
-            });
+            return Err(super::state::rejected(
+                ErrorCode::RoomNotFound,
+                "no such room",
+            ));
         };
         let GiftIds { id, legacy } = gift_ids(&cmd.user, &g.req_id);
         // Only a ledger from before time-ordered ids may hold a saga under the legacy one.
@@ -382,10 +382,10 @@ impl RoomActor {
             created_ms: now_ms(),
         };
         if order.validate().is_err() {
-            return Err(Rejected {
-                code: ErrorCode::BadRequest,
-                msg: "invalid gift order",
-            });
+            return Err(super::state::rejected(
+                ErrorCode::BadRequest,
+                "invalid gift order",
+            ));
         }
         Ok(Some((order, legacy, ledger.clone())))
     }

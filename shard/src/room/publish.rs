@@ -140,10 +140,30 @@ impl RoomActor {
         for p in applied.presence {
             self.publish_presence(p, joiner).await;
         }
+        for d in applied.direct {
+            self.publish_direct(&d.to, d.frame).await;
+        }
+        for e in applied.evicted {
+            let frame = super::room_left(&self.room, e.reason);
+            let audience = Audience::Evict(vec![e.at.session]);
+            self.send_event(&e.at.gateway, audience, frame, None).await;
+        }
         if self.member_count() == 0 {
             self.idle_since = Instant::now();
         }
         Ok(())
+    }
+
+    /// Sends a volatile event to the listed members who are in the room now.
+    async fn publish_direct(&mut self, to: &[protocol::UserId], frame: Bytes) {
+        let sessions: Vec<SessionRef> = match &self.state {
+            Some(state) => to.iter().filter_map(|u| state.member(u)).cloned().collect(),
+            None => return,
+        };
+        for (gw, sessions) in by_gateway(sessions) {
+            self.send_event(&gw, Audience::Only(sessions), frame.clone(), None)
+                .await;
+        }
     }
 
     pub(super) async fn publish_presence(&mut self, p: Presence, joiner: Option<&SessionRef>) {

@@ -1,19 +1,30 @@
 //! The room's rules as a pure state machine: commands in, sequenced events and presence out.
 //!
-//! No async, no clock, no I/O: the actor in `room.rs` receives, applies, persists and publishes.
+//! No async, no clock, no I/O: the actor in `room.rs` receives, applies (passing the time in
+//! unix ms), persists and publishes. The rules are split by subject: seats ([`seats`]), room
+//! management ([`manage`]) and moderation ([`moderation`]); this file keeps membership, the
+//! rights every rule checks, and the dispatch of [`RoomState::apply`].
 
-use std::collections::HashMap;
+mod durable;
+mod manage;
+mod moderation;
+mod seats;
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 use protocol::client::gift::{MAX_GIFT_COUNT, MAX_GIFT_RECIPIENTS};
-use protocol::client::room::{MAX_PASSWORD_CHARS, MAX_SEATS, MAX_TITLE_CHARS, MIN_SEATS};
 use protocol::client::{
-    self, ChatEvent, ChatSent, GiftEvent, GiftTargets, LuckyWinEvent, MAX_CHAT_TEXT_CHARS,
-    MemberJoin, MemberLeave, RoomOp, SeatTaken, SeatView, Snapshot,
+    self, Answered, ChatEvent, ChatSent, GiftEvent, GiftTargets, InviteView, LuckyWinEvent,
+    MAX_CHAT_TEXT_CHARS, MemberJoin, MemberLeave, Moderation, Pending, RequestView, RoleChange,
+    RoomInfo, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
 };
-use protocol::link::{LeaveReason, Membership, RoomCmd};
+use protocol::link::{LeaveReason, Membership, RoomCmd, RtcEvent};
 use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use durable::{Durable, Invite, Penalty, RtcSeen, Rules, Seat, SeatReq};
 
 /// Where a member's connection lives: which gateway, which session there.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -31,79 +42,14 @@ pub struct Rejected {
     /// The client-visible code.
     pub code: ErrorCode,
     /// The client-visible message.
-    pub msg: &'static str,
+    pub msg: Cow<'static, str>,
 }
 
-const fn rejected(code: ErrorCode, msg: &'static str) -> Rejected {
-    Rejected { code, msg }
-}
-
-/// One mic seat.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Seat {
-    /// Who sits there.
-    pub user: Option<UserId>,
-    /// Locked seats cannot be taken.
-    pub locked: bool,
-    /// Muted by the owner or an admin.
-    pub muted: bool,
-}
-
-/// The state that survives an unload or a change of owner (saved through fenced writes).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Durable {
-    /// Display title.
-    pub title: String,
-    /// The host.
-    pub owner: UserId,
-    /// Room admins.
-    pub admins: Vec<UserId>,
-    /// Password for locked rooms.
-    pub password: Option<String>,
-    /// Mic seats by index.
-    pub seats: Vec<Seat>,
-}
-
-impl Durable {
-    /// A new room's durable state, validated.
-    ///
-    /// # Errors
-    /// `BAD_REQUEST` for a seat count outside 1..=20, a title or password that is too long.
-    pub fn new(
-        owner: UserId,
-        title: String,
-        seats: u32,
-        password: Option<String>,
-    ) -> Result<Self, Rejected> {
-        if !(MIN_SEATS..=MAX_SEATS).contains(&seats) {
-            return Err(rejected(ErrorCode::BadRequest, "seats must be 1..=20"));
-        }
-        if title.chars().count() > MAX_TITLE_CHARS {
-            return Err(rejected(ErrorCode::BadRequest, "title is too long"));
-        }
-        if !protocol::text::is_clean(&title, false) {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "title may not hold control or bidi characters",
-            ));
-        }
-        if let Some(p) = &password
-            && (p.is_empty()
-                || p.chars().count() > MAX_PASSWORD_CHARS
-                || !protocol::text::is_clean(p, false))
-        {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "password must be 1..=64 printable chars",
-            ));
-        }
-        Ok(Self {
-            title,
-            owner,
-            admins: Vec::new(),
-            password,
-            seats: vec![Seat::default(); seats as usize],
-        })
+/// A rejection with a fixed message.
+pub(crate) const fn rejected(code: ErrorCode, msg: &'static str) -> Rejected {
+    Rejected {
+        code,
+        msg: Cow::Borrowed(msg),
     }
 }
 
@@ -113,11 +59,17 @@ pub enum Sequenced {
     /// `chat`.
     Chat(ChatEvent),
     /// `seat.update`.
-    SeatUpdate(SeatView),
+    SeatUpdate(SeatUpdate),
     /// `gift`: a settled gift order.
     Gift(GiftEvent),
     /// `gift.lucky`: a big lucky win.
     LuckyWin(LuckyWinEvent),
+    /// `room.update`: room info changed.
+    RoomUpdate(RoomInfo),
+    /// `room.role`: a user's role changed.
+    Role(RoleChange),
+    /// `moderation`: a mute, kick or ban and their lifting.
+    Moderation(Moderation),
 }
 
 impl Sequenced {
@@ -128,6 +80,9 @@ impl Sequenced {
             Self::SeatUpdate(_) => "seat.update",
             Self::Gift(_) => "gift",
             Self::LuckyWin(_) => "gift.lucky",
+            Self::RoomUpdate(_) => "room.update",
+            Self::Role(_) => "room.role",
+            Self::Moderation(_) => "moderation",
         }
     }
 
@@ -135,11 +90,15 @@ impl Sequenced {
     /// every recipient and the resume log.
     pub fn encode(&self, room: &RoomId, epoch: Epoch, seq: Seq) -> Bytes {
         let at = Some((epoch, seq));
+        let name = self.name();
         match self {
-            Self::Chat(e) => client::encode_event(self.name(), Some(room), at, e),
-            Self::SeatUpdate(e) => client::encode_event(self.name(), Some(room), at, e),
-            Self::Gift(e) => client::encode_event(self.name(), Some(room), at, e),
-            Self::LuckyWin(e) => client::encode_event(self.name(), Some(room), at, e),
+            Self::Chat(e) => client::encode_event(name, Some(room), at, e),
+            Self::SeatUpdate(e) => client::encode_event(name, Some(room), at, e),
+            Self::Gift(e) => client::encode_event(name, Some(room), at, e),
+            Self::LuckyWin(e) => client::encode_event(name, Some(room), at, e),
+            Self::RoomUpdate(e) => client::encode_event(name, Some(room), at, e),
+            Self::Role(e) => client::encode_event(name, Some(room), at, e),
+            Self::Moderation(e) => client::encode_event(name, Some(room), at, e),
         }
     }
 }
@@ -193,6 +152,27 @@ pub enum PresencePlan {
     Privileged(Vec<SessionRef>),
 }
 
+/// A volatile event for some members only (seat requests and invitations): it carries the
+/// room but no seq, and is never replayed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Direct {
+    /// The members it goes to (those no longer in the room are skipped).
+    pub to: Vec<UserId>,
+    /// The event frame.
+    pub frame: Bytes,
+}
+
+/// A member the room removed (a kick, a ban, the room closing): told with `room.left`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evicted {
+    /// The user.
+    pub user: UserId,
+    /// Their connection.
+    pub at: SessionRef,
+    /// The `room.left` reason.
+    pub reason: &'static str,
+}
+
 /// What a command applied by [`RoomState::apply`] produced.
 #[derive(Debug, PartialEq)]
 pub struct Outcome {
@@ -211,6 +191,10 @@ impl Outcome {
             applied,
             membership: None,
         }
+    }
+
+    fn empty(applied: Applied) -> Self {
+        Self::new(Bytes::from_static(b"{}"), applied)
     }
 }
 
@@ -232,7 +216,10 @@ pub fn creation(
             Err(rejected(ErrorCode::RoomExists, "room already exists"))
         }
         (RoomCmd::Op(RoomOp::Create(c)), false) => {
-            Durable::new(user.clone(), c.title.clone(), c.seats, c.password.clone()).map(Some)
+            let mut d = Durable::new(user.clone(), c.title.clone(), c.seats, c.password.clone())?;
+            d.seat_mode = c.seat_mode;
+            d.host_seat = c.host_seat;
+            Ok(Some(d))
         }
         (_, true) => Ok(None),
         (RoomCmd::Op(RoomOp::Join(_)), false) if auto_create => Durable::new(
@@ -246,15 +233,29 @@ pub fn creation(
     }
 }
 
-/// What applying a command produced: sequenced events (seq assigned) and presence changes.
+/// What applying a command produced: sequenced events (seq assigned), presence changes,
+/// volatile events for some members, and members removed.
 #[derive(Debug, Default, PartialEq)]
 pub struct Applied {
     /// Sequenced events, in order, each with its seq.
     pub events: Vec<(Seq, Sequenced)>,
     /// Presence changes.
     pub presence: Vec<Presence>,
+    /// Volatile events for some members.
+    pub direct: Vec<Direct>,
+    /// Members the room removed.
+    pub evicted: Vec<Evicted>,
     /// Whether durable state changed (the actor saves a snapshot).
     pub durable_changed: bool,
+}
+
+impl Applied {
+    fn changed() -> Self {
+        Self {
+            durable_changed: true,
+            ..Self::default()
+        }
+    }
 }
 
 /// The outcome of a successful join.
@@ -266,26 +267,45 @@ pub struct Joined {
     pub applied: Applied,
 }
 
+/// A user's standing in the room, for the rights every rule checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Role {
+    /// Anyone else.
+    Member,
+    /// An admin.
+    Admin,
+    /// The owner.
+    Owner,
+}
+
+/// How many RTC event ids a room remembers to drop duplicates.
+const RTC_IDS_KEPT: usize = 256;
+
 /// A live room: durable state plus members and the event position.
 #[derive(Debug)]
 pub struct RoomState {
     id: RoomId,
     durable: Durable,
+    rules: Rules,
     members: HashMap<UserId, SessionRef>,
     /// Members per gateway: one copy of each event goes to each gateway listed here.
     gateways: HashMap<NodeId, usize>,
+    /// The RTC event ids applied lately: a provider's retry is one event.
+    rtc_ids: VecDeque<String>,
     epoch: Epoch,
     seq: Seq,
 }
 
 impl RoomState {
     /// A room at the start of `epoch`, with no members.
-    pub fn new(id: RoomId, durable: Durable, epoch: Epoch) -> Self {
+    pub fn new(id: RoomId, durable: Durable, epoch: Epoch, rules: Rules) -> Self {
         Self {
             id,
             durable,
+            rules,
             members: HashMap::new(),
             gateways: HashMap::new(),
+            rtc_ids: VecDeque::new(),
             epoch,
             seq: 0,
         }
@@ -358,10 +378,12 @@ impl RoomState {
         old
     }
 
-    fn remove_member(&mut self, user: &UserId) {
-        if let Some(old) = self.members.remove(user) {
+    fn remove_member(&mut self, user: &UserId) -> Option<SessionRef> {
+        let old = self.members.remove(user);
+        if let Some(old) = &old {
             self.gateway_lost_member(&old.gateway);
         }
+        old
     }
 
     fn gateway_lost_member(&mut self, gw: &NodeId) {
@@ -376,9 +398,60 @@ impl RoomState {
     /// Whether `user` gets per-member presence in a big room: the owner, admins and seat
     /// holders.
     pub fn is_privileged(&self, user: &UserId) -> bool {
-        self.durable.owner == *user
-            || self.durable.admins.contains(user)
-            || self.seat_of(user).is_some()
+        self.role(user) > Role::Member || self.seat_of(user).is_some()
+    }
+
+    pub(crate) fn role(&self, user: &UserId) -> Role {
+        if self.durable.owner == *user {
+            Role::Owner
+        } else if self.durable.admins.contains(user) {
+            Role::Admin
+        } else {
+            Role::Member
+        }
+    }
+
+    /// The owner and the admins who are members now: who sees seat requests.
+    fn staff_present(&self) -> Vec<UserId> {
+        std::iter::once(&self.durable.owner)
+            .chain(&self.durable.admins)
+            .filter(|u| self.members.contains_key(*u))
+            .cloned()
+            .collect()
+    }
+
+    /// `FORBIDDEN` unless `user` is the owner or an admin.
+    fn require_staff(&self, user: &UserId, what: &'static str) -> Result<(), Rejected> {
+        if self.role(user) >= Role::Admin {
+            Ok(())
+        } else {
+            Err(rejected(ErrorCode::Forbidden, what))
+        }
+    }
+
+    /// `FORBIDDEN` unless `user` is the owner.
+    fn require_owner(&self, user: &UserId, what: &'static str) -> Result<(), Rejected> {
+        if self.role(user) == Role::Owner {
+            Ok(())
+        } else {
+            Err(rejected(ErrorCode::Forbidden, what))
+        }
+    }
+
+    /// The owner or an admin acting on `target`: an admin acts on plain members only, nobody
+    /// on themselves.
+    fn require_over(&self, actor: &UserId, target: &UserId) -> Result<(), Rejected> {
+        self.require_staff(actor, "only the owner or an admin may do this")?;
+        if actor == target {
+            return Err(rejected(ErrorCode::BadRequest, "not on yourself"));
+        }
+        if self.role(target) >= self.role(actor) || self.role(target) == Role::Owner {
+            return Err(rejected(
+                ErrorCode::Forbidden,
+                "an admin cannot act on the owner or another admin",
+            ));
+        }
+        Ok(())
     }
 
     /// The seat `user` holds.
@@ -392,19 +465,18 @@ impl RoomState {
 
     /// The snapshot a joiner receives.
     pub fn snapshot(&self) -> Snapshot {
+        let d = &self.durable;
         Snapshot {
             room: self.id.clone(),
-            title: self.durable.title.clone(),
-            owner: self.durable.owner.clone(),
-            admins: self.durable.admins.clone(),
-            locked: self.durable.password.is_some(),
-            notice: String::new(),
-            cover: String::new(),
-            seat_mode: client::SeatMode::Free,
-            host_seat: false,
-            seats: (0..self.durable.seats.len())
-                .map(|i| self.seat_view(i))
-                .collect(),
+            title: d.title.clone(),
+            owner: d.owner.clone(),
+            admins: d.admins.clone(),
+            locked: d.password.is_some(),
+            notice: d.notice.clone(),
+            cover: d.cover.clone(),
+            seat_mode: d.seat_mode,
+            host_seat: d.host_seat,
+            seats: (0..d.seats.len()).map(|i| self.seat_view(i)).collect(),
             members: self.members.len() as u64,
             epoch: self.epoch,
             seq: self.seq,
@@ -418,9 +490,9 @@ impl RoomState {
             user: s.user.clone(),
             locked: s.locked,
             muted: s.muted,
-            admin_muted: false,
-            publishing: false,
-            publish_by: None,
+            admin_muted: s.admin_muted,
+            publishing: s.publishing,
+            publish_by: s.publish_by,
         }
     }
 
@@ -429,25 +501,53 @@ impl RoomState {
         applied.events.push((self.seq, ev));
     }
 
+    /// A volatile event named `ev` for `to`.
+    fn direct<T: Serialize>(&self, applied: &mut Applied, to: Vec<UserId>, ev: &str, d: &T) {
+        if to.is_empty() {
+            return;
+        }
+        let frame = client::encode_event(ev, Some(&self.id), None, d);
+        applied.direct.push(Direct { to, frame });
+    }
+
     /// Adds `user` (connected at `at`) as a member.
     ///
     /// # Errors
-    /// `ROOM_LOCKED` when the room has a password and `password` is not it. The owner and
-    /// admins need no password.
+    /// `ROOM_CLOSED` when the owner closed the room; `BANNED` while a ban holds;
+    /// `ROOM_LOCKED` when the room has a password and `password` is not it (the owner and
+    /// admins need none).
     pub fn join(
         &mut self,
         user: &UserId,
         at: SessionRef,
         password: Option<&str>,
+        now: u64,
     ) -> Result<Joined, Rejected> {
-        if let Some(p) = &self.durable.password {
-            let exempt = self.durable.owner == *user || self.durable.admins.contains(user);
-            if !exempt && password != Some(p.as_str()) {
-                return Err(rejected(
-                    ErrorCode::RoomLocked,
-                    "room is locked: wrong password",
-                ));
-            }
+        if self.durable.closed {
+            return Err(rejected(
+                ErrorCode::RoomClosed,
+                "the room is closed by its owner",
+            ));
+        }
+        if let Some(ban) = self.durable.bans.get(user)
+            && ban.holds(now)
+        {
+            return Err(Rejected {
+                code: ErrorCode::Banned,
+                msg: Cow::Owned(match ban.until {
+                    Some(t) => format!("banned from this room until {t} (unix ms)"),
+                    None => "banned from this room".to_owned(),
+                }),
+            });
+        }
+        if let Some(p) = &self.durable.password
+            && self.role(user) == Role::Member
+            && password != Some(p.as_str())
+        {
+            return Err(rejected(
+                ErrorCode::RoomLocked,
+                "room is locked: wrong password",
+            ));
         }
         Ok(self.add(user, at))
     }
@@ -469,7 +569,8 @@ impl RoomState {
     }
 
     /// Removes `user` if its membership is the connection `at` (a stale connection's leave
-    /// does not remove the connection that replaced it). Frees the user's seat.
+    /// does not remove the connection that replaced it). Frees the user's seat and drops its
+    /// pending request and invitation.
     ///
     /// # Errors
     /// `NOT_IN_ROOM` when `user` is not a member through `at`.
@@ -482,16 +583,28 @@ impl RoomState {
         if self.members.get(user) != Some(at) {
             return Err(rejected(ErrorCode::NotInRoom, "not in this room"));
         }
-        self.remove_member(user);
         let mut applied = Applied::default();
-        if let Some(i) = self.seat_of(user) {
-            self.durable.seats[i as usize].user = None;
-            applied.durable_changed = true;
-            let view = self.seat_view(i as usize);
-            self.push(&mut applied, Sequenced::SeatUpdate(view));
-        }
+        self.take_out(&mut applied, user, None, seats::Cause::Own, "left_room");
         applied.presence.push(Presence::Leave(user.clone(), reason));
         Ok(applied)
+    }
+
+    /// Takes `user` out of the room: seat freed (with `by`, `cause`, `why`), pending request
+    /// and invitation dropped, membership removed. Returns the connection it had.
+    fn take_out(
+        &mut self,
+        applied: &mut Applied,
+        user: &UserId,
+        by: Option<&UserId>,
+        cause: seats::Cause,
+        why: &'static str,
+    ) -> Option<SessionRef> {
+        let at = self.remove_member(user);
+        if let Some(i) = self.seat_of(user) {
+            self.free_seat(applied, i as usize, by, cause, Some(why));
+        }
+        self.drop_pending(applied, user);
+        at
     }
 
     fn check_member(&self, user: &UserId, at: &SessionRef) -> Result<(), Rejected> {
@@ -502,8 +615,20 @@ impl RoomState {
         }
     }
 
-    /// Applies a member's room operation that needs nothing but the room's state: the reply
-    /// and the change to publish. A new room operation gets its rule here.
+    /// `USER_NOT_IN_ROOM` unless `user` is a member.
+    fn check_target_member(&self, user: &UserId) -> Result<(), Rejected> {
+        if self.members.contains_key(user) {
+            Ok(())
+        } else {
+            Err(rejected(
+                ErrorCode::UserNotInRoom,
+                "that user is not in the room",
+            ))
+        }
+    }
+
+    /// Applies a member's room operation at `now` (unix ms): the reply and the change to
+    /// publish. A new room operation gets its rule here. A refused operation changes nothing.
     ///
     /// # Errors
     /// The rule's rejection; `INTERNAL` for the operations the actor runs itself (create,
@@ -513,51 +638,92 @@ impl RoomState {
         user: &UserId,
         at: &SessionRef,
         op: &RoomOp,
+        now: u64,
     ) -> Result<Outcome, Rejected> {
-        match op {
+        if let RoomOp::RoomOpen(_) = op {
+            // The one operation of a non-member: the owner reopens a closed room.
+            return self.room_open(user, now).map(Outcome::empty);
+        }
+        self.check_member(user, at)?;
+        let taken =
+            |(seat, applied): (u32, Applied)| Outcome::new(json(&SeatTaken { seat }), applied);
+        let pending = |(expires_at, applied): (u64, Applied)| {
+            Outcome::new(json(&Pending { expires_at }), applied)
+        };
+        Ok(match op {
             RoomOp::Leave(_) => {
                 let applied = self.leave(user, at, LeaveReason::Left.as_str())?;
-                Ok(Outcome {
+                Outcome {
                     membership: Some(Membership::Left),
-                    ..Outcome::new(Bytes::from_static(b"{}"), applied)
-                })
+                    ..Outcome::empty(applied)
+                }
             }
             RoomOp::Chat(c) => {
-                let applied = self.chat(user, at, c.text.clone())?;
+                let applied = self.chat(user, c.text.clone(), now)?;
                 let seq = applied.events.last().map_or(0, |(s, _)| *s);
-                Ok(Outcome::new(json(&ChatSent { seq }), applied))
+                Outcome::new(json(&ChatSent { seq }), applied)
             }
-            RoomOp::SeatTake(t) => {
-                let (seat, applied) = self.seat_take(user, at, t.seat)?;
-                Ok(Outcome::new(json(&SeatTaken { seat }), applied))
+            RoomOp::SeatTake(t) => taken(self.seat_take(user, t.seat, now)?),
+            RoomOp::SeatLeave(_) => Outcome::empty(self.seat_leave(user)),
+            RoomOp::SeatMove(m) => taken(self.seat_move(user, m.user.as_ref(), m.seat)?),
+            RoomOp::SeatLock(l) => Outcome::empty(self.seat_lock(user, Some(l.seat), l.locked)?),
+            RoomOp::SeatLockAll(l) => Outcome::empty(self.seat_lock(user, None, l.locked)?),
+            RoomOp::SeatMute(m) => Outcome::empty(self.seat_mute(user, m.seat, m.muted)?),
+            RoomOp::SeatKick(k) => Outcome::empty(self.seat_kick(user, &k.user, now)?),
+            RoomOp::SeatCount(c) => Outcome::empty(self.seat_count(user, c.seats)?),
+            RoomOp::SeatRequest(r) => pending(self.seat_request(user, r.seat, now)?),
+            RoomOp::SeatRequestCancel(_) => Outcome::empty(self.seat_request_cancel(user)?),
+            RoomOp::SeatRequests(_) => {
+                let list = self.seat_requests(user, now)?;
+                Outcome::new(json(&list), Applied::default())
             }
-            RoomOp::SeatLeave(_) => {
-                let applied = self.seat_leave(user, at)?;
-                Ok(Outcome::new(Bytes::from_static(b"{}"), applied))
+            RoomOp::SeatApprove(a) => taken(self.seat_approve(user, &a.user, now)?),
+            RoomOp::SeatReject(a) => Outcome::empty(self.seat_reject(user, &a.user)?),
+            RoomOp::SeatInvite(i) => pending(self.seat_invite(user, &i.user, i.seat, now)?),
+            RoomOp::SeatInviteAccept(_) => taken(self.invite_accept(user, now)?),
+            RoomOp::SeatInviteReject(_) => Outcome::empty(self.invite_reject(user, now)?),
+            RoomOp::MicPublishing(m) => Outcome::empty(self.mic_publishing(user, m.on, now)?),
+            RoomOp::RoomUpdate(u) => Outcome::empty(self.room_update(user, u)?),
+            RoomOp::RoomLock(l) => Outcome::empty(self.room_lock(user, l.password.as_deref())?),
+            RoomOp::RoomAdmin(a) => Outcome::empty(self.room_admin(user, &a.user, a.admin, now)?),
+            RoomOp::RoomTransfer(t) => Outcome::empty(self.room_transfer(user, &t.user, now)?),
+            RoomOp::RoomClose(_) => Outcome::empty(self.room_close(user, now)?),
+            RoomOp::ChatMute(m) => Outcome::empty(self.chat_mute(user, &m.user, m.seconds, now)?),
+            RoomOp::ChatUnmute(m) => Outcome::empty(self.chat_unmute(user, &m.user, now)?),
+            RoomOp::RoomKick(k) => {
+                Outcome::empty(self.room_kick(user, &k.user, k.ban_seconds, now)?)
             }
-            RoomOp::SeatLock(l) => {
-                let applied = self.seat_lock(user, at, l.seat, l.locked)?;
-                Ok(Outcome::new(Bytes::from_static(b"{}"), applied))
+            RoomOp::RoomBan(b) => Outcome::empty(self.room_ban(user, &b.user, b.seconds, now)?),
+            RoomOp::RoomUnban(b) => Outcome::empty(self.room_unban(user, &b.user, now)?),
+            RoomOp::RoomBans(b) => {
+                let page = self.room_bans(user, b.cursor.as_ref(), b.limit, now)?;
+                Outcome::new(json(&page), Applied::default())
             }
-            RoomOp::Create(_) | RoomOp::Join(_) | RoomOp::Gift(_) => Err(rejected(
-                ErrorCode::Internal,
-                "this operation is run by the room actor",
-            )),
-            _ => Err(rejected(ErrorCode::UnknownOp, "not served yet")),
-        }
+            RoomOp::RoomOpen(_) | RoomOp::Create(_) | RoomOp::Join(_) | RoomOp::Gift(_) => {
+                return Err(rejected(
+                    ErrorCode::Internal,
+                    "this operation is run by the room actor",
+                ));
+            }
+        })
     }
 
     /// A chat message from a member.
     ///
     /// # Errors
-    /// `NOT_IN_ROOM`; `BAD_REQUEST` for empty or over-long text.
-    pub fn chat(
-        &mut self,
-        user: &UserId,
-        at: &SessionRef,
-        text: String,
-    ) -> Result<Applied, Rejected> {
-        self.check_member(user, at)?;
+    /// `CHAT_MUTED` while a chat mute holds; `BAD_REQUEST` for empty or over-long text.
+    pub fn chat(&mut self, user: &UserId, text: String, now: u64) -> Result<Applied, Rejected> {
+        if let Some(m) = self.durable.mutes.get(user)
+            && m.holds(now)
+        {
+            return Err(Rejected {
+                code: ErrorCode::ChatMuted,
+                msg: Cow::Owned(match m.until {
+                    Some(t) => format!("muted in this room's chat until {t} (unix ms)"),
+                    None => "muted in this room's chat".to_owned(),
+                }),
+            });
+        }
         let chars = text.chars().count();
         if chars == 0 || chars > MAX_CHAT_TEXT_CHARS {
             return Err(rejected(
@@ -582,113 +748,71 @@ impl RoomState {
         Ok(applied)
     }
 
-    /// A member takes seat `want`, or the first free one. Taking another seat moves the user.
-    ///
-    /// # Errors
-    /// `NOT_IN_ROOM`; `BAD_REQUEST` for an index out of range; `SEAT_TAKEN`, `SEAT_LOCKED`,
-    /// `NO_FREE_SEAT`.
-    pub fn seat_take(
-        &mut self,
-        user: &UserId,
-        at: &SessionRef,
-        want: Option<u32>,
-    ) -> Result<(u32, Applied), Rejected> {
-        self.check_member(user, at)?;
-        let current = self.seat_of(user);
-        let target = match want {
-            Some(i) => {
-                let seat = self
-                    .durable
-                    .seats
-                    .get(i as usize)
-                    .ok_or(rejected(ErrorCode::BadRequest, "no such seat"))?;
-                if current == Some(i) {
-                    return Ok((i, Applied::default()));
-                }
-                if seat.user.is_some() {
-                    return Err(rejected(ErrorCode::SeatTaken, "seat is taken"));
-                }
-                if seat.locked {
-                    return Err(rejected(ErrorCode::SeatLocked, "seat is locked"));
-                }
-                i
-            }
-            None => {
-                if let Some(i) = current {
-                    return Ok((i, Applied::default()));
-                }
-                self.durable
-                    .seats
-                    .iter()
-                    .position(|s| s.user.is_none() && !s.locked)
-                    .ok_or(rejected(ErrorCode::NoFreeSeat, "no free seat"))? as u32
-            }
-        };
-        let mut applied = Applied {
-            durable_changed: true,
-            ..Applied::default()
-        };
-        if let Some(old) = current {
-            self.durable.seats[old as usize].user = None;
-            let view = self.seat_view(old as usize);
-            self.push(&mut applied, Sequenced::SeatUpdate(view));
+    /// Applies an RTC provider's report about `user` (a verified webhook): the same event id
+    /// twice is once, and an event older than the last one applied changes nothing.
+    pub fn rtc(&mut self, user: &UserId, ev: &RtcEvent) -> Applied {
+        if self.rtc_ids.contains(&ev.id) {
+            return Applied::default();
         }
-        self.durable.seats[target as usize].user = Some(user.clone());
-        let view = self.seat_view(target as usize);
-        self.push(&mut applied, Sequenced::SeatUpdate(view));
-        Ok((target, applied))
+        if self.rtc_ids.len() >= RTC_IDS_KEPT {
+            self.rtc_ids.pop_front();
+        }
+        self.rtc_ids.push_back(ev.id.clone());
+        self.rtc_report(user, ev.kind, ev.at_ms, seats::Cause::Server)
     }
 
-    /// A member leaves the seat it holds (no event when it holds none).
-    ///
-    /// # Errors
-    /// `NOT_IN_ROOM`.
-    pub fn seat_leave(&mut self, user: &UserId, at: &SessionRef) -> Result<Applied, Rejected> {
-        self.check_member(user, at)?;
+    /// The earliest time (unix ms) at which [`RoomState::tick`] has something to do.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let d = &self.durable;
+        let seats = d.seats.iter().filter_map(|s| s.publish_by);
+        let requests = d.requests.iter().map(|r| r.expires_at);
+        let invites = d.invites.iter().map(|i| {
+            if i.expired {
+                i.expires_at + durable::EXPIRED_INVITE_KEEP_MS
+            } else {
+                i.expires_at
+            }
+        });
+        let mutes = d.mutes.values().filter_map(|p| p.until);
+        let bans = d.bans.values().filter_map(|p| p.until);
+        let rtc = d
+            .rtc
+            .iter()
+            .filter(|(u, _)| self.seat_of(u).is_none())
+            .map(|(_, r)| r.at + self.rtc_keep_ms());
+        seats
+            .chain(requests)
+            .chain(invites)
+            .chain(mutes)
+            .chain(bans)
+            .chain(rtc)
+            .min()
+    }
+
+    /// Everything due at `now`: seats whose user did not publish in time are freed, requests
+    /// and invitations expire, chat mutes and bans end, old RTC reports go.
+    pub fn tick(&mut self, now: u64) -> Applied {
         let mut applied = Applied::default();
-        if let Some(i) = self.seat_of(user) {
-            self.durable.seats[i as usize].user = None;
-            applied.durable_changed = true;
-            let view = self.seat_view(i as usize);
-            self.push(&mut applied, Sequenced::SeatUpdate(view));
-        }
-        Ok(applied)
-    }
-
-    /// The owner or an admin locks (or unlocks) seat `seat`. A locked seat cannot be taken;
-    /// whoever sits on it stays. Setting the state it already has changes nothing.
-    ///
-    /// # Errors
-    /// `NOT_IN_ROOM`; `FORBIDDEN` for a member who is neither the owner nor an admin;
-    /// `BAD_REQUEST` for an index out of range.
-    pub fn seat_lock(
-        &mut self,
-        user: &UserId,
-        at: &SessionRef,
-        seat: u32,
-        locked: bool,
-    ) -> Result<Applied, Rejected> {
-        self.check_member(user, at)?;
-        if self.durable.owner != *user && !self.durable.admins.contains(user) {
-            return Err(rejected(
-                ErrorCode::Forbidden,
-                "only the owner or an admin locks seats",
-            ));
-        }
-        let i = seat as usize;
-        let s = self
+        self.expire_seats(&mut applied, now);
+        self.expire_pending(&mut applied, now);
+        self.expire_penalties(&mut applied, now);
+        let keep = self.rtc_keep_ms();
+        let seated: Vec<UserId> = self
             .durable
             .seats
-            .get_mut(i)
-            .ok_or(rejected(ErrorCode::BadRequest, "no such seat"))?;
-        let mut applied = Applied::default();
-        if s.locked != locked {
-            s.locked = locked;
-            applied.durable_changed = true;
-            let view = self.seat_view(i);
-            self.push(&mut applied, Sequenced::SeatUpdate(view));
-        }
-        Ok(applied)
+            .iter()
+            .filter_map(|s| s.user.clone())
+            .collect();
+        let before = self.durable.rtc.len();
+        self.durable
+            .rtc
+            .retain(|u, r| seated.contains(u) || r.at + keep > now);
+        applied.durable_changed |= self.durable.rtc.len() != before;
+        applied
+    }
+
+    fn rtc_keep_ms(&self) -> u64 {
+        durable::RTC_KEEP_MS.max(self.rules.publish_deadline_ms)
     }
 
     /// Who receives a gift from `sender`: the listed members, or everyone seated (`"seats"`),
@@ -765,6 +889,39 @@ fn json<T: Serialize>(v: &T) -> Bytes {
     Bytes::from(client::to_json(v))
 }
 
+/// The view of a request, for events and lists.
+fn request_view(r: &SeatReq) -> RequestView {
+    RequestView {
+        user: r.user.clone(),
+        seat: r.seat,
+        expires_at: r.expires_at,
+    }
+}
+
+/// The view of an invitation, for the invitee's event.
+fn invite_view(i: &Invite) -> InviteView {
+    InviteView {
+        user: i.user.clone(),
+        by: i.by.clone(),
+        seat: i.seat,
+        expires_at: i.expires_at,
+    }
+}
+
+/// How a request or invitation ended.
+fn answered(user: &UserId, state: &str, by: Option<&UserId>, seat: Option<u32>) -> Answered {
+    Answered {
+        user: user.clone(),
+        state: state.to_owned(),
+        by: by.cloned(),
+        seat,
+    }
+}
+
 #[cfg(test)]
 #[path = "state/tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "state/tests_rights.rs"]
+mod tests_rights;

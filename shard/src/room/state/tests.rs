@@ -13,7 +13,7 @@ fn u(s: &str) -> UserId {
 
 fn room(seats: u32, password: Option<&str>) -> RoomState {
     let durable = Durable::new(u("host"), "t".into(), seats, password.map(str::to_owned)).unwrap();
-    RoomState::new(RoomId::from("r1"), durable, 7)
+    RoomState::new(RoomId::from("r1"), durable, 7, Rules::default())
 }
 
 #[test]
@@ -30,13 +30,13 @@ fn create_validates_seats_title_and_password() {
 #[test]
 fn join_announces_presence_once_and_counts_members() {
     let mut r = room(8, None);
-    let j = r.join(&u("a"), at(1), None).unwrap();
+    let j = r.join(&u("a"), at(1), None, 0).unwrap();
     assert_eq!(j.applied.presence, vec![Presence::Join(u("a"))]);
     assert_eq!(j.replaced, None);
     // The same connection joining again is a no-op.
-    let j = r.join(&u("a"), at(1), None).unwrap();
+    let j = r.join(&u("a"), at(1), None, 0).unwrap();
     assert!(j.applied.presence.is_empty());
-    r.join(&u("b"), at(2), None).unwrap();
+    r.join(&u("b"), at(2), None, 0).unwrap();
     assert_eq!(r.member_count(), 2);
     assert_eq!(r.snapshot().members, 2);
     // Presence is not sequenced.
@@ -46,8 +46,8 @@ fn join_announces_presence_once_and_counts_members() {
 #[test]
 fn second_connection_replaces_the_first_without_presence() {
     let mut r = room(8, None);
-    r.join(&u("a"), at(1), None).unwrap();
-    let j = r.join(&u("a"), at(2), None).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    let j = r.join(&u("a"), at(2), None, 0).unwrap();
     assert_eq!(j.replaced, Some(at(1)));
     assert!(j.applied.presence.is_empty());
     assert_eq!(r.member(&u("a")), Some(&at(2)));
@@ -63,42 +63,43 @@ fn second_connection_replaces_the_first_without_presence() {
 fn locked_room_needs_the_password_except_for_owner() {
     let mut r = room(8, Some("pw"));
     assert_eq!(
-        r.join(&u("a"), at(1), None).unwrap_err().code,
+        r.join(&u("a"), at(1), None, 0).unwrap_err().code,
         ErrorCode::RoomLocked
     );
     assert_eq!(
-        r.join(&u("a"), at(1), Some("no")).unwrap_err().code,
+        r.join(&u("a"), at(1), Some("no"), 0).unwrap_err().code,
         ErrorCode::RoomLocked
     );
-    r.join(&u("a"), at(1), Some("pw")).unwrap();
-    r.join(&u("host"), at(2), None).unwrap();
+    r.join(&u("a"), at(1), Some("pw"), 0).unwrap();
+    r.join(&u("host"), at(2), None, 0).unwrap();
     assert!(r.snapshot().locked);
 }
 
 #[test]
 fn chat_needs_membership_and_bounded_text_and_is_sequenced() {
     let mut r = room(8, None);
+    let hi = op(r#"{"id":1,"op":"chat.send","d":{"room":"r1","text":"hi"}}"#);
     assert_eq!(
-        r.chat(&u("a"), &at(1), "hi".into()).unwrap_err().code,
+        r.apply(&u("a"), &at(1), &hi, 0).unwrap_err().code,
         ErrorCode::NotInRoom
     );
-    r.join(&u("a"), at(1), None).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
     assert_eq!(
-        r.chat(&u("a"), &at(1), String::new()).unwrap_err().code,
+        r.chat(&u("a"), String::new(), 0).unwrap_err().code,
         ErrorCode::BadRequest
     );
     assert_eq!(
-        r.chat(&u("a"), &at(1), "é".repeat(501)).unwrap_err().code,
+        r.chat(&u("a"), "é".repeat(501), 0).unwrap_err().code,
         ErrorCode::BadRequest
     );
-    assert!(r.chat(&u("a"), &at(1), "é".repeat(500)).is_ok());
-    let a = r.chat(&u("a"), &at(1), "two".into()).unwrap();
+    assert!(r.chat(&u("a"), "é".repeat(500), 0).is_ok());
+    let a = r.chat(&u("a"), "two".into(), 0).unwrap();
     assert_eq!(a.events.len(), 1);
     assert_eq!(a.events[0].0, 2);
     assert_eq!(r.seq(), 2);
     // A member's stale connection cannot speak for it.
     assert_eq!(
-        r.chat(&u("a"), &at(9), "x".into()).unwrap_err().code,
+        r.apply(&u("a"), &at(9), &hi, 0).unwrap_err().code,
         ErrorCode::NotInRoom
     );
 }
@@ -107,39 +108,43 @@ fn chat_needs_membership_and_bounded_text_and_is_sequenced() {
 fn seats_take_first_free_or_given_and_report_conflicts() {
     let mut r = room(2, None);
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
-        r.join(&u(name), at(i as u64), None).unwrap();
+        r.join(&u(name), at(i as u64), None, 0).unwrap();
     }
-    let (seat, a) = r.seat_take(&u("a"), &at(0), None).unwrap();
+    let (seat, a) = r.seat_take(&u("a"), None, 0).unwrap();
     assert_eq!(seat, 0);
     assert!(a.durable_changed);
     assert_eq!(
         a.events,
         vec![(
             1,
-            Sequenced::SeatUpdate(SeatView {
-                index: 0,
-                user: Some(u("a")),
-                locked: false,
-                muted: false,
-                ..SeatView::default()
+            Sequenced::SeatUpdate(SeatUpdate {
+                seat: SeatView {
+                    index: 0,
+                    user: Some(u("a")),
+                    publish_by: Some(10_000),
+                    ..SeatView::default()
+                },
+                by: Some(u("a")),
+                cause: "self".into(),
+                reason: None,
             })
         )]
     );
     assert_eq!(
-        r.seat_take(&u("b"), &at(1), Some(0)).unwrap_err().code,
+        r.seat_take(&u("b"), Some(0), 0).unwrap_err().code,
         ErrorCode::SeatTaken
     );
     assert_eq!(
-        r.seat_take(&u("b"), &at(1), Some(5)).unwrap_err().code,
-        ErrorCode::BadRequest
+        r.seat_take(&u("b"), Some(5), 0).unwrap_err().code,
+        ErrorCode::NoSuchSeat
     );
-    assert_eq!(r.seat_take(&u("b"), &at(1), None).unwrap().0, 1);
+    assert_eq!(r.seat_take(&u("b"), None, 0).unwrap().0, 1);
     assert_eq!(
-        r.seat_take(&u("c"), &at(2), None).unwrap_err().code,
+        r.seat_take(&u("c"), None, 0).unwrap_err().code,
         ErrorCode::NoFreeSeat
     );
     // Taking the seat one already holds changes nothing.
-    let (seat, a) = r.seat_take(&u("a"), &at(0), Some(0)).unwrap();
+    let (seat, a) = r.seat_take(&u("a"), Some(0), 0).unwrap();
     assert_eq!((seat, a.events.len()), (0, 0));
     assert!(r.is_privileged(&u("a")));
     assert!(!r.is_privileged(&u("c")));
@@ -149,9 +154,9 @@ fn seats_take_first_free_or_given_and_report_conflicts() {
 #[test]
 fn moving_seats_frees_the_old_one_with_two_updates() {
     let mut r = room(3, None);
-    r.join(&u("a"), at(1), None).unwrap();
-    r.seat_take(&u("a"), &at(1), Some(0)).unwrap();
-    let (_, a) = r.seat_take(&u("a"), &at(1), Some(2)).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    r.seat_take(&u("a"), Some(0), 0).unwrap();
+    let (_, a) = r.seat_take(&u("a"), Some(2), 0).unwrap();
     assert_eq!(a.events.len(), 2);
     assert_eq!(r.seat_of(&u("a")), Some(2));
     assert_eq!(r.durable().seats[0].user, None);
@@ -161,14 +166,14 @@ fn moving_seats_frees_the_old_one_with_two_updates() {
 fn locked_seat_cannot_be_taken() {
     let mut r = room(2, None);
     r.durable.seats[1].locked = true;
-    r.join(&u("a"), at(1), None).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
     assert_eq!(
-        r.seat_take(&u("a"), &at(1), Some(1)).unwrap_err().code,
+        r.seat_take(&u("a"), Some(1), 0).unwrap_err().code,
         ErrorCode::SeatLocked
     );
     r.durable.seats[0].locked = true;
     assert_eq!(
-        r.seat_take(&u("a"), &at(1), None).unwrap_err().code,
+        r.seat_take(&u("a"), None, 0).unwrap_err().code,
         ErrorCode::NoFreeSeat
     );
 }
@@ -176,12 +181,12 @@ fn locked_seat_cannot_be_taken() {
 #[test]
 fn leaving_frees_the_seat_and_seat_leave_is_idempotent() {
     let mut r = room(2, None);
-    r.join(&u("a"), at(1), None).unwrap();
-    assert!(r.seat_leave(&u("a"), &at(1)).unwrap().events.is_empty());
-    r.seat_take(&u("a"), &at(1), None).unwrap();
-    let a = r.seat_leave(&u("a"), &at(1)).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    assert!(r.seat_leave(&u("a")).events.is_empty());
+    r.seat_take(&u("a"), None, 0).unwrap();
+    let a = r.seat_leave(&u("a"));
     assert_eq!(a.events.len(), 1);
-    r.seat_take(&u("a"), &at(1), None).unwrap();
+    r.seat_take(&u("a"), None, 0).unwrap();
     let a = r.leave(&u("a"), &at(1), "left").unwrap();
     assert_eq!(a.events.len(), 1, "seat freed");
     assert_eq!(a.presence, vec![Presence::Leave(u("a"), "left")]);
@@ -195,12 +200,12 @@ fn leaving_frees_the_seat_and_seat_leave_is_idempotent() {
 #[test]
 fn seq_is_gap_free_across_event_kinds() {
     let mut r = room(4, None);
-    r.join(&u("a"), at(1), None).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
     let mut seqs = Vec::new();
-    seqs.extend(r.chat(&u("a"), &at(1), "1".into()).unwrap().events);
-    seqs.extend(r.seat_take(&u("a"), &at(1), None).unwrap().1.events);
-    seqs.extend(r.seat_take(&u("a"), &at(1), Some(3)).unwrap().1.events);
-    seqs.extend(r.chat(&u("a"), &at(1), "2".into()).unwrap().events);
+    seqs.extend(r.chat(&u("a"), "1".into(), 0).unwrap().events);
+    seqs.extend(r.seat_take(&u("a"), None, 0).unwrap().1.events);
+    seqs.extend(r.seat_take(&u("a"), Some(3), 0).unwrap().1.events);
+    seqs.extend(r.chat(&u("a"), "2".into(), 0).unwrap().events);
     let got: Vec<Seq> = seqs.iter().map(|(s, _)| *s).collect();
     assert_eq!(got, vec![1, 2, 3, 4, 5]);
     assert_eq!(r.snapshot().seq, 5);
@@ -211,7 +216,7 @@ fn seq_is_gap_free_across_event_kinds() {
 fn gift_recipients_are_members_or_the_seated_without_the_sender() {
     let mut r = room(3, None);
     for (i, n) in ["a", "b", "c"].iter().enumerate() {
-        r.join(&u(n), at(i as u64), None).unwrap();
+        r.join(&u(n), at(i as u64), None, 0).unwrap();
     }
     let users = |v: &[&str]| GiftTargets::Users(v.iter().map(|s| u(s)).collect());
     assert_eq!(
@@ -251,9 +256,9 @@ fn gift_recipients_are_members_or_the_seated_without_the_sender() {
         ErrorCode::BadRequest,
         "nobody seated"
     );
-    r.seat_take(&u("a"), &at(0), None).unwrap();
-    r.seat_take(&u("b"), &at(1), None).unwrap();
-    r.seat_take(&u("c"), &at(2), None).unwrap();
+    r.seat_take(&u("a"), None, 0).unwrap();
+    r.seat_take(&u("b"), None, 0).unwrap();
+    r.seat_take(&u("c"), None, 0).unwrap();
     assert_eq!(
         r.gift_recipients(&u("a"), &at(0), &seats, 2).unwrap(),
         vec![u("b"), u("c")]
@@ -316,35 +321,36 @@ fn creation_rule_for_missing_and_existing_rooms() {
 #[test]
 fn apply_answers_plain_ops_with_their_ok_and_change() {
     let mut r = room(2, None);
-    r.join(&u("a"), at(1), None).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
     let chat = op(r#"{"id":1,"op":"chat.send","d":{"room":"r1","text":"hi"}}"#);
-    let out = r.apply(&u("a"), &at(1), &chat).unwrap();
+    let out = r.apply(&u("a"), &at(1), &chat, 0).unwrap();
     assert_eq!(&out.ok[..], br#"{"seq":1}"#);
     assert_eq!(out.applied.events.len(), 1);
     assert_eq!(out.membership, None);
     let take = op(r#"{"id":2,"op":"seat.take","d":{"room":"r1","seat":1}}"#);
-    let out = r.apply(&u("a"), &at(1), &take).unwrap();
+    let out = r.apply(&u("a"), &at(1), &take, 0).unwrap();
     assert_eq!(&out.ok[..], br#"{"seat":1}"#);
     assert!(out.applied.durable_changed);
     let leave_seat = op(r#"{"id":3,"op":"seat.leave","d":{"room":"r1"}}"#);
     assert_eq!(
-        &r.apply(&u("a"), &at(1), &leave_seat).unwrap().ok[..],
+        &r.apply(&u("a"), &at(1), &leave_seat, 0).unwrap().ok[..],
         b"{}"
     );
     let leave = op(r#"{"id":4,"op":"room.leave","d":{"room":"r1"}}"#);
-    let out = r.apply(&u("a"), &at(1), &leave).unwrap();
+    let out = r.apply(&u("a"), &at(1), &leave, 0).unwrap();
     assert_eq!(out.membership, Some(Membership::Left));
     assert_eq!(out.applied.presence, vec![Presence::Leave(u("a"), "left")]);
     assert_eq!(r.member_count(), 0);
     // A non-member is refused by the op's own rule.
     assert_eq!(
-        r.apply(&u("a"), &at(1), &chat).unwrap_err().code,
+        r.apply(&u("a"), &at(1), &chat, 0).unwrap_err().code,
         ErrorCode::NotInRoom
     );
     // The actor runs joins, creates and gifts itself.
     let join = op(r#"{"id":5,"op":"room.join","d":{"room":"r1"}}"#);
+    r.join(&u("b"), at(2), None, 0).unwrap();
     assert_eq!(
-        r.apply(&u("a"), &at(1), &join).unwrap_err().code,
+        r.apply(&u("b"), &at(2), &join, 0).unwrap_err().code,
         ErrorCode::Internal
     );
 }
@@ -361,15 +367,15 @@ fn gateways_are_counted_by_their_members() {
         v
     };
     let mut r = room(8, None);
-    r.join(&u("a"), on("g1", 1), None).unwrap();
+    r.join(&u("a"), on("g1", 1), None, 0).unwrap();
     // The same connection joining twice counts once.
-    r.join(&u("a"), on("g1", 1), None).unwrap();
-    r.join(&u("b"), on("g2", 2), None).unwrap();
+    r.join(&u("a"), on("g1", 1), None, 0).unwrap();
+    r.join(&u("b"), on("g2", 2), None, 0).unwrap();
     assert_eq!(gws(&r), ["g1", "g2"]);
     r.leave(&u("b"), &on("g2", 2), "left").unwrap();
     assert_eq!(gws(&r), ["g1"]);
     // A's new connection on g3 replaces the one on g1.
-    let j = r.join(&u("a"), on("g3", 9), None).unwrap();
+    let j = r.join(&u("a"), on("g3", 9), None, 0).unwrap();
     assert_eq!(j.replaced, Some(on("g1", 1)));
     assert_eq!(gws(&r), ["g3"]);
     r.leave(&u("a"), &on("g3", 9), "left").unwrap();
@@ -379,10 +385,10 @@ fn gateways_are_counted_by_their_members() {
 #[test]
 fn presence_goes_to_everyone_in_small_rooms_and_to_the_privileged_in_big_ones() {
     let mut r = room(2, None);
-    r.join(&u("host"), at(1), None).unwrap();
-    r.join(&u("a"), at(2), None).unwrap();
-    r.join(&u("b"), at(3), None).unwrap();
-    r.seat_take(&u("a"), &at(2), Some(0)).unwrap();
+    r.join(&u("host"), at(1), None, 0).unwrap();
+    r.join(&u("a"), at(2), None, 0).unwrap();
+    r.join(&u("b"), at(3), None, 0).unwrap();
+    r.seat_take(&u("a"), Some(0), 0).unwrap();
     let joined = Presence::Join(u("b"));
     assert_eq!(r.presence_plan(&joined, 3), PresencePlan::Everyone);
     let PresencePlan::Privileged(mut to) = r.presence_plan(&joined, 2) else {
@@ -420,8 +426,8 @@ fn events_and_presence_encode_as_the_protocol_says() {
 #[test]
 fn the_owner_or_an_admin_locks_seats_and_a_locked_seat_cannot_be_taken() {
     let mut r = room(2, None);
-    r.join(&u("host"), at(1), None).unwrap();
-    r.join(&u("a"), at(2), None).unwrap();
+    r.join(&u("host"), at(1), None, 0).unwrap();
+    r.join(&u("a"), at(2), None, 0).unwrap();
     let lock = |seat: u32, locked: bool| {
         op(&format!(
             r#"{{"id":1,"op":"seat.lock","d":{{"room":"r1","seat":{seat},"locked":{locked}}}}}"#
@@ -429,49 +435,53 @@ fn the_owner_or_an_admin_locks_seats_and_a_locked_seat_cannot_be_taken() {
     };
     // A plain member may not; a non-member is not in the room.
     assert_eq!(
-        r.apply(&u("a"), &at(2), &lock(0, true)).unwrap_err().code,
+        r.apply(&u("a"), &at(2), &lock(0, true), 0)
+            .unwrap_err()
+            .code,
         ErrorCode::Forbidden
     );
     assert_eq!(
-        r.apply(&u("x"), &at(9), &lock(0, true)).unwrap_err().code,
+        r.apply(&u("x"), &at(9), &lock(0, true), 0)
+            .unwrap_err()
+            .code,
         ErrorCode::NotInRoom
     );
     assert_eq!(
-        r.apply(&u("host"), &at(1), &lock(2, true))
+        r.apply(&u("host"), &at(1), &lock(2, true), 0)
             .unwrap_err()
             .code,
-        ErrorCode::BadRequest
+        ErrorCode::NoSuchSeat
     );
-    let out = r.apply(&u("host"), &at(1), &lock(0, true)).unwrap();
+    let out = r.apply(&u("host"), &at(1), &lock(0, true), 0).unwrap();
     assert_eq!(&out.ok[..], b"{}");
     assert!(out.applied.durable_changed);
     let [(seq, Sequenced::SeatUpdate(view))] = out.applied.events.as_slice() else {
         panic!("one seat.update: {:?}", out.applied.events);
     };
-    assert_eq!((*seq, view.index, view.locked), (1, 0, true));
+    assert_eq!((*seq, view.seat.index, view.seat.locked), (1, 0, true));
     assert!(r.durable().seats[0].locked);
     // Locking a locked seat changes nothing.
-    let again = r.apply(&u("host"), &at(1), &lock(0, true)).unwrap();
+    let again = r.apply(&u("host"), &at(1), &lock(0, true), 0).unwrap();
     assert_eq!(again.applied, Applied::default());
     assert_eq!(
-        r.seat_take(&u("a"), &at(2), Some(0)).unwrap_err().code,
+        r.seat_take(&u("a"), Some(0), 0).unwrap_err().code,
         ErrorCode::SeatLocked
     );
     // The first free seat skips it; unlocked, it can be taken.
-    assert_eq!(r.seat_take(&u("a"), &at(2), None).unwrap().0, 1);
-    r.apply(&u("host"), &at(1), &lock(0, false)).unwrap();
-    assert_eq!(r.seat_take(&u("a"), &at(2), Some(0)).unwrap().0, 0);
+    assert_eq!(r.seat_take(&u("a"), None, 0).unwrap().0, 1);
+    r.apply(&u("host"), &at(1), &lock(0, false), 0).unwrap();
+    assert_eq!(r.seat_take(&u("a"), Some(0), 0).unwrap().0, 0);
     // Whoever sits on a seat stays when it is locked.
-    r.apply(&u("host"), &at(1), &lock(0, true)).unwrap();
+    r.apply(&u("host"), &at(1), &lock(0, true), 0).unwrap();
     assert_eq!(r.seat_of(&u("a")), Some(0));
 }
 
 #[test]
 fn control_and_bidi_characters_are_refused_in_chat_titles_and_passwords() {
     let mut r = room(2, None);
-    r.join(&u("a"), at(1), None).unwrap();
+    r.join(&u("a"), at(1), None, 0).unwrap();
     for bad in ["nul\0", "esc\u{1b}[2J", "\u{202E}txt.exe"] {
-        let e = r.chat(&u("a"), &at(1), bad.into()).unwrap_err();
+        let e = r.chat(&u("a"), bad.into(), 0).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
         let e = Durable::new(u("h"), bad.into(), 4, None).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
@@ -480,7 +490,7 @@ fn control_and_bidi_characters_are_refused_in_chat_titles_and_passwords() {
     }
     // Newlines and tabs are fine in chat, not in a title; nothing was sequenced above.
     assert_eq!(r.seq(), 0);
-    r.chat(&u("a"), &at(1), "two\nlines\tok".into()).unwrap();
+    r.chat(&u("a"), "two\nlines\tok".into(), 0).unwrap();
     assert!(Durable::new(u("h"), "two\nlines".into(), 4, None).is_err());
     assert!(Durable::new(u("h"), "Friday night 🎤".into(), 4, None).is_ok());
 }

@@ -1,0 +1,263 @@
+//! Room management rules: room info, the password, admins, ownership transfer, closing and
+//! reopening.
+
+use protocol::client::manage::MAX_ADMINS;
+use protocol::client::{RoleChange, RoomInfo, RoomUpdate};
+use protocol::{ErrorCode, UserId};
+
+use super::durable::{check_cover, check_notice, check_password, check_title};
+use super::seats::Cause;
+use super::{Applied, Evicted, Moderation, Rejected, Role, RoomState, Sequenced, rejected};
+
+impl RoomState {
+    /// The owner or an admin changes the room's info; only the fields that differ are
+    /// announced (`room.update`). Reserving seat 0 for the owner frees it from anyone else.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `BAD_REQUEST` for a field that fails its check (nothing changes then).
+    pub fn room_update(&mut self, user: &UserId, u: &RoomUpdate) -> Result<Applied, Rejected> {
+        self.require_staff(user, "only the owner or an admin changes the room")?;
+        if let Some(t) = &u.title {
+            check_title(t)?;
+        }
+        if let Some(n) = &u.notice {
+            check_notice(n)?;
+        }
+        if let Some(c) = &u.cover {
+            check_cover(c)?;
+        }
+        let d = &mut self.durable;
+        let mut info = RoomInfo {
+            by: Some(user.clone()),
+            ..RoomInfo::default()
+        };
+        if let Some(t) = u.title.as_ref().filter(|t| **t != d.title) {
+            d.title.clone_from(t);
+            info.title = Some(t.clone());
+        }
+        if let Some(n) = u.notice.as_ref().filter(|n| **n != d.notice) {
+            d.notice.clone_from(n);
+            info.notice = Some(n.clone());
+        }
+        if let Some(c) = u.cover.as_ref().filter(|c| **c != d.cover) {
+            d.cover.clone_from(c);
+            info.cover = Some(c.clone());
+        }
+        if let Some(m) = u.seat_mode.filter(|m| *m != d.seat_mode) {
+            d.seat_mode = m;
+            info.seat_mode = Some(m);
+        }
+        if let Some(h) = u.host_seat.filter(|h| *h != d.host_seat) {
+            d.host_seat = h;
+            info.host_seat = Some(h);
+        }
+        let mut applied = Applied::default();
+        if info
+            == (RoomInfo {
+                by: Some(user.clone()),
+                ..RoomInfo::default()
+            })
+        {
+            return Ok(applied);
+        }
+        applied.durable_changed = true;
+        let host_taken = self.durable.host_seat
+            && self.durable.seats[0]
+                .user
+                .as_ref()
+                .is_some_and(|u| *u != self.durable.owner);
+        self.push(&mut applied, Sequenced::RoomUpdate(info));
+        if host_taken {
+            self.free_seat(&mut applied, 0, Some(user), Cause::Admin, Some("host_seat"));
+        }
+        Ok(applied)
+    }
+
+    /// The owner or an admin sets, changes or (with `None`) removes the password. Members
+    /// present stay.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `BAD_REQUEST` for a bad password.
+    pub fn room_lock(
+        &mut self,
+        user: &UserId,
+        password: Option<&str>,
+    ) -> Result<Applied, Rejected> {
+        self.require_staff(user, "only the owner or an admin locks the room")?;
+        if let Some(p) = password {
+            check_password(p)?;
+        }
+        let mut applied = Applied::default();
+        if self.durable.password.as_deref() == password {
+            return Ok(applied);
+        }
+        self.durable.password = password.map(str::to_owned);
+        applied.durable_changed = true;
+        let info = RoomInfo {
+            by: Some(user.clone()),
+            locked: Some(password.is_some()),
+            ..RoomInfo::default()
+        };
+        self.push(&mut applied, Sequenced::RoomUpdate(info));
+        Ok(applied)
+    }
+
+    /// The owner makes a member an admin (at most 20), or takes the role back.
+    ///
+    /// # Errors
+    /// `FORBIDDEN` for anyone but the owner; `BAD_REQUEST` for the owner themselves or past
+    /// the cap; `USER_NOT_IN_ROOM` when granting to a non-member.
+    pub fn room_admin(
+        &mut self,
+        user: &UserId,
+        target: &UserId,
+        admin: bool,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_owner(user, "only the owner grants or revokes the admin role")?;
+        if *target == self.durable.owner {
+            return Err(rejected(ErrorCode::BadRequest, "the owner is not an admin"));
+        }
+        let mut applied = Applied::default();
+        let is_admin = self.role(target) == Role::Admin;
+        if is_admin == admin {
+            return Ok(applied);
+        }
+        if admin {
+            self.check_target_member(target)?;
+            if self.durable.admins.len() >= MAX_ADMINS {
+                return Err(rejected(
+                    ErrorCode::BadRequest,
+                    "a room has at most 20 admins",
+                ));
+            }
+            self.durable.admins.push(target.clone());
+            // Staff are not muted in chat.
+            self.durable.mutes.remove(target);
+        } else {
+            self.durable.admins.retain(|a| a != target);
+        }
+        applied.durable_changed = true;
+        let role = if admin { "admin" } else { "member" };
+        self.push(
+            &mut applied,
+            Sequenced::Role(RoleChange {
+                user: target.clone(),
+                role: role.into(),
+                by: user.clone(),
+            }),
+        );
+        let action = if admin { "admin_set" } else { "admin_unset" };
+        self.durable
+            .audit(entry(action, Some(target), user, None, now));
+        Ok(applied)
+    }
+
+    /// The owner hands the room to another member, who stops being an admin (and muted); the
+    /// old owner becomes a plain member. With a host seat, the old owner leaves seat 0.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `BAD_REQUEST` for oneself; `USER_NOT_IN_ROOM`.
+    pub fn room_transfer(
+        &mut self,
+        user: &UserId,
+        target: &UserId,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_owner(user, "only the owner transfers the room")?;
+        if target == user {
+            return Err(rejected(ErrorCode::BadRequest, "you own the room already"));
+        }
+        self.check_target_member(target)?;
+        self.durable.admins.retain(|a| a != target);
+        self.durable.mutes.remove(target);
+        self.durable.bans.remove(target);
+        self.durable.owner = target.clone();
+        let mut applied = Applied::changed();
+        for (who, role) in [(target, "owner"), (user, "member")] {
+            self.push(
+                &mut applied,
+                Sequenced::Role(RoleChange {
+                    user: who.clone(),
+                    role: role.into(),
+                    by: user.clone(),
+                }),
+            );
+        }
+        if self.durable.host_seat && self.durable.seats[0].user.as_ref() == Some(user) {
+            self.free_seat(
+                &mut applied,
+                0,
+                Some(user),
+                Cause::Server,
+                Some("host_changed"),
+            );
+        }
+        self.durable
+            .audit(entry("transfer", Some(target), user, None, now));
+        Ok(applied)
+    }
+
+    /// The owner closes the room: every member is taken out (`room.left` reason `closed`),
+    /// seats are emptied, requests and invitations dropped; joins answer `ROOM_CLOSED` until
+    /// the owner reopens it (`room.open`). The room and its settings, bans and audit stay.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`.
+    pub fn room_close(&mut self, user: &UserId, now: u64) -> Result<Applied, Rejected> {
+        self.require_owner(user, "only the owner closes the room")?;
+        let mut applied = Applied::changed();
+        self.durable.closed = true;
+        for i in 0..self.durable.seats.len() {
+            if self.durable.seats[i].user.is_some() {
+                self.free_seat(&mut applied, i, Some(user), Cause::Admin, Some("closed"));
+            }
+        }
+        self.durable.requests.clear();
+        self.durable.invites.clear();
+        let members: Vec<UserId> = self.members.keys().cloned().collect();
+        for m in members {
+            if let Some(at) = self.remove_member(&m) {
+                applied.evicted.push(Evicted {
+                    user: m,
+                    at,
+                    reason: "closed",
+                });
+            }
+        }
+        self.durable.audit(entry("close", None, user, None, now));
+        Ok(applied)
+    }
+
+    /// The owner reopens a closed room (no membership needed; an open room is left as is).
+    ///
+    /// # Errors
+    /// `FORBIDDEN`.
+    pub fn room_open(&mut self, user: &UserId, now: u64) -> Result<Applied, Rejected> {
+        self.require_owner(user, "only the owner reopens the room")?;
+        let mut applied = Applied::default();
+        if self.durable.closed {
+            self.durable.closed = false;
+            applied.durable_changed = true;
+            self.durable.audit(entry("reopen", None, user, None, now));
+        }
+        Ok(applied)
+    }
+}
+
+/// An audit entry (and `moderation` event body).
+pub(super) fn entry(
+    action: &str,
+    user: Option<&UserId>,
+    by: &UserId,
+    until: Option<u64>,
+    at: u64,
+) -> Moderation {
+    Moderation {
+        action: action.to_owned(),
+        user: user.cloned(),
+        by: Some(by.clone()),
+        until,
+        at,
+    }
+}

@@ -1,0 +1,262 @@
+//! Moderation rules: chat mutes, kicks and bans with their expiry, and the ban list. Each
+//! action is a `moderation` event to the room and an entry in the room's audit list.
+
+use std::ops::Bound;
+
+use protocol::client::moderation::{MAX_BAN_PAGE, MAX_PENALTY_SECS};
+use protocol::client::{BanPage, BanView};
+use protocol::{ErrorCode, UserId};
+
+use super::durable::{MAX_BANS, MAX_MUTES, Penalty};
+use super::manage::entry;
+use super::seats::Cause;
+use super::{Applied, Evicted, Moderation, Presence, Rejected, RoomState, Sequenced, rejected};
+
+/// Ban-list page size when none is asked for.
+const DEFAULT_BAN_PAGE: u32 = 50;
+
+/// The end of a penalty of `seconds` from `now`; `None` (until lifted) without a duration.
+fn until(seconds: Option<u64>, now: u64) -> Result<Option<u64>, Rejected> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if (1..=MAX_PENALTY_SECS).contains(&s) => Ok(Some(now + s * 1000)),
+        Some(_) => Err(rejected(
+            ErrorCode::BadRequest,
+            "seconds must be 1..=2592000 (30 days), or absent for no end",
+        )),
+    }
+}
+
+impl RoomState {
+    /// Records a moderation action: a sequenced event and an audit entry.
+    fn moderated(&mut self, applied: &mut Applied, m: Moderation) {
+        applied.durable_changed = true;
+        self.durable.audit(m.clone());
+        self.push(applied, Sequenced::Moderation(m));
+    }
+
+    /// The owner or an admin stops `target` chatting, for `seconds` or until lifted. The
+    /// target need not be present: the mute waits for them.
+    ///
+    /// # Errors
+    /// `FORBIDDEN` (an admin on the owner or an admin); `BAD_REQUEST` for a bad duration, for
+    /// oneself, or past the bound of mutes.
+    pub fn chat_mute(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        seconds: Option<u64>,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_over(actor, target)?;
+        let until = until(seconds, now)?;
+        if !self.durable.mutes.contains_key(target) && self.durable.mutes.len() >= MAX_MUTES {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "too many chat mutes in this room",
+            ));
+        }
+        let penalty = Penalty {
+            until,
+            by: actor.clone(),
+        };
+        self.durable.mutes.insert(target.clone(), penalty);
+        let mut applied = Applied::default();
+        self.moderated(
+            &mut applied,
+            entry("chat_mute", Some(target), actor, until, now),
+        );
+        Ok(applied)
+    }
+
+    /// The owner or an admin lifts a chat mute (none: nothing happens).
+    ///
+    /// # Errors
+    /// `FORBIDDEN`.
+    pub fn chat_unmute(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_over(actor, target)?;
+        let mut applied = Applied::default();
+        if self.durable.mutes.remove(target).is_some() {
+            self.moderated(
+                &mut applied,
+                entry("chat_unmute", Some(target), actor, None, now),
+            );
+        }
+        Ok(applied)
+    }
+
+    /// Takes `target` out of the room for `action`: seat freed, `member.leave` and
+    /// `room.left` with reason `kicked`.
+    fn remove_for(&mut self, applied: &mut Applied, actor: &UserId, target: &UserId) {
+        if let Some(at) = self.take_out(applied, target, Some(actor), Cause::Admin, "kicked") {
+            applied
+                .presence
+                .push(Presence::Leave(target.clone(), "kicked"));
+            applied.evicted.push(Evicted {
+                user: target.clone(),
+                at,
+                reason: "kicked",
+            });
+        }
+    }
+
+    /// The owner or an admin removes a member, banning them for `ban_seconds` if given.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `USER_NOT_IN_ROOM`; `BAD_REQUEST` for a bad duration.
+    pub fn room_kick(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        ban_seconds: Option<u64>,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_over(actor, target)?;
+        self.check_target_member(target)?;
+        let until = match ban_seconds {
+            Some(_) => {
+                self.check_ban_room(target)?;
+                until(ban_seconds, now)?
+            }
+            None => None,
+        };
+        let mut applied = Applied::default();
+        self.remove_for(&mut applied, actor, target);
+        if ban_seconds.is_some() {
+            self.durable.bans.insert(
+                target.clone(),
+                Penalty {
+                    until,
+                    by: actor.clone(),
+                },
+            );
+        }
+        self.moderated(&mut applied, entry("kick", Some(target), actor, until, now));
+        Ok(applied)
+    }
+
+    fn check_ban_room(&self, target: &UserId) -> Result<(), Rejected> {
+        if !self.durable.bans.contains_key(target) && self.durable.bans.len() >= MAX_BANS {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "too many bans in this room",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The owner or an admin bans a user, for `seconds` or until lifted, removing them if
+    /// present. A banned user's join answers `BANNED`, from any gateway.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `BAD_REQUEST` for a bad duration or past the bound of bans.
+    pub fn room_ban(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        seconds: Option<u64>,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_over(actor, target)?;
+        self.check_ban_room(target)?;
+        let until = until(seconds, now)?;
+        let mut applied = Applied::default();
+        self.remove_for(&mut applied, actor, target);
+        self.durable.bans.insert(
+            target.clone(),
+            Penalty {
+                until,
+                by: actor.clone(),
+            },
+        );
+        self.moderated(&mut applied, entry("ban", Some(target), actor, until, now));
+        Ok(applied)
+    }
+
+    /// The owner or an admin lifts a ban (none: nothing happens).
+    ///
+    /// # Errors
+    /// `FORBIDDEN`.
+    pub fn room_unban(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_staff(actor, "only the owner or an admin lifts bans")?;
+        let mut applied = Applied::default();
+        if self.durable.bans.remove(target).is_some() {
+            self.moderated(&mut applied, entry("unban", Some(target), actor, None, now));
+        }
+        Ok(applied)
+    }
+
+    /// One page of the bans in force, by user id after `cursor`.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `BAD_REQUEST` for a limit outside 1..=100.
+    pub fn room_bans(
+        &self,
+        actor: &UserId,
+        cursor: Option<&UserId>,
+        limit: Option<u32>,
+        now: u64,
+    ) -> Result<BanPage, Rejected> {
+        self.require_staff(actor, "only the owner or an admin sees the ban list")?;
+        let limit = limit.unwrap_or(DEFAULT_BAN_PAGE);
+        if !(1..=MAX_BAN_PAGE).contains(&limit) {
+            return Err(rejected(ErrorCode::BadRequest, "limit must be 1..=100"));
+        }
+        let start = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut bans: Vec<BanView> = self
+            .durable
+            .bans
+            .range::<UserId, _>((start, Bound::Unbounded))
+            .filter(|(_, p)| p.holds(now))
+            .take(limit as usize + 1)
+            .map(|(u, p)| BanView {
+                user: u.clone(),
+                until: p.until,
+                by: p.by.clone(),
+            })
+            .collect();
+        let next = if bans.len() > limit as usize {
+            bans.truncate(limit as usize);
+            bans.last().map(|b| b.user.clone())
+        } else {
+            None
+        };
+        Ok(BanPage { bans, next })
+    }
+
+    /// Ends the chat mutes (announced, by the server) and bans (quietly) whose time is up.
+    pub(super) fn expire_penalties(&mut self, applied: &mut Applied, now: u64) {
+        let ended: Vec<UserId> = self
+            .durable
+            .mutes
+            .iter()
+            .filter(|(_, p)| !p.holds(now))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in ended {
+            self.durable.mutes.remove(&u);
+            let m = Moderation {
+                action: "chat_unmute".into(),
+                user: Some(u),
+                by: None,
+                until: None,
+                at: now,
+            };
+            applied.durable_changed = true;
+            self.push(applied, Sequenced::Moderation(m));
+        }
+        let before = self.durable.bans.len();
+        self.durable.bans.retain(|_, p| p.holds(now));
+        applied.durable_changed |= self.durable.bans.len() != before;
+    }
+}

@@ -1,0 +1,797 @@
+//! Seat rules: take, leave and move; the owner's and admins' locks, mutes, kicks and seat
+//! count; requests in apply mode; invitations; and the publish deadline with the reports
+//! (client or RTC webhook) that meet it.
+
+use protocol::client::{RequestList, SeatMode};
+use protocol::link::RtcKind;
+use protocol::{ErrorCode, UserId};
+
+use super::durable::{Invite, MAX_REQUESTS, RtcSeen, Seat, SeatReq};
+use super::{
+    Applied, Moderation, Rejected, Role, RoomState, SeatUpdate, Sequenced, answered, invite_view,
+    rejected, request_view,
+};
+use protocol::client::RoomInfo;
+
+/// Who caused a seat change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// The seated user.
+    Own,
+    /// The owner or an admin.
+    Admin,
+    /// The server (a deadline, the room closing).
+    Server,
+}
+
+impl Cause {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Own => "self",
+            Self::Admin => "admin",
+            Self::Server => "server",
+        }
+    }
+}
+
+/// Who seats someone and why (for [`RoomState::place`]'s events).
+struct Act<'a> {
+    by: Option<&'a UserId>,
+    cause: Cause,
+    reason: Option<&'static str>,
+}
+
+impl RoomState {
+    /// Publishes seat `i` as it is now.
+    pub(super) fn seat_event(
+        &mut self,
+        applied: &mut Applied,
+        i: usize,
+        by: Option<&UserId>,
+        cause: Cause,
+        reason: Option<&str>,
+    ) {
+        applied.durable_changed = true;
+        let ev = SeatUpdate {
+            seat: self.seat_view(i),
+            by: by.cloned(),
+            cause: cause.as_str().to_owned(),
+            reason: reason.map(str::to_owned),
+        };
+        self.push(applied, Sequenced::SeatUpdate(ev));
+    }
+
+    /// Empties seat `i`; an admin's mute stays with the seat, its user's own mute goes.
+    pub(super) fn free_seat(
+        &mut self,
+        applied: &mut Applied,
+        i: usize,
+        by: Option<&UserId>,
+        cause: Cause,
+        reason: Option<&str>,
+    ) {
+        let s = &mut self.durable.seats[i];
+        s.user = None;
+        s.muted = s.admin_muted;
+        s.publishing = false;
+        s.publish_by = None;
+        self.seat_event(applied, i, by, cause, reason);
+    }
+
+    /// Seats `user` on `target` (moving them if seated): the publish deadline starts unless
+    /// the RTC provider already reported them publishing. Their pending request and
+    /// invitation are done with.
+    fn place(&mut self, applied: &mut Applied, user: &UserId, target: u32, act: Act<'_>, now: u64) {
+        let Act { by, cause, reason } = act;
+        let mut publishing = self.durable.rtc.get(user).is_some_and(|r| r.publishing);
+        if let Some(old) = self.seat_of(user) {
+            publishing |= self.durable.seats[old as usize].publishing;
+            self.free_seat(applied, old as usize, by, cause, Some("moved"));
+        }
+        let deadline = self.rules.publish_deadline_ms;
+        let s = &mut self.durable.seats[target as usize];
+        s.user = Some(user.clone());
+        s.publishing = publishing;
+        s.publish_by = (!publishing && deadline > 0).then(|| now + deadline);
+        self.durable.requests.retain(|r| r.user != *user);
+        self.durable.invites.retain(|i| i.user != *user);
+        self.seat_event(applied, target as usize, by, cause, reason);
+    }
+
+    /// Whether `user` may sit on seat `i` (it exists, is free and unlocked, and is not the
+    /// host's seat reserved for someone else).
+    fn check_seat_for(&self, user: &UserId, i: u32) -> Result<(), Rejected> {
+        let seat = self.seat(i)?;
+        if self.durable.host_seat && i == 0 && *user != self.durable.owner {
+            return Err(rejected(ErrorCode::Forbidden, "seat 0 is the owner's"));
+        }
+        if seat.user.is_some() {
+            return Err(rejected(ErrorCode::SeatTaken, "seat is taken"));
+        }
+        if seat.locked {
+            return Err(rejected(ErrorCode::SeatLocked, "seat is locked"));
+        }
+        Ok(())
+    }
+
+    fn seat(&self, i: u32) -> Result<&Seat, Rejected> {
+        self.durable
+            .seats
+            .get(i as usize)
+            .ok_or(rejected(ErrorCode::NoSuchSeat, "no such seat"))
+    }
+
+    /// The seat for `user`: `want`, or the first free one (the owner's host seat first).
+    fn choose_seat(&self, user: &UserId, want: Option<u32>) -> Result<u32, Rejected> {
+        if let Some(i) = want {
+            self.check_seat_for(user, i)?;
+            return Ok(i);
+        }
+        if self.durable.host_seat
+            && *user == self.durable.owner
+            && self.check_seat_for(user, 0).is_ok()
+        {
+            return Ok(0);
+        }
+        (0..self.durable.seats.len() as u32)
+            .find(|i| self.check_seat_for(user, *i).is_ok())
+            .ok_or(rejected(ErrorCode::NoFreeSeat, "no free seat"))
+    }
+
+    /// A member takes seat `want`, or the first free one; taking another seat moves them. In
+    /// apply mode only the owner and admins take seats directly.
+    ///
+    /// # Errors
+    /// `FORBIDDEN` for a member in apply mode or on the host's seat; `NO_SUCH_SEAT`,
+    /// `SEAT_TAKEN`, `SEAT_LOCKED`, `NO_FREE_SEAT`.
+    pub fn seat_take(
+        &mut self,
+        user: &UserId,
+        want: Option<u32>,
+        now: u64,
+    ) -> Result<(u32, Applied), Rejected> {
+        if self.durable.seat_mode == SeatMode::Apply && self.role(user) == Role::Member {
+            return Err(rejected(
+                ErrorCode::Forbidden,
+                "seats in this room are taken by request (seat.request)",
+            ));
+        }
+        let current = self.seat_of(user);
+        if current.is_some() && (want.is_none() || want == current) {
+            return Ok((current.unwrap_or_default(), Applied::default()));
+        }
+        let target = self.choose_seat(user, want)?;
+        let mut applied = Applied::default();
+        self.place(
+            &mut applied,
+            user,
+            target,
+            Act {
+                by: Some(user),
+                cause: Cause::Own,
+                reason: None,
+            },
+            now,
+        );
+        Ok((target, applied))
+    }
+
+    /// A member leaves the seat it holds (no event when it holds none).
+    pub fn seat_leave(&mut self, user: &UserId) -> Applied {
+        let mut applied = Applied::default();
+        if let Some(i) = self.seat_of(user) {
+            self.free_seat(&mut applied, i as usize, Some(user), Cause::Own, None);
+        }
+        applied
+    }
+
+    /// A seated member moves to seat `to`, or the owner or an admin moves `target` there
+    /// (the seat must be free: nobody is pushed off).
+    ///
+    /// # Errors
+    /// `NOT_SEATED`; `USER_NOT_IN_ROOM`; `FORBIDDEN` for moving someone else without the
+    /// right; the seat checks of `seat.take`.
+    pub fn seat_move(
+        &mut self,
+        actor: &UserId,
+        target: Option<&UserId>,
+        to: u32,
+    ) -> Result<(u32, Applied), Rejected> {
+        let (who, cause) = match target {
+            Some(t) if t != actor => {
+                self.require_over(actor, t)?;
+                self.check_target_member(t)?;
+                (t.clone(), Cause::Admin)
+            }
+            _ => (actor.clone(), Cause::Own),
+        };
+        let Some(from) = self.seat_of(&who) else {
+            return Err(rejected(ErrorCode::NotSeated, "that user holds no seat"));
+        };
+        if from == to {
+            return Ok((to, Applied::default()));
+        }
+        self.check_seat_for(&who, to)?;
+        let mut applied = Applied::default();
+        // The deadline and publishing state move with the user.
+        let old = self.durable.seats[from as usize].clone();
+        self.free_seat(
+            &mut applied,
+            from as usize,
+            Some(actor),
+            cause,
+            Some("moved"),
+        );
+        let s = &mut self.durable.seats[to as usize];
+        s.user = Some(who);
+        s.publishing = old.publishing;
+        s.publish_by = old.publish_by;
+        self.seat_event(&mut applied, to as usize, Some(actor), cause, Some("moved"));
+        Ok((to, applied))
+    }
+
+    /// The owner or an admin locks or unlocks seat `seat`, or every seat (`None`). A locked
+    /// seat cannot be taken; whoever sits on it stays. Seats already so change nothing.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `NO_SUCH_SEAT`.
+    pub fn seat_lock(
+        &mut self,
+        user: &UserId,
+        seat: Option<u32>,
+        locked: bool,
+    ) -> Result<Applied, Rejected> {
+        self.require_staff(user, "only the owner or an admin locks seats")?;
+        let seats: Vec<usize> = match seat {
+            Some(i) => {
+                self.seat(i)?;
+                vec![i as usize]
+            }
+            None => (0..self.durable.seats.len()).collect(),
+        };
+        let mut applied = Applied::default();
+        for i in seats {
+            if self.durable.seats[i].locked != locked {
+                self.durable.seats[i].locked = locked;
+                self.seat_event(&mut applied, i, Some(user), Cause::Admin, None);
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Mutes or unmutes seat `seat`. The owner or an admin mutes any seat (its user cannot
+    /// unmute it; an admin not the owner's or another admin's); the seated user mutes and
+    /// unmutes their own, unless an admin muted it.
+    ///
+    /// # Errors
+    /// `NO_SUCH_SEAT`; `FORBIDDEN`.
+    pub fn seat_mute(
+        &mut self,
+        user: &UserId,
+        seat: u32,
+        muted: bool,
+    ) -> Result<Applied, Rejected> {
+        let s = self.seat(seat)?.clone();
+        let own = s.user.as_ref() == Some(user);
+        let role = self.role(user);
+        let as_admin = !own || (role == Role::Owner && s.admin_muted);
+        if as_admin {
+            self.require_staff(
+                user,
+                "only the seated user, the owner or an admin mutes a seat",
+            )?;
+            if let Some(holder) = &s.user
+                && holder != user
+            {
+                self.require_over(user, holder)?;
+            }
+        } else if !muted && s.admin_muted {
+            return Err(rejected(
+                ErrorCode::Forbidden,
+                "muted by the owner or an admin: only they unmute this seat",
+            ));
+        }
+        let (new_muted, new_admin) = if as_admin {
+            (muted, muted)
+        } else {
+            (muted, s.admin_muted)
+        };
+        let mut applied = Applied::default();
+        if (new_muted, new_admin) != (s.muted, s.admin_muted) {
+            let slot = &mut self.durable.seats[seat as usize];
+            slot.muted = new_muted;
+            slot.admin_muted = new_admin;
+            let cause = if as_admin { Cause::Admin } else { Cause::Own };
+            self.seat_event(&mut applied, seat as usize, Some(user), cause, None);
+        }
+        Ok(applied)
+    }
+
+    /// The owner or an admin takes `target` off their seat.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `USER_NOT_IN_ROOM`; `NOT_SEATED`.
+    pub fn seat_kick(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        self.require_over(actor, target)?;
+        self.check_target_member(target)?;
+        let Some(i) = self.seat_of(target) else {
+            return Err(rejected(ErrorCode::NotSeated, "that user holds no seat"));
+        };
+        let mut applied = Applied::default();
+        self.free_seat(
+            &mut applied,
+            i as usize,
+            Some(actor),
+            Cause::Admin,
+            Some("kicked"),
+        );
+        self.durable.audit(Moderation {
+            action: "seat_kick".into(),
+            user: Some(target.clone()),
+            by: Some(actor.clone()),
+            until: None,
+            at: now,
+        });
+        Ok(applied)
+    }
+
+    /// The owner or an admin sets the number of seats; shrinking frees the removed seats
+    /// (cause `admin`, reason `seat_removed`) before they go.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `BAD_REQUEST` outside 1..=20.
+    pub fn seat_count(&mut self, user: &UserId, seats: u32) -> Result<Applied, Rejected> {
+        self.require_staff(user, "only the owner or an admin changes the seat count")?;
+        super::durable::check_seat_count(seats)?;
+        let n = seats as usize;
+        let mut applied = Applied::default();
+        if n == self.durable.seats.len() {
+            return Ok(applied);
+        }
+        for i in n..self.durable.seats.len() {
+            if self.durable.seats[i].user.is_some() {
+                self.free_seat(
+                    &mut applied,
+                    i,
+                    Some(user),
+                    Cause::Admin,
+                    Some("seat_removed"),
+                );
+            }
+        }
+        self.durable.seats.resize(n, Seat::default());
+        for r in &mut self.durable.requests {
+            r.seat = r.seat.filter(|s| *s < seats);
+        }
+        for i in &mut self.durable.invites {
+            i.seat = i.seat.filter(|s| *s < seats);
+        }
+        applied.durable_changed = true;
+        let info = RoomInfo {
+            by: Some(user.clone()),
+            seats: Some(seats),
+            ..RoomInfo::default()
+        };
+        self.push(&mut applied, Sequenced::RoomUpdate(info));
+        Ok(applied)
+    }
+
+    /// A member asks for a seat (apply mode); a second request replaces the first. The owner
+    /// and admins present get `seat.request`.
+    ///
+    /// # Errors
+    /// `BAD_REQUEST` in free mode, from the owner or an admin, from a seated member, or past
+    /// the pending bound; `NO_SUCH_SEAT`; `FORBIDDEN` for the host's seat.
+    pub fn seat_request(
+        &mut self,
+        user: &UserId,
+        seat: Option<u32>,
+        now: u64,
+    ) -> Result<(u64, Applied), Rejected> {
+        if self.durable.seat_mode != SeatMode::Apply {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "seats in this room are free: seat.take",
+            ));
+        }
+        if self.role(user) != Role::Member {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "the owner and admins take seats directly",
+            ));
+        }
+        if self.seat_of(user).is_some() {
+            return Err(rejected(ErrorCode::BadRequest, "already seated: seat.move"));
+        }
+        if let Some(i) = seat {
+            self.seat(i)?;
+            if self.durable.host_seat && i == 0 {
+                return Err(rejected(ErrorCode::Forbidden, "seat 0 is the owner's"));
+            }
+        }
+        let replacing = self.durable.requests.iter().any(|r| r.user == *user);
+        if !replacing && self.durable.requests.len() >= MAX_REQUESTS {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "too many pending seat requests; try later",
+            ));
+        }
+        self.durable.requests.retain(|r| r.user != *user);
+        let req = SeatReq {
+            user: user.clone(),
+            seat,
+            expires_at: now + self.rules.request_ttl_ms,
+        };
+        let mut applied = Applied::changed();
+        let staff = self.staff_present();
+        self.direct(&mut applied, staff, "seat.request", &request_view(&req));
+        let expires_at = req.expires_at;
+        self.durable.requests.push(req);
+        Ok((expires_at, applied))
+    }
+
+    /// The requester withdraws their request.
+    ///
+    /// # Errors
+    /// `NO_SUCH_REQUEST`.
+    pub fn seat_request_cancel(&mut self, user: &UserId) -> Result<Applied, Rejected> {
+        let Some(pos) = self.durable.requests.iter().position(|r| r.user == *user) else {
+            return Err(rejected(
+                ErrorCode::NoSuchRequest,
+                "no pending seat request",
+            ));
+        };
+        self.durable.requests.remove(pos);
+        let mut applied = Applied::changed();
+        let staff = self.staff_present();
+        self.direct(
+            &mut applied,
+            staff,
+            "seat.request.update",
+            &answered(user, "cancelled", None, None),
+        );
+        Ok(applied)
+    }
+
+    /// The pending requests, oldest first (owner and admins).
+    ///
+    /// # Errors
+    /// `FORBIDDEN`.
+    pub fn seat_requests(&self, user: &UserId, now: u64) -> Result<RequestList, Rejected> {
+        self.require_staff(user, "only the owner or an admin sees seat requests")?;
+        Ok(RequestList {
+            requests: self
+                .durable
+                .requests
+                .iter()
+                .filter(|r| r.expires_at > now)
+                .map(request_view)
+                .collect(),
+        })
+    }
+
+    /// The pending, unexpired request of `target`.
+    fn live_request(&self, target: &UserId, now: u64) -> Result<SeatReq, Rejected> {
+        match self.durable.requests.iter().find(|r| r.user == *target) {
+            None => Err(rejected(
+                ErrorCode::NoSuchRequest,
+                "no pending seat request from that user",
+            )),
+            Some(r) if r.expires_at <= now => Err(rejected(
+                ErrorCode::RequestExpired,
+                "the seat request expired",
+            )),
+            Some(r) => Ok(r.clone()),
+        }
+    }
+
+    /// The owner or an admin seats a requester: on the seat asked for, or the first free one.
+    /// The first answer wins; a second finds no request.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `NO_SUCH_REQUEST`; `REQUEST_EXPIRED`; the seat checks (the request stays).
+    pub fn seat_approve(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        now: u64,
+    ) -> Result<(u32, Applied), Rejected> {
+        self.require_staff(actor, "only the owner or an admin approves seat requests")?;
+        let req = self.live_request(target, now)?;
+        let seat = self.choose_seat(target, req.seat)?;
+        let mut applied = Applied::default();
+        self.place(
+            &mut applied,
+            target,
+            seat,
+            Act {
+                by: Some(actor),
+                cause: Cause::Admin,
+                reason: Some("approved"),
+            },
+            now,
+        );
+        let mut to = self.staff_present();
+        to.push(target.clone());
+        self.direct(
+            &mut applied,
+            to,
+            "seat.request.update",
+            &answered(target, "approved", Some(actor), Some(seat)),
+        );
+        Ok((seat, applied))
+    }
+
+    /// The owner or an admin turns a request down.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `NO_SUCH_REQUEST`.
+    pub fn seat_reject(&mut self, actor: &UserId, target: &UserId) -> Result<Applied, Rejected> {
+        self.require_staff(actor, "only the owner or an admin rejects seat requests")?;
+        let Some(pos) = self.durable.requests.iter().position(|r| r.user == *target) else {
+            return Err(rejected(
+                ErrorCode::NoSuchRequest,
+                "no pending seat request from that user",
+            ));
+        };
+        self.durable.requests.remove(pos);
+        let mut applied = Applied::changed();
+        let mut to = self.staff_present();
+        to.push(target.clone());
+        self.direct(
+            &mut applied,
+            to,
+            "seat.request.update",
+            &answered(target, "rejected", Some(actor), None),
+        );
+        Ok(applied)
+    }
+
+    /// The owner or an admin invites a member to a seat (a new invitation replaces the
+    /// previous one); the invitee gets `seat.invite`.
+    ///
+    /// # Errors
+    /// `FORBIDDEN`; `USER_NOT_IN_ROOM`; `BAD_REQUEST` for a seated invitee; the seat checks.
+    pub fn seat_invite(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        seat: Option<u32>,
+        now: u64,
+    ) -> Result<(u64, Applied), Rejected> {
+        self.require_staff(actor, "only the owner or an admin invites to a seat")?;
+        self.check_target_member(target)?;
+        if self.seat_of(target).is_some() {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "that user is seated already",
+            ));
+        }
+        if let Some(i) = seat {
+            self.check_seat_for(target, i)?;
+        }
+        self.durable.invites.retain(|i| i.user != *target);
+        let invite = Invite {
+            user: target.clone(),
+            by: actor.clone(),
+            seat,
+            expires_at: now + self.rules.invite_ttl_ms,
+            expired: false,
+        };
+        let mut applied = Applied::changed();
+        self.direct(
+            &mut applied,
+            vec![target.clone()],
+            "seat.invite",
+            &invite_view(&invite),
+        );
+        let expires_at = invite.expires_at;
+        self.durable.invites.push(invite);
+        Ok((expires_at, applied))
+    }
+
+    /// The invitee's invitation, if it is still good.
+    fn live_invite(&self, user: &UserId, now: u64) -> Result<Invite, Rejected> {
+        match self.durable.invites.iter().find(|i| i.user == *user) {
+            None => Err(rejected(
+                ErrorCode::NoSuchRequest,
+                "no invitation to a seat",
+            )),
+            Some(i) if i.expired || i.expires_at <= now => Err(rejected(
+                ErrorCode::RequestExpired,
+                "the invitation expired",
+            )),
+            Some(i) => Ok(i.clone()),
+        }
+    }
+
+    /// The invitee takes the seat offered (or the first free one), whatever the seat mode.
+    ///
+    /// # Errors
+    /// `NO_SUCH_REQUEST`; `REQUEST_EXPIRED`; the seat checks (the invitation stays).
+    pub fn invite_accept(&mut self, user: &UserId, now: u64) -> Result<(u32, Applied), Rejected> {
+        let invite = self.live_invite(user, now)?;
+        let seat = self.choose_seat(user, invite.seat)?;
+        let mut applied = Applied::default();
+        self.place(
+            &mut applied,
+            user,
+            seat,
+            Act {
+                by: Some(&invite.by),
+                cause: Cause::Admin,
+                reason: Some("invited"),
+            },
+            now,
+        );
+        let staff = self.staff_present();
+        self.direct(
+            &mut applied,
+            staff,
+            "seat.invite.update",
+            &answered(user, "accepted", Some(&invite.by), Some(seat)),
+        );
+        Ok((seat, applied))
+    }
+
+    /// The invitee declines.
+    ///
+    /// # Errors
+    /// `NO_SUCH_REQUEST`; `REQUEST_EXPIRED`.
+    pub fn invite_reject(&mut self, user: &UserId, now: u64) -> Result<Applied, Rejected> {
+        let invite = self.live_invite(user, now)?;
+        self.durable.invites.retain(|i| i.user != *user);
+        let mut applied = Applied::changed();
+        let staff = self.staff_present();
+        self.direct(
+            &mut applied,
+            staff,
+            "seat.invite.update",
+            &answered(user, "rejected", Some(&invite.by), None),
+        );
+        Ok(applied)
+    }
+
+    /// Drops `user`'s pending request (telling the staff) and invitation: they left.
+    pub(super) fn drop_pending(&mut self, applied: &mut Applied, user: &UserId) {
+        if let Some(pos) = self.durable.requests.iter().position(|r| r.user == *user) {
+            self.durable.requests.remove(pos);
+            applied.durable_changed = true;
+            let staff = self.staff_present();
+            self.direct(
+                applied,
+                staff,
+                "seat.request.update",
+                &answered(user, "cancelled", None, None),
+            );
+        }
+        let before = self.durable.invites.len();
+        self.durable.invites.retain(|i| i.user != *user);
+        applied.durable_changed |= self.durable.invites.len() != before;
+    }
+
+    /// The seated client reports its audio on or off.
+    ///
+    /// # Errors
+    /// `NOT_SEATED`.
+    pub fn mic_publishing(
+        &mut self,
+        user: &UserId,
+        on: bool,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        if self.seat_of(user).is_none() {
+            return Err(rejected(ErrorCode::NotSeated, "take a seat first"));
+        }
+        let kind = if on {
+            RtcKind::Published
+        } else {
+            RtcKind::Unpublished
+        };
+        Ok(self.rtc_report(user, kind, now, Cause::Own))
+    }
+
+    /// Records that `user` published or stopped at `at` (a report older than the last one
+    /// changes nothing); a seated user's deadline follows: none while publishing, `at` + T
+    /// once stopped or gone. `cause` is `Own` for the client's report, `Server` for the RTC
+    /// provider's.
+    pub(super) fn rtc_report(
+        &mut self,
+        user: &UserId,
+        kind: RtcKind,
+        at: u64,
+        cause: Cause,
+    ) -> Applied {
+        let mut applied = Applied::default();
+        if self.durable.rtc.get(user).is_some_and(|r| r.at > at) {
+            return applied;
+        }
+        let publishing = kind == RtcKind::Published;
+        let seen = RtcSeen { publishing, at };
+        if self.durable.rtc.insert(user.clone(), seen) != Some(seen) {
+            applied.durable_changed = true;
+        }
+        if self.seat_of(user).is_none() && self.durable.rtc.len() > super::durable::MAX_RTC {
+            // Bounded: the oldest report of someone without a seat goes.
+            let oldest = self
+                .durable
+                .rtc
+                .iter()
+                .filter(|(u, _)| self.seat_of(u).is_none())
+                .min_by_key(|(_, r)| r.at)
+                .map(|(u, _)| u.clone());
+            if let Some(u) = oldest {
+                self.durable.rtc.remove(&u);
+            }
+        }
+        if let Some(i) = self.seat_of(user) {
+            let deadline = self.rules.publish_deadline_ms;
+            let s = &mut self.durable.seats[i as usize];
+            let by = (!publishing && deadline > 0).then(|| at + deadline);
+            if s.publishing != publishing || s.publish_by != by {
+                s.publishing = publishing;
+                s.publish_by = by;
+                let who = (cause == Cause::Own).then_some(user);
+                self.seat_event(&mut applied, i as usize, who, cause, None);
+            }
+        }
+        applied
+    }
+
+    /// Frees the seats whose user did not publish by their deadline.
+    pub(super) fn expire_seats(&mut self, applied: &mut Applied, now: u64) {
+        for i in 0..self.durable.seats.len() {
+            if self.durable.seats[i].publish_by.is_some_and(|t| t <= now) {
+                self.free_seat(applied, i, None, Cause::Server, Some("publish_timeout"));
+            }
+        }
+    }
+
+    /// Expires requests and invitations whose time is up, telling the requester or invitee
+    /// and the staff; drops invitations expired long enough ago.
+    pub(super) fn expire_pending(&mut self, applied: &mut Applied, now: u64) {
+        let (gone, kept): (Vec<SeatReq>, Vec<SeatReq>) = std::mem::take(&mut self.durable.requests)
+            .into_iter()
+            .partition(|r| r.expires_at <= now);
+        self.durable.requests = kept;
+        for r in gone {
+            applied.durable_changed = true;
+            let mut to = self.staff_present();
+            to.push(r.user.clone());
+            self.direct(
+                applied,
+                to,
+                "seat.request.update",
+                &answered(&r.user, "expired", None, None),
+            );
+        }
+        let mut expired_now = Vec::new();
+        for i in &mut self.durable.invites {
+            if !i.expired && i.expires_at <= now {
+                i.expired = true;
+                expired_now.push((i.user.clone(), i.by.clone()));
+            }
+        }
+        for (user, by) in expired_now {
+            applied.durable_changed = true;
+            let mut to = self.staff_present();
+            to.push(user.clone());
+            self.direct(
+                applied,
+                to,
+                "seat.invite.update",
+                &answered(&user, "expired", Some(&by), None),
+            );
+        }
+        let before = self.durable.invites.len();
+        self.durable
+            .invites
+            .retain(|i| !i.expired || i.expires_at + super::durable::EXPIRED_INVITE_KEEP_MS > now);
+        applied.durable_changed |= self.durable.invites.len() != before;
+    }
+}
