@@ -348,6 +348,12 @@ pub struct FileConfig {
     pub presence_full_max: Option<usize>,
     /// member.count interval, ms.
     pub member_count_interval_ms: Option<u64>,
+    /// A seated user must publish audio within this many ms, or the seat is freed (0: off).
+    pub publish_deadline_ms: Option<u64>,
+    /// Seat requests expire after this many ms.
+    pub seat_request_ttl_ms: Option<u64>,
+    /// Seat invitations expire after this many ms.
+    pub seat_invite_ttl_ms: Option<u64>,
     /// Auto-create rooms on join.
     pub auto_create: Option<bool>,
     /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
@@ -519,6 +525,15 @@ pub fn shard_settings(
     }
     if let Some(v) = ms(f.member_count_interval_ms) {
         s.member_count_interval = v;
+    }
+    if let Some(v) = ms(f.publish_deadline_ms) {
+        s.publish_deadline = v;
+    }
+    if let Some(v) = ms(f.seat_request_ttl_ms) {
+        s.seat_request_ttl = v.max(Duration::from_secs(1));
+    }
+    if let Some(v) = ms(f.seat_invite_ttl_ms) {
+        s.seat_invite_ttl = v.max(Duration::from_secs(1));
     }
     if let Some(v) = f.auto_create {
         s.auto_create = v;

@@ -129,10 +129,14 @@ async fn seats_take_leave_and_conflicts() {
     assert_eq!(ok["seat"], 1);
     for c in [&mut a, &mut b] {
         let e = c.next_event_named("seat.update", WAIT).await.unwrap();
+        let d = &e.d;
         assert_eq!(
-            e.d,
-            json!({"index": 1, "user": "alice", "locked": false, "muted": false})
+            [&d["index"], &d["user"], &d["locked"], &d["muted"]],
+            [&json!(1), &json!("alice"), &json!(false), &json!(false)]
         );
+        // Who acted and why, and the publish deadline the seat now has.
+        assert_eq!((&d["by"], &d["cause"]), (&json!("alice"), &json!("self")));
+        assert!(d["publish_by"].as_u64().is_some(), "{d}");
         assert!(e.seq.is_some() && e.epoch.is_some());
     }
     let err = b
@@ -199,10 +203,12 @@ async fn the_owner_locks_a_seat_members_see_it_nobody_takes_it_and_it_survives_a
     assert_eq!(ok, json!({}));
     for c in [&mut host, &mut bob] {
         let e = c.next_event_named("seat.update", WAIT).await.unwrap();
+        let d = &e.d;
         assert_eq!(
-            e.d,
-            json!({"index": 1, "user": null, "locked": true, "muted": false})
+            [&d["index"], &d["user"], &d["locked"], &d["muted"]],
+            [&json!(1), &json!(null), &json!(true), &json!(false)]
         );
+        assert_eq!((&d["by"], &d["cause"]), (&json!("host"), &json!("admin")));
         assert!(e.seq.is_some(), "seat.update is sequenced");
     }
     let err = bob
