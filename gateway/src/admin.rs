@@ -1,5 +1,5 @@
-//! The admin HTTP port (hyper): `/healthz`, `/metrics` (Prometheus text), and the bearer-token
-//! protected `/admin/*` API.
+//! The admin HTTP port (hyper): `/healthz`, `/metrics` (Prometheus text), the bearer-token
+//! protected `/admin/*` API, and the RTC provider webhooks `/rtc/*` (signed, no token).
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -30,6 +30,7 @@ use crate::shared::Core;
 mod cluster_ops;
 mod health;
 mod money;
+mod rtc;
 
 pub(crate) use health::Readiness;
 
@@ -181,6 +182,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         }
         _ => {}
     }
+    if path == rtc::CHORUS_PATH || path == rtc::LIVEKIT_PATH {
+        return rtc::serve(admin, req).await;
+    }
     if !path.starts_with("/admin/") {
         return error(StatusCode::NOT_FOUND, "not found");
     }
@@ -192,11 +196,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|kv| kv == "local=1"));
-    let body = Limited::new(req.into_body(), MAX_ADMIN_BODY_BYTES).collect();
-    let body = match tokio::time::timeout(ADMIN_BODY_TIMEOUT, body).await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(_)) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body too large"),
-        Err(_) => return error(StatusCode::REQUEST_TIMEOUT, "body too slow"),
+    let body = match read_body(req.into_body(), MAX_ADMIN_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
     };
     info!(%method, %path, "Admin call.");
     metrics::counter!("chorus_admin_calls_total", "verb" => verb_of(&method, &parts)).increment(1);
@@ -236,6 +238,17 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             ),
         },
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
+    }
+}
+
+/// Reads a request body of at most `limit` bytes within [`ADMIN_BODY_TIMEOUT`]; the answer
+/// is `413` or `408` otherwise.
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Resp> {
+    let body = Limited::new(body, limit).collect();
+    match tokio::time::timeout(ADMIN_BODY_TIMEOUT, body).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(_)) => Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body too large")),
+        Err(_) => Err(error(StatusCode::REQUEST_TIMEOUT, "body too slow")),
     }
 }
 

@@ -374,6 +374,12 @@ pub struct FileConfig {
     pub lucky_secret: Option<String>,
     /// Lucky wins at or above this multiplier raise `gift.lucky`.
     pub big_win_multiplier: Option<u32>,
+    /// HMAC key of `POST /rtc/webhook` (`CHORUS_RTC_WEBHOOK_SECRET` wins).
+    pub rtc_webhook_secret: Option<String>,
+    /// LiveKit API key, the `iss` of its webhooks (`CHORUS_LIVEKIT_API_KEY` wins).
+    pub livekit_api_key: Option<String>,
+    /// LiveKit API secret, the key of its webhooks (`CHORUS_LIVEKIT_API_SECRET` wins).
+    pub livekit_api_secret: Option<String>,
 }
 
 /// Reads the config file, if one was named.
@@ -452,8 +458,20 @@ fn ms(v: Option<u64>) -> Option<Duration> {
     v.map(Duration::from_millis)
 }
 
-/// Applies the gateway settings of the flags and the file.
-pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> GatewayConfig {
+/// A secret from the environment variable `env`, else from the file; empty counts as unset
+/// (an empty HMAC key is one anybody knows).
+fn env_or_file(env: &str, from_file: Option<&String>) -> Option<String> {
+    std::env::var(env)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| from_file.filter(|v| !v.is_empty()).cloned())
+}
+
+/// Applies the gateway settings of the flags, the environment and the file.
+///
+/// # Errors
+/// Only one of the LiveKit API key and secret is set.
+pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<GatewayConfig> {
     let mut g = GatewayConfig::default();
     if let Some(v) = a.heartbeat_ms.or(f.heartbeat_ms) {
         g.heartbeat = Duration::from_millis(v.max(1));
@@ -498,7 +516,15 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> GatewayConfig {
     if let Some(v) = f.max_token_lifetime_s {
         g.max_token_lifetime = Duration::from_secs(v.max(1));
     }
-    g
+    g.rtc_webhook_secret = env_or_file("CHORUS_RTC_WEBHOOK_SECRET", f.rtc_webhook_secret.as_ref());
+    g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
+    g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
+    anyhow::ensure!(
+        g.livekit_api_key.is_some() == g.livekit_api_secret.is_some(),
+        "LiveKit webhooks need both CHORUS_LIVEKIT_API_KEY and CHORUS_LIVEKIT_API_SECRET \
+         (or livekit_api_key and livekit_api_secret in the config), or neither"
+    );
+    Ok(g)
 }
 
 /// Applies the shard settings of the file (and the given overrides).
@@ -548,7 +574,7 @@ pub fn standalone_config(
     jwt_secret: Vec<u8>,
     admin_token: Option<String>,
 ) -> anyhow::Result<StandaloneConfig> {
-    let mut g = gateway_settings(&a.socket, f);
+    let mut g = gateway_settings(&a.socket, f)?;
     if let Some(v) = a.max_frame_bytes {
         g.max_frame_bytes = v;
     }
@@ -599,4 +625,56 @@ pub fn catalog(f: &FileConfig, lucky_secret: Vec<u8>) -> anyhow::Result<Catalog>
     }
     c.validate()?;
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_flags() -> SocketArgs {
+        SocketArgs {
+            heartbeat_ms: None,
+            rate_per_sec: None,
+            rate_burst: None,
+        }
+    }
+
+    #[test]
+    fn rtc_webhook_settings_come_from_the_file() {
+        let f: FileConfig = toml::from_str(
+            "rtc_webhook_secret = \"s1\"\nlivekit_api_key = \"APIkey\"\nlivekit_api_secret = \"s2\"\n",
+        )
+        .unwrap();
+        let g = gateway_settings(&no_flags(), &f).unwrap();
+        assert_eq!(g.rtc_webhook_secret.as_deref(), Some("s1"));
+        assert_eq!(g.livekit_api_key.as_deref(), Some("APIkey"));
+        assert_eq!(g.livekit_api_secret.as_deref(), Some("s2"));
+        let none = gateway_settings(&no_flags(), &FileConfig::default()).unwrap();
+        assert_eq!(none.rtc_webhook_secret, None);
+        assert_eq!(none.livekit_api_key, None);
+    }
+
+    #[test]
+    fn an_empty_secret_is_unset_and_livekit_needs_key_and_secret() {
+        let empty = FileConfig {
+            rtc_webhook_secret: Some(String::new()),
+            ..FileConfig::default()
+        };
+        assert_eq!(
+            gateway_settings(&no_flags(), &empty)
+                .unwrap()
+                .rtc_webhook_secret,
+            None
+        );
+        let key_only = FileConfig {
+            livekit_api_key: Some("APIkey".into()),
+            ..FileConfig::default()
+        };
+        assert!(gateway_settings(&no_flags(), &key_only).is_err());
+        let secret_only = FileConfig {
+            livekit_api_secret: Some("s".into()),
+            ..FileConfig::default()
+        };
+        assert!(gateway_settings(&no_flags(), &secret_only).is_err());
+    }
 }

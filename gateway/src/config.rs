@@ -82,6 +82,14 @@ pub struct GatewayConfig {
     pub max_conns_per_user: usize,
     /// Longest lifetime a client token may have.
     pub max_token_lifetime: Duration,
+    /// HMAC-SHA256 key of `POST /rtc/webhook` on the admin port; `None`: that endpoint answers
+    /// 503.
+    pub rtc_webhook_secret: Option<String>,
+    /// LiveKit API key: the `iss` that `POST /rtc/livekit` requires of a webhook's token.
+    pub livekit_api_key: Option<String>,
+    /// LiveKit API secret: the HS256 key of a LiveKit webhook's token; `POST /rtc/livekit`
+    /// answers 503 unless both it and [`Self::livekit_api_key`] are set.
+    pub livekit_api_secret: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -103,6 +111,9 @@ impl Default for GatewayConfig {
             admit_burst: DEFAULT_ADMIT_BURST,
             max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
+            rtc_webhook_secret: None,
+            livekit_api_key: None,
+            livekit_api_secret: None,
         }
     }
 }

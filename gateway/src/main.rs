@@ -228,7 +228,7 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
         admin_addr: a.admin_addr,
         admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
         jwt_secret: secret.into_bytes(),
-        gateway: cli::gateway_settings(&a.socket, &file),
+        gateway: cli::gateway_settings(&a.socket, &file)?,
         ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
         // Gateways only list the catalog; draws happen on shards.
         catalog: std::sync::Arc::new(cli::catalog(&file, b"unused-on-gateways".to_vec())?),

@@ -21,6 +21,10 @@ pub const ROUTING_RETRIES: &str = "chorus_gateway_routing_retries_total";
 /// Sessions taken out of rooms because their shard link dropped or the ring moved the room.
 pub const SESSIONS_EVICTED: &str = "chorus_gateway_sessions_evicted_total";
 
+/// RTC provider webhooks answered on the admin port (counter; labels `format`: chorus,
+/// livekit; `outcome`: accepted, ignored, unauthorized, bad_request).
+pub const RTC_WEBHOOKS: &str = "chorus_rtc_webhooks_total";
+
 /// Registers descriptions for every gateway metric.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge};
@@ -42,4 +46,8 @@ pub fn describe() {
         "Sessions taken out of rooms by link loss or ring moves."
     );
     describe_counter!(CLOSES, "Connections closed by the server, by close code.");
+    describe_counter!(
+        RTC_WEBHOOKS,
+        "RTC provider webhooks answered, by format and outcome."
+    );
 }
