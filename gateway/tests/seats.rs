@@ -1,0 +1,352 @@
+//! End-to-end tests of the seat, role and moderation vocabulary on a standalone node: real
+//! WebSocket clients over loopback, every rule applied by the room's owner.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::Duration;
+
+use gateway::GatewayConfig;
+use kit::client::{Client, ClientError};
+use protocol::{ErrorCode, RoomId};
+use serde_json::{Value, json};
+use shard::ShardConfig;
+
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
+
+const SECRET: &[u8] = b"test-secret-for-seats";
+const WAIT: Duration = Duration::from_secs(5);
+
+async fn start(tune: impl FnOnce(&mut ShardConfig)) -> Server {
+    let gateway = GatewayConfig {
+        drain_window: Duration::from_millis(100),
+        ..GatewayConfig::default()
+    };
+    let mut shard = ShardConfig::default();
+    tune(&mut shard);
+    Server::launch(SECRET, "admin-token", gateway, shard).await
+}
+
+fn code(e: ClientError) -> ErrorCode {
+    e.code()
+        .unwrap_or_else(|| panic!("expected an error reply, got {e:?}"))
+}
+
+/// A room `id` owned by `host` in `mode`, with `admins` made admins and everyone joined.
+async fn party(
+    s: &Server,
+    id: &str,
+    mode: &str,
+    names: &[&str],
+    admins: &[&str],
+) -> (RoomId, Vec<Client>) {
+    let mut clients = Vec::new();
+    let mut host = s.connect("host").await;
+    let room = host
+        .create_room(json!({"room": id, "seats": 4, "seat_mode": mode}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    for name in names {
+        let mut c = s.connect(name).await;
+        c.join(&room, false, None).await.unwrap();
+        clients.push(c);
+    }
+    for a in admins {
+        host.request(
+            "room.admin",
+            json!({"room": room, "user": a, "admin": true}),
+        )
+        .await
+        .unwrap();
+    }
+    clients.insert(0, host);
+    (room, clients)
+}
+
+#[tokio::test]
+async fn two_admins_answer_one_request_at_once_and_exactly_one_wins_for_everyone() {
+    let s = start(|_| {}).await;
+    let (room, mut c) = party(&s, "apply", "apply", &["a1", "a2", "bob"], &["a1", "a2"]).await;
+    let [host, a1, a2, bob] = c.as_mut_slice() else {
+        unreachable!()
+    };
+    // Bob may not take a seat in an apply-mode room; he asks.
+    let e = bob
+        .request("seat.take", json!({"room": room}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::Forbidden);
+    let ok = bob
+        .request("seat.request", json!({"room": room, "seat": 2}))
+        .await
+        .unwrap();
+    assert!(ok["expires_at"].as_u64().is_some());
+    for admin in [&mut *a1, &mut *a2] {
+        let ev = admin.next_event_named("seat.request", WAIT).await.unwrap();
+        assert_eq!(
+            (ev.d["user"].clone(), ev.d["seat"].clone()),
+            (json!("bob"), json!(2))
+        );
+        assert!(ev.seq.is_none(), "requests are volatile");
+    }
+    // Both answer at once: one approve, one reject.
+    let approve = a1
+        .send("seat.approve", json!({"room": room, "user": "bob"}))
+        .await
+        .unwrap();
+    let reject = a2
+        .send("seat.reject", json!({"room": room, "user": "bob"}))
+        .await
+        .unwrap();
+    let approved = a1.reply_to(approve, WAIT).await;
+    let rejected = a2.reply_to(reject, WAIT).await;
+    let outcome = match (&approved, &rejected) {
+        (Ok(ok), Err(e)) => {
+            assert_eq!(ok["seat"], 2);
+            assert_eq!(e.code(), Some(ErrorCode::NoSuchRequest));
+            "approved"
+        }
+        (Err(e), Ok(_)) => {
+            assert_eq!(e.code(), Some(ErrorCode::NoSuchRequest));
+            "rejected"
+        }
+        other => panic!("exactly one answer wins: {other:?}"),
+    };
+    // Both admins and the requester see the same single outcome.
+    for c in [&mut *a1, &mut *a2, &mut *bob] {
+        let ev = c
+            .next_event_named("seat.request.update", WAIT)
+            .await
+            .unwrap();
+        assert_eq!(ev.d["state"], outcome);
+        assert_eq!(ev.d["user"], "bob");
+    }
+    if outcome == "approved" {
+        let ev = host.next_event_named("seat.update", WAIT).await.unwrap();
+        assert_eq!(
+            (ev.d["user"].clone(), ev.d["reason"].clone()),
+            (json!("bob"), json!("approved"))
+        );
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_invitation_accepted_after_its_time_out_is_refused_as_expired() {
+    let s = start(|sh| sh.seat_invite_ttl = Duration::from_millis(300)).await;
+    let (room, mut c) = party(&s, "inv", "apply", &["bob"], &[]).await;
+    let [host, bob] = c.as_mut_slice() else {
+        unreachable!()
+    };
+    host.request(
+        "seat.invite",
+        json!({"room": room, "user": "bob", "seat": 1}),
+    )
+    .await
+    .unwrap();
+    let ev = bob.next_event_named("seat.invite", WAIT).await.unwrap();
+    assert_eq!(
+        (ev.d["by"].clone(), ev.d["seat"].clone()),
+        (json!("host"), json!(1))
+    );
+    // The server expires it and tells the invitee and the host.
+    for c in [&mut *bob, &mut *host] {
+        let ev = c
+            .next_event_named("seat.invite.update", WAIT)
+            .await
+            .unwrap();
+        assert_eq!(ev.d["state"], "expired");
+    }
+    let e = bob
+        .request("seat.invite.accept", json!({"room": room}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::RequestExpired);
+    // A fresh invitation accepted in time seats him, whatever the seat mode.
+    host.request("seat.invite", json!({"room": room, "user": "bob"}))
+        .await
+        .unwrap();
+    bob.next_event_named("seat.invite", WAIT).await.unwrap();
+    let ok = bob
+        .request("seat.invite.accept", json!({"room": room}))
+        .await
+        .unwrap();
+    assert_eq!(ok["seat"], 0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_seat_without_audio_is_freed_at_its_deadline_and_publishing_keeps_it() {
+    let s = start(|sh| sh.publish_deadline = Duration::from_millis(400)).await;
+    let (room, mut c) = party(&s, "mic", "free", &["bob", "carol"], &[]).await;
+    let [host, bob, carol] = c.as_mut_slice() else {
+        unreachable!()
+    };
+    bob.request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap();
+    carol
+        .request("seat.take", json!({"room": room, "seat": 2}))
+        .await
+        .unwrap();
+    carol
+        .request("mic.publishing", json!({"room": room, "on": true}))
+        .await
+        .unwrap();
+    // Bob never publishes: the server frees his seat, and only his.
+    let freed = loop {
+        let ev = host.next_event_named("seat.update", WAIT).await.unwrap();
+        if ev.d["reason"] == "publish_timeout" {
+            break ev;
+        }
+    };
+    assert_eq!(
+        (freed.d["index"].clone(), freed.d["user"].clone()),
+        (json!(1), Value::Null)
+    );
+    assert_eq!(
+        (freed.d["cause"].clone(), freed.d["by"].clone()),
+        (json!("server"), Value::Null)
+    );
+    let snap = host.join(&room, false, None).await.unwrap();
+    assert_eq!(snap["snapshot"]["seats"][2]["user"], "carol");
+    assert_eq!(snap["snapshot"]["seats"][2]["publishing"], true);
+    let e = bob
+        .request("mic.publishing", json!({"room": room, "on": true}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::NotSeated);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_kick_with_a_ban_removes_the_member_until_the_ban_ends_and_it_is_audited() {
+    let s = start(|_| {}).await;
+    let (room, mut c) = party(&s, "kick", "free", &["mod", "bob"], &["mod"]).await;
+    let [host, m, bob] = c.as_mut_slice() else {
+        unreachable!()
+    };
+    bob.request("seat.take", json!({"room": room}))
+        .await
+        .unwrap();
+    // An admin may not kick the owner.
+    let e = m
+        .request("room.kick", json!({"room": room, "user": "host"}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::Forbidden);
+    m.request(
+        "room.kick",
+        json!({"room": room, "user": "bob", "ban_seconds": 1}),
+    )
+    .await
+    .unwrap();
+    let left = bob.next_event_named("room.left", WAIT).await.unwrap();
+    assert_eq!(left.d["reason"], "kicked");
+    let ev = host.next_event_named("moderation", WAIT).await.unwrap();
+    assert_eq!(
+        (
+            ev.d["action"].clone(),
+            ev.d["user"].clone(),
+            ev.d["by"].clone()
+        ),
+        (json!("kick"), json!("bob"), json!("mod"))
+    );
+    assert!(ev.d["until"].as_u64().is_some());
+    let gone = host.next_event_named("member.leave", WAIT).await.unwrap();
+    assert_eq!(gone.d["reason"], "kicked");
+    let e = bob.join(&room, false, None).await.unwrap_err();
+    assert_eq!(code(e), ErrorCode::Banned);
+    // Bob is out of the room: his ops say so, and he can join another.
+    let e = bob
+        .request("chat.send", json!({"room": room, "text": "hi"}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::NotInRoom);
+    let bans = m.request("room.bans", json!({"room": room})).await.unwrap();
+    assert_eq!(bans["bans"][0]["user"], "bob");
+    // The ban ends by itself; the audit list is readable through the admin API.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    bob.join(&room, false, None).await.unwrap();
+    let inspect = kit::admin::get(
+        s.admin,
+        &format!("/admin/rooms/{room}"),
+        Some("admin-token"),
+    )
+    .await
+    .unwrap()
+    .json();
+    let actions: Vec<&str> = inspect["details"]["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["action"].as_str())
+        .collect();
+    assert_eq!(actions, ["admin_set", "kick"], "{inspect}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_chat_mute_survives_the_room_unloading_and_closing_takes_everyone_out() {
+    let s = start(|sh| sh.idle_unload = Duration::from_millis(200)).await;
+    let (room, mut c) = party(&s, "mute", "free", &["bob"], &[]).await;
+    let [host, bob] = c.as_mut_slice() else {
+        unreachable!()
+    };
+    host.request(
+        "chat.mute",
+        json!({"room": room, "user": "bob", "seconds": 600}),
+    )
+    .await
+    .unwrap();
+    let e = bob.chat(&room, "hi").await.unwrap_err();
+    assert_eq!(code(e), ErrorCode::ChatMuted);
+    for c in [&mut *host, &mut *bob] {
+        c.request("room.leave", json!({"room": room}))
+            .await
+            .unwrap();
+    }
+    // Empty, the room unloads; its next runtime loads the mute with it.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let r = kit::admin::get(
+            s.admin,
+            &format!("/admin/rooms/{room}"),
+            Some("admin-token"),
+        )
+        .await
+        .unwrap();
+        if r.status == 404 || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    host.join(&room, false, None).await.unwrap();
+    bob.join(&room, false, None).await.unwrap();
+    let e = bob.chat(&room, "hi").await.unwrap_err();
+    assert_eq!(code(e), ErrorCode::ChatMuted);
+    // The owner closes the room: everyone gets room.left "closed"; nobody joins until reopened.
+    host.request("room.close", json!({"room": room}))
+        .await
+        .unwrap();
+    for c in [&mut *host, &mut *bob] {
+        let ev = c.next_event_named("room.left", WAIT).await.unwrap();
+        assert_eq!(ev.d["reason"], "closed");
+    }
+    let e = bob.join(&room, false, None).await.unwrap_err();
+    assert_eq!(code(e), ErrorCode::RoomClosed);
+    let e = bob
+        .request("room.open", json!({"room": room}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::Forbidden);
+    host.request("room.open", json!({"room": room}))
+        .await
+        .unwrap();
+    bob.join(&room, false, None).await.unwrap();
+    s.stop().await;
+}
