@@ -311,7 +311,7 @@ async fn a_chat_mute_survives_the_room_unloading_and_closing_takes_everyone_out(
             .unwrap();
     }
     // Empty, the room unloads; its next runtime loads the mute with it.
-    let deadline = std::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let r = kit::admin::get(
             s.admin,
@@ -320,7 +320,7 @@ async fn a_chat_mute_survives_the_room_unloading_and_closing_takes_everyone_out(
         )
         .await
         .unwrap();
-        if r.status == 404 || std::time::Instant::now() > deadline {
+        if r.status == 404 || tokio::time::Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
