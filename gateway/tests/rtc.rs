@@ -7,26 +7,23 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use bytes::Bytes;
 use gateway::GatewayConfig;
-use hmac::{Hmac, Mac};
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use protocol::RoomId;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use shard::ShardConfig;
-use tokio::net::TcpStream;
 
 #[path = "support/server.rs"]
 mod server;
 use server::Server;
+#[path = "support/webhook.rs"]
+mod webhook;
+use webhook::{chorus_headers, now, send};
 
 const SECRET: &[u8] = b"rtc-test-secret";
 const ADMIN: &str = "rtc-admin";
@@ -72,54 +69,6 @@ impl Server {
     async fn room_commands(&self) -> f64 {
         kit::admin::metric(self.admin, ROOM_COMMANDS).await.unwrap()
     }
-}
-
-async fn send(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &str,
-) -> (u16, Value) {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string());
-    for (k, v) in headers {
-        req = req.header(*k, v);
-    }
-    let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// The Chorus headers of `body` signed with `secret` at `ts`, computed here independently.
-fn chorus_headers(secret: &str, ts: u64, body: &str) -> Vec<(&'static str, String)> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{ts}.{body}").as_bytes());
-    let sig = hex::encode(mac.finalize().into_bytes());
-    vec![
-        ("x-chorus-timestamp", ts.to_string()),
-        ("x-chorus-signature", format!("v1={sig}")),
-        ("content-type", "application/json".into()),
-    ]
 }
 
 /// The headers LiveKit's notifier sends with `body`: a bare HS256 token in `Authorization`.

@@ -16,13 +16,19 @@ use shard::ShardConfig;
 #[path = "support/server.rs"]
 mod server;
 use server::Server;
+#[path = "support/webhook.rs"]
+mod webhook;
+use webhook::{chorus_headers, now, send};
 
 const SECRET: &[u8] = b"test-secret-for-seats";
 const WAIT: Duration = Duration::from_secs(5);
+/// The RTC webhook secret the servers here accept.
+const WEBHOOK: &str = "seats-webhook-secret";
 
 async fn start(tune: impl FnOnce(&mut ShardConfig)) -> Server {
     let gateway = GatewayConfig {
         drain_window: Duration::from_millis(100),
+        rtc_webhook_secret: Some(WEBHOOK.into()),
         ..GatewayConfig::default()
     };
     let mut shard = ShardConfig::default();
@@ -348,5 +354,65 @@ async fn a_chat_mute_survives_the_room_unloading_and_closing_takes_everyone_out(
         .await
         .unwrap();
     bob.join(&room, false, None).await.unwrap();
+    s.stop().await;
+}
+
+/// A signed webhook about `user` in room `r1`.
+async fn report(s: &Server, secret: &str, id: &str, user: &str, event: &str, at_ms: u64) -> u16 {
+    let body =
+        json!({"id": id, "room": "r1", "user": user, "event": event, "at": at_ms}).to_string();
+    let headers = chorus_headers(secret, now(), &body);
+    send(s.admin, "POST", "/rtc/webhook", &headers, &body)
+        .await
+        .0
+}
+
+#[tokio::test]
+async fn webhooks_drive_the_seat_once_each_in_time_order_and_refused_ones_change_nothing() {
+    let s = start(|sh| sh.publish_deadline = Duration::from_secs(10)).await;
+    let mut owner = s.connect("owner").await;
+    let room = owner
+        .create_room(json!({"room": "r1", "seats": 4}))
+        .await
+        .unwrap();
+    owner.join(&room, false, None).await.unwrap();
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+    bob.request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap();
+    let taken = owner.next_event_named("seat.update", WAIT).await.unwrap();
+    assert!(taken.d["publish_by"].as_u64().is_some(), "deadline armed");
+
+    let t1 = now() * 1000;
+    assert_eq!(report(&s, WEBHOOK, "e1", "bob", "published", t1).await, 202);
+    let ev = owner.next_event_named("seat.update", WAIT).await.unwrap();
+    assert_eq!(
+        (&ev.d["publishing"], &ev.d["cause"], ev.d.get("publish_by")),
+        (&json!(true), &json!("server"), None)
+    );
+    // The same event again, a "stopped" older than it, and a forged one: accepted or refused,
+    // none of them changes the seat.
+    assert_eq!(report(&s, WEBHOOK, "e1", "bob", "published", t1).await, 202);
+    assert_eq!(
+        report(&s, WEBHOOK, "e0", "bob", "unpublished", t1 - 5000).await,
+        202
+    );
+    assert_eq!(
+        report(&s, "not-the-secret", "e9", "bob", "unpublished", t1 + 500).await,
+        401
+    );
+    // The next seat change is the genuine, newer stop: its deadline counts from its own time.
+    assert_eq!(
+        report(&s, WEBHOOK, "e2", "bob", "left", t1 + 1000).await,
+        202
+    );
+    let ev = owner.next_event_named("seat.update", WAIT).await.unwrap();
+    assert_eq!(ev.d["publishing"], false);
+    assert_eq!(ev.d["publish_by"], json!(t1 + 1000 + 10_000));
+    assert!(
+        owner.queued_events().iter().all(|e| e.ev != "seat.update"),
+        "no other seat change"
+    );
     s.stop().await;
 }
