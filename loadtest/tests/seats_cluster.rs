@@ -1,0 +1,174 @@
+//! Seat and moderation state across owners, with real processes: a ban set through one
+//! gateway holds on another after its owner is killed; a chat mute and a publish deadline
+//! survive a planned move and a failover, and the last owner frees the seat at the deadline
+//! the first one set (a deadline is a time in the room's state, not a timer).
+//!
+//! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kit::client::Client;
+use kit::cluster::{Cluster, ClusterOptions};
+use protocol::{ErrorCode, RoomId};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A cluster whose nodes read `toml` as their configuration file.
+async fn cluster_with(toml: &str) -> (Cluster, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chorus.toml");
+    std::fs::write(&path, toml).unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        env: vec![("CHORUS_CONFIG".into(), path.display().to_string())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    (cluster, dir)
+}
+
+/// Kills `room`'s owner; returns its id once another shard owns the room.
+async fn kill_owner(cluster: &mut Cluster, room: &str) -> String {
+    let (owner, _) = cluster.room_owner(room).await.unwrap().unwrap();
+    cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
+    owner
+}
+
+async fn rejoin(c: &mut Client, room: &RoomId) {
+    let left = c.next_event_named("room.left", WAIT).await.unwrap();
+    assert_eq!(left.d["reason"], "unavailable");
+    c.join_retrying(room, None, WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_ban_set_on_one_gateway_refuses_a_join_on_another_after_the_owner_is_killed() {
+    let (mut cluster, _dir) = cluster_with("").await;
+    let mut host = cluster.connect(0, "host").await.unwrap();
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    let room = host
+        .create_room(json!({"room": "banned", "seats": 4}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    bob.join(&room, false, None).await.unwrap();
+    host.request("room.ban", json!({"room": room, "user": "bob"}))
+        .await
+        .unwrap();
+    let left = bob.next_event_named("room.left", WAIT).await.unwrap();
+    assert_eq!(left.d["reason"], "kicked");
+    let old = kill_owner(&mut cluster, "banned").await;
+    rejoin(&mut host, &room).await;
+    let (new, _) = cluster.room_owner("banned").await.unwrap().unwrap();
+    assert_ne!(new, old);
+    // Bob's join through the other gateway reaches the new owner, which loaded the ban.
+    let e = bob.join_retrying(&room, None, WAIT).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Banned));
+    // Lifted, it lets him in.
+    host.request("room.unban", json!({"room": room, "user": "bob"}))
+        .await
+        .unwrap();
+    bob.join_retrying(&room, None, WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_mute_and_a_publish_deadline_survive_a_planned_move_and_a_failover() {
+    const DEADLINE_MS: u64 = 8000;
+    let (mut cluster, _dir) = cluster_with(&format!("publish_deadline_ms = {DEADLINE_MS}\n")).await;
+    let mut host = cluster.connect(0, "host").await.unwrap();
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    let room = host
+        .create_room(json!({"room": "mic", "seats": 4}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    bob.join(&room, false, None).await.unwrap();
+    host.request(
+        "chat.mute",
+        json!({"room": room, "user": "bob", "seconds": 600}),
+    )
+    .await
+    .unwrap();
+    bob.request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap();
+    let taken = host.next_event_named("seat.update", WAIT).await.unwrap();
+    let deadline = taken.d["publish_by"].as_u64().unwrap();
+
+    // A planned move: the members follow without noticing; the mute and the deadline move too.
+    let (first, fence) = cluster.room_owner("mic").await.unwrap().unwrap();
+    let target = cluster
+        .shards
+        .iter()
+        .map(|s| s.id.clone())
+        .find(|s| *s != first)
+        .unwrap();
+    let r = cluster
+        .admin("POST", "/admin/rooms/mic/move", Some(json!({"to": target})))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let moved_by = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(Some((owner, f))) = cluster.room_owner("mic").await
+            && owner == target
+            && f > fence
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < moved_by,
+            "the move never completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let e = bob.chat(&room, "after the move").await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+
+    // A failover: the next owner loads both from the durable state.
+    kill_owner(&mut cluster, "mic").await;
+    rejoin(&mut host, &room).await;
+    rejoin(&mut bob, &room).await;
+    let snap = host.join(&room, true, None).await.unwrap();
+    assert_eq!(snap["snapshot"]["seats"][1]["user"], "bob");
+    assert_eq!(snap["snapshot"]["seats"][1]["publish_by"], deadline);
+    let e = bob.chat(&room, "after the failover").await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+    // Bob never publishes: the seat is freed at the first owner's deadline, not one re-armed
+    // by a later owner (which would come a whole deadline after it loaded).
+    let loaded_at = now_ms();
+    assert!(
+        loaded_at < deadline,
+        "the failover ended after the deadline; lengthen it"
+    );
+    let freed = loop {
+        let ev = host.next_event_named("seat.update", WAIT).await.unwrap();
+        if ev.d["reason"] == "publish_timeout" {
+            break ev;
+        }
+    };
+    let freed_at = now_ms();
+    assert_eq!(
+        (&freed.d["index"], &freed.d["cause"]),
+        (&json!(1), &json!("server"))
+    );
+    assert!(
+        freed_at >= deadline,
+        "freed early at {freed_at} < {deadline}"
+    );
+    assert!(
+        freed_at < loaded_at + DEADLINE_MS,
+        "freed at {freed_at}: a deadline re-armed at load ({loaded_at}), not the original {deadline}"
+    );
+}
