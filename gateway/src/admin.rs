@@ -207,6 +207,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::GET, ["rooms", id]) if is_valid_id(id) => {
             room(admin, RoomId::from(*id), local).await
         }
+        (&Method::GET, ["rooms", id, "moderation"]) if is_valid_id(id) => {
+            cluster_ops::moderation(admin, &RoomId::from(*id)).await
+        }
         (&Method::POST, ["rooms", id, "move"]) if is_valid_id(id) => {
             cluster_ops::move_room(admin, id, &body).await
         }
@@ -256,6 +259,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
     match (method, parts) {
         (&Method::GET, ["rooms", _]) => "room_get",
         (&Method::POST, ["rooms", _, "move"]) => "room_move",
+        (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",
         (&Method::GET, ["ring"]) => "ring_get",
         (&Method::GET, ["nodes"]) => "nodes_get",
         (&Method::POST, ["nodes"]) => "node_join",

@@ -75,6 +75,11 @@ pub enum AdminVerb {
         /// Room id.
         id: String,
     },
+    /// `GET /admin/rooms/{id}/moderation`: bans, chat mutes and the audit list.
+    Moderation {
+        /// Room id.
+        id: String,
+    },
     /// `POST /admin/nodes`: join (or re-weight) a node.
     Join {
         /// Node id.
@@ -139,6 +144,7 @@ impl AdminVerb {
             Self::Ring => ("GET", "/admin/ring".into(), None),
             Self::Nodes => ("GET", "/admin/nodes".into(), None),
             Self::Room { id } => ("GET", format!("/admin/rooms/{id}"), None),
+            Self::Moderation { id } => ("GET", format!("/admin/rooms/{id}/moderation"), None),
             Self::Join {
                 id,
                 weight,

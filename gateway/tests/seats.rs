@@ -280,19 +280,20 @@ async fn a_kick_with_a_ban_removes_the_member_until_the_ban_ends_and_it_is_audit
     bob.join(&room, false, None).await.unwrap();
     let inspect = kit::admin::get(
         s.admin,
-        &format!("/admin/rooms/{room}"),
+        &format!("/admin/rooms/{room}/moderation"),
         Some("admin-token"),
     )
     .await
     .unwrap()
     .json();
-    let actions: Vec<&str> = inspect["details"]["audit"]
+    let actions: Vec<&str> = inspect["audit"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|a| a["action"].as_str())
         .collect();
     assert_eq!(actions, ["admin_set", "kick"], "{inspect}");
+    assert_eq!(inspect["bans"], json!([]), "the ban ended");
     s.stop().await;
 }
 

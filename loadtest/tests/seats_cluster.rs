@@ -75,6 +75,16 @@ async fn a_ban_set_on_one_gateway_refuses_a_join_on_another_after_the_owner_is_k
     // Bob's join through the other gateway reaches the new owner, which loaded the ban.
     let e = bob.join_retrying(&room, None, WAIT).await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::Banned));
+    // The record, read through a gateway from the durable state, shows who did it.
+    let record = cluster
+        .admin("GET", "/admin/rooms/banned/moderation", None)
+        .await
+        .unwrap();
+    assert_eq!(record.status, 200, "{}", record.body);
+    let record = record.json();
+    assert_eq!(record["bans"][0]["user"], "bob");
+    assert_eq!(record["bans"][0]["by"], "host");
+    assert_eq!(record["audit"][0]["action"], "ban");
     // Lifted, it lets him in.
     host.request("room.unban", json!({"room": room, "user": "bob"}))
         .await

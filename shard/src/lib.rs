@@ -181,6 +181,37 @@ impl Shard {
         rx.await.ok().filter(|v| !v.is_null())
     }
 
+    /// A room's moderation record, read from its durable state (always current: every change
+    /// is stored before it is published): owner, admins, whether it is closed, the bans and
+    /// chat mutes in force, and the audit list. `None` when the room does not exist.
+    ///
+    /// # Errors
+    /// The snapshot store could not be read.
+    pub async fn moderation(
+        &self,
+        room: &RoomId,
+    ) -> Result<Option<serde_json::Value>, storage::StorageError> {
+        let Some((_, d)) = self.inner.snapshots.load(room).await? else {
+            return Ok(None);
+        };
+        let now = room::now_ms();
+        let penalties = |m: &std::collections::BTreeMap<protocol::UserId, room::state::Penalty>| {
+            m.iter()
+                .filter(|(_, p)| p.holds(now))
+                .map(|(u, p)| serde_json::json!({"user": u, "until": p.until, "by": p.by}))
+                .collect::<Vec<_>>()
+        };
+        Ok(Some(serde_json::json!({
+            "room": room,
+            "owner": d.owner,
+            "admins": d.admins,
+            "closed": d.closed,
+            "bans": penalties(&d.bans),
+            "chat_mutes": penalties(&d.mutes),
+            "audit": d.audit,
+        })))
+    }
+
     /// The membership version of the placement this shard routes by (`None` in standalone).
     pub fn placement_version(&self) -> Option<u64> {
         self.inner.placement().map(|p| p.ring().version())

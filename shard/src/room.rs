@@ -560,7 +560,7 @@ impl RoomActor {
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
             RoomCmd::Rtc(ev) => {
-                let applied = state.rtc(user, ev);
+                let applied = state.rtc(user, ev, now_ms());
                 self.publish(applied, None).await?;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }

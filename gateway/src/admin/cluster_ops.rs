@@ -330,6 +330,42 @@ pub(super) async fn room_details(admin: &Admin, room: &RoomId, owner: &str) -> O
     v.get("details").cloned()
 }
 
+/// `GET /admin/rooms/{id}/moderation`: the room's bans, chat mutes and audit list from its
+/// durable state, read by this node when it runs a shard, else by a live shard node.
+pub(super) async fn moderation(admin: &Admin, room: &RoomId) -> Resp {
+    if let Some(s) = &admin.shard {
+        return match s.moderation(room).await {
+            Ok(Some(v)) => json_resp(StatusCode::OK, &v),
+            Ok(None) => error(StatusCode::NOT_FOUND, "no such room"),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        };
+    }
+    let Some(m) = &admin.membership else {
+        return error(StatusCode::NOT_FOUND, "no shard to ask");
+    };
+    let Ok(view) = m.list().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "membership unreadable");
+    };
+    let path = format!("/admin/rooms/{room}/moderation");
+    for node in view
+        .nodes
+        .iter()
+        .filter(|n| n.role == storage::membership::NodeRole::Shard)
+    {
+        let Ok(addr) = node.admin_addr.parse::<SocketAddr>() else {
+            continue;
+        };
+        let call = kit::admin::get(addr, &path, admin.token.as_deref());
+        if let Ok(Ok(answer)) = tokio::time::timeout(PEER_CALL_TIMEOUT, call).await
+            && (answer.status == 200 || answer.status == 404)
+        {
+            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+            return json_resp(status, &answer.json());
+        }
+    }
+    error(StatusCode::SERVICE_UNAVAILABLE, "no shard answered")
+}
+
 fn changed(result: storage::Result<u64>, verb: &str, node: &NodeId, detail: Value) -> Resp {
     match result {
         Ok(version) => {

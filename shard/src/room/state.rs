@@ -748,9 +748,10 @@ impl RoomState {
         Ok(applied)
     }
 
-    /// Applies an RTC provider's report about `user` (a verified webhook): the same event id
-    /// twice is once, and an event older than the last one applied changes nothing.
-    pub fn rtc(&mut self, user: &UserId, ev: &RtcEvent) -> Applied {
+    /// Applies an RTC provider's report about `user` (a verified webhook) at `now`: the same
+    /// event id twice is once, an event older than the last one applied changes nothing, and
+    /// a time in the future counts as now (a bad clock cannot pin a seat's state).
+    pub fn rtc(&mut self, user: &UserId, ev: &RtcEvent, now: u64) -> Applied {
         if self.rtc_ids.contains(&ev.id) {
             return Applied::default();
         }
@@ -758,7 +759,7 @@ impl RoomState {
             self.rtc_ids.pop_front();
         }
         self.rtc_ids.push_back(ev.id.clone());
-        self.rtc_report(user, ev.kind, ev.at_ms, seats::Cause::Server)
+        self.rtc_report(user, ev.kind, ev.at_ms.min(now), seats::Cause::Server)
     }
 
     /// The earliest time (unix ms) at which [`RoomState::tick`] has something to do.
@@ -768,7 +769,7 @@ impl RoomState {
         let requests = d.requests.iter().map(|r| r.expires_at);
         let invites = d.invites.iter().map(|i| {
             if i.expired {
-                i.expires_at + durable::EXPIRED_INVITE_KEEP_MS
+                i.expires_at.saturating_add(durable::EXPIRED_INVITE_KEEP_MS)
             } else {
                 i.expires_at
             }
@@ -779,7 +780,7 @@ impl RoomState {
             .rtc
             .iter()
             .filter(|(u, _)| self.seat_of(u).is_none())
-            .map(|(_, r)| r.at + self.rtc_keep_ms());
+            .map(|(_, r)| r.at.saturating_add(self.rtc_keep_ms()));
         seats
             .chain(requests)
             .chain(invites)
@@ -806,7 +807,7 @@ impl RoomState {
         let before = self.durable.rtc.len();
         self.durable
             .rtc
-            .retain(|u, r| seated.contains(u) || r.at + keep > now);
+            .retain(|u, r| seated.contains(u) || r.at.saturating_add(keep) > now);
         applied.durable_changed |= self.durable.rtc.len() != before;
         applied
     }

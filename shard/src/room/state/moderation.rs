@@ -19,7 +19,7 @@ const DEFAULT_BAN_PAGE: u32 = 50;
 fn until(seconds: Option<u64>, now: u64) -> Result<Option<u64>, Rejected> {
     match seconds {
         None => Ok(None),
-        Some(s) if (1..=MAX_PENALTY_SECS).contains(&s) => Ok(Some(now + s * 1000)),
+        Some(s) if (1..=MAX_PENALTY_SECS).contains(&s) => Ok(Some(now.saturating_add(s * 1000))),
         Some(_) => Err(rejected(
             ErrorCode::BadRequest,
             "seconds must be 1..=2592000 (30 days), or absent for no end",

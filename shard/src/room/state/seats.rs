@@ -92,7 +92,7 @@ impl RoomState {
         let s = &mut self.durable.seats[target as usize];
         s.user = Some(user.clone());
         s.publishing = publishing;
-        s.publish_by = (!publishing && deadline > 0).then(|| now + deadline);
+        s.publish_by = (!publishing && deadline > 0).then(|| now.saturating_add(deadline));
         self.durable.requests.retain(|r| r.user != *user);
         self.durable.invites.retain(|i| i.user != *user);
         self.seat_event(applied, target as usize, by, cause, reason);
@@ -425,7 +425,7 @@ impl RoomState {
         let req = SeatReq {
             user: user.clone(),
             seat,
-            expires_at: now + self.rules.request_ttl_ms,
+            expires_at: now.saturating_add(self.rules.request_ttl_ms),
         };
         let mut applied = Applied::changed();
         let staff = self.staff_present();
@@ -580,7 +580,7 @@ impl RoomState {
             user: target.clone(),
             by: actor.clone(),
             seat,
-            expires_at: now + self.rules.invite_ttl_ms,
+            expires_at: now.saturating_add(self.rules.invite_ttl_ms),
             expired: false,
         };
         let mut applied = Applied::changed();
@@ -732,7 +732,7 @@ impl RoomState {
         if let Some(i) = self.seat_of(user) {
             let deadline = self.rules.publish_deadline_ms;
             let s = &mut self.durable.seats[i as usize];
-            let by = (!publishing && deadline > 0).then(|| at + deadline);
+            let by = (!publishing && deadline > 0).then(|| at.saturating_add(deadline));
             if s.publishing != publishing || s.publish_by != by {
                 s.publishing = publishing;
                 s.publish_by = by;
@@ -789,9 +789,12 @@ impl RoomState {
             );
         }
         let before = self.durable.invites.len();
-        self.durable
-            .invites
-            .retain(|i| !i.expired || i.expires_at + super::durable::EXPIRED_INVITE_KEEP_MS > now);
+        self.durable.invites.retain(|i| {
+            !i.expired
+                || i.expires_at
+                    .saturating_add(super::durable::EXPIRED_INVITE_KEEP_MS)
+                    > now
+        });
         applied.durable_changed |= self.durable.invites.len() != before;
     }
 }

@@ -530,40 +530,45 @@ fn rtc_reports_are_idempotent_order_tolerant_and_kept_for_later_seats() {
     let mut r = RoomState::new(RoomId::from("r1"), d, 1, Rules::default());
     r.join(&u("a"), at(1), None, 0).unwrap();
     // A webhook before the user sits: kept, and the seat starts publishing with no deadline.
-    r.rtc(&u("a"), &rtc("e1", Published, 1000));
+    r.rtc(&u("a"), &rtc("e1", Published, 1000), 1_000_000);
     let (_, a) = r.seat_take(&u("a"), Some(0), 2000).unwrap();
     assert!(seat_updates(&a)[0].seat.publishing);
     assert_eq!(r.durable().seats[0].publish_by, None);
     // Stopped at 3000: deadline 3000 + T. The same event again changes nothing.
-    let a = r.rtc(&u("a"), &rtc("e2", Unpublished, 3000));
+    let a = r.rtc(&u("a"), &rtc("e2", Unpublished, 3000), 1_000_000);
     let up = seat_updates(&a);
     assert_eq!(
         (up[0].cause.as_str(), up[0].seat.publish_by),
         ("server", Some(3000 + T))
     );
     assert_eq!(
-        r.rtc(&u("a"), &rtc("e2", Unpublished, 3000)),
+        r.rtc(&u("a"), &rtc("e2", Unpublished, 3000), 1_000_000),
         Applied::default()
     );
     // A late "started" from before the stop does nothing.
     assert!(
-        r.rtc(&u("a"), &rtc("e0", Published, 2500))
+        r.rtc(&u("a"), &rtc("e0", Published, 2500), 1_000_000)
             .events
             .is_empty()
     );
     assert_eq!(r.durable().seats[0].publish_by, Some(3000 + T));
     // A newer start clears the deadline; leaving the RTC room restarts it.
-    r.rtc(&u("a"), &rtc("e3", Published, 4000));
+    r.rtc(&u("a"), &rtc("e3", Published, 4000), 1_000_000);
     assert_eq!(r.durable().seats[0].publish_by, None);
-    r.rtc(&u("a"), &rtc("e4", Left, 5000));
+    r.rtc(&u("a"), &rtc("e4", Left, 5000), 1_000_000);
     assert_eq!(r.durable().seats[0].publish_by, Some(5000 + T));
     let a = r.tick(5000 + T);
     assert_eq!(
         seat_updates(&a)[0].reason.as_deref(),
         Some("publish_timeout")
     );
+    // A time in the future counts as now: it cannot hold the seat's state past later reports.
+    r.rtc(&u("a"), &rtc("e6", Published, u64::MAX), 100_000);
+    assert_eq!(r.durable().rtc[&u("a")].at, 100_000);
+    r.rtc(&u("a"), &rtc("e7", Unpublished, 100_001), 100_001);
+    assert!(!r.durable().rtc[&u("a")].publishing);
     // Reports about users without a seat are dropped once stale.
-    r.rtc(&u("b"), &rtc("e5", Published, 6000));
+    r.rtc(&u("b"), &rtc("e5", Published, 6000), 1_000_000);
     assert!(r.durable().rtc.contains_key(&u("b")));
     r.tick(6000 + 60_000);
     assert!(!r.durable().rtc.contains_key(&u("b")));
@@ -1002,7 +1007,11 @@ fn the_audit_list_is_bounded_and_durable_state_round_trips() {
         1,
     )
     .unwrap();
-    r.rtc(&u("t"), &rtc("e", protocol::link::RtcKind::Published, 3));
+    r.rtc(
+        &u("t"),
+        &rtc("e", protocol::link::RtcKind::Published, 3),
+        1_000_000,
+    );
     let json = serde_json::to_string(r.durable()).unwrap();
     let back: Durable = serde_json::from_str(&json).unwrap();
     assert_eq!(&back, r.durable());
