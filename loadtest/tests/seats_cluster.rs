@@ -182,3 +182,72 @@ async fn a_mute_and_a_publish_deadline_survive_a_planned_move_and_a_failover() {
         "freed at {freed_at}: a deadline re-armed at load ({loaded_at}), not the original {deadline}"
     );
 }
+
+#[tokio::test]
+async fn admins_on_two_gateways_answer_one_request_once_and_a_late_invitation_is_refused() {
+    let (cluster, _dir) = cluster_with("seat_invite_ttl_ms = 1000\n").await;
+    let mut host = cluster.connect(0, "host").await.unwrap();
+    let room = host
+        .create_room(json!({"room": "apply", "seats": 4, "seat_mode": "apply"}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut a1 = cluster.connect(0, "a1").await.unwrap();
+    let mut a2 = cluster.connect(1, "a2").await.unwrap();
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    let mut carol = cluster.connect(0, "carol").await.unwrap();
+    for c in [&mut a1, &mut a2, &mut bob, &mut carol] {
+        c.join(&room, false, None).await.unwrap();
+    }
+    for a in ["a1", "a2"] {
+        host.request(
+            "room.admin",
+            json!({"room": room, "user": a, "admin": true}),
+        )
+        .await
+        .unwrap();
+    }
+    bob.request("seat.request", json!({"room": room}))
+        .await
+        .unwrap();
+    for a in [&mut a1, &mut a2] {
+        a.next_event_named("seat.request", WAIT).await.unwrap();
+    }
+    let approve = a1
+        .send("seat.approve", json!({"room": room, "user": "bob"}))
+        .await
+        .unwrap();
+    let reject = a2
+        .send("seat.reject", json!({"room": room, "user": "bob"}))
+        .await
+        .unwrap();
+    let approved = a1.reply_to(approve, WAIT).await;
+    let rejected = a2.reply_to(reject, WAIT).await;
+    let outcome = match (&approved, &rejected) {
+        (Ok(_), Err(e)) if e.code() == Some(ErrorCode::NoSuchRequest) => "approved",
+        (Err(e), Ok(_)) if e.code() == Some(ErrorCode::NoSuchRequest) => "rejected",
+        other => panic!("exactly one answer wins: {other:?}"),
+    };
+    for c in [&mut a1, &mut a2, &mut bob] {
+        let ev = c
+            .next_event_named("seat.request.update", WAIT)
+            .await
+            .unwrap();
+        assert_eq!(ev.d["state"], outcome);
+    }
+    // An invitation through one gateway, answered too late through the other.
+    a2.request("seat.invite", json!({"room": room, "user": "carol"}))
+        .await
+        .unwrap();
+    carol.next_event_named("seat.invite", WAIT).await.unwrap();
+    let expired = carol
+        .next_event_named("seat.invite.update", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(expired.d["state"], "expired");
+    let e = carol
+        .request("seat.invite.accept", json!({"room": room}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::RequestExpired));
+}
