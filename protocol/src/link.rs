@@ -14,7 +14,8 @@ use crate::error::ErrorCode;
 use crate::ids::{NodeId, RoomId, SessionId, UserId};
 
 /// Version of the link message set; a gateway and a shard must agree on it. Version 2
-/// carries a client's room operation as decoded at the edge ([`RoomCmd::Op`]).
+/// carries a client's room operation as decoded at the edge ([`RoomCmd::Op`]); version 3
+/// adds the seat and moderation operations and the RTC provider's reports ([`RoomCmd::Rtc`]).
 pub const LINK_VERSION: u16 = 3;
 
 /// A room command from one session, with the ids needed to answer it.

@@ -584,7 +584,13 @@ impl RoomState {
             return Err(rejected(ErrorCode::NotInRoom, "not in this room"));
         }
         let mut applied = Applied::default();
-        self.take_out(&mut applied, user, None, seats::Cause::Own, "left_room");
+        self.take_out(
+            &mut applied,
+            user,
+            Some(user),
+            seats::Cause::Own,
+            "left_room",
+        );
         applied.presence.push(Presence::Leave(user.clone(), reason));
         Ok(applied)
     }
