@@ -68,6 +68,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let ledger = Ledger::open(&cfg.ledger, &cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("ledger: {e}")))?;
+    let robots = storage::robots::RobotStore::sqlite(&cfg.data_dir)
+        .await
+        .map_err(|e| StartError::Storage(format!("robot configs: {e}")))?;
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 
@@ -81,6 +84,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             leases: LeaseStore::InProcess(leases.clone()),
             snapshots,
             ledger: Some(ledger.clone()),
+            robots: robots.clone(),
         },
         shutdown.clone(),
         tracker.clone(),

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod node;
 mod owner;
 pub mod rebalance;
+pub mod robots;
 mod room;
 
 use std::collections::HashMap;
@@ -54,6 +55,8 @@ pub struct Stores {
     pub snapshots: SnapshotStore,
     /// The money ledger (gifts are refused without one).
     pub ledger: Option<Ledger>,
+    /// Robot room configurations.
+    pub robots: storage::robots::RobotStore,
 }
 
 /// A running shard. Cheap to clone.
@@ -70,6 +73,8 @@ pub(crate) struct Inner {
     owner: Arc<owner::Owner>,
     snapshots: room::snapshots::Snapshots,
     ledger: Option<Ledger>,
+    /// Robot room configurations.
+    robots: storage::robots::RobotStore,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     next_generation: AtomicU64,
@@ -135,6 +140,7 @@ impl Shard {
                 owner,
                 snapshots: room::snapshots::Snapshots::new(stores.snapshots),
                 ledger: stores.ledger,
+                robots: stores.robots,
                 tracker,
                 shutdown,
                 next_generation: AtomicU64::new(1),
@@ -210,6 +216,11 @@ impl Shard {
             "chat_mutes": penalties(&d.mutes),
             "audit": d.audit,
         })))
+    }
+
+    /// The robot room configurations this shard reads.
+    pub fn robot_store(&self) -> &storage::robots::RobotStore {
+        &self.inner.robots
     }
 
     /// The membership version of the placement this shard routes by (`None` in standalone).

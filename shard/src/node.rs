@@ -132,6 +132,7 @@ pub async fn start(
             leases: leases.clone(),
             snapshots: SnapshotStore::redis(&redis),
             ledger,
+            robots: storage::robots::RobotStore::redis(&redis),
         },
         shutdown.clone(),
         tracker.clone(),

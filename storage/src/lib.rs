@@ -14,6 +14,7 @@ pub mod lease;
 pub mod ledger;
 pub mod membership;
 pub mod redis;
+pub mod robots;
 pub mod snapshot;
 
 pub use error::{Result, StorageError};
