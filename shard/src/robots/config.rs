@@ -261,7 +261,8 @@ mod tests {
 
     #[test]
     fn bad_configs_are_refused_with_what_is_wrong() {
-        let cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Value)>)> = vec![
+        type Patch = Box<dyn FnOnce(&mut serde_json::Value)>;
+        let cases: Vec<(&str, Patch)> = vec![
             (
                 "robots must list",
                 Box::new(|v| v["robots"] = serde_json::json!([])),
