@@ -122,7 +122,11 @@ async fn rank(ledger: &Ledger, id: u64, r: &RankGet) -> Bytes {
         Ok(rows) => {
             let entries: Vec<RankEntry> = rows
                 .into_iter()
-                .map(|(user, score)| RankEntry { user, score })
+                .map(|(user, score)| RankEntry {
+                    robot: user.is_robot(),
+                    user,
+                    score,
+                })
                 .collect();
             client::encode_ok(
                 id,

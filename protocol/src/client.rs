@@ -47,6 +47,11 @@ pub use seat::{
 pub use session::{Hello, Pong};
 pub use wallet::{Balance, WalletBalance};
 
+/// For `skip_serializing_if`: flags such as `robot` appear only when set.
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// A decoded request: the client's id and the typed operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {

@@ -30,4 +30,7 @@ pub struct ChatEvent {
     pub from: UserId,
     /// The message.
     pub text: String,
+    /// The sender is a robot (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub robot: bool,
 }

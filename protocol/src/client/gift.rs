@@ -102,6 +102,9 @@ pub struct GiftEvent {
     /// Lucky gifts only: the prize multiplier won (absent for normal gifts, 0 for no win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lucky_multiplier: Option<u32>,
+    /// The sender is a robot (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub robot: bool,
 }
 
 /// The `gift.lucky` event: a big lucky win, announced to the room.
@@ -139,6 +142,9 @@ pub struct RankEntry {
     pub user: UserId,
     /// Coins sent (senders) or gift value received (receivers).
     pub score: i64,
+    /// The user is a robot (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub robot: bool,
 }
 
 /// `gift.list` arguments (none).

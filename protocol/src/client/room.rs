@@ -118,6 +118,9 @@ pub struct SeatView {
     /// When the server frees the seat unless its user publishes audio (unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish_by: Option<u64>,
+    /// The seated user is a robot (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub robot: bool,
 }
 
 /// The room as it is now, sent in the `room.join` reply.
@@ -148,8 +151,11 @@ pub struct Snapshot {
     pub host_seat: bool,
     /// Every seat, by index.
     pub seats: Vec<SeatView>,
-    /// Current member count (including the joiner).
+    /// Current member count (including the joiner), robots included.
     pub members: u64,
+    /// How many of the members are robots (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub robots: u64,
     /// The room's current epoch.
     pub epoch: Epoch,
     /// The last seq of this epoch (0 before the first event).
@@ -175,6 +181,9 @@ pub struct JoinOk {
 pub struct MemberJoin {
     /// Who joined.
     pub user: UserId,
+    /// The member is a robot (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub robot: bool,
 }
 
 /// `member.leave` (volatile).
@@ -202,4 +211,8 @@ pub struct RoomLeft {
     /// another room), `unavailable` (the room stopped on this owner), `kicked` (the owner or
     /// an admin removed the user), `closed` (the owner closed the room).
     pub reason: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -103,12 +103,24 @@ fn encodes_replies_and_events() {
         &ChatEvent {
             from: "u1".into(),
             text: "hi".into(),
+            robot: false,
         },
     );
     assert_eq!(
         &ev[..],
         br#"{"ev":"chat","room":"r1","epoch":2,"seq":5,"d":{"from":"u1","text":"hi"}}"#
     );
+    // A robot's message says so; a human's carries no flag at all.
+    let robot = ChatEvent {
+        from: "bot:amy".into(),
+        text: "hi".into(),
+        robot: true,
+    };
+    assert_eq!(
+        to_json(&robot),
+        br#"{"from":"bot:amy","text":"hi","robot":true}"#
+    );
+    assert!(crate::UserId::from("bot:amy").is_robot() && !crate::UserId::from("amy").is_robot());
     let ev = encode_event("member.count", Some(&room), None, &MemberCount { count: 3 });
     assert_eq!(
         &ev[..],
@@ -134,6 +146,7 @@ fn order_ids_are_hyphenated_lowercase_uuid_strings() {
         count: 1,
         coins: 10,
         lucky_multiplier: None,
+        robot: false,
     };
     let json = to_json(&ev);
     assert!(

@@ -529,6 +529,7 @@ impl RoomActor {
             });
         let mut applied = state.record(Sequenced::Gift(GiftEvent {
             order: order_id,
+            robot: order.sender.is_robot(),
             from: order.sender,
             to: order.recipients,
             gift: order.gift,

@@ -127,7 +127,10 @@ impl Presence {
                 "member.join",
                 Some(room),
                 None,
-                &MemberJoin { user: u.clone() },
+                &MemberJoin {
+                    user: u.clone(),
+                    robot: u.is_robot(),
+                },
             ),
             Self::Leave(u, reason) => client::encode_event(
                 "member.leave",
@@ -478,6 +481,7 @@ impl RoomState {
             host_seat: d.host_seat,
             seats: (0..d.seats.len()).map(|i| self.seat_view(i)).collect(),
             members: self.members.len() as u64,
+            robots: self.members.keys().filter(|u| u.is_robot()).count() as u64,
             epoch: self.epoch,
             seq: self.seq,
         }
@@ -493,6 +497,7 @@ impl RoomState {
             admin_muted: s.admin_muted,
             publishing: s.publishing,
             publish_by: s.publish_by,
+            robot: s.user.as_ref().is_some_and(UserId::is_robot),
         }
     }
 
@@ -749,6 +754,7 @@ impl RoomState {
             Sequenced::Chat(ChatEvent {
                 from: user.clone(),
                 text,
+                robot: user.is_robot(),
             }),
         );
         Ok(applied)

@@ -408,6 +408,7 @@ fn events_and_presence_encode_as_the_protocol_says() {
     let ev = Sequenced::Chat(ChatEvent {
         from: u("a"),
         text: "hi".into(),
+        robot: false,
     });
     let frame = ev.encode(&RoomId::from("r1"), 3, 9);
     let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();
