@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -40,7 +40,9 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The marker that starts a timed chat text: `t=<nanos since start>`.
 pub const TIME_MARKER: &str = "t=";
 
+mod forward;
 mod shared;
+pub use forward::{Forward, Forwarded};
 pub use shared::{Counted, SLOT_NS, Shared, new_histogram};
 use shared::{HIST_MAX_US, lock};
 
@@ -95,6 +97,9 @@ struct Inner {
     timed: HashMap<u64, u64>,
     /// Timed `room.join` request id → its room (the reply sets the room's position).
     timed_join: HashMap<u64, String>,
+    /// Timed request id → the [`Shared`] its reply counts in, when not the connection's own
+    /// ([`Conn::send_timed_to`]).
+    timed_to: HashMap<u64, Arc<Shared>>,
     /// Room → (epoch, seq) last seen.
     pos: HashMap<String, (u64, u64)>,
     /// Replies ok to timed requests of this connection.
@@ -112,6 +117,8 @@ pub struct Conn {
     next_id: AtomicU64,
     inner: Arc<Mutex<Inner>>,
     shared: Arc<Shared>,
+    /// The events the reader hands on, once set ([`Conn::forward`]).
+    forward: Arc<OnceLock<Forward>>,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
 }
@@ -191,13 +198,15 @@ pub async fn connect(
         }
     });
     let inner = Arc::new(Mutex::new(Inner::default()));
+    let forward = Arc::new(OnceLock::new());
     let reader = {
         let inner = inner.clone();
         let shared = shared.clone();
+        let forward = forward.clone();
         tokio::spawn(async move {
             while let Some(Ok(msg)) = stream.next().await {
                 match msg {
-                    Message::Text(t) => on_frame(&shared, &inner, t.as_str()),
+                    Message::Text(t) => on_frame(&shared, &inner, &forward, t.as_str()),
                     Message::Close(_) => break,
                     _ => {}
                 }
@@ -219,6 +228,7 @@ pub async fn connect(
         next_id: AtomicU64::new(1),
         inner,
         shared,
+        forward,
         reader,
         writer,
     })
@@ -283,12 +293,17 @@ pub fn timed_text(intended_ns: u64, len: usize) -> String {
     s
 }
 
-fn on_frame(shared: &Shared, inner: &Mutex<Inner>, text: &str) {
+fn on_frame(shared: &Arc<Shared>, inner: &Mutex<Inner>, forward: &OnceLock<Forward>, text: &str) {
     let Ok(f) = serde_json::from_str::<Lite<'_>>(text) else {
         shared.error("BAD_FRAME_FROM_SERVER");
         return;
     };
     if let Some(ev) = f.ev.as_deref() {
+        if let Some(fw) = forward.get()
+            && fw.wants(ev)
+        {
+            fw.send(shared, ev, f.room.as_deref(), f.d);
+        }
         on_event(shared, inner, ev, &f);
         return;
     }
@@ -318,6 +333,7 @@ fn on_frame(shared: &Shared, inner: &Mutex<Inner>, text: &str) {
     }
     let timed = g.timed.remove(&re);
     let join_room = g.timed_join.remove(&re);
+    let sink = g.timed_to.remove(&re);
     if f.err.is_none() {
         g.ok += 1;
         if let (Some(room), Some(ok)) = (join_room, f.ok)
@@ -327,6 +343,7 @@ fn on_frame(shared: &Shared, inner: &Mutex<Inner>, text: &str) {
         }
     }
     drop(g);
+    let shared: &Shared = sink.as_deref().unwrap_or(shared);
     if let Some(intended) = timed {
         let us = shared.now_ns().saturating_sub(intended) / 1000;
         shared.note_slot(intended, us);
@@ -492,6 +509,44 @@ impl Conn {
             return Err(ReplyError::client("SEND"));
         }
         Ok(())
+    }
+
+    /// Sends `op` without waiting, like [`Conn::send_timed`], but counts it and its reply
+    /// (sent, ok or error, reply latency from `intended_ns` on `to`'s clock) in `to` rather
+    /// than in the connection's own [`Shared`]: one connection's requests of different kinds
+    /// then count apart. The connection's own `Shared` still counts its events (gaps).
+    ///
+    /// # Errors
+    /// `SEND` when the connection is gone.
+    pub async fn send_timed_to(
+        &self,
+        op: &str,
+        d: &Value,
+        intended_ns: u64,
+        to: &Arc<Shared>,
+    ) -> Result<(), ReplyError> {
+        let id = self.next_id();
+        {
+            let mut g = lock(&self.inner);
+            g.timed.insert(id, intended_ns);
+            g.timed_to.insert(id, to.clone());
+        }
+        to.sent.fetch_add(1, Ordering::Relaxed);
+        if self.tx.send(Self::frame(id, op, d)).await.is_err() {
+            let mut g = lock(&self.inner);
+            g.timed.remove(&id);
+            g.timed_to.remove(&id);
+            drop(g);
+            to.error("SEND");
+            return Err(ReplyError::client("SEND"));
+        }
+        Ok(())
+    }
+
+    /// Hands the events `forward` names on to its channel from now on; `false` (and no
+    /// change) when this connection already hands events on.
+    pub fn forward(&self, forward: Forward) -> bool {
+        self.forward.set(forward).is_ok()
     }
 
     /// Sends `room.join` for `room` without waiting, like [`Conn::send_timed`]; the reply sets

@@ -180,6 +180,26 @@ pub struct Report {
     /// (party).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub join_reply: Option<Latency>,
+    /// Reply latency of the requesters' `seat.request`, from their intended send times (party
+    /// with seat requesters; Chorus only: the baseline knows no seat requests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seat_request_reply: Option<Latency>,
+    /// Reply latency of the owners' `seat.approve`, from when the `seat.request` event it
+    /// answers reached the owner (party with seat requesters; Chorus only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seat_approve_reply: Option<Latency>,
+    /// Reply latency of the owners' `seat.kick`, from when the kick was due: the hold after
+    /// the approval was seen (party with seat requesters; Chorus only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seat_kick_reply: Option<Latency>,
+    /// Seat requests approved: `seat.approve` answered `ok` (party with seat requesters;
+    /// Chorus only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seats_approved: Option<u64>,
+    /// Requesters taken off their seats: `seat.kick` answered `ok` (party with seat
+    /// requesters; Chorus only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seats_kicked: Option<u64>,
     /// Connections resumed (reconnect).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumed: Option<u64>,
@@ -221,13 +241,17 @@ impl Report {
     }
 
     /// The highest p99 of the traffic a `party` run carries beside its chat (gift replies, gift
-    /// events, seat and membership replies), ms; 0 for other scenarios.
+    /// events, seat and membership replies, seat requests, approvals and kicks), ms; 0 for
+    /// other scenarios.
     pub fn side_p99_ms(&self) -> f64 {
         [
             &self.gift_reply,
             &self.gift_events,
             &self.seat_reply,
             &self.join_reply,
+            &self.seat_request_reply,
+            &self.seat_approve_reply,
+            &self.seat_kick_reply,
         ]
         .into_iter()
         .flatten()
@@ -270,6 +294,18 @@ impl Report {
             ("gift event ms p50/p90/p99/p999/max", &self.gift_events),
             ("seat reply ms p50/p90/p99/p999/max", &self.seat_reply),
             ("join/leave reply ms p50/p90/p99/p999/max", &self.join_reply),
+            (
+                "seat.request reply ms p50/p90/p99/p999/max (Chorus only)",
+                &self.seat_request_reply,
+            ),
+            (
+                "seat.approve reply ms p50/p90/p99/p999/max (Chorus only)",
+                &self.seat_approve_reply,
+            ),
+            (
+                "seat.kick reply ms p50/p90/p99/p999/max (Chorus only)",
+                &self.seat_kick_reply,
+            ),
         ];
         r.extend(
             parts
@@ -277,7 +313,7 @@ impl Report {
                 .filter_map(|(k, l)| l.as_ref().map(|l| (k, l.row()))),
         );
         let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}"));
-        let extra: [(&'static str, Option<String>); 17] = [
+        let extra: [(&'static str, Option<String>); 19] = [
             ("server cpu ms", opt(self.server_cpu_ms, 0)),
             ("server cores busy", opt(self.server_cores, 2)),
             ("cpu µs/delivery", opt(self.cpu_us_per_delivery, 3)),
@@ -301,6 +337,8 @@ impl Report {
                 self.balance_mismatches.map(|v| v.to_string()),
             ),
             ("conserved", self.conserved.map(|v| v.to_string())),
+            ("seats approved", self.seats_approved.map(|v| v.to_string())),
+            ("seats kicked", self.seats_kicked.map(|v| v.to_string())),
             ("resumed", self.resumed.map(|v| v.to_string())),
             ("resume ms", opt(self.resume_ms, 1)),
             ("resyncs", self.resyncs.map(|v| v.to_string())),

@@ -281,6 +281,25 @@ async fn the_gift_baseline_refuses_a_bad_token_and_books_a_retry_once() {
     }
 }
 
+/// No seat requests: the rest of a party's shape where a test leaves them out.
+fn quiet_seats() -> loadtest::scenario::party::Shape {
+    loadtest::scenario::party::Shape {
+        rooms: 1,
+        members: 1,
+        gifters: 0,
+        seaters: 0,
+        bursts_per_sec: 0.0,
+        burst_gifts: 0,
+        burst_rate: 1.0,
+        seat_rate: 0.0,
+        listeners: 0,
+        join_rate: 0.0,
+        seat_requesters: 0,
+        seat_request_rate: 0.0,
+        seat_hold_ms: 0,
+    }
+}
+
 /// A party carries chat, gift bursts, seat changes and listeners coming and going at once, and
 /// reports each apart: every chat message reaches every chatter and every gift event every
 /// gifter, counted by its own kind only (a chatter does not count the gift events it also gets,
@@ -302,6 +321,7 @@ async fn a_party_reports_its_chat_gift_bursts_and_seat_changes_apart() {
         seat_rate: 20.0,
         listeners: 2,
         join_rate: 12.0,
+        ..quiet_seats()
     };
     // 2 messages/s from each of the 9 chatters: 18 messages; 4 bursts of 10 gifts; 20 seat
     // changes (each of the 6 changers takes a seat, leaves it, ...); 12 comings and goings
@@ -371,6 +391,7 @@ async fn a_party_without_seat_changes_runs_against_the_baseline() {
         seat_rate: 0.0,
         listeners: 0,
         join_rate: 0.0,
+        ..quiet_seats()
     };
     assert!(Scenario::Party(shape).needs_ledger());
     let r = Scenario::Party(shape)
@@ -394,4 +415,57 @@ async fn a_party_without_seat_changes_runs_against_the_baseline() {
     for t in running.tasks {
         t.abort();
     }
+}
+
+/// Seat requests in apply mode beside the chat and the seat changes: each room's owner approves
+/// every request it is shown and kicks the requester 100 ms later, before its next turn, so
+/// every request is approved and every approval kicked; the seat changers, made admins, still
+/// take seats directly; each op's reply latency is reported apart, and no connection sees a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_party_with_seat_requests_approves_and_kicks_each_requester() {
+    use loadtest::scenario::party::Shape;
+    let target = gift_node().await;
+    let shape = Shape {
+        rooms: 2,
+        members: 2,
+        seaters: 1,
+        seat_rate: 4.0,
+        seat_requesters: 2,
+        seat_request_rate: 8.0,
+        seat_hold_ms: 100,
+        ..quiet_seats()
+    };
+    // 8 requests over the 4 requesters: each asks every 0.5 s, and holds its seat 0.1 s.
+    let r = Scenario::Party(shape)
+        .run(&target, &one_second(), 2.0)
+        .await
+        .unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.unanswered, 0, "{r:?}");
+    assert_eq!(
+        (r.lost, r.gaps, r.duplicates, r.closed),
+        (0, 0, 0, 0),
+        "{r:?}"
+    );
+    // Per room: 2 chatters, 1 seat changer, 2 requesters and the owner.
+    assert_eq!(r.connections, 2 * 6);
+    assert_eq!(
+        (r.seats_approved, r.seats_kicked),
+        (Some(8), Some(8)),
+        "{r:?}"
+    );
+    let count = |l: &Option<loadtest::report::Latency>| l.as_ref().map(|l| l.count);
+    assert_eq!(
+        (
+            count(&r.seat_request_reply),
+            count(&r.seat_approve_reply),
+            count(&r.seat_kick_reply),
+            count(&r.seat_reply)
+        ),
+        (Some(8), Some(8), Some(8), Some(4)),
+        "{r:?}"
+    );
+    // The chat is still the main figure: 2 messages/s from each of the 4 chatters.
+    assert_eq!((r.reply.count, r.latency.count), (8, 16), "{r:?}");
+    assert!(r.side_p99_ms() >= r.seat_kick_reply.as_ref().unwrap().p99_ms);
 }

@@ -5,6 +5,7 @@
 //! chorus-loadtest rooms  --spawn standalone --compare --json out.json --plot out.svg
 //! chorus-loadtest gifts  --spawn-cluster 2x3 --rate 5000
 //! chorus-loadtest party  --spawn standalone --rate 0.5 --bursts-per-sec 2 --seat-rate 100
+//! chorus-loadtest party  --spawn standalone --seat-requesters 2 --seat-request-rate 20
 //! chorus-loadtest baseline-server --addr 127.0.0.1:7000
 //! ```
 //!
@@ -122,9 +123,10 @@ enum Cmd {
         common: Common,
     },
     /// A party: K rooms × M chatters at --rate msgs/s each, while gift bursts, seat changes and
-    /// listeners coming and going hit the rooms; each kind of traffic is reported on its own
-    /// (--compare only with --seat-rate 0 --join-rate 0: the baseline sends no seat or member
-    /// events).
+    /// listeners coming and going hit the rooms (and, with --seat-requesters, seat requests
+    /// that the rooms' owners approve and kick); each kind of traffic is reported on its own
+    /// (--compare only with --seat-rate 0 --join-rate 0 and no seat requesters: the baseline
+    /// sends no seat or member events and knows no seat requests).
     Party {
         #[command(flatten)]
         shape: Shape,
@@ -264,6 +266,9 @@ fn plot_series(s: &Scenario, r: &Report) -> Vec<(String, report::Latency)> {
             ("gift events", &r.gift_events),
             ("seat replies", &r.seat_reply),
             ("join/leave replies", &r.join_reply),
+            ("seat.request replies", &r.seat_request_reply),
+            ("seat.approve replies", &r.seat_approve_reply),
+            ("seat.kick replies", &r.seat_kick_reply),
         ];
         let mut out = vec![(name.clone(), r.latency.clone())];
         out.extend(
@@ -486,8 +491,9 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     if let (true, Scenario::Party(shape)) = (c.compare, &s) {
         anyhow::ensure!(
             !shape.changes_seats_or_members(),
-            "the baseline server answers seat and membership changes without their events: a \
-             party with --compare needs --seat-rate 0 --join-rate 0"
+            "the baseline server answers seat and membership changes without their events and \
+             knows no seat requests: a party with --compare needs --seat-rate 0 --join-rate 0 \
+             (and no --seat-requesters)"
         );
     }
     let rate = c.rate.unwrap_or_else(|| default_rate(&s));

@@ -11,12 +11,18 @@
 //!   rooms (reply latency; `NO_FREE_SEAT` is an answer, not a failure);
 //! - `listeners` leaving the room and joining it again in turn, `join_rate` changes per second
 //!   over all rooms, as listeners come and go (reply latency; a rejoin takes the room's position
-//!   from its reply, so the events it missed while away are not gaps).
+//!   from its reply, so the events it missed while away are not gaps);
+//! - with `seat_requesters` (off by default), seat requests in apply mode: members asking for
+//!   a seat, the room's owner approving each request it is shown and kicking the requester a
+//!   while later, so that it asks again (see [`requests`]; each op's reply latency apart).
 //!
 //! Each kind counts in a [`Shared`] of its own, over its own connections: a chatter counts the
 //! chat it receives, a gifter the gift events. Every connection still checks every room event's
 //! seq, so a gap anywhere is seen. The baseline server answers seat and membership changes
-//! without their events: a party runs against it (`--compare`) without them only.
+//! without their events, and knows no seat requests: a party runs against it (`--compare`)
+//! without them only, and the seat requests' figures are Chorus' alone.
+
+mod requests;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -63,6 +69,20 @@ pub struct Shape {
     /// Leaves and rejoins per second over all rooms.
     #[arg(long, default_value_t = 100.0)]
     pub join_rate: f64,
+    /// Seat requesters per room: with any, each room is created in apply mode by an owner
+    /// that approves every `seat.request` and kicks the requester `--seat-hold-ms` later (its
+    /// seat changers are made admins, who still take seats directly). 0, the default, leaves
+    /// seat requests out and the rooms as before. Chorus only (the baseline has no seat
+    /// requests).
+    #[arg(long, default_value_t = 0)]
+    pub seat_requesters: usize,
+    /// Seat requests per second over all rooms, the requesters in turn.
+    #[arg(long, default_value_t = 20.0)]
+    pub seat_request_rate: f64,
+    /// How long an approved requester keeps its seat before the owner kicks it, ms; shorter
+    /// than the time between one requester's turns.
+    #[arg(long, default_value_t = 1000)]
+    pub seat_hold_ms: u64,
 }
 
 impl Shape {
@@ -93,6 +113,7 @@ impl Shape {
             ("--burst-rate", self.burst_rate),
             ("--seat-rate", self.seat_rate),
             ("--join-rate", self.join_rate),
+            ("--seat-request-rate", self.seat_request_rate),
         ] {
             anyhow::ensure!(v.is_finite() && v >= 0.0, "{name} must be ≥ 0, not {v}");
         }
@@ -106,7 +127,21 @@ impl Shape {
                 1.0 / self.bursts_per_sec
             );
         }
+        if self.requests_seats() {
+            let turn_s = (self.rooms * self.seat_requesters) as f64 / self.seat_request_rate;
+            anyhow::ensure!(
+                (self.seat_hold_ms as f64 / 1000.0) < turn_s,
+                "--seat-hold-ms {} is not shorter than the {turn_s:.3} s between one \
+                 requester's requests (it would ask again while seated)",
+                self.seat_hold_ms
+            );
+        }
         Ok(())
+    }
+
+    /// Whether the party asks for seats in apply mode (Chorus only).
+    pub fn requests_seats(&self) -> bool {
+        self.seat_requesters > 0 && self.seat_request_rate > 0.0
     }
 
     /// Whether the party sends gifts (then it needs an admin API, and a baseline its ledger).
@@ -115,9 +150,11 @@ impl Shape {
     }
 
     /// Whether the party changes seats or members (which the baseline server answers without
-    /// their events).
+    /// their events) or asks for seats (which it does not know).
     pub fn changes_seats_or_members(&self) -> bool {
-        (self.seaters > 0 && self.seat_rate > 0.0) || (self.listeners > 0 && self.join_rate > 0.0)
+        (self.seaters > 0 && self.seat_rate > 0.0)
+            || (self.listeners > 0 && self.join_rate > 0.0)
+            || self.requests_seats()
     }
 
     /// Gifts the bursts send in `duration`.
@@ -198,6 +235,13 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     if let (Some(admin), true) = (admin_addr, gifts_total > 0) {
         grant_all(admin, token.as_deref(), &givers).await?;
     }
+    // Apply-mode rooms are created by their owners before anyone else joins them.
+    let mut asking = if shape.requests_seats() {
+        let names = (0..rooms).map(room_name).collect();
+        Some(requests::Requests::open(target, p, &shape, &prefix, names).await?)
+    } else {
+        None
+    };
 
     let chat = Shared::counting(Counted::CHAT);
     let gift = Shared::counting(Counted::GIFT);
@@ -210,6 +254,10 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     let cc = connect_and_join(target, &chatters, p, &chat, in_rooms(members)).await?;
     let gc = connect_and_join(target, &givers, p, &gift, in_rooms(gifters)).await?;
     let sc = connect_and_join(target, &changers, p, &seat, in_rooms(seaters)).await?;
+    if let Some(a) = &asking {
+        // In apply mode only the owner and admins take seats directly.
+        a.grant_admins(&changers).await?;
+    }
     let lc = connect_and_join(target, &comers, p, &member, in_rooms(listeners)).await?;
 
     // The chat goes round the rooms, one member of each in turn (as `rooms` sends it).
@@ -273,8 +321,14 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
             };
         }
     });
-    let ((t_chat, _), (t_gift, _), (t_seat, _), (t_member, _)) =
-        tokio::join!(chatting, gifting, seating, coming);
+    let requesting = async {
+        match asking.as_mut() {
+            Some(a) => Some(a.run(&shape, p.duration, p.drain).await),
+            None => None,
+        }
+    };
+    let ((t_chat, _), (t_gift, _), (t_seat, _), (t_member, _), paced_requests) =
+        tokio::join!(chatting, gifting, seating, coming, requesting);
     let m = members as u64;
     let g = gifters as u64;
     drain(&chat, p.drain, || chat.ok.load(Ordering::Relaxed) * m).await;
@@ -297,6 +351,9 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     let seats = common_report(&seat, t_seat, 0, None, None);
     let comings = common_report(&member, t_member, 0, None, None);
     merge_sides(&mut r, &gifts, &seats, &comings);
+    if let (Some(a), Some(paced)) = (&asking, paced_requests) {
+        a.record(paced, &mut r);
+    }
     // No CPU per delivery: the node also delivers what no connection counts here (the chat
     // to gifters, seat changers and listeners, the gift events to chatters, every seat and
     // membership event).
@@ -307,6 +364,7 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     r.offered_per_sec = chat_rate;
     r.duration_s = p.duration.as_secs_f64();
     r.connections = cc.len() + gc.len() + sc.len() + lc.len();
+    r.connections += asking.as_ref().map_or(0, requests::Requests::connections);
     r.rooms = rooms;
     if gifts_total > 0 {
         r.settled = Some(settled);
@@ -320,14 +378,27 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     for cs in [cc, gc, sc, lc] {
         close_all(cs).await;
     }
+    if let Some(a) = asking {
+        a.close().await;
+    }
     Ok(r)
 }
 
 /// Folds the gift bursts', the seat changes' and the comings and goings' reports into the
-/// chat's: their requests, deliveries, losses, gaps, closes and errors add up; their latencies
-/// go beside the chat's; the worst stretches are the worst of all four.
+/// chat's ([`add_counts`]) and sets their latencies beside the chat's.
 fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report, members: &Report) {
-    for s in [gifts, seats, members] {
+    add_counts(r, &[gifts, seats, members]);
+    let sent = |s: &Report, l: &Latency| (s.sent > 0).then(|| l.clone());
+    r.gift_reply = sent(gifts, &gifts.reply);
+    r.gift_events = sent(gifts, &gifts.latency);
+    r.seat_reply = sent(seats, &seats.reply);
+    r.join_reply = sent(members, &members.reply);
+}
+
+/// Adds the side traffic's counts to the chat's report: their requests, deliveries, losses,
+/// gaps, closes and errors add up; the worst stretches are the worst of all.
+fn add_counts(r: &mut Report, sides: &[&Report]) {
+    for s in sides {
         r.sent += s.sent;
         r.accepted += s.accepted;
         r.unanswered += s.unanswered;
@@ -346,11 +417,6 @@ fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report, members: &Report)
     }
     r.worst_100ms.sort_by(|a, b| b.1.total_cmp(&a.1));
     r.worst_100ms.truncate(super::WORST_SLOTS_REPORTED);
-    let sent = |s: &Report, l: &Latency| (s.sent > 0).then(|| l.clone());
-    r.gift_reply = sent(gifts, &gifts.reply);
-    r.gift_events = sent(gifts, &gifts.latency);
-    r.seat_reply = sent(seats, &seats.reply);
-    r.join_reply = sent(members, &members.reply);
 }
 
 #[cfg(test)]
@@ -371,6 +437,9 @@ mod tests {
             seat_rate: 10.0,
             listeners: 1,
             join_rate: 4.0,
+            seat_requesters: 0,
+            seat_request_rate: 20.0,
+            seat_hold_ms: 1000,
         }
     }
 
@@ -460,5 +529,38 @@ mod tests {
             .check()
             .is_err()
         );
+    }
+
+    /// Seat requests are off unless there are requesters; with them the baseline cannot run
+    /// the party, and a requester must be kicked before its next turn: 3 rooms × 2 requesters
+    /// at 4 requests/s ask every 1.5 s each.
+    #[test]
+    fn seat_requests_need_requesters_and_a_hold_shorter_than_a_turn() {
+        let quiet = Shape {
+            seaters: 0,
+            seat_rate: 0.0,
+            listeners: 0,
+            join_rate: 0.0,
+            ..shape()
+        };
+        assert!(!quiet.requests_seats() && !quiet.changes_seats_or_members());
+        let asking = Shape {
+            seat_requesters: 2,
+            seat_request_rate: 4.0,
+            seat_hold_ms: 1_400,
+            ..quiet
+        };
+        assert!(asking.check().is_ok());
+        assert!(asking.requests_seats() && asking.changes_seats_or_members());
+        let too_long = Shape {
+            seat_hold_ms: 1_500,
+            ..asking
+        };
+        assert!(too_long.check().is_err());
+        let idle = Shape {
+            seat_request_rate: 0.0,
+            ..too_long
+        };
+        assert!(idle.check().is_ok() && !idle.requests_seats());
     }
 }
