@@ -360,6 +360,8 @@ pub struct FileConfig {
     pub seat_request_ttl_ms: Option<u64>,
     /// Seat invitations expire after this many ms.
     pub seat_invite_ttl_ms: Option<u64>,
+    /// How often the robot reconcile runs, ms.
+    pub robot_reconcile_ms: Option<u64>,
     /// Auto-create rooms on join.
     pub auto_create: Option<bool>,
     /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
@@ -566,6 +568,9 @@ pub fn shard_settings(
     }
     if let Some(v) = ms(f.seat_invite_ttl_ms) {
         s.seat_invite_ttl = v.max(Duration::from_secs(1));
+    }
+    if let Some(v) = ms(f.robot_reconcile_ms) {
+        s.robot_reconcile = v.max(Duration::from_millis(100));
     }
     if let Some(v) = f.auto_create {
         s.auto_create = v;

@@ -30,6 +30,8 @@ pub const DEFAULT_HANDOFF_RATE_PER_SEC: u32 = 50;
 pub const DEFAULT_ORPHAN_SWEEP: Duration = Duration::from_secs(60);
 /// A seated user must publish audio within this long, or the seat is freed.
 pub const DEFAULT_PUBLISH_DEADLINE: Duration = Duration::from_secs(10);
+/// How often the robot reconcile runs.
+pub const DEFAULT_ROBOT_RECONCILE: Duration = Duration::from_secs(2);
 /// A seat request or invitation expires after this long.
 pub const DEFAULT_SEAT_OFFER_TTL: Duration = Duration::from_secs(60);
 
@@ -67,6 +69,9 @@ pub struct ShardConfig {
     pub publish_deadline: Duration,
     /// A seat request expires after this long.
     pub seat_request_ttl: Duration,
+    /// How often the robot reconcile compares the robot runtimes here with the stored
+    /// configurations.
+    pub robot_reconcile: Duration,
     /// A seat invitation expires after this long.
     pub seat_invite_ttl: Duration,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
@@ -98,6 +103,7 @@ impl Default for ShardConfig {
             orphan_sweep: DEFAULT_ORPHAN_SWEEP,
             publish_deadline: DEFAULT_PUBLISH_DEADLINE,
             seat_request_ttl: DEFAULT_SEAT_OFFER_TTL,
+            robot_reconcile: DEFAULT_ROBOT_RECONCILE,
             seat_invite_ttl: DEFAULT_SEAT_OFFER_TTL,
             test_crash_after_debit: false,
             test_crash_after_settle: false,

@@ -75,6 +75,8 @@ pub(crate) struct Inner {
     ledger: Option<Ledger>,
     /// Robot room configurations.
     robots: storage::robots::RobotStore,
+    /// Rooms whose robots run here (kept by their actors, read by the robot reconcile).
+    robot_rooms: Mutex<std::collections::HashSet<RoomId>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     next_generation: AtomicU64,
@@ -141,6 +143,7 @@ impl Shard {
                 snapshots: room::snapshots::Snapshots::new(stores.snapshots),
                 ledger: stores.ledger,
                 robots: stores.robots,
+                robot_rooms: Mutex::new(std::collections::HashSet::new()),
                 tracker,
                 shutdown,
                 next_generation: AtomicU64::new(1),
@@ -157,6 +160,9 @@ impl Shard {
         me.inner
             .tracker
             .spawn(room::sweep_orphans(me.inner.clone()));
+        me.inner
+            .tracker
+            .spawn(robots::reconcile::run(me.inner.clone()));
         me
     }
 
@@ -306,6 +312,22 @@ impl Inner {
         lock(&self.rooms).keys().cloned().collect()
     }
 
+    pub(crate) fn robot_rooms_add(&self, room: &RoomId) {
+        lock(&self.robot_rooms).insert(room.clone());
+    }
+
+    pub(crate) fn robot_rooms_remove(&self, room: &RoomId) {
+        lock(&self.robot_rooms).remove(room);
+    }
+
+    pub(crate) fn robot_rooms_has(&self, room: &RoomId) -> bool {
+        lock(&self.robot_rooms).contains(room)
+    }
+
+    pub(crate) fn robot_rooms(&self) -> Vec<RoomId> {
+        lock(&self.robot_rooms).iter().cloned().collect()
+    }
+
     pub(crate) fn room_handle(&self, room: &RoomId) -> Option<RoomHandle> {
         lock(&self.rooms).get(room).cloned()
     }
@@ -358,7 +380,7 @@ impl Inner {
     }
 
     /// The shard the placement puts `room` on, when that is another one.
-    fn placed_elsewhere(&self, room: &RoomId) -> Option<NodeId> {
+    pub(crate) fn placed_elsewhere(&self, room: &RoomId) -> Option<NodeId> {
         let placement = self.placement()?;
         let owner = placement.owner(room)?;
         (*owner != self.node).then(|| owner.clone())

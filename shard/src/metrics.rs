@@ -2,6 +2,16 @@
 
 /// Rooms running on this node (gauge).
 pub const ROOMS_RUNNING: &str = "chorus_shard_rooms_running";
+/// Gauge: rooms whose robots run on this node.
+pub const ROBOT_ROOMS_RUNNING: &str = "chorus_robot_rooms_running";
+/// Counter: robot actions applied, by `kind` (join, leave, chat, seat_take, seat_leave, gift,
+/// refused).
+pub const ROBOT_ACTIONS: &str = "chorus_robot_actions_total";
+/// Counter: coins robots spent on gifts (ordered; the ledger decides).
+pub const ROBOT_GIFT_COINS: &str = "chorus_robot_gift_coins_total";
+/// Counter: robot runtimes started on this node (each follows a claim of the room's lease:
+/// on a healthy cluster, one per robot room and per change of owner).
+pub const ROBOT_STARTS: &str = "chorus_robot_runtime_starts_total";
 /// Commands applied by rooms (counter).
 pub const ROOM_COMMANDS: &str = "chorus_shard_room_commands_total";
 /// Commands refused because a room's inbox was full (counter).
@@ -68,6 +78,10 @@ pub fn describe() {
     );
     describe_gauge!(HANDOFFS, "Room handoffs by state.");
     describe_gauge!(ROOMS_RUNNING, "Rooms running on this node.");
+    describe_gauge!(ROBOT_ROOMS_RUNNING, "Rooms whose robots run on this node.");
+    describe_counter!(ROBOT_ACTIONS, "Robot actions, by kind.");
+    describe_counter!(ROBOT_GIFT_COINS, "Coins robots spent on gifts.");
+    describe_counter!(ROBOT_STARTS, "Robot runtimes started on this node.");
     describe_counter!(ROOM_COMMANDS, "Commands applied by rooms.");
     describe_counter!(
         ROOM_INBOX_FULL,

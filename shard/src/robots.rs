@@ -3,5 +3,6 @@
 //! the claim, stopped with it), so no node that does not own a room ever acts for its robots.
 
 pub mod config;
+pub(crate) mod reconcile;
 
 pub use config::{BadConfig, RobotConfig, is_robot};

@@ -8,6 +8,7 @@ mod gifts;
 pub(crate) use gifts::sweep_orphans;
 pub(crate) mod log;
 mod publish;
+mod robots;
 pub(crate) mod snapshots;
 pub mod state;
 
@@ -48,6 +49,8 @@ pub(crate) enum RoomMsg {
     Handoff(NodeId),
     /// The admin API asks what the room looks like now.
     Inspect(tokio::sync::oneshot::Sender<serde_json::Value>),
+    /// The robot reconcile's configuration for this room (`None`: stop its robots).
+    Robots(Option<Box<crate::robots::RobotConfig>>),
 }
 
 /// A cheap handle to a running room: the sending side of its inbox.
@@ -162,6 +165,7 @@ pub(crate) async fn run(
         sagas: gifts::Sagas::default(),
         closing: Vec::new(),
         opener: None,
+        robots: None,
         inner: inner.clone(),
     };
     if actor.state.is_some() {
@@ -169,9 +173,43 @@ pub(crate) async fn run(
     }
     actor.publish_left_open().await;
     actor.start_recovery(first_owner);
+    // Robots start only here, after the claim: a node that does not own the room never acts
+    // for its robots.
+    let robot_config = load_robot_config(&inner, &actor.room).await;
+    if actor.state.is_none()
+        && let Some(durable) = robot_config.as_ref().and_then(RoomActor::robot_room)
+        && actor.create(durable).await.is_ok()
+    {
+        info!(room = %actor.room, "Robot room created.");
+    }
+    if actor.state.is_some() {
+        actor.set_robots(robot_config).await;
+    }
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
     info!(room = %actor.room, fence, ?stop, "Room runtime stopped.");
+}
+
+/// The room's robot configuration, if it has a valid one.
+async fn load_robot_config(
+    inner: &Arc<Inner>,
+    room: &RoomId,
+) -> Option<crate::robots::RobotConfig> {
+    match inner.robots.get(room).await {
+        Ok(Some(bytes)) => match crate::robots::RobotConfig::parse(&bytes) {
+            Ok(c) if c.room == *room => Some(c),
+            Ok(_) => None,
+            Err(e) => {
+                warn!(%room, error = %e, "Ignoring an invalid robot configuration.");
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            warn!(%room, error = %e, "Could not read the robot configuration; the reconcile retries.");
+            None
+        }
+    }
 }
 
 /// The resume log, seeded with the fenced history previous owners wrote (cluster mode).
@@ -248,6 +286,8 @@ struct RoomActor {
     closing: Vec<uuid::Uuid>,
     /// Opens this runtime's gifts in the fenced store (cluster; started with the first gift).
     opener: Option<gifts::Opener>,
+    /// The room's robots, when its configuration enables them.
+    robots: Option<robots::Robots>,
 }
 
 impl RoomActor {
@@ -272,7 +312,8 @@ impl RoomActor {
                         | RoomMsg::GiftRecovered(_)
                         | RoomMsg::Sweep
                         | RoomMsg::Handoff(_)
-                        | RoomMsg::Inspect(_),
+                        | RoomMsg::Inspect(_)
+                        | RoomMsg::Robots(_),
                     ) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
                         self.handle(cmd).await;
@@ -289,6 +330,7 @@ impl RoomActor {
             // them from it); the timer for the next one is made afresh each turn.
             let due = self.state.as_ref().and_then(RoomState::next_deadline);
             let due_at = due.map_or(now_far(), instant_at);
+            let robot_at = self.robot_due();
             let idle_at = self.idle_since + self.inner.config.idle_unload;
             let idle = self.member_count() == 0;
             tokio::select! {
@@ -316,10 +358,14 @@ impl RoomActor {
                     Some(RoomMsg::Inspect(tx)) => {
                         let _ = tx.send(self.inspect());
                     }
+                    Some(RoomMsg::Robots(config)) => self.set_robots(config.map(|c| *c)).await,
                     None => break Stop::Shutdown,
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
                 () = sleep_until(due_at), if due.is_some() => self.tick().await,
+                () = sleep_until(robot_at.unwrap_or_else(now_far)), if robot_at.is_some() => {
+                    self.robot_tick().await;
+                }
                 () = sleep_until(idle_at), if idle => break Stop::Idle,
             }
         };
@@ -329,6 +375,7 @@ impl RoomActor {
 
     async fn stop(&mut self, stop: Stop, mut rx: mpsc::Receiver<RoomMsg>, generation: u64) {
         let handoff_started = Instant::now();
+        self.stop_robots();
         if let Stop::Handoff(_) = &stop {
             // Gifts whose saga is running finish here, so their events reach the members.
             self.finish_in_flight_gifts(&mut rx).await;
@@ -350,7 +397,8 @@ impl RoomActor {
                 RoomMsg::GatewayGone(_)
                 | RoomMsg::Sweep
                 | RoomMsg::Handoff(_)
-                | RoomMsg::Inspect(_) => {}
+                | RoomMsg::Inspect(_)
+                | RoomMsg::Robots(_) => {}
             }
         }
         // Save and release first: the new owner can claim the moment the gateways ask it.

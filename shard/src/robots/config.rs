@@ -6,9 +6,7 @@ use protocol::client::room::{DEFAULT_SEATS, MAX_SEATS, MAX_TITLE_CHARS, MIN_SEAT
 use protocol::{RoomId, UserId};
 use serde::{Deserialize, Serialize};
 
-/// The prefix every robot's user id has, and no human's may have (the gateway refuses client
-/// tokens for it): a robot can never pass as a human, nor a human as a robot.
-pub const ROBOT_PREFIX: &str = "bot:";
+pub use protocol::ids::ROBOT_PREFIX;
 /// Most robots in one room.
 pub const MAX_ROBOTS: usize = 20;
 /// Longest robot display name, in characters.
@@ -20,9 +18,10 @@ pub const MIN_EVERY_S: f64 = 0.2;
 /// Longest interval, in seconds (a day).
 pub const MAX_EVERY_S: f64 = 86_400.0;
 
-/// Whether `user` is a robot.
+/// Whether `user` is a robot (its id starts with [`ROBOT_PREFIX`], which no client token may
+/// carry: a robot never passes as a human, nor a human as a robot).
 pub fn is_robot(user: &UserId) -> bool {
-    user.as_str().starts_with(ROBOT_PREFIX)
+    user.is_robot()
 }
 
 /// One robot.

@@ -281,6 +281,14 @@ pub(crate) enum Role {
     Owner,
 }
 
+/// The gateway robots are members through: no such gateway exists (the name is not a valid
+/// node id), so nothing is ever sent to it, and it counts for no fan-out.
+pub const ROBOT_GATEWAY: &str = "@robots";
+
+fn is_robot_gateway(gw: &NodeId) -> bool {
+    gw.as_str() == ROBOT_GATEWAY
+}
+
 /// How many RTC event ids a room remembers to drop duplicates.
 const RTC_IDS_KEPT: usize = 256;
 
@@ -373,7 +381,9 @@ impl RoomState {
 
     /// Makes `at` the connection of `user`; returns the one it replaced.
     fn insert_member(&mut self, user: &UserId, at: SessionRef) -> Option<SessionRef> {
-        *self.gateways.entry(at.gateway.clone()).or_default() += 1;
+        if !is_robot_gateway(&at.gateway) {
+            *self.gateways.entry(at.gateway.clone()).or_default() += 1;
+        }
         let old = self.members.insert(user.clone(), at);
         if let Some(old) = &old {
             self.gateway_lost_member(&old.gateway);
@@ -390,6 +400,9 @@ impl RoomState {
     }
 
     fn gateway_lost_member(&mut self, gw: &NodeId) {
+        if is_robot_gateway(gw) {
+            return;
+        }
         if let Some(n) = self.gateways.get_mut(gw) {
             *n -= 1;
             if *n == 0 {
@@ -888,6 +901,27 @@ impl RoomState {
             return Err(rejected(ErrorCode::BadRequest, "too many recipients"));
         }
         Ok(out)
+    }
+
+    /// Frees the seats robots hold without being members (their runtime stopped on another
+    /// owner, or their configuration went away): cause `server`, reason `robot_left`.
+    pub fn free_absent_robot_seats(&mut self) -> Applied {
+        let mut applied = Applied::default();
+        for i in 0..self.durable.seats.len() {
+            if let Some(u) = &self.durable.seats[i].user
+                && u.is_robot()
+                && !self.members.contains_key(u)
+            {
+                self.free_seat(
+                    &mut applied,
+                    i,
+                    None,
+                    seats::Cause::Server,
+                    Some("robot_left"),
+                );
+            }
+        }
+        applied
     }
 
     /// Appends an externally decided sequenced event (a settled gift), assigning its seq.

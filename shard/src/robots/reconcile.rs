@@ -1,0 +1,71 @@
+//! The robot reconcile: on every shard, at a fixed interval, make the robot runtimes here match
+//! the stored configurations. An enabled robot room placed on this shard and not running is
+//! loaded (its actor claims the lease, then starts the robots); a running one whose
+//! configuration changed gets it; one whose configuration was disabled or deleted, or that is
+//! placed elsewhere now, has its robots stopped. Runtimes start nowhere else than in their
+//! room's actor after the claim, so a reconcile on a node that does not own a room can never
+//! act for its robots: at worst its load finds the lease held and stops.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use protocol::RoomId;
+use tracing::warn;
+
+use super::RobotConfig;
+use crate::Inner;
+use crate::room::RoomMsg;
+
+/// Runs the reconcile until the node shuts down.
+pub(crate) async fn run(inner: Arc<Inner>) {
+    // What each running room was last sent, so an unchanged configuration costs no message.
+    let mut sent: HashMap<RoomId, Vec<u8>> = HashMap::new();
+    loop {
+        tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            () = tokio::time::sleep(inner.config.robot_reconcile) => {}
+        }
+        let configs = match inner.robots.list().await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "Could not list the robot configurations.");
+                continue;
+            }
+        };
+        let mut wanted: HashSet<RoomId> = HashSet::new();
+        for (room, bytes) in configs {
+            let Ok(config) = RobotConfig::parse(&bytes) else {
+                continue;
+            };
+            if !config.enabled || config.room != room || inner.placed_elsewhere(&room).is_some() {
+                continue;
+            }
+            wanted.insert(room.clone());
+            match inner.room_handle(&room) {
+                // Running without robots, or with another configuration: hand it over.
+                Some(h) if !inner.robot_rooms_has(&room) || sent.get(&room) != Some(&bytes) => {
+                    if h.tx
+                        .try_send(RoomMsg::Robots(Some(Box::new(config))))
+                        .is_ok()
+                    {
+                        sent.insert(room, bytes);
+                    }
+                }
+                Some(_) => {}
+                // Not running: its load reads the configuration after the claim.
+                None => {
+                    inner.load_room(&room);
+                    sent.insert(room, bytes);
+                }
+            }
+        }
+        for room in inner.robot_rooms() {
+            if !wanted.contains(&room)
+                && let Some(h) = inner.room_handle(&room)
+            {
+                let _ = h.tx.try_send(RoomMsg::Robots(None));
+            }
+        }
+        sent.retain(|room, _| wanted.contains(room));
+    }
+}

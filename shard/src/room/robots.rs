@@ -1,0 +1,368 @@
+//! The robots of one room, run by the room's actor on the lease owner: started after the
+//! claim (or when the reconcile hands the actor a configuration), stopped with the actor or
+//! when the configuration is disabled. Every robot action goes through the room's rules like a
+//! member's, and every robot gift through the ledger's saga.
+
+use std::time::Duration;
+
+use protocol::client::{
+    ChatSend, GiftSend, GiftTargets, MicPublishing, RoomOp, SeatLeave, SeatTake,
+};
+use protocol::link::{Command, LeaveReason, RoomCmd};
+use protocol::{NodeId, UserId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::state::{Durable, ROBOT_GATEWAY, SessionRef};
+use super::{RoomActor, now_ms};
+use crate::metrics as m;
+use crate::robots::RobotConfig;
+
+/// How often a room whose robots fill it only below a member count looks at that count.
+const PRESENCE_CHECK: Duration = Duration::from_secs(1);
+
+/// When each robot acts next, per kind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Timers {
+    chat: Option<Instant>,
+    seat: Option<Instant>,
+    gift: Option<Instant>,
+}
+
+/// A room's running robots.
+#[derive(Debug)]
+pub(super) struct Robots {
+    config: RobotConfig,
+    timers: Vec<Timers>,
+    /// Coins each robot spent on gifts under this runtime (its wallet is the hard bound).
+    spent: Vec<i64>,
+    rng: StdRng,
+}
+
+impl Robots {
+    fn new(config: RobotConfig, now: Instant) -> Self {
+        let n = config.robots.len();
+        let mut me = Self {
+            config,
+            timers: vec![Timers::default(); n],
+            spent: vec![0; n],
+            rng: StdRng::from_os_rng(),
+        };
+        for i in 0..n {
+            let chat = me.config.chat.as_ref().map(|c| c.every_s);
+            let seat = me.config.seat.as_ref().map(|s| s.every_s);
+            let gift = me.config.gift.as_ref().map(|g| g.every_s);
+            me.timers[i] = Timers {
+                chat: chat.map(|s| now + me.jittered(s)),
+                seat: seat.map(|s| now + me.jittered(s)),
+                gift: gift.map(|s| now + me.jittered(s)),
+            };
+        }
+        me
+    }
+
+    /// `mean_s` seconds, drawn within ± the configured jitter.
+    fn jittered(&mut self, mean_s: f64) -> Duration {
+        let j = self.config.jitter;
+        let f = if j > 0.0 {
+            self.rng.random_range(1.0 - j..=1.0 + j)
+        } else {
+            1.0
+        };
+        Duration::from_secs_f64((mean_s * f).max(0.0))
+    }
+
+    /// When the actor should next call [`RoomActor::robot_tick`].
+    pub(super) fn next_due(&self, now: Instant) -> Instant {
+        let due = self
+            .timers
+            .iter()
+            .flat_map(|t| [t.chat, t.seat, t.gift])
+            .flatten()
+            .min();
+        let check = self.config.fill_below.map(|_| now + PRESENCE_CHECK);
+        match (due, check) {
+            (Some(d), Some(c)) => d.min(c),
+            (Some(d), None) => d,
+            (None, Some(c)) => c,
+            (None, None) => now + Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Robot `i`'s connection: on the robot gateway, which nothing is ever sent to.
+fn robot_at(i: usize) -> SessionRef {
+    SessionRef {
+        gateway: NodeId::from(ROBOT_GATEWAY),
+        session: i as u64 + 1,
+    }
+}
+
+fn action(kind: &'static str) {
+    metrics::counter!(m::ROBOT_ACTIONS, "kind" => kind).increment(1);
+}
+
+impl RoomActor {
+    /// The durable state a robot room starts with when it does not exist and its enabled
+    /// configuration creates it: owned by its first robot.
+    pub(super) fn robot_room(config: &RobotConfig) -> Option<Durable> {
+        let owner = config.robots.first()?;
+        if !(config.enabled && config.create) {
+            return None;
+        }
+        Durable::new(owner.id.clone(), config.title.clone(), config.seats, None).ok()
+    }
+
+    /// Starts, changes or stops this room's robots to match `config` (`None` or disabled:
+    /// stop, the robots leave).
+    pub(super) async fn set_robots(&mut self, config: Option<RobotConfig>) {
+        let config = config.filter(|c| c.enabled);
+        match (config, self.robots.is_some()) {
+            (Some(c), running) => {
+                if self.robots.as_ref().is_some_and(|r| r.config == c) {
+                    return;
+                }
+                if !running {
+                    metrics::gauge!(m::ROBOT_ROOMS_RUNNING).increment(1.0);
+                    metrics::counter!(m::ROBOT_STARTS).increment(1);
+                    self.inner.robot_rooms_add(&self.room);
+                    info!(room = %self.room, fence = self.fence, robots = c.robots.len(), "Robots started.");
+                }
+                // Robots a new configuration drops leave.
+                if let Some(old) = self.robots.take() {
+                    for (i, r) in old.config.robots.iter().enumerate() {
+                        if !c.has(&r.id) {
+                            self.robot_leave(&r.id, i).await;
+                        }
+                    }
+                }
+                self.robots = Some(Robots::new(c, Instant::now()));
+                self.robot_tick().await;
+            }
+            (None, true) => {
+                if let Some(old) = self.robots.take() {
+                    for (i, r) in old.config.robots.iter().enumerate() {
+                        self.robot_leave(&r.id, i).await;
+                    }
+                }
+                self.stop_robots();
+                info!(room = %self.room, "Robots stopped.");
+            }
+            (None, false) => {
+                // Seats robots still hold from an earlier owner's runtime go free.
+                if let Some(state) = self.state.as_mut() {
+                    let applied = state.free_absent_robot_seats();
+                    let _ = self.publish(applied, None).await;
+                }
+            }
+        }
+    }
+
+    /// Forgets the robots without a word (the runtime stops: robots are volatile members, as
+    /// the humans are, and the next owner starts them again).
+    pub(super) fn stop_robots(&mut self) {
+        if self.robots.take().is_some() || self.inner.robot_rooms_has(&self.room) {
+            metrics::gauge!(m::ROBOT_ROOMS_RUNNING).decrement(1.0);
+            self.inner.robot_rooms_remove(&self.room);
+        }
+    }
+
+    async fn robot_leave(&mut self, id: &UserId, i: usize) {
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        if let Ok(applied) = state.leave(id, &robot_at(i), LeaveReason::Left.as_str()) {
+            action("leave");
+            let _ = self.publish(applied, None).await;
+        }
+    }
+
+    /// When the actor should next run [`RoomActor::robot_tick`].
+    pub(super) fn robot_due(&self) -> Option<Instant> {
+        self.robots.as_ref().map(|r| r.next_due(Instant::now()))
+    }
+
+    /// Brings robots in or out (by the room's human count when they only fill it), then runs
+    /// every robot action that is due.
+    pub(super) async fn robot_tick(&mut self) {
+        let Some(mut robots) = self.robots.take() else {
+            return;
+        };
+        self.robots_present(&robots).await;
+        let now = Instant::now();
+        let n = robots.config.robots.len();
+        for i in 0..n {
+            let id = robots.config.robots[i].id.clone();
+            if self.state.as_ref().and_then(|s| s.member(&id)).is_none() {
+                continue;
+            }
+            let t = robots.timers[i];
+            if t.chat.is_some_and(|d| d <= now) {
+                self.robot_chat(&mut robots, i, &id).await;
+            }
+            if t.seat.is_some_and(|d| d <= now) {
+                self.robot_seat(&mut robots, i, &id).await;
+            }
+            if t.gift.is_some_and(|d| d <= now) {
+                self.robot_gift(&mut robots, i, &id).await;
+            }
+        }
+        // The runtime may have stopped meanwhile (a write fenced): then the robots stay off.
+        if !self.lease.is_cancelled() {
+            self.robots = Some(robots);
+        }
+    }
+
+    /// Robots join while they are wanted (the room is open, and below `fill_below` humans when
+    /// set) and leave when they are not.
+    async fn robots_present(&mut self, robots: &Robots) {
+        let Some(state) = self.state.as_ref() else {
+            return;
+        };
+        let humans = state.members().filter(|(u, _)| !u.is_robot()).count();
+        let wanted =
+            !state.durable().closed && robots.config.fill_below.is_none_or(|n| humans < n as usize);
+        let now = now_ms();
+        for (i, r) in robots.config.robots.iter().enumerate() {
+            let Some(state) = self.state.as_mut() else {
+                return;
+            };
+            let present = state.member(&r.id).is_some();
+            if wanted && !present {
+                if state
+                    .durable()
+                    .bans
+                    .get(&r.id)
+                    .is_some_and(|b| b.holds(now))
+                {
+                    continue;
+                }
+                let joined = state.rejoin(&r.id, robot_at(i));
+                action("join");
+                let _ = self.publish(joined.applied, None).await;
+            } else if !wanted && present {
+                self.robot_leave(&r.id, i).await;
+            }
+        }
+    }
+
+    /// Applies `op` for robot `id`; whether the room's rules took it.
+    async fn robot_op(&mut self, id: &UserId, i: usize, op: RoomOp, kind: &'static str) -> bool {
+        let Some(state) = self.state.as_mut() else {
+            return false;
+        };
+        match state.apply(id, &robot_at(i), &op, now_ms()) {
+            Ok(out) => {
+                action(kind);
+                self.publish(out.applied, None).await.is_ok()
+            }
+            Err(r) => {
+                debug!(room = %self.room, robot = %id, op = op.name(), code = %r.code, "Robot action refused.");
+                action("refused");
+                false
+            }
+        }
+    }
+
+    async fn robot_chat(&mut self, robots: &mut Robots, i: usize, id: &UserId) {
+        let Some(chat) = robots.config.chat.clone() else {
+            return;
+        };
+        let k = robots.rng.random_range(0..chat.phrases.len());
+        let text = chat.phrases[k].clone();
+        let op = RoomOp::Chat(ChatSend {
+            room: self.room.clone(),
+            text,
+        });
+        self.robot_op(id, i, op, "chat").await;
+        robots.timers[i].chat = Some(Instant::now() + robots.jittered(chat.every_s));
+    }
+
+    async fn robot_seat(&mut self, robots: &mut Robots, i: usize, id: &UserId) {
+        let Some(seat) = robots.config.seat.clone() else {
+            return;
+        };
+        let seated = self.state.as_ref().and_then(|s| s.seat_of(id)).is_some();
+        let room = self.room.clone();
+        let next = if seated {
+            self.robot_op(id, i, RoomOp::SeatLeave(SeatLeave { room }), "seat_leave")
+                .await;
+            seat.every_s
+        } else {
+            let take = RoomOp::SeatTake(SeatTake {
+                room: room.clone(),
+                seat: None,
+            });
+            if self.robot_op(id, i, take, "seat_take").await {
+                // A robot's audio is the operator's business: it counts as published.
+                let on = RoomOp::MicPublishing(MicPublishing { room, on: true });
+                self.robot_op(id, i, on, "mic").await;
+                seat.stay_s
+            } else {
+                seat.every_s
+            }
+        };
+        robots.timers[i].seat = Some(Instant::now() + robots.jittered(next));
+    }
+
+    async fn robot_gift(&mut self, robots: &mut Robots, i: usize, id: &UserId) {
+        let Some(gift) = robots.config.gift.clone() else {
+            return;
+        };
+        robots.timers[i].gift = Some(Instant::now() + robots.jittered(gift.every_s));
+        let Some(price) = self.inner.config.catalog.get(&gift.gift).map(|d| d.price) else {
+            return;
+        };
+        let cost = price.saturating_mul(i64::from(gift.count));
+        if robots.spent[i].saturating_add(cost) > gift.budget {
+            robots.timers[i].gift = None;
+            return;
+        }
+        // To a human: a seated one when there is one, else any.
+        let Some(state) = self.state.as_ref() else {
+            return;
+        };
+        let seated: Vec<UserId> = state
+            .durable()
+            .seats
+            .iter()
+            .filter_map(|s| s.user.clone())
+            .filter(|u| !u.is_robot())
+            .collect();
+        let pool = if seated.is_empty() {
+            state
+                .members()
+                .map(|(u, _)| u.clone())
+                .filter(|u| !u.is_robot())
+                .collect()
+        } else {
+            seated
+        };
+        if pool.is_empty() {
+            return;
+        }
+        let to = pool[robots.rng.random_range(0..pool.len())].clone();
+        robots.spent[i] += cost;
+        action("gift");
+        metrics::counter!(m::ROBOT_GIFT_COINS).increment(cost.unsigned_abs());
+        let at = robot_at(i);
+        let cmd = Command {
+            req: 0,
+            gateway: at.gateway.clone(),
+            session: at.session,
+            user: id.clone(),
+            client_id: None,
+            room: self.room.clone(),
+            cmd: RoomCmd::Op(RoomOp::Gift(GiftSend {
+                room: self.room.clone(),
+                req_id: format!("robot-{}", uuid::Uuid::new_v4()),
+                gift: gift.gift.clone(),
+                count: gift.count,
+                to: GiftTargets::Users(vec![to]),
+            })),
+        };
+        self.take_gift(Box::new(cmd), &at).await;
+    }
+}
