@@ -212,3 +212,69 @@ async fn a_dead_owners_saga_is_settled_by_another_shard_when_nobody_rejoins() {
     let (new_owner, _) = cluster.room_owner(room.as_str()).await.unwrap().unwrap();
     assert_eq!(new_owner, survivor.id);
 }
+
+/// A robot's gift, cut by a crash between its debit and its settle, is settled once by the
+/// next runtime's recovery; the robot's budget, counted before the order, is not spent again.
+#[tokio::test]
+async fn a_robot_gift_cut_by_a_crash_is_settled_once_and_its_budget_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("chorus.toml");
+    std::fs::write(&conf, "robot_reconcile_ms = 200\n").unwrap();
+    let conf = conf.display().to_string();
+    let room = RoomId::from("robogift");
+    let env = [("CHORUS_CONFIG", conf.as_str())];
+    let mut node = standalone_with(dir.path(), true, &env).await;
+    let admin = node.admin;
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    let r = kit::admin::grant(admin, Some(ADMIN), "bot:giver", 100, "fund")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let mut b = node.connect("bob").await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    // One rose of budget: exactly one gift, ever.
+    let config = json!({
+        "room": "robogift",
+        "create": false,
+        "robots": [{"id": "bot:giver"}],
+        "gift": {"every_s": 0.2, "gift": "rose", "budget": 10},
+    });
+    let store = storage::robots::RobotStore::sqlite(dir.path())
+        .await
+        .unwrap();
+    store
+        .put(&room, config.to_string().into_bytes())
+        .await
+        .unwrap();
+    let status = node.node.wait_exit(Duration::from_secs(10)).await.unwrap();
+    assert!(status.is_some(), "the node did not crash mid-gift");
+
+    let node = standalone_with(dir.path(), false, &env).await;
+    let admin = node.admin;
+    wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
+    // Bob comes back; the room's load recovers the robot's saga, and its robot runs again.
+    let mut b = node.connect("bob").await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    wait_bob_credited(
+        admin,
+        ADMIN,
+        Duration::from_secs(10),
+        "the robot's gift was not settled",
+    )
+    .await;
+    // The robot is back in the room (it may have come before Bob).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.join(&room, false, None).await.unwrap()["snapshot"]["robots"] != 1 {
+        assert!(Instant::now() < deadline, "the robot did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Longer than several gift intervals: no second gift.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        wallet(admin, ADMIN, "bot:giver").await["balance"],
+        90,
+        "debited once"
+    );
+    assert_eq!(wallet(admin, ADMIN, "bob").await["earnings"], 5);
+    assert_conserved(admin, ADMIN).await;
+}

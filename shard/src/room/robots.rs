@@ -36,8 +36,6 @@ struct Timers {
 pub(super) struct Robots {
     config: RobotConfig,
     timers: Vec<Timers>,
-    /// Coins each robot spent on gifts under this runtime (its wallet is the hard bound).
-    spent: Vec<i64>,
     rng: StdRng,
 }
 
@@ -47,7 +45,6 @@ impl Robots {
         let mut me = Self {
             config,
             timers: vec![Timers::default(); n],
-            spent: vec![0; n],
             rng: StdRng::from_os_rng(),
         };
         for i in 0..n {
@@ -316,14 +313,15 @@ impl RoomActor {
             return;
         };
         let cost = price.saturating_mul(i64::from(gift.count));
-        if robots.spent[i].saturating_add(cost) > gift.budget {
+        let Some(state) = self.state.as_ref() else {
+            return;
+        };
+        let spent = state.durable().robot_spent.get(id).copied().unwrap_or(0);
+        if spent.saturating_add(cost) > gift.budget {
             robots.timers[i].gift = None;
             return;
         }
         // To a human: a seated one when there is one, else any.
-        let Some(state) = self.state.as_ref() else {
-            return;
-        };
         let seated: Vec<UserId> = state
             .durable()
             .seats
@@ -344,7 +342,15 @@ impl RoomActor {
             return;
         }
         let to = pool[robots.rng.random_range(0..pool.len())].clone();
-        robots.spent[i] += cost;
+        // The budget is counted (and stored) before the order: a runtime that stops now never
+        // lets the next one spend it again.
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let applied = state.robot_spend(id, cost);
+        if self.publish(applied, None).await.is_err() {
+            return;
+        }
         action("gift");
         metrics::counter!(m::ROBOT_GIFT_COINS).increment(cost.unsigned_abs());
         let at = robot_at(i);

@@ -903,6 +903,14 @@ impl RoomState {
         Ok(out)
     }
 
+    /// Counts `coins` against robot `user`'s gift budget (durable, so a new owner's robots
+    /// do not spend it again).
+    pub fn robot_spend(&mut self, user: &UserId, coins: i64) -> Applied {
+        let spent = self.durable.robot_spent.entry(user.clone()).or_default();
+        *spent = spent.saturating_add(coins);
+        Applied::changed()
+    }
+
     /// Frees the seats robots hold without being members (their runtime stopped on another
     /// owner, or their configuration went away): cause `server`, reason `robot_left`.
     pub fn free_absent_robot_seats(&mut self) -> Applied {

@@ -170,6 +170,9 @@ pub struct Durable {
     /// The last RTC report per user.
     #[serde(default)]
     pub rtc: BTreeMap<UserId, RtcSeen>,
+    /// Coins each robot has ordered in gifts here, over the room's life (its budget's count).
+    #[serde(default)]
+    pub robot_spent: BTreeMap<UserId, i64>,
 }
 
 impl Durable {
@@ -205,6 +208,7 @@ impl Durable {
             bans: BTreeMap::new(),
             audit: VecDeque::new(),
             rtc: BTreeMap::new(),
+            robot_spent: BTreeMap::new(),
         })
     }
 
