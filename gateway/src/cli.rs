@@ -330,6 +330,8 @@ pub struct FileConfig {
     pub max_conns_per_user: Option<usize>,
     /// Longest lifetime of a client token, in seconds.
     pub max_token_lifetime_s: Option<u64>,
+    /// Leave robots out of leaderboards.
+    pub ranks_without_robots: Option<bool>,
     /// Token bucket rate.
     pub rate_per_sec: Option<u32>,
     /// Token bucket size.
@@ -520,6 +522,9 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     }
     if let Some(v) = f.max_conns_per_user {
         g.max_conns_per_user = v.max(1);
+    }
+    if let Some(v) = f.ranks_without_robots {
+        g.ranks_without_robots = v;
     }
     if let Some(v) = f.max_token_lifetime_s {
         g.max_token_lifetime = Duration::from_secs(v.max(1));

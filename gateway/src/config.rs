@@ -82,6 +82,8 @@ pub struct GatewayConfig {
     pub max_conns_per_user: usize,
     /// Longest lifetime a client token may have.
     pub max_token_lifetime: Duration,
+    /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
+    pub ranks_without_robots: bool,
     /// HMAC-SHA256 key of `POST /rtc/webhook` on the admin port; `None`: that endpoint answers
     /// 503.
     pub rtc_webhook_secret: Option<String>,
@@ -110,6 +112,7 @@ impl Default for GatewayConfig {
             admit_per_sec: DEFAULT_ADMIT_PER_SEC,
             admit_burst: DEFAULT_ADMIT_BURST,
             max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
+            ranks_without_robots: false,
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
             rtc_webhook_secret: None,
             livekit_api_key: None,

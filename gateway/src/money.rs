@@ -24,6 +24,8 @@ pub struct Money {
     pub ledger: Option<Ledger>,
     /// The gift catalog.
     pub catalog: Arc<Catalog>,
+    /// Leave robots out of `rank.get` (otherwise they are listed, marked `robot: true`).
+    pub ranks_without_robots: bool,
 }
 
 impl Money {
@@ -32,6 +34,7 @@ impl Money {
         Self {
             ledger: None,
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
+            ranks_without_robots: false,
         }
     }
 }
@@ -102,13 +105,16 @@ impl Money {
                     )
                 }
             },
-            Op::RankGet(r) => rank(ledger, id, &r).await,
+            Op::RankGet(r) => rank(ledger, id, &r, self.ranks_without_robots).await,
             _ => client::encode_err(Some(id), ErrorCode::Internal, "internal error"),
         }
     }
 }
 
-async fn rank(ledger: &Ledger, id: u64, r: &RankGet) -> Bytes {
+/// Most robots a room's board may hold above the entries asked for, when robots are left out.
+const ROBOT_ROWS_SKIPPED: usize = 20;
+
+async fn rank(ledger: &Ledger, id: u64, r: &RankGet, without_robots: bool) -> Bytes {
     let (Some(board), Some(period)) = (parse_board(&r.board), parse_period(&r.period)) else {
         return client::encode_err(
             Some(id),
@@ -118,10 +124,17 @@ async fn rank(ledger: &Ledger, id: u64, r: &RankGet) -> Bytes {
     };
     let room: &RoomId = &r.room;
     let limit = r.limit.clamp(1, MAX_RANK_LIMIT) as usize;
-    match ledger.leaderboard(room, board, period, limit).await {
+    let rows = if without_robots {
+        limit + ROBOT_ROWS_SKIPPED
+    } else {
+        limit
+    };
+    match ledger.leaderboard(room, board, period, rows).await {
         Ok(rows) => {
             let entries: Vec<RankEntry> = rows
                 .into_iter()
+                .filter(|(user, _)| !(without_robots && user.is_robot()))
+                .take(limit)
                 .map(|(user, score)| RankEntry {
                     robot: user.is_robot(),
                     user,

@@ -183,6 +183,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         Money {
             ledger: open_ledger(cfg.ledger.as_ref()).await?,
             catalog: cfg.catalog.clone(),
+            ranks_without_robots: cfg.gateway.ranks_without_robots,
         },
     );
     let membership = Membership::new(&redis);

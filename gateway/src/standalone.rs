@@ -103,6 +103,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         Money {
             ledger: Some(ledger),
             catalog: cfg.shard.catalog.clone(),
+            ranks_without_robots: cfg.gateway.ranks_without_robots,
         },
     );
     tracker.spawn(core.clone().link_reader(rx));

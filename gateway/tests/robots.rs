@@ -24,8 +24,13 @@ const ADMIN: &str = "robots-admin";
 const WAIT: Duration = Duration::from_secs(5);
 
 async fn start() -> Server {
+    start_with(false).await
+}
+
+async fn start_with(ranks_without_robots: bool) -> Server {
     let gateway = GatewayConfig {
         drain_window: Duration::from_millis(100),
+        ranks_without_robots,
         ..GatewayConfig::default()
     };
     let shard = ShardConfig {
@@ -161,7 +166,18 @@ async fn robots_fill_a_human_room_only_below_its_threshold() {
 
 #[tokio::test]
 async fn robot_gifts_go_through_the_ledger_within_their_budget() {
-    let s = start().await;
+    robot_gifts(false).await;
+}
+
+#[tokio::test]
+async fn robots_can_be_left_out_of_leaderboards() {
+    robot_gifts(true).await;
+}
+
+/// A funded robot gifts the host until its budget is spent; the senders' board lists it marked
+/// as a robot, or leaves it out (`ranks_without_robots`).
+async fn robot_gifts(ranks_without_robots: bool) {
+    let s = start_with(ranks_without_robots).await;
     let grant = kit::admin::grant(s.admin, Some(ADMIN), "bot:rich", 100, "fund-1")
         .await
         .unwrap();
