@@ -72,6 +72,12 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
         (Some(100), Some(false))
     );
     assert_eq!(s.grant("alice", 50, "k2").await["balance"], 150);
+    // A key reused for another amount is a conflict, and credits nothing.
+    let reused = kit::admin::grant(s.admin, Some(ADMIN), "alice", 999, "k1")
+        .await
+        .unwrap();
+    assert_eq!(reused.status, 409, "{}", reused.body);
+    assert_eq!(reused.json()["balance"], 150);
     let refused = kit::admin::call(
         s.admin,
         "POST",

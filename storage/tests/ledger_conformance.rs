@@ -252,9 +252,13 @@ async fn grants_are_idempotent_by_key(f: Fixture) {
     let g = f.ledger.grant(&u, 50, "k1").await.unwrap();
     assert!(g.applied);
     assert_eq!(g.balance, 50);
+    assert_eq!(g.amount, 50);
     let again = f.ledger.grant(&u, 50, "k1").await.unwrap();
     assert!(!again.applied);
     assert_eq!(again.balance, 50);
+    // The key's first amount comes back, so a reuse for another amount can be told apart.
+    let reused = f.ledger.grant(&u, 70, "k1").await.unwrap();
+    assert_eq!((reused.applied, reused.amount, reused.balance), (false, 50, 50));
     let other = f.ledger.grant(&u, 5, "k2").await.unwrap();
     assert_eq!(other.balance, 55);
     assert_eq!(f.ledger.balance(&u).await.unwrap(), 55);

@@ -36,6 +36,14 @@ pub(super) async fn grant(money: &Money, user: &str, body: &Bytes) -> Resp {
         );
     }
     match ledger.grant(&UserId::from(user), g.amount, &g.key).await {
+        Ok(out) if !out.applied && out.amount != g.amount => json_resp(
+            // The key names another grant: a reuse, not a retry (nothing was credited).
+            StatusCode::CONFLICT,
+            &json!({
+                "error": format!("key already used for a grant of {} coins", out.amount),
+                "balance": out.balance,
+            }),
+        ),
         Ok(out) => {
             info!(user, amount = g.amount, key = %g.key, applied = out.applied, "Admin grant.");
             json_resp(

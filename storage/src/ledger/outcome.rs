@@ -13,6 +13,9 @@ pub struct GrantOutcome {
     pub balance: i64,
     /// False when the key had been used already (nothing was credited this time).
     pub applied: bool,
+    /// The coins credited under the key: this call's amount, or the first call's when the key
+    /// had been used (a different amount means the key was reused for another grant).
+    pub amount: i64,
 }
 
 /// Where a gift saga stands.

@@ -65,8 +65,8 @@ use tracing::info;
 use uuid::Uuid;
 
 use self::rows::{
-    add_coins, claim_of, coins, ensure_fence, entry_kind, house, insert_entry, load_saga,
-    sagas_listed,
+    add_coins, claim_of, coins, ensure_fence, entry_amount, entry_kind, house, insert_entry,
+    load_saga, sagas_listed,
 };
 use self::saga::{tx_begin, tx_debit, tx_send, tx_settle, tx_void};
 use self::schema::{
@@ -278,6 +278,7 @@ impl SqliteLedger {
                 return Ok(GrantOutcome {
                     balance: coins(c, user.as_str())?,
                     applied: false,
+                    amount: entry_amount(c, user.as_str(), entry_id)?,
                 });
             }
             let balance = add_coins(c, user.as_str(), amount)?;
@@ -292,6 +293,7 @@ impl SqliteLedger {
             Ok(GrantOutcome {
                 balance,
                 applied: true,
+                amount,
             })
         })
         .await

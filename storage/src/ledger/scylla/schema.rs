@@ -74,6 +74,7 @@ pub(super) struct Statements {
     pub(super) owner_read: PreparedStatement,
     pub(super) wallet_head: PreparedStatement,
     pub(super) wallet_entry: PreparedStatement,
+    pub(super) wallet_entry_amount: PreparedStatement,
     pub(super) wallet_change: Batch,
     pub(super) saga_insert: PreparedStatement,
     pub(super) saga_read: PreparedStatement,
@@ -165,6 +166,12 @@ pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statement
         wallet_entry: serial(
             prep(format!(
                 "SELECT kind, balance_after FROM {ks}.wallet WHERE account_id = ? AND entry_id = ?"
+            ))
+            .await?,
+        ),
+        wallet_entry_amount: serial(
+            prep(format!(
+                "SELECT amount FROM {ks}.wallet WHERE account_id = ? AND entry_id = ?"
             ))
             .await?,
         ),

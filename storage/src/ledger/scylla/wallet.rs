@@ -44,6 +44,14 @@ impl ScyllaLedger {
         }
     }
 
+    /// The amount of one wallet entry (0 when there is none).
+    pub(super) async fn read_entry_amount(&self, account: &str, entry_id: Uuid) -> Result<i64> {
+        let rows: Vec<(Option<i64>,)> = self
+            .rows(&self.st.wallet_entry_amount, (account, entry_id))
+            .await?;
+        Ok(rows.into_iter().next().and_then(|r| r.0).unwrap_or(0))
+    }
+
     pub(in crate::ledger) async fn read_head(&self, account: &str) -> Result<(i64, Option<i64>)> {
         let rows: Vec<(Option<i64>, Option<i64>)> =
             self.rows(&self.st.wallet_head, (account,)).await?;
@@ -196,6 +204,12 @@ impl ScyllaLedger {
             Applied::Held { ours, .. } => Ok(GrantOutcome {
                 balance: self.read_head(user.as_str()).await?.0,
                 applied: ours,
+                amount: if ours {
+                    amount
+                } else {
+                    self.read_entry_amount(user.as_str(), grant_entry_id(key))
+                        .await?
+                },
             }),
             Applied::Insufficient { .. } => {
                 Err(StorageError::corrupt_msg("a credit cannot overdraw"))

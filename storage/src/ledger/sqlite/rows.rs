@@ -137,6 +137,17 @@ pub(super) fn entry_kind(c: &Connection, user: &str, entry_id: Uuid) -> Result<O
     kind.as_deref().map(EntryKind::parse).transpose()
 }
 
+/// The amount of entry `entry_id` of `user` (0 when there is none).
+pub(super) fn entry_amount(c: &Connection, user: &str, entry_id: Uuid) -> Result<i64> {
+    let amount: Option<i64> = c
+        .prepare_cached("SELECT amount FROM entry WHERE user = ?1 AND entry_id = ?2")
+        .map_err(db)?
+        .query_row(params![user, entry_id.as_bytes().as_slice()], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    Ok(amount.unwrap_or(0))
+}
+
 pub(super) fn insert_entry(
     c: &Connection,
     user: &str,

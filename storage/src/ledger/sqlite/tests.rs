@@ -347,7 +347,8 @@ async fn answers_and_reads_wait_for_the_wal_sync() {
         grant.await.unwrap().unwrap(),
         GrantOutcome {
             balance: 12,
-            applied: true
+            applied: true,
+            amount: 12,
         }
     );
     assert_eq!(read.await.unwrap().unwrap(), 12);
