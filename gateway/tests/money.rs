@@ -274,6 +274,29 @@ async fn batch_gifts_to_the_seated_and_bad_gift_requests() {
         ),
         ErrorCode::BadRequest
     );
+    // A retry of the "seats" gift after the seats changed is still a retry: the same order.
+    seated[2]
+        .request("seat.leave", json!({"room": room}))
+        .await
+        .unwrap();
+    let mut again = gift(&room, "batch-1", "heart", json!("seats"));
+    again["count"] = json!(2);
+    assert_eq!(h.request("gift.send", again).await.unwrap(), ok);
+    // The same req_id for another gift, count, recipients or room is a conflict, not a retry:
+    // nothing is debited.
+    let mut other_count = gift(&room, "batch-1", "heart", json!("seats"));
+    other_count["count"] = json!(3);
+    for reused in [
+        other_count,
+        gift(&room, "batch-1", "rose", json!("seats")),
+        gift(&room, "batch-1", "heart", json!(["s1"])),
+    ] {
+        assert_eq!(
+            code(h.request("gift.send", reused).await),
+            ErrorCode::IdempotencyConflict
+        );
+    }
+    assert_eq!(s.wallet("host").await["balance"], 1000 - 50 * 2 * 3);
     let mut poor = s.connect("poor").await;
     poor.join(&room, false, None).await.unwrap();
     assert_eq!(

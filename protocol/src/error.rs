@@ -48,6 +48,9 @@ pub enum ErrorCode {
     Banned,
     /// The sender is muted in the room's chat (the message says until when).
     ChatMuted,
+    /// The request id was used before for another request (another gift, count, recipients
+    /// or room): a reuse, not a retry; nothing was done. Send with a new id.
+    IdempotencyConflict,
     /// The sender's balance does not cover the gift.
     InsufficientFunds,
     /// The gift order was cancelled before any coin moved (recovery voided it); send again
@@ -85,6 +88,7 @@ impl ErrorCode {
             Self::RoomClosed => "ROOM_CLOSED",
             Self::Banned => "BANNED",
             Self::ChatMuted => "CHAT_MUTED",
+            Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
             Self::GiftVoided => "GIFT_VOIDED",
             Self::RateLimited => "RATE_LIMITED",

@@ -61,6 +61,7 @@ impl Fixture {
             share_bp: 5_000,
             lucky: None,
             created_ms: now_ms(),
+            request: 0,
         }
     }
 }
@@ -180,7 +181,8 @@ async fn same_request_debits_once(f: Fixture) {
     let host = f.user("h");
     let room = f.room("r");
     f.ledger.grant(&sender, 100, "seed").await.unwrap();
-    let order = f.order(&sender, "req-1", &room, 30, std::slice::from_ref(&host));
+    let mut order = f.order(&sender, "req-1", &room, 30, std::slice::from_ref(&host));
+    order.request = 0x5eed;
     let first = f.ledger.send_gift(&order, 1).await.unwrap();
     let GiftOutcome::Settled { order_id, balance } = first else {
         panic!("first send: {first:?}");
@@ -196,6 +198,10 @@ async fn same_request_debits_once(f: Fixture) {
         f.ledger.wallet_entry(&host, order.gift_id).await.unwrap(),
         None
     );
+    // The request's fingerprint is stored with the order: a reuse of the request id for
+    // another request can be told from a retry.
+    let stored = f.ledger.saga(order.gift_id).await.unwrap().unwrap();
+    assert_eq!(stored.order.request, 0x5eed);
     let again = f.ledger.send_gift(&order, 1).await.unwrap();
     assert_eq!(
         again,
@@ -258,7 +264,10 @@ async fn grants_are_idempotent_by_key(f: Fixture) {
     assert_eq!(again.balance, 50);
     // The key's first amount comes back, so a reuse for another amount can be told apart.
     let reused = f.ledger.grant(&u, 70, "k1").await.unwrap();
-    assert_eq!((reused.applied, reused.amount, reused.balance), (false, 50, 50));
+    assert_eq!(
+        (reused.applied, reused.amount, reused.balance),
+        (false, 50, 50)
+    );
     let other = f.ledger.grant(&u, 5, "k2").await.unwrap();
     assert_eq!(other.balance, 55);
     assert_eq!(f.ledger.balance(&u).await.unwrap(), 55);

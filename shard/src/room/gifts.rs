@@ -248,6 +248,50 @@ async fn event_not_published(inner: &Inner, room: &RoomId, gift_id: Uuid, open: 
     }
 }
 
+/// A fingerprint of a `gift.send` as the client sent it: room, gift, count, and the targets
+/// as named (the users sorted, or the word), so that a retry matches however the room changed.
+fn request_fingerprint(room: &protocol::RoomId, g: &GiftSend) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [room.as_str(), g.gift.as_str(), &g.count.to_string()] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    match &g.to {
+        protocol::client::GiftTargets::Users(users) => {
+            let mut users: Vec<&str> = users.iter().map(protocol::UserId::as_str).collect();
+            users.sort_unstable();
+            users.dedup();
+            for u in users {
+                h.update(u.as_bytes());
+                h.update([1]);
+            }
+        }
+        protocol::client::GiftTargets::Seated(word) => {
+            h.update(word.as_bytes());
+            h.update([2]);
+        }
+    }
+    let digest = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    // Never 0, which stands for "no fingerprint".
+    u64::from_le_bytes(first).max(1)
+}
+
+/// Whether a stored order's request fingerprint names another request than `ours` (orders
+/// stored before fingerprints existed, fingerprint 0, match anything).
+pub(super) fn reused(stored: u64, ours: u64) -> bool {
+    stored != 0 && ours != 0 && stored != ours
+}
+
+fn conflict_error() -> ReplyError {
+    ReplyError::new(
+        ErrorCode::IdempotencyConflict,
+        "req_id already used for another gift; send with a new req_id",
+    )
+}
+
 fn outcome_reply(
     order: &GiftOrder,
     outcome: &Result<GiftOutcome, StorageError>,
@@ -349,6 +393,7 @@ impl RoomActor {
             ));
         };
         let GiftIds { id, legacy } = gift_ids(&cmd.user, &g.req_id);
+        let request = request_fingerprint(&self.room, g);
         // Only a ledger from before time-ordered ids may hold a saga under the legacy one.
         let legacy = legacy.filter(|_| ledger.may_hold_legacy_gift_ids());
         let recipients = match state.gift_recipients(&cmd.user, at, &g.to, g.count) {
@@ -356,7 +401,7 @@ impl RoomActor {
             Err(rejected) if rejected.code == ErrorCode::BadRequest => {
                 // A retry of an order booked earlier gets its first result even if the room
                 // changed since (a recipient left): look the order up before refusing.
-                self.answer_from_ledger_or(cmd, id, legacy, rejected, ledger.clone());
+                self.answer_from_ledger_or(cmd, id, legacy, request, rejected, ledger.clone());
                 return Ok(None);
             }
             Err(rejected) => return Err(rejected),
@@ -373,13 +418,14 @@ impl RoomActor {
             gift_id: id,
             sender: cmd.user.clone(),
             room: self.room.clone(),
-            gift: def.id.clone(),
+            gift: def.id.as_str().into(),
             count: g.count,
             unit_price: def.price,
             recipients,
             share_bp: catalog.share_bp,
             lucky,
             created_ms: now_ms(),
+            request,
         };
         if order.validate().is_err() {
             return Err(super::state::rejected(
@@ -432,6 +478,7 @@ impl RoomActor {
         cmd: &Command,
         id: Uuid,
         legacy: Option<Uuid>,
+        request: u64,
         rejected: Rejected,
         ledger: storage::ledger::Ledger,
     ) {
@@ -443,6 +490,7 @@ impl RoomActor {
                 other => other,
             };
             let reply = match found {
+                Ok(Some(rec)) if reused(rec.order.request, request) => Err(conflict_error()),
                 Ok(Some(rec)) => match rec.result() {
                     Some(result) => {
                         outcome_reply(&rec.order, &Ok(GiftOutcome::Duplicate { first: result }))
@@ -478,6 +526,8 @@ impl RoomActor {
             outcome,
             ..
         } = done;
+        let repeat = matches!(outcome, Ok(GiftOutcome::Duplicate { .. }))
+            .then_some((order.gift_id, order.request));
         match &outcome {
             Ok(GiftOutcome::Settled { .. }) => {
                 self.inner.hot.gifts_settled.increment(1);
@@ -494,7 +544,34 @@ impl RoomActor {
             }
             _ => {}
         }
+        if let (Some((gift_id, request)), Some(ledger)) = (repeat, &self.inner.ledger) {
+            // A repeated request id: a retry gets the first result, a reuse for another gift
+            // a conflict. The stored order tells; its read is off the room's loop.
+            self.answer_repeat(cmd, gift_id, request, reply, ledger.clone());
+            return;
+        }
         self.reply(&cmd, reply, None).await;
+    }
+
+    /// Answers a request whose id the ledger had booked already: its first result when it is
+    /// the same request (a retry), `IDEMPOTENCY_CONFLICT` when the booked order came from
+    /// another one.
+    fn answer_repeat(
+        &self,
+        cmd: Box<Command>,
+        gift_id: Uuid,
+        request: u64,
+        first: Result<Bytes, ReplyError>,
+        ledger: storage::ledger::Ledger,
+    ) {
+        let inner = self.inner.clone();
+        self.inner.tracker.spawn(async move {
+            let reply = match ledger.saga(gift_id).await {
+                Ok(Some(rec)) if reused(rec.order.request, request) => Err(conflict_error()),
+                _ => first,
+            };
+            inner.reply_direct(&cmd, reply, None).await;
+        });
     }
 
     /// Publishes a gift the owner's recovery settled, or whose event a runtime owed.
@@ -532,7 +609,7 @@ impl RoomActor {
             robot: order.sender.is_robot(),
             from: order.sender,
             to: order.recipients,
-            gift: order.gift,
+            gift: order.gift.into_string(),
             count: order.count,
             coins,
             lucky_multiplier: order.lucky.map(|l| l.multiplier),

@@ -28,8 +28,9 @@ pub struct GiftOrder {
     pub sender: UserId,
     /// The room the gift was sent in (fences every saga transition).
     pub room: RoomId,
-    /// The gift's catalogue id.
-    pub gift: String,
+    /// The gift's catalogue id (boxed: a saga's future holds the order inline and is kept
+    /// under 1,000 bytes, see `shard/src/room/gifts/saga.rs`).
+    pub gift: Box<str>,
     /// How many of the gift, per recipient.
     pub count: u32,
     /// Price of one gift in coins.
@@ -42,6 +43,11 @@ pub struct GiftOrder {
     pub lucky: Option<LuckyPrize>,
     /// When the room accepted the order (ms since epoch); picks the leaderboard day.
     pub created_ms: i64,
+    /// A fingerprint of the client's request as sent (room, gift, count, targets), so that a
+    /// request id reused for another gift is told from a retry; 0 on older orders (and
+    /// matching anything). Eight bytes: it is compared only between requests of one sender
+    /// with one request id.
+    pub request: u64,
 }
 
 /// Why a gift order cannot be booked.
@@ -151,6 +157,7 @@ impl GiftOrder {
             share_bp: self.share_bp,
             lucky: self.lucky,
             created_ms: self.created_ms,
+            request: self.request,
         };
         // Sized for a typical order: one allocation, no regrowth.
         let mut out = Vec::with_capacity(STORED_ORDER_CAPACITY);
@@ -167,13 +174,14 @@ impl GiftOrder {
             gift_id,
             sender: s.sender,
             room: s.room,
-            gift: s.gift,
+            gift: s.gift.into_boxed_str(),
             count: s.count,
             unit_price: s.unit_price,
             recipients: s.recipients,
             share_bp: s.share_bp,
             lucky: s.lucky,
             created_ms: s.created_ms,
+            request: s.request,
         })
     }
 
@@ -211,6 +219,8 @@ struct StoredOrderRef<'a> {
     share_bp: u32,
     lucky: Option<LuckyPrize>,
     created_ms: i64,
+    #[serde(skip_serializing_if = "is_zero")]
+    request: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -224,6 +234,12 @@ struct StoredOrder {
     share_bp: u32,
     lucky: Option<LuckyPrize>,
     created_ms: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    request: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An order for tests: `n` recipients `r0..`, from `s` in `room`.
@@ -240,6 +256,7 @@ pub(super) fn sample(unit: i64, count: u32, n: usize, share_bp: u32) -> GiftOrde
         share_bp,
         lucky: None,
         created_ms: 0,
+        request: 0,
     }
 }
 
@@ -302,13 +319,14 @@ mod tests {
         let owned = StoredOrder {
             sender: o.sender.clone(),
             room: o.room.clone(),
-            gift: o.gift.clone(),
+            gift: o.gift.to_string(),
             count: o.count,
             unit_price: o.unit_price,
             recipients: o.recipients.clone(),
             share_bp: o.share_bp,
             lucky: o.lucky,
             created_ms: o.created_ms,
+            request: o.request,
         };
         assert_eq!(json, serde_json::to_string(&owned).unwrap());
     }

@@ -79,6 +79,7 @@ fn order(gift_id: Uuid) -> GiftOrder {
         share_bp: 7_000,
         lucky: None,
         created_ms: 0,
+        request: 0,
     }
 }
 

@@ -232,6 +232,7 @@ fn gift(sender: &str, req: &str, unit_price: i64, lucky: Option<i64>) -> GiftOrd
             coins,
         }),
         created_ms: now_ms(),
+        request: 0,
     }
 }
 
@@ -348,7 +349,7 @@ async fn answers_and_reads_wait_for_the_wal_sync() {
         GrantOutcome {
             balance: 12,
             applied: true,
-            amount: 12,
+            amount: 7,
         }
     );
     assert_eq!(read.await.unwrap().unwrap(), 12);
