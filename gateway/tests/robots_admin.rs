@@ -1,7 +1,7 @@
 //! Robot room configurations end to end on a standalone server: the `/admin/robots` calls
 //! (create, read, list, replace, enable, disable, delete), the checks that need the node's
-//! stores (the room exists, the robots' wallets cover the gift budget), and the refusal of
-//! robot tokens at the upgrade.
+//! stores (the room exists, the robots' wallets cover the gift budget), `chorus admin robots`,
+//! and the refusal of robot tokens at the upgrade.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -306,5 +306,69 @@ async fn robot_tokens_are_refused_at_the_upgrade() {
     // A human's token from the same secret is fine.
     let mut human = s.connect("amy").await;
     human.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+/// Runs `chorus admin … robots <args>` against `s`: its exit status and what it printed.
+async fn cli(s: &Server, args: &[&str]) -> (bool, Value, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_chorus"))
+        .args([
+            "admin",
+            "--addr",
+            &s.admin.to_string(),
+            "--token",
+            ADMIN,
+            "robots",
+        ])
+        .args(args)
+        .env_remove("CHORUS_ADMIN_ADDR")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    (
+        out.status.success(),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn chorus_admin_robots_drives_every_call() {
+    let s = Server::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("party.json");
+    std::fs::write(&file, config("party").to_string()).unwrap();
+    let path = file.to_str().unwrap();
+
+    let (ok, v, err) = cli(&s, &["create", path]).await;
+    assert!(ok && v["room"] == "party", "{v} {err}");
+    let (ok, _, err) = cli(&s, &["create", path]).await;
+    assert!(!ok && err.contains("HTTP 409"), "{err}");
+    let (ok, v, _) = cli(&s, &["get", "party"]).await;
+    assert!(ok && v["robots"][0]["id"] == "bot:amy", "{v}");
+    let mut new = config("party");
+    new["title"] = "Renamed".into();
+    std::fs::write(&file, new.to_string()).unwrap();
+    let (ok, v, err) = cli(&s, &["update", "party", path]).await;
+    assert!(ok && v["title"] == "Renamed", "{v} {err}");
+    let (ok, v, _) = cli(&s, &["enable", "party"]).await;
+    assert!(ok && v["enabled"] == true, "{v}");
+    let (ok, v, _) = cli(&s, &["disable", "party"]).await;
+    assert!(ok && v["enabled"] == false, "{v}");
+    let (ok, v, _) = cli(&s, &["list"]).await;
+    assert!(ok && v["configs"][0]["title"] == "Renamed", "{v}");
+    let (ok, v, _) = cli(&s, &["delete", "party"]).await;
+    assert!(ok && v["deleted"] == true, "{v}");
+    let (ok, v, err) = cli(&s, &["get", "party"]).await;
+    assert!(
+        !ok && v["error"].is_string() && err.contains("HTTP 404"),
+        "{v} {err}"
+    );
+    // A file that is not JSON is refused before anything is sent.
+    std::fs::write(&file, "robots: yes").unwrap();
+    let (ok, _, err) = cli(&s, &["create", path]).await;
+    assert!(!ok && err.contains("parsing"), "{err}");
     s.stop().await;
 }
