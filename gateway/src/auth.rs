@@ -54,7 +54,7 @@ fn check_subject(sub: &str) -> Result<(), AuthError> {
     if !is_valid_id(sub) {
         return Err(AuthError::BadSubject);
     }
-    if shard::robots::is_robot(&UserId::from(sub)) {
+    if UserId::from(sub).is_robot() {
         return Err(AuthError::RobotSubject);
     }
     Ok(())
