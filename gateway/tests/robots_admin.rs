@@ -1,7 +1,8 @@
 //! Robot room configurations end to end on a standalone server: the `/admin/robots` calls
 //! (create, read, list, replace, enable, disable, delete), the checks that need the node's
-//! stores (the room exists, the robots' wallets cover the gift budget), `chorus admin robots`,
-//! and the refusal of robot tokens at the upgrade.
+//! stores (the room exists, the robots' wallets cover the gift budget), a stored configuration
+//! run by the shard's reconcile, `chorus admin robots`, and the refusal of robot tokens at the
+//! upgrade. (`robots.rs` tests the robots themselves, configured straight in the store.)
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -22,6 +23,7 @@ use server::Server;
 
 const SECRET: &[u8] = b"robots-test-secret";
 const ADMIN: &str = "robots-admin";
+const WAIT: Duration = Duration::from_secs(5);
 
 impl Server {
     async fn start() -> Server {
@@ -31,6 +33,7 @@ impl Server {
         };
         let shard = ShardConfig {
             catalog: std::sync::Arc::new(Catalog::default_with_secret(b"lucky".to_vec())),
+            robot_reconcile: Duration::from_millis(100),
             ..ShardConfig::default()
         };
         Server::launch(SECRET, ADMIN, gateway, shard).await
@@ -199,6 +202,46 @@ async fn robot_configs_are_created_read_listed_replaced_switched_and_deleted() {
         .await
         .unwrap();
     assert!(created >= 3.0, "{created}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_config_stored_through_the_api_runs_its_robots_until_disabled() {
+    let s = Server::start().await;
+    let mut v = config("live");
+    v["enabled"] = true.into();
+    v["chat"] = json!({"every_s": 0.3, "phrases": ["beep"]});
+    let r = s.call("POST", "/admin/robots", Some(v)).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    // The reconcile creates the room (owned by the first robot) and starts its robots.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while s.call("GET", "/admin/rooms/live", None).await.status != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the robot room never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut alice = s.connect("alice").await;
+    let room = protocol::RoomId::from("live");
+    let joined = alice.join(&room, false, None).await.unwrap();
+    assert_eq!(joined["snapshot"]["owner"], "bot:amy");
+    let chat = alice.next_event_named("chat", WAIT).await.unwrap();
+    assert_eq!(
+        (&chat.d["text"], &chat.d["robot"]),
+        (&json!("beep"), &json!(true))
+    );
+    // Disabled: both robots leave.
+    let r = s.call("POST", "/admin/robots/live/disable", None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    for _ in 0..2 {
+        let left = alice.next_event_named("member.leave", WAIT).await.unwrap();
+        assert!(
+            left.d["user"].as_str().unwrap().starts_with("bot:"),
+            "{:?}",
+            left.d
+        );
+    }
     s.stop().await;
 }
 
