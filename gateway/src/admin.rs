@@ -30,6 +30,7 @@ use crate::shared::Core;
 mod cluster_ops;
 mod health;
 mod money;
+mod robots;
 mod rtc;
 
 pub(crate) use health::Readiness;
@@ -90,6 +91,10 @@ pub(crate) struct Admin {
     pub(crate) membership: Option<storage::membership::Membership>,
     /// What `/readyz` checks.
     pub(crate) ready: Readiness,
+    /// The robot room configurations every shard reconciles from (`/admin/robots`).
+    pub(crate) robots: storage::robots::RobotStore,
+    /// The room snapshots, read to tell whether a room exists.
+    pub(crate) snapshots: storage::snapshot::SnapshotStore,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -233,6 +238,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             Some(core) => money::wallet(&core.money, user).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
+        (_, ["robots", rest @ ..]) => robots::serve(admin, &method, rest, &body).await,
         (&Method::GET, ["ledger", "totals"]) => match &admin.core {
             Some(core) => money::totals(&core.money).await,
             None => error(
@@ -271,6 +277,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
         (&Method::GET, ["wallets", _]) => "wallet_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
+        (_, ["robots", rest @ ..]) => robots::verb_of(method, rest),
         _ => "other",
     }
 }

@@ -43,6 +43,21 @@ pub enum AuthError {
     /// `sub` is not a usable user id.
     #[error("invalid user id in token")]
     BadSubject,
+    /// `sub` is a robot's id (`bot:…`): robots run inside rooms and never connect, so no
+    /// client may pass as one.
+    #[error("robot user id in token")]
+    RobotSubject,
+}
+
+/// Whether a token's `sub` may connect: a usable id that is not a robot's.
+fn check_subject(sub: &str) -> Result<(), AuthError> {
+    if !is_valid_id(sub) {
+        return Err(AuthError::BadSubject);
+    }
+    if UserId::from(sub).is_robot() {
+        return Err(AuthError::RobotSubject);
+    }
+    Ok(())
 }
 
 /// Checks and mints tokens with one shared secret.
@@ -89,14 +104,13 @@ impl Authenticator {
     /// # Errors
     /// [`AuthError::Invalid`] for a bad signature or format, an expired token, one whose `nbf`
     /// or `iat` lies more than a minute ahead, or one whose lifetime is above the cap;
-    /// [`AuthError::BadSubject`] for an unusable `sub`.
+    /// [`AuthError::BadSubject`] for an unusable `sub`; [`AuthError::RobotSubject`] for a
+    /// robot's (`bot:…`).
     pub fn verify(&self, token: &str) -> Result<Identity, AuthError> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
         self.check_times(&data.claims, jsonwebtoken::get_current_timestamp())?;
-        if !is_valid_id(&data.claims.sub) {
-            return Err(AuthError::BadSubject);
-        }
+        check_subject(&data.claims.sub)?;
         Ok(Identity {
             user: UserId::from(data.claims.sub),
             exp: data.claims.exp,
@@ -128,12 +142,11 @@ impl Authenticator {
     /// Mints a token for `user` valid for `ttl`.
     ///
     /// # Errors
-    /// [`AuthError::BadSubject`] for an unusable user id; [`AuthError::Invalid`] for a `ttl`
-    /// above the lifetime cap (such a token would be refused).
+    /// [`AuthError::BadSubject`] for an unusable user id, [`AuthError::RobotSubject`] for a
+    /// robot's, and [`AuthError::Invalid`] for a `ttl` above the lifetime cap (such tokens
+    /// would be refused).
     pub fn mint(&self, user: &str, ttl: Duration) -> Result<String, AuthError> {
-        if !is_valid_id(user) {
-            return Err(AuthError::BadSubject);
-        }
+        check_subject(user)?;
         if ttl > self.max_lifetime {
             return Err(AuthError::Invalid(format!(
                 "ttl above the token lifetime cap of {} s",
@@ -180,6 +193,26 @@ mod tests {
         assert!(other.verify(&t).is_err());
         assert!(a.verify("garbage").is_err());
         assert!(a.mint("bad user", Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn robot_subjects_are_refused_and_never_minted() {
+        let a = Authenticator::new(b"secret").unwrap();
+        let claims = Claims {
+            sub: "bot:amy".into(),
+            exp: jsonwebtoken::get_current_timestamp() + 60,
+            nbf: None,
+            iat: None,
+        };
+        let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap();
+        assert!(matches!(a.verify(&t), Err(AuthError::RobotSubject)));
+        assert!(matches!(
+            a.mint("bot:amy", Duration::from_secs(60)),
+            Err(AuthError::RobotSubject)
+        ));
+        // Only the prefix marks a robot.
+        let t = a.mint("robot:amy", Duration::from_secs(60)).unwrap();
+        assert_eq!(a.verify(&t).unwrap().user, UserId::from("robot:amy"));
     }
 
     #[test]

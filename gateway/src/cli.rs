@@ -134,13 +134,90 @@ pub enum AdminVerb {
         /// User id.
         user: String,
     },
+    /// Robot room configurations (`/admin/robots`).
+    Robots {
+        /// The call.
+        #[command(subcommand)]
+        verb: RobotsVerb,
+    },
+}
+
+/// The robot room calls of `chorus admin robots`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum RobotsVerb {
+    /// `GET /admin/robots`: every configuration.
+    List,
+    /// `GET /admin/robots/{room}`.
+    Get {
+        /// Room id.
+        room: String,
+    },
+    /// `POST /admin/robots`: a new configuration, read from a JSON file.
+    Create {
+        /// The configuration (JSON).
+        file: PathBuf,
+    },
+    /// `PUT /admin/robots/{room}`: replaces a configuration with a JSON file's.
+    Update {
+        /// Room id.
+        room: String,
+        /// The configuration (JSON; its `room` may be left out).
+        file: PathBuf,
+    },
+    /// `POST /admin/robots/{room}/enable`.
+    Enable {
+        /// Room id.
+        room: String,
+    },
+    /// `POST /admin/robots/{room}/disable`.
+    Disable {
+        /// Room id.
+        room: String,
+    },
+    /// `DELETE /admin/robots/{room}`.
+    Delete {
+        /// Room id.
+        room: String,
+    },
+}
+
+/// A JSON file's content, for a request body.
+fn json_file(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("parsing {}: {e}", path.display()))
+}
+
+impl RobotsVerb {
+    /// The HTTP method, path and body of the call (files are read here).
+    ///
+    /// # Errors
+    /// A configuration file cannot be read or is not JSON.
+    pub fn request(&self) -> anyhow::Result<(&'static str, String, Option<serde_json::Value>)> {
+        Ok(match self {
+            Self::List => ("GET", "/admin/robots".into(), None),
+            Self::Get { room } => ("GET", format!("/admin/robots/{room}"), None),
+            Self::Create { file } => ("POST", "/admin/robots".into(), Some(json_file(file)?)),
+            Self::Update { room, file } => (
+                "PUT",
+                format!("/admin/robots/{room}"),
+                Some(json_file(file)?),
+            ),
+            Self::Enable { room } => ("POST", format!("/admin/robots/{room}/enable"), None),
+            Self::Disable { room } => ("POST", format!("/admin/robots/{room}/disable"), None),
+            Self::Delete { room } => ("DELETE", format!("/admin/robots/{room}"), None),
+        })
+    }
 }
 
 impl AdminVerb {
     /// The HTTP method, path and body of the call.
-    pub fn request(&self) -> (&'static str, String, Option<serde_json::Value>) {
+    ///
+    /// # Errors
+    /// A file the call sends cannot be read or is not JSON.
+    pub fn request(&self) -> anyhow::Result<(&'static str, String, Option<serde_json::Value>)> {
         use serde_json::json;
-        match self {
+        Ok(match self {
             Self::Ring => ("GET", "/admin/ring".into(), None),
             Self::Nodes => ("GET", "/admin/nodes".into(), None),
             Self::Room { id } => ("GET", format!("/admin/rooms/{id}"), None),
@@ -176,7 +253,8 @@ impl AdminVerb {
                 Some(json!({"amount": amount, "key": key})),
             ),
             Self::Wallet { user } => ("GET", format!("/admin/wallets/{user}"), None),
-        }
+            Self::Robots { verb } => return verb.request(),
+        })
     }
 }
 

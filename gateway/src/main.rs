@@ -237,7 +237,7 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
 }
 
 fn admin(a: &cli::AdminArgs) -> anyhow::Result<()> {
-    let (method, path, body) = a.verb.request();
+    let (method, path, body) = a.verb.request()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -13,6 +13,8 @@ use shard::node::{ShardNodeConfig, bind, open_ledger};
 use storage::lease::LeaseStore;
 use storage::membership::{Membership, NodeRole, NodeSpec};
 use storage::redis::Redis;
+use storage::robots::RobotStore;
+use storage::snapshot::SnapshotStore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -141,6 +143,8 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
         node: node_id.clone(),
         core: None,
         token: cfg.admin_token,
+        robots: node.shard.robot_store().clone(),
+        snapshots: SnapshotStore::redis(&node.redis),
         shard: Some(node.shard),
         leases: node.leases,
         membership: Some(node.membership),
@@ -205,6 +209,8 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         shard: None,
         leases: LeaseStore::redis(&redis),
         membership: Some(membership),
+        robots: RobotStore::redis(&redis),
+        snapshots: SnapshotStore::redis(&redis),
         ready: Readiness::Cluster(redis),
     });
     tracker.spawn(admin::serve(

@@ -82,7 +82,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         cfg.shard.clone(),
         Stores {
             leases: LeaseStore::InProcess(leases.clone()),
-            snapshots,
+            snapshots: snapshots.clone(),
             ledger: Some(ledger.clone()),
             robots: robots.clone(),
         },
@@ -116,6 +116,8 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         leases: LeaseStore::InProcess(leases),
         membership: None,
         ready: Readiness::Standalone,
+        robots,
+        snapshots,
     });
     tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
     info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");
