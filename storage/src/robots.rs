@@ -118,6 +118,39 @@ impl RobotStore {
         }
     }
 
+    /// Writes `room`'s configuration only if it has none; whether it did (two creates at once:
+    /// exactly one wins).
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn put_new(&self, room: &RoomId, config: Vec<u8>) -> Result<bool> {
+        match self {
+            Self::Redis(conn) => {
+                let mut conn = conn.clone();
+                let n: i64 = ::redis::cmd("HSETNX")
+                    .arg(REDIS_KEY)
+                    .arg(room.as_str())
+                    .arg(config)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                Ok(n == 1)
+            }
+            Self::Sqlite(c) => {
+                let room = room.as_str().to_owned();
+                Self::with_sqlite(c, move |conn| {
+                    conn.execute(
+                        "INSERT INTO robot_configs (room, config) VALUES (?1, ?2)
+                         ON CONFLICT(room) DO NOTHING",
+                        (room, config),
+                    )
+                    .map(|n| n == 1)
+                })
+                .await
+            }
+        }
+    }
+
     /// `room`'s configuration, if any.
     ///
     /// # Errors
@@ -226,6 +259,9 @@ mod tests {
         s.put(&b, b"{\"v\":1}".to_vec()).await.unwrap();
         s.put(&a, b"{\"v\":2}".to_vec()).await.unwrap();
         s.put(&a, b"{\"v\":3}".to_vec()).await.unwrap();
+        assert!(!s.put_new(&a, b"{}".to_vec()).await.unwrap(), "a has one");
+        assert!(s.put_new(&RoomId::from("c"), b"{}".to_vec()).await.unwrap());
+        assert!(s.delete(&RoomId::from("c")).await.unwrap());
         assert_eq!(s.get(&a).await.unwrap(), Some(b"{\"v\":3}".to_vec()));
         let again = RobotStore::sqlite(dir.path()).await.unwrap();
         let rooms: Vec<RoomId> = again

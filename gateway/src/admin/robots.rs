@@ -120,18 +120,26 @@ async fn create(admin: &Admin, body: &Bytes) -> Resp {
         Ok(c) => c,
         Err(resp) => return resp,
     };
-    match admin.robots.get(&config.room).await {
-        Ok(Some(_)) => {
-            return error(
-                StatusCode::CONFLICT,
-                "this room already has a robot config (PUT /admin/robots/{room} replaces it)",
-            );
+    let v = match serde_json::to_value(&config) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    // Written only if absent: of two creates at once, exactly one wins.
+    match admin
+        .robots
+        .put_new(&config.room, v.to_string().into_bytes())
+        .await
+    {
+        Ok(true) => {
+            info!(room = %config.room, robots = config.robots.len(), "Admin robot config created.");
+            json_resp(StatusCode::CREATED, &v)
         }
-        Ok(None) => {}
-        Err(e) => return unavailable(&e),
+        Ok(false) => error(
+            StatusCode::CONFLICT,
+            "this room already has a robot config (PUT /admin/robots/{room} replaces it)",
+        ),
+        Err(e) => unavailable(&e),
     }
-    info!(room = %config.room, robots = config.robots.len(), "Admin robot config created.");
-    store_config(&admin.robots, &config, StatusCode::CREATED).await
 }
 
 /// `PUT /admin/robots/{room}`: replaces the room's configuration (`404` when it has none).

@@ -164,11 +164,17 @@ impl RobotConfig {
         {
             return Err(bad("title must be at most 100 printable characters"));
         }
+        if !protocol::ids::is_valid_id(self.room.as_str()) {
+            return Err(bad("room must be a valid room id"));
+        }
         if self.robots.is_empty() || self.robots.len() > MAX_ROBOTS {
             return Err(bad("robots must list 1..=20 robots"));
         }
         for (i, r) in self.robots.iter().enumerate() {
-            if !is_robot(&r.id) || !protocol::ids::is_valid_id(r.id.as_str()) {
+            if !is_robot(&r.id)
+                || r.id.as_str().len() == ROBOT_PREFIX.len()
+                || !protocol::ids::is_valid_id(r.id.as_str())
+            {
                 return Err(bad(format!(
                     "robot id {:?} must be a valid id starting with {ROBOT_PREFIX:?}",
                     r.id.as_str()
@@ -274,6 +280,11 @@ mod tests {
                 "twice",
                 Box::new(|v| v["robots"][1]["id"] = "bot:amy".into()),
             ),
+            (
+                "starting with",
+                Box::new(|v| v["robots"][1]["id"] = "bot:".into()),
+            ),
+            ("room must", Box::new(|v| v["room"] = "bad room".into())),
             (
                 "seat.every_s",
                 Box::new(|v| v["seat"]["every_s"] = (-1).into()),
