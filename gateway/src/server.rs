@@ -1,13 +1,14 @@
 //! The WebSocket accept loop: `/ws` only, token checked before the upgrade (401 without a
 //! valid one), then one session task per socket.
 
+mod head;
+
 use std::sync::Arc;
 
 use futures_util::FutureExt;
 use futures_util::future::Either;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::timeout;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -70,6 +71,15 @@ type Upgraded = (Arc<Core>, WebSocketStream<TcpStream>, Identity);
 /// Checks the upgrade request and completes the WebSocket handshake; `None` when refused or
 /// failed.
 async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    match head::look(&stream, deadline).await? {
+        Ok(()) => {}
+        Err(refusal) => {
+            metrics::counter!(m::UPGRADES_REFUSED, "reason" => refusal.label()).increment(1);
+            head::refuse(stream, refusal).await;
+            return None;
+        }
+    }
     let mut who: Option<Identity> = None;
     let auth = &core.auth;
     let admission = &core.admission;
@@ -113,7 +123,7 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
         .max_message_size(Some(cfg.max_frame_bytes))
         .max_frame_size(Some(cfg.max_frame_bytes));
     let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(ws_config));
-    let ws = match timeout(HANDSHAKE_TIMEOUT, handshake).await {
+    let ws = match tokio::time::timeout_at(deadline, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
             debug!(error = %e, "Handshake failed.");

@@ -219,6 +219,13 @@ impl Session {
                         Some(Err(WsError::Capacity(_))) => {
                             return Some(Closing::new(close::TOO_BIG, "frame too large"));
                         }
+                        // RFC 6455: answer a broken frame with its close code, then close.
+                        Some(Err(WsError::Utf8(_))) => {
+                            return Some(Closing::new(close::INVALID_DATA, "text is not UTF-8"));
+                        }
+                        Some(Err(WsError::Protocol(_))) => {
+                            return Some(Closing::new(close::PROTOCOL_ERROR, "protocol error"));
+                        }
                         Some(Err(e)) => {
                             debug!(session = self.session, error = %e, "Socket read failed.");
                             return None;

@@ -115,6 +115,11 @@ pub mod close {
     pub const NORMAL: u16 = 1000;
     /// Going away: the node drains; reconnect elsewhere and resume with `since`.
     pub const GOING_AWAY: u16 = 1001;
+    /// Protocol error: the client broke RFC 6455 (a reserved opcode or bit, an unmasked frame,
+    /// a fragmented control frame).
+    pub const PROTOCOL_ERROR: u16 = 1002;
+    /// Invalid data: a text frame that is not UTF-8.
+    pub const INVALID_DATA: u16 = 1007;
     /// Policy violation: a flood after warnings, or the token expired.
     pub const POLICY: u16 = 1008;
     /// A frame or message above the size limit.
