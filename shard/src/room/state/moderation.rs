@@ -125,19 +125,31 @@ impl RoomState {
             }
             None => None,
         };
+        let ban = ban_seconds.is_some().then_some(until);
+        Ok(self.remove_and_ban(actor, target, ban, "kick", now))
+    }
+
+    /// Takes `target` out (if present), bans them when `ban` is given (until its time, or
+    /// until lifted), and records `action`.
+    fn remove_and_ban(
+        &mut self,
+        actor: &UserId,
+        target: &UserId,
+        ban: Option<Option<u64>>,
+        action: &str,
+        now: u64,
+    ) -> Applied {
         let mut applied = Applied::default();
         self.remove_for(&mut applied, actor, target);
-        if ban_seconds.is_some() {
-            self.durable.bans.insert(
-                target.clone(),
-                Penalty {
-                    until,
-                    by: actor.clone(),
-                },
-            );
+        if let Some(until) = ban {
+            let by = actor.clone();
+            self.durable
+                .bans
+                .insert(target.clone(), Penalty { until, by });
         }
-        self.moderated(&mut applied, entry("kick", Some(target), actor, until, now));
-        Ok(applied)
+        let until = ban.flatten();
+        self.moderated(&mut applied, entry(action, Some(target), actor, until, now));
+        applied
     }
 
     fn check_ban_room(&self, target: &UserId) -> Result<(), Rejected> {
@@ -165,17 +177,7 @@ impl RoomState {
         self.require_over(actor, target)?;
         self.check_ban_room(target)?;
         let until = until(seconds, now)?;
-        let mut applied = Applied::default();
-        self.remove_for(&mut applied, actor, target);
-        self.durable.bans.insert(
-            target.clone(),
-            Penalty {
-                until,
-                by: actor.clone(),
-            },
-        );
-        self.moderated(&mut applied, entry("ban", Some(target), actor, until, now));
-        Ok(applied)
+        Ok(self.remove_and_ban(actor, target, Some(until), "ban", now))
     }
 
     /// The owner or an admin lifts a ban (none: nothing happens).

@@ -98,6 +98,16 @@ impl RoomState {
         self.seat_event(applied, target as usize, by, cause, reason);
     }
 
+    /// The owner and admins present, and `user`: who hears how `user`'s request or invitation
+    /// ended.
+    fn staff_and(&self, user: &UserId) -> Vec<UserId> {
+        let mut to = self.staff_present();
+        if !to.contains(user) {
+            to.push(user.clone());
+        }
+        to
+    }
+
     /// Whether `user` may sit on seat `i` (it exists, is free and unlocked, and is not the
     /// host's seat reserved for someone else).
     fn check_seat_for(&self, user: &UserId, i: u32) -> Result<(), Rejected> {
@@ -516,8 +526,7 @@ impl RoomState {
             },
             now,
         );
-        let mut to = self.staff_present();
-        to.push(target.clone());
+        let to = self.staff_and(target);
         self.direct(
             &mut applied,
             to,
@@ -541,8 +550,7 @@ impl RoomState {
         };
         self.durable.requests.remove(pos);
         let mut applied = Applied::changed();
-        let mut to = self.staff_present();
-        to.push(target.clone());
+        let to = self.staff_and(target);
         self.direct(
             &mut applied,
             to,
@@ -761,8 +769,7 @@ impl RoomState {
         self.durable.requests = kept;
         for r in gone {
             applied.durable_changed = true;
-            let mut to = self.staff_present();
-            to.push(r.user.clone());
+            let to = self.staff_and(&r.user);
             self.direct(
                 applied,
                 to,
@@ -779,8 +786,7 @@ impl RoomState {
         }
         for (user, by) in expired_now {
             applied.durable_changed = true;
-            let mut to = self.staff_present();
-            to.push(user.clone());
+            let to = self.staff_and(&user);
             self.direct(
                 applied,
                 to,
