@@ -7,12 +7,15 @@
 //!   intended send times).
 //! - [`scenario`]: the load scenarios (fanout, rooms, gifts, churn, idle, reconnect).
 //! - [`baseline`]: the minimal room-broadcast server benchmarks compare against.
+//! - [`robots`]: robot rooms on one shard (`chorus-loadtest robots`): the start, the lease
+//!   renewal round trips per tick, leases lost, CPU.
 //! - [`target`]: what a run measures (spawned standalone, cluster or baseline, or given URLs).
 //! - [`report`]: reports (table, JSON) and the SVG latency plot.
 
 pub mod baseline;
 pub mod load;
 pub mod report;
+pub mod robots;
 pub mod scenario;
 pub mod target;
 

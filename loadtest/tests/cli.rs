@@ -1,6 +1,7 @@
 //! The `chorus-loadtest` binary end to end: `gifts --compare` spawns a standalone node and the
 //! baseline with its gift ledger, runs them in turn, and writes both runs and their ratios;
-//! `party` reports each kind of its traffic, and refuses what it cannot run; `--sweep` steps up.
+//! `party` reports each kind of its traffic, and refuses what it cannot run; `--sweep` steps up;
+//! `robots` runs robot rooms on one shard and reports their leases.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -266,6 +267,65 @@ fn a_gift_sweep_steps_up_and_names_the_highest_rate_that_held() {
     assert!(
         started <= starts[0] && starts[0] + 900 <= starts[1] && starts[1] <= ended,
         "{started} {starts:?} {ended}"
+    );
+}
+
+/// `robots` with 50 rooms for 5 s on a real cluster: every runtime starts once, every renew
+/// tick is one round trip for all 50 leases, none is lost, the robots chat; a run that cannot
+/// start its rooms in time exits non-zero and says why.
+#[test]
+fn robots_start_every_room_once_and_renew_all_leases_in_one_round_trip_per_tick() {
+    let ttl = ["--lease-ttl-ms", "1000", "--reconcile-ms", "250"];
+    let mut args = vec!["robots", "--rooms", "50", "--duration", "5"];
+    args.extend(ttl);
+    args.extend(["--start-timeout", "60"]);
+    let v = run_json(&args);
+    let r = &v["robots"];
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["started"], 50, "{r}");
+    assert_eq!(r["robot_rooms_running"], 50, "{r}");
+    assert_eq!(
+        (r["leases_lost"].as_u64(), r["extra_starts"].as_u64()),
+        (Some(0), Some(0)),
+        "{r}"
+    );
+    // 5 s at a 1-s TTL is 15 renew ticks; a tick late on a loaded machine moves the ratio a
+    // little, a round trip per lease would make it 50.
+    let per_tick = r["round_trips_per_tick"].as_f64().unwrap();
+    assert!((0.6..=1.4).contains(&per_tick), "{r}");
+    let renewed = r["leases_renewed_per_tick"].as_f64().unwrap();
+    assert!((30.0..=70.0).contains(&renewed), "{r}");
+    // 50 robots speaking every 2 s (2×TTL): 25/s configured; the first message of each comes
+    // one interval after its start.
+    assert!(r["chat_actions"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["shard_cpu_percent"].as_f64().is_some(), "{r}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .args([
+            "robots",
+            "--rooms",
+            "50",
+            "--duration",
+            "1",
+            "--lease-ttl-ms",
+            "1000",
+        ])
+        .args([
+            "--reconcile-ms",
+            "60000",
+            "--start-timeout",
+            "0.5",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("verdict                FAILED"), "{stdout}");
+    assert!(
+        stderr.contains("not all 50 robot runtimes ran at once"),
+        "{stderr}"
     );
 }
 

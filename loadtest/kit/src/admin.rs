@@ -3,7 +3,8 @@
 //!
 //! [`call`] sends one request and answers an [`AdminResponse`] (status and body); [`get`] and
 //! [`post`] are its common shapes; [`grant`], [`wallet`] and [`ledger_totals`] are the money
-//! calls tests and the gifts scenario make; [`metric`] and its siblings read `/metrics`.
+//! calls tests and the gifts scenario make; [`metric`] and its siblings read `/metrics`
+//! ([`metric_in`] reads a page already fetched).
 
 use std::net::SocketAddr;
 
@@ -182,12 +183,18 @@ pub async fn metric_if_present(
     name_and_labels: &str,
 ) -> anyhow::Result<Option<f64>> {
     let body = get(addr, "/metrics", None).await?.body;
-    Ok(body
-        .lines()
+    Ok(metric_in(&body, name_and_labels))
+}
+
+/// The value of `name_and_labels` in a `/metrics` page already fetched (`body`), matched as
+/// [`metric`] does; `None` when the page does not have it. Reads several metrics off one
+/// sample of the page.
+pub fn metric_in(body: &str, name_and_labels: &str) -> Option<f64> {
+    body.lines()
         .find(|l| {
             l.strip_prefix(name_and_labels)
                 .is_some_and(|rest| rest.starts_with([' ', '{']) || name_and_labels.ends_with('}'))
         })
         .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok()))
+        .and_then(|v| v.parse().ok())
 }

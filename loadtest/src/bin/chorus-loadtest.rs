@@ -6,6 +6,7 @@
 //! chorus-loadtest gifts  --spawn-cluster 2x3 --rate 5000
 //! chorus-loadtest party  --spawn standalone --rate 0.5 --bursts-per-sec 2 --seat-rate 100
 //! chorus-loadtest party  --spawn standalone --seat-requesters 2 --seat-request-rate 20
+//! chorus-loadtest robots --rooms 10000 --duration 30 --pin --json robots.json
 //! chorus-loadtest baseline-server --addr 127.0.0.1:7000
 //! ```
 //!
@@ -133,6 +134,11 @@ enum Cmd {
         #[command(flatten)]
         common: Common,
     },
+    /// Robot rooms on ONE shard (with redis-server and one gateway): the time until all their
+    /// runtimes started, then over --duration the lease renewal round trips per renew tick,
+    /// leases renewed and lost, extra runtime starts, robot chat/s, shard CPU and RSS. Exits
+    /// non-zero when any lease was lost, any runtime started twice or not all started.
+    Robots(RobotsArgs),
     /// Runs the minimal room-broadcast baseline server.
     BaselineServer {
         /// Listen address.
@@ -149,6 +155,77 @@ enum Cmd {
         #[arg(long, env = "CHORUS_JWT_SECRET", hide_env_values = true)]
         jwt_secret: Option<String>,
     },
+}
+
+/// `chorus-loadtest robots` (see [`loadtest::robots`]).
+#[derive(Args, Clone)]
+struct RobotsArgs {
+    /// Robot rooms.
+    #[arg(long, default_value_t = 10_000)]
+    rooms: usize,
+    /// Robots per room (1..=20).
+    #[arg(long, default_value_t = 1)]
+    robots: usize,
+    /// Seconds between one robot's chat messages (default: 2 × the lease TTL).
+    #[arg(long)]
+    chat_every_s: Option<f64>,
+    /// The shard's lease TTL, ms (it renews every TTL/3).
+    #[arg(long, default_value_t = 2000)]
+    lease_ttl_ms: u64,
+    /// The shard's robot reconcile interval (`robot_reconcile_ms`), ms.
+    #[arg(long, default_value_t = 2000)]
+    reconcile_ms: u64,
+    /// Seconds measured after every runtime started.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Longest wait for every runtime to start, seconds from the first configuration write.
+    #[arg(long, default_value_t = 300.0)]
+    start_timeout: f64,
+    /// Pin the cluster (shard, gateway, Redis) to CPU 0 (run the generator under
+    /// `taskset -c 1`).
+    #[arg(long)]
+    pin: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Runs `robots`, prints its report and writes its JSON; an error when the run did not hold.
+async fn run_robots(a: RobotsArgs) -> anyhow::Result<()> {
+    let secs = |s: f64, what: &str| {
+        anyhow::ensure!(s.is_finite() && s > 0.0, "{what} must be a positive number");
+        Ok(Duration::from_secs_f64(s))
+    };
+    let o = loadtest::robots::Options {
+        rooms: a.rooms,
+        robots: a.robots,
+        chat_every_s: a.chat_every_s,
+        lease_ttl: Duration::from_millis(a.lease_ttl_ms),
+        reconcile: Duration::from_millis(a.reconcile_ms),
+        duration: secs(a.duration, "--duration")?,
+        start_timeout: secs(a.start_timeout, "--start-timeout")?,
+        pin: a.pin,
+        progress: !a.quiet,
+    };
+    let r = loadtest::robots::run(&o).await?;
+    print!("{}", loadtest::robots::text(&r));
+    if let Some(path) = &a.json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            command: Vec<String>,
+            robots: &'a loadtest::robots::RobotsReport,
+        }
+        let out = Out {
+            command: std::env::args().collect(),
+            robots: &r,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
+    }
+    anyhow::ensure!(r.ok, "the run did not hold: {}", r.failures.join("; "));
+    Ok(())
 }
 
 #[derive(Args, Clone)]
@@ -684,6 +761,7 @@ fn main() -> anyhow::Result<()> {
                 members,
                 common,
             } => run_scenario(Scenario::Reconnect { rooms, members }, common).await,
+            Cmd::Robots(a) => run_robots(a).await,
             Cmd::Party { shape, common } => {
                 shape.check()?;
                 run_scenario(Scenario::Party(shape), common).await
