@@ -16,6 +16,12 @@ use super::RobotConfig;
 use crate::Inner;
 use crate::room::RoomMsg;
 
+/// Most robot rooms one pass loads: a node that starts tens of thousands of rooms at once
+/// (after a restart, a drain elsewhere) would crowd its own lease renewals out with their
+/// claims and first writes, and leases that miss their renewal stop their rooms, which the
+/// next pass loads again: a restart storm. The rest wait for the next pass.
+pub(crate) const LOADS_PER_PASS: usize = 2_000;
+
 /// Runs the reconcile until the node shuts down.
 pub(crate) async fn run(inner: Arc<Inner>) {
     // What each running room was last sent, so an unchanged configuration costs no message.
@@ -33,6 +39,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             }
         };
         let mut wanted: HashSet<RoomId> = HashSet::new();
+        let mut loads = 0;
         for (room, bytes) in configs {
             let Ok(config) = RobotConfig::parse(&bytes) else {
                 continue;
@@ -52,11 +59,15 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                     }
                 }
                 Some(_) => {}
-                // Not running: its load reads the configuration after the claim.
-                None => {
-                    inner.load_room(&room);
+                // Not running: its load reads the configuration after the claim (a bounded
+                // number per pass).
+                None if loads < LOADS_PER_PASS => {
+                    if inner.load_room(&room) {
+                        loads += 1;
+                    }
                     sent.insert(room, bytes);
                 }
+                None => {}
             }
         }
         for room in inner.robot_rooms() {
