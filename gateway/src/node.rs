@@ -188,6 +188,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             ledger: open_ledger(cfg.ledger.as_ref()).await?,
             catalog: cfg.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
+            rooms: Some(SnapshotStore::redis(&redis)),
         },
     );
     let membership = Membership::new(&redis);

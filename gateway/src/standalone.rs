@@ -104,6 +104,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             ledger: Some(ledger),
             catalog: cfg.shard.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
+            rooms: Some(snapshots.clone()),
         },
     );
     tracker.spawn(core.clone().link_reader(rx));
