@@ -113,6 +113,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         node: core.node.clone(),
         core: Some(core),
         token: cfg.admin_token.clone(),
+        metrics_token: cfg.gateway.metrics_token.clone(),
         shard: Some(shard),
         leases: LeaseStore::InProcess(leases),
         membership: None,
