@@ -78,6 +78,14 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
         .unwrap();
     assert_eq!(reused.status, 409, "{}", reused.body);
     assert_eq!(reused.json()["balance"], 150);
+    // A key is 1..=128 bytes of printable ASCII, like a gift's req_id.
+    for bad in ["", "with space", "caf\u{e9}", "tab\t", &"k".repeat(129)] {
+        let r = kit::admin::grant(s.admin, Some(ADMIN), "alice", 1, bad)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.body);
+    }
+    assert_eq!(s.wallet("alice").await["balance"], 150);
     let refused = kit::admin::call(
         s.admin,
         "POST",
