@@ -1,5 +1,6 @@
-//! The admin HTTP port (hyper): `/healthz`, `/metrics` (Prometheus text), the bearer-token
-//! protected `/admin/*` API, and the RTC provider webhooks `/rtc/*` (signed, no token).
+//! The admin HTTP port (hyper): `/healthz`, `/metrics` (Prometheus text; open unless the node
+//! has a metrics token), the bearer-token protected `/admin/*` API, and the RTC provider
+//! webhooks `/rtc/*` (signed, no token).
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -85,6 +86,8 @@ pub(crate) struct Admin {
     pub(crate) node: protocol::NodeId,
     pub(crate) core: Option<Arc<Core>>,
     pub(crate) token: Option<String>,
+    /// The bearer token `/metrics` requires (`None`: open).
+    pub(crate) metrics_token: Option<String>,
     pub(crate) shard: Option<shard::Shard>,
     pub(crate) leases: LeaseStore,
     /// The ring membership (cluster nodes); `None` in standalone.
@@ -159,9 +162,11 @@ pub(crate) async fn serve(
 }
 
 fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
-    let Some(want) = &admin.token else {
-        return false;
-    };
+    admin.token.as_deref().is_some_and(|want| bears(req, want))
+}
+
+/// Whether `req` bears `Authorization: Bearer <want>` (compared in constant time).
+fn bears(req: &Request<Incoming>, want: &str) -> bool {
     let got = req
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -171,6 +176,15 @@ fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
     got.as_bytes().ct_eq(want.as_bytes()).into()
 }
 
+/// Whether `req` may read `/metrics`: always on a node without a metrics token, else only
+/// bearing it.
+fn metrics_allowed(admin: &Admin, req: &Request<Incoming>) -> bool {
+    admin
+        .metrics_token
+        .as_deref()
+        .is_none_or(|want| bears(req, want))
+}
+
 async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
@@ -178,6 +192,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::GET, "/healthz") => return respond(StatusCode::OK, "ok\n", "text/plain"),
         (&Method::GET, "/readyz") => return health::readyz(admin).await,
         (&Method::GET, "/metrics") => {
+            if !metrics_allowed(admin, &req) {
+                return error(StatusCode::UNAUTHORIZED, "missing or wrong metrics token");
+            }
             // Off the runtime: counting open descriptors lists `/proc/self/fd`, one entry per
             // socket.
             let body = tokio::task::spawn_blocking(render_metrics)

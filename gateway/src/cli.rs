@@ -468,6 +468,8 @@ pub struct FileConfig {
     pub livekit_api_key: Option<String>,
     /// LiveKit API secret, the key of its webhooks (`CHORUS_LIVEKIT_API_SECRET` wins).
     pub livekit_api_secret: Option<String>,
+    /// Bearer token `GET /metrics` requires (`CHORUS_METRICS_TOKEN` wins; unset: open).
+    pub metrics_token: Option<String>,
 }
 
 /// Reads the config file, if one was named.
@@ -555,6 +557,12 @@ fn env_or_file(env: &str, from_file: Option<&String>) -> Option<String> {
         .or_else(|| from_file.filter(|v| !v.is_empty()).cloned())
 }
 
+/// The token `GET /metrics` requires: `CHORUS_METRICS_TOKEN`, else the file's `metrics_token`;
+/// empty counts as unset, and unset leaves `/metrics` open.
+pub fn metrics_token(f: &FileConfig) -> Option<String> {
+    env_or_file("CHORUS_METRICS_TOKEN", f.metrics_token.as_ref())
+}
+
 /// Applies the gateway settings of the flags, the environment and the file.
 ///
 /// # Errors
@@ -610,6 +618,7 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     g.rtc_webhook_secret = env_or_file("CHORUS_RTC_WEBHOOK_SECRET", f.rtc_webhook_secret.as_ref());
     g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
     g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
+    g.metrics_token = metrics_token(f);
     anyhow::ensure!(
         g.livekit_api_key.is_some() == g.livekit_api_secret.is_some(),
         "LiveKit webhooks need both CHORUS_LIVEKIT_API_KEY and CHORUS_LIVEKIT_API_SECRET \
@@ -731,6 +740,26 @@ mod tests {
             rate_per_sec: None,
             rate_burst: None,
         }
+    }
+
+    #[test]
+    fn the_metrics_token_comes_from_the_file_and_is_off_by_default() {
+        let f: FileConfig = toml::from_str("metrics_token = \"m1\"\n").unwrap();
+        assert_eq!(
+            gateway_settings(&no_flags(), &f)
+                .unwrap()
+                .metrics_token
+                .as_deref(),
+            Some("m1")
+        );
+        assert_eq!(metrics_token(&f).as_deref(), Some("m1"));
+        let none = gateway_settings(&no_flags(), &FileConfig::default()).unwrap();
+        assert_eq!(none.metrics_token, None);
+        let empty = FileConfig {
+            metrics_token: Some(String::new()),
+            ..FileConfig::default()
+        };
+        assert_eq!(metrics_token(&empty), None);
     }
 
     #[test]

@@ -92,6 +92,9 @@ pub struct GatewayConfig {
     /// LiveKit API secret: the HS256 key of a LiveKit webhook's token; `POST /rtc/livekit`
     /// answers 503 unless both it and [`Self::livekit_api_key`] are set.
     pub livekit_api_secret: Option<String>,
+    /// Bearer token `GET /metrics` on the admin port requires; `None` (the default): the
+    /// endpoint is open, as Prometheus scrapers expect.
+    pub metrics_token: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -117,6 +120,7 @@ impl Default for GatewayConfig {
             rtc_webhook_secret: None,
             livekit_api_key: None,
             livekit_api_secret: None,
+            metrics_token: None,
         }
     }
 }

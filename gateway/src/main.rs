@@ -212,6 +212,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
             ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
         },
         admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
+        metrics_token: cli::metrics_token(&file),
     };
     run_until_signal(gateway::node::start_shard(cfg), "shard")
 }

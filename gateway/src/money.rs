@@ -10,6 +10,7 @@ use protocol::{ErrorCode, RoomId, UserId};
 use serde_json::json;
 use shard::gifts::{Catalog, GiftKind};
 use storage::ledger::{Board, Ledger, Period};
+use storage::snapshot::SnapshotStore;
 use tracing::warn;
 
 /// Most entries a `rank.get` returns.
@@ -26,6 +27,9 @@ pub struct Money {
     pub catalog: Arc<Catalog>,
     /// Leave robots out of `rank.get` (otherwise they are listed, marked `robot: true`).
     pub ranks_without_robots: bool,
+    /// The room snapshots, read to tell whether a room exists: with them, `rank.get` of a room
+    /// that has none answers `ROOM_NOT_FOUND` (`None`: every room has a board, maybe empty).
+    pub rooms: Option<SnapshotStore>,
 }
 
 impl Money {
@@ -35,6 +39,7 @@ impl Money {
             ledger: None,
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
             ranks_without_robots: false,
+            rooms: None,
         }
     }
 }
@@ -105,7 +110,16 @@ impl Money {
                     )
                 }
             },
-            Op::RankGet(r) => rank(ledger, id, &r, self.ranks_without_robots).await,
+            Op::RankGet(r) => {
+                rank(
+                    ledger,
+                    self.rooms.as_ref(),
+                    id,
+                    &r,
+                    self.ranks_without_robots,
+                )
+                .await
+            }
             _ => client::encode_err(Some(id), ErrorCode::Internal, "internal error"),
         }
     }
@@ -114,7 +128,33 @@ impl Money {
 /// Most robots a room's board may hold above the entries asked for, when robots are left out.
 const ROBOT_ROWS_SKIPPED: usize = 20;
 
-async fn rank(ledger: &Ledger, id: u64, r: &RankGet, without_robots: bool) -> Bytes {
+/// Whether `room` exists, by its snapshot; `None` (no store): taken as existing. The error
+/// answer when the store cannot be read.
+async fn room_exists(rooms: Option<&SnapshotStore>, id: u64, room: &RoomId) -> Result<bool, Bytes> {
+    let Some(rooms) = rooms else {
+        return Ok(true);
+    };
+    match rooms.load(room).await {
+        Ok(found) => Ok(found.is_some()),
+        Err(e) => {
+            warn!(error = %e, %room, "Room snapshot read failed.");
+            Err(client::encode_err(
+                Some(id),
+                ErrorCode::Unavailable,
+                "room store unavailable; retry",
+            ))
+        }
+    }
+}
+
+/// `rank.get`: the arguments checked, then the room's existence (with `rooms`), then the board.
+async fn rank(
+    ledger: &Ledger,
+    rooms: Option<&SnapshotStore>,
+    id: u64,
+    r: &RankGet,
+    without_robots: bool,
+) -> Bytes {
     let (Some(board), Some(period)) = (parse_board(&r.board), parse_period(&r.period)) else {
         return client::encode_err(
             Some(id),
@@ -123,6 +163,11 @@ async fn rank(ledger: &Ledger, id: u64, r: &RankGet, without_robots: bool) -> By
         );
     };
     let room: &RoomId = &r.room;
+    match room_exists(rooms, id, room).await {
+        Ok(true) => {}
+        Ok(false) => return client::encode_err(Some(id), ErrorCode::RoomNotFound, "no such room"),
+        Err(answer) => return answer,
+    }
     let limit = r.limit.clamp(1, MAX_RANK_LIMIT) as usize;
     let rows = if without_robots {
         limit + ROBOT_ROWS_SKIPPED

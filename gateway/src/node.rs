@@ -59,6 +59,8 @@ pub struct ShardRoleConfig {
     pub node: ShardNodeConfig,
     /// Admin bearer token.
     pub admin_token: Option<String>,
+    /// Bearer token `GET /metrics` requires (`None`: open).
+    pub metrics_token: Option<String>,
 }
 
 /// A running node (standalone, gateway or shard).
@@ -143,6 +145,7 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
         node: node_id.clone(),
         core: None,
         token: cfg.admin_token,
+        metrics_token: cfg.metrics_token,
         robots: node.shard.robot_store().clone(),
         snapshots: SnapshotStore::redis(&node.redis),
         shard: Some(node.shard),
@@ -188,6 +191,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             ledger: open_ledger(cfg.ledger.as_ref()).await?,
             catalog: cfg.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
+            rooms: Some(SnapshotStore::redis(&redis)),
         },
     );
     let membership = Membership::new(&redis);
@@ -206,6 +210,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         node: cfg.node_id.clone(),
         core: Some(core),
         token: cfg.admin_token.clone(),
+        metrics_token: cfg.gateway.metrics_token.clone(),
         shard: None,
         leases: LeaseStore::redis(&redis),
         membership: Some(membership),

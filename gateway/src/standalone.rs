@@ -104,6 +104,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             ledger: Some(ledger),
             catalog: cfg.shard.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
+            rooms: Some(snapshots.clone()),
         },
     );
     tracker.spawn(core.clone().link_reader(rx));
@@ -112,6 +113,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         node: core.node.clone(),
         core: Some(core),
         token: cfg.admin_token.clone(),
+        metrics_token: cfg.gateway.metrics_token.clone(),
         shard: Some(shard),
         leases: LeaseStore::InProcess(leases),
         membership: None,

@@ -78,6 +78,14 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
         .unwrap();
     assert_eq!(reused.status, 409, "{}", reused.body);
     assert_eq!(reused.json()["balance"], 150);
+    // A key is 1..=128 bytes of printable ASCII, like a gift's req_id.
+    for bad in ["", "with space", "caf\u{e9}", "tab\t", &"k".repeat(129)] {
+        let r = kit::admin::grant(s.admin, Some(ADMIN), "alice", 1, bad)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.body);
+    }
+    assert_eq!(s.wallet("alice").await["balance"], 150);
     let refused = kit::admin::call(
         s.admin,
         "POST",
@@ -484,5 +492,31 @@ async fn an_owed_gift_event_recorded_late_reaches_the_running_room() {
         90,
         "the money moved once"
     );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn rank_get_of_a_missing_room_is_room_not_found_and_of_a_quiet_room_is_empty() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let rank = |room: &str| json!({"room": room, "board": "senders", "period": "all"});
+    let missing = a.request("rank.get", rank("nowhere")).await.unwrap_err();
+    assert_eq!(missing.code(), Some(ErrorCode::RoomNotFound), "{missing:?}");
+    // Bad arguments are still BAD_REQUEST, whether or not the room exists.
+    let bad = a
+        .request(
+            "rank.get",
+            json!({"room": "nowhere", "board": "nope", "period": "all"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Some(ErrorCode::BadRequest), "{bad:?}");
+    let room = a
+        .create_room(json!({"room": "quiet", "title": "no gifts yet"}))
+        .await
+        .unwrap();
+    let empty = a.request("rank.get", rank(room.as_str())).await.unwrap();
+    assert_eq!(empty["entries"], json!([]), "{empty}");
+    assert_eq!(empty["room"], "quiet");
     s.stop().await;
 }

@@ -27,8 +27,8 @@ use crate::ids::{Epoch, RoomId, Seq};
 
 pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
 pub use gift::{
-    GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent, RankEntry,
-    RankGet,
+    GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
+    MAX_REQ_ID_BYTES, RankEntry, RankGet, is_valid_req_id,
 };
 pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
 pub use moderation::{

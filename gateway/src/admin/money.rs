@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use http::StatusCode;
 use protocol::UserId;
+use protocol::client::is_valid_req_id;
 use serde::Deserialize;
 use serde_json::json;
 use tracing::info;
@@ -20,7 +21,8 @@ fn no_ledger() -> Resp {
     error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node")
 }
 
-/// `POST /admin/wallets/{user}/grant` with `{"amount": coins, "key": "idempotency key"}`.
+/// `POST /admin/wallets/{user}/grant` with `{"amount": coins, "key": "idempotency key"}`; the
+/// key follows the rule of a `gift.send` `req_id` ([`is_valid_req_id`]).
 pub(super) async fn grant(money: &Money, user: &str, body: &Bytes) -> Resp {
     let Some(ledger) = &money.ledger else {
         return no_ledger();
@@ -29,10 +31,10 @@ pub(super) async fn grant(money: &Money, user: &str, body: &Bytes) -> Resp {
         Ok(g) => g,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
     };
-    if g.amount <= 0 || g.amount > MAX_GRANT_COINS || g.key.is_empty() || g.key.len() > 128 {
+    if g.amount <= 0 || g.amount > MAX_GRANT_COINS || !is_valid_req_id(&g.key) {
         return error(
             StatusCode::BAD_REQUEST,
-            "amount must be 1..=10^12 and key 1..=128 bytes",
+            "amount must be 1..=10^12 and key 1..=128 bytes of printable ASCII (0x21..=0x7E)",
         );
     }
     match ledger.grant(&UserId::from(user), g.amount, &g.key).await {

@@ -10,6 +10,17 @@ pub const MAX_GIFT_COUNT: u32 = 9_999;
 /// Most recipients of one batch order: every seat of the largest room.
 pub const MAX_GIFT_RECIPIENTS: usize = 20;
 
+/// Longest `req_id` (and admin grant key), in bytes.
+pub const MAX_REQ_ID_BYTES: usize = 128;
+
+/// Whether `s` is an acceptable idempotency key: a `gift.send` `req_id` or an admin grant
+/// `key`. Opaque to the server, it must be 1..=[`MAX_REQ_ID_BYTES`] bytes of printable ASCII
+/// (`0x21..=0x7E`): no spaces, no control characters, nothing outside ASCII, so a key reads
+/// the same in logs, URLs and every ledger engine. UUIDs, ULIDs and `prefix-counter` keys fit.
+pub fn is_valid_req_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_REQ_ID_BYTES && s.bytes().all(|b| (0x21..=0x7E).contains(&b))
+}
+
 /// Who receives a gift: listed users, or everyone on a mic seat.
 ///
 /// Read by a visitor of its own rather than `#[serde(untagged)]`, which buffers the value
@@ -60,6 +71,7 @@ pub struct GiftSend {
     /// The room.
     pub room: RoomId,
     /// The client's idempotency key; a retry with the same key returns the first result.
+    /// Opaque; acceptable when [`is_valid_req_id`].
     pub req_id: String,
     /// Gift id from the catalog.
     pub gift: String,
@@ -172,4 +184,44 @@ fn all() -> String {
 
 fn ten() -> u32 {
     10
+}
+
+#[cfg(test)]
+mod req_id_tests {
+    use super::*;
+
+    #[test]
+    fn uuids_and_printable_keys_are_accepted() {
+        for ok in [
+            "0190f1c2-7a1b-7c3d-9e4f-5a6b7c8d9e0f",
+            "r1",
+            "x",
+            "robot-01HZX3Q4R5S6T7V8W9XAYBZC0D",
+            "!~\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}",
+        ] {
+            assert!(is_valid_req_id(ok), "{ok:?}");
+        }
+        assert!(is_valid_req_id(&"a".repeat(MAX_REQ_ID_BYTES)));
+    }
+
+    #[test]
+    fn empty_long_spaced_control_and_non_ascii_keys_are_refused() {
+        for bad in [
+            "",
+            " ",
+            "a b",
+            " lead",
+            "trail ",
+            "tab\there",
+            "nl\n",
+            "nul\0",
+            "del\u{7f}",
+            "café",
+            "\u{202e}rtl",
+            "emoji-🎁",
+        ] {
+            assert!(!is_valid_req_id(bad), "{bad:?}");
+        }
+        assert!(!is_valid_req_id(&"a".repeat(MAX_REQ_ID_BYTES + 1)));
+    }
 }
