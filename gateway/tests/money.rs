@@ -305,6 +305,17 @@ async fn batch_gifts_to_the_seated_and_bad_gift_requests() {
         );
     }
     assert_eq!(s.wallet("host").await["balance"], 1000 - 50 * 2 * 3);
+    // A req_id outside printable ASCII, or over 128 bytes, is refused before anything moves.
+    for bad in ["has space", "tab\there", "é", &"x".repeat(129)] {
+        assert_eq!(
+            code(
+                h.request("gift.send", gift(&room, bad, "rose", json!(["s1"])))
+                    .await
+            ),
+            ErrorCode::BadRequest,
+            "{bad:?}"
+        );
+    }
     let mut poor = s.connect("poor").await;
     poor.join(&room, false, None).await.unwrap();
     assert_eq!(

@@ -48,13 +48,12 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 continue;
             }
             wanted.insert(room.clone());
+            let changed = !inner.robot_rooms_has(&room) || sent.get(&room) != Some(&bytes);
             match inner.room_handle(&room) {
                 // Running without robots, or with another configuration: hand it over.
-                Some(h) if !inner.robot_rooms_has(&room) || sent.get(&room) != Some(&bytes) => {
-                    if h.tx
-                        .try_send(RoomMsg::Robots(Some(Box::new(config))))
-                        .is_ok()
-                    {
+                Some(h) if changed => {
+                    let handed = h.tx.try_send(RoomMsg::Robots(Some(Box::new(config))));
+                    if handed.is_ok() {
                         sent.insert(room, bytes);
                     }
                 }
@@ -62,9 +61,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 // Not running: its load reads the configuration after the claim (a bounded
                 // number per pass).
                 None if loads < LOADS_PER_PASS => {
-                    if inner.load_room(&room) {
-                        loads += 1;
-                    }
+                    loads += usize::from(inner.load_room(&room));
                     sent.insert(room, bytes);
                 }
                 None => {}

@@ -380,10 +380,10 @@ impl RoomActor {
                 "no such gift",
             ));
         };
-        if g.req_id.is_empty() || g.req_id.len() > 128 {
+        if !client::is_valid_req_id(&g.req_id) {
             return Err(super::state::rejected(
                 ErrorCode::BadRequest,
-                "req_id must be 1..=128 bytes",
+                "req_id must be 1..=128 bytes of printable ASCII (0x21..=0x7E)",
             ));
         }
         let Some(state) = &self.state else {
