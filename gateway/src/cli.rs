@@ -444,6 +444,14 @@ pub struct FileConfig {
     pub robot_reconcile_ms: Option<u64>,
     /// Auto-create rooms on join.
     pub auto_create: Option<bool>,
+    /// Rooms one user may have created that are still stored (0: no cap).
+    pub max_rooms_per_user: Option<u32>,
+    /// Room creations one user may start per minute on a shard (0: no limit).
+    pub room_creates_per_min: Option<u32>,
+    /// Rooms nobody joined for this many seconds are removed (0: kept forever).
+    pub room_retention_s: Option<u64>,
+    /// How often a shard sweeps for rooms past their retention, seconds.
+    pub retention_sweep_s: Option<u64>,
     /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
     pub ledger: Option<String>,
     /// Drain window on shutdown, ms.
@@ -667,6 +675,18 @@ pub fn shard_settings(
     if let Some(v) = f.auto_create {
         s.auto_create = v;
     }
+    if let Some(v) = f.max_rooms_per_user {
+        s.max_rooms_per_user = v;
+    }
+    if let Some(v) = f.room_creates_per_min {
+        s.room_creates_per_min = v;
+    }
+    if let Some(v) = f.room_retention_s {
+        s.room_retention = Duration::from_secs(v);
+    }
+    if let Some(v) = f.retention_sweep_s {
+        s.retention_sweep = Duration::from_secs(v.max(1));
+    }
     s
 }
 
@@ -799,5 +819,13 @@ mod tests {
             ..FileConfig::default()
         };
         assert!(gateway_settings(&no_flags(), &secret_only).is_err());
+    }
+
+    #[test]
+    fn room_quotas_and_retention_come_from_the_file() {
+        let toml = "max_rooms_per_user = 5\nroom_creates_per_min = 3\nroom_retention_s = 0\n";
+        let s = shard_settings(None, None, &toml::from_str(toml).unwrap());
+        assert_eq!((s.max_rooms_per_user, s.room_creates_per_min), (5, 3));
+        assert!(s.room_retention.is_zero(), "0 keeps rooms forever");
     }
 }

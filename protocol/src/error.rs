@@ -58,6 +58,10 @@ pub enum ErrorCode {
     GiftVoided,
     /// The connection sent faster than its token bucket allows.
     RateLimited,
+    /// A per-user room quota refused a room creation (`room.create`, or `room.join` of a
+    /// missing room under auto-create): the user created rooms faster than the per-minute
+    /// allowance, or owns as many stored rooms as allowed (the message says which).
+    QuotaExceeded,
     /// Retry later: ownership of the room is moving, or the room is overloaded.
     Unavailable,
     /// Something failed on the server; details are in its logs.
@@ -92,6 +96,7 @@ impl ErrorCode {
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
             Self::GiftVoided => "GIFT_VOIDED",
             Self::RateLimited => "RATE_LIMITED",
+            Self::QuotaExceeded => "QUOTA_EXCEEDED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }

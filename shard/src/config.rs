@@ -35,6 +35,15 @@ pub const DEFAULT_ROBOT_RECONCILE: Duration = Duration::from_secs(2);
 /// A seat request or invitation expires after this long.
 pub const DEFAULT_SEAT_OFFER_TTL: Duration = Duration::from_secs(60);
 
+/// Default [`ShardConfig::max_rooms_per_user`].
+pub const DEFAULT_MAX_ROOMS_PER_USER: u32 = 100;
+/// Default [`ShardConfig::room_creates_per_min`].
+pub const DEFAULT_ROOM_CREATES_PER_MIN: u32 = 20;
+/// Default [`ShardConfig::room_retention`]: 30 days.
+pub const DEFAULT_ROOM_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+/// Default [`ShardConfig::retention_sweep`].
+pub const DEFAULT_RETENTION_SWEEP: Duration = Duration::from_secs(600);
+
 /// How a shard runs its rooms.
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
@@ -74,6 +83,18 @@ pub struct ShardConfig {
     pub robot_reconcile: Duration,
     /// A seat invitation expires after this long.
     pub seat_invite_ttl: Duration,
+    /// Rooms one user may have created that are still stored (across the cluster: the
+    /// snapshot store counts them); one more creation answers `QUOTA_EXCEEDED`. 0: no cap.
+    pub max_rooms_per_user: u32,
+    /// Room creations (`room.create`, auto-creating joins) one user may start per minute on
+    /// this shard (a token bucket of this size refilled over a minute); more answer
+    /// `QUOTA_EXCEEDED`. 0: no limit.
+    pub room_creates_per_min: u32,
+    /// A room nobody has joined for this long is removed from durable storage (never one
+    /// that runs, or has unfinished gifts or a robot configuration). Zero keeps rooms forever.
+    pub room_retention: Duration,
+    /// How often a shard looks for rooms past their retention (among those placed on it).
+    pub retention_sweep: Duration,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
@@ -105,6 +126,10 @@ impl Default for ShardConfig {
             seat_request_ttl: DEFAULT_SEAT_OFFER_TTL,
             robot_reconcile: DEFAULT_ROBOT_RECONCILE,
             seat_invite_ttl: DEFAULT_SEAT_OFFER_TTL,
+            max_rooms_per_user: DEFAULT_MAX_ROOMS_PER_USER,
+            room_creates_per_min: DEFAULT_ROOM_CREATES_PER_MIN,
+            room_retention: DEFAULT_ROOM_RETENTION,
+            retention_sweep: DEFAULT_RETENTION_SWEEP,
             test_crash_after_debit: false,
             test_crash_after_settle: false,
             test_hold_before_broadcast: None,

@@ -22,6 +22,7 @@ pub mod link;
 pub mod metrics;
 pub mod node;
 mod owner;
+mod quota;
 pub mod rebalance;
 pub mod robots;
 mod room;
@@ -83,6 +84,8 @@ pub(crate) struct Inner {
     /// Where rooms belong (cluster mode); `None` in standalone: every room is ours.
     placement: std::sync::RwLock<Option<Arc<Placement>>>,
     rebalance: rebalance::Rebalance,
+    /// Room creations per user and minute on this shard.
+    create_rate: quota::CreateRate,
     hot: HotCounters,
 }
 
@@ -133,6 +136,7 @@ impl Shard {
             renew_on_traffic,
         ));
         tracker.spawn(owner.clone().run(shutdown.clone()));
+        let create_rate = quota::CreateRate::new(config.room_creates_per_min);
         let me = Self {
             inner: Arc::new(Inner {
                 node,
@@ -149,6 +153,7 @@ impl Shard {
                 next_generation: AtomicU64::new(1),
                 placement: std::sync::RwLock::new(None),
                 rebalance: rebalance::Rebalance::default(),
+                create_rate,
                 hot: HotCounters {
                     room_commands: ::metrics::counter!(crate::metrics::ROOM_COMMANDS),
                     events_sequenced: ::metrics::counter!(crate::metrics::EVENTS_SEQUENCED),
@@ -163,6 +168,9 @@ impl Shard {
         me.inner
             .tracker
             .spawn(robots::reconcile::run(me.inner.clone()));
+        me.inner
+            .tracker
+            .spawn(room::sweep_retention(me.inner.clone()));
         me
     }
 
@@ -374,7 +382,7 @@ impl Inner {
                 return;
             }
             let room = cmd.room.clone();
-            self.start_runtime(&mut rooms, room, Some(cmd));
+            self.start_runtime(&mut rooms, room, Some(RoomMsg::Command(Box::new(cmd))));
             return;
         }
     }
@@ -391,13 +399,13 @@ impl Inner {
         self: &Arc<Self>,
         rooms: &mut HashMap<RoomId, RoomHandle>,
         room: RoomId,
-        first: Option<Command>,
+        first: Option<RoomMsg>,
     ) {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(self.config.room_inbox);
-        if let Some(cmd) = first {
+        if let Some(msg) = first {
             // A fresh channel has room for one message.
-            let _ = tx.try_send(RoomMsg::Command(Box::new(cmd)));
+            let _ = tx.try_send(msg);
         }
         let weak = tx.downgrade();
         rooms.insert(room.clone(), RoomHandle { tx, generation });
@@ -410,6 +418,16 @@ impl Inner {
     /// with no snapshot stops at once. A cluster shard (durable history) loads nothing until
     /// it knows the placement. Returns whether it started a runtime.
     pub(crate) fn load_room(self: &Arc<Self>, room: &RoomId) -> bool {
+        self.start_with(room, None)
+    }
+
+    /// Starts `room`'s runtime with `first` as its first message, under the conditions of
+    /// [`Inner::load_room`] (retention's check of a room: `room::lifecycle`).
+    pub(crate) fn start_for(self: &Arc<Self>, room: &RoomId, first: RoomMsg) -> bool {
+        self.start_with(room, Some(first))
+    }
+
+    fn start_with(self: &Arc<Self>, room: &RoomId, first: Option<RoomMsg>) -> bool {
         let mut rooms = lock(&self.rooms);
         if rooms.get(room).is_some_and(|h| !h.tx.is_closed()) {
             return false;
@@ -419,7 +437,7 @@ impl Inner {
         if unplaced || self.placed_elsewhere(room).is_some() {
             return false;
         }
-        self.start_runtime(&mut rooms, room.clone(), None);
+        self.start_runtime(&mut rooms, room.clone(), first);
         true
     }
 

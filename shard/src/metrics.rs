@@ -48,6 +48,11 @@ pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";
 pub const SAGAS_RECOVERED: &str = "chorus_sagas_recovered_total";
 /// Rooms loaded by the orphan sweep to recover their unfinished sagas (counter).
 pub const ORPHAN_ROOMS_LOADED: &str = "chorus_saga_orphan_rooms_loaded_total";
+/// Counter: rooms removed from durable storage by retention (nobody joined them for
+/// `room_retention`).
+pub const ROOMS_EXPIRED: &str = "chorus_rooms_expired_total";
+/// Counter: room creations refused by a per-user quota, by `reason` (`rate`, `owned`).
+pub const ROOM_QUOTA_REFUSED: &str = "chorus_room_quota_refused_total";
 /// Settled gifts whose event the room could not publish, recorded in the ledger for the
 /// room's next owner to publish (counter).
 pub const GIFT_EVENTS_OWED: &str = "chorus_gift_events_owed_total";
@@ -89,6 +94,14 @@ pub fn describe() {
     );
     describe_counter!(EVENTS_SEQUENCED, "Sequenced room events published.");
     describe_counter!(SAGAS_RECOVERED, "Unfinished sagas resolved by recovery.");
+    describe_counter!(
+        ROOMS_EXPIRED,
+        "Rooms removed from durable storage because nobody joined them for the retention."
+    );
+    describe_counter!(
+        ROOM_QUOTA_REFUSED,
+        "Room creations refused by a per-user quota, by reason."
+    );
     describe_counter!(
         ORPHAN_ROOMS_LOADED,
         "Rooms loaded by the orphan sweep to recover their unfinished sagas."

@@ -6,6 +6,8 @@
 
 mod gifts;
 pub(crate) use gifts::sweep_orphans;
+mod lifecycle;
+pub(crate) use lifecycle::sweep_retention;
 pub(crate) mod log;
 mod publish;
 mod robots;
@@ -29,7 +31,7 @@ use crate::metrics as m;
 use crate::owner::Claim;
 use log::{EventLog, Resume};
 use snapshots::{Snapshots, Written};
-use state::{Durable, Rejected, RoomState, SessionRef};
+use state::{Rejected, RoomState, SessionRef};
 
 /// A message in a room's inbox.
 #[derive(Debug)]
@@ -51,6 +53,12 @@ pub(crate) enum RoomMsg {
     Inspect(tokio::sync::oneshot::Sender<serde_json::Value>),
     /// The robot reconcile's configuration for this room (`None`: stop its robots).
     Robots(Option<Box<crate::robots::RobotConfig>>),
+    /// The retention sweep: remove the room from durable storage if nobody joined it since
+    /// `cutoff_ms` and nothing holds it (see [`lifecycle`]); `done` gets whether it did.
+    Expire {
+        cutoff_ms: u64,
+        done: tokio::sync::oneshot::Sender<bool>,
+    },
 }
 
 /// A cheap handle to a running room: the sending side of its inbox.
@@ -166,10 +174,12 @@ pub(crate) async fn run(
         closing: Vec::new(),
         opener: None,
         robots: None,
+        touched: None,
+        joined: false,
         inner: inner.clone(),
     };
     if actor.state.is_some() {
-        info!(room = %actor.room, fence, "Room runtime started.");
+        debug!(room = %actor.room, fence, "Room runtime started.");
     }
     actor.publish_left_open().await;
     actor.start_recovery(first_owner);
@@ -178,16 +188,16 @@ pub(crate) async fn run(
     let robot_config = load_robot_config(&inner, &actor.room).await;
     if actor.state.is_none()
         && let Some(durable) = robot_config.as_ref().and_then(RoomActor::robot_room)
-        && actor.create(durable).await.is_ok()
+        && actor.create(durable, false).await.is_ok()
     {
-        info!(room = %actor.room, "Robot room created.");
+        debug!(room = %actor.room, "Robot room created.");
     }
     if actor.state.is_some() {
         actor.set_robots(robot_config).await;
     }
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
-    info!(room = %actor.room, fence, ?stop, "Room runtime stopped.");
+    debug!(room = %actor.room, fence, ?stop, "Room runtime stopped.");
 }
 
 /// The room's robot configuration, if it has a valid one.
@@ -288,6 +298,10 @@ struct RoomActor {
     opener: Option<gifts::Opener>,
     /// The room's robots, when its configuration enables them.
     robots: Option<robots::Robots>,
+    /// When this runtime last recorded a join in the store's touched time (retention).
+    touched: Option<Instant>,
+    /// Whether anyone joined during this runtime (its stop records the time too).
+    joined: bool,
 }
 
 impl RoomActor {
@@ -320,6 +334,11 @@ impl RoomActor {
                         if self.state.is_none() {
                             break Stop::Missing;
                         }
+                        continue;
+                    }
+                    Ok(RoomMsg::Expire { cutoff_ms, done }) => {
+                        // No state: only index entries can be left to clean up.
+                        let _ = done.send(self.expire(cutoff_ms).await);
                         continue;
                     }
                     Err(_) => break Stop::Missing,
@@ -359,6 +378,13 @@ impl RoomActor {
                         let _ = tx.send(self.inspect());
                     }
                     Some(RoomMsg::Robots(config)) => self.set_robots(config.map(|c| *c)).await,
+                    Some(RoomMsg::Expire { cutoff_ms, done }) => {
+                        let expired = self.expire(cutoff_ms).await;
+                        let _ = done.send(expired);
+                        if expired {
+                            break Stop::Missing;
+                        }
+                    }
                     None => break Stop::Shutdown,
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
@@ -398,7 +424,8 @@ impl RoomActor {
                 | RoomMsg::Sweep
                 | RoomMsg::Handoff(_)
                 | RoomMsg::Inspect(_)
-                | RoomMsg::Robots(_) => {}
+                | RoomMsg::Robots(_)
+                | RoomMsg::Expire { .. } => {}
             }
         }
         // Save and release first: the new owner can claim the moment the gateways ask it.
@@ -418,6 +445,8 @@ impl RoomActor {
                 }
             }
             self.inner.owner.release(&self.room, self.fence).await;
+            // Members were here: the room counts as joined until now (retention).
+            self.touch_on_stop().await;
         } else {
             self.inner.owner.forget(&self.room, self.fence);
         }
@@ -587,7 +616,8 @@ impl RoomActor {
         let user = &cmd.user;
         let auto_create = self.inner.config.auto_create;
         if let Some(durable) = state::creation(&cmd.cmd, self.state.is_some(), user, auto_create)? {
-            self.create(durable).await?;
+            self.check_create_rate(user)?;
+            self.create(durable, true).await?;
             if let RoomCmd::Op(RoomOp::Create(_)) = &cmd.cmd {
                 let ok = client::to_json(&RoomCreated {
                     room: self.room.clone(),
@@ -674,33 +704,7 @@ impl RoomActor {
         self.reply(cmd, Ok(ok), Some(Membership::Joined)).await;
         // Answered already; should this fail, the runtime stops and the joiner rejoins.
         let _ = self.publish(joined.applied, Some(at)).await;
-        Ok(())
-    }
-
-    async fn create(&mut self, durable: Durable) -> Result<(), Rejected> {
-        match self
-            .inner
-            .snapshots
-            .save(&self.room, self.fence, &durable)
-            .await
-        {
-            Ok(written) => self.saved = Some(written),
-            Err(e) => {
-                warn!(room = %self.room, error = %e, "Could not save the new room.");
-                return Err(state::rejected(
-                    ErrorCode::Unavailable,
-                    "could not create the room; retry",
-                ));
-            }
-        }
-        info!(room = %self.room, fence = self.fence, "Room created.");
-        let rules = self.inner.config.room_rules();
-        self.state = Some(RoomState::new(
-            self.room.clone(),
-            durable,
-            self.fence,
-            rules,
-        ));
+        self.touch_on_join();
         Ok(())
     }
 }

@@ -21,12 +21,23 @@
 //! ledger settled there is one whose event nobody published.
 //! - [`SqliteSnapshots`] (`snapshot/sqlite.rs`): `<data_dir>/rooms.db` for standalone mode;
 //!   the live-lease check asks the process's [`crate::lease::InProcessLeases`].
+//!
+//! # Quotas and retention
+//! A room made by [`SnapshotStore::create`] records its creator and a "touched" time (the
+//! last time someone joined it, at most hourly as the room reports it with
+//! [`SnapshotStore::touch`]). The creator's count of stored rooms
+//! ([`SnapshotStore::owned_count`]) is the rooms they created that are still stored: a
+//! `room.transfer` does not move it, and only [`SnapshotStore::expire`] (retention) lowers it.
+//! Rooms stored before this index existed count for nobody. [`SnapshotStore::untouched_since`]
+//! lists rooms not touched since a time; [`SnapshotStore::expire`] removes one (state, history,
+//! open gifts, index entries), fenced like every write, and only if it is still untouched and
+//! has no open gift.
 
 mod redis;
 mod sqlite;
 
 use bytes::Bytes;
-use protocol::{FencingToken, RoomId, Seq};
+use protocol::{FencingToken, RoomId, Seq, UserId};
 use uuid::Uuid;
 
 pub use self::redis::RedisSnapshots;
@@ -173,6 +184,88 @@ impl SnapshotStore {
         }
     }
 
+    /// Creates the room: saves `bytes` like [`SnapshotStore::save`], records `owner` as its
+    /// creator and `now_ms` as its touched time, in one write, unless `owner` already created
+    /// `max_owned` rooms that are still stored (0: no cap), which writes nothing and answers
+    /// [`Created::AtQuota`].
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::save`].
+    pub async fn create(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        bytes: &[u8],
+        owner: &UserId,
+        max_owned: u32,
+        now_ms: u64,
+    ) -> Result<Created> {
+        match self {
+            Self::Redis(s) => s.create(room, fence, bytes, owner, max_owned, now_ms).await,
+            Self::Sqlite(s) => s.create(room, fence, bytes, owner, max_owned, now_ms).await,
+        }
+    }
+
+    /// How many of the rooms `owner` created are still stored.
+    ///
+    /// # Errors
+    /// `Unavailable` when the backend cannot be reached.
+    pub async fn owned_count(&self, owner: &UserId) -> Result<u64> {
+        match self {
+            Self::Redis(s) => s.owned_count(owner).await,
+            Self::Sqlite(s) => s.owned_count(owner).await,
+        }
+    }
+
+    /// Records that someone joined the room at `now_ms` (the touched time never goes back).
+    /// Not fenced: a late touch only keeps a room a little longer, and touches no room that is
+    /// not stored.
+    ///
+    /// # Errors
+    /// `Unavailable` when the backend cannot be reached.
+    pub async fn touch(&self, room: &RoomId, now_ms: u64) -> Result<()> {
+        match self {
+            Self::Redis(s) => s.touch(room, now_ms).await,
+            Self::Sqlite(s) => s.touch(room, now_ms).await,
+        }
+    }
+
+    /// Up to `limit` rooms touched before `cutoff_ms`, oldest first, skipping the first
+    /// `offset`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the backend cannot be reached.
+    pub async fn untouched_since(
+        &self,
+        cutoff_ms: u64,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<RoomId>> {
+        match self {
+            Self::Redis(s) => s.untouched_since(cutoff_ms, offset, limit).await,
+            Self::Sqlite(s) => s.untouched_since(cutoff_ms, offset, limit).await,
+        }
+    }
+
+    /// Removes the room from durable storage (state, history, open gifts, its touched time
+    /// and its place in its creator's count), fenced like [`SnapshotStore::save`] (the caller
+    /// holds the room's lease), if it was not touched since `cutoff_ms` and has no open gift;
+    /// otherwise writes nothing. The lease store's fence counter stays, so tokens never repeat.
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::save`].
+    pub async fn expire(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        cutoff_ms: u64,
+    ) -> Result<Expired> {
+        match self {
+            Self::Redis(s) => s.expire(room, fence, cutoff_ms).await,
+            Self::Sqlite(s) => s.expire(room, fence, cutoff_ms).await,
+        }
+    }
+
     /// Deletes the room's state and history, fenced like [`SnapshotStore::save`]. The
     /// high-water token stays, so a stale owner still cannot write afterwards.
     ///
@@ -184,6 +277,24 @@ impl SnapshotStore {
             Self::Sqlite(s) => s.delete(room, fence).await,
         }
     }
+}
+
+/// The outcome of [`SnapshotStore::create`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// The room is stored.
+    Created,
+    /// The creator is at the cap of stored rooms; nothing was written.
+    AtQuota,
+}
+
+/// The outcome of [`SnapshotStore::expire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expired {
+    /// The room was removed.
+    Deleted,
+    /// The room was touched since the cutoff, or has an open gift: kept.
+    Kept,
 }
 
 /// One change of a room for [`SnapshotStore::write_change`].
@@ -247,6 +358,14 @@ fn history_key(room: &RoomId) -> String {
 /// Redis key of a room's set of open gifts (16-byte ids).
 fn open_gifts_key(room: &RoomId) -> String {
     format!("room:{{{room}}}:open_gifts")
+}
+
+/// Redis sorted set of every created room by touched time (unix ms).
+const TOUCHED_KEY: &str = "rooms:touched";
+
+/// Redis set of the stored rooms `owner` created.
+fn owned_key(owner: &UserId) -> String {
+    format!("owner:{{{owner}}}:rooms")
 }
 
 /// A gift id stored as its 16 bytes.

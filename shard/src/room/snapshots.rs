@@ -4,7 +4,7 @@ use std::hash::{DefaultHasher, Hasher};
 
 use protocol::{FencingToken, RoomId};
 use storage::StorageError;
-use storage::snapshot::{Change, SnapshotStore};
+use storage::snapshot::{Change, Created, SnapshotStore};
 use uuid::Uuid;
 
 use super::state::Durable;
@@ -92,6 +92,25 @@ impl Snapshots {
         let bytes = encode(durable)?;
         self.store.save(room, fence, &bytes).await?;
         Ok(Written::of(&bytes))
+    }
+
+    /// Creates the room with `durable` (its owner counted as its creator) unless the owner
+    /// already created `max_owned` stored rooms (0: no cap). Returns the digest written, or
+    /// `None` at the cap (nothing written).
+    pub(crate) async fn create(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        durable: &Durable,
+        max_owned: u32,
+        now_ms: u64,
+    ) -> Result<Option<Written>, StorageError> {
+        let bytes = encode(durable)?;
+        let created = self
+            .store
+            .create(room, fence, &bytes, &durable.owner, max_owned, now_ms)
+            .await?;
+        Ok((created == Created::Created).then(|| Written::of(&bytes)))
     }
 
     /// Whether `durable` is exactly what `last` wrote (no store access).

@@ -3,6 +3,10 @@
 //! `room:{R}:state` is a hash: `hwm` (highest token that ever wrote for the room), `fence` (token
 //! of the saved state) and `data` (the state). `room:{R}:history` is a list of encoded entries.
 //! `room:{R}:open_gifts` is a set of 16-byte gift ids (see the parent module's "Open gifts").
+//! `room:{R}:state` also keeps `owner`, the room's creator, for the creator's count
+//! `owner:{U}:rooms` (set of room ids); `rooms:touched` is a sorted set of rooms by touched time
+//! (see the parent module's "Quotas and retention"). The scripts that maintain these touch
+//! keys of more than one hash slot: they need one Redis (not a Redis Cluster), as deployed.
 //! Every write script first checks that the lease `room:{R}:lease` carries the write's token,
 //! then that the token is not below `hwm`, and only then writes and raises `hwm`.
 
@@ -11,13 +15,13 @@ use std::sync::Arc;
 use ::redis::Script;
 use ::redis::aio::ConnectionManager;
 use bytes::Bytes;
-use protocol::{FencingToken, RoomId};
+use protocol::{FencingToken, RoomId, UserId};
 
 use uuid::Uuid;
 
 use super::{
-    Change, HistoryEntry, Stored, decode_entry, decode_gift, encode_entry, history_key,
-    open_gifts_key, state_key,
+    Change, Created, Expired, HistoryEntry, Stored, TOUCHED_KEY, decode_entry, decode_gift,
+    encode_entry, history_key, open_gifts_key, owned_key, state_key,
 };
 use crate::error::{Result, StorageError};
 use crate::lease::lease_key;
@@ -93,6 +97,49 @@ return 1
 "
 );
 
+/// CREATE: `KEYS = [lease, state, owned, touched]`, `ARGV = [fence, data, room, owner,
+/// max_owned, now_ms]`. Returns 0 (writing nothing) when the owner is at the cap.
+const CREATE_LUA: &str = concat!(
+    fence_check!(),
+    r"
+local max = tonumber(ARGV[5])
+if max > 0 and redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 0
+   and redis.call('SCARD', KEYS[3]) >= max then
+  return 0
+end
+redis.call('HSET', KEYS[2], 'hwm', ARGV[1], 'fence', ARGV[1], 'data', ARGV[2], 'owner', ARGV[4])
+redis.call('SADD', KEYS[3], ARGV[3])
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[3])
+return 1
+"
+);
+
+/// TOUCH: `KEYS = [state, touched]`, `ARGV = [room, now_ms]`: raises the touched time of a
+/// stored room.
+const TOUCH_LUA: &str = r"
+if redis.call('HEXISTS', KEYS[1], 'data') == 0 then return 0 end
+redis.call('ZADD', KEYS[2], 'GT', ARGV[2], ARGV[1])
+return 1
+";
+
+/// EXPIRE: `KEYS = [lease, state, history, open_gifts, touched, owned]`, `ARGV = [fence, room,
+/// cutoff_ms, owner ('' for none)]`. Returns 0 (writing nothing) when the room was touched
+/// since the cutoff (or never: a room stored before touched times existed), has an open
+/// gift, or its creator is not `owner` any more (read again).
+const EXPIRE_LUA: &str = concat!(
+    fence_check!(),
+    r"
+local t = redis.call('ZSCORE', KEYS[5], ARGV[2])
+if not t or tonumber(t) >= tonumber(ARGV[3]) then return 0 end
+if redis.call('SCARD', KEYS[4]) > 0 then return 0 end
+if (redis.call('HGET', KEYS[2], 'owner') or '') ~= ARGV[4] then return 0 end
+if ARGV[4] ~= '' then redis.call('SREM', KEYS[6], ARGV[2]) end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('ZREM', KEYS[5], ARGV[2])
+return 1
+"
+);
+
 /// Redis-backed snapshots; clones share the connection and scripts.
 #[derive(Clone)]
 pub struct RedisSnapshots {
@@ -105,6 +152,9 @@ struct Scripts {
     change: Script,
     open: Script,
     delete: Script,
+    create: Script,
+    touch: Script,
+    expire: Script,
 }
 
 impl std::fmt::Debug for RedisSnapshots {
@@ -134,6 +184,9 @@ impl RedisSnapshots {
                 change: Script::new(CHANGE_LUA),
                 open: Script::new(OPEN_LUA),
                 delete: Script::new(DELETE_LUA),
+                create: Script::new(CREATE_LUA),
+                touch: Script::new(TOUCH_LUA),
+                expire: Script::new(EXPIRE_LUA),
             }),
         }
     }
@@ -293,5 +346,137 @@ impl RedisSnapshots {
             .await
             .map_err(map_err)?;
         fenced_status(status, fence)
+    }
+
+    /// See [`super::SnapshotStore::create`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Unavailable`.
+    pub async fn create(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        bytes: &[u8],
+        owner: &UserId,
+        max_owned: u32,
+        now_ms: u64,
+    ) -> Result<Created> {
+        let mut conn = self.conn.clone();
+        let status: i64 = self
+            .scripts
+            .create
+            .key(lease_key(room))
+            .key(state_key(room))
+            .key(owned_key(owner))
+            .key(TOUCHED_KEY)
+            .arg(fence)
+            .arg(bytes)
+            .arg(room.as_str())
+            .arg(owner.as_str())
+            .arg(max_owned)
+            .arg(now_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        if status == 0 {
+            return Ok(Created::AtQuota);
+        }
+        fenced_status(status, fence).map(|()| Created::Created)
+    }
+
+    /// See [`super::SnapshotStore::owned_count`].
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    pub async fn owned_count(&self, owner: &UserId) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        ::redis::cmd("SCARD")
+            .arg(owned_key(owner))
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)
+    }
+
+    /// See [`super::SnapshotStore::touch`].
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    pub async fn touch(&self, room: &RoomId, now_ms: u64) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let _: i64 = self
+            .scripts
+            .touch
+            .key(state_key(room))
+            .key(TOUCHED_KEY)
+            .arg(room.as_str())
+            .arg(now_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// See [`super::SnapshotStore::untouched_since`].
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    pub async fn untouched_since(
+        &self,
+        cutoff_ms: u64,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<RoomId>> {
+        let mut conn = self.conn.clone();
+        let rooms: Vec<String> = ::redis::cmd("ZRANGEBYSCORE")
+            .arg(TOUCHED_KEY)
+            .arg("-inf")
+            .arg(format!("({cutoff_ms}"))
+            .arg("LIMIT")
+            .arg(offset)
+            .arg(limit)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        Ok(rooms.into_iter().map(RoomId::from).collect())
+    }
+
+    /// See [`super::SnapshotStore::expire`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Unavailable`.
+    pub async fn expire(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        cutoff_ms: u64,
+    ) -> Result<Expired> {
+        let mut conn = self.conn.clone();
+        let owner: Option<String> = ::redis::cmd("HGET")
+            .arg(state_key(room))
+            .arg("owner")
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        let owner = owner.unwrap_or_default();
+        let status: i64 = self
+            .scripts
+            .expire
+            .key(lease_key(room))
+            .key(state_key(room))
+            .key(history_key(room))
+            .key(open_gifts_key(room))
+            .key(TOUCHED_KEY)
+            .key(owned_key(&UserId::from(owner.as_str())))
+            .arg(fence)
+            .arg(room.as_str())
+            .arg(cutoff_ms)
+            .arg(owner.as_str())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        if status == 0 {
+            return Ok(Expired::Kept);
+        }
+        fenced_status(status, fence).map(|()| Expired::Deleted)
     }
 }

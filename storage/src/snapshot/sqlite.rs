@@ -15,12 +15,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use protocol::{FencingToken, RoomId};
+use protocol::{FencingToken, RoomId, UserId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use uuid::Uuid;
 
-use super::{Change, HistoryEntry, Stored, decode_gift};
+use super::{Change, Created, Expired, HistoryEntry, Stored, decode_gift};
 use crate::error::{Result, StorageError};
 use crate::lease::InProcessLeases;
 
@@ -36,10 +36,12 @@ const SCHEMA: &str = "
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
 CREATE TABLE IF NOT EXISTS room_state (
-    room  TEXT PRIMARY KEY,
-    hwm   INTEGER NOT NULL,
-    fence INTEGER,
-    data  BLOB
+    room    TEXT PRIMARY KEY,
+    hwm     INTEGER NOT NULL,
+    fence   INTEGER,
+    data    BLOB,
+    owner   TEXT,
+    touched INTEGER
 );
 CREATE TABLE IF NOT EXISTS room_history (
     id    INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -55,6 +57,44 @@ CREATE TABLE IF NOT EXISTS open_gift (
     PRIMARY KEY (room, gift_id)
 ) WITHOUT ROWID;
 ";
+
+/// Adds the creator and touched columns to a database made before they existed; its rooms
+/// count as touched now (retention then removes those nobody joins) and for no creator.
+fn migrate(conn: &Connection) -> Result<()> {
+    let has_touched = conn
+        .prepare("SELECT 1 FROM pragma_table_info('room_state') WHERE name = 'touched'")
+        .and_then(|mut s| s.exists([]))
+        .map_err(backend)?;
+    if !has_touched {
+        let now = to_sql(now_ms())?;
+        conn.execute_batch("ALTER TABLE room_state ADD COLUMN owner TEXT;")
+            .map_err(backend)?;
+        conn.execute_batch("ALTER TABLE room_state ADD COLUMN touched INTEGER;")
+            .map_err(backend)?;
+        conn.execute(
+            "UPDATE room_state SET touched = ?1 WHERE data IS NOT NULL",
+            [now],
+        )
+        .map_err(backend)?;
+    }
+    conn.execute_batch(
+        "CREATE INDEX IF NOT EXISTS room_state_by_touched ON room_state (touched);
+         CREATE INDEX IF NOT EXISTS room_state_by_owner ON room_state (owner);",
+    )
+    .map_err(backend)
+}
+
+/// A time in unix milliseconds as SQLite's integer (times past 2^63 ms are all "never").
+fn clamp_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// Now as unix milliseconds.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// An opened database and every room's stored high-water token.
 type Opened = (Connection, Vec<(RoomId, FencingToken)>);
@@ -102,6 +142,7 @@ impl SqliteSnapshots {
             let conn = Connection::open(&path).map_err(backend)?;
             conn.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
             conn.execute_batch(SCHEMA).map_err(backend)?;
+            migrate(&conn)?;
             let floors = {
                 let mut stmt = conn
                     .prepare("SELECT room, hwm FROM room_state")
@@ -377,6 +418,154 @@ impl SqliteSnapshots {
             tx.execute("DELETE FROM room_history WHERE room = ?1", [room])?;
             tx.execute("DELETE FROM open_gift WHERE room = ?1", [room])
                 .map(|_| ())
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::create`].
+    ///
+    /// # Errors
+    /// `Fenced`, `Backend`.
+    pub async fn create(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        bytes: &[u8],
+        owner: &UserId,
+        max_owned: u32,
+        now_ms: u64,
+    ) -> Result<Created> {
+        let data = bytes.to_vec();
+        let owner = owner.as_str().to_owned();
+        let now = clamp_ms(now_ms);
+        self.fenced(room, fence, move |tx, room, f| {
+            if max_owned > 0 {
+                let owned: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM room_state
+                     WHERE owner = ?1 AND data IS NOT NULL AND room <> ?2",
+                    params![owner, room],
+                    |r| r.get(0),
+                )?;
+                if owned >= i64::from(max_owned) {
+                    // The fence check made a row for the room: leave none behind.
+                    tx.execute(
+                        "DELETE FROM room_state WHERE room = ?1 AND data IS NULL",
+                        [room],
+                    )?;
+                    return Ok(Created::AtQuota);
+                }
+            }
+            tx.execute(
+                "UPDATE room_state SET fence = ?2, data = ?3, owner = ?4, touched = ?5
+                 WHERE room = ?1",
+                params![room, f, data, owner, now],
+            )?;
+            Ok(Created::Created)
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::owned_count`].
+    ///
+    /// # Errors
+    /// `Backend`.
+    pub async fn owned_count(&self, owner: &UserId) -> Result<u64> {
+        let owner = owner.as_str().to_owned();
+        let n: i64 = self
+            .with_conn(move |conn| {
+                conn.query_row(
+                    "SELECT COUNT(*) FROM room_state WHERE owner = ?1 AND data IS NOT NULL",
+                    [&owner],
+                    |r| r.get(0),
+                )
+                .map_err(backend)
+            })
+            .await?;
+        from_sql(n)
+    }
+
+    /// See [`super::SnapshotStore::touch`].
+    ///
+    /// # Errors
+    /// `Backend`.
+    pub async fn touch(&self, room: &RoomId, now_ms: u64) -> Result<()> {
+        let room = room.as_str().to_owned();
+        let now = clamp_ms(now_ms);
+        self.with_conn(move |conn| {
+            conn.execute(
+                "UPDATE room_state SET touched = MAX(COALESCE(touched, 0), ?2)
+                 WHERE room = ?1 AND data IS NOT NULL",
+                params![room, now],
+            )
+            .map(|_| ())
+            .map_err(backend)
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::untouched_since`].
+    ///
+    /// # Errors
+    /// `Backend`.
+    pub async fn untouched_since(
+        &self,
+        cutoff_ms: u64,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<RoomId>> {
+        let cutoff = clamp_ms(cutoff_ms);
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_conn(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT room FROM room_state WHERE touched < ?1
+                     ORDER BY touched, room LIMIT ?2 OFFSET ?3",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![cutoff, limit, offset], |r| r.get::<_, String>(0))
+                .map_err(backend)?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(RoomId::from(row.map_err(backend)?));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// See [`super::SnapshotStore::expire`]. The room's row goes entirely (its high-water
+    /// token too: the in-process lease store keeps the room's tokens rising while the process
+    /// runs, and after a restart no earlier owner is left to fence out).
+    ///
+    /// # Errors
+    /// `Fenced`, `Backend`.
+    pub async fn expire(
+        &self,
+        room: &RoomId,
+        fence: FencingToken,
+        cutoff_ms: u64,
+    ) -> Result<Expired> {
+        let cutoff = clamp_ms(cutoff_ms);
+        self.fenced(room, fence, move |tx, room, _| {
+            let (touched, stored): (Option<i64>, bool) = tx.query_row(
+                "SELECT touched, data IS NOT NULL FROM room_state WHERE room = ?1",
+                [room],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            let open: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM open_gift WHERE room = ?1)",
+                [room],
+                |r| r.get(0),
+            )?;
+            if open || (stored && touched.is_none_or(|t| t >= cutoff)) {
+                return Ok(Expired::Kept);
+            }
+            tx.execute("DELETE FROM room_history WHERE room = ?1", [room])?;
+            tx.execute("DELETE FROM open_gift WHERE room = ?1", [room])?;
+            tx.execute("DELETE FROM room_state WHERE room = ?1", [room])?;
+            Ok(Expired::Deleted)
         })
         .await
     }
