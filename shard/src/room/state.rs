@@ -8,6 +8,8 @@
 mod durable;
 mod manage;
 mod moderation;
+mod offers;
+mod outcome;
 mod seats;
 
 use std::borrow::Cow;
@@ -16,15 +18,15 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 use protocol::client::gift::{MAX_GIFT_COUNT, MAX_GIFT_RECIPIENTS};
 use protocol::client::{
-    self, Answered, ChatEvent, ChatSent, GiftEvent, GiftTargets, InviteView, LuckyWinEvent,
-    MAX_CHAT_TEXT_CHARS, MemberJoin, MemberLeave, Moderation, Pending, RequestView, RoleChange,
-    RoomInfo, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
+    self, Answered, ChatEvent, ChatSent, GiftTargets, InviteView, MAX_CHAT_TEXT_CHARS, Moderation,
+    Pending, RequestView, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
 };
 use protocol::link::{LeaveReason, Membership, RoomCmd, RtcEvent};
 use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
 use serde::Serialize;
 
 pub use durable::{Durable, Invite, Penalty, RtcSeen, Rules, Seat, SeatReq};
+pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
 
 /// Where a member's connection lives: which gateway, which session there.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -50,154 +52,6 @@ pub(crate) const fn rejected(code: ErrorCode, msg: &'static str) -> Rejected {
     Rejected {
         code,
         msg: Cow::Borrowed(msg),
-    }
-}
-
-/// A sequenced event produced by a command, before encoding.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Sequenced {
-    /// `chat`.
-    Chat(ChatEvent),
-    /// `seat.update`.
-    SeatUpdate(SeatUpdate),
-    /// `gift`: a settled gift order.
-    Gift(GiftEvent),
-    /// `gift.lucky`: a big lucky win.
-    LuckyWin(LuckyWinEvent),
-    /// `room.update`: room info changed.
-    RoomUpdate(RoomInfo),
-    /// `room.role`: a user's role changed.
-    Role(RoleChange),
-    /// `moderation`: a mute, kick or ban and their lifting.
-    Moderation(Moderation),
-}
-
-impl Sequenced {
-    /// The event name on the wire.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Chat(_) => "chat",
-            Self::SeatUpdate(_) => "seat.update",
-            Self::Gift(_) => "gift",
-            Self::LuckyWin(_) => "gift.lucky",
-            Self::RoomUpdate(_) => "room.update",
-            Self::Role(_) => "room.role",
-            Self::Moderation(_) => "moderation",
-        }
-    }
-
-    /// The client frame of this event at `(epoch, seq)` in `room`: encoded once, shared by
-    /// every recipient and the resume log.
-    pub fn encode(&self, room: &RoomId, epoch: Epoch, seq: Seq) -> Bytes {
-        let at = Some((epoch, seq));
-        let name = self.name();
-        match self {
-            Self::Chat(e) => client::encode_event(name, Some(room), at, e),
-            Self::SeatUpdate(e) => client::encode_event(name, Some(room), at, e),
-            Self::Gift(e) => client::encode_event(name, Some(room), at, e),
-            Self::LuckyWin(e) => client::encode_event(name, Some(room), at, e),
-            Self::RoomUpdate(e) => client::encode_event(name, Some(room), at, e),
-            Self::Role(e) => client::encode_event(name, Some(room), at, e),
-            Self::Moderation(e) => client::encode_event(name, Some(room), at, e),
-        }
-    }
-}
-
-/// A presence change, published on the volatile lane.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Presence {
-    /// A user became a member.
-    Join(UserId),
-    /// A user stopped being a member.
-    Leave(UserId, &'static str),
-}
-
-impl Presence {
-    /// The user whose presence changed.
-    pub fn user(&self) -> &UserId {
-        match self {
-            Self::Join(u) | Self::Leave(u, _) => u,
-        }
-    }
-
-    /// The client frame (`member.join` / `member.leave`, not sequenced).
-    pub fn encode(&self, room: &RoomId) -> Bytes {
-        match self {
-            Self::Join(u) => client::encode_event(
-                "member.join",
-                Some(room),
-                None,
-                &MemberJoin {
-                    user: u.clone(),
-                    robot: u.is_robot(),
-                },
-            ),
-            Self::Leave(u, reason) => client::encode_event(
-                "member.leave",
-                Some(room),
-                None,
-                &MemberLeave {
-                    user: u.clone(),
-                    reason: (*reason).to_owned(),
-                },
-            ),
-        }
-    }
-}
-
-/// Who gets a presence event ([`RoomState::presence_plan`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PresencePlan {
-    /// A small room: every member, except the joiner's own session.
-    Everyone,
-    /// A big room: only these sessions (the owner, admins and the seated, not the subject);
-    /// listeners see a coalesced `member.count` instead.
-    Privileged(Vec<SessionRef>),
-}
-
-/// A volatile event for some members only (seat requests and invitations): it carries the
-/// room but no seq, and is never replayed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Direct {
-    /// The members it goes to (those no longer in the room are skipped).
-    pub to: Vec<UserId>,
-    /// The event frame.
-    pub frame: Bytes,
-}
-
-/// A member the room removed (a kick, a ban, the room closing): told with `room.left`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Evicted {
-    /// The user.
-    pub user: UserId,
-    /// Their connection.
-    pub at: SessionRef,
-    /// The `room.left` reason.
-    pub reason: &'static str,
-}
-
-/// What a command applied by [`RoomState::apply`] produced.
-#[derive(Debug, PartialEq)]
-pub struct Outcome {
-    /// The reply's `ok` JSON.
-    pub ok: Bytes,
-    /// The change to publish.
-    pub applied: Applied,
-    /// The sender's membership change, applied by its gateway before the reply.
-    pub membership: Option<Membership>,
-}
-
-impl Outcome {
-    fn new(ok: Bytes, applied: Applied) -> Self {
-        Self {
-            ok,
-            applied,
-            membership: None,
-        }
-    }
-
-    fn empty(applied: Applied) -> Self {
-        Self::new(Bytes::from_static(b"{}"), applied)
     }
 }
 
@@ -234,40 +88,6 @@ pub fn creation(
         .map(Some),
         (_, false) => Err(rejected(ErrorCode::RoomNotFound, "no such room")),
     }
-}
-
-/// What applying a command produced: sequenced events (seq assigned), presence changes,
-/// volatile events for some members, and members removed.
-#[derive(Debug, Default, PartialEq)]
-pub struct Applied {
-    /// Sequenced events, in order, each with its seq.
-    pub events: Vec<(Seq, Sequenced)>,
-    /// Presence changes.
-    pub presence: Vec<Presence>,
-    /// Volatile events for some members.
-    pub direct: Vec<Direct>,
-    /// Members the room removed.
-    pub evicted: Vec<Evicted>,
-    /// Whether durable state changed (the actor saves a snapshot).
-    pub durable_changed: bool,
-}
-
-impl Applied {
-    fn changed() -> Self {
-        Self {
-            durable_changed: true,
-            ..Self::default()
-        }
-    }
-}
-
-/// The outcome of a successful join.
-#[derive(Debug, Default, PartialEq)]
-pub struct Joined {
-    /// The user's previous connection in this room, which the new one replaces.
-    pub replaced: Option<SessionRef>,
-    /// Presence to publish (empty when an existing member only replaced its connection).
-    pub applied: Applied,
 }
 
 /// A user's standing in the room, for the rights every rule checks.
@@ -980,3 +800,7 @@ mod tests;
 #[cfg(test)]
 #[path = "state/tests_rights.rs"]
 mod tests_rights;
+
+#[cfg(test)]
+#[path = "state/tests_rules.rs"]
+mod tests_rules;
