@@ -13,7 +13,7 @@ use protocol::{NodeId, UserId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::state::{Durable, ROBOT_GATEWAY, SessionRef};
 use super::{RoomActor, now_ms};
@@ -125,7 +125,7 @@ impl RoomActor {
                     metrics::gauge!(m::ROBOT_ROOMS_RUNNING).increment(1.0);
                     metrics::counter!(m::ROBOT_STARTS).increment(1);
                     self.inner.robot_rooms_add(&self.room);
-                    info!(room = %self.room, fence = self.fence, robots = c.robots.len(), "Robots started.");
+                    debug!(room = %self.room, fence = self.fence, robots = c.robots.len(), "Robots started.");
                 }
                 // Robots a new configuration drops leave.
                 if let Some(old) = self.robots.take() {
@@ -145,7 +145,7 @@ impl RoomActor {
                     }
                 }
                 self.stop_robots();
-                info!(room = %self.room, "Robots stopped.");
+                debug!(room = %self.room, "Robots stopped.");
             }
             (None, false) => {
                 // Seats robots still hold from an earlier owner's runtime go free.
