@@ -234,7 +234,7 @@ fn count(v: f64) -> u64 {
     v.round().max(0.0) as u64
 }
 
-/// The configuration of robot room `room`: `robots` robots saying [`PHRASE`] every
+/// The configuration of robot room `room`: `robots` robots saying one phrase every
 /// `every_s` seconds, nothing else.
 pub fn config(room: &str, robots: usize, every_s: f64) -> serde_json::Value {
     let robots: Vec<serde_json::Value> = (0..robots)

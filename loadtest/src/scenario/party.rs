@@ -14,7 +14,7 @@
 //!   from its reply, so the events it missed while away are not gaps);
 //! - with `seat_requesters` (off by default), seat requests in apply mode: members asking for
 //!   a seat, the room's owner approving each request it is shown and kicking the requester a
-//!   while later, so that it asks again (see [`requests`]; each op's reply latency apart).
+//!   while later, so that it asks again (see `party/requests.rs`; each op's reply latency apart).
 //!
 //! Each kind counts in a [`Shared`] of its own, over its own connections: a chatter counts the
 //! chat it receives, a gifter the gift events. Every connection still checks every room event's

@@ -1,9 +1,9 @@
 //! The room's rules as a pure state machine: commands in, sequenced events and presence out.
 //!
 //! No async, no clock, no I/O: the actor in `room.rs` receives, applies (passing the time in
-//! unix ms), persists and publishes. The rules are split by subject: seats ([`seats`]), room
-//! management ([`manage`]) and moderation ([`moderation`]); this file keeps membership, the
-//! rights every rule checks, and the dispatch of [`RoomState::apply`].
+//! unix ms), persists and publishes. The rules are split by subject: seats (`seats`), room
+//! management (`manage`) and moderation (`moderation`); this file keeps membership, the
+//! rights every rule checks, and the dispatch of `RoomState::apply`.
 
 mod durable;
 mod manage;

@@ -212,7 +212,7 @@ impl Durable {
         })
     }
 
-    /// Appends to the audit list, dropping the oldest entry past [`AUDIT_LEN`].
+    /// Appends to the audit list, dropping the oldest entry past `AUDIT_LEN`.
     pub fn audit(&mut self, entry: Moderation) {
         if self.audit.len() >= AUDIT_LEN {
             self.audit.pop_front();

@@ -103,7 +103,7 @@ impl Presence {
     }
 }
 
-/// Who gets a presence event ([`RoomState::presence_plan`]).
+/// Who gets a presence event (`RoomState::presence_plan`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PresencePlan {
     /// A small room: every member, except the joiner's own session.
@@ -134,7 +134,7 @@ pub struct Evicted {
     pub reason: &'static str,
 }
 
-/// What a command applied by [`RoomState::apply`] produced.
+/// What a command applied by `RoomState::apply` produced.
 #[derive(Debug, PartialEq)]
 pub struct Outcome {
     /// The reply's `ok` JSON.
