@@ -99,7 +99,13 @@ pub(crate) async fn run(
     self_tx: mpsc::WeakSender<RoomMsg>,
 ) {
     // The durable high-water mark: a new token must be above the last one that wrote.
-    let floor = match inner.snapshots.load(&room).await {
+    // The robot configuration is read beside the snapshot, not after it: a room's load costs
+    // no extra round trip for it. Robots start only after the claim, below.
+    let (pre, robot_config) = tokio::join!(
+        inner.snapshots.load(&room),
+        load_robot_config(&inner, &room)
+    );
+    let floor = match pre {
         Ok(pre) => pre.map_or(0, |(f, _)| f),
         Err(e) => {
             warn!(%room, error = %e, "Could not read the room snapshot.");
@@ -176,6 +182,8 @@ pub(crate) async fn run(
         robots: None,
         touched: None,
         joined: false,
+        due: None,
+        due_stale: true,
         inner: inner.clone(),
     };
     if actor.state.is_some() {
@@ -185,7 +193,6 @@ pub(crate) async fn run(
     actor.start_recovery(first_owner);
     // Robots start only here, after the claim: a node that does not own the room never acts
     // for its robots.
-    let robot_config = load_robot_config(&inner, &actor.room).await;
     if actor.state.is_none()
         && let Some(durable) = robot_config.as_ref().and_then(RoomActor::robot_room)
         && actor.create(durable, false).await.is_ok()
@@ -302,6 +309,10 @@ struct RoomActor {
     touched: Option<Instant>,
     /// Whether anyone joined during this runtime (its stop records the time too).
     joined: bool,
+    /// The next deadline of the room's rules (unix ms), as of the last durable change.
+    due: Option<u64>,
+    /// Whether durable state changed since `due` was computed.
+    due_stale: bool,
 }
 
 impl RoomActor {
@@ -347,7 +358,13 @@ impl RoomActor {
             let count_at = self.last_count + self.inner.config.member_count_interval;
             // Deadlines are wall-clock times kept in the durable state (a new owner re-arms
             // them from it); the timer for the next one is made afresh each turn.
-            let due = self.state.as_ref().and_then(RoomState::next_deadline);
+            if self.due_stale {
+                // Recomputed only after a change of durable state (every deadline lives
+                // there), not on every command.
+                self.due = self.state.as_ref().and_then(RoomState::next_deadline);
+                self.due_stale = false;
+            }
+            let due = self.due;
             let due_at = due.map_or(now_far(), instant_at);
             let robot_at = self.robot_due();
             let idle_at = self.idle_since + self.inner.config.idle_unload;
@@ -544,6 +561,7 @@ impl RoomActor {
             return;
         };
         let applied = state.tick(now_ms());
+        self.due_stale = true;
         // A change that could not be stored stops the runtime; the next owner ticks again.
         let _ = self.publish(applied, None).await;
     }

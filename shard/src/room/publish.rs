@@ -44,6 +44,7 @@ impl RoomActor {
         let Some(state) = &self.state else {
             return Ok(());
         };
+        self.due_stale |= applied.durable_changed;
         let now = Instant::now();
         let epoch = state.epoch();
         let mut frames: SmallVec<[Bytes; 2]> = SmallVec::with_capacity(applied.events.len());

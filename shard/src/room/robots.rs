@@ -218,7 +218,7 @@ impl RoomActor {
         let Some(state) = self.state.as_ref() else {
             return;
         };
-        let humans = state.members().filter(|(u, _)| !u.is_robot()).count();
+        let humans = state.member_count() - state.robot_count();
         let wanted =
             !state.durable().closed && robots.config.fill_below.is_none_or(|n| humans < n as usize);
         let now = now_ms();

@@ -119,6 +119,9 @@ pub struct RoomState {
     durable: Durable,
     rules: Rules,
     members: HashMap<UserId, SessionRef>,
+    /// How many members are robots (kept with `members`: snapshots and the robots' own
+    /// presence rule read it without scanning the room).
+    robot_members: usize,
     /// Members per gateway: one copy of each event goes to each gateway listed here.
     gateways: HashMap<NodeId, usize>,
     /// The RTC event ids applied lately: a provider's retry is one event.
@@ -135,6 +138,7 @@ impl RoomState {
             durable,
             rules,
             members: HashMap::new(),
+            robot_members: 0,
             gateways: HashMap::new(),
             rtc_ids: VecDeque::new(),
             epoch,
@@ -160,6 +164,11 @@ impl RoomState {
     /// The seq of the last sequenced event of this epoch.
     pub fn seq(&self) -> Seq {
         self.seq
+    }
+
+    /// How many members are robots.
+    pub fn robot_count(&self) -> usize {
+        self.robot_members
     }
 
     /// How many members the room has.
@@ -205,8 +214,9 @@ impl RoomState {
             *self.gateways.entry(at.gateway.clone()).or_default() += 1;
         }
         let old = self.members.insert(user.clone(), at);
-        if let Some(old) = &old {
-            self.gateway_lost_member(&old.gateway);
+        match &old {
+            Some(old) => self.gateway_lost_member(&old.gateway),
+            None => self.robot_members += usize::from(user.is_robot()),
         }
         old
     }
@@ -215,6 +225,7 @@ impl RoomState {
         let old = self.members.remove(user);
         if let Some(old) = &old {
             self.gateway_lost_member(&old.gateway);
+            self.robot_members -= usize::from(user.is_robot());
         }
         old
     }
@@ -314,7 +325,7 @@ impl RoomState {
             host_seat: d.host_seat,
             seats: (0..d.seats.len()).map(|i| self.seat_view(i)).collect(),
             members: self.members.len() as u64,
-            robots: self.members.keys().filter(|u| u.is_robot()).count() as u64,
+            robots: self.robot_members as u64,
             epoch: self.epoch,
             seq: self.seq,
         }

@@ -540,3 +540,22 @@ fn the_audit_list_is_bounded_and_durable_state_round_trips() {
     assert_eq!(d.seat_mode, client::SeatMode::Free);
     assert!(d.bans.is_empty() && !d.closed);
 }
+
+#[test]
+fn robots_are_counted_as_they_come_and_go() {
+    let mut r = party();
+    let bot = SessionRef {
+        gateway: NodeId::from(ROBOT_GATEWAY),
+        session: 1,
+    };
+    r.rejoin(&u("bot:amy"), bot.clone());
+    // The same robot again, on the same connection, is not a second robot.
+    r.rejoin(&u("bot:amy"), bot.clone());
+    assert_eq!((r.robot_count(), r.snapshot().robots), (1, 1));
+    r.leave(&u("bot:amy"), &bot, "left").unwrap();
+    r.leave(&u("mem"), &at(2), "left").unwrap();
+    assert_eq!((r.robot_count(), r.member_count()), (0, 5));
+    // Robots are members through no gateway a room sends to.
+    r.rejoin(&u("bot:bo"), bot);
+    assert!(r.gateways().all(|g| g.as_str() != ROBOT_GATEWAY));
+}
