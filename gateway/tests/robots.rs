@@ -107,7 +107,10 @@ async fn a_robot_room_is_made_and_run_by_its_owner_and_follows_its_configuration
             .as_array()
             .and_then(|s| s.iter().find(|s| s["robot"] == true).cloned())
     };
-    let seat = match seated(&joined) {
+    // A fresh snapshot: seat events before this point may have gone by while waiting for the
+    // chat above.
+    let now = alice.join(&room, false, None).await.unwrap();
+    let seat = match seated(&now) {
         Some(seat) if seat["publishing"] == true => seat,
         _ => event_where(&mut alice, "seat.update", "publishing", &json!(true)).await,
     };
