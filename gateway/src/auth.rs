@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use protocol::UserId;
+use protocol::client::Profile;
 use protocol::ids::is_valid_id;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +13,7 @@ const CLOCK_LEEWAY_SECS: u64 = 60;
 
 /// The claims Chorus reads: `sub` is the user id, `exp` the expiry, `nbf` and `iat` (optional)
 /// when it becomes valid and when it was issued, all in seconds since the epoch.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Claims {
     sub: String,
     exp: u64,
@@ -20,6 +21,44 @@ struct Claims {
     nbf: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     iat: Option<u64>,
+    /// Optional profile claims: display name, avatar URL, region. A claim out of bounds is
+    /// ignored (the token still holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    avatar: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    region: Option<String>,
+}
+
+impl Claims {
+    /// The profile the claims carry, each field kept only when it is within bounds.
+    fn profile(&self) -> Profile {
+        let keep = |p: Profile| p.validate().is_ok();
+        let name = self.name.clone().filter(|n| {
+            keep(Profile {
+                name: Some(n.clone()),
+                ..Profile::default()
+            })
+        });
+        let avatar = self.avatar.clone().filter(|a| {
+            keep(Profile {
+                avatar: Some(a.clone()),
+                ..Profile::default()
+            })
+        });
+        let region = self.region.clone().filter(|r| {
+            keep(Profile {
+                region: Some(r.clone()),
+                ..Profile::default()
+            })
+        });
+        Profile {
+            name,
+            avatar,
+            region,
+        }
+    }
 }
 
 /// An authenticated user and when its token expires.
@@ -29,6 +68,9 @@ pub struct Identity {
     pub user: UserId,
     /// Token expiry, seconds since the Unix epoch.
     pub exp: u64,
+    /// The profile the token's claims carry (empty without profile claims); shared, so that a
+    /// socket's task stays small.
+    pub profile: std::sync::Arc<Profile>,
 }
 
 /// Why a token was refused.
@@ -112,6 +154,7 @@ impl Authenticator {
         self.check_times(&data.claims, jsonwebtoken::get_current_timestamp())?;
         check_subject(&data.claims.sub)?;
         Ok(Identity {
+            profile: std::sync::Arc::new(data.claims.profile()),
             user: UserId::from(data.claims.sub),
             exp: data.claims.exp,
         })
@@ -159,6 +202,9 @@ impl Authenticator {
             exp: now + ttl.as_secs(),
             nbf: None,
             iat: Some(now),
+            name: None,
+            avatar: None,
+            region: None,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Invalid(e.to_string()))
@@ -203,6 +249,7 @@ mod tests {
             exp: jsonwebtoken::get_current_timestamp() + 60,
             nbf: None,
             iat: None,
+            ..Claims::default()
         };
         let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap();
         assert!(matches!(a.verify(&t), Err(AuthError::RobotSubject)));
@@ -216,6 +263,24 @@ mod tests {
     }
 
     #[test]
+    fn profile_claims_are_read_and_out_of_bounds_ones_ignored() {
+        let a = Authenticator::new(b"secret").unwrap();
+        let claims = Claims {
+            sub: "u1".into(),
+            exp: jsonwebtoken::get_current_timestamp() + 60,
+            name: Some("Ann".into()),
+            avatar: Some("ftp://nope".into()),
+            region: Some("eu".into()),
+            ..Claims::default()
+        };
+        let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap();
+        let p = a.verify(&t).unwrap().profile;
+        assert_eq!(p.name.as_deref(), Some("Ann"));
+        assert_eq!(p.avatar, None);
+        assert_eq!(p.region.as_deref(), Some("eu"));
+    }
+
+    #[test]
     fn expired_tokens_are_refused() {
         let a = Authenticator::new(b"secret").unwrap();
         let claims = Claims {
@@ -223,6 +288,7 @@ mod tests {
             exp: jsonwebtoken::get_current_timestamp() - 10,
             nbf: None,
             iat: None,
+            ..Claims::default()
         };
         let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap();
         assert!(matches!(a.verify(&t), Err(AuthError::Invalid(_))));
@@ -240,6 +306,7 @@ mod tests {
                 exp,
                 nbf,
                 iat,
+                ..Claims::default()
             };
             jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap()
         };

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use bytes::Bytes;
-use protocol::client::{self, RoomLeft};
+use protocol::client::{self, Profile, RoomLeft};
 use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, ToGateway};
 use protocol::{Epoch, NodeId, RoomId, Seq, SessionId, UserId};
 use smallvec::SmallVec;
@@ -22,6 +22,8 @@ use crate::outbox::Outbox;
 struct Slot {
     user: UserId,
     out: Arc<Outbox>,
+    /// The user's profile as this session knows it: sent with its joins.
+    profile: Arc<Profile>,
     /// The room the session is in, and the shard it joined through. Events and evictions for
     /// the room count only when they come from that shard: a deposed owner's late events never
     /// reach a session that rejoined through the new owner.
@@ -117,6 +119,7 @@ impl Hub {
         session: SessionId,
         user: UserId,
         out: Arc<Outbox>,
+        profile: Arc<Profile>,
         max_per_user: usize,
     ) -> Vec<Arc<Outbox>> {
         let mut st = self.write();
@@ -137,6 +140,7 @@ impl Hub {
             Slot {
                 user,
                 out,
+                profile,
                 room: None,
                 join: None,
             },
@@ -163,6 +167,30 @@ impl Hub {
             room,
             reason: LeaveReason::Disconnected,
         })
+    }
+
+    /// The profile `session` sends with its joins.
+    pub(crate) fn profile(&self, session: SessionId) -> Option<Arc<Profile>> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.sessions.get(&session).map(|s| s.profile.clone())
+    }
+
+    /// Gives every local session of `user` the profile `p`; returns the rooms they are in
+    /// (session, room), for the caller to tell those rooms.
+    #[allow(dead_code, reason = "the profile update path lands next")]
+    pub(crate) fn set_profile(&self, user: &UserId, p: &Arc<Profile>) -> Vec<(SessionId, RoomId)> {
+        let mut st = self.write();
+        let sessions: SmallVec<[SessionId; 1]> = st.users.get(user).cloned().unwrap_or_default();
+        let mut rooms = Vec::new();
+        for s in sessions {
+            if let Some(slot) = st.sessions.get_mut(&s) {
+                slot.profile = p.clone();
+                if let Some((room, _)) = &slot.room {
+                    rooms.push((s, room.clone()));
+                }
+            }
+        }
+        rooms
     }
 
     /// Sessions open now.
@@ -588,9 +616,9 @@ mod tests {
         let hub = Hub::default();
         let via = NodeId::from("shard-1");
         let (a, b, c) = (outbox(), outbox(), outbox());
-        hub.add(1, UserId::from("ann"), a.clone(), 10);
-        hub.add(2, UserId::from("bob"), b.clone(), 10);
-        hub.add(3, UserId::from("cy"), c.clone(), 10);
+        hub.add(1, UserId::from("ann"), a.clone(), Arc::default(), 10);
+        hub.add(2, UserId::from("bob"), b.clone(), Arc::default(), 10);
+        hub.add(3, UserId::from("cy"), c.clone(), Arc::default(), 10);
         for (session, user, room) in [(1, "ann", "r1"), (2, "bob", "r1"), (3, "cy", "r2")] {
             assert!(joined(&hub, session, user, room, &via).is_empty());
         }
@@ -622,7 +650,7 @@ mod tests {
         let hub = Hub::default();
         let via = NodeId::from("shard-1");
         let a = outbox();
-        hub.add(1, UserId::from("ann"), a.clone(), 10);
+        hub.add(1, UserId::from("ann"), a.clone(), Arc::default(), 10);
         assert!(joined_req(&hub, 10, 1, "ann", "r1", &via).is_empty());
         (hub, via, a)
     }

@@ -101,7 +101,13 @@ pub(crate) fn run(
         who.exp,
     ));
     let cap = core.config.max_conns_per_user;
-    for old in core.hub.add(session, who.user.clone(), outbox.clone(), cap) {
+    for old in core.hub.add(
+        session,
+        who.user.clone(),
+        outbox.clone(),
+        who.profile.clone(),
+        cap,
+    ) {
         old.kick(Kick::TooManyConnections);
     }
     metrics::gauge!(m::CONNECTIONS).increment(1.0);

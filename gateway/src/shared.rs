@@ -170,6 +170,12 @@ impl Core {
         if client_id.is_some() && matches!(cmd, RoomCmd::Op(RoomOp::Join(_))) {
             self.hub.note_join(session, req, &room);
         }
+        let profile = match &cmd {
+            RoomCmd::Op(RoomOp::Join(_) | RoomOp::Create(_)) | RoomCmd::Rejoin(_) => {
+                self.hub.profile(session).map(|p| (*p).clone())
+            }
+            _ => None,
+        };
         let cmd = Command {
             req,
             gateway: self.node.clone(),
@@ -178,6 +184,7 @@ impl Core {
             client_id,
             room,
             cmd,
+            profile,
         };
         {
             let mut pending = self.pending();

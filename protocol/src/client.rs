@@ -9,6 +9,7 @@ pub mod gift;
 pub mod manage;
 pub mod moderation;
 mod op;
+pub mod profile;
 pub mod room;
 pub mod seat;
 pub mod session;
@@ -35,6 +36,7 @@ pub use moderation::{
     BanList, BanPage, BanView, ChatMute, Moderation, RoomBan, RoomKick, UserInRoom,
 };
 pub use op::{Addressed, Op, RoomOp};
+pub use profile::Profile;
 pub use room::{
     InRoom, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin,
     RoomLeave, RoomLeft, SeatMode, SeatView, Since, Snapshot,

@@ -9,14 +9,16 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
-use crate::client::{RoomJoin, RoomOp};
+use crate::client::{Profile, RoomJoin, RoomOp};
 use crate::error::ErrorCode;
 use crate::ids::{NodeId, RoomId, SessionId, UserId};
 
 /// Version of the link message set; a gateway and a shard must agree on it. Version 2
 /// carries a client's room operation as decoded at the edge ([`RoomCmd::Op`]); version 3
-/// adds the seat and moderation operations and the RTC provider's reports ([`RoomCmd::Rtc`]).
-pub const LINK_VERSION: u16 = 3;
+/// adds the seat and moderation operations and the RTC provider's reports ([`RoomCmd::Rtc`]);
+/// version 4 adds the sender's profile to joins ([`Command::profile`]) and profile changes
+/// ([`RoomCmd::Profile`]).
+pub const LINK_VERSION: u16 = 4;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +38,10 @@ pub struct Command {
     pub room: RoomId,
     /// What to do.
     pub cmd: RoomCmd,
+    /// The user's profile, sent with the commands that make the user a member (`room.create`,
+    /// `room.join`, a rejoin) so the room can show it; `None` on every other command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
 }
 
 /// Why a session leaves a room.
@@ -73,6 +79,8 @@ pub enum RoomCmd {
     /// The RTC provider reported a change in the user's audio (a verified webhook); the
     /// command's session is none of the user's.
     Rtc(RtcEvent),
+    /// The user's profile changed (`user.update` or the admin API): the room shows the new one.
+    Profile(Profile),
 }
 
 /// What an RTC provider's webhook says about one participant's audio.
@@ -381,6 +389,7 @@ mod tests {
                 room: "r1".into(),
                 text: "hi".into(),
             })),
+            profile: None,
         }));
         round_trip(LinkFrame::Command(Command {
             req: 8,
@@ -390,6 +399,7 @@ mod tests {
             client_id: None,
             room: "r1".into(),
             cmd: RoomCmd::Leave(LeaveReason::Switched),
+            profile: None,
         }));
         for outcome in [
             Ok(Bytes::from_static(b"{\"seq\":1}")),

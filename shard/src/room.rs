@@ -655,6 +655,8 @@ impl RoomActor {
                 let _ = self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
+            // Profiles are not shown by rooms yet.
+            RoomCmd::Profile(_) => Ok(Some((Bytes::from_static(b"{}"), None))),
             RoomCmd::Rtc(ev) => {
                 let applied = state.rtc(user, ev, now_ms());
                 self.publish(applied, None).await?;

@@ -368,6 +368,7 @@ impl RoomActor {
                 count: gift.count,
                 to: GiftTargets::Users(vec![to]),
             })),
+            profile: None,
         };
         self.take_gift(Box::new(cmd), &at).await;
     }
