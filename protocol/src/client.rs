@@ -6,6 +6,7 @@
 
 pub mod chat;
 pub mod gift;
+pub mod im;
 pub mod manage;
 pub mod moderation;
 mod op;
@@ -31,11 +32,15 @@ pub use gift::{
     GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
     MAX_REQ_ID_BYTES, RankEntry, RankGet, is_valid_req_id,
 };
+pub use im::{
+    BlockList, ImBlocks, ImHistory, ImMessage, ImPage, ImSend, ImSent, ImUser, MAX_BLOCKS,
+    MAX_IM_TEXT_CHARS,
+};
 pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
 pub use moderation::{
     BanList, BanPage, BanView, ChatMute, Moderation, RoomBan, RoomKick, UserInRoom,
 };
-pub use op::{Addressed, Op, RoomOp};
+pub use op::{Addressed, ImOp, Op, RoomOp};
 pub use profile::Profile;
 pub use room::{
     InRoom, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin,

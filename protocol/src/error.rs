@@ -48,6 +48,8 @@ pub enum ErrorCode {
     Banned,
     /// The sender is muted in the room's chat (the message says until when).
     ChatMuted,
+    /// A direct message between two users one of whom blocked the other.
+    Blocked,
     /// The request id was used before for another request (another gift, count, recipients
     /// or room): a reuse, not a retry; nothing was done. Send with a new id.
     IdempotencyConflict,
@@ -92,6 +94,7 @@ impl ErrorCode {
             Self::RoomClosed => "ROOM_CLOSED",
             Self::Banned => "BANNED",
             Self::ChatMuted => "CHAT_MUTED",
+            Self::Blocked => "BLOCKED",
             Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
             Self::GiftVoided => "GIFT_VOIDED",

@@ -7,13 +7,17 @@
 //! - [`snapshot`]: durable room state, every write conditioned on the fencing token.
 //! - [`membership`]: ring membership (live shards, weights, ring version) in Redis.
 //! - [`redis`]: connection setup and script loading.
+//! - [`registry`]: user -> gateways and user -> room now, and the gateway bus.
+//! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
 //! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
 
 pub mod error;
+pub mod im;
 pub mod lease;
 pub mod ledger;
 pub mod membership;
 pub mod redis;
+pub mod registry;
 pub mod robots;
 pub mod snapshot;
 

@@ -11,6 +11,7 @@ use super::{
     RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll,
     SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, WalletBalance, args,
 };
+use super::{ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
 
 /// The arguments of an operation that addresses one room.
@@ -188,8 +189,38 @@ pub enum Op {
     RankGet(RankGet),
     /// `wallet.balance` (answered by the gateway from the ledger).
     WalletBalance(WalletBalance),
+    /// A direct-message operation (answered by the gateway).
+    Im(ImOp),
     /// An operation the room's owner applies.
     Room(RoomOp),
+}
+
+/// The direct-message operations, answered by the gateway (no room involved).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImOp {
+    /// `im.send`: a direct message to another user.
+    Send(ImSend),
+    /// `im.history`: one page of the caller's messages, newest first.
+    History(ImHistory),
+    /// `im.block`: refuse messages from a user.
+    Block(ImUser),
+    /// `im.unblock`: accept messages from a user again.
+    Unblock(ImUser),
+    /// `im.blocks`: the caller's block list.
+    Blocks(ImBlocks),
+}
+
+impl ImOp {
+    /// The op's wire name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Send(_) => "im.send",
+            Self::History(_) => "im.history",
+            Self::Block(_) => "im.block",
+            Self::Unblock(_) => "im.unblock",
+            Self::Blocks(_) => "im.blocks",
+        }
+    }
 }
 
 impl Op {
@@ -200,6 +231,7 @@ impl Op {
             Self::GiftList(_) => "gift.list",
             Self::RankGet(_) => "rank.get",
             Self::WalletBalance(_) => "wallet.balance",
+            Self::Im(op) => op.name(),
             Self::Room(op) => op.name(),
         }
     }
@@ -209,7 +241,7 @@ impl Op {
         match self {
             Self::RankGet(r) => Some(&r.room),
             Self::Room(op) => op.room(),
-            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) => None,
+            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) | Self::Im(_) => None,
         }
     }
 
@@ -224,6 +256,11 @@ impl Op {
             "gift.list" => args(id, name, d).map(Self::GiftList),
             "rank.get" => args(id, name, d).map(Self::RankGet),
             "wallet.balance" => args(id, name, d).map(Self::WalletBalance),
+            "im.send" => args(id, name, d).map(|a| Self::Im(ImOp::Send(a))),
+            "im.history" => args(id, name, d).map(|a| Self::Im(ImOp::History(a))),
+            "im.block" => args(id, name, d).map(|a| Self::Im(ImOp::Block(a))),
+            "im.unblock" => args(id, name, d).map(|a| Self::Im(ImOp::Unblock(a))),
+            "im.blocks" => args(id, name, d).map(|a| Self::Im(ImOp::Blocks(a))),
             _ => return RoomOp::decode(name, id, d).map(|r| r.map(Self::Room)),
         })
     }

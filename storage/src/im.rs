@@ -1,0 +1,234 @@
+//! Direct messages: every message kept in its sender's and its recipient's log (bounded per
+//! user: the last [`KEEP_PER_USER`], none older than [`KEEP_FOR`]), the recipient's messages
+//! not yet delivered to any of their connections, idempotency by the sender's `req_id`, and
+//! block lists.
+//!
+//! A message is stored as the JSON of the client's `im` event `d` (`{"id","at",…}`): the
+//! backlog, history and live delivery send those bytes as they are. Ids are unique and grow
+//! with time: `at_ms * 1024 + n`, never below the previous id.
+//!
+//! # Engines
+//! - Redis (cluster mode): keys under the `{im}` hash tag: `chorus:{im}:seq`,
+//!   `chorus:{im}:log:<user>` (sorted set, score = id, member = JSON),
+//!   `chorus:{im}:pending:<user>` (sorted set of undelivered ids), `chorus:{im}:blocks:<user>`
+//!   (set), `chorus:{im}:req:<user>:<req_id>` (the first answer, kept [`REQ_ID_TTL`]).
+//! - SQLite (standalone mode): `<data_dir>/im.db`.
+
+mod redis;
+mod sqlite;
+
+use std::path::Path;
+use std::time::Duration;
+
+use protocol::UserId;
+use serde::Serialize;
+
+pub use redis::RedisIm;
+pub use sqlite::SqliteIm;
+
+use crate::error::Result;
+
+/// Messages kept per user (sent and received together).
+pub const KEEP_PER_USER: usize = 200;
+/// Longest a message is kept.
+pub const KEEP_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a `req_id` answers retries with its first message.
+pub const REQ_ID_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The SQLite file in the data directory.
+pub const IM_DB_FILE: &str = "im.db";
+/// Ids per millisecond: an id is `at_ms * IDS_PER_MS + n`.
+pub const IDS_PER_MS: u64 = 1024;
+
+/// A message to store.
+#[derive(Debug, Clone)]
+pub struct Outgoing<'a> {
+    /// The sender.
+    pub from: &'a UserId,
+    /// The recipient.
+    pub to: &'a UserId,
+    /// The text (already checked).
+    pub text: &'a str,
+    /// The sender's idempotency key.
+    pub req_id: &'a str,
+    /// The sender's profile JSON (an object), when not empty.
+    pub profile_json: Option<&'a str>,
+}
+
+/// A stored message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Its id.
+    pub id: u64,
+    /// When it was accepted, unix ms.
+    pub at: u64,
+    /// The `im` event's `d`, as JSON.
+    pub json: String,
+}
+
+/// What [`ImStore::send`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent {
+    /// Stored now: deliver it.
+    New(Stored),
+    /// The `req_id` was used before for this same message: its first `(id, at)`; deliver
+    /// nothing.
+    Repeated {
+        /// The first message's id.
+        id: u64,
+        /// The first message's time.
+        at: u64,
+    },
+    /// The `req_id` was used before for another message: nothing was stored.
+    Conflict,
+    /// The recipient blocked the sender: nothing was stored.
+    BlockedByRecipient,
+    /// The sender blocked the recipient: nothing was stored.
+    BlockedBySender,
+}
+
+/// What [`ImStore::block`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// The user is blocked (now or already).
+    Done,
+    /// The list holds its maximum already.
+    ListFull,
+}
+
+/// The JSON fragment `"from":…,"to":…,"text":…[,"p":…]` of a message (without braces).
+pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        from: &'a UserId,
+        to: &'a UserId,
+        text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        p: Option<&'a serde_json::value::RawValue>,
+    }
+    let p = m
+        .profile_json
+        .and_then(|p| serde_json::from_str::<&serde_json::value::RawValue>(p).ok());
+    let json = serde_json::to_string(&Body {
+        from: m.from,
+        to: m.to,
+        text: m.text,
+        p,
+    })
+    .unwrap_or_else(|_| "{}".to_owned());
+    json.strip_prefix('{')
+        .and_then(|j| j.strip_suffix('}'))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The `req_id` record: what a retry must match to count as the same message.
+pub(crate) fn req_record(to: &UserId, text: &str) -> String {
+    format!("{to}|{text}")
+}
+
+/// The direct-message store: one of the two engines, cheap to clone.
+#[derive(Clone, Debug)]
+pub enum ImStore {
+    /// Redis (cluster mode).
+    Redis(RedisIm),
+    /// SQLite (standalone mode).
+    Sqlite(SqliteIm),
+}
+
+impl ImStore {
+    /// A store on `redis`.
+    pub fn redis(redis: &crate::redis::Redis) -> Self {
+        Self::Redis(RedisIm::new(redis))
+    }
+
+    /// A store in `<data_dir>/im.db`.
+    ///
+    /// # Errors
+    /// `Backend` when the directory or the database cannot be opened.
+    pub async fn sqlite(data_dir: &Path) -> Result<Self> {
+        SqliteIm::open(data_dir).await.map(Self::Sqlite)
+    }
+
+    /// Stores a message (or recognises a retry, or refuses a blocked one), atomically.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn send(&self, m: &Outgoing<'_>) -> Result<Sent> {
+        match self {
+            Self::Redis(r) => r.send(m).await,
+            Self::Sqlite(s) => s.send(m).await,
+        }
+    }
+
+    /// `user`'s messages not yet delivered, oldest first, as JSON.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn undelivered(&self, user: &UserId) -> Result<Vec<(u64, String)>> {
+        match self {
+            Self::Redis(r) => r.undelivered(user).await,
+            Self::Sqlite(s) => s.undelivered(user).await,
+        }
+    }
+
+    /// Marks messages `ids` to `user` delivered.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn delivered(&self, user: &UserId, ids: &[u64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        match self {
+            Self::Redis(r) => r.delivered(user, ids).await,
+            Self::Sqlite(s) => s.delivered(user, ids).await,
+        }
+    }
+
+    /// `user`'s messages (sent and received) with an id below `before`, newest first: every
+    /// kept one, for the caller to filter and page (at most [`KEEP_PER_USER`]).
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn history(&self, user: &UserId, before: Option<u64>) -> Result<Vec<String>> {
+        match self {
+            Self::Redis(r) => r.history(user, before).await,
+            Self::Sqlite(s) => s.history(user, before).await,
+        }
+    }
+
+    /// Adds `other` to `user`'s block list (at most `max` entries).
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn block(&self, user: &UserId, other: &UserId, max: usize) -> Result<Blocked> {
+        match self {
+            Self::Redis(r) => r.block(user, other, max).await,
+            Self::Sqlite(s) => s.block(user, other, max).await,
+        }
+    }
+
+    /// Removes `other` from `user`'s block list; whether it was there.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn unblock(&self, user: &UserId, other: &UserId) -> Result<bool> {
+        match self {
+            Self::Redis(r) => r.unblock(user, other).await,
+            Self::Sqlite(s) => s.unblock(user, other).await,
+        }
+    }
+
+    /// `user`'s block list, sorted.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn blocks(&self, user: &UserId) -> Result<Vec<UserId>> {
+        let mut all = match self {
+            Self::Redis(r) => r.blocks(user).await?,
+            Self::Sqlite(s) => s.blocks(user).await?,
+        };
+        all.sort();
+        Ok(all)
+    }
+}

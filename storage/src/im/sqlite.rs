@@ -1,0 +1,300 @@
+//! The direct-message store's SQLite engine: `<data_dir>/im.db`. Each message has a row in its
+//! sender's and its recipient's log (the recipient's marked pending until delivered), so each
+//! user's log is bounded on its own, as in Redis.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use protocol::UserId;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use super::{
+    Blocked, IDS_PER_MS, IM_DB_FILE, KEEP_FOR, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored,
+};
+use crate::error::{Result, StorageError};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS im_log (
+    user TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    msg TEXT NOT NULL,
+    pending INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (user, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS im_reqs (
+    user TEXT NOT NULL,
+    req_id TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    expires INTEGER NOT NULL,
+    PRIMARY KEY (user, req_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS im_blocks (
+    user TEXT NOT NULL,
+    blocked TEXT NOT NULL,
+    PRIMARY KEY (user, blocked)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS im_seq (
+    one INTEGER PRIMARY KEY CHECK (one = 0),
+    last INTEGER NOT NULL
+);
+";
+
+/// The SQLite engine; cheap to clone.
+#[derive(Clone)]
+pub struct SqliteIm {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteIm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqliteIm")
+    }
+}
+
+fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
+    StorageError::backend("im store", e)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Drops `user`'s log rows beyond the newest [`KEEP_PER_USER`] and older than [`KEEP_FOR`].
+fn trim(tx: &Connection, user: &str, now: i64) -> rusqlite::Result<()> {
+    tx.execute(
+        "DELETE FROM im_log WHERE user = ?1 AND id < COALESCE(
+            (SELECT id FROM im_log WHERE user = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2), 0)",
+        (user, i64::try_from(KEEP_PER_USER - 1).unwrap_or(i64::MAX)),
+    )?;
+    let floor = (now - ms(KEEP_FOR)).saturating_mul(IDS_PER_MS as i64);
+    tx.execute(
+        "DELETE FROM im_log WHERE user = ?1 AND id < ?2",
+        (user, floor),
+    )?;
+    Ok(())
+}
+
+impl SqliteIm {
+    pub(super) async fn open(data_dir: &Path) -> Result<Self> {
+        let dir = data_dir.to_owned();
+        let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
+            std::fs::create_dir_all(&dir).map_err(backend)?;
+            let conn = Connection::open(dir.join(IM_DB_FILE)).map_err(backend)?;
+            conn.busy_timeout(std::time::Duration::from_secs(5))
+                .map_err(backend)?;
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .map_err(backend)?;
+            conn.execute_batch(SCHEMA).map_err(backend)?;
+            Ok(conn)
+        })
+        .await
+        .map_err(backend)??;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    async fn with<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut conn).map_err(backend)
+        })
+        .await
+        .map_err(backend)?
+    }
+
+    pub(super) async fn send(&self, m: &Outgoing<'_>) -> Result<Sent> {
+        let from = m.from.as_str().to_owned();
+        let to = m.to.as_str().to_owned();
+        let req_id = m.req_id.to_owned();
+        let record = super::req_record(m.to, m.text);
+        let body = super::body_fragment(m);
+        self.with(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+            tx.execute(
+                "DELETE FROM im_reqs WHERE user = ?1 AND expires < ?2",
+                (&from, now),
+            )?;
+            let first: Option<(i64, i64, String)> = tx
+                .query_row(
+                    "SELECT id, at, record FROM im_reqs WHERE user = ?1 AND req_id = ?2",
+                    (&from, &req_id),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            if let Some((id, at, rec)) = first {
+                return Ok(if rec == record {
+                    Sent::Repeated {
+                        id: id as u64,
+                        at: at as u64,
+                    }
+                } else {
+                    Sent::Conflict
+                });
+            }
+            let blocked = |user: &str, other: &str| -> rusqlite::Result<bool> {
+                tx.query_row(
+                    "SELECT 1 FROM im_blocks WHERE user = ?1 AND blocked = ?2",
+                    (user, other),
+                    |_| Ok(()),
+                )
+                .optional()
+                .map(|o| o.is_some())
+            };
+            if blocked(&to, &from)? {
+                return Ok(Sent::BlockedByRecipient);
+            }
+            if blocked(&from, &to)? {
+                return Ok(Sent::BlockedBySender);
+            }
+            let per = IDS_PER_MS as i64;
+            let last: i64 = tx
+                .query_row("SELECT last FROM im_seq WHERE one = 0", [], |r| r.get(0))
+                .optional()?
+                .unwrap_or(0);
+            let id = (now.saturating_mul(per)).max(last + 1);
+            let at = id / per;
+            tx.execute(
+                "INSERT INTO im_seq (one, last) VALUES (0, ?1)
+                 ON CONFLICT(one) DO UPDATE SET last = excluded.last",
+                [id],
+            )?;
+            let json = format!("{{\"id\":{id},\"at\":{at},{body}}}");
+            tx.execute(
+                "INSERT INTO im_log (user, id, msg, pending) VALUES (?1, ?2, ?3, 0)",
+                (&from, id, &json),
+            )?;
+            tx.execute(
+                "INSERT INTO im_log (user, id, msg, pending) VALUES (?1, ?2, ?3, 1)",
+                (&to, id, &json),
+            )?;
+            trim(&tx, &from, now)?;
+            trim(&tx, &to, now)?;
+            tx.execute(
+                "INSERT INTO im_reqs (user, req_id, id, at, record, expires)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                (&from, &req_id, id, at, &record, now + ms(REQ_ID_TTL)),
+            )?;
+            tx.commit()?;
+            Ok(Sent::New(Stored {
+                id: id as u64,
+                at: at as u64,
+                json,
+            }))
+        })
+        .await
+    }
+
+    pub(super) async fn undelivered(&self, user: &UserId) -> Result<Vec<(u64, String)>> {
+        let user = user.as_str().to_owned();
+        self.with(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, msg FROM im_log WHERE user = ?1 AND pending = 1 ORDER BY id",
+            )?;
+            let rows = stmt.query_map([user], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    pub(super) async fn delivered(&self, user: &UserId, ids: &[u64]) -> Result<()> {
+        let user = user.as_str().to_owned();
+        let ids = ids.to_vec();
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            for id in ids {
+                tx.execute(
+                    "UPDATE im_log SET pending = 0 WHERE user = ?1 AND id = ?2",
+                    (&user, id as i64),
+                )?;
+            }
+            tx.commit()
+        })
+        .await
+    }
+
+    pub(super) async fn history(&self, user: &UserId, before: Option<u64>) -> Result<Vec<String>> {
+        let user = user.as_str().to_owned();
+        let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        self.with(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT msg FROM im_log WHERE user = ?1 AND id < ?2 ORDER BY id DESC",
+            )?;
+            let rows = stmt.query_map((user, before), |r| r.get(0))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    pub(super) async fn block(&self, user: &UserId, other: &UserId, max: usize) -> Result<Blocked> {
+        let user = user.as_str().to_owned();
+        let other = other.as_str().to_owned();
+        self.with(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let there = tx
+                .query_row(
+                    "SELECT 1 FROM im_blocks WHERE user = ?1 AND blocked = ?2",
+                    (&user, &other),
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            if there {
+                return Ok(Blocked::Done);
+            }
+            let n: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM im_blocks WHERE user = ?1",
+                [&user],
+                |r| r.get(0),
+            )?;
+            if usize::try_from(n).unwrap_or(usize::MAX) >= max {
+                return Ok(Blocked::ListFull);
+            }
+            tx.execute(
+                "INSERT INTO im_blocks (user, blocked) VALUES (?1, ?2)",
+                (&user, &other),
+            )?;
+            tx.commit()?;
+            Ok(Blocked::Done)
+        })
+        .await
+    }
+
+    pub(super) async fn unblock(&self, user: &UserId, other: &UserId) -> Result<bool> {
+        let user = user.as_str().to_owned();
+        let other = other.as_str().to_owned();
+        self.with(move |conn| {
+            conn.execute(
+                "DELETE FROM im_blocks WHERE user = ?1 AND blocked = ?2",
+                (user, other),
+            )
+            .map(|n| n > 0)
+        })
+        .await
+    }
+
+    pub(super) async fn blocks(&self, user: &UserId) -> Result<Vec<UserId>> {
+        let user = user.as_str().to_owned();
+        self.with(move |conn| {
+            let mut stmt = conn.prepare_cached("SELECT blocked FROM im_blocks WHERE user = ?1")?;
+            let rows = stmt.query_map([user], |r| Ok(UserId::from(r.get::<_, String>(0)?)))?;
+            rows.collect()
+        })
+        .await
+    }
+}

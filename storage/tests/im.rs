@@ -1,0 +1,157 @@
+//! The direct-message store against a real redis-server and against SQLite: one contract on
+//! both engines (order, undelivered messages, idempotent retries, blocks, bounds, history).
+#![allow(clippy::unwrap_used)]
+
+use kit::redis::RedisServer;
+use protocol::UserId;
+use protocol::client::ImMessage;
+use storage::im::{Blocked, ImStore, KEEP_PER_USER, Outgoing, Sent, Stored};
+use storage::redis::Redis;
+
+async fn send(s: &ImStore, from: &UserId, to: &UserId, text: &str, req: &str) -> Sent {
+    s.send(&Outgoing {
+        from,
+        to,
+        text,
+        req_id: req,
+        profile_json: None,
+    })
+    .await
+    .unwrap()
+}
+
+fn new(sent: Sent) -> Stored {
+    match sent {
+        Sent::New(s) => s,
+        other => panic!("expected a new message, got {other:?}"),
+    }
+}
+
+fn parse(json: &str) -> ImMessage {
+    serde_json::from_str(json).unwrap()
+}
+
+async fn contract(s: ImStore) {
+    let (ann, bob, cy) = (UserId::from("ann"), UserId::from("bob"), UserId::from("cy"));
+    let m1 = new(send(&s, &ann, &bob, "hi \"bob\"\nline two", "k1").await);
+    let m2 = new(s
+        .send(&Outgoing {
+            from: &cy,
+            to: &bob,
+            text: "from cy",
+            req_id: "k1",
+            profile_json: Some(r#"{"name":"Cy"}"#),
+        })
+        .await
+        .unwrap());
+    assert!(m2.id > m1.id);
+    let e1 = parse(&m1.json);
+    assert_eq!(
+        (e1.id, e1.at, e1.text.as_str()),
+        (m1.id, m1.at, "hi \"bob\"\nline two")
+    );
+    assert_eq!(
+        (e1.from.clone(), e1.to.clone(), e1.p.clone()),
+        (ann.clone(), bob.clone(), None)
+    );
+    assert!(!m1.json.contains("\"p\""), "an empty profile is left out");
+    assert_eq!(parse(&m2.json).p.unwrap().name.as_deref(), Some("Cy"));
+
+    // Undelivered, in order, until marked delivered.
+    let ids = |v: Vec<(u64, String)>| v.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+    assert_eq!(ids(s.undelivered(&bob).await.unwrap()), [m1.id, m2.id]);
+    assert!(
+        s.undelivered(&ann).await.unwrap().is_empty(),
+        "sent is not owed"
+    );
+    s.delivered(&bob, &[m1.id]).await.unwrap();
+    assert_eq!(ids(s.undelivered(&bob).await.unwrap()), [m2.id]);
+
+    // A retry answers the first message; another message under the same key is a conflict.
+    assert_eq!(
+        send(&s, &ann, &bob, "hi \"bob\"\nline two", "k1").await,
+        Sent::Repeated {
+            id: m1.id,
+            at: m1.at
+        }
+    );
+    assert_eq!(send(&s, &ann, &bob, "other", "k1").await, Sent::Conflict);
+    assert_eq!(
+        ids(s.undelivered(&bob).await.unwrap()),
+        [m2.id],
+        "nothing new"
+    );
+
+    // Blocks, both ways.
+    assert_eq!(s.block(&bob, &ann, 10).await.unwrap(), Blocked::Done);
+    assert_eq!(s.block(&bob, &ann, 10).await.unwrap(), Blocked::Done);
+    assert_eq!(
+        send(&s, &ann, &bob, "x", "k2").await,
+        Sent::BlockedByRecipient
+    );
+    assert_eq!(send(&s, &bob, &ann, "x", "k2").await, Sent::BlockedBySender);
+    assert_eq!(
+        s.block(&bob, &UserId::from("zed"), 2).await.unwrap(),
+        Blocked::Done
+    );
+    assert_eq!(s.block(&bob, &cy, 2).await.unwrap(), Blocked::ListFull);
+    assert_eq!(
+        s.blocks(&bob).await.unwrap(),
+        [ann.clone(), UserId::from("zed")]
+    );
+    assert!(s.unblock(&bob, &ann).await.unwrap());
+    assert!(!s.unblock(&bob, &ann).await.unwrap());
+    let m3 = new(send(&s, &ann, &bob, "again", "k2").await);
+
+    // History: sent and received, newest first, paged by id.
+    let h: Vec<u64> = s
+        .history(&bob, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| parse(j).id)
+        .collect();
+    assert_eq!(h, [m3.id, m2.id, m1.id]);
+    let older: Vec<u64> = s
+        .history(&bob, Some(m2.id))
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| parse(j).id)
+        .collect();
+    assert_eq!(older, [m1.id]);
+    assert_eq!(s.history(&ann, None).await.unwrap().len(), 2);
+
+    // Bounded per user: the newest KEEP_PER_USER stay, and nothing trimmed is still owed.
+    for i in 0..KEEP_PER_USER + 5 {
+        new(send(&s, &cy, &ann, &format!("n{i}"), &format!("bulk-{i}")).await);
+    }
+    let kept = s.history(&ann, None).await.unwrap();
+    assert_eq!(kept.len(), KEEP_PER_USER);
+    assert_eq!(parse(&kept[0]).text, format!("n{}", KEEP_PER_USER + 4));
+    let owed = s.undelivered(&ann).await.unwrap();
+    assert_eq!(owed.len(), KEEP_PER_USER);
+    assert!(owed.windows(2).all(|w| w[0].0 < w[1].0), "oldest first");
+}
+
+#[tokio::test]
+async fn the_sqlite_store_keeps_the_contract_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    contract(ImStore::sqlite(dir.path()).await.unwrap()).await;
+    let again = ImStore::sqlite(dir.path()).await.unwrap();
+    assert_eq!(
+        again
+            .history(&UserId::from("bob"), None)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn the_redis_store_keeps_the_contract() {
+    let server = RedisServer::start().await.unwrap();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    contract(ImStore::redis(&redis)).await;
+}
