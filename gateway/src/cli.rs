@@ -410,6 +410,10 @@ pub struct FileConfig {
     pub max_token_lifetime_s: Option<u64>,
     /// Leave robots out of leaderboards.
     pub ranks_without_robots: Option<bool>,
+    /// Direct messages one user may send per minute on a gateway.
+    pub im_rate_per_min: Option<u32>,
+    /// Direct messages one user may send at once.
+    pub im_rate_burst: Option<u32>,
     /// Token bucket rate.
     pub rate_per_sec: Option<u32>,
     /// Token bucket size.
@@ -619,6 +623,12 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     }
     if let Some(v) = f.ranks_without_robots {
         g.ranks_without_robots = v;
+    }
+    if let Some(v) = f.im_rate_per_min {
+        g.im_rate_per_min = v;
+    }
+    if let Some(v) = f.im_rate_burst {
+        g.im_rate_burst = v.max(1);
     }
     if let Some(v) = f.max_token_lifetime_s {
         g.max_token_lifetime = Duration::from_secs(v.max(1));

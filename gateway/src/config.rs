@@ -44,6 +44,11 @@ pub const DEFAULT_MAX_CONNS_PER_USER: usize = 10;
 /// Longest lifetime a client token may have (`exp` minus `iat`, or minus now without `iat`):
 /// a token that never expires cannot be revoked by waiting.
 pub const DEFAULT_MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Direct messages one user may send per minute on one gateway: a fast typist in a lively
+/// conversation sends a few a minute; a spammer is stopped within seconds.
+pub const DEFAULT_IM_RATE_PER_MIN: u32 = 30;
+/// Direct messages one user may send at once before the per-minute rate applies.
+pub const DEFAULT_IM_RATE_BURST: u32 = 10;
 /// Longest time a client may take to finish the WebSocket handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -84,6 +89,10 @@ pub struct GatewayConfig {
     pub max_token_lifetime: Duration,
     /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
     pub ranks_without_robots: bool,
+    /// `im.send` per user per minute on this gateway; beyond it `RATE_LIMITED`.
+    pub im_rate_per_min: u32,
+    /// `im.send` burst per user on this gateway.
+    pub im_rate_burst: u32,
     /// HMAC-SHA256 key of `POST /rtc/webhook` on the admin port; `None`: that endpoint answers
     /// 503.
     pub rtc_webhook_secret: Option<String>,
@@ -116,6 +125,8 @@ impl Default for GatewayConfig {
             admit_burst: DEFAULT_ADMIT_BURST,
             max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
             ranks_without_robots: false,
+            im_rate_per_min: DEFAULT_IM_RATE_PER_MIN,
+            im_rate_burst: DEFAULT_IM_RATE_BURST,
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
             rtc_webhook_secret: None,
             livekit_api_key: None,

@@ -177,7 +177,6 @@ impl Hub {
 
     /// Gives every local session of `user` the profile `p`; returns the rooms they are in
     /// (session, room), for the caller to tell those rooms.
-    #[allow(dead_code, reason = "the profile update path lands next")]
     pub(crate) fn set_profile(&self, user: &UserId, p: &Arc<Profile>) -> Vec<(SessionId, RoomId)> {
         let mut st = self.write();
         let sessions: SmallVec<[SessionId; 1]> = st.users.get(user).cloned().unwrap_or_default();
@@ -191,6 +190,50 @@ impl Hub {
             }
         }
         rooms
+    }
+
+    /// `user`'s local sessions and their outboxes (for direct messages).
+    pub(crate) fn sessions_of(&self, user: &UserId) -> SmallVec<[(SessionId, Arc<Outbox>); 1]> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.users
+            .get(user)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| st.sessions.get(s).map(|slot| (*s, slot.out.clone())))
+            .collect()
+    }
+
+    /// The room `session` is in now.
+    pub(crate) fn room_of(&self, session: SessionId) -> Option<RoomId> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.sessions
+            .get(&session)
+            .and_then(|s| s.room.as_ref().map(|(room, _)| room.clone()))
+    }
+
+    /// Takes `session` out of `room` if it is in it (the user joined another room through
+    /// another gateway): `room.left` with `reason` to it; returns the leave to send.
+    pub(crate) fn take_out(
+        &self,
+        session: SessionId,
+        room: &RoomId,
+        reason: LeaveReason,
+    ) -> Option<PendingLeave> {
+        let mut st = self.write();
+        let slot = st.sessions.get_mut(&session)?;
+        let (_, via) = slot.room.take_if(|(r, _)| r == room)?;
+        if let Some(t) = room_left(room, reason.as_str()) {
+            slot.out.push(t);
+        }
+        let user = slot.user.clone();
+        st.kept.remove(&session);
+        remove_member(&mut st, room, &via, session);
+        Some(PendingLeave {
+            session,
+            user,
+            room: room.clone(),
+            reason,
+        })
     }
 
     /// Sessions open now.

@@ -12,6 +12,8 @@
 //! - `hub`: local sessions, room fan-out, and what shards send back.
 //! - [`router`]: room -> shard; `link`: the link client to one shard.
 //! - [`money`]: `wallet.balance`, `gift.list` and `rank.get`, answered from the ledger.
+//! - `social`: the user registry, the gateway bus, direct messages and one room per user
+//!   across gateways.
 //! - [`node`]: the roles of the binary (gateway, shard with its admin port), each started by
 //!   one function; [`standalone`] composes gateway and shard in one process.
 //! - `admin`: the admin HTTP port (`/healthz`, `/readyz`, `/metrics`, `/admin/*`).
@@ -33,6 +35,7 @@ mod server;
 mod session;
 mod shared;
 pub mod signal;
+mod social;
 pub mod standalone;
 mod wire;
 

@@ -20,6 +20,8 @@ pub const CLOSES: &str = "chorus_gateway_closes_total";
 pub const ROUTING_RETRIES: &str = "chorus_gateway_routing_retries_total";
 /// Sessions taken out of rooms because their shard link dropped or the ring moved the room.
 pub const SESSIONS_EVICTED: &str = "chorus_gateway_sessions_evicted_total";
+/// Direct messages accepted (`im.send`, retries not counted).
+pub const IM_SENT: &str = "chorus_gateway_im_sent_total";
 
 /// RTC provider webhooks answered on the admin port (counter; labels `format`: chorus,
 /// livekit; `outcome`: accepted, ignored, unauthorized, bad_request).
@@ -31,6 +33,7 @@ pub fn describe() {
     describe_gauge!(CONNECTIONS, "Open WebSocket connections.");
     describe_counter!(UPGRADES_REFUSED, "WebSocket upgrades refused, by reason.");
     describe_counter!(REQUESTS, "Client requests received.");
+    describe_counter!(IM_SENT, "Direct messages accepted (retries not counted).");
     describe_counter!(ERRORS, "Error replies sent, by code.");
     describe_counter!(FRAMES_OUT, "Frames written to sockets.");
     describe_counter!(

@@ -193,7 +193,9 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             ranks_without_robots: cfg.gateway.ranks_without_robots,
             rooms: Some(SnapshotStore::redis(&redis)),
         },
+        crate::social::Social::cluster(cfg.node_id.clone(), &redis),
     );
+    crate::social::start(&core).await?;
     let membership = Membership::new(&redis);
     refresh_ring(&core, &routes, &membership).await;
     tracker.spawn(follow_ring(core.clone(), routes, membership.clone()));

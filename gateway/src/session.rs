@@ -124,6 +124,8 @@ pub(crate) fn run(
     if let Some(t) = text(hello) {
         outbox.push(t);
     }
+    // After `hello`: the direct messages the user is owed follow it.
+    core.social_connected(session, &who.user);
     let mut s = Session {
         bucket: Bucket::new(core.config.rate_burst),
         core,
@@ -163,6 +165,7 @@ pub(crate) fn run(
         if let Some(leave) = s.core.hub.remove(s.session) {
             s.core.send_leaves(vec![leave]);
         }
+        s.core.social_disconnected(s.session, &s.who.user);
         metrics::gauge!(m::CONNECTIONS).decrement(1.0);
     }
 }
@@ -384,6 +387,7 @@ impl Session {
                 self.core
                     .money_request(self.session, &self.who.user, id, req.op);
             }
+            Op::Im(op) => self.core.im_request(self.session, &self.who.user, id, op),
             Op::Room(op) => {
                 // Only `room.create` may leave its room out: the server names the room.
                 let room = room.unwrap_or_else(new_room_id);

@@ -56,6 +56,8 @@ pub(crate) struct Core {
     pending: Mutex<HashMap<u64, Pending>>,
     /// Ledger and catalog for the money ops the gateway answers itself.
     pub(crate) money: money::Money,
+    /// The user registry, the gateway bus and direct messages.
+    pub(crate) social: crate::social::Social,
     /// Sessions the gateway is moving to a room's new owner: their commands for that room
     /// wait (retried) until the move is done, instead of failing with `NOT_IN_ROOM`.
     rejoining: Mutex<std::collections::HashSet<(SessionId, RoomId)>>,
@@ -82,6 +84,10 @@ struct Pending {
 }
 
 impl Core {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each is one part of the gateway, built by its start-up"
+    )]
     pub(crate) fn new(
         node: NodeId,
         config: GatewayConfig,
@@ -90,6 +96,7 @@ impl Core {
         shutdown: CancellationToken,
         tracker: TaskTracker,
         money: money::Money,
+        social: crate::social::Social,
     ) -> Arc<Self> {
         let admission = crate::admission::Admission::new(config.admit_per_sec, config.admit_burst);
         let core = Arc::new_cyclic(|me| Self {
@@ -106,6 +113,7 @@ impl Core {
             next_req: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
             money,
+            social,
             rejoining: Mutex::new(std::collections::HashSet::new()),
             hot: HotCounters {
                 requests: ::metrics::counter!(crate::metrics::REQUESTS),
@@ -379,7 +387,20 @@ impl Core {
                 }
             }
         }
+        // A client's join or leave that the hub applies is recorded in the user registry.
+        let membership = match &msg {
+            ToGateway::Reply(r) if r.outcome.is_ok() && r.client_id.is_some() => r
+                .membership
+                .map(|m| (r.session, r.user.clone(), r.room.clone(), m)),
+            _ => None,
+        };
         let follow = self.hub.apply(from, msg);
+        if let Some((session, user, room, m)) = membership
+            && let Some(core) = self.self_ref().upgrade()
+        {
+            let joined = m == protocol::link::Membership::Joined;
+            core.membership_changed(session, &user, &room, joined);
+        }
         self.send_leaves(follow.leaves);
         for r in follow.rejoins {
             let join = protocol::client::RoomJoin {

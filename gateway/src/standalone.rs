@@ -71,6 +71,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let robots = storage::robots::RobotStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("robot configs: {e}")))?;
+    let im = storage::im::ImStore::sqlite(&cfg.data_dir)
+        .await
+        .map_err(|e| StartError::Storage(format!("direct messages: {e}")))?;
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 
@@ -92,7 +95,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let (tx, rx) = mpsc::channel(LINK_QUEUE);
     shard.attach_gateway(node.clone(), tx);
     let core = Core::new(
-        node,
+        node.clone(),
         cfg.gateway.clone(),
         Router::Local(shard.clone()),
         Authenticator::new(&cfg.jwt_secret)
@@ -106,6 +109,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             ranks_without_robots: cfg.gateway.ranks_without_robots,
             rooms: Some(snapshots.clone()),
         },
+        crate::social::Social::standalone(node.clone(), im),
     );
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));

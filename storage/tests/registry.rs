@@ -51,12 +51,22 @@ async fn contract(reg: Registry) {
         (&ann, &r2, &g2)
     );
     reg.clear_room(&ann, &r2, &g2).await.unwrap();
-    assert!(reg.rooms_of(std::slice::from_ref(&ann)).await.unwrap().is_empty());
+    assert!(
+        reg.rooms_of(std::slice::from_ref(&ann))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // A closed connection takes its room entry with it.
     reg.set_room(&ann, &r1, &g1).await.unwrap();
     reg.remove_connection(&ann, &g1).await.unwrap();
-    assert!(reg.rooms_of(std::slice::from_ref(&ann)).await.unwrap().is_empty());
+    assert!(
+        reg.rooms_of(std::slice::from_ref(&ann))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(reg.gateways_of(&ann).await.unwrap(), [NodeId::from("g2")]);
     reg.remove_connection(&ann, &g2).await.unwrap();
     reg.remove_connection(&ann, &at("g2", 22, 8)).await.unwrap();
@@ -90,7 +100,12 @@ async fn entries_of_a_dead_or_restarted_gateway_count_for_nothing_and_are_remove
     // g2 restarts under the same id with a new incarnation: its old entries are dead.
     reg.keep_alive(&old.gateway, 2).await.unwrap();
     assert!(reg.gateways_of(&ann).await.unwrap().is_empty());
-    assert!(reg.rooms_of(std::slice::from_ref(&ann)).await.unwrap().is_empty());
+    assert!(
+        reg.rooms_of(std::slice::from_ref(&ann))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let swap = reg
         .set_room(&ann, &RoomId::from("r2"), &at("g2", 2, 1))
         .await

@@ -1,0 +1,268 @@
+//! What a gateway does for users rather than rooms: the user registry (which gateways hold a
+//! user's connections, which room the user is in), the gateway bus that carries notices
+//! between gateways, direct messages ([`im`]) and one room per user across gateways
+//! ([`switch`]).
+//!
+//! Standalone has one gateway: its registry is in-process and every notice is delivered
+//! locally. A cluster gateway keeps its registry entries in Redis, alive while it is (see
+//! `storage::registry`), and listens on its bus channel.
+
+mod bus;
+pub(crate) mod im;
+mod switch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use protocol::client::Profile;
+use protocol::link::RoomCmd;
+use protocol::{NodeId, RoomId, SessionId, UserId};
+use storage::im::ImStore;
+use storage::redis::Redis;
+use storage::registry::{ALIVE_REFRESH, Registry, SessionRef};
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+pub(crate) use bus::Notice;
+
+use crate::shared::Core;
+
+/// What the gateway tracks per local session for the social features.
+#[derive(Debug, Default)]
+struct Tracked {
+    user: Option<UserId>,
+    /// Live direct messages that arrived while the session's backlog was being read: sent
+    /// after it, those the backlog already held left out. `None` once caught up.
+    catching_up: Option<Vec<(u64, String)>>,
+    /// The room entry this session last wrote to the registry, with its version.
+    entry: Option<(RoomId, u64)>,
+    /// Registry writes of this session not answered yet.
+    inflight: u32,
+    /// "Take this session out" notices that arrived while a write was in flight.
+    deferred: Vec<(RoomId, u64)>,
+}
+
+/// The gateway's social state and stores.
+pub(crate) struct Social {
+    node: NodeId,
+    incarnation: u64,
+    pub(crate) registry: Registry,
+    pub(crate) im: ImStore,
+    /// Redis, for the bus subscription (cluster only).
+    redis: Option<Redis>,
+    sessions: Mutex<HashMap<SessionId, Tracked>>,
+    /// Per-user `im.send` token buckets on this gateway.
+    buckets: Mutex<HashMap<UserId, im::Bucket>>,
+}
+
+impl std::fmt::Debug for Social {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Social")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Social {
+    /// Standalone: the in-process registry and the SQLite message store.
+    pub(crate) fn standalone(node: NodeId, im: ImStore) -> Self {
+        Self::new(node, Registry::in_process(), im, None)
+    }
+
+    /// A cluster gateway: registry, messages and bus on `redis`.
+    pub(crate) fn cluster(node: NodeId, redis: &Redis) -> Self {
+        Self::new(
+            node,
+            Registry::redis(redis),
+            ImStore::redis(redis),
+            Some(redis.clone()),
+        )
+    }
+
+    fn new(node: NodeId, registry: Registry, im: ImStore, redis: Option<Redis>) -> Self {
+        Self {
+            node,
+            incarnation: storage::registry::new_incarnation(),
+            registry,
+            im,
+            redis,
+            sessions: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Tracked>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This gateway's reference to its `session`.
+    fn me(&self, session: SessionId) -> SessionRef {
+        SessionRef {
+            gateway: self.node.clone(),
+            incarnation: self.incarnation,
+            session,
+        }
+    }
+
+    /// Whether `at` is a session of this gateway's current life.
+    fn is_mine(&self, gateway: &NodeId, incarnation: u64) -> bool {
+        *gateway == self.node && incarnation == self.incarnation
+    }
+}
+
+/// Starts a cluster gateway's social tasks: the liveness key and the bus listener.
+///
+/// # Errors
+/// `Unavailable` when Redis cannot be reached for the first liveness write.
+pub(crate) async fn start(core: &Arc<Core>) -> storage::Result<()> {
+    let social = &core.social;
+    social
+        .registry
+        .keep_alive(&social.node, social.incarnation)
+        .await?;
+    core.tracker.spawn(keep_alive(core.clone()));
+    if let Some(redis) = social.redis.clone() {
+        let feed = storage::registry::BusFeed::open(&redis, &social.node).await?;
+        core.tracker.spawn(bus::listen(core.clone(), redis, feed));
+    }
+    Ok(())
+}
+
+/// Refreshes the gateway's liveness key until shutdown, then marks it gone.
+async fn keep_alive(core: Arc<Core>) {
+    let social = &core.social;
+    let mut tick = tokio::time::interval(ALIVE_REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = core.shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = social
+            .registry
+            .keep_alive(&social.node, social.incarnation)
+            .await
+        {
+            warn!(error = %e, "Could not refresh the gateway's registry liveness.");
+        }
+    }
+    if let Err(e) = social.registry.gone(&social.node, social.incarnation).await {
+        warn!(error = %e, "Could not mark the gateway gone in the registry.");
+    }
+}
+
+fn spawn(tracker: &TaskTracker, f: impl Future<Output = ()> + Send + 'static) {
+    tracker.spawn(f);
+}
+
+impl Core {
+    /// A session opened: register it, then send it the direct messages it is owed.
+    pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
+        self.social.sessions().insert(
+            session,
+            Tracked {
+                user: Some(user.clone()),
+                catching_up: Some(Vec::new()),
+                ..Tracked::default()
+            },
+        );
+        let core = self.clone();
+        let user = user.clone();
+        spawn(&self.tracker, async move {
+            let at = core.social.me(session);
+            if let Err(e) = core.social.registry.add_connection(&user, &at).await {
+                warn!(error = %e, %user, "Could not register a connection.");
+            }
+            im::catch_up(&core, session, &user).await;
+        });
+    }
+
+    /// A session closed: forget it here and in the registry.
+    pub(crate) fn social_disconnected(self: &Arc<Self>, session: SessionId, user: &UserId) {
+        self.social.sessions().remove(&session);
+        if self.hub.sessions_of(user).is_empty() {
+            self.social
+                .buckets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(user);
+        }
+        let core = self.clone();
+        let user = user.clone();
+        spawn(&self.tracker, async move {
+            let at = core.social.me(session);
+            if let Err(e) = core.social.registry.remove_connection(&user, &at).await {
+                warn!(error = %e, %user, "Could not unregister a connection.");
+            }
+        });
+    }
+
+    /// User `user`'s profile changed to `profile` (e.g. `user.update`): tell every gateway
+    /// holding the user's connections, which updates its sessions and tells their rooms.
+    #[allow(
+        dead_code,
+        reason = "called by `user.update`, which lands with the profile store"
+    )]
+    pub(crate) fn profile_changed(self: &Arc<Self>, user: &UserId, profile: &Profile) {
+        let core = self.clone();
+        let notice = Notice::Profile {
+            user: user.clone(),
+            profile: profile.clone(),
+        };
+        let user = user.clone();
+        spawn(&self.tracker, async move {
+            match core.social.registry.gateways_of(&user).await {
+                Ok(gateways) => {
+                    for gw in gateways {
+                        core.notify(&gw, &notice).await;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, %user, "Registry unreachable; profile change applied locally only.");
+                    core.apply_notice(notice);
+                }
+            }
+        });
+    }
+
+    /// Sends `notice` to gateway `gw` (applied here at once when `gw` is this one).
+    pub(crate) async fn notify(self: &Arc<Self>, gw: &NodeId, notice: &Notice) {
+        if *gw == self.social.node {
+            self.apply_notice(notice.clone());
+            return;
+        }
+        let payload = protocol::client::to_json(notice);
+        if let Err(e) = self.social.registry.publish(gw, &payload).await {
+            warn!(error = %e, %gw, "Could not publish a bus notice.");
+        }
+    }
+
+    /// Applies a notice from the bus (or from this gateway).
+    pub(crate) fn apply_notice(self: &Arc<Self>, notice: Notice) {
+        match notice {
+            Notice::Im {
+                user,
+                id,
+                inbox,
+                msg,
+            } => im::deliver_local(self, &user, id, &msg, inbox, None),
+            Notice::Switched {
+                incarnation,
+                session,
+                room,
+                ver,
+            } => {
+                if self.social.is_mine(&self.social.node, incarnation) {
+                    switch::on_switched(self, session, room, ver);
+                }
+            }
+            Notice::Profile { user, profile } => {
+                let p = Arc::new(profile);
+                for (session, room) in self.hub.set_profile(&user, &p) {
+                    let cmd = RoomCmd::Profile((*p).clone());
+                    self.send_command(session, &user, None, room, cmd, None);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,479 @@
+//! Direct messages on the gateway: `im.send`, `im.history` and the block list, delivery to
+//! the recipient's connections on every gateway (and to the sender's other connections), and
+//! the backlog a connecting session is owed.
+//!
+//! A message counts as delivered once it is queued to one of the recipient's connections; the
+//! store keeps it owed until then. A connecting session reads its backlog after registering,
+//! so a message is either in the backlog or delivered live, and live copies that arrive while
+//! the backlog is read wait and are sent after it, those the backlog held left out: no
+//! duplicate and no gap on one connection.
+
+use std::collections::HashSet;
+use std::sync::{Arc, PoisonError};
+
+use protocol::client::{
+    self, BlockList, ImHistory, ImOp, ImSend, ImSent, MAX_BLOCKS, MAX_IM_TEXT_CHARS,
+};
+use protocol::ids::is_valid_id;
+use protocol::{ErrorCode, SessionId, UserId};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use storage::im::{Blocked, Outgoing, Sent};
+use tracing::warn;
+
+use super::Notice;
+use crate::hub::text;
+use crate::outbox::clock_ms;
+use crate::shared::Core;
+
+/// A per-user token bucket for `im.send`: `rate_per_min` tokens a minute, at most `burst`.
+#[derive(Debug)]
+pub(crate) struct Bucket {
+    tokens: f64,
+    at_ms: u64,
+}
+
+impl Bucket {
+    fn take(&mut self, now_ms: u64, rate_per_min: u32, burst: u32) -> bool {
+        let dt = now_ms.saturating_sub(self.at_ms) as f64 / 60_000.0;
+        self.at_ms = now_ms;
+        self.tokens = (self.tokens + dt * f64::from(rate_per_min)).min(f64::from(burst));
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The `im` event frame for a stored message.
+fn frame(json: &str) -> Option<tokio_tungstenite::tungstenite::Utf8Bytes> {
+    let raw = RawValue::from_string(json.to_owned()).ok()?;
+    text(client::encode_event("im", None, None, &raw))
+}
+
+fn reply(core: &Core, session: SessionId, f: bytes::Bytes) {
+    if let Some(t) = text(f) {
+        core.hub.send_to(session, t);
+    }
+}
+
+fn err(core: &Core, session: SessionId, id: u64, code: ErrorCode, msg: &str) {
+    ::metrics::counter!(crate::metrics::ERRORS, "code" => code.as_str()).increment(1);
+    reply(core, session, client::encode_err(Some(id), code, msg));
+}
+
+const STORE_DOWN: &str = "messages unavailable; retry";
+
+impl Core {
+    /// Answers a direct-message op of `session` (of `user`), on a task of its own.
+    pub(crate) fn im_request(
+        self: &Arc<Self>,
+        session: SessionId,
+        user: &UserId,
+        id: u64,
+        op: ImOp,
+    ) {
+        let core = self.clone();
+        let user = user.clone();
+        self.tracker.spawn(async move {
+            match op {
+                ImOp::Send(a) => send(&core, session, &user, id, a).await,
+                ImOp::History(a) => history(&core, session, &user, id, a).await,
+                ImOp::Block(a) => block(&core, session, &user, id, &a.user, true).await,
+                ImOp::Unblock(a) => block(&core, session, &user, id, &a.user, false).await,
+                ImOp::Blocks(_) => match core.social.im.blocks(&user).await {
+                    Ok(blocks) => {
+                        reply(&core, session, client::encode_ok(id, &BlockList { blocks }))
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "Block list read failed.");
+                        err(&core, session, id, ErrorCode::Unavailable, STORE_DOWN);
+                    }
+                },
+            }
+        });
+    }
+}
+
+/// Why a message may not be sent, before the store is asked.
+fn check(core: &Core, from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'static str)> {
+    if !client::is_valid_req_id(&a.req_id) {
+        return Err((
+            ErrorCode::BadRequest,
+            "req_id must be 1..=128 bytes of printable ASCII",
+        ));
+    }
+    if !is_valid_id(a.to.as_str()) {
+        return Err((
+            ErrorCode::BadRequest,
+            "user ids are 1..=64 of [A-Za-z0-9-_.:]",
+        ));
+    }
+    if a.to == *from {
+        return Err((ErrorCode::BadRequest, "cannot message oneself"));
+    }
+    if a.to.is_robot() {
+        return Err((ErrorCode::BadRequest, "robots take no direct messages"));
+    }
+    let chars = a.text.chars().count();
+    if chars == 0 || chars > MAX_IM_TEXT_CHARS {
+        return Err((ErrorCode::BadRequest, "text must be 1..=500 characters"));
+    }
+    if !protocol::text::is_clean(&a.text, true) {
+        return Err((
+            ErrorCode::BadRequest,
+            "text may not hold control or bidi characters (newline and tab are fine)",
+        ));
+    }
+    let cfg = &core.config;
+    let mut buckets = core
+        .social
+        .buckets
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let bucket = buckets.entry(from.clone()).or_insert_with(|| Bucket {
+        tokens: f64::from(cfg.im_rate_burst),
+        at_ms: clock_ms(),
+    });
+    if !bucket.take(clock_ms(), cfg.im_rate_per_min, cfg.im_rate_burst) {
+        return Err((
+            ErrorCode::RateLimited,
+            "too many direct messages; slow down",
+        ));
+    }
+    Ok(())
+}
+
+async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: ImSend) {
+    if let Err((code, msg)) = check(core, from, &a) {
+        return err(core, session, id, code, msg);
+    }
+    let profile = core
+        .hub
+        .profile(session)
+        .filter(|p| !p.is_empty())
+        .map(|p| client::to_json(&*p));
+    let profile_json = profile.as_deref().and_then(|p| std::str::from_utf8(p).ok());
+    let outcome = core
+        .social
+        .im
+        .send(&Outgoing {
+            from,
+            to: &a.to,
+            text: &a.text,
+            req_id: &a.req_id,
+            profile_json,
+        })
+        .await;
+    let stored = match outcome {
+        Ok(Sent::New(m)) => m,
+        Ok(Sent::Repeated { id: first, at }) => {
+            return reply(
+                core,
+                session,
+                client::encode_ok(id, &ImSent { id: first, at }),
+            );
+        }
+        Ok(Sent::Conflict) => {
+            return err(
+                core,
+                session,
+                id,
+                ErrorCode::IdempotencyConflict,
+                "req_id was used for another message; send with a new one",
+            );
+        }
+        Ok(Sent::BlockedByRecipient) => {
+            return err(
+                core,
+                session,
+                id,
+                ErrorCode::Blocked,
+                "the recipient blocked you",
+            );
+        }
+        Ok(Sent::BlockedBySender) => {
+            return err(
+                core,
+                session,
+                id,
+                ErrorCode::Blocked,
+                "you blocked this user; unblock to send",
+            );
+        }
+        Err(e) => {
+            warn!(error = %e, "Direct message store failed.");
+            return err(core, session, id, ErrorCode::Unavailable, STORE_DOWN);
+        }
+    };
+    reply(
+        core,
+        session,
+        client::encode_ok(
+            id,
+            &ImSent {
+                id: stored.id,
+                at: stored.at,
+            },
+        ),
+    );
+    ::metrics::counter!(crate::metrics::IM_SENT).increment(1);
+    // To the recipient on every gateway, and to the sender's other connections.
+    for (user, inbox) in [(&a.to, true), (from, false)] {
+        let gateways = match core.social.registry.gateways_of(user).await {
+            Ok(g) => g,
+            Err(e) => {
+                warn!(error = %e, "Registry unreachable; the message waits for a reconnect.");
+                continue;
+            }
+        };
+        for gw in gateways {
+            if gw == core.node {
+                let except = (!inbox).then_some(session);
+                deliver_local(core, user, stored.id, &stored.json, inbox, except);
+            } else {
+                let notice = Notice::Im {
+                    user: user.clone(),
+                    id: stored.id,
+                    inbox,
+                    msg: stored.json.clone(),
+                };
+                core.notify(&gw, &notice).await;
+            }
+        }
+    }
+}
+
+/// Queues message `id` to `user`'s sessions here (but `except`); a session still reading its
+/// backlog gets it after the backlog. When `inbox` and a session got it, it is delivered.
+pub(super) fn deliver_local(
+    core: &Arc<Core>,
+    user: &UserId,
+    id: u64,
+    json: &str,
+    inbox: bool,
+    except: Option<SessionId>,
+) {
+    let Some(f) = frame(json) else { return };
+    let mut got = false;
+    {
+        let mut tracked = core.social.sessions();
+        for (s, out) in core.hub.sessions_of(user) {
+            if Some(s) == except {
+                continue;
+            }
+            match tracked.get_mut(&s).and_then(|t| t.catching_up.as_mut()) {
+                Some(waiting) => waiting.push((id, json.to_owned())),
+                None => {
+                    out.push(f.clone());
+                    got = true;
+                }
+            }
+        }
+    }
+    if inbox && got {
+        mark_delivered(core, user, vec![id]);
+    }
+}
+
+fn mark_delivered(core: &Arc<Core>, user: &UserId, ids: Vec<u64>) {
+    let core2 = core.clone();
+    let user = user.clone();
+    core.tracker.spawn(async move {
+        if let Err(e) = core2.social.im.delivered(&user, &ids).await {
+            warn!(error = %e, "Could not mark direct messages delivered.");
+        }
+    });
+}
+
+/// Sends `session` the messages `user` is owed, then the live ones that arrived meanwhile.
+pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId) {
+    let owed = match core.social.im.undelivered(user).await {
+        Ok(o) => o,
+        Err(e) => {
+            warn!(error = %e, %user, "Could not read owed direct messages.");
+            Vec::new()
+        }
+    };
+    let mut sent = Vec::with_capacity(owed.len());
+    let mut tracked = core.social.sessions();
+    let Some(t) = tracked.get_mut(&session) else {
+        return;
+    };
+    let waiting = t.catching_up.take().unwrap_or_default();
+    let sessions = core.hub.sessions_of(user);
+    let Some((_, out)) = sessions.iter().find(|(s, _)| *s == session) else {
+        return;
+    };
+    let backlog: HashSet<u64> = owed.iter().map(|(id, _)| *id).collect();
+    for (id, json) in owed
+        .iter()
+        .chain(waiting.iter().filter(|(id, _)| !backlog.contains(id)))
+    {
+        if let Some(f) = frame(json) {
+            out.push(f);
+            sent.push(*id);
+        }
+    }
+    drop(tracked);
+    mark_delivered(core, user, sent);
+}
+
+/// After a lost bus connection: every local session gets what its user is owed.
+pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
+    let users: Vec<(SessionId, UserId)> = {
+        let mut tracked = core.social.sessions();
+        tracked
+            .iter_mut()
+            .filter_map(|(s, t)| {
+                let user = t.user.clone()?;
+                if t.catching_up.is_none() {
+                    t.catching_up = Some(Vec::new());
+                }
+                Some((*s, user))
+            })
+            .collect()
+    };
+    for (session, user) in users {
+        catch_up(core, session, &user).await;
+    }
+}
+
+/// The peers of a stored message, for the `with` filter.
+#[derive(Deserialize)]
+struct Peers {
+    id: u64,
+    from: UserId,
+    to: UserId,
+}
+
+async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a: ImHistory) {
+    let limit = a.limit.unwrap_or(client::im::DEFAULT_IM_HISTORY_LIMIT);
+    if !(1..=client::im::MAX_IM_HISTORY_LIMIT).contains(&limit) {
+        return err(
+            core,
+            session,
+            id,
+            ErrorCode::BadRequest,
+            "limit must be 1..=100",
+        );
+    }
+    if let Some(w) = &a.with
+        && !is_valid_id(w.as_str())
+    {
+        return err(
+            core,
+            session,
+            id,
+            ErrorCode::BadRequest,
+            "user ids are 1..=64 of [A-Za-z0-9-_.:]",
+        );
+    }
+    let all = match core.social.im.history(user, a.before).await {
+        Ok(all) => all,
+        Err(e) => {
+            warn!(error = %e, "Direct message history read failed.");
+            return err(core, session, id, ErrorCode::Unavailable, STORE_DOWN);
+        }
+    };
+    let mut page: Vec<(u64, &str)> = Vec::new();
+    let mut more = false;
+    for json in &all {
+        let Ok(p) = serde_json::from_str::<Peers>(json) else {
+            continue;
+        };
+        if a.with.as_ref().is_some_and(|w| *w != p.from && *w != p.to) {
+            continue;
+        }
+        if page.len() == limit as usize {
+            more = true;
+            break;
+        }
+        page.push((p.id, json));
+    }
+    let mut body = String::from("{\"messages\":[");
+    for (i, (_, json)) in page.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(json);
+    }
+    body.push_str("],\"next\":");
+    match page.last().filter(|_| more) {
+        Some((last, _)) => body.push_str(&last.to_string()),
+        None => body.push_str("null"),
+    }
+    body.push('}');
+    reply(core, session, client::encode_ok_raw(id, body.as_bytes()));
+}
+
+async fn block(
+    core: &Arc<Core>,
+    session: SessionId,
+    user: &UserId,
+    id: u64,
+    other: &UserId,
+    on: bool,
+) {
+    if !is_valid_id(other.as_str()) {
+        return err(
+            core,
+            session,
+            id,
+            ErrorCode::BadRequest,
+            "user ids are 1..=64 of [A-Za-z0-9-_.:]",
+        );
+    }
+    if other == user {
+        return err(
+            core,
+            session,
+            id,
+            ErrorCode::BadRequest,
+            "cannot block oneself",
+        );
+    }
+    let outcome = if on {
+        core.social
+            .im
+            .block(user, other, MAX_BLOCKS)
+            .await
+            .map(Some)
+    } else {
+        core.social.im.unblock(user, other).await.map(|_| None)
+    };
+    match outcome {
+        Ok(Some(Blocked::ListFull)) => err(
+            core,
+            session,
+            id,
+            ErrorCode::BadRequest,
+            "the block list is full (1,000 users)",
+        ),
+        Ok(_) => reply(core, session, client::encode_ok(id, &serde_json::json!({}))),
+        Err(e) => {
+            warn!(error = %e, "Block list write failed.");
+            err(core, session, id, ErrorCode::Unavailable, STORE_DOWN);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bucket;
+
+    #[test]
+    fn the_im_bucket_allows_its_burst_then_refills_per_minute() {
+        let mut b = Bucket {
+            tokens: 2.0,
+            at_ms: 0,
+        };
+        assert!(b.take(0, 60, 2) && b.take(0, 60, 2));
+        assert!(!b.take(0, 60, 2));
+        // 60 a minute: one back after a second.
+        assert!(b.take(1_000, 60, 2));
+        assert!(!b.take(1_000, 60, 2));
+    }
+}

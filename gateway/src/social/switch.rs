@@ -1,0 +1,133 @@
+//! One room per user across gateways. When a client's join succeeds, the gateway records
+//! user → (room, gateway, session) in the registry with one atomic swap that returns the entry
+//! it replaced; if that was another session in another room, its gateway is told to take it
+//! out (`room.left` `switched` to it, `member.leave` `switched` in its room).
+//!
+//! Swaps of one user are totally ordered by the registry, and each one tells the holder it
+//! replaced, so every join but the last is taken out: the user ends in one room. A notice
+//! names the version of the entry it replaces; a session whose own later swap is still in
+//! flight keeps the notice until that swap answers, and drops it if its entry moved on (its
+//! later swap tells the other session instead). Same room through another connection is the
+//! room's own "replaced" rule, not this one.
+
+use std::sync::Arc;
+
+use protocol::link::LeaveReason;
+use protocol::{RoomId, SessionId, UserId};
+use tracing::{debug, warn};
+
+use super::Notice;
+use crate::shared::Core;
+
+impl Core {
+    /// A client's join or leave was applied: record it in the registry (called after the
+    /// hub applied the reply; `joined` false for a leave).
+    pub(crate) fn membership_changed(
+        self: &Arc<Self>,
+        session: SessionId,
+        user: &UserId,
+        room: &RoomId,
+        joined: bool,
+    ) {
+        let here = self.hub.room_of(session);
+        if joined {
+            if here.as_ref() != Some(room) {
+                return;
+            }
+            if let Some(t) = self.social.sessions().get_mut(&session) {
+                t.inflight += 1;
+            }
+            let core = self.clone();
+            let (user, room) = (user.clone(), room.clone());
+            self.tracker
+                .spawn(async move { swap(&core, session, &user, &room).await });
+        } else if here.is_none() {
+            if let Some(t) = self.social.sessions().get_mut(&session) {
+                t.entry = None;
+            }
+            let core = self.clone();
+            let (user, room) = (user.clone(), room.clone());
+            self.tracker.spawn(async move {
+                let at = core.social.me(session);
+                if let Err(e) = core.social.registry.clear_room(&user, &room, &at).await {
+                    warn!(error = %e, "Could not clear a registry room entry.");
+                }
+            });
+        }
+    }
+}
+
+async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId) {
+    let at = core.social.me(session);
+    let swapped = core.social.registry.set_room(user, room, &at).await;
+    let evict = {
+        let mut tracked = core.social.sessions();
+        let Some(t) = tracked.get_mut(&session) else {
+            return;
+        };
+        t.inflight = t.inflight.saturating_sub(1);
+        if let Ok(s) = &swapped
+            && t.entry.as_ref().is_none_or(|(_, v)| *v < s.ver)
+        {
+            t.entry = Some((room.clone(), s.ver));
+        }
+        if t.inflight == 0 {
+            let deferred = std::mem::take(&mut t.deferred);
+            deferred
+                .into_iter()
+                .find(|(r, v)| t.entry.as_ref() == Some(&(r.clone(), *v)))
+        } else {
+            None
+        }
+    };
+    if let Some((r, _)) = evict {
+        take_out(core, session, &r);
+    }
+    let swapped = match swapped {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, %user, "Registry unreachable; one room per user holds on this gateway only.");
+            return;
+        }
+    };
+    let Some(prev) = swapped.previous else { return };
+    if prev.at == at || prev.room == *room {
+        return;
+    }
+    debug!(%user, from = %prev.room, to = %room, gateway = %prev.at.gateway, "User switched rooms across gateways.");
+    let notice = Notice::Switched {
+        incarnation: prev.at.incarnation,
+        session: prev.at.session,
+        room: prev.room,
+        ver: prev.ver,
+    };
+    core.notify(&prev.at.gateway, &notice).await;
+}
+
+/// A "take session out of room" notice for this gateway.
+pub(super) fn on_switched(core: &Arc<Core>, session: SessionId, room: RoomId, ver: u64) {
+    let go = {
+        let mut tracked = core.social.sessions();
+        let Some(t) = tracked.get_mut(&session) else {
+            return;
+        };
+        if t.inflight > 0 {
+            t.deferred.push((room.clone(), ver));
+            false
+        } else {
+            t.entry.as_ref() == Some(&(room.clone(), ver))
+        }
+    };
+    if go {
+        take_out(core, session, &room);
+    }
+}
+
+fn take_out(core: &Arc<Core>, session: SessionId, room: &RoomId) {
+    if let Some(t) = core.social.sessions().get_mut(&session) {
+        t.entry = None;
+    }
+    if let Some(leave) = core.hub.take_out(session, room, LeaveReason::Switched) {
+        core.send_leaves(vec![leave]);
+    }
+}
