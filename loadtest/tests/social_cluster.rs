@@ -1,0 +1,172 @@
+//! The social layer across gateways with real processes: direct messages between gateways,
+//! an offline message delivered on connect through the other gateway, one room per user when
+//! two joins race on two gateways, and a SIGKILLed gateway's registry entries going away.
+//!
+//! These need the `chorus` binary built (`cargo build --bins`).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::Duration;
+
+use kit::client::Client;
+use kit::cluster::{Cluster, ClusterOptions};
+use protocol::{NodeId, RoomId, UserId};
+use serde_json::{Value, json};
+use storage::redis::Redis;
+use storage::registry::{ALIVE_TTL, Registry};
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn cluster() -> Cluster {
+    Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 2,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn send(c: &mut Client, to: &str, text: &str, req: &str) -> Value {
+    c.request("im.send", json!({"to": to, "text": text, "req_id": req}))
+        .await
+        .unwrap()
+}
+
+async fn next_im(c: &mut Client) -> Value {
+    c.next_event_named("im", WAIT).await.unwrap().d
+}
+
+#[tokio::test]
+async fn direct_messages_cross_gateways_and_an_offline_one_arrives_through_the_other_gateway() {
+    let cluster = cluster().await;
+    let mut ann = cluster.connect(0, "ann").await.unwrap();
+    let mut ann_elsewhere = cluster.connect(1, "ann").await.unwrap();
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    let ok = send(&mut ann, "bob", "across", "k1").await;
+    for c in [&mut bob, &mut ann_elsewhere] {
+        let m = next_im(c).await;
+        assert_eq!(
+            (m["id"].clone(), m["text"].as_str()),
+            (ok["id"].clone(), Some("across"))
+        );
+    }
+    // A retry through the other gateway answers the first message and delivers nothing.
+    let again = send(&mut ann_elsewhere, "bob", "across", "k1").await;
+    assert_eq!(again, ok);
+
+    // Bob goes offline; what Ann sends meanwhile arrives, in order, through gateway 0.
+    bob.close().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            send(&mut ann, "bob", &format!("off {i}"), &format!("off-{i}")).await["id"].clone(),
+        );
+    }
+    let mut bob = cluster.connect(0, "bob").await.unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let m = next_im(&mut bob).await;
+        assert_eq!(
+            (&m["id"], m["text"].as_str()),
+            (id, Some(format!("off {i}").as_str()))
+        );
+    }
+    send(&mut ann_elsewhere, "bob", "live again", "k-live").await;
+    assert_eq!(
+        next_im(&mut bob).await["text"],
+        "live again",
+        "no duplicate, no retry echo"
+    );
+}
+
+/// `room`'s member count, read by `observer` (a member) through a fresh snapshot.
+async fn members(observer: &mut Client, room: &RoomId) -> u64 {
+    let j = observer.join_retrying(room, None, WAIT).await.unwrap();
+    j["snapshot"]["members"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn two_joins_of_one_user_racing_on_two_gateways_end_in_exactly_one_room() {
+    let cluster = cluster().await;
+    let mut on_g0 = cluster.connect(0, "ann").await.unwrap();
+    let mut on_g1 = cluster.connect(1, "ann").await.unwrap();
+    for round in 0..4 {
+        let (a, b) = (
+            RoomId::from(format!("race-a{round}")),
+            RoomId::from(format!("race-b{round}")),
+        );
+        let mut watch_a = cluster.connect(0, &format!("wa{round}")).await.unwrap();
+        let mut watch_b = cluster.connect(1, &format!("wb{round}")).await.unwrap();
+        assert_eq!(members(&mut watch_a, &a).await, 1);
+        assert_eq!(members(&mut watch_b, &b).await, 1);
+        // Both joins leave before either reply is read.
+        let ja = on_g0.send("room.join", json!({"room": a})).await.unwrap();
+        let jb = on_g1.send("room.join", json!({"room": b})).await.unwrap();
+        on_g0.reply_to(ja, WAIT).await.unwrap();
+        on_g1.reply_to(jb, WAIT).await.unwrap();
+        // Settles with Ann in exactly one of the two rooms, told where she was taken out.
+        let deadline = Instant::now() + WAIT;
+        let (in_a, in_b) = loop {
+            let in_a = members(&mut watch_a, &a).await - 1;
+            let in_b = members(&mut watch_b, &b).await - 1;
+            if in_a + in_b == 1 || Instant::now() >= deadline {
+                break (in_a, in_b);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(in_a + in_b, 1, "round {round}: in a {in_a}, in b {in_b}");
+        let (left, left_room) = if in_a == 1 {
+            (&mut on_g1, &b)
+        } else {
+            (&mut on_g0, &a)
+        };
+        let notice = left.next_event_named("room.left", WAIT).await.unwrap().d;
+        assert_eq!(
+            (notice["room"].as_str(), notice["reason"].as_str()),
+            (Some(left_room.as_str()), Some("switched"))
+        );
+        // Still one a moment later: nothing undoes it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let again = (
+            members(&mut watch_a, &a).await - 1,
+            members(&mut watch_b, &b).await - 1,
+        );
+        assert_eq!(again, (in_a, in_b), "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_killed_with_sigkill_leaves_no_registry_entry_that_delivers_to_it() {
+    let mut cluster = cluster().await;
+    let redis = Redis::connect(&cluster.redis.url()).await.unwrap();
+    let registry = Registry::redis(&redis);
+    let bob_id = UserId::from("bob");
+    let mut ann = cluster.connect(0, "ann").await.unwrap();
+    let bob = cluster.connect(1, "bob").await.unwrap();
+    let g2 = NodeId::from(cluster.gateways[1].id.as_str());
+    let deadline = Instant::now() + WAIT;
+    while registry.gateways_of(&bob_id).await.unwrap() != [g2.clone()] {
+        assert!(Instant::now() < deadline, "bob never registered on {g2}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.gateways[1].node.kill9().unwrap();
+    let killed = Instant::now();
+    // Sent while the dead gateway may still look alive: kept for Bob, not lost.
+    let early = send(&mut ann, "bob", "while dying", "k1").await;
+    let deadline = killed + ALIVE_TTL + Duration::from_secs(3);
+    while !registry.gateways_of(&bob_id).await.unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the dead gateway's entry outlived its TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(bob);
+    let late = send(&mut ann, "bob", "after", "k2").await;
+    let mut bob = cluster.connect(0, "bob").await.unwrap();
+    assert_eq!(next_im(&mut bob).await["id"], early["id"]);
+    assert_eq!(next_im(&mut bob).await["id"], late["id"]);
+}
