@@ -203,6 +203,15 @@ impl Hub {
             .collect()
     }
 
+    /// Every local session with its user.
+    pub(crate) fn session_users(&self) -> Vec<(SessionId, UserId)> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.sessions
+            .iter()
+            .map(|(s, slot)| (*s, slot.user.clone()))
+            .collect()
+    }
+
     /// The room `session` is in now.
     pub(crate) fn room_of(&self, session: SessionId) -> Option<RoomId> {
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);

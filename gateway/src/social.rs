@@ -27,10 +27,10 @@ pub(crate) use bus::Notice;
 
 use crate::shared::Core;
 
-/// What the gateway tracks per local session for the social features.
+/// What the gateway tracks per local session for the social features: only while the
+/// session reads its backlog or is in a room (an idle connection holds nothing here).
 #[derive(Debug, Default)]
 struct Tracked {
-    user: Option<UserId>,
     /// Live direct messages that arrived while the session's backlog was being read: sent
     /// after it, those the backlog already held left out. `None` once caught up.
     catching_up: Option<Vec<(u64, String)>>,
@@ -40,6 +40,23 @@ struct Tracked {
     inflight: u32,
     /// "Take this session out" notices that arrived while a write was in flight.
     deferred: Vec<(RoomId, u64)>,
+}
+
+impl Tracked {
+    /// Whether nothing is tracked any more (the entry can go).
+    fn is_idle(&self) -> bool {
+        self.catching_up.is_none()
+            && self.entry.is_none()
+            && self.inflight == 0
+            && self.deferred.is_empty()
+    }
+}
+
+/// Drops `session`'s tracking once it holds nothing.
+fn forget_if_idle(tracked: &mut HashMap<SessionId, Tracked>, session: SessionId) {
+    if tracked.get(&session).is_some_and(Tracked::is_idle) {
+        tracked.remove(&session);
+    }
 }
 
 /// The gateway's social state and stores.
@@ -161,7 +178,6 @@ impl Core {
         self.social.sessions().insert(
             session,
             Tracked {
-                user: Some(user.clone()),
                 catching_up: Some(Vec::new()),
                 ..Tracked::default()
             },

@@ -303,6 +303,7 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
         return;
     };
     let waiting = t.catching_up.take().unwrap_or_default();
+    super::forget_if_idle(&mut tracked, session);
     let sessions = core.hub.sessions_of(user);
     let Some((_, out)) = sessions.iter().find(|(s, _)| *s == session) else {
         return;
@@ -323,19 +324,16 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
 
 /// After a lost bus connection: every local session gets what its user is owed.
 pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
-    let users: Vec<(SessionId, UserId)> = {
+    let users = core.hub.session_users();
+    {
         let mut tracked = core.social.sessions();
-        tracked
-            .iter_mut()
-            .filter_map(|(s, t)| {
-                let user = t.user.clone()?;
-                if t.catching_up.is_none() {
-                    t.catching_up = Some(Vec::new());
-                }
-                Some((*s, user))
-            })
-            .collect()
-    };
+        for (s, _) in &users {
+            let t = tracked.entry(*s).or_default();
+            if t.catching_up.is_none() {
+                t.catching_up = Some(Vec::new());
+            }
+        }
+    }
     for (session, user) in users {
         catch_up(core, session, &user).await;
     }

@@ -34,17 +34,18 @@ impl Core {
             if here.as_ref() != Some(room) {
                 return;
             }
-            if let Some(t) = self.social.sessions().get_mut(&session) {
-                t.inflight += 1;
-            }
+            self.social.sessions().entry(session).or_default().inflight += 1;
             let core = self.clone();
             let (user, room) = (user.clone(), room.clone());
             self.tracker
                 .spawn(async move { swap(&core, session, &user, &room).await });
         } else if here.is_none() {
-            if let Some(t) = self.social.sessions().get_mut(&session) {
+            let mut tracked = self.social.sessions();
+            if let Some(t) = tracked.get_mut(&session) {
                 t.entry = None;
             }
+            super::forget_if_idle(&mut tracked, session);
+            drop(tracked);
             let core = self.clone();
             let (user, room) = (user.clone(), room.clone());
             self.tracker.spawn(async move {
@@ -60,6 +61,13 @@ impl Core {
 async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId) {
     let at = core.social.me(session);
     let swapped = core.social.registry.set_room(user, room, &at).await;
+    let still_here = core.hub.room_of(session).as_ref() == Some(room);
+    if swapped.is_ok() && !still_here {
+        // The session left (or closed) while the swap was on its way: the entry is not true.
+        if let Err(e) = core.social.registry.clear_room(user, room, &at).await {
+            warn!(error = %e, "Could not clear a registry room entry.");
+        }
+    }
     let evict = {
         let mut tracked = core.social.sessions();
         let Some(t) = tracked.get_mut(&session) else {
@@ -67,18 +75,21 @@ async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId
         };
         t.inflight = t.inflight.saturating_sub(1);
         if let Ok(s) = &swapped
+            && still_here
             && t.entry.as_ref().is_none_or(|(_, v)| *v < s.ver)
         {
             t.entry = Some((room.clone(), s.ver));
         }
-        if t.inflight == 0 {
+        let evict = if t.inflight == 0 {
             let deferred = std::mem::take(&mut t.deferred);
             deferred
                 .into_iter()
                 .find(|(r, v)| t.entry.as_ref() == Some(&(r.clone(), *v)))
         } else {
             None
-        }
+        };
+        super::forget_if_idle(&mut tracked, session);
+        evict
     };
     if let Some((r, _)) = evict {
         take_out(core, session, &r);
@@ -90,7 +101,9 @@ async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId
             return;
         }
     };
-    let Some(prev) = swapped.previous else { return };
+    let Some(prev) = swapped.previous.filter(|_| still_here) else {
+        return;
+    };
     if prev.at == at || prev.room == *room {
         return;
     }
@@ -124,8 +137,12 @@ pub(super) fn on_switched(core: &Arc<Core>, session: SessionId, room: RoomId, ve
 }
 
 fn take_out(core: &Arc<Core>, session: SessionId, room: &RoomId) {
-    if let Some(t) = core.social.sessions().get_mut(&session) {
-        t.entry = None;
+    {
+        let mut tracked = core.social.sessions();
+        if let Some(t) = tracked.get_mut(&session) {
+            t.entry = None;
+        }
+        super::forget_if_idle(&mut tracked, session);
     }
     if let Some(leave) = core.hub.take_out(session, room, LeaveReason::Switched) {
         core.send_leaves(vec![leave]);
