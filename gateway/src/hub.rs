@@ -777,4 +777,31 @@ mod tests {
             assert_eq!(drained(&a), expected, "refused: {refused}");
         }
     }
+
+    #[test]
+    fn taking_a_session_out_for_a_switch_elsewhere_tells_it_and_frees_its_place() {
+        let (hub, via, a) = ann_in_r1();
+        drained(&a);
+        assert!(
+            hub.take_out(1, &RoomId::from("r2"), LeaveReason::Switched)
+                .is_none(),
+            "not in r2: nothing to do"
+        );
+        let leave = hub
+            .take_out(1, &RoomId::from("r1"), LeaveReason::Switched)
+            .unwrap();
+        assert_eq!(
+            (leave.room.as_str(), leave.reason),
+            ("r1", LeaveReason::Switched)
+        );
+        assert_eq!(
+            drained(&a),
+            [r#"{"ev":"room.left","d":{"room":"r1","reason":"switched"}}"#]
+        );
+        assert_eq!(hub.room_of(1), None);
+        event(&hub, "r1", &via, Audience::All, "after");
+        assert!(drained(&a).is_empty());
+        assert_eq!(hub.sessions_of(&UserId::from("ann")).len(), 1);
+        assert_eq!(hub.session_users(), [(1, UserId::from("ann"))]);
+    }
 }
