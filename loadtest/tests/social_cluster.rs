@@ -170,3 +170,68 @@ async fn a_gateway_killed_with_sigkill_leaves_no_registry_entry_that_delivers_to
     assert_eq!(next_im(&mut bob).await["id"], early["id"]);
     assert_eq!(next_im(&mut bob).await["id"], late["id"]);
 }
+
+#[tokio::test]
+async fn a_second_connection_in_the_same_room_through_another_gateway_replaces_the_first() {
+    let cluster = cluster().await;
+    let room = RoomId::from("same");
+    let mut watch = cluster.connect(0, "watcher").await.unwrap();
+    assert_eq!(members(&mut watch, &room).await, 1);
+    let mut first = cluster.connect(0, "ann").await.unwrap();
+    let mut second = cluster.connect(1, "ann").await.unwrap();
+    first.join_retrying(&room, None, WAIT).await.unwrap();
+    second.join_retrying(&room, None, WAIT).await.unwrap();
+    let notice = first.next_event_named("room.left", WAIT).await.unwrap().d;
+    assert_eq!(
+        notice["reason"], "replaced",
+        "the room's rule, not a switch"
+    );
+    assert_eq!(members(&mut watch, &room).await, 2);
+    second
+        .request("chat.send", json!({"room": room, "text": "still in"}))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn direct_messages_flow_again_after_redis_restarts_and_loses_everything() {
+    let mut cluster = cluster().await;
+    let mut ann = cluster.connect(0, "ann").await.unwrap();
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    send(&mut ann, "bob", "before", "k-before").await;
+    assert_eq!(next_im(&mut bob).await["text"], "before");
+    cluster.redis.restart().await.unwrap();
+    // The gateways subscribe again and register their sessions again: a message gets through.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = Vec::new();
+    for i in 0.. {
+        assert!(
+            Instant::now() < deadline,
+            "no message got through; got {got:?}"
+        );
+        let sent = ann
+            .request(
+                "im.send",
+                json!({"to": "bob", "text": format!("after {i}"), "req_id": format!("a{i}")}),
+            )
+            .await;
+        let Ok(sent) = sent else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        if let Ok(e) = bob.next_event_named("im", Duration::from_millis(500)).await {
+            got.push(e.d["id"].as_u64().unwrap());
+            if e.d["id"] == sent["id"] {
+                break;
+            }
+        }
+    }
+    let mut unique = got.clone();
+    unique.dedup();
+    assert_eq!(unique, got, "no message twice");
+    // Settled: Bob's connection is registered again, so messages arrive live, one by one.
+    for i in 0..3 {
+        let sent = send(&mut ann, "bob", &format!("live {i}"), &format!("live-{i}")).await;
+        assert_eq!(next_im(&mut bob).await["id"], sent["id"], "live {i}");
+    }
+}

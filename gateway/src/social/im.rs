@@ -322,8 +322,17 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
     mark_delivered(core, user, sent);
 }
 
-/// After a lost bus connection: every local session gets what its user is owed.
+/// After a lost bus connection (Redis may have restarted, losing its data): every local
+/// session is registered again and gets what its user is owed.
 pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
+    let social = &core.social;
+    if let Err(e) = social
+        .registry
+        .keep_alive(&social.node, social.incarnation)
+        .await
+    {
+        warn!(error = %e, "Could not refresh the gateway's registry liveness.");
+    }
     let users = core.hub.session_users();
     {
         let mut tracked = core.social.sessions();
@@ -335,6 +344,10 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
         }
     }
     for (session, user) in users {
+        let at = core.social.me(session);
+        if let Err(e) = core.social.registry.add_connection(&user, &at).await {
+            warn!(error = %e, %user, "Could not register a connection again.");
+        }
         catch_up(core, session, &user).await;
     }
 }
