@@ -121,6 +121,16 @@ impl Social {
         }
     }
 
+    /// Records connection `at` of `user` in the registry. Standalone records nothing: its
+    /// one gateway answers "where is this user" from its own sessions, so an idle connection
+    /// costs no second entry.
+    async fn register(&self, user: &UserId, at: &SessionRef) -> storage::Result<()> {
+        match self.registry {
+            Registry::InProcess(_) => Ok(()),
+            Registry::Redis(_) => self.registry.add_connection(user, at).await,
+        }
+    }
+
     /// Whether `at` is a session of this gateway's current life.
     fn is_mine(&self, gateway: &NodeId, incarnation: u64) -> bool {
         *gateway == self.node && incarnation == self.incarnation
@@ -186,7 +196,7 @@ impl Core {
         let user = user.clone();
         spawn(&self.tracker, async move {
             let at = core.social.me(session);
-            if let Err(e) = core.social.registry.add_connection(&user, &at).await {
+            if let Err(e) = core.social.register(&user, &at).await {
                 warn!(error = %e, %user, "Could not register a connection.");
             }
             im::catch_up(&core, session, &user).await;
@@ -227,7 +237,7 @@ impl Core {
         };
         let user = user.clone();
         spawn(&self.tracker, async move {
-            match core.social.registry.gateways_of(&user).await {
+            match core.gateways_of(&user).await {
                 Ok(gateways) => {
                     for gw in gateways {
                         core.notify(&gw, &notice).await;
@@ -239,6 +249,18 @@ impl Core {
                 }
             }
         });
+    }
+
+    /// The gateways holding connections of `user` (standalone: this one, if it holds any).
+    pub(crate) async fn gateways_of(&self, user: &UserId) -> storage::Result<Vec<NodeId>> {
+        match self.social.registry {
+            Registry::InProcess(_) => Ok(if self.hub.sessions_of(user).is_empty() {
+                Vec::new()
+            } else {
+                vec![self.social.node.clone()]
+            }),
+            Registry::Redis(_) => self.social.registry.gateways_of(user).await,
+        }
     }
 
     /// Sends `notice` to gateway `gw` (applied here at once when `gw` is this one).

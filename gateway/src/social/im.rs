@@ -222,7 +222,7 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
     ::metrics::counter!(crate::metrics::IM_SENT).increment(1);
     // To the recipient on every gateway, and to the sender's other connections.
     for (user, inbox) in [(&a.to, true), (from, false)] {
-        let gateways = match core.social.registry.gateways_of(user).await {
+        let gateways = match core.gateways_of(user).await {
             Ok(g) => g,
             Err(e) => {
                 warn!(error = %e, "Registry unreachable; the message waits for a reconnect.");
@@ -345,7 +345,7 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
     }
     for (session, user) in users {
         let at = core.social.me(session);
-        if let Err(e) = core.social.registry.add_connection(&user, &at).await {
+        if let Err(e) = core.social.register(&user, &at).await {
             warn!(error = %e, %user, "Could not register a connection again.");
         }
         catch_up(core, session, &user).await;
