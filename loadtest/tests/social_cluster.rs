@@ -80,6 +80,23 @@ async fn direct_messages_cross_gateways_and_an_offline_one_arrives_through_the_o
         "live again",
         "no duplicate, no retry echo"
     );
+    // A figure for the notes: send to receipt across gateways (debug build, loopback).
+    // Five senders: each user's burst is 10 messages.
+    let mut ms = Vec::new();
+    for u in 0..5 {
+        let mut sender = cluster.connect(1, &format!("timer{u}")).await.unwrap();
+        for i in 0..10 {
+            let t = Instant::now();
+            let sent = send(&mut sender, "bob", "timed", &format!("t{i}")).await;
+            assert_eq!(next_im(&mut bob).await["id"], sent["id"]);
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    eprintln!(
+        "IM_CROSS_GATEWAY send->receipt ms: p50 {:.2} p99 {:.2} (50 messages)",
+        ms[25], ms[49]
+    );
 }
 
 /// `room`'s member count, read by `observer` (a member) through a fresh snapshot.

@@ -89,3 +89,38 @@ pub(super) async fn listen(core: Arc<Core>, redis: Redis, feed: BusFeed) {
         warn!("Gateway bus connection lost; subscribing again.");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_read_back_as_written() {
+        let notices = [
+            Notice::Im {
+                user: UserId::from("bob"),
+                id: 1_849_753_380_158_464,
+                inbox: true,
+                msg: r#"{"id":1849753380158464,"text":"hi"}"#.to_owned(),
+            },
+            Notice::Switched {
+                incarnation: u64::MAX >> 1,
+                session: 7,
+                room: RoomId::from("r1"),
+                ver: 42,
+            },
+            Notice::Profile {
+                user: UserId::from("ann"),
+                profile: Profile {
+                    name: Some("Ann".into()),
+                    ..Profile::default()
+                },
+            },
+        ];
+        for n in notices {
+            let bytes = protocol::client::to_json(&n);
+            let back: Notice = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{n:?}"));
+        }
+    }
+}
