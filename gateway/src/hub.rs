@@ -212,6 +212,12 @@ impl Hub {
             .collect()
     }
 
+    /// The user of `session`.
+    pub(crate) fn user_of(&self, session: SessionId) -> Option<UserId> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        st.sessions.get(&session).map(|s| s.user.clone())
+    }
+
     /// The room `session` is in now.
     pub(crate) fn room_of(&self, session: SessionId) -> Option<RoomId> {
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);

@@ -394,7 +394,20 @@ impl Core {
                 .map(|m| (r.session, r.user.clone(), r.room.clone(), m)),
             _ => None,
         };
+        // So are members the room took out (kicked, closed, replaced).
+        let evicted = match &msg {
+            ToGateway::Event(e) => match &e.audience {
+                protocol::link::Audience::Evict(list) => Some((e.room.clone(), list.clone())),
+                _ => None,
+            },
+            ToGateway::Reply(_) => None,
+        };
         let follow = self.hub.apply(from, msg);
+        if let Some((room, sessions)) = evicted
+            && let Some(core) = self.self_ref().upgrade()
+        {
+            core.taken_out(&room, &sessions);
+        }
         if let Some((session, user, room, m)) = membership
             && let Some(core) = self.self_ref().upgrade()
         {

@@ -252,3 +252,52 @@ async fn direct_messages_flow_again_after_redis_restarts_and_loses_everything() 
         assert_eq!(next_im(&mut bob).await["id"], sent["id"], "live {i}");
     }
 }
+
+/// Waits until the registry says `user` is in `room` (or in none, for `None`).
+async fn registry_says(registry: &Registry, user: &str, room: Option<&str>) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let now = registry.rooms_of(&[UserId::from(user)]).await.unwrap();
+        let here = now.first().map(|(_, e)| e.room.as_str().to_owned());
+        if here.as_deref() == room {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{user} in {here:?}, expected {room:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_registry_knows_the_room_a_user_is_in_until_they_leave_or_are_kicked() {
+    let cluster = cluster().await;
+    let redis = Redis::connect(&cluster.redis.url()).await.unwrap();
+    let registry = Registry::redis(&redis);
+    let mut host = cluster.connect(0, "host").await.unwrap();
+    let room = host
+        .create_room(json!({"room": "reg-room", "title": "t"}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut ann = cluster.connect(1, "ann").await.unwrap();
+    ann.join_retrying(&room, None, WAIT).await.unwrap();
+    registry_says(&registry, "ann", Some("reg-room")).await;
+    registry_says(&registry, "host", Some("reg-room")).await;
+    ann.request("room.leave", json!({"room": room}))
+        .await
+        .unwrap();
+    registry_says(&registry, "ann", None).await;
+    ann.join_retrying(&room, None, WAIT).await.unwrap();
+    registry_says(&registry, "ann", Some("reg-room")).await;
+    host.request("room.kick", json!({"room": room, "user": "ann"}))
+        .await
+        .unwrap();
+    let left = ann.next_event_named("room.left", WAIT).await.unwrap().d;
+    assert_eq!(left["reason"], "kicked");
+    registry_says(&registry, "ann", None).await;
+    // A closed connection takes its entry with it.
+    drop(host);
+    registry_says(&registry, "host", None).await;
+}

@@ -58,6 +58,36 @@ impl Core {
     }
 }
 
+impl Core {
+    /// The room took `sessions` out of `room` (kicked, closed, replaced): their registry
+    /// entries there go (compare-and-delete, so a newer entry elsewhere stays).
+    pub(crate) fn taken_out(self: &Arc<Self>, room: &RoomId, sessions: &[SessionId]) {
+        for &session in sessions {
+            let was_here = {
+                let mut tracked = self.social.sessions();
+                let hit = tracked
+                    .get_mut(&session)
+                    .filter(|t| t.entry.as_ref().is_some_and(|(r, _)| r == room))
+                    .map(|t| t.entry = None)
+                    .is_some();
+                super::forget_if_idle(&mut tracked, session);
+                hit
+            };
+            let Some(user) = was_here.then(|| self.hub.user_of(session)).flatten() else {
+                continue;
+            };
+            let core = self.clone();
+            let room = room.clone();
+            self.tracker.spawn(async move {
+                let at = core.social.me(session);
+                if let Err(e) = core.social.registry.clear_room(&user, &room, &at).await {
+                    warn!(error = %e, "Could not clear a registry room entry.");
+                }
+            });
+        }
+    }
+}
+
 async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId) {
     let at = core.social.me(session);
     let swapped = core.social.registry.set_room(user, room, &at).await;
