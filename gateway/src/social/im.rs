@@ -322,9 +322,14 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
     mark_delivered(core, user, sent);
 }
 
+/// Backlog reads after a re-subscribe that run at once: enough to finish a big gateway in
+/// seconds, few enough not to flood Redis.
+const CATCH_UP_CONCURRENCY: usize = 64;
+
 /// After a lost bus connection (Redis may have restarted, losing its data): every local
 /// session is registered again and gets what its user is owed.
 pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
+    use futures_util::StreamExt;
     let social = &core.social;
     if let Err(e) = social
         .registry
@@ -335,7 +340,7 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
     }
     let users = core.hub.session_users();
     {
-        let mut tracked = core.social.sessions();
+        let mut tracked = social.sessions();
         for (s, _) in &users {
             let t = tracked.entry(*s).or_default();
             if t.catching_up.is_none() {
@@ -343,13 +348,15 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
             }
         }
     }
-    for (session, user) in users {
-        let at = core.social.me(session);
-        if let Err(e) = core.social.register(&user, &at).await {
-            warn!(error = %e, %user, "Could not register a connection again.");
-        }
-        catch_up(core, session, &user).await;
-    }
+    futures_util::stream::iter(users)
+        .for_each_concurrent(CATCH_UP_CONCURRENCY, |(session, user)| async move {
+            let at = core.social.me(session);
+            if let Err(e) = core.social.register(&user, &at).await {
+                warn!(error = %e, %user, "Could not register a connection again.");
+            }
+            catch_up(core, session, &user).await;
+        })
+        .await;
 }
 
 /// The peers of a stored message, for the `with` filter.
