@@ -43,6 +43,48 @@ struct Tracked {
 }
 
 impl Tracked {
+    /// A registry swap of this session's room entry is on its way.
+    fn swap_started(&mut self) {
+        self.inflight += 1;
+    }
+
+    /// A swap for `room` answered, with the entry's version when it was written (and the
+    /// session is still there). Returns the room to take the session out of, when a notice
+    /// kept while swaps were in flight names the entry the session holds now.
+    fn swap_answered(&mut self, room: &RoomId, ver: Option<u64>) -> Option<RoomId> {
+        self.inflight = self.inflight.saturating_sub(1);
+        if let Some(v) = ver
+            && self.entry.as_ref().is_none_or(|(_, held)| *held < v)
+        {
+            self.entry = Some((room.clone(), v));
+        }
+        if self.inflight > 0 {
+            return None;
+        }
+        let deferred = std::mem::take(&mut self.deferred);
+        deferred
+            .into_iter()
+            .find(|(r, v)| {
+                self.entry
+                    .as_ref()
+                    .is_some_and(|(er, ev)| er == r && ev == v)
+            })
+            .map(|(r, _)| r)
+    }
+
+    /// A notice to take the session out of `room` if its entry there is still version
+    /// `ver`: whether to do it now (a notice that arrives while a swap is in flight waits
+    /// for its answer).
+    fn switched(&mut self, room: RoomId, ver: u64) -> bool {
+        if self.inflight > 0 {
+            self.deferred.push((room, ver));
+            return false;
+        }
+        self.entry
+            .as_ref()
+            .is_some_and(|(r, v)| *r == room && *v == ver)
+    }
+
     /// Whether nothing is tracked any more (the entry can go).
     fn is_idle(&self) -> bool {
         self.catching_up.is_none()
@@ -302,5 +344,66 @@ impl Core {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joined(t: &mut Tracked, room: &str, ver: u64) -> Option<RoomId> {
+        t.swap_started();
+        t.swap_answered(&RoomId::from(room), Some(ver))
+    }
+
+    #[test]
+    fn a_notice_for_the_entry_held_takes_the_session_out_and_an_older_one_does_not() {
+        let mut t = Tracked::default();
+        assert_eq!(joined(&mut t, "a", 5), None);
+        assert!(!t.switched(RoomId::from("a"), 4), "an older entry");
+        assert!(!t.switched(RoomId::from("b"), 5), "another room");
+        assert!(t.switched(RoomId::from("a"), 5));
+        // The session moved on: the notice about its earlier entry is stale.
+        assert_eq!(joined(&mut t, "c", 9), None);
+        assert!(!t.switched(RoomId::from("a"), 5));
+    }
+
+    #[test]
+    fn a_notice_that_arrives_before_its_swap_answers_waits_for_it() {
+        // The registry wrote ver 5 for this session, then another session's swap replaced it
+        // and its notice arrived before this gateway heard back from the registry.
+        let mut t = Tracked::default();
+        t.swap_started();
+        assert!(!t.switched(RoomId::from("a"), 5));
+        assert_eq!(
+            t.swap_answered(&RoomId::from("a"), Some(5)),
+            Some(RoomId::from("a"))
+        );
+    }
+
+    #[test]
+    fn a_notice_kept_during_a_later_swap_of_the_session_is_dropped() {
+        // In a (ver 5); replaced elsewhere (notice for 5); meanwhile the client joined a
+        // again and that swap (ver 7) is in flight: it tells the other session instead.
+        let mut t = Tracked::default();
+        joined(&mut t, "a", 5);
+        t.swap_started();
+        assert!(!t.switched(RoomId::from("a"), 5));
+        assert_eq!(t.swap_answered(&RoomId::from("a"), Some(7)), None);
+        assert!(t.deferred.is_empty());
+    }
+
+    #[test]
+    fn swaps_answered_out_of_order_keep_the_newest_entry() {
+        let mut t = Tracked::default();
+        t.swap_started();
+        t.swap_started();
+        assert_eq!(t.swap_answered(&RoomId::from("b"), Some(8)), None);
+        assert_eq!(t.swap_answered(&RoomId::from("a"), Some(6)), None);
+        assert_eq!(t.entry, Some((RoomId::from("b"), 8)));
+        // A failed swap changes no entry.
+        t.swap_started();
+        assert_eq!(t.swap_answered(&RoomId::from("c"), None), None);
+        assert_eq!(t.entry, Some((RoomId::from("b"), 8)));
     }
 }

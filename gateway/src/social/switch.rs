@@ -34,7 +34,11 @@ impl Core {
             if here.as_ref() != Some(room) {
                 return;
             }
-            self.social.sessions().entry(session).or_default().inflight += 1;
+            self.social
+                .sessions()
+                .entry(session)
+                .or_default()
+                .swap_started();
             let core = self.clone();
             let (user, room) = (user.clone(), room.clone());
             self.tracker
@@ -103,25 +107,12 @@ async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId
         let Some(t) = tracked.get_mut(&session) else {
             return;
         };
-        t.inflight = t.inflight.saturating_sub(1);
-        if let Ok(s) = &swapped
-            && still_here
-            && t.entry.as_ref().is_none_or(|(_, v)| *v < s.ver)
-        {
-            t.entry = Some((room.clone(), s.ver));
-        }
-        let evict = if t.inflight == 0 {
-            let deferred = std::mem::take(&mut t.deferred);
-            deferred
-                .into_iter()
-                .find(|(r, v)| t.entry.as_ref() == Some(&(r.clone(), *v)))
-        } else {
-            None
-        };
+        let ver = swapped.as_ref().ok().filter(|_| still_here).map(|s| s.ver);
+        let evict = t.swap_answered(room, ver);
         super::forget_if_idle(&mut tracked, session);
         evict
     };
-    if let Some((r, _)) = evict {
+    if let Some(r) = evict {
         take_out(core, session, &r);
     }
     let swapped = match swapped {
@@ -154,12 +145,7 @@ pub(super) fn on_switched(core: &Arc<Core>, session: SessionId, room: RoomId, ve
         let Some(t) = tracked.get_mut(&session) else {
             return;
         };
-        if t.inflight > 0 {
-            t.deferred.push((room.clone(), ver));
-            false
-        } else {
-            t.entry.as_ref() == Some(&(room.clone(), ver))
-        }
+        t.switched(room.clone(), ver)
     };
     if go {
         take_out(core, session, &room);
