@@ -20,7 +20,6 @@ use protocol::{NodeId, RoomId, SessionId, UserId};
 use storage::im::ImStore;
 use storage::redis::Redis;
 use storage::registry::{ALIVE_REFRESH, Registry, SessionRef};
-use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub(crate) use bus::Notice;
@@ -220,10 +219,6 @@ async fn keep_alive(core: Arc<Core>) {
     }
 }
 
-fn spawn(tracker: &TaskTracker, f: impl Future<Output = ()> + Send + 'static) {
-    tracker.spawn(f);
-}
-
 impl Core {
     /// A session opened: register it, then send it the direct messages it is owed.
     pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
@@ -236,7 +231,7 @@ impl Core {
         );
         let core = self.clone();
         let user = user.clone();
-        spawn(&self.tracker, async move {
+        self.tracker.spawn(async move {
             let at = core.social.me(session);
             if let Err(e) = core.social.register(&user, &at).await {
                 warn!(error = %e, %user, "Could not register a connection.");
@@ -257,7 +252,7 @@ impl Core {
         }
         let core = self.clone();
         let user = user.clone();
-        spawn(&self.tracker, async move {
+        self.tracker.spawn(async move {
             let at = core.social.me(session);
             if let Err(e) = core.social.registry.remove_connection(&user, &at).await {
                 warn!(error = %e, %user, "Could not unregister a connection.");
@@ -278,7 +273,7 @@ impl Core {
             profile: profile.clone(),
         };
         let user = user.clone();
-        spawn(&self.tracker, async move {
+        self.tracker.spawn(async move {
             match core.gateways_of(&user).await {
                 Ok(gateways) => {
                     for gw in gateways {
