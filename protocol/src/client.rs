@@ -7,6 +7,7 @@
 pub mod chat;
 pub mod gift;
 pub mod manage;
+pub mod members;
 pub mod moderation;
 mod op;
 pub mod profile;
@@ -32,6 +33,7 @@ pub use gift::{
     MAX_REQ_ID_BYTES, RankEntry, RankGet, is_valid_req_id,
 };
 pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
+pub use members::{MemberEntry, MemberList, MemberPage, MemberUpdate};
 pub use moderation::{
     BanList, BanPage, BanView, ChatMute, Moderation, RoomBan, RoomKick, UserInRoom,
 };
