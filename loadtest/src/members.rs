@@ -4,7 +4,9 @@
 //! page alone is timed too, and one full scan (every page) checks the count.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 use serde_json::json;

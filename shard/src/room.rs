@@ -594,6 +594,7 @@ impl RoomActor {
                     "snapshot": state.snapshot(),
                     "members": members,
                     "member_count": state.member_count(),
+                    "away": state.away_count(),
                     "fence": self.fence,
                     "closed": d.closed,
                     "requests": d.requests,

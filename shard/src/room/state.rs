@@ -179,61 +179,6 @@ impl RoomState {
         self.robot_members
     }
 
-    /// How many members the room has (away ones included).
-    pub fn member_count(&self) -> usize {
-        self.members.len()
-    }
-
-    /// The connected members and their sessions (away ones have none).
-    pub fn members(&self) -> impl Iterator<Item = (&UserId, &SessionRef)> {
-        self.members
-            .iter()
-            .filter_map(|(u, m)| m.at.as_ref().map(|at| (u, at)))
-    }
-
-    /// The session of a connected member.
-    pub fn member(&self, user: &UserId) -> Option<&SessionRef> {
-        self.members.get(user).and_then(|m| m.at.as_ref())
-    }
-
-    /// Whether `user` is a member (connected or away).
-    pub fn is_member(&self, user: &UserId) -> bool {
-        self.members.contains_key(user)
-    }
-
-    /// The gateways that hold members of the room, each once.
-    pub fn gateways(&self) -> impl Iterator<Item = &NodeId> {
-        self.gateways.keys()
-    }
-
-    /// Who gets presence change `p`: everyone in a room of at most `full_max` members; in a
-    /// bigger one only the owner, admins and the seated (never the subject), so that presence
-    /// never costs members squared.
-    pub fn presence_plan(&self, p: &Presence, full_max: usize) -> PresencePlan {
-        if self.members.len() <= full_max {
-            return PresencePlan::Everyone;
-        }
-        let subject = p.user();
-        PresencePlan::Privileged(
-            self.members()
-                .filter(|(u, _)| *u != subject && self.is_privileged(u))
-                .map(|(_, at)| at.clone())
-                .collect(),
-        )
-    }
-
-    fn gateway_lost_member(&mut self, gw: &NodeId) {
-        if is_robot_gateway(gw) {
-            return;
-        }
-        if let Some(n) = self.gateways.get_mut(gw) {
-            *n -= 1;
-            if *n == 0 {
-                self.gateways.remove(gw);
-            }
-        }
-    }
-
     /// Whether `user` gets per-member presence in a big room: the owner, admins and seat
     /// holders.
     pub fn is_privileged(&self, user: &UserId) -> bool {

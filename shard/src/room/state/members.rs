@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use protocol::client::members::{MEMBER_LIST_DEFAULT, MEMBER_LIST_MAX};
 use protocol::client::{MemberEntry, MemberPage, Profile};
-use protocol::{ErrorCode, UserId};
+use protocol::{ErrorCode, NodeId, UserId};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use super::{Applied, Joined, Presence, Rejected, Role, RoomState, SessionRef, rejected, seats};
+use super::{
+    Applied, Joined, Presence, PresencePlan, Rejected, Role, RoomState, SessionRef, rejected, seats,
+};
 
 /// One member.
 #[derive(Debug, Clone)]
@@ -59,6 +61,61 @@ pub fn shared_profile(p: Option<Profile>) -> Option<Arc<Profile>> {
 type Key<'a> = (u8, u64, &'a UserId);
 
 impl RoomState {
+    /// How many members the room has (away ones included).
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The connected members and their sessions (away ones have none).
+    pub fn members(&self) -> impl Iterator<Item = (&UserId, &SessionRef)> {
+        self.members
+            .iter()
+            .filter_map(|(u, m)| m.at.as_ref().map(|at| (u, at)))
+    }
+
+    /// The session of a connected member.
+    pub fn member(&self, user: &UserId) -> Option<&SessionRef> {
+        self.members.get(user).and_then(|m| m.at.as_ref())
+    }
+
+    /// Whether `user` is a member (connected or away).
+    pub fn is_member(&self, user: &UserId) -> bool {
+        self.members.contains_key(user)
+    }
+
+    /// The gateways that hold members of the room, each once.
+    pub fn gateways(&self) -> impl Iterator<Item = &NodeId> {
+        self.gateways.keys()
+    }
+
+    /// Who gets presence change `p`: everyone in a room of at most `full_max` members; in a
+    /// bigger one only the owner, admins and the seated (never the subject), so that presence
+    /// never costs members squared.
+    pub fn presence_plan(&self, p: &Presence, full_max: usize) -> PresencePlan {
+        if self.members.len() <= full_max {
+            return PresencePlan::Everyone;
+        }
+        let subject = p.user();
+        PresencePlan::Privileged(
+            self.members()
+                .filter(|(u, _)| *u != subject && self.is_privileged(u))
+                .map(|(_, at)| at.clone())
+                .collect(),
+        )
+    }
+
+    fn gateway_lost_member(&mut self, gw: &NodeId) {
+        if super::is_robot_gateway(gw) {
+            return;
+        }
+        if let Some(n) = self.gateways.get_mut(gw) {
+            *n -= 1;
+            if *n == 0 {
+                self.gateways.remove(gw);
+            }
+        }
+    }
+
     /// Makes `at` the connection of `user` (a new member joining at `now`, or a member back
     /// within its window, or a second connection); returns the one it replaced and whether the
     /// user was a member already.
@@ -181,6 +238,11 @@ impl RoomState {
         if let Some(old) = old {
             self.gateway_lost_member(&old.gateway);
         }
+    }
+
+    /// How many members are away (their grace window runs).
+    pub fn away_count(&self) -> usize {
+        self.away.len()
     }
 
     /// Whether `user` is a member whose connection dropped and whose window runs.
