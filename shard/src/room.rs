@@ -677,10 +677,13 @@ impl RoomActor {
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
             RoomCmd::Profile(p) => {
-                let applied = state.set_profile(user, p.clone())?;
-                // Not to the member's own connection, as for `member.join`.
-                let own = state.member(user).cloned();
-                self.publish(applied, own.as_ref()).await?;
+                // A profile change that races with the user leaving changes nothing: answered
+                // `{}` either way, so no stray error reaches the user's connection.
+                if let Ok(applied) = state.set_profile(user, p.clone()) {
+                    // Not to the member's own connection, as for `member.join`.
+                    let own = state.member(user).cloned();
+                    self.publish(applied, own.as_ref()).await?;
+                }
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
             RoomCmd::Rtc(ev) => {
