@@ -102,6 +102,20 @@ async fn profiles_from_claims_ride_on_join_chat_and_the_list() {
         .collect();
     assert_eq!(names, [&json!("Bob"), &json!("Amy")], "owner first");
     assert_eq!(page["members"][0]["role"], "owner");
+    // A gift carries the sender's profile and the recipients' by user.
+    let r = kit::admin::grant(s.admin, Some("admin-token"), "amy", 100, "g")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    amy.request(
+        "gift.send",
+        json!({"room": room, "req_id": "r1", "gift": "rose", "count": 1, "to": ["bob"]}),
+    )
+    .await
+    .unwrap();
+    let g = bob.next_event_named("gift", WAIT).await.unwrap();
+    assert_eq!(g.d["p"], json!({"name": "Amy"}));
+    assert_eq!(g.d["to_p"], json!({"bob": {"name": "Bob"}}));
     s.stop().await;
 }
 
