@@ -385,3 +385,18 @@ impl RoomActor {
         self.take_gift(Box::new(cmd), &at).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::robot_profile;
+
+    #[test]
+    fn a_robot_shows_its_configured_name_when_it_is_a_valid_one() {
+        let p = robot_profile("Amy").unwrap();
+        assert_eq!(p.name.as_deref(), Some("Amy"));
+        assert_eq!((p.avatar.as_deref(), p.region.as_deref()), (None, None));
+        assert_eq!(robot_profile(""), None);
+        assert_eq!(robot_profile(&"x".repeat(33)), None, "over 32 characters");
+        assert_eq!(robot_profile("a\u{7}b"), None, "a control character");
+    }
+}
