@@ -577,6 +577,15 @@ impl RoomActor {
         };
         let applied = state.tick(now_ms());
         self.due_stale = true;
+        // Every `disconnected` leave a tick makes is a grace window that passed.
+        let expired = applied
+            .presence
+            .iter()
+            .filter(|p| matches!(p, state::Presence::Leave(_, "disconnected")))
+            .count();
+        if expired > 0 {
+            metrics::counter!(m::PRESENCE_GRACE, "outcome" => "expired").increment(expired as u64);
+        }
         // A change that could not be stored stops the runtime; the next owner ticks again.
         let _ = self.publish(applied, None).await;
     }
@@ -723,6 +732,9 @@ impl RoomActor {
         } else {
             state.join_as(&cmd.user, at.clone(), j.password.as_deref(), profile, now)?
         };
+        if joined.returned {
+            metrics::counter!(m::PRESENCE_GRACE, "outcome" => "returned").increment(1);
+        }
         let replay = match j.since {
             Some(since) => self
                 .log

@@ -116,52 +116,6 @@ impl RoomState {
         }
     }
 
-    /// Makes `at` the connection of `user` (a new member joining at `now`, or a member back
-    /// within its window, or a second connection); returns the one it replaced and whether the
-    /// user was a member already.
-    pub(super) fn insert_member(
-        &mut self,
-        user: &UserId,
-        at: SessionRef,
-        profile: Option<Arc<Profile>>,
-        now: u64,
-    ) -> (Option<SessionRef>, bool, Option<Presence>) {
-        if !super::is_robot_gateway(&at.gateway) {
-            *self.gateways.entry(at.gateway.clone()).or_default() += 1;
-        }
-        let Some(m) = self.members.get_mut(user) else {
-            self.robot_members += usize::from(user.is_robot());
-            self.members.insert(
-                user.clone(),
-                Member {
-                    at: Some(at),
-                    joined_at: now,
-                    profile,
-                    away_until: 0,
-                },
-            );
-            return (None, false, None);
-        };
-        let old = m.at.replace(at);
-        if m.away_until != 0 {
-            self.away.remove(&(m.away_until, user.clone()));
-            m.away_until = 0;
-        }
-        // A profile sent with the join that differs from the kept one is shown as an update.
-        let update = match profile {
-            Some(p) if m.profile.as_deref() != Some(&*p) => {
-                m.profile = Some(p.clone());
-                Some(Presence::Update(user.clone(), Some(p)))
-            }
-            _ => None,
-        };
-        if let Some(old) = &old {
-            let gw = old.gateway.clone();
-            self.gateway_lost_member(&gw);
-        }
-        (old, true, update)
-    }
-
     /// Removes `user`; returns the member it was.
     pub(super) fn remove_member(&mut self, user: &UserId) -> Option<Member> {
         let m = self.members.remove(user)?;
@@ -175,6 +129,9 @@ impl RoomState {
         Some(m)
     }
 
+    /// Makes `at` the connection of `user`: a new member joining at `now` (`member.join`),
+    /// a member back within its window (silent), or a second connection replacing the first
+    /// (silent). A profile that differs from the kept one is shown with `member.update`.
     pub(super) fn add(
         &mut self,
         user: &UserId,
@@ -183,20 +140,45 @@ impl RoomState {
         now: u64,
     ) -> Joined {
         let mut joined = Joined::default();
-        let (old, existed, update) = self.insert_member(user, at.clone(), profile.clone(), now);
-        match old {
-            Some(old) if old != at => joined.replaced = Some(old),
-            _ => {}
+        if !super::is_robot_gateway(&at.gateway) {
+            *self.gateways.entry(at.gateway.clone()).or_default() += 1;
         }
-        if !existed {
+        let Some(m) = self.members.get_mut(user) else {
+            self.robot_members += usize::from(user.is_robot());
+            let member = Member {
+                at: Some(at),
+                joined_at: now,
+                profile: profile.clone(),
+                away_until: 0,
+            };
+            self.members.insert(user.clone(), member);
+            let join = Presence::Join(user.clone(), profile);
+            joined.applied.presence.push(join);
+            return joined;
+        };
+        let old = m.at.replace(at.clone());
+        if m.away_until != 0 {
+            // Back within the window: its expiry is gone.
+            self.away.remove(&(m.away_until, user.clone()));
+            m.away_until = 0;
+            joined.returned = true;
+            joined.applied.rearm = true;
+        }
+        if let Some(p) = profile
+            && m.profile.as_deref() != Some(&*p)
+        {
+            m.profile = Some(p.clone());
             joined
                 .applied
                 .presence
-                .push(Presence::Join(user.clone(), profile));
+                .push(Presence::Update(user.clone(), Some(p)));
         }
-        joined.applied.presence.extend(update);
-        // A member back within its window: its expiry is gone.
-        joined.applied.rearm = existed;
+        if let Some(old) = old {
+            self.gateway_lost_member(&old.gateway);
+            if old != at {
+                joined.replaced = Some(old);
+            }
+        }
         joined
     }
 

@@ -213,4 +213,6 @@ pub struct Joined {
     pub replaced: Option<SessionRef>,
     /// Presence to publish (empty when an existing member only replaced its connection).
     pub applied: Applied,
+    /// The user was away (its connection had dropped) and is back within the grace window.
+    pub returned: bool,
 }

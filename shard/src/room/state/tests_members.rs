@@ -47,6 +47,7 @@ fn a_return_within_the_window_shows_nothing_and_keeps_the_seat() {
     // Back through another connection within the window: no presence, same join time.
     let j = r.join_as(&u("a"), at(7), None, named("A"), 5_999).unwrap();
     assert!(j.applied.presence.is_empty());
+    assert!(j.returned && j.applied.rearm);
     assert_eq!(j.replaced, None);
     assert_eq!(r.member(&u("a")), Some(&at(7)));
     assert!(r.tick(10_000).presence.is_empty());
