@@ -337,7 +337,8 @@ async fn second_connection_replaces_the_first_in_a_room() {
 
 #[tokio::test]
 async fn disconnect_leaves_the_room() {
-    let s = Server::start().await;
+    // After the grace window (kept short here; gateway/tests/members.rs tests the window).
+    let s = Server::start_with(|_, sh| sh.presence_grace = Duration::from_millis(200)).await;
     let mut a = s.connect("alice").await;
     let mut b = s.connect("bob").await;
     let room = RoomId::from("dc");

@@ -7,6 +7,7 @@
 //!   intended send times).
 //! - [`scenario`]: the load scenarios (fanout, rooms, gifts, churn, idle, reconnect).
 //! - [`baseline`]: the minimal room-broadcast server benchmarks compare against.
+//! - [`members`]: connect-to-first-list time of a big room (`chorus-loadtest member-list`).
 //! - [`robots`]: robot rooms on one shard (`chorus-loadtest robots`): the start, the lease
 //!   renewal round trips per tick, leases lost, CPU.
 //! - [`target`]: what a run measures (spawned standalone, cluster or baseline, or given URLs).
@@ -14,6 +15,7 @@
 
 pub mod baseline;
 pub mod load;
+pub mod members;
 pub mod report;
 pub mod robots;
 pub mod scenario;

@@ -8,6 +8,7 @@ pub mod chat;
 pub mod gift;
 pub mod im;
 pub mod manage;
+pub mod members;
 pub mod moderation;
 mod op;
 pub mod profile;
@@ -37,6 +38,7 @@ pub use im::{
     MAX_IM_TEXT_CHARS,
 };
 pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
+pub use members::{MemberEntry, MemberList, MemberPage, MemberUpdate};
 pub use moderation::{
     BanList, BanPage, BanView, ChatMute, Moderation, RoomBan, RoomKick, UserInRoom,
 };

@@ -30,6 +30,8 @@ pub const DEFAULT_HANDOFF_RATE_PER_SEC: u32 = 50;
 pub const DEFAULT_ORPHAN_SWEEP: Duration = Duration::from_secs(60);
 /// A seated user must publish audio within this long, or the seat is freed.
 pub const DEFAULT_PUBLISH_DEADLINE: Duration = Duration::from_secs(10);
+/// Default grace window of a member whose connection dropped.
+pub const DEFAULT_PRESENCE_GRACE: Duration = Duration::from_secs(5);
 /// How often the robot reconcile runs.
 pub const DEFAULT_ROBOT_RECONCILE: Duration = Duration::from_secs(2);
 /// A seat request or invitation expires after this long.
@@ -59,6 +61,9 @@ pub struct ShardConfig {
     pub history_age: Duration,
     /// Room size up to which every member gets per-member presence.
     pub presence_full_max: usize,
+    /// A member whose connection drops (or whose room moved) stays, away, this long before
+    /// it leaves: a return within it shows no presence (zero: it leaves at once).
+    pub presence_grace: Duration,
     /// Coalescing interval of `member.count` in big rooms.
     pub member_count_interval: Duration,
     /// Joining a missing room creates it with the joiner as owner (standalone default).
@@ -116,6 +121,7 @@ impl Default for ShardConfig {
             history_events: DEFAULT_HISTORY_EVENTS,
             history_age: DEFAULT_HISTORY_AGE,
             presence_full_max: DEFAULT_PRESENCE_FULL_MAX,
+            presence_grace: DEFAULT_PRESENCE_GRACE,
             member_count_interval: DEFAULT_MEMBER_COUNT_INTERVAL,
             auto_create: true,
             durable_history: false,
@@ -144,6 +150,7 @@ impl ShardConfig {
             publish_deadline_ms: self.publish_deadline.as_millis() as u64,
             request_ttl_ms: self.seat_request_ttl.as_millis() as u64,
             invite_ttl_ms: self.seat_invite_ttl.as_millis() as u64,
+            presence_grace_ms: self.presence_grace.as_millis() as u64,
         }
     }
 }

@@ -12,6 +12,9 @@ pub const ROBOT_GIFT_COINS: &str = "chorus_robot_gift_coins_total";
 /// Counter: robot runtimes started on this node (each follows a claim of the room's lease:
 /// on a healthy cluster, one per robot room and per change of owner).
 pub const ROBOT_STARTS: &str = "chorus_robot_runtime_starts_total";
+/// Counter: members whose connection dropped, by `outcome`: `returned` within the grace
+/// window (no presence shown) or `expired` (`member.leave` `disconnected`).
+pub const PRESENCE_GRACE: &str = "chorus_presence_grace_total";
 /// Commands applied by rooms (counter).
 pub const ROOM_COMMANDS: &str = "chorus_shard_room_commands_total";
 /// Commands refused because a room's inbox was full (counter).
@@ -85,6 +88,10 @@ pub fn describe() {
     describe_gauge!(ROOMS_RUNNING, "Rooms running on this node.");
     describe_gauge!(ROBOT_ROOMS_RUNNING, "Rooms whose robots run on this node.");
     describe_counter!(ROBOT_ACTIONS, "Robot actions, by kind.");
+    describe_counter!(
+        PRESENCE_GRACE,
+        "Dropped members back within the grace window (returned) or past it (expired)."
+    );
     describe_counter!(ROBOT_GIFT_COINS, "Coins robots spent on gifts.");
     describe_counter!(ROBOT_STARTS, "Robot runtimes started on this node.");
     describe_counter!(ROOM_COMMANDS, "Commands applied by rooms.");

@@ -138,16 +138,21 @@ pub(crate) async fn run(
     };
     // Read again under the lease, then install the new fence durably before serving
     // (docs/ARCHITECTURE.md, section 4): from now on the previous owner's writes are rejected.
+    // A planned move's roster comes out before the first write: it is taken in once.
+    let mut roster = None;
     let loaded = match inner.snapshots.load(&room).await {
-        Ok(Some((_, d))) => match inner.snapshots.save(&room, fence, &d).await {
-            Ok(written) => Some((d, written)),
-            Err(e) => {
-                warn!(%room, fence, error = %e, "Could not install the new fence.");
-                inner.owner.release(&room, fence).await;
-                refuse_all(&inner, &room, generation, rx, None).await;
-                return;
+        Ok(Some((_, mut d))) => {
+            roster = d.roster.take();
+            match inner.snapshots.save(&room, fence, &d).await {
+                Ok(written) => Some((d, written)),
+                Err(e) => {
+                    warn!(%room, fence, error = %e, "Could not install the new fence.");
+                    inner.owner.release(&room, fence).await;
+                    refuse_all(&inner, &room, generation, rx, None).await;
+                    return;
+                }
             }
-        },
+        }
         Ok(None) => None,
         Err(e) => {
             warn!(%room, error = %e, "Could not load the room snapshot.");
@@ -186,7 +191,11 @@ pub(crate) async fn run(
         due_stale: true,
         inner: inner.clone(),
     };
-    if actor.state.is_some() {
+    if let Some(state) = actor.state.as_mut() {
+        if let Some(roster) = roster {
+            // The members of a planned move are away until they rejoin: no presence.
+            state.restore(roster, now_ms());
+        }
         debug!(room = %actor.room, fence, "Room runtime started.");
     }
     actor.publish_left_open().await;
@@ -447,6 +456,12 @@ impl RoomActor {
         }
         // Save and release first: the new owner can claim the moment the gateways ask it.
         if stop != Stop::LeaseLost {
+            if let (Stop::Handoff(_), Some(state)) = (&stop, self.state.as_mut()) {
+                // The members go with the room: the new owner keeps them (away) until they
+                // rejoin, so a planned move shows no presence.
+                let roster = state.roster();
+                state.set_roster(roster);
+            }
             if let Some(state) = &self.state {
                 if Snapshots::unchanged(state.durable(), self.saved) {
                     // Every change was written as it happened: nothing to save, and the new
@@ -546,7 +561,7 @@ impl RoomActor {
             let Some(state) = self.state.as_mut() else {
                 return;
             };
-            if let Ok(applied) = state.leave(&user, &at, LeaveReason::Disconnected.as_str())
+            if let Ok(applied) = state.disconnect(&user, &at, now_ms())
                 && self.publish(applied, None).await.is_err()
             {
                 break;
@@ -562,6 +577,15 @@ impl RoomActor {
         };
         let applied = state.tick(now_ms());
         self.due_stale = true;
+        // Every `disconnected` leave a tick makes is a grace window that passed.
+        let expired = applied
+            .presence
+            .iter()
+            .filter(|p| matches!(p, state::Presence::Leave(_, "disconnected")))
+            .count();
+        if expired > 0 {
+            metrics::counter!(m::PRESENCE_GRACE, "outcome" => "expired").increment(expired as u64);
+        }
         // A change that could not be stored stops the runtime; the next owner ticks again.
         let _ = self.publish(applied, None).await;
     }
@@ -579,6 +603,7 @@ impl RoomActor {
                     "snapshot": state.snapshot(),
                     "members": members,
                     "member_count": state.member_count(),
+                    "away": state.away_count(),
                     "fence": self.fence,
                     "closed": d.closed,
                     "requests": d.requests,
@@ -650,13 +675,26 @@ impl RoomActor {
             RoomCmd::Op(RoomOp::Join(j)) => self.join(cmd, at, j, false).await.map(|()| None),
             RoomCmd::Rejoin(j) => self.join(cmd, at, j, true).await.map(|()| None),
             RoomCmd::Leave(reason) => {
-                let applied = state.leave(user, at, reason.as_str())?;
+                // A dropped connection keeps its member for the grace window.
+                let applied = if *reason == LeaveReason::Disconnected {
+                    state.disconnect(user, at, now_ms())?
+                } else {
+                    state.leave(user, at, reason.as_str())?
+                };
                 // Out of the room either way: a runtime that cannot publish stops.
                 let _ = self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
-            // Profiles are not shown by rooms yet.
-            RoomCmd::Profile(_) => Ok(Some((Bytes::from_static(b"{}"), None))),
+            RoomCmd::Profile(p) => {
+                // A profile change that races with the user leaving changes nothing: answered
+                // `{}` either way, so no stray error reaches the user's connection.
+                if let Ok(applied) = state.set_profile(user, p.clone()) {
+                    // Not to the member's own connection, as for `member.join`.
+                    let own = state.member(user).cloned();
+                    self.publish(applied, own.as_ref()).await?;
+                }
+                Ok(Some((Bytes::from_static(b"{}"), None)))
+            }
             RoomCmd::Rtc(ev) => {
                 let applied = state.rtc(user, ev, now_ms());
                 self.publish(applied, None).await?;
@@ -687,11 +725,16 @@ impl RoomActor {
         let Some(state) = self.state.as_mut() else {
             return Err(state::rejected(ErrorCode::RoomNotFound, "no such room"));
         };
+        let profile = state::shared_profile(cmd.profile.clone());
+        let now = now_ms();
         let joined = if trusted {
-            state.rejoin(&cmd.user, at.clone())
+            state.rejoin(&cmd.user, at.clone(), profile, now)
         } else {
-            state.join(&cmd.user, at.clone(), j.password.as_deref(), now_ms())?
+            state.join_as(&cmd.user, at.clone(), j.password.as_deref(), profile, now)?
         };
+        if joined.returned {
+            metrics::counter!(m::PRESENCE_GRACE, "outcome" => "returned").increment(1);
+        }
         let replay = match j.since {
             Some(since) => self
                 .log

@@ -6,6 +6,7 @@
 //! chorus-loadtest gifts  --spawn-cluster 2x3 --rate 5000
 //! chorus-loadtest party  --spawn standalone --rate 0.5 --bursts-per-sec 2 --seat-rate 100
 //! chorus-loadtest party  --spawn standalone --seat-requesters 2 --seat-request-rate 20
+//! chorus-loadtest member-list --spawn standalone --members 5000
 //! chorus-loadtest robots --rooms 10000 --duration 30 --pin --json robots.json
 //! chorus-loadtest baseline-server --addr 127.0.0.1:7000
 //! ```
@@ -139,6 +140,22 @@ enum Cmd {
     /// leases renewed and lost, extra runtime starts, robot chat/s, shard CPU and RSS. Exits
     /// non-zero when any lease was lost, any runtime started twice or not all started.
     Robots(RobotsArgs),
+    /// One room of --members joined clients; then new clients, one at a time, connect, join
+    /// and ask `member.list`: the time from connect to the first page, the page alone, and
+    /// one full scan.
+    MemberList {
+        /// Members joined before the samples.
+        #[arg(long, default_value_t = 5000)]
+        members: usize,
+        /// New clients timed.
+        #[arg(long, default_value_t = 20)]
+        samples: usize,
+        /// Page size asked for.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Runs the minimal room-broadcast baseline server.
     BaselineServer {
         /// Listen address.
@@ -762,6 +779,26 @@ fn main() -> anyhow::Result<()> {
                 common,
             } => run_scenario(Scenario::Reconnect { rooms, members }, common).await,
             Cmd::Robots(a) => run_robots(a).await,
+            Cmd::MemberList {
+                members,
+                samples,
+                limit,
+                common,
+            } => {
+                let target = make_target(&common).await?;
+                let o = loadtest::members::Options {
+                    members,
+                    samples,
+                    limit,
+                    connect_concurrency: common.connect_concurrency,
+                };
+                let r = loadtest::members::run(&target, &o).await?;
+                print!("{}", loadtest::members::text(&r));
+                if let Some(path) = &common.json {
+                    std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
+                }
+                Ok(())
+            }
             Cmd::Party { shape, common } => {
                 shape.check()?;
                 run_scenario(Scenario::Party(shape), common).await

@@ -33,4 +33,7 @@ pub struct ChatEvent {
     /// The sender is a robot (present only then).
     #[serde(default, skip_serializing_if = "crate::client::is_false")]
     pub robot: bool,
+    /// The sender's profile (absent when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p: Option<crate::client::Profile>,
 }

@@ -117,6 +117,13 @@ pub struct GiftEvent {
     /// The sender is a robot (present only then).
     #[serde(default, skip_serializing_if = "crate::client::is_false")]
     pub robot: bool,
+    /// The sender's profile (absent when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p: Option<crate::client::Profile>,
+    /// The recipients' profiles by user (absent when none has one; recipients without a
+    /// profile are left out).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub to_p: std::collections::BTreeMap<UserId, crate::client::Profile>,
 }
 
 /// The `gift.lucky` event: a big lucky win, announced to the room.

@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{
-    BanList, ChatMute, ChatSend, DecodeError, GiftList, GiftSend, InRoom, MicPublishing, RankGet,
-    RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer,
-    RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll,
-    SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, WalletBalance, args,
+    BanList, ChatMute, ChatSend, DecodeError, GiftList, GiftSend, InRoom, MemberList,
+    MicPublishing, RankGet, RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave,
+    RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave,
+    SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, WalletBalance,
+    args,
 };
 use super::{ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -59,6 +60,7 @@ addressed!(
     RoomKick,
     RoomBan,
     BanList,
+    MemberList,
 );
 
 impl Addressed for RoomCreate {
@@ -174,6 +176,8 @@ room_ops! {
     "room.unban" => RoomUnban(UserInRoom),
     /// `room.bans`: one page of the ban list (owner/admin).
     "room.bans" => RoomBans(BanList),
+    /// `member.list`: one page of the room's members (members only).
+    "member.list" => MemberList(MemberList),
     /// `gift.send`: a paid gift, settled through the ledger.
     "gift.send" => Gift(GiftSend),
 }

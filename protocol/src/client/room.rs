@@ -184,6 +184,9 @@ pub struct MemberJoin {
     /// The member is a robot (present only then).
     #[serde(default, skip_serializing_if = "crate::client::is_false")]
     pub robot: bool,
+    /// The member's profile (absent when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p: Option<crate::client::Profile>,
 }
 
 /// `member.leave` (volatile).

@@ -104,6 +104,7 @@ fn encodes_replies_and_events() {
             from: "u1".into(),
             text: "hi".into(),
             robot: false,
+            p: None,
         },
     );
     assert_eq!(
@@ -115,6 +116,7 @@ fn encodes_replies_and_events() {
         from: "bot:amy".into(),
         text: "hi".into(),
         robot: true,
+        p: None,
     };
     assert_eq!(
         to_json(&robot),
@@ -147,6 +149,8 @@ fn order_ids_are_hyphenated_lowercase_uuid_strings() {
         coins: 10,
         lucky_multiplier: None,
         robot: false,
+        p: None,
+        to_p: std::collections::BTreeMap::new(),
     };
     let json = to_json(&ev);
     assert!(
@@ -206,4 +210,54 @@ fn server_frames_parse_both_shapes() {
     let f: ServerFrame =
         serde_json::from_str(r#"{"ev":"chat","room":"r","epoch":1,"seq":2,"d":{}}"#).unwrap();
     assert!(matches!(f, ServerFrame::Event { seq: Some(2), .. }));
+}
+
+/// Profiles travel as a nested object under `p`, left out when empty; `member.list` pages and
+/// `member.update` read back as written.
+#[test]
+fn profiles_go_under_p_and_are_left_out_when_empty() {
+    let p = Profile {
+        name: Some("Bob".into()),
+        ..Profile::default()
+    };
+    let join = MemberJoin {
+        user: "bob".into(),
+        robot: false,
+        p: Some(p.clone()),
+    };
+    assert_eq!(to_json(&join), br#"{"user":"bob","p":{"name":"Bob"}}"#);
+    let bare = MemberJoin {
+        user: "bob".into(),
+        robot: false,
+        p: None,
+    };
+    assert_eq!(to_json(&bare), br#"{"user":"bob"}"#);
+    let up = MemberUpdate {
+        user: "bob".into(),
+        p: Some(p.clone()),
+    };
+    assert_eq!(to_json(&up), br#"{"user":"bob","p":{"name":"Bob"}}"#);
+    let page = MemberPage {
+        members: vec![MemberEntry {
+            user: "bob".into(),
+            role: "member".into(),
+            seat: Some(2),
+            robot: false,
+            joined_at: 5,
+            away: true,
+            p: Some(p),
+        }],
+        count: 1,
+        cursor: None,
+    };
+    let json = to_json(&page);
+    assert_eq!(
+        json,
+        br#"{"members":[{"user":"bob","role":"member","seat":2,"joined_at":5,"away":true,"p":{"name":"Bob"}}],"count":1}"#
+    );
+    let back: MemberPage = serde_json::from_slice(&json).unwrap();
+    assert_eq!(back, page);
+    let req =
+        decode_request(r#"{"id":1,"op":"member.list","d":{"room":"r1","limit":10}}"#).unwrap();
+    assert_eq!(req.op.name(), "member.list");
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use protocol::client::{self, GiftEvent, GiftSend, GiftSent, LuckyWinEvent, RoomOp};
+use protocol::client::{self, GiftEvent, GiftSend, GiftSent, LuckyWinEvent, Profile, RoomOp};
 use protocol::link::{Command, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, RoomId};
 use storage::StorageError;
@@ -604,9 +604,18 @@ impl RoomActor {
                 multiplier: l.multiplier,
                 coins: l.coins,
             });
+        // Profiles of the sender and recipients still in the room (one clone each).
+        let p = state.profile_of(&order.sender).map(|p| Profile::clone(p));
+        let to_p = order
+            .recipients
+            .iter()
+            .filter_map(|u| state.profile_of(u).map(|p| (u.clone(), Profile::clone(p))))
+            .collect();
         let mut applied = state.record(Sequenced::Gift(GiftEvent {
             order: order_id,
             robot: order.sender.is_robot(),
+            p,
+            to_p,
             from: order.sender,
             to: order.recipients,
             gift: order.gift.into_string(),

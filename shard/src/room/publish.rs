@@ -44,7 +44,7 @@ impl RoomActor {
         let Some(state) = &self.state else {
             return Ok(());
         };
-        self.due_stale |= applied.durable_changed;
+        self.due_stale |= applied.durable_changed || applied.rearm;
         let now = Instant::now();
         let epoch = state.epoch();
         let mut frames: SmallVec<[Bytes; 2]> = SmallVec::with_capacity(applied.events.len());
@@ -188,7 +188,7 @@ impl RoomActor {
                         .await;
                 }
                 // Listeners see the new count, coalesced.
-                self.count_dirty = true;
+                self.count_dirty |= p.counts();
             }
         }
     }

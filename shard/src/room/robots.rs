@@ -97,6 +97,18 @@ fn robot_at(i: usize) -> SessionRef {
     }
 }
 
+/// A robot's profile: its display name from the configuration, when it is a valid one.
+fn robot_profile(name: &str) -> Option<std::sync::Arc<protocol::client::Profile>> {
+    let p = protocol::client::Profile {
+        name: Some(name.to_owned()),
+        ..Default::default()
+    };
+    if name.is_empty() || p.validate().is_err() {
+        return None;
+    }
+    super::state::shared_profile(Some(p))
+}
+
 fn action(kind: &'static str) {
     metrics::counter!(m::ROBOT_ACTIONS, "kind" => kind).increment(1);
 }
@@ -236,7 +248,7 @@ impl RoomActor {
                 {
                     continue;
                 }
-                let joined = state.rejoin(&r.id, robot_at(i));
+                let joined = state.rejoin(&r.id, robot_at(i), robot_profile(&r.name), now);
                 action("join");
                 let _ = self.publish(joined.applied, None).await;
             } else if !wanted && present {
@@ -371,5 +383,20 @@ impl RoomActor {
             profile: None,
         };
         self.take_gift(Box::new(cmd), &at).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::robot_profile;
+
+    #[test]
+    fn a_robot_shows_its_configured_name_when_it_is_a_valid_one() {
+        let p = robot_profile("Amy").unwrap();
+        assert_eq!(p.name.as_deref(), Some("Amy"));
+        assert_eq!((p.avatar.as_deref(), p.region.as_deref()), (None, None));
+        assert_eq!(robot_profile(""), None);
+        assert_eq!(robot_profile(&"x".repeat(33)), None, "over 32 characters");
+        assert_eq!(robot_profile("a\u{7}b"), None, "a control character");
     }
 }

@@ -7,25 +7,29 @@
 
 mod durable;
 mod manage;
+mod members;
 mod moderation;
 mod offers;
 mod outcome;
 mod seats;
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::gift::{MAX_GIFT_COUNT, MAX_GIFT_RECIPIENTS};
 use protocol::client::{
     self, Answered, ChatEvent, ChatSent, GiftTargets, InviteView, MAX_CHAT_TEXT_CHARS, Moderation,
-    Pending, RequestView, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
+    Pending, Profile, RequestView, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
 };
 use protocol::link::{LeaveReason, Membership, RoomCmd, RtcEvent};
 use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
 use serde::Serialize;
 
 pub use durable::{Durable, Invite, Penalty, RtcSeen, Rules, Seat, SeatReq};
+use members::Member;
+pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
 
 /// Where a member's connection lives: which gateway, which session there.
@@ -118,7 +122,10 @@ pub struct RoomState {
     id: RoomId,
     durable: Durable,
     rules: Rules,
-    members: HashMap<UserId, SessionRef>,
+    /// Every member, connected or away.
+    members: HashMap<UserId, Member>,
+    /// The away members by the end of their grace window.
+    away: BTreeSet<(u64, UserId)>,
     /// How many members are robots (kept with `members`: snapshots and the robots' own
     /// presence rule read it without scanning the room).
     robot_members: usize,
@@ -138,6 +145,7 @@ impl RoomState {
             durable,
             rules,
             members: HashMap::new(),
+            away: BTreeSet::new(),
             robot_members: 0,
             gateways: HashMap::new(),
             rtc_ids: VecDeque::new(),
@@ -171,77 +179,6 @@ impl RoomState {
         self.robot_members
     }
 
-    /// How many members the room has.
-    pub fn member_count(&self) -> usize {
-        self.members.len()
-    }
-
-    /// The members and their sessions.
-    pub fn members(&self) -> impl Iterator<Item = (&UserId, &SessionRef)> {
-        self.members.iter()
-    }
-
-    /// The session of a member.
-    pub fn member(&self, user: &UserId) -> Option<&SessionRef> {
-        self.members.get(user)
-    }
-
-    /// The gateways that hold members of the room, each once.
-    pub fn gateways(&self) -> impl Iterator<Item = &NodeId> {
-        self.gateways.keys()
-    }
-
-    /// Who gets presence change `p`: everyone in a room of at most `full_max` members; in a
-    /// bigger one only the owner, admins and the seated (never the subject), so that presence
-    /// never costs members squared.
-    pub fn presence_plan(&self, p: &Presence, full_max: usize) -> PresencePlan {
-        if self.members.len() <= full_max {
-            return PresencePlan::Everyone;
-        }
-        let subject = p.user();
-        PresencePlan::Privileged(
-            self.members
-                .iter()
-                .filter(|(u, _)| *u != subject && self.is_privileged(u))
-                .map(|(_, at)| at.clone())
-                .collect(),
-        )
-    }
-
-    /// Makes `at` the connection of `user`; returns the one it replaced.
-    fn insert_member(&mut self, user: &UserId, at: SessionRef) -> Option<SessionRef> {
-        if !is_robot_gateway(&at.gateway) {
-            *self.gateways.entry(at.gateway.clone()).or_default() += 1;
-        }
-        let old = self.members.insert(user.clone(), at);
-        match &old {
-            Some(old) => self.gateway_lost_member(&old.gateway),
-            None => self.robot_members += usize::from(user.is_robot()),
-        }
-        old
-    }
-
-    fn remove_member(&mut self, user: &UserId) -> Option<SessionRef> {
-        let old = self.members.remove(user);
-        if let Some(old) = &old {
-            self.gateway_lost_member(&old.gateway);
-            self.robot_members -= usize::from(user.is_robot());
-        }
-        old
-    }
-
-    fn gateway_lost_member(&mut self, gw: &NodeId) {
-        if is_robot_gateway(gw) {
-            return;
-        }
-        if let Some(n) = self.gateways.get_mut(gw) {
-            *n -= 1;
-            if *n == 0 {
-                self.gateways.remove(gw);
-            }
-        }
-    }
-
     /// Whether `user` gets per-member presence in a big room: the owner, admins and seat
     /// holders.
     pub fn is_privileged(&self, user: &UserId) -> bool {
@@ -262,7 +199,7 @@ impl RoomState {
     fn staff_present(&self) -> Vec<UserId> {
         std::iter::once(&self.durable.owner)
             .chain(&self.durable.admins)
-            .filter(|u| self.members.contains_key(*u))
+            .filter(|u| self.member(u).is_some())
             .cloned()
             .collect()
     }
@@ -359,17 +296,33 @@ impl RoomState {
         applied.direct.push(Direct { to, frame });
     }
 
-    /// Adds `user` (connected at `at`) as a member.
+    /// Adds `user` (connected at `at`) as a member, without a profile ([`RoomState::join_as`]).
     ///
     /// # Errors
-    /// `ROOM_CLOSED` when the owner closed the room; `BANNED` while a ban holds;
-    /// `ROOM_LOCKED` when the room has a password and `password` is not it (the owner and
-    /// admins need none).
+    /// As [`RoomState::join_as`].
     pub fn join(
         &mut self,
         user: &UserId,
         at: SessionRef,
         password: Option<&str>,
+        now: u64,
+    ) -> Result<Joined, Rejected> {
+        self.join_as(user, at, password, None, now)
+    }
+
+    /// Adds `user` (connected at `at`, showing `profile`) as a member at `now`; a member
+    /// away within its grace window comes back silently.
+    ///
+    /// # Errors
+    /// `ROOM_CLOSED` when the owner closed the room; `BANNED` while a ban holds;
+    /// `ROOM_LOCKED` when the room has a password and `password` is not it (the owner and
+    /// admins need none).
+    pub fn join_as(
+        &mut self,
+        user: &UserId,
+        at: SessionRef,
+        password: Option<&str>,
+        profile: Option<Arc<Profile>>,
         now: u64,
     ) -> Result<Joined, Rejected> {
         if self.durable.closed {
@@ -398,38 +351,38 @@ impl RoomState {
                 "room is locked: wrong password",
             ));
         }
-        Ok(self.add(user, at))
+        Ok(self.add(user, at, profile, now))
     }
 
     /// Adds `user` back after a handoff: a trusted join (the gateway vouches the user was a
-    /// member at the previous owner), so no password check.
-    pub fn rejoin(&mut self, user: &UserId, at: SessionRef) -> Joined {
-        self.add(user, at)
-    }
-
-    fn add(&mut self, user: &UserId, at: SessionRef) -> Joined {
-        let mut joined = Joined::default();
-        match self.insert_member(user, at.clone()) {
-            Some(old) if old != at => joined.replaced = Some(old),
-            Some(_) => {}
-            None => joined.applied.presence.push(Presence::Join(user.clone())),
-        }
-        joined
+    /// member at the previous owner), so no password check. A member of the roster the
+    /// previous owner handed over comes back silently.
+    pub fn rejoin(
+        &mut self,
+        user: &UserId,
+        at: SessionRef,
+        profile: Option<Arc<Profile>>,
+        now: u64,
+    ) -> Joined {
+        self.add(user, at, profile, now)
     }
 
     /// Removes `user` if its membership is the connection `at` (a stale connection's leave
     /// does not remove the connection that replaced it). Frees the user's seat and drops its
     /// pending request and invitation.
     ///
+    /// A member away within its grace window has no connection: any leave of that user ends
+    /// its membership (the user left from elsewhere, e.g. joined another room).
+    ///
     /// # Errors
-    /// `NOT_IN_ROOM` when `user` is not a member through `at`.
+    /// `NOT_IN_ROOM` when `user` is not a member through `at` (nor an away member).
     pub fn leave(
         &mut self,
         user: &UserId,
         at: &SessionRef,
         reason: &'static str,
     ) -> Result<Applied, Rejected> {
-        if self.members.get(user) != Some(at) {
+        if self.member(user) != Some(at) && !self.is_away(user) {
             return Err(rejected(ErrorCode::NotInRoom, "not in this room"));
         }
         let mut applied = Applied::default();
@@ -453,17 +406,17 @@ impl RoomState {
         by: Option<&UserId>,
         cause: seats::Cause,
         why: &'static str,
-    ) -> Option<SessionRef> {
-        let at = self.remove_member(user);
+    ) -> Option<Member> {
+        let m = self.remove_member(user);
         if let Some(i) = self.seat_of(user) {
             self.free_seat(applied, i as usize, by, cause, Some(why));
         }
         self.drop_pending(applied, user);
-        at
+        m
     }
 
     fn check_member(&self, user: &UserId, at: &SessionRef) -> Result<(), Rejected> {
-        if self.members.get(user) == Some(at) {
+        if self.member(user) == Some(at) {
             Ok(())
         } else {
             Err(rejected(ErrorCode::NotInRoom, "join the room first"))
@@ -554,6 +507,10 @@ impl RoomState {
                 let page = self.room_bans(user, b.cursor.as_ref(), b.limit, now)?;
                 Outcome::new(json(&page), Applied::default())
             }
+            RoomOp::MemberList(l) => {
+                let page = self.member_list(l.cursor.as_deref(), l.limit)?;
+                Outcome::new(json(&page), Applied::default())
+            }
             RoomOp::RoomOpen(_) | RoomOp::Create(_) | RoomOp::Join(_) | RoomOp::Gift(_) => {
                 return Err(rejected(
                     ErrorCode::Internal,
@@ -599,6 +556,7 @@ impl RoomState {
                 from: user.clone(),
                 text,
                 robot: user.is_robot(),
+                p: self.profile_of(user).map(|p| Profile::clone(p)),
             }),
         );
         Ok(applied)
@@ -632,6 +590,7 @@ impl RoomState {
         });
         let mutes = d.mutes.values().filter_map(|p| p.until);
         let bans = d.bans.values().filter_map(|p| p.until);
+        let away = self.next_away_deadline();
         let rtc = d
             .rtc
             .iter()
@@ -643,13 +602,16 @@ impl RoomState {
             .chain(mutes)
             .chain(bans)
             .chain(rtc)
+            .chain(away)
             .min()
     }
 
     /// Everything due at `now`: seats whose user did not publish in time are freed, requests
-    /// and invitations expire, chat mutes and bans end, old RTC reports go.
+    /// and invitations expire, chat mutes and bans end, old RTC reports go, members whose
+    /// grace window passed leave.
     pub fn tick(&mut self, now: u64) -> Applied {
         let mut applied = Applied::default();
+        self.expire_away(&mut applied, now);
         self.expire_seats(&mut applied, now);
         self.expire_pending(&mut applied, now);
         self.expire_penalties(&mut applied, now);
@@ -815,3 +777,7 @@ mod tests_rights;
 #[cfg(test)]
 #[path = "state/tests_rules.rs"]
 mod tests_rules;
+
+#[cfg(test)]
+#[path = "state/tests_members.rs"]
+mod tests_members;

@@ -39,6 +39,8 @@ pub struct Rules {
     pub request_ttl_ms: u64,
     /// An invitation expires after this long.
     pub invite_ttl_ms: u64,
+    /// A member whose connection drops stays (away) this long before it leaves (0: at once).
+    pub presence_grace_ms: u64,
 }
 
 impl Default for Rules {
@@ -47,6 +49,7 @@ impl Default for Rules {
             publish_deadline_ms: 10_000,
             request_ttl_ms: 60_000,
             invite_ttl_ms: 60_000,
+            presence_grace_ms: 5_000,
         }
     }
 }
@@ -173,6 +176,10 @@ pub struct Durable {
     /// Coins each robot has ordered in gifts here, over the room's life (its budget's count).
     #[serde(default)]
     pub robot_spent: BTreeMap<UserId, i64>,
+    /// The members a planned move hands to the next owner: written only by the old owner's
+    /// last save, taken out by the next owner before its first write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roster: Option<super::Roster>,
 }
 
 impl Durable {
@@ -209,6 +216,7 @@ impl Durable {
             audit: VecDeque::new(),
             rtc: BTreeMap::new(),
             robot_spent: BTreeMap::new(),
+            roster: None,
         })
     }
 

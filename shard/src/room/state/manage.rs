@@ -217,7 +217,7 @@ impl RoomState {
         self.durable.invites.clear();
         let members: Vec<UserId> = self.members.keys().cloned().collect();
         for m in members {
-            if let Some(at) = self.remove_member(&m) {
+            if let Some(at) = self.remove_member(&m).and_then(|m| m.at) {
                 applied.evicted.push(Evicted {
                     user: m,
                     at,

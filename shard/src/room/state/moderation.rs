@@ -93,15 +93,18 @@ impl RoomState {
     /// Takes `target` out of the room for `action`: seat freed, `member.leave` and
     /// `room.left` with reason `kicked`.
     fn remove_for(&mut self, applied: &mut Applied, actor: &UserId, target: &UserId) {
-        if let Some(at) = self.take_out(applied, target, Some(actor), Cause::Admin, "kicked") {
+        if let Some(m) = self.take_out(applied, target, Some(actor), Cause::Admin, "kicked") {
             applied
                 .presence
                 .push(Presence::Leave(target.clone(), "kicked"));
-            applied.evicted.push(Evicted {
-                user: target.clone(),
-                at,
-                reason: "kicked",
-            });
+            // An away member has no connection to tell.
+            if let Some(at) = m.at {
+                applied.evicted.push(Evicted {
+                    user: target.clone(),
+                    at,
+                    reason: "kicked",
+                });
+            }
         }
     }
 

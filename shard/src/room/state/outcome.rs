@@ -1,10 +1,12 @@
 //! What the room's rules produce: sequenced events, presence changes, volatile events for
 //! some members, members removed, and the reply of an applied operation.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use protocol::client::{
-    self, ChatEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave, Moderation, RoleChange,
-    RoomInfo, SeatUpdate,
+    self, ChatEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave, MemberUpdate, Moderation,
+    Profile, RoleChange, RoomInfo, SeatUpdate,
 };
 use protocol::link::Membership;
 use protocol::{Epoch, RoomId, Seq, UserId};
@@ -64,30 +66,47 @@ impl Sequenced {
 /// A presence change, published on the volatile lane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Presence {
-    /// A user became a member.
-    Join(UserId),
+    /// A user became a member (with its profile, if any).
+    Join(UserId, Option<Arc<Profile>>),
     /// A user stopped being a member.
     Leave(UserId, &'static str),
+    /// A member's profile changed (`None`: now empty).
+    Update(UserId, Option<Arc<Profile>>),
 }
 
 impl Presence {
     /// The user whose presence changed.
     pub fn user(&self) -> &UserId {
         match self {
-            Self::Join(u) | Self::Leave(u, _) => u,
+            Self::Join(u, _) | Self::Leave(u, _) | Self::Update(u, _) => u,
         }
     }
 
-    /// The client frame (`member.join` / `member.leave`, not sequenced).
+    /// Whether the member count changed (big rooms then send a coalesced `member.count`).
+    pub fn counts(&self) -> bool {
+        !matches!(self, Self::Update(..))
+    }
+
+    /// The client frame (`member.join` / `member.leave` / `member.update`, not sequenced).
     pub fn encode(&self, room: &RoomId) -> Bytes {
         match self {
-            Self::Join(u) => client::encode_event(
+            Self::Join(u, p) => client::encode_event(
                 "member.join",
                 Some(room),
                 None,
                 &MemberJoin {
                     user: u.clone(),
                     robot: u.is_robot(),
+                    p: p.as_deref().cloned(),
+                },
+            ),
+            Self::Update(u, p) => client::encode_event(
+                "member.update",
+                Some(room),
+                None,
+                &MemberUpdate {
+                    user: u.clone(),
+                    p: p.as_deref().cloned(),
                 },
             ),
             Self::Leave(u, reason) => client::encode_event(
@@ -173,6 +192,9 @@ pub struct Applied {
     pub evicted: Vec<Evicted>,
     /// Whether durable state changed (the actor saves a snapshot).
     pub durable_changed: bool,
+    /// Whether a deadline outside durable state changed (a grace window began or ended):
+    /// the actor recomputes its next deadline.
+    pub rearm: bool,
 }
 
 impl Applied {
@@ -191,4 +213,6 @@ pub struct Joined {
     pub replaced: Option<SessionRef>,
     /// Presence to publish (empty when an existing member only replaced its connection).
     pub applied: Applied,
+    /// The user was away (its connection had dropped) and is back within the grace window.
+    pub returned: bool,
 }

@@ -1,0 +1,243 @@
+//! Presence without flaps, with real processes: a planned room move and a gateway drain show
+//! the room no `member.join` / `member.leave` while its members stay; a member who does not
+//! come back leaves after the grace window, and counts stay exact.
+//!
+//! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::Duration;
+
+use kit::client::{Client, Event};
+use kit::cluster::{Cluster, ClusterOptions};
+use protocol::RoomId;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(10);
+const GRACE_MS: u64 = 3_000;
+
+/// A cluster whose nodes read `toml` as their configuration file.
+async fn cluster_with(toml: &str, env: &[(&str, &str)]) -> (Cluster, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chorus.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut vars = vec![("CHORUS_CONFIG".into(), path.display().to_string())];
+    vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let cluster = Cluster::start(ClusterOptions {
+        env: vars,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    (cluster, dir)
+}
+
+/// Every event `c` receives until its own chat `text` comes back: presence published before
+/// that chat has arrived by then (one link per gateway, in order).
+async fn events_until_own_chat(c: &mut Client, room: &RoomId, text: &str) -> Vec<Event> {
+    let deadline = Instant::now() + WAIT;
+    // The room may be between owners: the chat is retried until it lands.
+    loop {
+        match c.chat(room, text).await {
+            Ok(_) => break,
+            Err(e) => assert!(Instant::now() < deadline, "chat never landed: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut out = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = c.next_event(left).await.unwrap();
+        if e.ev == "chat" && e.d["text"] == text {
+            return out;
+        }
+        out.push(e);
+    }
+}
+
+fn presence(events: &[Event]) -> Vec<&Event> {
+    events
+        .iter()
+        .filter(|e| matches!(e.ev.as_str(), "member.join" | "member.leave" | "room.left"))
+        .collect()
+}
+
+/// The whole member list (pages of 200), retried while the room is between owners.
+async fn member_list(c: &mut Client, room: &RoomId) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match c
+            .request("member.list", json!({"room": room, "limit": 200}))
+            .await
+        {
+            Ok(v) => return v,
+            Err(e) => assert!(Instant::now() < deadline, "member.list failed: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn away(list: &Value) -> usize {
+    list["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["away"] == true)
+        .count()
+}
+
+#[tokio::test]
+async fn a_planned_move_shows_no_presence_and_keeps_every_member() {
+    let (cluster, _dir) = cluster_with(&format!("presence_grace_ms = {GRACE_MS}\n"), &[]).await;
+    let mut obs = cluster.connect(0, "obs").await.unwrap();
+    let room = obs
+        .create_room(json!({"room": "moving", "seats": 4}))
+        .await
+        .unwrap();
+    obs.join(&room, false, None).await.unwrap();
+    let mut members = Vec::new();
+    for i in 0..6 {
+        let mut m = cluster.connect(i % 2, &format!("m{i}")).await.unwrap();
+        m.join_retrying(&room, None, WAIT).await.unwrap();
+        members.push(m);
+    }
+    members[0]
+        .request("seat.take", json!({"room": room, "seat": 2}))
+        .await
+        .unwrap();
+    let before = member_list(&mut obs, &room).await;
+    assert_eq!(before["count"], 7);
+    events_until_own_chat(&mut obs, &room, "before").await;
+
+    let (owner, _) = cluster.room_owner("moving").await.unwrap().unwrap();
+    let target = cluster
+        .shards
+        .iter()
+        .map(|s| s.id.clone())
+        .find(|s| *s != owner)
+        .unwrap();
+    let r = cluster
+        .admin(
+            "POST",
+            "/admin/rooms/moving/move",
+            Some(json!({"to": target})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(Some((now, _))) = cluster.room_owner("moving").await
+            && now == target
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the move never completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The gateways rejoin their sessions at the new owner: every member back, none away,
+    // well within the window.
+    let deadline = Instant::now() + WAIT;
+    let after = loop {
+        let l = member_list(&mut obs, &room).await;
+        if away(&l) == 0 {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "members stayed away: {l}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(after["count"], 7);
+    // Same members, same order, same join times.
+    let users = |l: &Value| -> Vec<(Value, Value)> {
+        l["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["user"].clone(), m["joined_at"].clone()))
+            .collect()
+    };
+    assert_eq!(users(&before), users(&after));
+    let m0 = after["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["user"] == "m0")
+        .unwrap();
+    assert_eq!(m0["seat"], 2, "the seat stayed held: {m0}");
+    let seen = events_until_own_chat(&mut obs, &room, "after").await;
+    assert!(
+        presence(&seen).is_empty(),
+        "the move showed presence: {seen:?}"
+    );
+    // Nobody is away any more (checked above), so no window is left to end with a leave.
+    for m in &mut members {
+        let seen = m.queued_events();
+        assert!(
+            !seen.iter().any(|e| e.ev == "room.left"),
+            "a member was told to leave: {seen:?}"
+        );
+    }
+    assert_eq!(member_list(&mut obs, &room).await["count"], 7);
+}
+
+#[tokio::test]
+async fn a_gateway_drain_shows_no_presence_for_members_who_return() {
+    let (cluster, _dir) = cluster_with(
+        &format!("presence_grace_ms = {GRACE_MS}\n"),
+        &[("CHORUS_DRAIN_WINDOW_MS", "300")],
+    )
+    .await;
+    let mut obs = cluster.connect(0, "obs").await.unwrap();
+    let room = obs
+        .create_room(json!({"room": "drained", "seats": 4}))
+        .await
+        .unwrap();
+    obs.join(&room, false, None).await.unwrap();
+    let mut members = Vec::new();
+    for i in 0..4 {
+        let mut m = cluster.connect(1, &format!("d{i}")).await.unwrap();
+        m.join_retrying(&room, None, WAIT).await.unwrap();
+        members.push(m);
+    }
+    events_until_own_chat(&mut obs, &room, "before").await;
+
+    // Gateway 1 drains (SIGTERM): its sockets close with 1001, the clients reconnect to
+    // gateway 0 and rejoin from where they were; d3 never comes back.
+    cluster.gateways[1].node.terminate().unwrap();
+    let mut back = Vec::new();
+    for (i, mut m) in members.into_iter().enumerate() {
+        let close = m.closed(WAIT).await.unwrap();
+        assert_eq!(close.map(|c| u16::from(c.code)), Some(1001));
+        if i == 3 {
+            continue;
+        }
+        let pos = m.position(&room).cloned().unwrap();
+        let mut n = cluster.connect(0, &format!("d{i}")).await.unwrap();
+        n.set_position(&room, pos.epoch, pos.seq);
+        let ok = n.join_retrying(&room, None, WAIT).await.unwrap();
+        assert_eq!(ok["resync"], false, "resumed from where it was");
+        back.push(n);
+    }
+    let dropped = Instant::now();
+    let seen = events_until_own_chat(&mut obs, &room, "after").await;
+    assert!(
+        presence(&seen).is_empty(),
+        "the drain showed presence: {seen:?}"
+    );
+    let l = member_list(&mut obs, &room).await;
+    assert_eq!(l["count"], 5, "{l}");
+    assert_eq!(away(&l), 1, "d3 is away: {l}");
+    // d3's window passes: one member.leave, and the count is exact.
+    let left = obs
+        .next_event_named("member.leave", Duration::from_millis(GRACE_MS) + WAIT)
+        .await
+        .unwrap();
+    assert_eq!(left.d, json!({"user": "d3", "reason": "disconnected"}));
+    assert!(dropped.elapsed() < Duration::from_millis(GRACE_MS) + WAIT);
+    let l = member_list(&mut obs, &room).await;
+    assert_eq!(l["count"], 4);
+    assert_eq!(away(&l), 0);
+}

@@ -1,0 +1,332 @@
+//! Membership rules: the grace window (return, expiry), profiles, `member.list` order and
+//! paging under churn, and the roster a planned move hands over.
+
+use super::*;
+use protocol::client::MemberPage;
+
+fn at(session: SessionId) -> SessionRef {
+    SessionRef {
+        gateway: NodeId::from("g1"),
+        session,
+    }
+}
+
+fn u(s: &str) -> UserId {
+    UserId::from(s)
+}
+
+fn named(n: &str) -> Option<Arc<Profile>> {
+    shared_profile(Some(Profile {
+        name: Some(n.into()),
+        ..Profile::default()
+    }))
+}
+
+fn room(grace_ms: u64) -> RoomState {
+    let durable = Durable::new(u("host"), "t".into(), 4, None).unwrap();
+    let rules = Rules {
+        presence_grace_ms: grace_ms,
+        ..Rules::default()
+    };
+    RoomState::new(RoomId::from("r1"), durable, 1, rules)
+}
+
+#[test]
+fn a_return_within_the_window_shows_nothing_and_keeps_the_seat() {
+    let mut r = room(5_000);
+    r.join_as(&u("a"), at(1), None, named("A"), 100).unwrap();
+    r.seat_take(&u("a"), Some(1), 100).unwrap();
+    let a = r.disconnect(&u("a"), &at(1), 1_000).unwrap();
+    assert!(a.presence.is_empty() && a.events.is_empty());
+    assert!(a.rearm, "the actor must re-arm its timer for the window");
+    assert_eq!(r.member_count(), 1);
+    assert!(r.is_away(&u("a")));
+    assert_eq!(r.member(&u("a")), None, "an away member has no connection");
+    assert_eq!(r.seat_of(&u("a")), Some(1));
+    assert_eq!(r.next_deadline(), Some(6_000));
+    // Back through another connection within the window: no presence, same join time.
+    let j = r.join_as(&u("a"), at(7), None, named("A"), 5_999).unwrap();
+    assert!(j.applied.presence.is_empty());
+    assert!(j.returned && j.applied.rearm);
+    assert_eq!(j.replaced, None);
+    assert_eq!(r.member(&u("a")), Some(&at(7)));
+    assert!(r.tick(10_000).presence.is_empty());
+    assert_eq!(r.seat_of(&u("a")), Some(1));
+    let page = r.member_list(None, None).unwrap();
+    assert_eq!(
+        page.members
+            .iter()
+            .find(|m| m.user == u("a"))
+            .unwrap()
+            .joined_at,
+        100
+    );
+}
+
+#[test]
+fn the_window_passing_is_a_disconnect() {
+    let mut r = room(5_000);
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    r.join(&u("b"), at(2), None, 0).unwrap();
+    r.seat_take(&u("a"), Some(0), 0).unwrap();
+    r.disconnect(&u("a"), &at(1), 1_000).unwrap();
+    assert_eq!(r.gateways().count(), 1, "b still holds g1");
+    assert!(r.tick(5_999).presence.is_empty());
+    let a = r.tick(6_000);
+    assert_eq!(a.presence, vec![Presence::Leave(u("a"), "disconnected")]);
+    assert_eq!(r.member_count(), 1);
+    assert_eq!(r.seat_of(&u("a")), None);
+    assert!(
+        a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Sequenced::SeatUpdate(_)))
+    );
+    // A join after the window is a new membership.
+    let j = r.join(&u("a"), at(3), None, 7_000).unwrap();
+    assert_eq!(j.applied.presence, vec![Presence::Join(u("a"), None)]);
+}
+
+#[test]
+fn no_window_leaves_at_once_and_explicit_leaves_stay_immediate() {
+    let mut r = room(0);
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    let a = r.disconnect(&u("a"), &at(1), 0).unwrap();
+    assert_eq!(a.presence, vec![Presence::Leave(u("a"), "disconnected")]);
+    let mut r = room(5_000);
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    let a = r.leave(&u("a"), &at(1), "left").unwrap();
+    assert_eq!(a.presence, vec![Presence::Leave(u("a"), "left")]);
+    // An away member's switch to another room (from any connection) ends it at once.
+    r.join(&u("b"), at(2), None, 0).unwrap();
+    r.disconnect(&u("b"), &at(2), 0).unwrap();
+    let a = r.leave(&u("b"), &at(9), "switched").unwrap();
+    assert_eq!(a.presence, vec![Presence::Leave(u("b"), "switched")]);
+    assert_eq!(r.member_count(), 0);
+    assert_eq!(r.next_deadline(), None);
+    // A stale connection's disconnect does nothing.
+    r.join(&u("c"), at(3), None, 0).unwrap();
+    r.join(&u("c"), at(4), None, 0).unwrap();
+    assert!(r.disconnect(&u("c"), &at(3), 0).is_err());
+    assert!(!r.is_away(&u("c")));
+}
+
+#[test]
+fn an_away_member_can_be_kicked() {
+    let mut r = room(5_000);
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    r.disconnect(&u("a"), &at(1), 0).unwrap();
+    let a = r.room_kick(&u("host"), &u("a"), None, 0).unwrap();
+    assert_eq!(a.presence, vec![Presence::Leave(u("a"), "kicked")]);
+    assert!(a.evicted.is_empty(), "no connection to tell");
+    assert_eq!(r.member_count(), 0);
+    assert_eq!(r.next_deadline(), None);
+}
+
+#[test]
+fn profiles_ride_on_join_chat_and_update() {
+    let mut r = room(5_000);
+    let j = r.join_as(&u("a"), at(1), None, named("A"), 0).unwrap();
+    assert_eq!(j.applied.presence, vec![Presence::Join(u("a"), named("A"))]);
+    let frame = j.applied.presence[0].encode(r.id());
+    assert_eq!(
+        &frame[..],
+        br#"{"ev":"member.join","room":"r1","d":{"user":"a","p":{"name":"A"}}}"#
+    );
+    let c = r.chat(&u("a"), "hi".into(), 0).unwrap();
+    let Sequenced::Chat(ev) = &c.events[0].1 else {
+        panic!()
+    };
+    assert_eq!(ev.p.as_ref().and_then(|p| p.name.as_deref()), Some("A"));
+    // The same profile again is nothing; a new one is a member.update; an empty one clears.
+    assert!(
+        r.set_profile(&u("a"), (*named("A").unwrap()).clone())
+            .unwrap()
+            .presence
+            .is_empty()
+    );
+    let up = r
+        .set_profile(&u("a"), (*named("B").unwrap()).clone())
+        .unwrap();
+    assert_eq!(up.presence, vec![Presence::Update(u("a"), named("B"))]);
+    assert!(!up.presence[0].counts());
+    let up = r.set_profile(&u("a"), Profile::default()).unwrap();
+    let frame = up.presence[0].encode(r.id());
+    assert_eq!(
+        &frame[..],
+        br#"{"ev":"member.update","room":"r1","d":{"user":"a"}}"#
+    );
+    assert_eq!(r.profile_of(&u("a")), None);
+    assert_eq!(
+        r.set_profile(&u("x"), Profile::default()).unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+    // A return within the window with a new profile shows it as an update.
+    r.disconnect(&u("a"), &at(1), 0).unwrap();
+    let j = r.join_as(&u("a"), at(2), None, named("C"), 1).unwrap();
+    assert_eq!(
+        j.applied.presence,
+        vec![Presence::Update(u("a"), named("C"))]
+    );
+}
+
+fn users(p: &MemberPage) -> Vec<String> {
+    p.members.iter().map(|m| m.user.to_string()).collect()
+}
+
+#[test]
+fn the_list_orders_owner_admins_seated_then_by_join_time() {
+    let mut r = room(5_000);
+    for (i, n) in ["m1", "s1", "ad", "m2", "host", "bot:x"].iter().enumerate() {
+        r.join(&u(n), at(i as u64 + 1), None, 10 * i as u64)
+            .unwrap();
+    }
+    r.room_admin(&u("host"), &u("ad"), true, 0).unwrap();
+    r.seat_take(&u("s1"), Some(2), 0).unwrap();
+    r.disconnect(&u("m2"), &at(4), 100).unwrap();
+    let p = r.member_list(None, None).unwrap();
+    assert_eq!(users(&p), ["host", "ad", "s1", "m1", "m2", "bot:x"]);
+    assert_eq!(p.count, 6);
+    assert_eq!(p.cursor, None);
+    let roles: Vec<&str> = p.members.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(
+        roles,
+        ["owner", "admin", "member", "member", "member", "member"]
+    );
+    assert_eq!(p.members[2].seat, Some(2));
+    assert!(p.members[4].away && !p.members[3].away);
+    assert!(p.members[5].robot);
+    assert_eq!(p.members[0].joined_at, 40);
+    assert_eq!(
+        r.member_list(None, Some(0)).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        r.member_list(None, Some(201)).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        r.member_list(Some("nope"), None).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    // Only members ask.
+    let op = RoomOp::MemberList(protocol::client::MemberList {
+        room: RoomId::from("r1"),
+        cursor: None,
+        limit: None,
+    });
+    assert_eq!(
+        r.apply(&u("zed"), &at(99), &op, 0).unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+    assert!(r.apply(&u("m1"), &at(1), &op, 0).is_ok());
+}
+
+#[test]
+fn paging_under_churn_lists_every_stable_member_once() {
+    let mut r = room(5_000);
+    for i in 0..300u64 {
+        r.join(&u(&format!("u{i:03}")), at(i + 1), None, i).unwrap();
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0..100u64 {
+        let next = 1_000 + page;
+        let p = r.member_list(cursor.as_deref(), Some(7)).unwrap();
+        seen.extend(users(&p));
+        // Churn between pages: the first few of the old members leave, new ones join, and
+        // an away member returns.
+        let gone = format!("u{:03}", page * 3);
+        if let Some(a) = r.member(&u(&gone)).cloned() {
+            r.leave(&u(&gone), &a, "left").unwrap();
+        }
+        r.join(&u(&format!("n{page:03}")), at(10_000 + page), None, next)
+            .unwrap();
+        match p.cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let mut dedup = seen.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(dedup.len(), seen.len(), "no member listed twice");
+    // Every member present for the whole scan was listed.
+    for i in 0..300u64 {
+        let name = format!("u{i:03}");
+        if r.member(&u(&name)).is_some() {
+            assert!(seen.contains(&name), "{name} skipped");
+        }
+    }
+}
+
+#[test]
+fn a_page_over_five_thousand_members_is_cheap() {
+    let mut r = room(5_000);
+    for i in 0..5_000u64 {
+        r.join(&u(&format!("u{i}")), at(i + 1), None, i).unwrap();
+    }
+    let t = tokio::time::Instant::now();
+    let mut cursor = None;
+    let mut n = 0;
+    for _ in 0..25 {
+        let p = r.member_list(cursor.as_deref(), Some(200)).unwrap();
+        n += p.members.len();
+        cursor = p.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(n, 5_000);
+    eprintln!("25 pages of 200 over 5,000 members: {:?}", t.elapsed());
+}
+
+#[test]
+fn a_planned_move_hands_the_roster_over() {
+    let mut old = room(5_000);
+    old.join_as(&u("a"), at(1), None, named("A"), 10).unwrap();
+    old.join(&u("b"), at(2), None, 20).unwrap();
+    old.seat_take(&u("b"), Some(0), 20).unwrap();
+    old.disconnect(&u("b"), &at(2), 30).unwrap();
+    let roster = old.roster();
+    old.set_roster(roster);
+    // Through the snapshot's JSON, as the store carries it.
+    let json = serde_json::to_vec(old.durable()).unwrap();
+    let mut d: Durable = serde_json::from_slice(&json).unwrap();
+    let roster = d.roster.take().unwrap();
+    let mut new = RoomState::new(RoomId::from("r1"), d, 2, old.rules);
+    new.restore(roster, 1_000);
+    assert_eq!(new.member_count(), 2);
+    assert_eq!(new.snapshot().members, 2);
+    assert!(new.is_away(&u("a")) && new.is_away(&u("b")));
+    assert_eq!(new.gateways().count(), 0);
+    // a rejoins silently, keeping its join time and profile.
+    let j = new.rejoin(&u("a"), at(5), named("A"), 1_100);
+    assert!(j.applied.presence.is_empty());
+    let p = new.member_list(None, None).unwrap();
+    let a = p.members.iter().find(|m| m.user == u("a")).unwrap();
+    assert_eq!(a.joined_at, 10);
+    assert_eq!(a.p.as_ref().and_then(|p| p.name.as_deref()), Some("A"));
+    // b was away already: its window ends when it did at the old owner.
+    let t = new.tick(5_030);
+    assert_eq!(t.presence, vec![Presence::Leave(u("b"), "disconnected")]);
+    assert_eq!(new.member_count(), 1);
+    assert_eq!(new.seat_of(&u("b")), None);
+    // Nobody else is pending.
+    assert_eq!(new.next_deadline(), None);
+}
+
+#[test]
+fn a_roster_member_who_never_returns_leaves_after_the_window() {
+    let mut old = room(5_000);
+    old.join(&u("a"), at(1), None, 0).unwrap();
+    let roster = old.roster();
+    let mut new = room(5_000);
+    new.restore(roster, 100);
+    assert_eq!(new.next_deadline(), Some(5_100));
+    assert!(new.tick(5_099).presence.is_empty());
+    assert_eq!(
+        new.tick(5_100).presence,
+        vec![Presence::Leave(u("a"), "disconnected")]
+    );
+    assert_eq!(new.member_count(), 0);
+}
