@@ -13,6 +13,7 @@ pub mod profile;
 pub mod room;
 pub mod seat;
 pub mod session;
+pub mod user;
 pub mod wallet;
 
 use std::borrow::Cow;
@@ -47,6 +48,10 @@ pub use seat::{
     SeatTake, SeatTaken, SeatUpdate,
 };
 pub use session::{Hello, Pong};
+pub use user::{
+    AuthRefresh, Expiry, FollowCounts, FollowCountsGet, FollowDir, FollowEntry, FollowList,
+    FollowPage, FollowUser, ProfileOk, Profiles, UserGet, UserOp,
+};
 pub use wallet::{Balance, WalletBalance};
 
 /// For `skip_serializing_if`: flags such as `robot` appear only when set.

@@ -8,11 +8,14 @@
 //! - [`membership`]: ring membership (live shards, weights, ring version) in Redis.
 //! - [`redis`]: connection setup and script loading.
 //! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
+//! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 
 pub mod error;
+pub mod follows;
 pub mod lease;
 pub mod ledger;
 pub mod membership;
+pub mod profiles;
 pub mod redis;
 pub mod robots;
 pub mod snapshot;

@@ -9,7 +9,7 @@ use super::{
     BanList, ChatMute, ChatSend, DecodeError, GiftList, GiftSend, InRoom, MicPublishing, RankGet,
     RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer,
     RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll,
-    SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, WalletBalance, args,
+    SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance, args,
 };
 use crate::ids::RoomId;
 
@@ -188,6 +188,8 @@ pub enum Op {
     RankGet(RankGet),
     /// `wallet.balance` (answered by the gateway from the ledger).
     WalletBalance(WalletBalance),
+    /// A profile, follow or token operation (answered by the gateway from its user stores).
+    User(UserOp),
     /// An operation the room's owner applies.
     Room(RoomOp),
 }
@@ -200,6 +202,7 @@ impl Op {
             Self::GiftList(_) => "gift.list",
             Self::RankGet(_) => "rank.get",
             Self::WalletBalance(_) => "wallet.balance",
+            Self::User(op) => op.name(),
             Self::Room(op) => op.name(),
         }
     }
@@ -209,7 +212,7 @@ impl Op {
         match self {
             Self::RankGet(r) => Some(&r.room),
             Self::Room(op) => op.room(),
-            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) => None,
+            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) | Self::User(_) => None,
         }
     }
 
@@ -224,7 +227,12 @@ impl Op {
             "gift.list" => args(id, name, d).map(Self::GiftList),
             "rank.get" => args(id, name, d).map(Self::RankGet),
             "wallet.balance" => args(id, name, d).map(Self::WalletBalance),
-            _ => return RoomOp::decode(name, id, d).map(|r| r.map(Self::Room)),
+            _ => {
+                if let Some(u) = UserOp::decode(name, id, d) {
+                    return Some(u.map(Self::User));
+                }
+                return RoomOp::decode(name, id, d).map(|r| r.map(Self::Room));
+            }
         })
     }
 }

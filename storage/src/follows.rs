@@ -1,0 +1,400 @@
+//! Who follows whom, durable, paged newest first.
+//!
+//! A follow is a pair (follower, followee) with the time it was made, in milliseconds. Following
+//! twice is one follow (the first time stays); a user follows at most a bound of users (the
+//! caller's, checked atomically with the write). Pages run newest first; a cursor is the
+//! (time, user) of the last entry given, and the next page starts strictly after it in that
+//! order, so follows made or removed while a client pages never make it skip or repeat an
+//! entry that stayed.
+//!
+//! # Engines
+//! - Redis (cluster mode): two sorted sets per user, `follows:out:{user}` (whom they follow)
+//!   and `follows:in:{user}` (their followers), scored by time; adding is one script (the
+//!   bound, the idempotence and both sets at once), removing one `MULTI`.
+//! - SQLite (standalone mode): `<data_dir>/users.db`, table `follows`, indexed both ways.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use ::redis::aio::ConnectionManager;
+use protocol::UserId;
+use rusqlite::Connection;
+
+use crate::error::{Result, StorageError};
+use crate::profiles::{open_users_db, with_sqlite};
+use crate::redis::map_err;
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS follows (
+    follower TEXT NOT NULL,
+    followee TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (follower, followee)
+);
+CREATE INDEX IF NOT EXISTS follows_out ON follows (follower, at, followee);
+CREATE INDEX IF NOT EXISTS follows_in ON follows (followee, at, follower);";
+
+/// Adds a follow unless it exists; refuses it when the follower is at the bound.
+/// KEYS: out:{follower}, in:{followee}; ARGV: followee, follower, at_ms, max.
+/// Returns 1 added, 0 already there, -1 at the bound.
+const ADD_SCRIPT: &str = r"
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return -1 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+return 1
+";
+
+/// One page after a cursor, newest first. KEYS: the set; ARGV: cursor time (or '+inf'),
+/// cursor user (or ''), limit. Returns a flat list user, time, user, time, …
+const PAGE_SCRIPT: &str = r"
+local out = {}
+local limit = tonumber(ARGV[3])
+if ARGV[2] ~= '' then
+  local same = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1], 'WITHSCORES')
+  for i = 1, #same, 2 do
+    if #out >= 2 * limit then break end
+    if same[i] < ARGV[2] then
+      out[#out + 1] = same[i]
+      out[#out + 1] = same[i + 1]
+    end
+  end
+end
+local left = limit - #out / 2
+if left > 0 then
+  local max = ARGV[1]
+  if ARGV[2] ~= '' then max = '(' .. ARGV[1] end
+  local more = redis.call('ZREVRANGEBYSCORE', KEYS[1], max, '-inf', 'WITHSCORES', 'LIMIT', 0, left)
+  for i = 1, #more do out[#out + 1] = more[i] end
+end
+return out
+";
+
+fn out_key(u: &UserId) -> String {
+    format!("follows:out:{u}")
+}
+
+fn in_key(u: &UserId) -> String {
+    format!("follows:in:{u}")
+}
+
+/// What a follow request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Followed {
+    /// A new follow.
+    Added,
+    /// It was there already (nothing changed).
+    Already,
+    /// The follower follows as many users as allowed (nothing changed).
+    AtLimit,
+}
+
+/// Which side of a user's follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Users the user follows.
+    Following,
+    /// Users following the user.
+    Followers,
+}
+
+/// Where a page starts: after the entry (time, user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// The last entry's time, ms.
+    pub at: u64,
+    /// The last entry's user.
+    pub user: UserId,
+}
+
+impl Cursor {
+    /// The cursor as a client carries it: `<at>:<user>`.
+    pub fn encode(&self) -> String {
+        format!("{}:{}", self.at, self.user)
+    }
+
+    /// Reads a cursor from [`Cursor::encode`]'s form; `None` when it is not one.
+    pub fn decode(s: &str) -> Option<Self> {
+        let (at, user) = s.split_once(':')?;
+        let at = at.parse().ok()?;
+        protocol::ids::is_valid_id(user).then(|| Self {
+            at,
+            user: UserId::from(user),
+        })
+    }
+}
+
+/// One page, newest first, and the cursor of the next (absent on the last page).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Page {
+    /// (user, time ms).
+    pub entries: Vec<(UserId, u64)>,
+    /// Where the next page starts.
+    pub next: Option<Cursor>,
+}
+
+/// The follow store: one of the two engines, cheap to clone.
+#[derive(Clone)]
+pub enum FollowStore {
+    /// Redis (cluster mode).
+    Redis(
+        ConnectionManager,
+        Arc<::redis::Script>,
+        Arc<::redis::Script>,
+    ),
+    /// SQLite (standalone mode).
+    Sqlite(Arc<Mutex<Connection>>),
+}
+
+impl std::fmt::Debug for FollowStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Redis(..) => "FollowStore::Redis",
+            Self::Sqlite(_) => "FollowStore::Sqlite",
+        })
+    }
+}
+
+fn corrupt(msg: &str) -> StorageError {
+    StorageError::corrupt_msg(format!("follows: {msg}"))
+}
+
+impl FollowStore {
+    /// A store on `redis`'s shared connection.
+    pub fn redis(redis: &crate::redis::Redis) -> Self {
+        Self::Redis(
+            redis.conn(),
+            Arc::new(::redis::Script::new(ADD_SCRIPT)),
+            Arc::new(::redis::Script::new(PAGE_SCRIPT)),
+        )
+    }
+
+    /// A store in `<data_dir>/users.db`.
+    ///
+    /// # Errors
+    /// `Backend` when the directory or the database cannot be opened.
+    pub async fn sqlite(data_dir: &Path) -> Result<Self> {
+        let conn = open_users_db(data_dir, SCHEMA).await?;
+        Ok(Self::Sqlite(Arc::new(Mutex::new(conn))))
+    }
+
+    /// `follower` follows `followee` from `at_ms` on, unless they already do or already
+    /// follow `max` users. The caller checks the ids (no self-follow, no robots).
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn add(
+        &self,
+        follower: &UserId,
+        followee: &UserId,
+        at_ms: u64,
+        max: u32,
+    ) -> Result<Followed> {
+        match self {
+            Self::Redis(conn, add, _) => {
+                let mut conn = conn.clone();
+                let n: i64 = add
+                    .key(out_key(follower))
+                    .key(in_key(followee))
+                    .arg(followee.as_str())
+                    .arg(follower.as_str())
+                    .arg(at_ms)
+                    .arg(max)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                Ok(match n {
+                    1 => Followed::Added,
+                    0 => Followed::Already,
+                    _ => Followed::AtLimit,
+                })
+            }
+            Self::Sqlite(c) => {
+                let (a, b) = (follower.as_str().to_owned(), followee.as_str().to_owned());
+                with_sqlite(c, move |conn| {
+                    let tx = conn.transaction()?;
+                    let there: bool = tx.query_row(
+                        "SELECT EXISTS (SELECT 1 FROM follows WHERE follower = ?1 AND followee = ?2)",
+                        (&a, &b),
+                        |r| r.get(0),
+                    )?;
+                    if there {
+                        return Ok(Followed::Already);
+                    }
+                    let n: u32 = tx.query_row(
+                        "SELECT COUNT(*) FROM follows WHERE follower = ?1",
+                        [&a],
+                        |r| r.get(0),
+                    )?;
+                    if n >= max {
+                        return Ok(Followed::AtLimit);
+                    }
+                    tx.execute(
+                        "INSERT INTO follows (follower, followee, at) VALUES (?1, ?2, ?3)",
+                        (&a, &b, i64::try_from(at_ms).unwrap_or(i64::MAX)),
+                    )?;
+                    tx.commit()?;
+                    Ok(Followed::Added)
+                })
+                .await
+            }
+        }
+    }
+
+    /// `follower` no longer follows `followee`; whether they did.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn remove(&self, follower: &UserId, followee: &UserId) -> Result<bool> {
+        match self {
+            Self::Redis(conn, ..) => {
+                let mut conn = conn.clone();
+                let (n, _): (i64, i64) = ::redis::pipe()
+                    .atomic()
+                    .cmd("ZREM")
+                    .arg(out_key(follower))
+                    .arg(followee.as_str())
+                    .cmd("ZREM")
+                    .arg(in_key(followee))
+                    .arg(follower.as_str())
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                Ok(n > 0)
+            }
+            Self::Sqlite(c) => {
+                let (a, b) = (follower.as_str().to_owned(), followee.as_str().to_owned());
+                with_sqlite(c, move |conn| {
+                    conn.execute(
+                        "DELETE FROM follows WHERE follower = ?1 AND followee = ?2",
+                        (&a, &b),
+                    )
+                    .map(|n| n > 0)
+                })
+                .await
+            }
+        }
+    }
+
+    /// How many users `user` follows, and how many follow them.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn counts(&self, user: &UserId) -> Result<(u64, u64)> {
+        match self {
+            Self::Redis(conn, ..) => {
+                let mut conn = conn.clone();
+                ::redis::pipe()
+                    .cmd("ZCARD")
+                    .arg(out_key(user))
+                    .cmd("ZCARD")
+                    .arg(in_key(user))
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(map_err)
+            }
+            Self::Sqlite(c) => {
+                let u = user.as_str().to_owned();
+                with_sqlite(c, move |conn| {
+                    let following: i64 = conn.query_row(
+                        "SELECT COUNT(*) FROM follows WHERE follower = ?1",
+                        [&u],
+                        |r| r.get(0),
+                    )?;
+                    let followers: i64 = conn.query_row(
+                        "SELECT COUNT(*) FROM follows WHERE followee = ?1",
+                        [&u],
+                        |r| r.get(0),
+                    )?;
+                    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+                    Ok((n(following), n(followers)))
+                })
+                .await
+            }
+        }
+    }
+
+    /// One page of `user`'s `side`, newest first, after `cursor`, at most `limit` entries.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails; `Corrupt` for unreadable entries.
+    pub async fn page(
+        &self,
+        user: &UserId,
+        side: Side,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> Result<Page> {
+        let limit = limit.max(1);
+        let entries: Vec<(UserId, u64)> = match self {
+            Self::Redis(conn, _, page) => {
+                let mut conn = conn.clone();
+                let key = match side {
+                    Side::Following => out_key(user),
+                    Side::Followers => in_key(user),
+                };
+                let (at, after) = cursor.map_or_else(
+                    || ("+inf".to_owned(), String::new()),
+                    |c| (c.at.to_string(), c.user.as_str().to_owned()),
+                );
+                let flat: Vec<String> = page
+                    .key(key)
+                    .arg(at)
+                    .arg(after)
+                    .arg(limit)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                flat.chunks(2)
+                    .map(|p| match p {
+                        [u, s] => s
+                            .parse::<f64>()
+                            .map(|s| (UserId::from(u.as_str()), s as u64))
+                            .map_err(|_| corrupt("a score is not a number")),
+                        _ => Err(corrupt("odd reply")),
+                    })
+                    .collect::<Result<_>>()?
+            }
+            Self::Sqlite(c) => {
+                let u = user.as_str().to_owned();
+                let (at, after) = cursor.map_or((i64::MAX, String::new()), |c| {
+                    (
+                        i64::try_from(c.at).unwrap_or(i64::MAX),
+                        c.user.as_str().to_owned(),
+                    )
+                });
+                let sql = match side {
+                    Side::Following => {
+                        "SELECT followee, at FROM follows WHERE follower = ?1
+                         AND (at < ?2 OR (at = ?2 AND ?3 <> '' AND followee < ?3))
+                         ORDER BY at DESC, followee DESC LIMIT ?4"
+                    }
+                    Side::Followers => {
+                        "SELECT follower, at FROM follows WHERE followee = ?1
+                         AND (at < ?2 OR (at = ?2 AND ?3 <> '' AND follower < ?3))
+                         ORDER BY at DESC, follower DESC LIMIT ?4"
+                    }
+                };
+                // Without a cursor every entry counts: `at < i64::MAX` holds for all.
+                with_sqlite(c, move |conn| {
+                    let mut stmt = conn.prepare_cached(sql)?;
+                    let rows = stmt.query_map((&u, at, &after, limit), |r| {
+                        Ok((
+                            UserId::from(r.get::<_, String>(0)?),
+                            u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                        ))
+                    })?;
+                    rows.collect()
+                })
+                .await?
+            }
+        };
+        let next = (entries.len() == limit as usize)
+            .then(|| entries.last())
+            .flatten()
+            .map(|(u, at)| Cursor {
+                at: *at,
+                user: u.clone(),
+            });
+        Ok(Page { entries, next })
+    }
+}
