@@ -44,6 +44,9 @@ pub const DEFAULT_MAX_CONNS_PER_USER: usize = 10;
 /// Longest lifetime a client token may have (`exp` minus `iat`, or minus now without `iat`):
 /// a token that never expires cannot be revoked by waiting.
 pub const DEFAULT_MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long before its token expires a connection gets `session.expiring`: a minute leaves a
+/// client time to fetch a new token and send `auth.refresh`, even over a slow network.
+pub const DEFAULT_EXPIRY_WARNING: Duration = Duration::from_secs(60);
 /// Longest time a client may take to finish the WebSocket handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -82,6 +85,8 @@ pub struct GatewayConfig {
     pub max_conns_per_user: usize,
     /// Longest lifetime a client token may have.
     pub max_token_lifetime: Duration,
+    /// How long before its token expires a connection gets `session.expiring`.
+    pub expiry_warning: Duration,
     /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
     pub ranks_without_robots: bool,
     /// HMAC-SHA256 key of `POST /rtc/webhook` on the admin port; `None`: that endpoint answers
@@ -117,6 +122,7 @@ impl Default for GatewayConfig {
             max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
             ranks_without_robots: false,
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
+            expiry_warning: DEFAULT_EXPIRY_WARNING,
             rtc_webhook_secret: None,
             livekit_api_key: None,
             livekit_api_secret: None,

@@ -177,7 +177,6 @@ impl Hub {
 
     /// Gives every local session of `user` the profile `p`; returns the rooms they are in
     /// (session, room), for the caller to tell those rooms.
-    #[allow(dead_code, reason = "the profile update path lands next")]
     pub(crate) fn set_profile(&self, user: &UserId, p: &Arc<Profile>) -> Vec<(SessionId, RoomId)> {
         let mut st = self.write();
         let sessions: SmallVec<[SessionId; 1]> = st.users.get(user).cloned().unwrap_or_default();
@@ -207,13 +206,17 @@ impl Hub {
 
     /// One heartbeat tick over every session ([`Outbox::beat`]): sessions whose id falls in
     /// `slice` (of `slices`) are asked for a ping. Returns how many sessions it closed.
-    pub(crate) fn beat(&self, slice: u64, slices: u64, silence_ms: u64) -> usize {
+    /// Sockets within `warn_secs` of their token's expiry get `session.expiring` once.
+    pub(crate) fn beat(&self, slice: u64, slices: u64, silence_ms: u64, warn_secs: u64) -> usize {
         let now = crate::outbox::clock_ms();
         let unix = crate::outbox::unix_ms() / 1000;
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
         st.sessions
             .iter()
-            .filter_map(|(id, s)| s.out.beat(now, unix, silence_ms, id % slices == slice))
+            .filter_map(|(id, s)| {
+                s.out
+                    .beat(now, unix, silence_ms, id % slices == slice, warn_secs)
+            })
             .count()
     }
 

@@ -12,6 +12,7 @@
 //! - `hub`: local sessions, room fan-out, and what shards send back.
 //! - [`router`]: room -> shard; `link`: the link client to one shard.
 //! - [`money`]: `wallet.balance`, `gift.list` and `rank.get`, answered from the ledger.
+//! - `users`: profiles, follows and `auth.refresh`, answered from the user stores.
 //! - [`node`]: the roles of the binary (gateway, shard with its admin port), each started by
 //!   one function; [`standalone`] composes gateway and shard in one process.
 //! - `admin`: the admin HTTP port (`/healthz`, `/readyz`, `/metrics`, `/admin/*`).
@@ -34,6 +35,7 @@ mod session;
 mod shared;
 pub mod signal;
 pub mod standalone;
+mod users;
 mod wire;
 
 pub use admin::prometheus;

@@ -124,6 +124,8 @@ pub(crate) fn run(
     if let Some(t) = text(hello) {
         outbox.push(t);
     }
+    // After the hello: the stored profile reaches the session when it is read.
+    core.load_profile(session, who.user.clone(), who.profile.clone());
     let mut s = Session {
         bucket: Bucket::new(core.config.rate_burst),
         core,
@@ -383,6 +385,10 @@ impl Session {
             Op::WalletBalance(_) | Op::GiftList(_) | Op::RankGet(_) => {
                 self.core
                     .money_request(self.session, &self.who.user, id, req.op);
+            }
+            Op::User(op) => {
+                self.core
+                    .user_request(self.session, &self.who.user, &self.outbox, id, op);
             }
             Op::Room(op) => {
                 // Only `room.create` may leave its room out: the server names the room.

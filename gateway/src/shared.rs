@@ -56,6 +56,8 @@ pub(crate) struct Core {
     pending: Mutex<HashMap<u64, Pending>>,
     /// Ledger and catalog for the money ops the gateway answers itself.
     pub(crate) money: money::Money,
+    /// Profile and follow stores for the user ops the gateway answers itself.
+    pub(crate) users: crate::users::Users,
     /// Sessions the gateway is moving to a room's new owner: their commands for that room
     /// wait (retried) until the move is done, instead of failing with `NOT_IN_ROOM`.
     rejoining: Mutex<std::collections::HashSet<(SessionId, RoomId)>>,
@@ -90,6 +92,7 @@ impl Core {
         shutdown: CancellationToken,
         tracker: TaskTracker,
         money: money::Money,
+        users: crate::users::Users,
     ) -> Arc<Self> {
         let admission = crate::admission::Admission::new(config.admit_per_sec, config.admit_burst);
         let core = Arc::new_cyclic(|me| Self {
@@ -106,6 +109,7 @@ impl Core {
             next_req: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
             money,
+            users,
             rejoining: Mutex::new(std::collections::HashSet::new()),
             hot: HotCounters {
                 requests: ::metrics::counter!(crate::metrics::REQUESTS),
@@ -311,9 +315,12 @@ impl Core {
                 () = self.shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let closed = self
-                .hub
-                .beat(slice, u64::from(HEARTBEAT_SLICES), silence_ms);
+            let closed = self.hub.beat(
+                slice,
+                u64::from(HEARTBEAT_SLICES),
+                silence_ms,
+                self.config.expiry_warning.as_secs(),
+            );
             if closed > 0 {
                 tracing::debug!(closed, "Heartbeat closed silent or expired sockets.");
             }

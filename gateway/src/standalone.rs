@@ -71,6 +71,14 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let robots = storage::robots::RobotStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("robot configs: {e}")))?;
+    let users = crate::users::Users {
+        profiles: storage::profiles::ProfileStore::sqlite(&cfg.data_dir)
+            .await
+            .map_err(|e| StartError::Storage(format!("profiles: {e}")))?,
+        follows: storage::follows::FollowStore::sqlite(&cfg.data_dir)
+            .await
+            .map_err(|e| StartError::Storage(format!("follows: {e}")))?,
+    };
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 
@@ -106,6 +114,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             ranks_without_robots: cfg.gateway.ranks_without_robots,
             rooms: Some(snapshots.clone()),
         },
+        users,
     );
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));

@@ -1,0 +1,309 @@
+//! The user operations the gateway answers itself, from the user stores: profiles
+//! (`user.update`, `user.get`, the profile loaded at connect), follows (`follow.*`) and token
+//! refresh (`auth.refresh`). A profile change reaches the user's sessions here and the rooms
+//! they are in through [`Core::profile_changed`].
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use protocol::client::{
+    self, AuthRefresh, Expiry, FollowCounts, FollowDir, FollowEntry, FollowList, FollowPage,
+    Profile, ProfileOk, Profiles, UserGet, UserOp,
+    user::{DEFAULT_FOLLOW_PAGE, MAX_FOLLOW_PAGE, MAX_FOLLOWING, MAX_USER_GET},
+};
+use protocol::ids::is_valid_id;
+use protocol::link::RoomCmd;
+use protocol::{ErrorCode, SessionId, UserId};
+use serde_json::json;
+use storage::StorageError;
+use storage::follows::{Cursor, FollowStore, Followed, Side};
+use storage::profiles::ProfileStore;
+use tracing::warn;
+
+use crate::outbox::{Outbox, unix_ms};
+use crate::shared::Core;
+
+/// The stores behind the user operations.
+#[derive(Debug, Clone)]
+pub(crate) struct Users {
+    /// Stored profiles.
+    pub(crate) profiles: ProfileStore,
+    /// Who follows whom.
+    pub(crate) follows: FollowStore,
+}
+
+/// A refused request: its code and message.
+type Refusal = (ErrorCode, &'static str);
+
+fn bad(msg: &'static str) -> Refusal {
+    (ErrorCode::BadRequest, msg)
+}
+
+/// A store failure as the client sees it: retry later, or an internal error (logged here).
+pub(crate) fn store_refusal(e: &StorageError) -> Refusal {
+    warn!(error = %e, "User store failed.");
+    if e.is_retryable() {
+        (ErrorCode::Unavailable, "user store unavailable; retry")
+    } else {
+        (ErrorCode::Internal, "internal error")
+    }
+}
+
+/// Whether `s` names a user one may follow or look up: a usable id that is not a robot's.
+fn check_user(s: &UserId) -> Result<(), Refusal> {
+    if !is_valid_id(s.as_str()) {
+        return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:]"));
+    }
+    if s.is_robot() {
+        return Err(bad("robots have no follows"));
+    }
+    Ok(())
+}
+
+impl Core {
+    /// Answers a user operation for `session` (of `user`, writing to `outbox`): `auth.refresh`
+    /// at once, the store operations on a task of their own.
+    pub(crate) fn user_request(
+        self: &Arc<Self>,
+        session: SessionId,
+        user: &UserId,
+        outbox: &Arc<Outbox>,
+        id: u64,
+        op: UserOp,
+    ) {
+        if let UserOp::Refresh(r) = op {
+            let frame = match self.refresh(session, user, outbox, &r) {
+                Ok(exp) => client::encode_ok(id, &Expiry { exp }),
+                Err((code, msg)) => client::encode_err(Some(id), code, msg),
+            };
+            self.push_frame(outbox, frame);
+            return;
+        }
+        let core = self.clone();
+        let user = user.clone();
+        let outbox = outbox.clone();
+        self.tracker.spawn(async move {
+            let frame = match core.user_answer(&user, id, op).await {
+                Ok(ok) => ok,
+                Err((code, msg)) => client::encode_err(Some(id), code, msg),
+            };
+            core.push_frame(&outbox, frame);
+        });
+    }
+
+    fn push_frame(&self, outbox: &Outbox, frame: Bytes) {
+        if let Some(t) = crate::hub::text(frame) {
+            outbox.push(t);
+        }
+    }
+
+    /// `auth.refresh`: a valid token of the same user moves the connection's expiry (never
+    /// earlier) and applies its profile claims like a connect; the new expiry is answered.
+    fn refresh(
+        self: &Arc<Self>,
+        session: SessionId,
+        user: &UserId,
+        outbox: &Outbox,
+        r: &AuthRefresh,
+    ) -> Result<u64, Refusal> {
+        let who = self
+            .auth
+            .verify(&r.token)
+            .map_err(|_| (ErrorCode::Unauthorized, "invalid or expired token"))?;
+        if who.user != *user {
+            return Err((ErrorCode::Forbidden, "the token is another user's"));
+        }
+        let exp = outbox.extend_expiry(who.exp);
+        self.load_profile(session, who.user, who.profile);
+        Ok(exp)
+    }
+
+    /// At connect (and refresh): reads the user's stored profile off the socket's path,
+    /// stores the token's claims when they changed, and when the user's own fields change what
+    /// `session` shows, applies the merged profile ([`Core::profile_changed`]).
+    pub(crate) fn load_profile(
+        self: &Arc<Self>,
+        session: SessionId,
+        user: UserId,
+        claims: Arc<Profile>,
+    ) {
+        let core = self.clone();
+        self.tracker.spawn(async move {
+            let store = &core.users.profiles;
+            let stored = match store.get(&user).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(%user, error = %e, "Could not load a stored profile; the token's claims stand.");
+                    return;
+                }
+            };
+            if stored.claims != *claims
+                && let Err(e) = store.set_claims(&user, &claims).await
+            {
+                warn!(%user, error = %e, "Could not store a token's profile claims.");
+            }
+            let merged = claims.merged(&stored.own);
+            match core.hub.profile(session) {
+                // Closed meanwhile, or already showing it: nothing to tell.
+                None => {}
+                Some(now) if *now == merged => {}
+                Some(_) => core.profile_changed(&user, Arc::new(merged)),
+            }
+        });
+    }
+
+    /// `user`'s profile is now `profile`: their sessions on this gateway send it with their
+    /// joins from now on, and each room they are in hears it (`RoomCmd::Profile`).
+    pub(crate) fn profile_changed(&self, user: &UserId, profile: Arc<Profile>) {
+        let mut rooms = self.hub.set_profile(user, &profile);
+        rooms.sort_by(|a, b| a.1.cmp(&b.1));
+        rooms.dedup_by(|a, b| a.1 == b.1);
+        for (session, room) in rooms {
+            let cmd = RoomCmd::Profile((*profile).clone());
+            self.send_command(session, user, None, room, cmd, None);
+        }
+    }
+
+    /// Validates and stores a profile update of `user` (from `user.update` or the admin API),
+    /// applies it, and answers the profile now shown.
+    pub(crate) async fn update_profile(
+        &self,
+        user: &UserId,
+        update: &Profile,
+    ) -> Result<Profile, (ErrorCode, String)> {
+        let check = Profile {
+            // An empty string clears a field: only set fields are checked.
+            name: update.name.clone().filter(|s| !s.is_empty()),
+            avatar: update.avatar.clone().filter(|s| !s.is_empty()),
+            region: update.region.clone().filter(|s| !s.is_empty()),
+        };
+        check
+            .validate()
+            .map_err(|m| (ErrorCode::BadRequest, m.to_owned()))?;
+        let stored = self
+            .users
+            .profiles
+            .update(user, update)
+            .await
+            .map_err(|e| {
+                let (c, m) = store_refusal(&e);
+                (c, m.to_owned())
+            })?;
+        let p = stored.effective();
+        self.profile_changed(user, Arc::new(p.clone()));
+        Ok(p)
+    }
+
+    /// The answer to a store-backed user operation of `user`.
+    async fn user_answer(&self, user: &UserId, id: u64, op: UserOp) -> Result<Bytes, Refusal> {
+        let follows = &self.users.follows;
+        Ok(match op {
+            UserOp::Update(p) => match self.update_profile(user, &p).await {
+                Ok(p) => client::encode_ok(id, &ProfileOk { p }),
+                Err((code, msg)) => return Ok(client::encode_err(Some(id), code, &msg)),
+            },
+            UserOp::Get(g) => client::encode_ok(id, &self.profiles_of(g).await?),
+            UserOp::FollowAdd(f) => {
+                check_user(&f.user)?;
+                if f.user == *user {
+                    return Err(bad("one cannot follow oneself"));
+                }
+                let added = match follows
+                    .add(user, &f.user, unix_ms(), MAX_FOLLOWING)
+                    .await
+                    .map_err(|e| store_refusal(&e))?
+                {
+                    Followed::Added => true,
+                    Followed::Already => false,
+                    Followed::AtLimit => {
+                        return Err((ErrorCode::QuotaExceeded, "following 5000 users already"));
+                    }
+                };
+                client::encode_ok(id, &json!({ "added": added }))
+            }
+            UserOp::FollowRemove(f) => {
+                check_user(&f.user)?;
+                let removed = follows
+                    .remove(user, &f.user)
+                    .await
+                    .map_err(|e| store_refusal(&e))?;
+                client::encode_ok(id, &json!({ "removed": removed }))
+            }
+            UserOp::FollowCounts(c) => {
+                let whose = c.user.unwrap_or_else(|| user.clone());
+                check_user(&whose)?;
+                let (following, followers) = follows
+                    .counts(&whose)
+                    .await
+                    .map_err(|e| store_refusal(&e))?;
+                client::encode_ok(
+                    id,
+                    &FollowCounts {
+                        following,
+                        followers,
+                    },
+                )
+            }
+            UserOp::FollowList(l) => client::encode_ok(id, &self.follow_page(user, l).await?),
+            UserOp::Refresh(_) => {
+                return Err((ErrorCode::Internal, "internal error"));
+            }
+        })
+    }
+
+    /// `user.get`: the profiles others see of 1..=100 users.
+    async fn profiles_of(&self, g: UserGet) -> Result<Profiles, Refusal> {
+        if g.users.is_empty() || g.users.len() > MAX_USER_GET {
+            return Err(bad("users: 1..=100 ids"));
+        }
+        if !g.users.iter().all(|u| is_valid_id(u.as_str())) {
+            return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:]"));
+        }
+        let stored = self
+            .users
+            .profiles
+            .get_many(&g.users)
+            .await
+            .map_err(|e| store_refusal(&e))?;
+        Ok(Profiles {
+            profiles: g
+                .users
+                .into_iter()
+                .zip(stored)
+                .map(|(u, s)| (u, s.effective()))
+                .collect(),
+        })
+    }
+
+    /// `follow.list`: one page, newest first.
+    async fn follow_page(&self, user: &UserId, l: FollowList) -> Result<FollowPage, Refusal> {
+        let whose = l.user.unwrap_or_else(|| user.clone());
+        check_user(&whose)?;
+        let limit = l.limit.unwrap_or(DEFAULT_FOLLOW_PAGE);
+        if !(1..=MAX_FOLLOW_PAGE).contains(&limit) {
+            return Err(bad("limit: 1..=100"));
+        }
+        let cursor = match &l.cursor {
+            Some(c) => Some(Cursor::decode(c).ok_or(bad("cursor: not one this server gave"))?),
+            None => None,
+        };
+        let side = match l.dir {
+            FollowDir::Following => Side::Following,
+            FollowDir::Followers => Side::Followers,
+        };
+        let page = self
+            .users
+            .follows
+            .page(&whose, side, cursor.as_ref(), limit)
+            .await
+            .map_err(|e| store_refusal(&e))?;
+        Ok(FollowPage {
+            users: page
+                .entries
+                .into_iter()
+                .map(|(user, at)| FollowEntry { user, at })
+                .collect(),
+            next: page.next.map(|c| c.encode()),
+        })
+    }
+}
