@@ -140,6 +140,12 @@ pub enum AdminVerb {
         #[command(subcommand)]
         verb: RobotsVerb,
     },
+    /// User profiles (`/admin/users/{id}/profile`).
+    Users {
+        /// The call.
+        #[command(subcommand)]
+        verb: UsersVerb,
+    },
 }
 
 /// The robot room calls of `chorus admin robots`.
@@ -254,6 +260,7 @@ impl AdminVerb {
             ),
             Self::Wallet { user } => ("GET", format!("/admin/wallets/{user}"), None),
             Self::Robots { verb } => return verb.request(),
+            Self::Users { verb } => verb.request(),
         })
     }
 }
@@ -757,3 +764,6 @@ pub fn catalog(f: &FileConfig, lucky_secret: Vec<u8>) -> anyhow::Result<Catalog>
 
 #[cfg(test)]
 mod tests;
+mod users;
+
+pub use users::UsersVerb;

@@ -84,6 +84,10 @@ struct Pending {
 }
 
 impl Core {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one value per part of the gateway, each built by the node's start-up"
+    )]
     pub(crate) fn new(
         node: NodeId,
         config: GatewayConfig,
