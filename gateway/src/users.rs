@@ -190,7 +190,10 @@ impl Core {
                 (c, m.to_owned())
             })?;
         let p = stored.effective();
-        self.profile_changed(user, Arc::new(p.clone()));
+        // An empty update changes nothing: no room needs to hear it.
+        if !update.is_empty() {
+            self.profile_changed(user, Arc::new(p.clone()));
+        }
         Ok(p)
     }
 

@@ -421,3 +421,31 @@ async fn follows_are_added_listed_counted_removed_and_survive_a_restart() {
     assert_eq!(mine["users"].as_array().unwrap().len(), 2);
     s.stop().await;
 }
+
+/// A member's profile change is sent to the room they are in (the link's profile notice, which
+/// the room answers without an event of its own yet); the room and the member's session carry
+/// on, and others read the new profile.
+#[tokio::test]
+async fn a_profile_change_inside_a_room_leaves_the_room_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Node::start(dir.path(), |_| {}).await;
+    let mut ann = s.connect("ann").await;
+    let mut bob = s.connect("bob").await;
+    let room = ann.create_room(json!({"title": "party"})).await.unwrap();
+    ann.join(&room, false, None).await.unwrap();
+    bob.join(&room, false, None).await.unwrap();
+    let ok = ann
+        .request("user.update", json!({"name": "Ann"}))
+        .await
+        .unwrap();
+    assert_eq!(ok["p"], json!({"name": "Ann"}));
+    // An empty update answers the profile and tells nobody.
+    let same = ann.request("user.update", json!({})).await.unwrap();
+    assert_eq!(same["p"], json!({"name": "Ann"}));
+    bob.chat(&room, "hi ann").await.unwrap();
+    let chat = ann.next_event_named("chat", WAIT).await.unwrap();
+    assert_eq!(chat.d["text"], json!("hi ann"));
+    ann.chat(&room, "hi bob").await.unwrap();
+    assert_eq!(profile_of(&mut bob, "ann").await, json!({"name": "Ann"}));
+    s.stop().await;
+}
