@@ -193,10 +193,10 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             ranks_without_robots: cfg.gateway.ranks_without_robots,
             rooms: Some(SnapshotStore::redis(&redis)),
         },
-        crate::users::Users {
-            profiles: storage::profiles::ProfileStore::redis(&redis),
-            follows: storage::follows::FollowStore::redis(&redis),
-        },
+        crate::users::Users::new(
+            storage::profiles::ProfileStore::redis(&redis),
+            storage::follows::FollowStore::redis(&redis),
+        ),
     );
     let membership = Membership::new(&redis);
     refresh_ring(&core, &routes, &membership).await;

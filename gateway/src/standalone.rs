@@ -71,14 +71,14 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let robots = storage::robots::RobotStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("robot configs: {e}")))?;
-    let users = crate::users::Users {
-        profiles: storage::profiles::ProfileStore::sqlite(&cfg.data_dir)
+    let users = crate::users::Users::new(
+        storage::profiles::ProfileStore::sqlite(&cfg.data_dir)
             .await
             .map_err(|e| StartError::Storage(format!("profiles: {e}")))?,
-        follows: storage::follows::FollowStore::sqlite(&cfg.data_dir)
+        storage::follows::FollowStore::sqlite(&cfg.data_dir)
             .await
             .map_err(|e| StartError::Storage(format!("follows: {e}")))?,
-    };
+    );
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 

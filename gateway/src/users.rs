@@ -3,7 +3,9 @@
 //! refresh (`auth.refresh`). A profile change reaches the user's sessions here and the rooms
 //! they are in through [`Core::profile_changed`].
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use protocol::client::{
@@ -20,16 +22,52 @@ use storage::follows::{Cursor, FollowStore, Followed, Side};
 use storage::profiles::ProfileStore;
 use tracing::warn;
 
-use crate::outbox::{Outbox, unix_ms};
+use crate::outbox::{Outbox, clock_ms, unix_ms};
 use crate::shared::Core;
 
+/// Shortest time between two `user.update`s of one user on one gateway: each change goes to
+/// the room the user is in, to be heard by every member, so a client looping on `user.update`
+/// must not become a flood of room events. A person edits a profile far less often.
+pub(crate) const PROFILE_CHANGE_INTERVAL: Duration = Duration::from_secs(1);
+/// Users remembered by the change gate before those outside the interval are swept.
+const GATE_SWEEP_AT: usize = 4096;
+
 /// The stores behind the user operations.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Users {
     /// Stored profiles.
     pub(crate) profiles: ProfileStore,
     /// Who follows whom.
     pub(crate) follows: FollowStore,
+    /// When each user last changed their profile here ([`clock_ms`]).
+    gate: Mutex<HashMap<UserId, u64>>,
+}
+
+impl Users {
+    pub(crate) fn new(profiles: ProfileStore, follows: FollowStore) -> Self {
+        Self {
+            profiles,
+            follows,
+            gate: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `user` may change their profile at `now_ms` (then it counts as changed).
+    fn admit_change(&self, user: &UserId, now_ms: u64) -> bool {
+        let interval = u64::try_from(PROFILE_CHANGE_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        let mut last = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        if last
+            .get(user)
+            .is_some_and(|t| now_ms < t.saturating_add(interval))
+        {
+            return false;
+        }
+        if last.len() >= GATE_SWEEP_AT {
+            last.retain(|_, t| now_ms < t.saturating_add(interval));
+        }
+        last.insert(user.clone(), now_ms);
+        true
+    }
 }
 
 /// A refused request: its code and message.
@@ -58,6 +96,18 @@ fn check_user(s: &UserId) -> Result<(), Refusal> {
         return Err(bad("robots have no follows"));
     }
     Ok(())
+}
+
+/// Checks the fields a profile update sets (an empty string clears a field and is not
+/// checked).
+fn check_update(update: &Profile) -> Result<(), &'static str> {
+    let set = |f: &Option<String>| f.clone().filter(|s| !s.is_empty());
+    Profile {
+        name: set(&update.name),
+        avatar: set(&update.avatar),
+        region: set(&update.region),
+    }
+    .validate()
 }
 
 impl Core {
@@ -171,15 +221,7 @@ impl Core {
         user: &UserId,
         update: &Profile,
     ) -> Result<Profile, (ErrorCode, String)> {
-        let check = Profile {
-            // An empty string clears a field: only set fields are checked.
-            name: update.name.clone().filter(|s| !s.is_empty()),
-            avatar: update.avatar.clone().filter(|s| !s.is_empty()),
-            region: update.region.clone().filter(|s| !s.is_empty()),
-        };
-        check
-            .validate()
-            .map_err(|m| (ErrorCode::BadRequest, m.to_owned()))?;
+        check_update(update).map_err(|m| (ErrorCode::BadRequest, m.to_owned()))?;
         let stored = self
             .users
             .profiles
@@ -201,10 +243,19 @@ impl Core {
     async fn user_answer(&self, user: &UserId, id: u64, op: UserOp) -> Result<Bytes, Refusal> {
         let follows = &self.users.follows;
         Ok(match op {
-            UserOp::Update(p) => match self.update_profile(user, &p).await {
-                Ok(p) => client::encode_ok(id, &ProfileOk { p }),
-                Err((code, msg)) => return Ok(client::encode_err(Some(id), code, &msg)),
-            },
+            UserOp::Update(p) => {
+                check_update(&p).map_err(|m| (ErrorCode::BadRequest, m))?;
+                if !p.is_empty() && !self.users.admit_change(user, clock_ms()) {
+                    return Err((
+                        ErrorCode::RateLimited,
+                        "profile changes: at most one per second",
+                    ));
+                }
+                match self.update_profile(user, &p).await {
+                    Ok(p) => client::encode_ok(id, &ProfileOk { p }),
+                    Err((code, msg)) => return Ok(client::encode_err(Some(id), code, &msg)),
+                }
+            }
             UserOp::Get(g) => client::encode_ok(id, &self.profiles_of(g).await?),
             UserOp::FollowAdd(f) => {
                 check_user(&f.user)?;
@@ -308,5 +359,30 @@ impl Core {
                 .collect(),
             next: page.next.map(|c| c.encode()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_profile_change_per_user_per_interval_passes_the_gate() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let users = Users::new(
+            ProfileStore::sqlite(dir.path()).await.expect("profiles"),
+            FollowStore::sqlite(dir.path()).await.expect("follows"),
+        );
+        let (ann, bob) = (UserId::from("ann"), UserId::from("bob"));
+        assert!(users.admit_change(&ann, 10_000));
+        assert!(!users.admit_change(&ann, 10_999));
+        assert!(users.admit_change(&bob, 10_999), "per user");
+        assert!(users.admit_change(&ann, 11_000));
+        // Past the sweep size, users outside the interval are forgotten.
+        for i in 0..GATE_SWEEP_AT {
+            assert!(users.admit_change(&UserId::from(format!("u{i}")), 20_000));
+        }
+        assert!(users.admit_change(&UserId::from("late"), 30_000));
+        assert_eq!(users.gate.lock().map(|g| g.len()).unwrap_or(0), 1);
     }
 }
