@@ -20,7 +20,7 @@ use ::redis::aio::ConnectionManager;
 use protocol::UserId;
 use rusqlite::Connection;
 
-use crate::error::{Result, StorageError};
+use crate::error::Result;
 use crate::profiles::{open_users_db, with_sqlite};
 use crate::redis::map_err;
 
@@ -44,30 +44,63 @@ redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 return 1
 ";
 
-/// One page after a cursor, newest first. KEYS: the set; ARGV: cursor time (or '+inf'),
-/// cursor user (or ''), limit. Returns a flat list user, time, user, time, …
-const PAGE_SCRIPT: &str = r"
-local out = {}
-local limit = tonumber(ARGV[3])
-if ARGV[2] ~= '' then
-  local same = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1], 'WITHSCORES')
-  for i = 1, #same, 2 do
-    if #out >= 2 * limit then break end
-    if same[i] < ARGV[2] then
-      out[#out + 1] = same[i]
-      out[#out + 1] = same[i + 1]
-    end
-  end
-end
-local left = limit - #out / 2
-if left > 0 then
-  local max = ARGV[1]
-  if ARGV[2] ~= '' then max = '(' .. ARGV[1] end
-  local more = redis.call('ZREVRANGEBYSCORE', KEYS[1], max, '-inf', 'WITHSCORES', 'LIMIT', 0, left)
-  for i = 1, #more do out[#out + 1] = more[i] end
-end
-return out
-";
+/// One page from the sorted set `key`, newest first, after `cursor`: in one `MULTI`, the
+/// entries that share the cursor's time and those strictly older. Ties are ordered here, by
+/// bytes, as Redis orders them (not in a script: Lua compares strings by the server's locale).
+async fn redis_page(
+    mut conn: ConnectionManager,
+    key: &str,
+    cursor: Option<&Cursor>,
+    limit: u32,
+) -> Result<Vec<(UserId, u64)>> {
+    let parse = |pairs: Vec<(String, f64)>| -> Vec<(UserId, u64)> {
+        pairs
+            .into_iter()
+            .map(|(u, s)| (UserId::from(u), s as u64))
+            .collect()
+    };
+    let Some(c) = cursor else {
+        let all: Vec<(String, f64)> = ::redis::cmd("ZREVRANGEBYSCORE")
+            .arg(key)
+            .arg("+inf")
+            .arg("-inf")
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        return Ok(parse(all));
+    };
+    let (ties, older): (Vec<(String, f64)>, Vec<(String, f64)>) = ::redis::pipe()
+        .atomic()
+        .cmd("ZREVRANGEBYSCORE")
+        .arg(key)
+        .arg(c.at)
+        .arg(c.at)
+        .arg("WITHSCORES")
+        .cmd("ZREVRANGEBYSCORE")
+        .arg(key)
+        .arg(format!("({}", c.at))
+        .arg("-inf")
+        .arg("WITHSCORES")
+        .arg("LIMIT")
+        .arg(0)
+        .arg(limit)
+        .query_async(&mut conn)
+        .await
+        .map_err(map_err)?;
+    let after = c.user.as_str();
+    let mut page: Vec<(UserId, u64)> = parse(ties)
+        .into_iter()
+        .filter(|(u, _)| u.as_str() < after)
+        .take(limit as usize)
+        .collect();
+    let left = (limit as usize).saturating_sub(page.len());
+    page.extend(parse(older).into_iter().take(left));
+    Ok(page)
+}
 
 fn out_key(u: &UserId) -> String {
     format!("follows:out:{u}")
@@ -135,12 +168,8 @@ pub struct Page {
 /// The follow store: one of the two engines, cheap to clone.
 #[derive(Clone)]
 pub enum FollowStore {
-    /// Redis (cluster mode).
-    Redis(
-        ConnectionManager,
-        Arc<::redis::Script>,
-        Arc<::redis::Script>,
-    ),
+    /// Redis (cluster mode), with the add script.
+    Redis(ConnectionManager, Arc<::redis::Script>),
     /// SQLite (standalone mode).
     Sqlite(Arc<Mutex<Connection>>),
 }
@@ -154,18 +183,10 @@ impl std::fmt::Debug for FollowStore {
     }
 }
 
-fn corrupt(msg: &str) -> StorageError {
-    StorageError::corrupt_msg(format!("follows: {msg}"))
-}
-
 impl FollowStore {
     /// A store on `redis`'s shared connection.
     pub fn redis(redis: &crate::redis::Redis) -> Self {
-        Self::Redis(
-            redis.conn(),
-            Arc::new(::redis::Script::new(ADD_SCRIPT)),
-            Arc::new(::redis::Script::new(PAGE_SCRIPT)),
-        )
+        Self::Redis(redis.conn(), Arc::new(::redis::Script::new(ADD_SCRIPT)))
     }
 
     /// A store in `<data_dir>/users.db`.
@@ -190,7 +211,7 @@ impl FollowStore {
         max: u32,
     ) -> Result<Followed> {
         match self {
-            Self::Redis(conn, add, _) => {
+            Self::Redis(conn, add) => {
                 let mut conn = conn.clone();
                 let n: i64 = add
                     .key(out_key(follower))
@@ -316,7 +337,7 @@ impl FollowStore {
     /// One page of `user`'s `side`, newest first, after `cursor`, at most `limit` entries.
     ///
     /// # Errors
-    /// `Unavailable` / `Backend` when the engine fails; `Corrupt` for unreadable entries.
+    /// `Unavailable` / `Backend` when the engine fails.
     pub async fn page(
         &self,
         user: &UserId,
@@ -326,33 +347,12 @@ impl FollowStore {
     ) -> Result<Page> {
         let limit = limit.max(1);
         let entries: Vec<(UserId, u64)> = match self {
-            Self::Redis(conn, _, page) => {
-                let mut conn = conn.clone();
+            Self::Redis(conn, _) => {
                 let key = match side {
                     Side::Following => out_key(user),
                     Side::Followers => in_key(user),
                 };
-                let (at, after) = cursor.map_or_else(
-                    || ("+inf".to_owned(), String::new()),
-                    |c| (c.at.to_string(), c.user.as_str().to_owned()),
-                );
-                let flat: Vec<String> = page
-                    .key(key)
-                    .arg(at)
-                    .arg(after)
-                    .arg(limit)
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(map_err)?;
-                flat.chunks(2)
-                    .map(|p| match p {
-                        [u, s] => s
-                            .parse::<f64>()
-                            .map(|s| (UserId::from(u.as_str()), s as u64))
-                            .map_err(|_| corrupt("a score is not a number")),
-                        _ => Err(corrupt("odd reply")),
-                    })
-                    .collect::<Result<_>>()?
+                redis_page(conn.clone(), &key, cursor, limit).await?
             }
             Self::Sqlite(c) => {
                 let u = user.as_str().to_owned();
