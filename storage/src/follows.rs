@@ -44,6 +44,9 @@ redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 return 1
 ";
 
+/// Members of a sorted set with their scores, as `WITHSCORES` answers.
+type Scored = Vec<(String, f64)>;
+
 /// One page from the sorted set `key`, newest first, after `cursor`: in one `MULTI`, the
 /// entries that share the cursor's time and those strictly older. Ties are ordered here, by
 /// bytes, as Redis orders them (not in a script: Lua compares strings by the server's locale).
@@ -53,14 +56,14 @@ async fn redis_page(
     cursor: Option<&Cursor>,
     limit: u32,
 ) -> Result<Vec<(UserId, u64)>> {
-    let parse = |pairs: Vec<(String, f64)>| -> Vec<(UserId, u64)> {
+    let parse = |pairs: Scored| -> Vec<(UserId, u64)> {
         pairs
             .into_iter()
             .map(|(u, s)| (UserId::from(u), s as u64))
             .collect()
     };
     let Some(c) = cursor else {
-        let all: Vec<(String, f64)> = ::redis::cmd("ZREVRANGEBYSCORE")
+        let all: Scored = ::redis::cmd("ZREVRANGEBYSCORE")
             .arg(key)
             .arg("+inf")
             .arg("-inf")
@@ -73,7 +76,7 @@ async fn redis_page(
             .map_err(map_err)?;
         return Ok(parse(all));
     };
-    let (ties, older): (Vec<(String, f64)>, Vec<(String, f64)>) = ::redis::pipe()
+    let (ties, older): (Scored, Scored) = ::redis::pipe()
         .atomic()
         .cmd("ZREVRANGEBYSCORE")
         .arg(key)
