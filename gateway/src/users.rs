@@ -351,11 +351,25 @@ impl Core {
             .page(&whose, side, cursor.as_ref(), limit)
             .await
             .map_err(|e| store_refusal(&e))?;
+        // The profiles of the page in one read; a list without them beats no list.
+        let ids: Vec<UserId> = page.entries.iter().map(|(u, _)| u.clone()).collect();
+        let profiles = match self.users.profiles.get_many(&ids).await {
+            Ok(p) => p.iter().map(|s| s.effective()).collect(),
+            Err(e) => {
+                warn!(error = %e, "Could not read the profiles of a follow page.");
+                Vec::new()
+            }
+        };
+        let mut profiles = profiles.into_iter();
         Ok(FollowPage {
             users: page
                 .entries
                 .into_iter()
-                .map(|(user, at)| FollowEntry { user, at })
+                .map(|(user, at)| FollowEntry {
+                    user,
+                    at,
+                    p: profiles.next().unwrap_or_default(),
+                })
                 .collect(),
             next: page.next.map(|c| c.encode()),
         })

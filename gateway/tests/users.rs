@@ -342,6 +342,9 @@ async fn follows_are_added_listed_counted_removed_and_survive_a_restart() {
     let mut fans = Vec::new();
     for i in 0..5 {
         let mut c = s.connect(&format!("fan{i}")).await;
+        if i == 3 {
+            update(&mut c, json!({"name": "Fan Three"})).await.unwrap();
+        }
         let ok = c
             .request("follow.add", json!({"user": "star"}))
             .await
@@ -435,6 +438,9 @@ async fn follows_are_added_listed_counted_removed_and_survive_a_restart() {
         .map(|e| e["user"].as_str().unwrap())
         .collect();
     assert_eq!(users, ["fan4", "fan3", "fan1", "fan0"]);
+    // Entries carry the profile (left out when empty): no second lookup.
+    assert_eq!(page["users"][1]["p"], json!({"name": "Fan Three"}));
+    assert!(page["users"][0].get("p").is_none());
     assert!(page["users"][0]["at"].as_u64().unwrap() > 0);
     let mine = star
         .request("follow.list", json!({"user": "fan0", "dir": "following"}))

@@ -112,6 +112,9 @@ pub struct FollowEntry {
     pub user: UserId,
     /// When the follow was made, milliseconds since the Unix epoch.
     pub at: u64,
+    /// The other user's profile, so a list needs no second lookup (left out when empty).
+    #[serde(default, skip_serializing_if = "Profile::is_empty")]
+    pub p: Profile,
 }
 
 /// The `ok` of `follow.list`: newest first.
