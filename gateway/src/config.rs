@@ -85,7 +85,7 @@ pub struct GatewayConfig {
     pub max_conns_per_user: usize,
     /// Longest lifetime a client token may have.
     pub max_token_lifetime: Duration,
-    /// How long before its token expires a connection gets `session.expiring`.
+    /// How long before its token expires a connection gets `session.expiring` (zero: never).
     pub expiry_warning: Duration,
     /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
     pub ranks_without_robots: bool,
