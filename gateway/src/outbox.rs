@@ -472,7 +472,11 @@ mod tests {
         let exp = later();
         let o = Outbox::new(10, 1000, exp);
         assert_eq!(o.beat(clock_ms(), exp - 1, 1000, false, 0), None);
-        assert_eq!(o.try_recv(), None, "a warning time of 0 sends no session.expiring");
+        assert_eq!(
+            o.try_recv(),
+            None,
+            "a warning time of 0 sends no session.expiring"
+        );
         assert_eq!(
             o.beat(clock_ms(), exp, 1000, false, 0),
             Some(Kick::TokenExpired)

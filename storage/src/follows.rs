@@ -337,6 +337,44 @@ impl FollowStore {
         }
     }
 
+    /// The newest `max` users `user` follows, newest first, in one read: for questions about
+    /// all of them at once (where are the people I follow now?). With `max` at the following
+    /// bound it is all of them.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn following(&self, user: &UserId, max: u32) -> Result<Vec<UserId>> {
+        if max == 0 {
+            // `ZREVRANGE 0 -1` would answer every entry.
+            return Ok(Vec::new());
+        }
+        match self {
+            Self::Redis(conn, _) => {
+                let mut conn = conn.clone();
+                let all: Vec<String> = ::redis::cmd("ZREVRANGE")
+                    .arg(out_key(user))
+                    .arg(0)
+                    .arg(i64::from(max) - 1)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                Ok(all.into_iter().map(UserId::from).collect())
+            }
+            Self::Sqlite(c) => {
+                let u = user.as_str().to_owned();
+                with_sqlite(c, move |conn| {
+                    let mut stmt = conn.prepare_cached(
+                        "SELECT followee FROM follows WHERE follower = ?1
+                         ORDER BY at DESC, followee DESC LIMIT ?2",
+                    )?;
+                    let rows = stmt.query_map((&u, max), |r| r.get::<_, String>(0))?;
+                    rows.map(|r| r.map(UserId::from)).collect()
+                })
+                .await
+            }
+        }
+    }
+
     /// One page of `user`'s `side`, newest first, after `cursor`, at most `limit` entries.
     ///
     /// # Errors

@@ -81,6 +81,11 @@ async fn follows_contract(s: &FollowStore) {
     assert_eq!(page.next, None);
     let fans = s.page(&b, Side::Followers, None, 10).await.unwrap();
     assert_eq!(fans.entries, [(c.clone(), 1500), (a.clone(), 1000)]);
+    let all = s.following(&a, 10).await.unwrap();
+    assert_eq!(all, [u("d"), c.clone(), b.clone()]);
+    assert_eq!(s.following(&a, 1).await.unwrap(), [u("d")]);
+    assert!(s.following(&a, 0).await.unwrap().is_empty());
+    assert!(s.following(&u("nobody"), 10).await.unwrap().is_empty());
     assert!(s.remove(&a, &b).await.unwrap());
     assert!(
         !s.remove(&a, &b).await.unwrap(),
