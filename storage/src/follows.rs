@@ -11,14 +11,15 @@
 //! - Redis (cluster mode): two sorted sets per user, `follows:out:{user}` (whom they follow)
 //!   and `follows:in:{user}` (their followers), scored by time; adding is one script (the
 //!   bound, the idempotence and both sets at once), removing one `MULTI`.
-//! - SQLite (standalone mode): `<data_dir>/users.db`, table `follows`, indexed both ways.
+//! - SQLite (standalone mode): `<data_dir>/users.db`, table `follows`, indexed both ways, and
+//!   `follow_counts`, kept in the same transactions, so counts cost one row read.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use ::redis::aio::ConnectionManager;
 use protocol::UserId;
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::error::Result;
 use crate::profiles::{open_users_db, with_sqlite};
@@ -31,7 +32,12 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS follows (
     PRIMARY KEY (follower, followee)
 );
 CREATE INDEX IF NOT EXISTS follows_out ON follows (follower, at, followee);
-CREATE INDEX IF NOT EXISTS follows_in ON follows (followee, at, follower);";
+CREATE INDEX IF NOT EXISTS follows_in ON follows (followee, at, follower);
+CREATE TABLE IF NOT EXISTS follow_counts (
+    user TEXT PRIMARY KEY,
+    following INTEGER NOT NULL DEFAULT 0,
+    followers INTEGER NOT NULL DEFAULT 0
+);";
 
 /// Adds a follow unless it exists; refuses it when the follower is at the bound.
 /// KEYS: out:{follower}, in:{followee}; ARGV: followee, follower, at_ms, max.
@@ -235,7 +241,9 @@ impl FollowStore {
             Self::Sqlite(c) => {
                 let (a, b) = (follower.as_str().to_owned(), followee.as_str().to_owned());
                 with_sqlite(c, move |conn| {
-                    let tx = conn.transaction()?;
+                    // Immediate: the write lock from the start, so a read-then-write never
+                    // meets another connection's commit in between (users.db has two).
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                     let there: bool = tx.query_row(
                         "SELECT EXISTS (SELECT 1 FROM follows WHERE follower = ?1 AND followee = ?2)",
                         (&a, &b),
@@ -244,17 +252,30 @@ impl FollowStore {
                     if there {
                         return Ok(Followed::Already);
                     }
-                    let n: u32 = tx.query_row(
-                        "SELECT COUNT(*) FROM follows WHERE follower = ?1",
-                        [&a],
-                        |r| r.get(0),
-                    )?;
-                    if n >= max {
+                    let n: i64 = tx
+                        .query_row(
+                            "SELECT following FROM follow_counts WHERE user = ?1",
+                            [&a],
+                            |r| r.get(0),
+                        )
+                        .optional()?
+                        .unwrap_or(0);
+                    if n >= i64::from(max) {
                         return Ok(Followed::AtLimit);
                     }
                     tx.execute(
                         "INSERT INTO follows (follower, followee, at) VALUES (?1, ?2, ?3)",
                         (&a, &b, i64::try_from(at_ms).unwrap_or(i64::MAX)),
+                    )?;
+                    tx.execute(
+                        "INSERT INTO follow_counts (user, following) VALUES (?1, 1)
+                         ON CONFLICT(user) DO UPDATE SET following = following + 1",
+                        [&a],
+                    )?;
+                    tx.execute(
+                        "INSERT INTO follow_counts (user, followers) VALUES (?1, 1)
+                         ON CONFLICT(user) DO UPDATE SET followers = followers + 1",
+                        [&b],
                     )?;
                     tx.commit()?;
                     Ok(Followed::Added)
@@ -288,11 +309,23 @@ impl FollowStore {
             Self::Sqlite(c) => {
                 let (a, b) = (follower.as_str().to_owned(), followee.as_str().to_owned());
                 with_sqlite(c, move |conn| {
-                    conn.execute(
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let n = tx.execute(
                         "DELETE FROM follows WHERE follower = ?1 AND followee = ?2",
                         (&a, &b),
-                    )
-                    .map(|n| n > 0)
+                    )?;
+                    if n > 0 {
+                        tx.execute(
+                            "UPDATE follow_counts SET following = following - 1 WHERE user = ?1",
+                            [&a],
+                        )?;
+                        tx.execute(
+                            "UPDATE follow_counts SET followers = followers - 1 WHERE user = ?1",
+                            [&b],
+                        )?;
+                    }
+                    tx.commit()?;
+                    Ok(n > 0)
                 })
                 .await
             }
@@ -319,16 +352,14 @@ impl FollowStore {
             Self::Sqlite(c) => {
                 let u = user.as_str().to_owned();
                 with_sqlite(c, move |conn| {
-                    let following: i64 = conn.query_row(
-                        "SELECT COUNT(*) FROM follows WHERE follower = ?1",
-                        [&u],
-                        |r| r.get(0),
-                    )?;
-                    let followers: i64 = conn.query_row(
-                        "SELECT COUNT(*) FROM follows WHERE followee = ?1",
-                        [&u],
-                        |r| r.get(0),
-                    )?;
+                    let (following, followers): (i64, i64) = conn
+                        .query_row(
+                            "SELECT following, followers FROM follow_counts WHERE user = ?1",
+                            [&u],
+                            |r| Ok((r.get(0)?, r.get(1)?)),
+                        )
+                        .optional()?
+                        .unwrap_or((0, 0));
                     let n = |v: i64| u64::try_from(v).unwrap_or(0);
                     Ok((n(following), n(followers)))
                 })
