@@ -477,3 +477,43 @@ async fn a_profile_change_inside_a_room_leaves_the_room_working() {
     assert_eq!(profile_of(&mut bob, "ann").await, json!({"name": "Ann"}));
     s.stop().await;
 }
+
+/// The following bound end to end: a user who follows 4,999 users (written straight into
+/// the node's store before it starts) may follow one more, and is then refused.
+#[tokio::test]
+async fn the_five_thousandth_follow_is_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = storage::follows::FollowStore::sqlite(dir.path())
+        .await
+        .unwrap();
+    let me = protocol::UserId::from("collector");
+    let max = protocol::client::user::MAX_FOLLOWING;
+    for i in 0..max - 1 {
+        let them = protocol::UserId::from(format!("idol{i}"));
+        store
+            .add(&me, &them, 1_000 + u64::from(i), max)
+            .await
+            .unwrap();
+    }
+    drop(store);
+    let s = Node::start(dir.path(), |_| {}).await;
+    let mut c = s.connect("collector").await;
+    let ok = c
+        .request("follow.add", json!({"user": "last"}))
+        .await
+        .unwrap();
+    assert_eq!(ok["added"], json!(true));
+    assert_eq!(
+        code(c.request("follow.add", json!({"user": "one-more"})).await),
+        ErrorCode::QuotaExceeded
+    );
+    // Following one already followed is still an answer, not a refusal.
+    let again = c
+        .request("follow.add", json!({"user": "last"}))
+        .await
+        .unwrap();
+    assert_eq!(again["added"], json!(false));
+    let counts = c.request("follow.counts", json!({})).await.unwrap();
+    assert_eq!(counts["following"], json!(max));
+    s.stop().await;
+}
