@@ -33,6 +33,7 @@ mod health;
 mod money;
 mod robots;
 mod rtc;
+mod users;
 
 pub(crate) use health::Readiness;
 
@@ -256,6 +257,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
         (_, ["robots", rest @ ..]) => robots::serve(admin, &method, rest, &body).await,
+        (_, ["users", rest @ ..]) => users::serve(admin, &method, rest, &body).await,
         (&Method::GET, ["ledger", "totals"]) => match &admin.core {
             Some(core) => money::totals(&core.money).await,
             None => error(
@@ -295,6 +297,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["wallets", _]) => "wallet_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
         (_, ["robots", rest @ ..]) => robots::verb_of(method, rest),
+        (_, ["users", rest @ ..]) => users::verb_of(method, rest),
         _ => "other",
     }
 }

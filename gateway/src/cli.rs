@@ -140,6 +140,12 @@ pub enum AdminVerb {
         #[command(subcommand)]
         verb: RobotsVerb,
     },
+    /// User profiles (`/admin/users/{id}/profile`).
+    Users {
+        /// The call.
+        #[command(subcommand)]
+        verb: UsersVerb,
+    },
 }
 
 /// The robot room calls of `chorus admin robots`.
@@ -254,6 +260,7 @@ impl AdminVerb {
             ),
             Self::Wallet { user } => ("GET", format!("/admin/wallets/{user}"), None),
             Self::Robots { verb } => return verb.request(),
+            Self::Users { verb } => verb.request(),
         })
     }
 }
@@ -408,6 +415,8 @@ pub struct FileConfig {
     pub max_conns_per_user: Option<usize>,
     /// Longest lifetime of a client token, in seconds.
     pub max_token_lifetime_s: Option<u64>,
+    /// `session.expiring` goes this many seconds before a connection's token expires.
+    pub session_expiring_s: Option<u64>,
     /// Leave robots out of leaderboards.
     pub ranks_without_robots: Option<bool>,
     /// Direct messages one user may send per minute on a gateway.
@@ -635,6 +644,9 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     if let Some(v) = f.max_token_lifetime_s {
         g.max_token_lifetime = Duration::from_secs(v.max(1));
     }
+    if let Some(v) = f.session_expiring_s {
+        g.expiry_warning = Duration::from_secs(v);
+    }
     g.rtc_webhook_secret = env_or_file("CHORUS_RTC_WEBHOOK_SECRET", f.rtc_webhook_secret.as_ref());
     g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
     g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
@@ -767,3 +779,6 @@ pub fn catalog(f: &FileConfig, lucky_secret: Vec<u8>) -> anyhow::Result<Catalog>
 
 #[cfg(test)]
 mod tests;
+mod users;
+
+pub use users::UsersVerb;

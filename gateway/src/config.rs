@@ -49,6 +49,9 @@ pub const DEFAULT_MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3
 pub const DEFAULT_IM_RATE_PER_MIN: u32 = 30;
 /// Direct messages one user may send at once before the per-minute rate applies.
 pub const DEFAULT_IM_RATE_BURST: u32 = 10;
+/// How long before its token expires a connection gets `session.expiring`: a minute leaves a
+/// client time to fetch a new token and send `auth.refresh`, even over a slow network.
+pub const DEFAULT_EXPIRY_WARNING: Duration = Duration::from_secs(60);
 /// Longest time a client may take to finish the WebSocket handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -87,6 +90,8 @@ pub struct GatewayConfig {
     pub max_conns_per_user: usize,
     /// Longest lifetime a client token may have.
     pub max_token_lifetime: Duration,
+    /// How long before its token expires a connection gets `session.expiring` (zero: never).
+    pub expiry_warning: Duration,
     /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
     pub ranks_without_robots: bool,
     /// `im.send` per user per minute on this gateway; beyond it `RATE_LIMITED`.
@@ -128,6 +133,7 @@ impl Default for GatewayConfig {
             im_rate_per_min: DEFAULT_IM_RATE_PER_MIN,
             im_rate_burst: DEFAULT_IM_RATE_BURST,
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
+            expiry_warning: DEFAULT_EXPIRY_WARNING,
             rtc_webhook_secret: None,
             livekit_api_key: None,
             livekit_api_secret: None,

@@ -265,13 +265,17 @@ impl Hub {
 
     /// One heartbeat tick over every session ([`Outbox::beat`]): sessions whose id falls in
     /// `slice` (of `slices`) are asked for a ping. Returns how many sessions it closed.
-    pub(crate) fn beat(&self, slice: u64, slices: u64, silence_ms: u64) -> usize {
+    /// Sockets within `warn_secs` of their token's expiry get `session.expiring` once.
+    pub(crate) fn beat(&self, slice: u64, slices: u64, silence_ms: u64, warn_secs: u64) -> usize {
         let now = crate::outbox::clock_ms();
         let unix = crate::outbox::unix_ms() / 1000;
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
         st.sessions
             .iter()
-            .filter_map(|(id, s)| s.out.beat(now, unix, silence_ms, id % slices == slice))
+            .filter_map(|(id, s)| {
+                s.out
+                    .beat(now, unix, silence_ms, id % slices == slice, warn_secs)
+            })
             .count()
     }
 

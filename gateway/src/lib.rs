@@ -14,6 +14,7 @@
 //! - [`money`]: `wallet.balance`, `gift.list` and `rank.get`, answered from the ledger.
 //! - `social`: the user registry, the gateway bus, direct messages and one room per user
 //!   across gateways.
+//! - `users`: profiles, follows and `auth.refresh`, answered from the user stores.
 //! - [`node`]: the roles of the binary (gateway, shard with its admin port), each started by
 //!   one function; [`standalone`] composes gateway and shard in one process.
 //! - `admin`: the admin HTTP port (`/healthz`, `/readyz`, `/metrics`, `/admin/*`).
@@ -37,6 +38,7 @@ mod shared;
 pub mod signal;
 mod social;
 pub mod standalone;
+mod users;
 mod wire;
 
 pub use admin::prometheus;

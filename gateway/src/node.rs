@@ -194,6 +194,10 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             rooms: Some(SnapshotStore::redis(&redis)),
         },
         crate::social::Social::cluster(cfg.node_id.clone(), &redis),
+        crate::users::Users::new(
+            storage::profiles::ProfileStore::redis(&redis),
+            storage::follows::FollowStore::redis(&redis),
+        ),
     );
     crate::social::start(&core).await?;
     let membership = Membership::new(&redis);

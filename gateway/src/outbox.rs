@@ -164,8 +164,11 @@ pub(crate) struct Outbox {
     ping: AtomicBool,
     /// [`clock_ms`] when the peer was last heard from.
     heard: AtomicU64,
-    /// When the socket's token expires, seconds since the Unix epoch.
-    expires: u64,
+    /// When the socket's token expires, seconds since the Unix epoch (`auth.refresh` moves it).
+    expires: AtomicU64,
+    /// `session.expiring` was sent for the current expiry (a refresh that moves it clears
+    /// this). Sits in the padding after `ping`.
+    warned: AtomicBool,
 }
 
 /// What the socket's writer takes from its outbox.
@@ -191,7 +194,8 @@ impl Outbox {
             kick: AtomicU8::new(0),
             ping: AtomicBool::new(false),
             heard: AtomicU64::new(clock_ms()),
-            expires,
+            expires: AtomicU64::new(expires),
+            warned: AtomicBool::new(false),
         }
     }
 
@@ -271,17 +275,44 @@ impl Outbox {
         self.heard.store(clock_ms(), Ordering::Relaxed);
     }
 
+    /// Moves the token's expiry to `exp` (seconds since the Unix epoch) unless it is already
+    /// later; answers the expiry now. A move lets `session.expiring` be sent again.
+    pub(crate) fn extend_expiry(&self, exp: u64) -> u64 {
+        let before = self.expires.fetch_max(exp, Ordering::AcqRel);
+        if exp > before {
+            self.warned.store(false, Ordering::Release);
+        }
+        before.max(exp)
+    }
+
     /// One heartbeat check at `now` ([`clock_ms`]) and `unix_secs`: closes the socket if its
     /// token expired or its peer has been silent for `silence_ms`, else asks for a ping when
-    /// `ping` is set. Returns the kick it made.
+    /// `ping` is set; within `warn_secs` of the expiry, queues `session.expiring` once.
+    /// Returns the kick it made.
     pub(crate) fn beat(
         &self,
         now: u64,
         unix_secs: u64,
         silence_ms: u64,
         ping: bool,
+        warn_secs: u64,
     ) -> Option<Kick> {
-        let kick = if unix_secs >= self.expires {
+        let expires = self.expires.load(Ordering::Acquire);
+        if unix_secs.saturating_add(warn_secs) >= expires
+            && unix_secs < expires
+            && !self.warned.swap(true, Ordering::AcqRel)
+        {
+            let frame = protocol::client::encode_event(
+                "session.expiring",
+                None,
+                None,
+                &protocol::client::Expiry { exp: expires },
+            );
+            if let Some(t) = crate::hub::text(frame) {
+                self.push(t);
+            }
+        }
+        let kick = if unix_secs >= expires {
             Some(Kick::TokenExpired)
         } else if now.saturating_sub(self.heard.load(Ordering::Relaxed)) >= silence_ms {
             Some(Kick::HeartbeatTimeout)
@@ -411,11 +442,11 @@ mod tests {
         let o = Outbox::new(10, 1000, later());
         o.push("x".into());
         let now = clock_ms();
-        assert_eq!(o.beat(now, later() - 3600, 1000, true), None);
+        assert_eq!(o.beat(now, later() - 3600, 1000, true, 0), None);
         assert_eq!(o.recv().await, Outgoing::Ping);
         assert_eq!(o.recv().await, Outgoing::Frame("x".into()));
         // A beat outside the socket's ping slot only checks.
-        assert_eq!(o.beat(now, later() - 3600, 1000, false), None);
+        assert_eq!(o.beat(now, later() - 3600, 1000, false, 0), None);
         assert_eq!(o.try_recv(), None);
         assert!(!o.ping.load(Ordering::Relaxed));
     }
@@ -425,11 +456,11 @@ mod tests {
         let o = Outbox::new(10, 1000, later());
         let unix = later() - 3600;
         let t0 = o.heard.load(Ordering::Relaxed);
-        assert_eq!(o.beat(t0 + 999, unix, 1000, true), None);
+        assert_eq!(o.beat(t0 + 999, unix, 1000, true, 0), None);
         o.heard.store(t0 + 500, Ordering::Relaxed);
-        assert_eq!(o.beat(t0 + 1499, unix, 1000, true), None);
+        assert_eq!(o.beat(t0 + 1499, unix, 1000, true, 0), None);
         assert_eq!(
-            o.beat(t0 + 1500, unix, 1000, true),
+            o.beat(t0 + 1500, unix, 1000, true, 0),
             Some(Kick::HeartbeatTimeout)
         );
         assert_eq!(o.kicked(), Some(Kick::HeartbeatTimeout));
@@ -440,9 +471,51 @@ mod tests {
     fn an_expired_token_closes_with_1008() {
         let exp = later();
         let o = Outbox::new(10, 1000, exp);
-        assert_eq!(o.beat(clock_ms(), exp - 1, 1000, false), None);
+        assert_eq!(o.beat(clock_ms(), exp - 1, 1000, false, 0), None);
         assert_eq!(
-            o.beat(clock_ms(), exp, 1000, false),
+            o.try_recv(),
+            None,
+            "a warning time of 0 sends no session.expiring"
+        );
+        assert_eq!(
+            o.beat(clock_ms(), exp, 1000, false, 0),
+            Some(Kick::TokenExpired)
+        );
+    }
+
+    #[test]
+    fn session_expiring_goes_once_per_expiry_and_a_refresh_moves_the_close() {
+        let exp = later();
+        let o = Outbox::new(10, 1000, exp);
+        let now = clock_ms();
+        assert_eq!(o.beat(now, exp - 61, 1000, false, 60), None);
+        assert_eq!(o.try_recv(), None, "not yet inside the warning time");
+        assert_eq!(o.beat(now, exp - 60, 1000, false, 60), None);
+        let warned = o.try_recv().expect("session.expiring queued");
+        assert!(
+            warned.as_str().contains(r#""ev":"session.expiring""#),
+            "{warned}"
+        );
+        assert!(
+            warned.as_str().contains(&format!(r#""exp":{exp}"#)),
+            "{warned}"
+        );
+        assert_eq!(o.beat(now, exp - 30, 1000, false, 60), None);
+        assert_eq!(o.try_recv(), None, "once");
+        // A refresh: an earlier expiry changes nothing, a later one moves the close and
+        // lets the warning come again before it.
+        assert_eq!(o.extend_expiry(exp - 100), exp);
+        assert_eq!(o.extend_expiry(exp + 100), exp + 100);
+        assert_eq!(
+            o.beat(now, exp, 1000, false, 60),
+            None,
+            "not closed at the old expiry"
+        );
+        assert_eq!(o.try_recv(), None);
+        assert_eq!(o.beat(now, exp + 40, 1000, false, 60), None);
+        assert!(o.try_recv().is_some(), "warned again for the new expiry");
+        assert_eq!(
+            o.beat(now, exp + 100, 1000, false, 60),
             Some(Kick::TokenExpired)
         );
     }

@@ -126,6 +126,8 @@ pub(crate) fn run(
     }
     // After `hello`: the direct messages the user is owed follow it.
     core.social_connected(session, &who.user);
+    // After the hello: the stored profile reaches the session when it is read.
+    core.load_profile(session, who.user.clone(), who.profile.clone());
     let mut s = Session {
         bucket: Bucket::new(core.config.rate_burst),
         core,
@@ -388,6 +390,10 @@ impl Session {
                     .money_request(self.session, &self.who.user, id, req.op);
             }
             Op::Im(op) => self.core.im_request(self.session, &self.who.user, id, op),
+            Op::User(op) => {
+                self.core
+                    .user_request(self.session, &self.who.user, &self.outbox, id, op);
+            }
             Op::Room(op) => {
                 // Only `room.create` may leave its room out: the server names the room.
                 let room = room.unwrap_or_else(new_room_id);

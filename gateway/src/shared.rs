@@ -58,6 +58,8 @@ pub(crate) struct Core {
     pub(crate) money: money::Money,
     /// The user registry, the gateway bus and direct messages.
     pub(crate) social: crate::social::Social,
+    /// Profile and follow stores for the user ops the gateway answers itself.
+    pub(crate) users: crate::users::Users,
     /// Sessions the gateway is moving to a room's new owner: their commands for that room
     /// wait (retried) until the move is done, instead of failing with `NOT_IN_ROOM`.
     rejoining: Mutex<std::collections::HashSet<(SessionId, RoomId)>>,
@@ -86,7 +88,7 @@ struct Pending {
 impl Core {
     #[allow(
         clippy::too_many_arguments,
-        reason = "each is one part of the gateway, built by its start-up"
+        reason = "one value per part of the gateway, each built by the node's start-up"
     )]
     pub(crate) fn new(
         node: NodeId,
@@ -97,6 +99,7 @@ impl Core {
         tracker: TaskTracker,
         money: money::Money,
         social: crate::social::Social,
+        users: crate::users::Users,
     ) -> Arc<Self> {
         let admission = crate::admission::Admission::new(config.admit_per_sec, config.admit_burst);
         let core = Arc::new_cyclic(|me| Self {
@@ -114,6 +117,7 @@ impl Core {
             pending: Mutex::new(HashMap::new()),
             money,
             social,
+            users,
             rejoining: Mutex::new(std::collections::HashSet::new()),
             hot: HotCounters {
                 requests: ::metrics::counter!(crate::metrics::REQUESTS),
@@ -127,7 +131,7 @@ impl Core {
         core
     }
 
-    fn self_ref(&self) -> Weak<Self> {
+    pub(crate) fn self_ref(&self) -> Weak<Self> {
         self.me.clone()
     }
 
@@ -319,9 +323,12 @@ impl Core {
                 () = self.shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let closed = self
-                .hub
-                .beat(slice, u64::from(HEARTBEAT_SLICES), silence_ms);
+            let closed = self.hub.beat(
+                slice,
+                u64::from(HEARTBEAT_SLICES),
+                silence_ms,
+                self.config.expiry_warning.as_secs(),
+            );
             if closed > 0 {
                 tracing::debug!(closed, "Heartbeat closed silent or expired sockets.");
             }

@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use protocol::client::Profile;
-use protocol::link::RoomCmd;
 use protocol::{NodeId, RoomId, SessionId, UserId};
 use storage::im::ImStore;
 use storage::redis::Redis;
@@ -262,10 +261,6 @@ impl Core {
 
     /// User `user`'s profile changed to `profile` (e.g. `user.update`): tell every gateway
     /// holding the user's connections, which updates its sessions and tells their rooms.
-    #[allow(
-        dead_code,
-        reason = "called by `user.update`, which lands with the profile store"
-    )]
     pub(crate) fn profile_changed(self: &Arc<Self>, user: &UserId, profile: &Profile) {
         let core = self.clone();
         let notice = Notice::Profile {
@@ -331,13 +326,7 @@ impl Core {
                     switch::on_switched(self, session, room, ver);
                 }
             }
-            Notice::Profile { user, profile } => {
-                let p = Arc::new(profile);
-                for (session, room) in self.hub.set_profile(&user, &p) {
-                    let cmd = RoomCmd::Profile((*p).clone());
-                    self.send_command(session, &user, None, room, cmd, None);
-                }
-            }
+            Notice::Profile { user, profile } => self.profile_applied(&user, Arc::new(profile)),
         }
     }
 }

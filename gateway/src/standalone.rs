@@ -74,6 +74,14 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let im = storage::im::ImStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("direct messages: {e}")))?;
+    let users = crate::users::Users::new(
+        storage::profiles::ProfileStore::sqlite(&cfg.data_dir)
+            .await
+            .map_err(|e| StartError::Storage(format!("profiles: {e}")))?,
+        storage::follows::FollowStore::sqlite(&cfg.data_dir)
+            .await
+            .map_err(|e| StartError::Storage(format!("follows: {e}")))?,
+    );
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 
@@ -110,6 +118,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             rooms: Some(snapshots.clone()),
         },
         crate::social::Social::standalone(node.clone(), im),
+        users,
     );
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));

@@ -15,6 +15,7 @@ pub mod profile;
 pub mod room;
 pub mod seat;
 pub mod session;
+pub mod user;
 pub mod wallet;
 
 use std::borrow::Cow;
@@ -54,6 +55,11 @@ pub use seat::{
     SeatTake, SeatTaken, SeatUpdate,
 };
 pub use session::{Hello, Pong};
+pub use user::{
+    AuthRefresh, Expiry, FollowCounts, FollowCountsGet, FollowDir, FollowEntry, FollowList,
+    FollowPage, FollowRoomsGet, FollowUser, FollowedRoom, FollowedRooms, ProfileOk, Profiles,
+    UserGet, UserOp,
+};
 pub use wallet::{Balance, WalletBalance};
 
 /// For `skip_serializing_if`: flags such as `robot` appear only when set.

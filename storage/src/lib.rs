@@ -10,12 +10,15 @@
 //! - [`registry`]: user -> gateways and user -> room now, and the gateway bus.
 //! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
 //! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
+//! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 
 pub mod error;
+pub mod follows;
 pub mod im;
 pub mod lease;
 pub mod ledger;
 pub mod membership;
+pub mod profiles;
 pub mod redis;
 pub mod registry;
 pub mod robots;

@@ -74,3 +74,35 @@ fn room_quotas_and_retention_come_from_the_file() {
     assert_eq!((s.max_rooms_per_user, s.room_creates_per_min), (5, 3));
     assert!(s.room_retention.is_zero(), "0 keeps rooms forever");
 }
+
+#[test]
+fn the_session_expiring_time_comes_from_the_file_with_a_minute_by_default() {
+    let f: FileConfig = toml::from_str("session_expiring_s = 120\n").unwrap();
+    let g = gateway_settings(&no_flags(), &f).unwrap();
+    assert_eq!(g.expiry_warning, Duration::from_secs(120));
+    let d = gateway_settings(&no_flags(), &FileConfig::default()).unwrap();
+    assert_eq!(d.expiry_warning, Duration::from_secs(60));
+}
+
+#[test]
+fn admin_users_calls_send_only_the_fields_given() {
+    let set = AdminVerb::Users {
+        verb: UsersVerb::Set {
+            id: "ann".into(),
+            name: Some("Ann".into()),
+            avatar: None,
+            region: Some(String::new()),
+        },
+    };
+    let (method, path, body) = set.request().unwrap();
+    assert_eq!((method, path.as_str()), ("PUT", "/admin/users/ann/profile"));
+    assert_eq!(body, Some(serde_json::json!({"name": "Ann", "region": ""})));
+    let get = AdminVerb::Users {
+        verb: UsersVerb::Get { id: "ann".into() },
+    };
+    let (method, path, body) = get.request().unwrap();
+    assert_eq!(
+        (method, path.as_str(), body),
+        ("GET", "/admin/users/ann/profile", None)
+    );
+}

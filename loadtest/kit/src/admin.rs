@@ -3,7 +3,8 @@
 //!
 //! [`call`] sends one request and answers an [`AdminResponse`] (status and body); [`get`] and
 //! [`post`] are its common shapes; [`grant`], [`wallet`] and [`ledger_totals`] are the money
-//! calls tests and the gifts scenario make; [`metric`] and its siblings read `/metrics`
+//! calls tests and the gifts scenario make; [`profile`] and [`set_profile`] the user calls;
+//! [`metric`] and its siblings read `/metrics`
 //! ([`metric_in`] reads a page already fetched).
 
 use std::net::SocketAddr;
@@ -103,6 +104,33 @@ pub async fn post(
     body: serde_json::Value,
 ) -> anyhow::Result<AdminResponse> {
     call(addr, "POST", path, token, Some(body)).await
+}
+
+/// `GET /admin/users/{user}/profile`: the profile shown, the user's own fields and the token
+/// claims.
+///
+/// # Errors
+/// Connection or protocol failures (a refusal is an answer: see its status).
+pub async fn profile(
+    addr: SocketAddr,
+    token: Option<&str>,
+    user: &str,
+) -> anyhow::Result<AdminResponse> {
+    get(addr, &format!("/admin/users/{user}/profile"), token).await
+}
+
+/// `PUT /admin/users/{user}/profile`: sets the fields of `update` (an empty string clears).
+///
+/// # Errors
+/// Connection or protocol failures (a refusal is an answer: see its status).
+pub async fn set_profile(
+    addr: SocketAddr,
+    token: Option<&str>,
+    user: &str,
+    update: serde_json::Value,
+) -> anyhow::Result<AdminResponse> {
+    let path = format!("/admin/users/{user}/profile");
+    call(addr, "PUT", &path, token, Some(update)).await
 }
 
 /// `POST /admin/wallets/{user}/grant`: grants `user` `amount` coins once per `key`.

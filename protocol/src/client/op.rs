@@ -9,8 +9,8 @@ use super::{
     BanList, ChatMute, ChatSend, DecodeError, GiftList, GiftSend, InRoom, MemberList,
     MicPublishing, RankGet, RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave,
     RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave,
-    SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, WalletBalance,
-    args,
+    SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp,
+    WalletBalance, args,
 };
 use super::{ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -195,6 +195,8 @@ pub enum Op {
     WalletBalance(WalletBalance),
     /// A direct-message operation (answered by the gateway).
     Im(ImOp),
+    /// A profile, follow or token operation (answered by the gateway from its user stores).
+    User(UserOp),
     /// An operation the room's owner applies.
     Room(RoomOp),
 }
@@ -236,6 +238,7 @@ impl Op {
             Self::RankGet(_) => "rank.get",
             Self::WalletBalance(_) => "wallet.balance",
             Self::Im(op) => op.name(),
+            Self::User(op) => op.name(),
             Self::Room(op) => op.name(),
         }
     }
@@ -245,7 +248,11 @@ impl Op {
         match self {
             Self::RankGet(r) => Some(&r.room),
             Self::Room(op) => op.room(),
-            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) | Self::Im(_) => None,
+            Self::Ping
+            | Self::GiftList(_)
+            | Self::WalletBalance(_)
+            | Self::Im(_)
+            | Self::User(_) => None,
         }
     }
 
@@ -265,7 +272,12 @@ impl Op {
             "im.block" => args(id, name, d).map(|a| Self::Im(ImOp::Block(a))),
             "im.unblock" => args(id, name, d).map(|a| Self::Im(ImOp::Unblock(a))),
             "im.blocks" => args(id, name, d).map(|a| Self::Im(ImOp::Blocks(a))),
-            _ => return RoomOp::decode(name, id, d).map(|r| r.map(Self::Room)),
+            _ => {
+                if let Some(u) = UserOp::decode(name, id, d) {
+                    return Some(u.map(Self::User));
+                }
+                return RoomOp::decode(name, id, d).map(|r| r.map(Self::Room));
+            }
         })
     }
 }
