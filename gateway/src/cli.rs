@@ -635,6 +635,9 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     if let Some(v) = f.ranks_without_robots {
         g.ranks_without_robots = v;
     }
+    if let Some(v) = ms(f.presence_grace_ms) {
+        g.presence_grace = v;
+    }
     if let Some(v) = f.im_rate_per_min {
         g.im_rate_per_min = v;
     }

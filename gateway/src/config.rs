@@ -94,6 +94,9 @@ pub struct GatewayConfig {
     pub expiry_warning: Duration,
     /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
     pub ranks_without_robots: bool,
+    /// How long a closed connection's room entry stays in the user registry: the rooms'
+    /// presence grace window (the same `presence_grace_ms` key as the shards').
+    pub presence_grace: Duration,
     /// `im.send` per user per minute on this gateway; beyond it `RATE_LIMITED`.
     pub im_rate_per_min: u32,
     /// `im.send` burst per user on this gateway.
@@ -130,6 +133,7 @@ impl Default for GatewayConfig {
             admit_burst: DEFAULT_ADMIT_BURST,
             max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
             ranks_without_robots: false,
+            presence_grace: shard::config::DEFAULT_PRESENCE_GRACE,
             im_rate_per_min: DEFAULT_IM_RATE_PER_MIN,
             im_rate_burst: DEFAULT_IM_RATE_BURST,
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,

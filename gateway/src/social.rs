@@ -251,10 +251,21 @@ impl Core {
         }
         let core = self.clone();
         let user = user.clone();
+        let grace = self.config.presence_grace;
         self.tracker.spawn(async move {
             let at = core.social.me(session);
             if let Err(e) = core.social.registry.remove_connection(&user, &at).await {
                 warn!(error = %e, %user, "Could not unregister a connection.");
+            }
+            // The room keeps the member, away, for the grace window: so does the registry, so
+            // that a join elsewhere meanwhile ends it (`switch.rs`). A stop needs no clean-up:
+            // the gateway's entries die with its liveness key.
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {}
+                () = core.shutdown.cancelled() => return,
+            }
+            if let Err(e) = core.social.registry.clear_room_of(&user, &at).await {
+                warn!(error = %e, %user, "Could not clear a closed connection's room entry.");
             }
         });
     }
@@ -321,9 +332,10 @@ impl Core {
                 session,
                 room,
                 ver,
+                user,
             } => {
                 if self.social.is_mine(&self.social.node, incarnation) {
-                    switch::on_switched(self, session, room, ver);
+                    switch::on_switched(self, session, room, ver, user);
                 }
             }
             Notice::Profile { user, profile } => self.profile_applied(&user, Arc::new(profile)),

@@ -102,9 +102,15 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     );
     let (tx, rx) = mpsc::channel(LINK_QUEUE);
     shard.attach_gateway(node.clone(), tx);
+    // One process, one grace window: the registry keeps a closed connection's room entry as
+    // long as the room keeps its member away.
+    let gateway_cfg = crate::config::GatewayConfig {
+        presence_grace: cfg.shard.presence_grace,
+        ..cfg.gateway.clone()
+    };
     let core = Core::new(
         node.clone(),
-        cfg.gateway.clone(),
+        gateway_cfg,
         Router::Local(shard.clone()),
         Authenticator::new(&cfg.jwt_secret)
             .map_err(|e| StartError::Config(e.to_string()))?

@@ -241,3 +241,39 @@ async fn a_gateway_drain_shows_no_presence_for_members_who_return() {
     assert_eq!(l["count"], 4);
     assert_eq!(away(&l), 0);
 }
+
+/// A user whose connection dropped is away in their room for the grace window; joining
+/// another room meanwhile, through another gateway, ends that at once (`switched`), so the
+/// user is in one room even while the first one would still wait for them.
+#[tokio::test]
+async fn joining_elsewhere_in_the_grace_window_ends_the_away_member_at_once() {
+    // A window far longer than the test waits: a leave can only come from the switch.
+    let (cluster, _dir) = cluster_with("presence_grace_ms = 60000\n", &[]).await;
+    let mut obs = cluster.connect(0, "obs").await.unwrap();
+    let a = obs.create_room(json!({"room": "first"})).await.unwrap();
+    obs.join(&a, false, None).await.unwrap();
+    let mut u1 = cluster.connect(1, "wanderer").await.unwrap();
+    u1.join(&a, false, None).await.unwrap();
+    let ev = obs.next_event_named("member.join", WAIT).await.unwrap();
+    assert_eq!(ev.d["user"], "wanderer");
+    u1.close().await;
+    // Away, not gone: still listed.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = member_list(&mut obs, &a).await;
+        if away(&list) == 1 {
+            assert_eq!(list["count"], 2);
+            break;
+        }
+        assert!(Instant::now() < deadline, "never away: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut u2 = cluster.connect(0, "wanderer").await.unwrap();
+    let b = u2.create_room(json!({"room": "second"})).await.unwrap();
+    u2.join(&b, false, None).await.unwrap();
+    let ev = obs.next_event_named("member.leave", WAIT).await.unwrap();
+    assert_eq!(ev.d, json!({"user": "wanderer", "reason": "switched"}));
+    let list = member_list(&mut obs, &a).await;
+    assert_eq!(list["count"], 1, "{list}");
+}

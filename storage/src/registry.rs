@@ -150,6 +150,21 @@ impl Registry {
                         l.conns.remove(user);
                     }
                 }
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes `user`'s room entry if it is still connection `at`'s, whatever the room (a
+    /// closed connection's, once the rooms' grace window has passed).
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn clear_room_of(&self, user: &UserId, at: &SessionRef) -> Result<()> {
+        match self {
+            Self::Redis(r) => r.clear_room_of(user, at).await,
+            Self::InProcess(l) => {
+                let mut l = l.lock().unwrap_or_else(PoisonError::into_inner);
                 if l.rooms.get(user).is_some_and(|e| e.at == *at) {
                     l.rooms.remove(user);
                 }

@@ -58,9 +58,23 @@ async fn contract(reg: Registry) {
             .is_empty()
     );
 
-    // A closed connection takes its room entry with it.
+    // A closed connection keeps its room entry (the room keeps the member away for its grace
+    // window) until `clear_room_of`, which clears it whatever the room, and only its own.
     reg.set_room(&ann, &r1, &g1).await.unwrap();
     reg.remove_connection(&ann, &g1).await.unwrap();
+    let kept = reg.rooms_of(std::slice::from_ref(&ann)).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!((&kept[0].1.room, &kept[0].1.at), (&r1, &g1));
+    reg.clear_room_of(&ann, &g2).await.unwrap();
+    assert_eq!(
+        reg.rooms_of(std::slice::from_ref(&ann))
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "another connection's clear leaves the entry"
+    );
+    reg.clear_room_of(&ann, &g1).await.unwrap();
     assert!(
         reg.rooms_of(std::slice::from_ref(&ann))
             .await

@@ -37,11 +37,15 @@ pub(crate) enum Notice {
     },
     /// Take `session` (of this gateway's incarnation `incarnation`) out of `room`, if its
     /// registry entry there is still version `ver`: its user joined another room elsewhere.
+    /// `user` names the session's user, so that a session that closed meanwhile (its member
+    /// still away in the room's grace window) can be taken out all the same.
     Switched {
         incarnation: u64,
         session: SessionId,
         room: RoomId,
         ver: u64,
+        #[serde(default)]
+        user: Option<UserId>,
     },
     /// `user`'s profile is now `profile`.
     Profile { user: UserId, profile: Profile },
@@ -108,6 +112,7 @@ mod tests {
                 session: 7,
                 room: RoomId::from("r1"),
                 ver: 42,
+                user: Some(UserId::from("ann")),
             },
             Notice::Profile {
                 user: UserId::from("ann"),

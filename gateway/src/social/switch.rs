@@ -9,10 +9,14 @@
 //! flight keeps the notice until that swap answers, and drops it if its entry moved on (its
 //! later swap tells the other session instead). Same room through another connection is the
 //! room's own "replaced" rule, not this one.
+//!
+//! A closed connection's entry stays for the rooms' presence grace window (its member is
+//! away there, and may come back): a join elsewhere meanwhile still tells its gateway, which
+//! ends the away member at once with a `Leave(Switched)` in the closed session's name.
 
 use std::sync::Arc;
 
-use protocol::link::LeaveReason;
+use protocol::link::{LeaveReason, RoomCmd};
 use protocol::{RoomId, SessionId, UserId};
 use tracing::{debug, warn};
 
@@ -134,12 +138,29 @@ async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId
         session: prev.at.session,
         room: prev.room,
         ver: prev.ver,
+        user: Some(user.clone()),
     };
     core.notify(&prev.at.gateway, &notice).await;
 }
 
 /// A "take session out of room" notice for this gateway.
-pub(super) fn on_switched(core: &Arc<Core>, session: SessionId, room: RoomId, ver: u64) {
+pub(super) fn on_switched(
+    core: &Arc<Core>,
+    session: SessionId,
+    room: RoomId,
+    ver: u64,
+    user: Option<UserId>,
+) {
+    if core.hub.user_of(session).is_none() {
+        // The session closed: its member may still be away in the room's grace window (its
+        // entry is kept that long). Ending that at once keeps the user in one room; a room
+        // where the member is no longer away answers `NOT_IN_ROOM`, which nobody waits for.
+        if let Some(user) = user {
+            let cmd = RoomCmd::Leave(LeaveReason::Switched);
+            core.send_command(session, &user, None, room, cmd, None);
+        }
+        return;
+    }
     let go = {
         let mut tracked = core.social.sessions();
         let Some(t) = tracked.get_mut(&session) else {

@@ -204,8 +204,12 @@ impl RedisRegistry {
             .arg(field(at))
             .query_async::<i64>(&mut conn)
             .await
-            .map_err(map_err)?;
-        // Its room entry too, if it is still this connection's (whatever the room).
+            .map(drop)
+            .map_err(map_err)
+    }
+
+    pub(super) async fn clear_room_of(&self, user: &UserId, at: &SessionRef) -> Result<()> {
+        let mut conn = self.conn.clone();
         let suffix = format!("|{}", field(at));
         self.scripts
             .clear_room
