@@ -6,9 +6,11 @@
 //!   in-process engines.
 //! - [`snapshot`]: durable room state, every write conditioned on the fencing token.
 //! - [`membership`]: ring membership (live shards, weights, ring version) in Redis.
+//! - [`directory`]: the room directory (`room.list`): summaries owners publish, directory pins.
 //! - [`redis`]: connection setup and script loading.
 //! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
 
+pub mod directory;
 pub mod error;
 pub mod lease;
 pub mod ledger;

@@ -188,6 +188,8 @@ pub enum Op {
     RankGet(RankGet),
     /// `wallet.balance` (answered by the gateway from the ledger).
     WalletBalance(WalletBalance),
+    /// `room.list`: the room directory (answered by the gateway).
+    RoomList(super::RoomList),
     /// An operation the room's owner applies.
     Room(RoomOp),
 }
@@ -200,6 +202,7 @@ impl Op {
             Self::GiftList(_) => "gift.list",
             Self::RankGet(_) => "rank.get",
             Self::WalletBalance(_) => "wallet.balance",
+            Self::RoomList(_) => "room.list",
             Self::Room(op) => op.name(),
         }
     }
@@ -209,7 +212,7 @@ impl Op {
         match self {
             Self::RankGet(r) => Some(&r.room),
             Self::Room(op) => op.room(),
-            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) => None,
+            Self::Ping | Self::GiftList(_) | Self::WalletBalance(_) | Self::RoomList(_) => None,
         }
     }
 
@@ -224,6 +227,7 @@ impl Op {
             "gift.list" => args(id, name, d).map(Self::GiftList),
             "rank.get" => args(id, name, d).map(Self::RankGet),
             "wallet.balance" => args(id, name, d).map(Self::WalletBalance),
+            "room.list" => args(id, name, d).map(Self::RoomList),
             _ => return RoomOp::decode(name, id, d).map(|r| r.map(Self::Room)),
         })
     }
