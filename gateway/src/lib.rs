@@ -19,6 +19,7 @@
 
 mod admin;
 mod admission;
+mod directory;
 pub mod auth;
 pub mod cli;
 pub mod config;

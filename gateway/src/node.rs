@@ -141,7 +141,12 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
         tracker.clone(),
     )
     .await?;
+    let directory = crate::directory::Directory::new(
+        storage::directory::DirectoryStore::redis(&node.redis),
+        shard::config::DEFAULT_DIRECTORY_STALE,
+    );
     let admin = Arc::new(Admin {
+        directory,
         node: node_id.clone(),
         core: None,
         token: cfg.admin_token,
@@ -194,6 +199,11 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             rooms: Some(SnapshotStore::redis(&redis)),
         },
     );
+    let directory = crate::directory::Directory::new(
+        storage::directory::DirectoryStore::redis(&redis),
+        shard::config::DEFAULT_DIRECTORY_STALE,
+    );
+    let _ = core.directory.set(directory.clone());
     let membership = Membership::new(&redis);
     refresh_ring(&core, &routes, &membership).await;
     tracker.spawn(follow_ring(core.clone(), routes, membership.clone()));
@@ -216,6 +226,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         membership: Some(membership),
         robots: RobotStore::redis(&redis),
         snapshots: SnapshotStore::redis(&redis),
+        directory,
         ready: Readiness::Cluster(redis),
     });
     tracker.spawn(admin::serve(

@@ -71,6 +71,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let robots = storage::robots::RobotStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("robot configs: {e}")))?;
+    let directory = storage::directory::DirectoryStore::memory();
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 
@@ -85,6 +86,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             snapshots: snapshots.clone(),
             ledger: Some(ledger.clone()),
             robots: robots.clone(),
+            directory: directory.clone(),
         },
         shutdown.clone(),
         tracker.clone(),
@@ -107,6 +109,8 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             rooms: Some(snapshots.clone()),
         },
     );
+    let dir = crate::directory::Directory::new(directory, cfg.shard.directory_stale);
+    let _ = core.directory.set(dir.clone());
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));
     let admin = Arc::new(admin::Admin {
@@ -120,6 +124,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         ready: Readiness::Standalone,
         robots,
         snapshots,
+        directory: dir,
     });
     tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
     info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");

@@ -14,7 +14,7 @@ pub const ROOM_QUERY_MAX_BYTES: usize = 64;
 pub const ROOM_CURSOR_MAX_BYTES: usize = 64;
 
 /// `room.list` arguments.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct RoomList {
     /// Where the previous page ended (its reply's `cursor`); absent for the first page.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -173,6 +173,10 @@ pub struct Durable {
     /// Coins each robot has ordered in gifts here, over the room's life (its budget's count).
     #[serde(default)]
     pub robot_spent: BTreeMap<UserId, i64>,
+    /// The owner's region, from their profile when they create or join the room (the room
+    /// directory's region filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_region: Option<String>,
 }
 
 impl Durable {
@@ -209,6 +213,7 @@ impl Durable {
             audit: VecDeque::new(),
             rtc: BTreeMap::new(),
             robot_spent: BTreeMap::new(),
+            owner_region: None,
         })
     }
 
