@@ -19,10 +19,10 @@
 
 mod admin;
 mod admission;
-mod directory;
 pub mod auth;
 pub mod cli;
 pub mod config;
+mod directory;
 mod hub;
 mod link;
 pub mod metrics;

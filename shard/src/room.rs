@@ -645,6 +645,7 @@ impl RoomActor {
             durable.owner_region = cmd.profile.as_ref().and_then(|p| p.region.clone());
             self.check_create_rate(user)?;
             self.create(durable, true).await?;
+            self.list_note(0, true);
             if let RoomCmd::Op(RoomOp::Create(_)) = &cmd.cmd {
                 let ok = client::to_json(&RoomCreated {
                     room: self.room.clone(),

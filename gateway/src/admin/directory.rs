@@ -17,7 +17,11 @@ use super::{Admin, Resp, error, json_resp};
 /// `GET /admin/rooms?cursor=&limit=&region=&query=`.
 pub(super) async fn list(admin: &Admin, query: Option<&str>) -> Resp {
     let mut req = RoomList::default();
-    for (k, v) in query.unwrap_or("").split('&').filter_map(|kv| kv.split_once('=')) {
+    for (k, v) in query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+    {
         let Some(v) = percent_decode(v) else {
             return error(StatusCode::BAD_REQUEST, "bad percent-encoding");
         };
@@ -77,7 +81,10 @@ pub(super) async fn pin(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
         _ => {}
     }
     if b.until.is_some_and(|u| u <= now) {
-        return error(StatusCode::BAD_REQUEST, "until: a time in the future (unix ms)");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "until: a time in the future (unix ms)",
+        );
     }
     let store = admin.directory.store();
     match admin.snapshots.load(&room).await {
@@ -87,7 +94,10 @@ pub(super) async fn pin(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
     }
     match store.pins().await {
         Ok(p) if p.len() >= MAX_PINS && !p.contains_key(&room) => {
-            return error(StatusCode::CONFLICT, "too many directory pins (at most 100)");
+            return error(
+                StatusCode::CONFLICT,
+                "too many directory pins (at most 100)",
+            );
         }
         Ok(_) => {}
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
@@ -166,7 +176,10 @@ mod tests {
 
     #[test]
     fn percent_decoding() {
-        assert_eq!(percent_decode("late+night%20jazz").as_deref(), Some("late night jazz"));
+        assert_eq!(
+            percent_decode("late+night%20jazz").as_deref(),
+            Some("late night jazz")
+        );
         assert_eq!(percent_decode("caf%C3%A9").as_deref(), Some("café"));
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%4"), None);

@@ -45,8 +45,10 @@ impl RoomActor {
             return Ok(());
         };
         self.due_stale |= applied.durable_changed;
-        let (gift_coins, durable_changed) =
-            (super::directory::gift_coins(&applied), applied.durable_changed);
+        let (gift_coins, durable_changed) = (
+            super::directory::gift_coins(&applied),
+            applied.durable_changed,
+        );
         let now = Instant::now();
         let epoch = state.epoch();
         let mut frames: SmallVec<[Bytes; 2]> = SmallVec::with_capacity(applied.events.len());

@@ -7,7 +7,11 @@ use protocol::UserId;
 impl RoomState {
     /// Seats taken.
     pub fn seated(&self) -> u32 {
-        self.durable.seats.iter().filter(|s| s.user.is_some()).count() as u32
+        self.durable
+            .seats
+            .iter()
+            .filter(|s| s.user.is_some())
+            .count() as u32
     }
 
     /// Records the region of `user`'s profile as the owner's region when `user` owns the
