@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
 use protocol::client::{self, RoomList, RoomListPage};
 use protocol::{ErrorCode, SessionId};
 use storage::directory::{DirectoryStore, ListArgs};
@@ -106,7 +105,7 @@ impl Core {
         self.tracker.spawn(async move {
             let frame = match core.directory.get() {
                 Some(dir) => match dir.page(&req).await {
-                    Ok(page) => Bytes::from(client::encode_ok(id, &*page)),
+                    Ok(page) => client::encode_ok(id, &*page),
                     Err(e) => client::encode_err(Some(id), e.code, &e.msg),
                 },
                 None => client::encode_err(

@@ -76,7 +76,7 @@ impl Publisher {
             }
             self.flush().await;
             ticks = ticks.wrapping_add(1);
-            if ticks % SWEEP_EVERY_TICKS == 0 {
+            if ticks.is_multiple_of(SWEEP_EVERY_TICKS) {
                 let stale_ms = stale.as_millis() as u64;
                 match self.store.sweep_dead(crate::room::now_ms(), stale_ms).await {
                     Ok(n) if n > 0 => debug!(removed = n, "Directory entries of dead nodes swept."),
