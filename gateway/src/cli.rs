@@ -11,7 +11,10 @@ use shard::ShardConfig;
 use shard::gifts::{Catalog, GiftDef, Prize};
 
 use crate::config::GatewayConfig;
+
+mod rooms;
 use crate::standalone::StandaloneConfig;
+pub use rooms::RoomsVerb;
 
 /// Default WebSocket address of standalone mode.
 pub const DEFAULT_WS_ADDR: &str = "127.0.0.1:8080";
@@ -134,6 +137,12 @@ pub enum AdminVerb {
         /// User id.
         user: String,
     },
+    /// The room directory and its directory pins (`/admin/rooms`).
+    Rooms {
+        /// The call.
+        #[command(subcommand)]
+        verb: RoomsVerb,
+    },
     /// Robot room configurations (`/admin/robots`).
     Robots {
         /// The call.
@@ -254,6 +263,7 @@ impl AdminVerb {
             ),
             Self::Wallet { user } => ("GET", format!("/admin/wallets/{user}"), None),
             Self::Robots { verb } => return verb.request(),
+            Self::Rooms { verb } => verb.request(),
         })
     }
 }
@@ -452,6 +462,10 @@ pub struct FileConfig {
     pub room_retention_s: Option<u64>,
     /// How often a shard sweeps for rooms past their retention, seconds.
     pub retention_sweep_s: Option<u64>,
+    /// How often a shard publishes its rooms' changed directory summaries, ms.
+    pub directory_publish_ms: Option<u64>,
+    /// Directory entries of a shard silent this long are not listed, ms.
+    pub directory_stale_ms: Option<u64>,
     /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
     pub ledger: Option<String>,
     /// Drain window on shutdown, ms.
@@ -686,6 +700,12 @@ pub fn shard_settings(
     }
     if let Some(v) = f.retention_sweep_s {
         s.retention_sweep = Duration::from_secs(v.max(1));
+    }
+    if let Some(v) = f.directory_publish_ms {
+        s.directory_publish = Duration::from_millis(v.max(10));
+    }
+    if let Some(v) = f.directory_stale_ms {
+        s.directory_stale = Duration::from_millis(v.max(1000));
     }
     s
 }
