@@ -466,6 +466,8 @@ pub struct FileConfig {
     pub directory_publish_ms: Option<u64>,
     /// Directory entries of a shard silent this long are not listed, ms.
     pub directory_stale_ms: Option<u64>,
+    /// How long a gateway caches a `room.list` page, ms (0: no cache).
+    pub directory_cache_ms: Option<u64>,
     /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
     pub ledger: Option<String>,
     /// Drain window on shutdown, ms.
@@ -641,6 +643,12 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
     g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
     g.metrics_token = metrics_token(f);
+    if let Some(v) = f.directory_cache_ms {
+        g.directory_cache = Duration::from_millis(v);
+    }
+    if let Some(v) = f.directory_stale_ms {
+        g.directory_stale = Duration::from_millis(v.max(1000));
+    }
     anyhow::ensure!(
         g.livekit_api_key.is_some() == g.livekit_api_secret.is_some(),
         "LiveKit webhooks need both CHORUS_LIVEKIT_API_KEY and CHORUS_LIVEKIT_API_SECRET \

@@ -1,6 +1,6 @@
 //! `room.list` and `GET /admin/rooms`: pages of the room directory
 //! ([`storage::directory`]), which the shards' rooms publish. A page is cached for
-//! [`CACHE_TTL`], so a crowd opening the room list costs the store one read per second per
+//! `directory_cache_ms` (1 s), so a crowd opening the room list costs the store one read per second per
 //! distinct request.
 
 use std::collections::HashMap;
@@ -14,8 +14,6 @@ use tokio::time::Instant;
 
 use crate::shared::Core;
 
-/// How long a page is served from the cache.
-pub(crate) const CACHE_TTL: Duration = Duration::from_secs(1);
 /// Pages cached at once; a full cache is emptied (the next second refills it).
 const CACHE_MAX: usize = 4096;
 
@@ -24,6 +22,8 @@ pub(crate) struct Directory {
     store: DirectoryStore,
     /// Entries of a node that has not published for this long are not listed.
     stale: Duration,
+    /// How long a page is served from the cache (zero: never).
+    cache_ttl: Duration,
     cache: Mutex<HashMap<RoomList, (Instant, Arc<RoomListPage>)>>,
 }
 
@@ -43,10 +43,11 @@ pub(crate) struct ListError {
 }
 
 impl Directory {
-    pub(crate) fn new(store: DirectoryStore, stale: Duration) -> Arc<Self> {
+    pub(crate) fn new(store: DirectoryStore, stale: Duration, cache_ttl: Duration) -> Arc<Self> {
         Arc::new(Self {
             store,
             stale,
+            cache_ttl,
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -69,7 +70,7 @@ impl Directory {
         })?;
         let now = Instant::now();
         if let Some((at, page)) = self.lock().get(req)
-            && now.duration_since(*at) < CACHE_TTL
+            && now.duration_since(*at) < self.cache_ttl
         {
             return Ok(page.clone());
         }
@@ -89,6 +90,9 @@ impl Directory {
             rooms: page.rooms,
             cursor: page.cursor,
         });
+        if self.cache_ttl.is_zero() {
+            return Ok(page);
+        }
         let mut cache = self.lock();
         if cache.len() >= CACHE_MAX {
             cache.clear();

@@ -132,6 +132,7 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let node_id = cfg.node.node_id.clone();
+    let node_stale = cfg.node.shard.directory_stale;
     let node = shard::node::start(
         ShardNodeConfig {
             admin_addr,
@@ -143,7 +144,8 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
     .await?;
     let directory = crate::directory::Directory::new(
         storage::directory::DirectoryStore::redis(&node.redis),
-        shard::config::DEFAULT_DIRECTORY_STALE,
+        node_stale,
+        crate::config::DEFAULT_DIRECTORY_CACHE,
     );
     let admin = Arc::new(Admin {
         directory,
@@ -201,7 +203,8 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
     );
     let directory = crate::directory::Directory::new(
         storage::directory::DirectoryStore::redis(&redis),
-        shard::config::DEFAULT_DIRECTORY_STALE,
+        cfg.gateway.directory_stale,
+        cfg.gateway.directory_cache,
     );
     let _ = core.directory.set(directory.clone());
     let membership = Membership::new(&redis);

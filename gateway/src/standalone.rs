@@ -109,7 +109,11 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             rooms: Some(snapshots.clone()),
         },
     );
-    let dir = crate::directory::Directory::new(directory, cfg.shard.directory_stale);
+    let dir = crate::directory::Directory::new(
+        directory,
+        cfg.shard.directory_stale,
+        cfg.gateway.directory_cache,
+    );
     let _ = core.directory.set(dir.clone());
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));
