@@ -9,10 +9,13 @@
 //! - [`baseline`]: the minimal room-broadcast server benchmarks compare against.
 //! - [`robots`]: robot rooms on one shard (`chorus-loadtest robots`): the start, the lease
 //!   renewal round trips per tick, leases lost, CPU.
+//! - [`directory`]: `room.list` latency at a small and a large room directory
+//!   (`chorus-loadtest directory`).
 //! - [`target`]: what a run measures (spawned standalone, cluster or baseline, or given URLs).
 //! - [`report`]: reports (table, JSON) and the SVG latency plot.
 
 pub mod baseline;
+pub mod directory;
 pub mod load;
 pub mod report;
 pub mod robots;

@@ -7,6 +7,7 @@
 //! chorus-loadtest party  --spawn standalone --rate 0.5 --bursts-per-sec 2 --seat-rate 100
 //! chorus-loadtest party  --spawn standalone --seat-requesters 2 --seat-request-rate 20
 //! chorus-loadtest robots --rooms 10000 --duration 30 --pin --json robots.json
+//! chorus-loadtest directory --sizes 100,100000 --calls 500 --json directory.json
 //! chorus-loadtest baseline-server --addr 127.0.0.1:7000
 //! ```
 //!
@@ -139,6 +140,9 @@ enum Cmd {
     /// leases renewed and lost, extra runtime starts, robot chat/s, shard CPU and RSS. Exits
     /// non-zero when any lease was lost, any runtime started twice or not all started.
     Robots(RobotsArgs),
+    /// `room.list` latency at 100 and 100,000 directory entries (redis-server, one shard, one
+    /// gateway); exits non-zero unless listing stays flat (see `loadtest::directory`).
+    Directory(loadtest::directory::Options),
     /// Runs the minimal room-broadcast baseline server.
     BaselineServer {
         /// Listen address.
@@ -762,6 +766,15 @@ fn main() -> anyhow::Result<()> {
                 common,
             } => run_scenario(Scenario::Reconnect { rooms, members }, common).await,
             Cmd::Robots(a) => run_robots(a).await,
+            Cmd::Directory(o) => {
+                let r = loadtest::directory::run(&o).await?;
+                print!("{}", loadtest::directory::text(&r));
+                if let Some(path) = &o.json {
+                    std::fs::write(path, serde_json::to_vec_pretty(&r)?)?;
+                }
+                anyhow::ensure!(r.ok, "listing is not flat");
+                Ok(())
+            }
             Cmd::Party { shape, common } => {
                 shape.check()?;
                 run_scenario(Scenario::Party(shape), common).await
