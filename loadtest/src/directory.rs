@@ -47,6 +47,10 @@ pub struct Options {
     /// Timed calls per case and size.
     #[arg(long, default_value_t = 500)]
     pub calls: usize,
+    /// Pin the cluster's processes (Redis included) to CPU 0 (run the generator with
+    /// `taskset -c 1`).
+    #[arg(long)]
+    pub pin: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -150,6 +154,14 @@ pub async fn run(o: &Options) -> anyhow::Result<DirectoryReport> {
     })
     .await
     .context("starting the cluster (redis-server, one shard, one gateway)")?;
+    if o.pin {
+        let mut pids: Vec<u32> = cluster.shards.iter().map(|s| s.node.pid()).collect();
+        pids.extend(cluster.gateways.iter().map(|g| g.node.pid()));
+        pids.extend(cluster.redis.pid());
+        for p in pids {
+            crate::target::pin_pid(p)?;
+        }
+    }
     let redis = storage::redis::Redis::connect(&cluster.redis.url()).await?;
     let store = DirectoryStore::redis(&redis);
     let node = NodeId::from("fill");
