@@ -71,7 +71,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let robots = storage::robots::RobotStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("robot configs: {e}")))?;
-    let directory = storage::directory::DirectoryStore::memory();
+    let directory = storage::directory::DirectoryStore::memory_with_pins_file(&cfg.data_dir)
+        .await
+        .map_err(|e| StartError::Storage(format!("room directory: {e}")))?;
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 

@@ -88,14 +88,18 @@ async fn the_directory_lists_live_rooms_of_live_shards_only() {
         let mut c = cluster.connect(0, &format!("owner{o}")).await.unwrap();
         tasks.push(tokio::spawn(async move {
             for i in (o..ROOMS).step_by(OWNERS) {
-                c.create_room(json!({"room": format!("c{i:04}"), "title": format!("Room {i}"), "seats": 4}))
-                    .await
-                    .unwrap();
+                c.create_room(
+                    json!({"room": format!("c{i:04}"), "title": format!("Room {i}"), "seats": 4}),
+                )
+                .await
+                .unwrap();
             }
             for i in (o..ROOMS).step_by(OWNERS).filter(|i| i % 10 != 0) {
                 let room = format!("c{i:04}");
                 c.join(&room.as_str().into(), false, None).await.unwrap();
-                c.request("room.close", json!({"room": room})).await.unwrap();
+                c.request("room.close", json!({"room": room}))
+                    .await
+                    .unwrap();
             }
             c
         }));
@@ -109,7 +113,11 @@ async fn the_directory_lists_live_rooms_of_live_shards_only() {
         .map(|i| format!("c{i:04}"))
         .collect();
     let pin = cluster
-        .admin("POST", "/admin/rooms/c0500/pin", Some(json!({"scope": "global"})))
+        .admin(
+            "POST",
+            "/admin/rooms/c0500/pin",
+            Some(json!({"scope": "global"})),
+        )
         .await
         .unwrap();
     assert_eq!(pin.status, 200, "{}", pin.body);
@@ -126,7 +134,11 @@ async fn the_directory_lists_live_rooms_of_live_shards_only() {
             on_s1.insert(room.clone());
         }
     }
-    assert!(!on_s1.is_empty() && on_s1.len() < live.len(), "{} on s1", on_s1.len());
+    assert!(
+        !on_s1.is_empty() && on_s1.len() < live.len(),
+        "{} on s1",
+        on_s1.len()
+    );
     cluster.shard_mut("s1").unwrap().node.kill9().unwrap();
     let survivors: HashSet<String> = live.difference(&on_s1).cloned().collect();
     wait_for(&mut c, &survivors, "a killed shard's rooms leave the list").await;

@@ -25,7 +25,8 @@
 //!   and search tokens), `dir:z` and `dir:z:{region}` (sorted sets by score), `dir:lex`
 //!   (lexicographic index of `token \0 room`), `dir:n:{node}` (rooms per node), `dir:alive`
 //!   (node → last publish, unix ms), `dir:pins` (room → pin JSON).
-//! - In process (standalone): the same structures in memory.
+//! - In process (standalone): the same structures in memory; directory pins also in SQLite
+//!   (`<data_dir>/directory.db`) when opened with [`DirectoryStore::memory_with_pins_file`].
 
 mod memory;
 mod redis;
@@ -244,9 +245,20 @@ impl DirectoryStore {
         Self::Redis(redis::RedisDirectory::new(redis.conn()))
     }
 
-    /// An in-process store.
+    /// An in-process store (pins in memory only).
     pub fn memory() -> Self {
         Self::Memory(memory::MemoryDirectory::default())
+    }
+
+    /// An in-process store whose directory pins are kept in `<data_dir>/directory.db`, so
+    /// they survive a restart (standalone).
+    ///
+    /// # Errors
+    /// `Backend` when the directory or the database cannot be opened.
+    pub async fn memory_with_pins_file(data_dir: &std::path::Path) -> Result<Self> {
+        Ok(Self::Memory(
+            memory::MemoryDirectory::with_pins_file(data_dir).await?,
+        ))
     }
 
     /// Applies `updates` for rooms owned by `node` and records that `node` is alive at
@@ -300,10 +312,7 @@ impl DirectoryStore {
     pub async fn pin(&self, room: &RoomId, pin: &Pin) -> Result<()> {
         match self {
             Self::Redis(r) => r.pin(room, pin).await,
-            Self::Memory(m) => {
-                m.pin(room, pin);
-                Ok(())
-            }
+            Self::Memory(m) => m.pin(room, pin).await,
         }
     }
 
@@ -314,7 +323,7 @@ impl DirectoryStore {
     pub async fn unpin(&self, room: &RoomId) -> Result<bool> {
         match self {
             Self::Redis(r) => r.unpin(room).await,
-            Self::Memory(m) => Ok(m.unpin(room)),
+            Self::Memory(m) => m.unpin(room).await,
         }
     }
 

@@ -287,6 +287,29 @@ async fn memory_engine_keeps_the_contract() {
 }
 
 #[tokio::test]
+async fn standalone_engine_keeps_the_contract_and_its_pins_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirectoryStore::memory_with_pins_file(dir.path())
+        .await
+        .unwrap();
+    contract(store).await;
+    // The contract left three pins (room-04, room-05, ghost): a reopened store has them.
+    let reopened = DirectoryStore::memory_with_pins_file(dir.path())
+        .await
+        .unwrap();
+    let pins = reopened.pins().await.unwrap();
+    let mut rooms: Vec<&str> = pins.keys().map(RoomId::as_str).collect();
+    rooms.sort_unstable();
+    assert_eq!(rooms, ["ghost", "room-04", "room-05"]);
+    assert_eq!(pins[&RoomId::from("room-04")].region.as_deref(), Some("eu"));
+    assert!(reopened.unpin(&"ghost".into()).await.unwrap());
+    let again = DirectoryStore::memory_with_pins_file(dir.path())
+        .await
+        .unwrap();
+    assert_eq!(again.pins().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn redis_engine_keeps_the_contract() {
     let server = RedisServer::start().await.unwrap();
     let redis = Redis::connect(&server.url()).await.unwrap();

@@ -1,5 +1,7 @@
 //! The directory in process (standalone): the Redis engine's structures in memory, with the
 //! same order (score descending, then room id descending; search by token, then room id).
+//! Directory pins, an operator's intent, are also written to SQLite (`<data_dir>/directory.db`)
+//! when the store has a file, so they survive a restart; summaries are rebuilt by the rooms.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -7,6 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use protocol::client::RoomEntry;
 use protocol::{NodeId, RoomId};
+use rusqlite::Connection;
+
+use crate::error::{Result, StorageError};
 
 use super::{Pin, Source, Stored, Update, tokens};
 
@@ -46,9 +51,31 @@ struct State {
 }
 
 /// The in-process engine. Cheap to clone (shared state).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct MemoryDirectory {
     state: Arc<Mutex<State>>,
+    /// Where pins are kept across restarts (`None`: memory only).
+    pins_db: Option<Arc<Mutex<Connection>>>,
+}
+
+impl std::fmt::Debug for MemoryDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryDirectory")
+            .field("pins_db", &self.pins_db.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The SQLite file of the pins in the data directory.
+const DIRECTORY_DB_FILE: &str = "directory.db";
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS directory_pins (
+    room TEXT PRIMARY KEY,
+    pin TEXT NOT NULL
+);";
+
+fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
+    StorageError::backend("directory pins", e)
 }
 
 impl State {
@@ -118,6 +145,70 @@ impl State {
 }
 
 impl MemoryDirectory {
+    /// A store whose pins live in `<data_dir>/directory.db` (read back now).
+    pub(super) async fn with_pins_file(data_dir: &std::path::Path) -> Result<Self> {
+        let dir = data_dir.to_owned();
+        let (conn, pins) = tokio::task::spawn_blocking(move || -> Result<_> {
+            std::fs::create_dir_all(&dir).map_err(backend)?;
+            let conn = Connection::open(dir.join(DIRECTORY_DB_FILE)).map_err(backend)?;
+            conn.busy_timeout(std::time::Duration::from_secs(5))
+                .map_err(backend)?;
+            conn.execute_batch(SCHEMA).map_err(backend)?;
+            let mut pins = HashMap::new();
+            {
+                let mut q = conn
+                    .prepare("SELECT room, pin FROM directory_pins")
+                    .map_err(backend)?;
+                let rows = q
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                    .map_err(backend)?;
+                for row in rows {
+                    let (room, json) = row.map_err(backend)?;
+                    // An unreadable pin is skipped, not fatal.
+                    if let Ok(pin) = serde_json::from_str::<Pin>(&json) {
+                        pins.insert(RoomId::from(room), pin);
+                    }
+                }
+            }
+            Ok((conn, pins))
+        })
+        .await
+        .map_err(backend)??;
+        let me = Self {
+            state: Arc::default(),
+            pins_db: Some(Arc::new(Mutex::new(conn))),
+        };
+        me.lock().pins = pins;
+        Ok(me)
+    }
+
+    /// Writes (`Some`) or deletes `room`'s pin in the file, if the store has one.
+    async fn persist(&self, room: &RoomId, pin: Option<&Pin>) -> Result<()> {
+        let Some(db) = self.pins_db.clone() else {
+            return Ok(());
+        };
+        let room = room.as_str().to_owned();
+        let json = pin
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(backend)?;
+        tokio::task::spawn_blocking(move || {
+            let conn = db.lock().unwrap_or_else(PoisonError::into_inner);
+            match json {
+                Some(j) => conn.execute(
+                    "INSERT INTO directory_pins (room, pin) VALUES (?1, ?2)
+                     ON CONFLICT(room) DO UPDATE SET pin = excluded.pin",
+                    (room, j),
+                ),
+                None => conn.execute("DELETE FROM directory_pins WHERE room = ?1", [room]),
+            }
+            .map(|_| ())
+            .map_err(backend)
+        })
+        .await
+        .map_err(backend)?
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A poisoned lock only means a panic elsewhere; the maps are still consistent.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -152,12 +243,15 @@ impl MemoryDirectory {
         n
     }
 
-    pub(super) fn pin(&self, room: &RoomId, pin: &Pin) {
+    pub(super) async fn pin(&self, room: &RoomId, pin: &Pin) -> Result<()> {
+        self.persist(room, Some(pin)).await?;
         self.lock().pins.insert(room.clone(), pin.clone());
+        Ok(())
     }
 
-    pub(super) fn unpin(&self, room: &RoomId) -> bool {
-        self.lock().pins.remove(room).is_some()
+    pub(super) async fn unpin(&self, room: &RoomId) -> Result<bool> {
+        self.persist(room, None).await?;
+        Ok(self.lock().pins.remove(room).is_some())
     }
 
     pub(super) fn pins(&self) -> HashMap<RoomId, Pin> {
