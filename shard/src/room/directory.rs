@@ -102,9 +102,13 @@ impl RoomActor {
         });
     }
 
-    /// Records the owner's region from their profile (sent with creates and joins).
+    /// Records the owner's region from their profile (sent with creates and joins, and when
+    /// it changes).
     pub(super) async fn note_owner_region(&mut self, cmd: &protocol::link::Command) {
-        let region = cmd.profile.as_ref().and_then(|p| p.region.as_deref());
+        let region = match &cmd.cmd {
+            protocol::link::RoomCmd::Profile(p) => p.region.as_deref(),
+            _ => cmd.profile.as_ref().and_then(|p| p.region.as_deref()),
+        };
         let Some(state) = self.state.as_mut() else {
             return;
         };
