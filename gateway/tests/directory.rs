@@ -262,3 +262,54 @@ async fn rooms_leave_the_list_when_they_unload_or_close() {
     assert!(closed_at.elapsed() < BOUND);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn recent_gifts_raise_a_rooms_score() {
+    let s = start(|_| {}).await;
+    let r = kit::admin::grant(s.admin, Some(ADMIN), "alice", 1000, "g1")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    // "quiet": 2 members and 100 coins of gifts; "crowd": 4 members, no gifts.
+    let mut alice = s.connect("alice").await;
+    let mut bob = s.connect("bob").await;
+    alice
+        .create_room(json!({"room": "quiet", "seats": 4}))
+        .await
+        .unwrap();
+    alice.join(&"quiet".into(), false, None).await.unwrap();
+    bob.join(&"quiet".into(), false, None).await.unwrap();
+    let mut crowd = Vec::new();
+    for u in ["c1", "c2", "c3", "c4"] {
+        let mut c = s.connect(u).await;
+        c.join(&"crowd".into(), false, None).await.unwrap();
+        crowd.push(c);
+    }
+    let mut reader = s.connect("reader").await;
+    wait_list(&mut reader, json!({}), "the crowd ranks first", |rooms| {
+        ids(rooms) == ["crowd", "quiet"] && rooms[0]["score"] == 4.0
+    })
+    .await;
+    // 10 roses of 10 coins: 100 coins, worth 10 members while fresh.
+    alice
+        .request(
+            "gift.send",
+            json!({"room": "quiet", "req_id": "g-1", "gift": "rose", "count": 10, "to": ["bob"]}),
+        )
+        .await
+        .unwrap();
+    wait_list(
+        &mut reader,
+        json!({}),
+        "the gifted room ranks first",
+        |rooms| {
+            ids(rooms) == ["quiet", "crowd"]
+                && rooms[0]["score"]
+                    .as_f64()
+                    .is_some_and(|s| (11.9..=12.0).contains(&s))
+        },
+    )
+    .await;
+    drop(crowd);
+    s.stop().await;
+}
