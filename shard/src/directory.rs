@@ -14,6 +14,13 @@ use storage::directory::{DirectoryStore, Update};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+/// Counter: directory updates (summaries and removals) written.
+const UPDATES: &str = "chorus_directory_updates_total";
+/// Counter: directory publishes that failed (their updates are retried next tick).
+const PUBLISH_FAILURES: &str = "chorus_directory_publish_failures_total";
+/// Counter: entries of dead nodes (or of this node's previous run) removed.
+const SWEPT: &str = "chorus_directory_swept_total";
+
 /// Publish ticks between two sweeps for dead nodes' entries.
 const SWEEP_EVERY_TICKS: u32 = 10;
 /// Most updates written per round trip (a pipeline of this many script calls).
@@ -30,6 +37,9 @@ pub(crate) struct Publisher {
 
 impl Publisher {
     pub(crate) fn new(store: DirectoryStore, node: NodeId) -> Self {
+        metrics::describe_counter!(UPDATES, "Room directory updates written.");
+        metrics::describe_counter!(PUBLISH_FAILURES, "Room directory publishes that failed.");
+        metrics::describe_counter!(SWEPT, "Room directory entries of dead nodes removed.");
         Self {
             store,
             node,
@@ -62,7 +72,10 @@ impl Publisher {
         shutdown: CancellationToken,
     ) {
         match self.store.purge_node(&self.node).await {
-            Ok(n) if n > 0 => debug!(removed = n, "Directory entries of a previous run removed."),
+            Ok(n) if n > 0 => {
+                metrics::counter!(SWEPT).increment(n as u64);
+                debug!(removed = n, "Directory entries of a previous run removed.");
+            }
             Ok(_) => {}
             Err(e) => warn!(error = %e, "Could not purge old directory entries."),
         }
@@ -79,7 +92,10 @@ impl Publisher {
             if ticks.is_multiple_of(SWEEP_EVERY_TICKS) {
                 let stale_ms = stale.as_millis() as u64;
                 match self.store.sweep_dead(crate::room::now_ms(), stale_ms).await {
-                    Ok(n) if n > 0 => debug!(removed = n, "Directory entries of dead nodes swept."),
+                    Ok(n) if n > 0 => {
+                        metrics::counter!(SWEPT).increment(n as u64);
+                        debug!(removed = n, "Directory entries of dead nodes swept.");
+                    }
                     Ok(_) => {}
                     Err(e) => warn!(error = %e, "Directory sweep failed."),
                 }
@@ -103,11 +119,15 @@ impl Publisher {
                 keys.iter().filter_map(|k| p.remove(k)).collect()
             }
         };
-        if let Err(e) = self
+        let written = self
             .store
             .publish(&self.node, crate::room::now_ms(), &updates)
-            .await
-        {
+            .await;
+        if written.is_ok() {
+            metrics::counter!(UPDATES).increment(updates.len() as u64);
+        }
+        if let Err(e) = written {
+            metrics::counter!(PUBLISH_FAILURES).increment(1);
             warn!(error = %e, rooms = updates.len(), "Directory publish failed; retrying next tick.");
             let mut p = self.lock();
             for u in updates {
