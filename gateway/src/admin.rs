@@ -29,6 +29,7 @@ use storage::lease::{LeaseStore, node_of};
 use crate::shared::Core;
 
 mod cluster_ops;
+mod directory;
 mod health;
 mod money;
 mod robots;
@@ -99,6 +100,8 @@ pub(crate) struct Admin {
     pub(crate) robots: storage::robots::RobotStore,
     /// The room snapshots, read to tell whether a room exists.
     pub(crate) snapshots: storage::snapshot::SnapshotStore,
+    /// The room directory (`/admin/rooms`, directory pins).
+    pub(crate) directory: Arc<crate::directory::Directory>,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -219,14 +222,24 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|kv| kv == "local=1"));
+    let req_query = req.uri().query().map(str::to_owned);
     let body = match read_body(req.into_body(), MAX_ADMIN_BODY_BYTES).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
     info!(%method, %path, "Admin call.");
     metrics::counter!("chorus_admin_calls_total", "verb" => verb_of(&method, &parts)).increment(1);
+    let uri_query = req_query.as_deref();
     let local = req_query_has_local;
     match (&method, parts.as_slice()) {
+        (&Method::GET, ["rooms"]) => directory::list(admin, uri_query).await,
+        (&Method::POST, ["rooms", id, "pin"]) if is_valid_id(id) => {
+            directory::pin(admin, RoomId::from(*id), &body).await
+        }
+        (&Method::DELETE, ["rooms", id, "pin"]) if is_valid_id(id) => {
+            directory::unpin(admin, RoomId::from(*id)).await
+        }
+        (&Method::GET, ["directory", "pins"]) => directory::pins(admin).await,
         (&Method::GET, ["rooms", id]) if is_valid_id(id) => {
             room(admin, RoomId::from(*id), local).await
         }
@@ -282,6 +295,10 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Resp> {
 
 fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
     match (method, parts) {
+        (&Method::GET, ["rooms"]) => "rooms_list",
+        (&Method::POST, ["rooms", _, "pin"]) => "room_pin",
+        (&Method::DELETE, ["rooms", _, "pin"]) => "room_unpin",
+        (&Method::GET, ["directory", "pins"]) => "directory_pins",
         (&Method::GET, ["rooms", _]) => "room_get",
         (&Method::POST, ["rooms", _, "move"]) => "room_move",
         (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",

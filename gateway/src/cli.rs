@@ -11,7 +11,10 @@ use shard::ShardConfig;
 use shard::gifts::{Catalog, GiftDef, Prize};
 
 use crate::config::GatewayConfig;
+
+mod rooms;
 use crate::standalone::StandaloneConfig;
+pub use rooms::RoomsVerb;
 
 /// Default WebSocket address of standalone mode.
 pub const DEFAULT_WS_ADDR: &str = "127.0.0.1:8080";
@@ -133,6 +136,12 @@ pub enum AdminVerb {
     Wallet {
         /// User id.
         user: String,
+    },
+    /// The room directory and its directory pins (`/admin/rooms`).
+    Rooms {
+        /// The call.
+        #[command(subcommand)]
+        verb: RoomsVerb,
     },
     /// Robot room configurations (`/admin/robots`).
     Robots {
@@ -261,6 +270,7 @@ impl AdminVerb {
             Self::Wallet { user } => ("GET", format!("/admin/wallets/{user}"), None),
             Self::Robots { verb } => return verb.request(),
             Self::Users { verb } => verb.request(),
+            Self::Rooms { verb } => verb.request(),
         })
     }
 }
@@ -467,6 +477,12 @@ pub struct FileConfig {
     pub room_retention_s: Option<u64>,
     /// How often a shard sweeps for rooms past their retention, seconds.
     pub retention_sweep_s: Option<u64>,
+    /// How often a shard publishes its rooms' changed directory summaries, ms.
+    pub directory_publish_ms: Option<u64>,
+    /// Directory entries of a shard silent this long are not listed, ms.
+    pub directory_stale_ms: Option<u64>,
+    /// How long a gateway caches a `room.list` page, ms (0: no cache).
+    pub directory_cache_ms: Option<u64>,
     /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
     pub ledger: Option<String>,
     /// Drain window on shutdown, ms.
@@ -654,6 +670,12 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
     g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
     g.metrics_token = metrics_token(f);
+    if let Some(v) = f.directory_cache_ms {
+        g.directory_cache = Duration::from_millis(v);
+    }
+    if let Some(v) = f.directory_stale_ms {
+        g.directory_stale = Duration::from_millis(v.max(1000));
+    }
     anyhow::ensure!(
         g.livekit_api_key.is_some() == g.livekit_api_secret.is_some(),
         "LiveKit webhooks need both CHORUS_LIVEKIT_API_KEY and CHORUS_LIVEKIT_API_SECRET \
@@ -716,6 +738,12 @@ pub fn shard_settings(
     }
     if let Some(v) = f.retention_sweep_s {
         s.retention_sweep = Duration::from_secs(v.max(1));
+    }
+    if let Some(v) = f.directory_publish_ms {
+        s.directory_publish = Duration::from_millis(v.max(10));
+    }
+    if let Some(v) = f.directory_stale_ms {
+        s.directory_stale = Duration::from_millis(v.max(1000));
     }
     s
 }

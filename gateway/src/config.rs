@@ -55,6 +55,10 @@ pub const DEFAULT_EXPIRY_WARNING: Duration = Duration::from_secs(60);
 /// Longest time a client may take to finish the WebSocket handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a `room.list` page is served from the gateway's cache: a crowd opening the room
+/// list costs the directory store one read per distinct request per second.
+pub const DEFAULT_DIRECTORY_CACHE: Duration = Duration::from_secs(1);
+
 /// Gateway settings.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -112,6 +116,10 @@ pub struct GatewayConfig {
     /// Bearer token `GET /metrics` on the admin port requires; `None` (the default): the
     /// endpoint is open, as Prometheus scrapers expect.
     pub metrics_token: Option<String>,
+    /// How long a `room.list` page is cached (zero: not cached).
+    pub directory_cache: Duration,
+    /// Room-directory entries of a shard that has not published for this long are not listed.
+    pub directory_stale: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -142,6 +150,8 @@ impl Default for GatewayConfig {
             livekit_api_key: None,
             livekit_api_secret: None,
             metrics_token: None,
+            directory_cache: DEFAULT_DIRECTORY_CACHE,
+            directory_stale: shard::config::DEFAULT_DIRECTORY_STALE,
         }
     }
 }

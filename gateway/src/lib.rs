@@ -25,6 +25,7 @@ mod admission;
 pub mod auth;
 pub mod cli;
 pub mod config;
+mod directory;
 mod hub;
 mod link;
 pub mod metrics;

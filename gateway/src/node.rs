@@ -132,6 +132,7 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let node_id = cfg.node.node_id.clone();
+    let node_stale = cfg.node.shard.directory_stale;
     let node = shard::node::start(
         ShardNodeConfig {
             admin_addr,
@@ -141,7 +142,13 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
         tracker.clone(),
     )
     .await?;
+    let directory = crate::directory::Directory::new(
+        storage::directory::DirectoryStore::redis(&node.redis),
+        node_stale,
+        crate::config::DEFAULT_DIRECTORY_CACHE,
+    );
     let admin = Arc::new(Admin {
+        directory,
         node: node_id.clone(),
         core: None,
         token: cfg.admin_token,
@@ -200,6 +207,12 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         ),
     );
     crate::social::start(&core).await?;
+    let directory = crate::directory::Directory::new(
+        storage::directory::DirectoryStore::redis(&redis),
+        cfg.gateway.directory_stale,
+        cfg.gateway.directory_cache,
+    );
+    let _ = core.directory.set(directory.clone());
     let membership = Membership::new(&redis);
     refresh_ring(&core, &routes, &membership).await;
     tracker.spawn(follow_ring(core.clone(), routes, membership.clone()));
@@ -222,6 +235,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         membership: Some(membership),
         robots: RobotStore::redis(&redis),
         snapshots: SnapshotStore::redis(&redis),
+        directory,
         ready: Readiness::Cluster(redis),
     });
     tracker.spawn(admin::serve(

@@ -394,6 +394,7 @@ impl Session {
                 self.core
                     .user_request(self.session, &self.who.user, &self.outbox, id, op);
             }
+            Op::RoomList(req) => self.core.room_list(self.session, id, req),
             Op::Room(op) => {
                 // Only `room.create` may leave its room out: the server names the room.
                 let room = room.unwrap_or_else(new_room_id);

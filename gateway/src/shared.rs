@@ -66,6 +66,8 @@ pub(crate) struct Core {
     /// Handles of the counters every frame touches, registered once: the `counter!` macro
     /// looks its key up in the recorder's registry at every call.
     pub(crate) hot: HotCounters,
+    /// The room directory `room.list` reads (set once at start).
+    pub(crate) directory: std::sync::OnceLock<Arc<crate::directory::Directory>>,
 }
 
 /// Counter handles for the per-frame paths.
@@ -119,6 +121,7 @@ impl Core {
             social,
             users,
             rejoining: Mutex::new(std::collections::HashSet::new()),
+            directory: std::sync::OnceLock::new(),
             hot: HotCounters {
                 requests: ::metrics::counter!(crate::metrics::REQUESTS),
                 frames_out: ::metrics::counter!(crate::metrics::FRAMES_OUT),
@@ -136,7 +139,7 @@ impl Core {
     }
 
     /// Writes `frame` to `session`'s socket.
-    fn send_frame(&self, session: SessionId, frame: bytes::Bytes) {
+    pub(crate) fn send_frame(&self, session: SessionId, frame: bytes::Bytes) {
         if let Some(t) = text(frame) {
             self.hub.send_to(session, t);
         }

@@ -82,6 +82,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             .await
             .map_err(|e| StartError::Storage(format!("follows: {e}")))?,
     );
+    let directory = storage::directory::DirectoryStore::memory_with_pins_file(&cfg.data_dir)
+        .await
+        .map_err(|e| StartError::Storage(format!("room directory: {e}")))?;
     let (ws, ws_addr) = bind(cfg.ws_addr).await?;
     let (adm, admin_addr) = bind(cfg.admin_addr).await?;
 
@@ -96,6 +99,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             snapshots: snapshots.clone(),
             ledger: Some(ledger.clone()),
             robots: robots.clone(),
+            directory: directory.clone(),
         },
         shutdown.clone(),
         tracker.clone(),
@@ -126,6 +130,12 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         crate::social::Social::standalone(node.clone(), im),
         users,
     );
+    let dir = crate::directory::Directory::new(
+        directory,
+        cfg.shard.directory_stale,
+        cfg.gateway.directory_cache,
+    );
+    let _ = core.directory.set(dir.clone());
     tracker.spawn(core.clone().link_reader(rx));
     tracker.spawn(crate::server::serve(core.clone(), ws));
     let admin = Arc::new(admin::Admin {
@@ -139,6 +149,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         ready: Readiness::Standalone,
         robots,
         snapshots,
+        directory: dir,
     });
     tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
     info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");

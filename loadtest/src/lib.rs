@@ -10,10 +10,13 @@
 //! - [`members`]: connect-to-first-list time of a big room (`chorus-loadtest member-list`).
 //! - [`robots`]: robot rooms on one shard (`chorus-loadtest robots`): the start, the lease
 //!   renewal round trips per tick, leases lost, CPU.
+//! - [`directory`]: `room.list` latency at a small and a large room directory
+//!   (`chorus-loadtest directory`).
 //! - [`target`]: what a run measures (spawned standalone, cluster or baseline, or given URLs).
 //! - [`report`]: reports (table, JSON) and the SVG latency plot.
 
 pub mod baseline;
+pub mod directory;
 pub mod load;
 pub mod members;
 pub mod report;

@@ -5,6 +5,7 @@
 //! bytes go to every member.
 
 pub mod chat;
+pub mod directory;
 pub mod gift;
 pub mod im;
 pub mod manage;
@@ -30,6 +31,7 @@ use crate::error::ErrorCode;
 use crate::ids::{Epoch, RoomId, Seq};
 
 pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
+pub use directory::{RoomEntry, RoomList, RoomListPage};
 pub use gift::{
     GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
     MAX_REQ_ID_BYTES, RankEntry, RankGet, is_valid_req_id,

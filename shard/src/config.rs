@@ -46,6 +46,11 @@ pub const DEFAULT_ROOM_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 /// Default [`ShardConfig::retention_sweep`].
 pub const DEFAULT_RETENTION_SWEEP: Duration = Duration::from_secs(600);
 
+/// Default [`ShardConfig::directory_publish`].
+pub const DEFAULT_DIRECTORY_PUBLISH: Duration = Duration::from_secs(1);
+/// Default [`ShardConfig::directory_stale`]: five missed publish ticks.
+pub const DEFAULT_DIRECTORY_STALE: Duration = Duration::from_secs(5);
+
 /// How a shard runs its rooms.
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
@@ -100,6 +105,12 @@ pub struct ShardConfig {
     pub room_retention: Duration,
     /// How often a shard looks for rooms past their retention (among those placed on it).
     pub retention_sweep: Duration,
+    /// How often the shard publishes its rooms' changed directory summaries (one pipeline
+    /// for all of them), so at most once per room per interval.
+    pub directory_publish: Duration,
+    /// Directory entries of a node that has not published for this long are not listed, and
+    /// are swept.
+    pub directory_stale: Duration,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
@@ -136,6 +147,8 @@ impl Default for ShardConfig {
             room_creates_per_min: DEFAULT_ROOM_CREATES_PER_MIN,
             room_retention: DEFAULT_ROOM_RETENTION,
             retention_sweep: DEFAULT_RETENTION_SWEEP,
+            directory_publish: DEFAULT_DIRECTORY_PUBLISH,
+            directory_stale: DEFAULT_DIRECTORY_STALE,
             test_crash_after_debit: false,
             test_crash_after_settle: false,
             test_hold_before_broadcast: None,

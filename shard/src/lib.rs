@@ -17,6 +17,7 @@
 //! - [`metrics`]: metric names.
 
 pub mod config;
+mod directory;
 pub mod gifts;
 pub mod link;
 pub mod metrics;
@@ -58,6 +59,8 @@ pub struct Stores {
     pub ledger: Option<Ledger>,
     /// Robot room configurations.
     pub robots: storage::robots::RobotStore,
+    /// The room directory the shard's rooms publish to.
+    pub directory: storage::directory::DirectoryStore,
 }
 
 /// A running shard. Cheap to clone.
@@ -86,6 +89,8 @@ pub(crate) struct Inner {
     rebalance: rebalance::Rebalance,
     /// Room creations per user and minute on this shard.
     create_rate: quota::CreateRate,
+    /// Publishes the rooms' directory summaries.
+    directory: Arc<directory::Publisher>,
     hot: HotCounters,
 }
 
@@ -137,6 +142,12 @@ impl Shard {
         ));
         tracker.spawn(owner.clone().run(shutdown.clone()));
         let create_rate = quota::CreateRate::new(config.room_creates_per_min);
+        let publisher = Arc::new(directory::Publisher::new(stores.directory, node.clone()));
+        tracker.spawn(publisher.clone().run(
+            config.directory_publish,
+            config.directory_stale,
+            shutdown.clone(),
+        ));
         let me = Self {
             inner: Arc::new(Inner {
                 node,
@@ -154,6 +165,7 @@ impl Shard {
                 placement: std::sync::RwLock::new(None),
                 rebalance: rebalance::Rebalance::default(),
                 create_rate,
+                directory: publisher,
                 hot: HotCounters {
                     room_commands: ::metrics::counter!(crate::metrics::ROOM_COMMANDS),
                     events_sequenced: ::metrics::counter!(crate::metrics::EVENTS_SEQUENCED),

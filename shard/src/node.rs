@@ -133,6 +133,7 @@ pub async fn start(
             snapshots: SnapshotStore::redis(&redis),
             ledger,
             robots: storage::robots::RobotStore::redis(&redis),
+            directory: storage::directory::DirectoryStore::redis(&redis),
         },
         shutdown.clone(),
         tracker.clone(),

@@ -4,6 +4,7 @@
 //! publishes. It starts only after its node claimed the room's lease (docs/ARCHITECTURE.md,
 //! section 4) and stops the moment the lease keeper cancels its token.
 
+mod directory;
 mod gifts;
 pub(crate) use gifts::sweep_orphans;
 mod lifecycle;
@@ -186,6 +187,7 @@ pub(crate) async fn run(
         opener: None,
         robots: None,
         touched: None,
+        listing: directory::Listing::default(),
         joined: false,
         due: None,
         due_stale: true,
@@ -210,6 +212,7 @@ pub(crate) async fn run(
     }
     if actor.state.is_some() {
         actor.set_robots(robot_config).await;
+        actor.list_note(0, true);
     }
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
@@ -316,6 +319,8 @@ struct RoomActor {
     robots: Option<robots::Robots>,
     /// When this runtime last recorded a join in the store's touched time (retention).
     touched: Option<Instant>,
+    /// What the room last handed to the room directory.
+    listing: directory::Listing,
     /// Whether anyone joined during this runtime (its stop records the time too).
     joined: bool,
     /// The next deadline of the room's rules (unix ms), as of the last durable change.
@@ -428,6 +433,7 @@ impl RoomActor {
     async fn stop(&mut self, stop: Stop, mut rx: mpsc::Receiver<RoomMsg>, generation: u64) {
         let handoff_started = Instant::now();
         self.stop_robots();
+        self.list_remove();
         if let Stop::Handoff(_) = &stop {
             // Gifts whose saga is running finish here, so their events reach the members.
             self.finish_in_flight_gifts(&mut rx).await;
@@ -658,9 +664,13 @@ impl RoomActor {
     ) -> Result<Option<(Bytes, Option<Membership>)>, Rejected> {
         let user = &cmd.user;
         let auto_create = self.inner.config.auto_create;
-        if let Some(durable) = state::creation(&cmd.cmd, self.state.is_some(), user, auto_create)? {
+        if let Some(mut durable) =
+            state::creation(&cmd.cmd, self.state.is_some(), user, auto_create)?
+        {
+            durable.owner_region = cmd.profile.as_ref().and_then(|p| p.region.clone());
             self.check_create_rate(user)?;
             self.create(durable, true).await?;
+            self.list_note(0, true);
             if let RoomCmd::Op(RoomOp::Create(_)) = &cmd.cmd {
                 let ok = client::to_json(&RoomCreated {
                     room: self.room.clone(),
@@ -668,6 +678,7 @@ impl RoomActor {
                 return Ok(Some((Bytes::from(ok), None)));
             }
         }
+        self.note_owner_region(cmd).await;
         let Some(state) = self.state.as_mut() else {
             return Err(state::rejected(ErrorCode::RoomNotFound, "no such room"));
         };

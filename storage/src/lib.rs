@@ -6,12 +6,14 @@
 //!   in-process engines.
 //! - [`snapshot`]: durable room state, every write conditioned on the fencing token.
 //! - [`membership`]: ring membership (live shards, weights, ring version) in Redis.
+//! - [`directory`]: the room directory (`room.list`): summaries owners publish, directory pins.
 //! - [`redis`]: connection setup and script loading.
 //! - [`registry`]: user -> gateways and user -> room now, and the gateway bus.
 //! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
 //! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
 //! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 
+pub mod directory;
 pub mod error;
 pub mod follows;
 pub mod im;

@@ -8,6 +8,7 @@
 //! chorus-loadtest party  --spawn standalone --seat-requesters 2 --seat-request-rate 20
 //! chorus-loadtest member-list --spawn standalone --members 5000
 //! chorus-loadtest robots --rooms 10000 --duration 30 --pin --json robots.json
+//! chorus-loadtest directory --sizes 100,100000 --calls 500 --json directory.json
 //! chorus-loadtest baseline-server --addr 127.0.0.1:7000
 //! ```
 //!
@@ -156,6 +157,9 @@ enum Cmd {
         #[command(flatten)]
         common: Common,
     },
+    /// `room.list` latency at 100 and 100,000 directory entries (redis-server, one shard, one
+    /// gateway); exits non-zero unless listing stays flat (see `loadtest::directory`).
+    Directory(loadtest::directory::Options),
     /// Runs the minimal room-broadcast baseline server.
     BaselineServer {
         /// Listen address.
@@ -797,6 +801,15 @@ fn main() -> anyhow::Result<()> {
                 if let Some(path) = &common.json {
                     std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
                 }
+                Ok(())
+            }
+            Cmd::Directory(o) => {
+                let r = loadtest::directory::run(&o).await?;
+                print!("{}", loadtest::directory::text(&r));
+                if let Some(path) = &o.json {
+                    std::fs::write(path, serde_json::to_vec_pretty(&r)?)?;
+                }
+                anyhow::ensure!(r.ok, "listing is not flat");
                 Ok(())
             }
             Cmd::Party { shape, common } => {

@@ -197,6 +197,8 @@ pub enum Op {
     Im(ImOp),
     /// A profile, follow or token operation (answered by the gateway from its user stores).
     User(UserOp),
+    /// `room.list`: the room directory (answered by the gateway).
+    RoomList(super::RoomList),
     /// An operation the room's owner applies.
     Room(RoomOp),
 }
@@ -239,6 +241,7 @@ impl Op {
             Self::WalletBalance(_) => "wallet.balance",
             Self::Im(op) => op.name(),
             Self::User(op) => op.name(),
+            Self::RoomList(_) => "room.list",
             Self::Room(op) => op.name(),
         }
     }
@@ -252,7 +255,8 @@ impl Op {
             | Self::GiftList(_)
             | Self::WalletBalance(_)
             | Self::Im(_)
-            | Self::User(_) => None,
+            | Self::User(_)
+            | Self::RoomList(_) => None,
         }
     }
 
@@ -267,6 +271,7 @@ impl Op {
             "gift.list" => args(id, name, d).map(Self::GiftList),
             "rank.get" => args(id, name, d).map(Self::RankGet),
             "wallet.balance" => args(id, name, d).map(Self::WalletBalance),
+            "room.list" => args(id, name, d).map(Self::RoomList),
             "im.send" => args(id, name, d).map(|a| Self::Im(ImOp::Send(a))),
             "im.history" => args(id, name, d).map(|a| Self::Im(ImOp::History(a))),
             "im.block" => args(id, name, d).map(|a| Self::Im(ImOp::Block(a))),

@@ -45,6 +45,10 @@ impl RoomActor {
             return Ok(());
         };
         self.due_stale |= applied.durable_changed || applied.rearm;
+        let (gift_coins, durable_changed) = (
+            super::directory::gift_coins(&applied),
+            applied.durable_changed,
+        );
         let now = Instant::now();
         let epoch = state.epoch();
         let mut frames: SmallVec<[Bytes; 2]> = SmallVec::with_capacity(applied.events.len());
@@ -152,6 +156,7 @@ impl RoomActor {
         if self.member_count() == 0 {
             self.idle_since = Instant::now();
         }
+        self.list_note(gift_coins, durable_changed);
         Ok(())
     }
 

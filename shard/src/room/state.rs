@@ -5,6 +5,7 @@
 //! management (`manage`) and moderation (`moderation`); this file keeps membership, the
 //! rights every rule checks, and the dispatch of `RoomState::apply`.
 
+mod directory;
 mod durable;
 mod manage;
 mod members;

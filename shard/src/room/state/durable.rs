@@ -180,6 +180,10 @@ pub struct Durable {
     /// last save, taken out by the next owner before its first write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roster: Option<super::Roster>,
+    /// The owner's region, from their profile when they create or join the room (the room
+    /// directory's region filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_region: Option<String>,
 }
 
 impl Durable {
@@ -217,6 +221,7 @@ impl Durable {
             rtc: BTreeMap::new(),
             robot_spent: BTreeMap::new(),
             roster: None,
+            owner_region: None,
         })
     }
 

@@ -1,0 +1,136 @@
+//! `chorus admin rooms …`: the room directory (`GET /admin/rooms`) and its directory pins.
+
+use clap::Subcommand;
+use serde_json::json;
+
+/// The room directory calls of `chorus admin rooms`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum RoomsVerb {
+    /// `GET /admin/rooms`: one page of the directory, pinned rooms first.
+    List {
+        /// The previous page's `cursor`.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Rooms per page (1..=100).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Only rooms whose owner is in this region.
+        #[arg(long)]
+        region: Option<String>,
+        /// Search: a prefix of the room id, the title or a title word.
+        #[arg(long)]
+        query: Option<String>,
+    },
+    /// `POST /admin/rooms/{room}/pin`: list the room first (a directory pin).
+    Pin {
+        /// Room id.
+        room: String,
+        /// Pin it in one region's listings only.
+        #[arg(long)]
+        region: Option<String>,
+        /// Unpin it by itself after this long (e.g. `2h`).
+        #[arg(long = "for", value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
+    },
+    /// `DELETE /admin/rooms/{room}/pin`.
+    Unpin {
+        /// Room id.
+        room: String,
+    },
+    /// `GET /admin/directory/pins`: every directory pin.
+    Pins,
+}
+
+/// `%`-encodes a query value.
+fn encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl RoomsVerb {
+    /// The HTTP method, path and body of the call.
+    pub fn request(&self) -> (&'static str, String, Option<serde_json::Value>) {
+        match self {
+            Self::List {
+                cursor,
+                limit,
+                region,
+                query,
+            } => {
+                let mut q: Vec<String> = Vec::new();
+                if let Some(c) = cursor {
+                    q.push(format!("cursor={}", encode(c)));
+                }
+                if let Some(l) = limit {
+                    q.push(format!("limit={l}"));
+                }
+                if let Some(r) = region {
+                    q.push(format!("region={}", encode(r)));
+                }
+                if let Some(s) = query {
+                    q.push(format!("query={}", encode(s)));
+                }
+                let path = if q.is_empty() {
+                    "/admin/rooms".to_owned()
+                } else {
+                    format!("/admin/rooms?{}", q.join("&"))
+                };
+                ("GET", path, None)
+            }
+            Self::Pin { room, region, ttl } => {
+                let mut body = match region {
+                    Some(r) => json!({"scope": "region", "region": r}),
+                    None => json!({"scope": "global"}),
+                };
+                if let Some(d) = ttl {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default();
+                    body["until"] = json!((now + *d).as_millis() as u64);
+                }
+                ("POST", format!("/admin/rooms/{room}/pin"), Some(body))
+            }
+            Self::Unpin { room } => ("DELETE", format!("/admin/rooms/{room}/pin"), None),
+            Self::Pins => ("GET", "/admin/directory/pins".into(), None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_encodes_its_filters() {
+        let v = RoomsVerb::List {
+            cursor: Some("r40".into()),
+            limit: Some(5),
+            region: None,
+            query: Some("late night".into()),
+        };
+        assert_eq!(
+            v.request().1,
+            "/admin/rooms?cursor=r40&limit=5&query=late%20night"
+        );
+        let pin = RoomsVerb::Pin {
+            room: "r1".into(),
+            region: Some("eu".into()),
+            ttl: None,
+        };
+        assert_eq!(
+            pin.request(),
+            (
+                "POST",
+                "/admin/rooms/r1/pin".into(),
+                Some(json!({"scope": "region", "region": "eu"}))
+            )
+        );
+    }
+}
