@@ -117,33 +117,14 @@ async fn ten_thousand_created_nine_thousand_closed_lists_the_live_thousand_pinne
     const OWNERS: usize = 8;
     const ROOMS: usize = 10_000;
     let s = start(|_| {}).await;
-    // Owners create their rooms at once, each on its own connection.
-    let mut tasks = Vec::new();
+    // Owners create their rooms at once, each on its own connection, then close nine in ten.
+    let mut conns = Vec::new();
     for o in 0..OWNERS {
-        let mut c = s.connect(&format!("owner{o}")).await;
-        tasks.push(tokio::spawn(async move {
-            for i in (o..ROOMS).step_by(OWNERS) {
-                c.create_room(
-                    json!({"room": format!("r{i:05}"), "title": format!("Room {i}"), "seats": 4}),
-                )
-                .await
-                .unwrap();
-            }
-            // Every room but each tenth is closed by its owner.
-            for i in (o..ROOMS).step_by(OWNERS).filter(|i| i % 10 != 0) {
-                let room = format!("r{i:05}");
-                c.join(&room.as_str().into(), false, None).await.unwrap();
-                c.request("room.close", json!({"room": room}))
-                    .await
-                    .unwrap();
-            }
-            c
-        }));
+        conns.push(s.connect(&format!("owner{o}")).await);
     }
-    let mut owners = Vec::new();
-    for t in tasks {
-        owners.push(t.await.unwrap());
-    }
+    let owners = kit::client::create_rooms_close_nine_in_ten(conns, ROOMS, |i| format!("r{i:05}"))
+        .await
+        .unwrap();
     // Two featured rooms: one pinned everywhere, one for another region only.
     let (st, _) = admin(
         &s,

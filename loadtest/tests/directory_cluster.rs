@@ -83,31 +83,13 @@ async fn the_directory_lists_live_rooms_of_live_shards_only() {
     })
     .await
     .unwrap();
-    let mut tasks = Vec::new();
+    let mut conns = Vec::new();
     for o in 0..OWNERS {
-        let mut c = cluster.connect(0, &format!("owner{o}")).await.unwrap();
-        tasks.push(tokio::spawn(async move {
-            for i in (o..ROOMS).step_by(OWNERS) {
-                c.create_room(
-                    json!({"room": format!("c{i:04}"), "title": format!("Room {i}"), "seats": 4}),
-                )
-                .await
-                .unwrap();
-            }
-            for i in (o..ROOMS).step_by(OWNERS).filter(|i| i % 10 != 0) {
-                let room = format!("c{i:04}");
-                c.join(&room.as_str().into(), false, None).await.unwrap();
-                c.request("room.close", json!({"room": room}))
-                    .await
-                    .unwrap();
-            }
-            c
-        }));
+        conns.push(cluster.connect(0, &format!("owner{o}")).await.unwrap());
     }
-    let mut owners = Vec::new();
-    for t in tasks {
-        owners.push(t.await.unwrap());
-    }
+    let owners = kit::client::create_rooms_close_nine_in_ten(conns, ROOMS, |i| format!("c{i:04}"))
+        .await
+        .unwrap();
     let live: HashSet<String> = (0..ROOMS)
         .filter(|i| i % 10 == 0)
         .map(|i| format!("c{i:04}"))

@@ -167,45 +167,26 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
             profile_json,
         })
         .await;
+    let refused = |code, msg| err(core, session, id, code, msg);
     let stored = match outcome {
         Ok(Sent::New(m)) => m,
         Ok(Sent::Repeated { id: first, at }) => {
-            return reply(
-                core,
-                session,
-                client::encode_ok(id, &ImSent { id: first, at }),
-            );
+            let ok = client::encode_ok(id, &ImSent { id: first, at });
+            return reply(core, session, ok);
         }
         Ok(Sent::Conflict) => {
-            return err(
-                core,
-                session,
-                id,
-                ErrorCode::IdempotencyConflict,
-                "req_id was used for another message; send with a new one",
-            );
+            let msg = "req_id was used for another message; send with a new one";
+            return refused(ErrorCode::IdempotencyConflict, msg);
         }
         Ok(Sent::BlockedByRecipient) => {
-            return err(
-                core,
-                session,
-                id,
-                ErrorCode::Blocked,
-                "the recipient blocked you",
-            );
+            return refused(ErrorCode::Blocked, "the recipient blocked you");
         }
         Ok(Sent::BlockedBySender) => {
-            return err(
-                core,
-                session,
-                id,
-                ErrorCode::Blocked,
-                "you blocked this user; unblock to send",
-            );
+            return refused(ErrorCode::Blocked, "you blocked this user; unblock to send");
         }
         Err(e) => {
             warn!(error = %e, "Direct message store failed.");
-            return err(core, session, id, ErrorCode::Unavailable, STORE_DOWN);
+            return refused(ErrorCode::Unavailable, STORE_DOWN);
         }
     };
     reply(

@@ -557,3 +557,40 @@ mod tests {
         );
     }
 }
+
+/// Rooms named by `name(i)` for `i` in `0..rooms`, created concurrently by `owners` (owner `o`
+/// creates `o`, `o + n`, … with `n` owners), then every room whose index is not a multiple
+/// of ten closed by its owner: a directory with churn behind it. Returns the owners.
+///
+/// # Errors
+/// The first error reply or transport error.
+pub async fn create_rooms_close_nine_in_ten(
+    owners: Vec<Client>,
+    rooms: usize,
+    name: fn(usize) -> String,
+) -> Result<Vec<Client>, ClientError> {
+    let n = owners.len().max(1);
+    let mut tasks = Vec::new();
+    for (o, mut c) in owners.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            for i in (o..rooms).step_by(n) {
+                c.create_room(json!({"room": name(i), "title": format!("Room {i}"), "seats": 4}))
+                    .await?;
+            }
+            for i in (o..rooms).step_by(n).filter(|i| i % 10 != 0) {
+                let room = RoomId::from(name(i));
+                c.join(&room, false, None).await?;
+                c.request("room.close", json!({ "room": room })).await?;
+            }
+            Ok::<_, ClientError>(c)
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(r) => out.push(r?),
+            Err(e) => return Err(ClientError::BadFrame(format!("owner task: {e}"))),
+        }
+    }
+    Ok(out)
+}
