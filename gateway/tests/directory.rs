@@ -68,17 +68,8 @@ async fn connect_in(s: &Server, user: &str, region: &str) -> Client {
 }
 
 /// Every room of a listing, page by page (bounded), in order.
-async fn list_all(c: &mut Client, mut d: Value) -> Vec<Value> {
-    let mut out = Vec::new();
-    for _ in 0..1000 {
-        let page = c.request("room.list", d.clone()).await.unwrap();
-        out.extend(page["rooms"].as_array().unwrap().iter().cloned());
-        match page.get("cursor").and_then(Value::as_str) {
-            Some(cursor) => d["cursor"] = json!(cursor),
-            None => return out,
-        }
-    }
-    panic!("listing never ended");
+async fn list_all(c: &mut Client, d: Value) -> Vec<Value> {
+    c.room_list_all(d).await.unwrap()
 }
 
 fn ids(rooms: &[Value]) -> Vec<String> {

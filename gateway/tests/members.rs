@@ -57,16 +57,7 @@ impl Server {
 /// which any presence published before it has arrived (one link, in order).
 async fn events_until_own_chat(c: &mut Client, room: &RoomId, text: &str) -> Vec<Event> {
     c.chat(room, text).await.unwrap();
-    let deadline = Instant::now() + WAIT;
-    let mut out = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let e = c.next_event(left).await.unwrap();
-        if e.ev == "chat" && e.d["text"] == text {
-            return out;
-        }
-        out.push(e);
-    }
+    c.events_until_chat(text, WAIT).await.unwrap()
 }
 
 fn presence(events: &[Event]) -> Vec<&Event> {

@@ -24,17 +24,7 @@ const ROOMS: usize = 1000;
 const OWNERS: usize = 8;
 
 async fn list_all(c: &mut Client) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut d = json!({"limit": 100});
-    for _ in 0..1000 {
-        let page = c.request("room.list", d.clone()).await.unwrap();
-        out.extend(page["rooms"].as_array().unwrap().iter().cloned());
-        match page.get("cursor").and_then(Value::as_str) {
-            Some(cursor) => d["cursor"] = json!(cursor),
-            None => return out,
-        }
-    }
-    panic!("listing never ended");
+    c.room_list_all(json!({"limit": 100})).await.unwrap()
 }
 
 fn ids(rooms: &[Value]) -> HashSet<String> {

@@ -47,15 +47,8 @@ async fn events_until_own_chat(c: &mut Client, room: &RoomId, text: &str) -> Vec
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut out = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let e = c.next_event(left).await.unwrap();
-        if e.ev == "chat" && e.d["text"] == text {
-            return out;
-        }
-        out.push(e);
-    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    c.events_until_chat(text, left).await.unwrap()
 }
 
 fn presence(events: &[Event]) -> Vec<&Event> {
@@ -113,20 +106,8 @@ async fn a_planned_move_shows_no_presence_and_keeps_every_member() {
     events_until_own_chat(&mut obs, &room, "before").await;
 
     let (owner, _) = cluster.room_owner("moving").await.unwrap().unwrap();
-    let target = cluster
-        .shards
-        .iter()
-        .map(|s| s.id.clone())
-        .find(|s| *s != owner)
-        .unwrap();
-    let r = cluster
-        .admin(
-            "POST",
-            "/admin/rooms/moving/move",
-            Some(json!({"to": target})),
-        )
-        .await
-        .unwrap();
+    let target = cluster.other_shard(&owner).unwrap();
+    let r = cluster.move_room("moving", &target).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     let deadline = Instant::now() + WAIT;
     loop {
@@ -256,6 +237,19 @@ async fn joining_elsewhere_in_the_grace_window_ends_the_away_member_at_once() {
     u1.join(&a, false, None).await.unwrap();
     let ev = obs.next_event_named("member.join", WAIT).await.unwrap();
     assert_eq!(ev.d["user"], "wanderer");
+    // The registry records the join just after its reply: wait until it shows (through a
+    // follower's `follow.rooms`) so that the close below comes after it.
+    obs.request("follow.add", json!({"user": "wanderer"}))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while obs.request("follow.rooms", json!({})).await.unwrap()["rooms"][0]["room"] != "first" {
+        assert!(
+            Instant::now() < deadline,
+            "the join never reached the registry"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     u1.close().await;
     // Away, not gone: still listed.
     let deadline = Instant::now() + WAIT;

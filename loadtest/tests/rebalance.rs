@@ -372,12 +372,7 @@ async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_o
     let mut a = cluster.connect(0, "alice").await.unwrap();
     a.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
     let (owner, fence) = cluster.room_owner("frozen").await.unwrap().unwrap();
-    let target = cluster
-        .shards
-        .iter()
-        .map(|s| s.id.clone())
-        .find(|s| *s != owner)
-        .unwrap();
+    let target = cluster.other_shard(&owner).unwrap();
     let frozen = cluster.shard(&owner).unwrap();
     frozen.node.pause().unwrap();
     let started = Instant::now();

@@ -242,20 +242,8 @@ async fn robots_move_with_their_room() {
     human.join_retrying(&room, None, WAIT).await.unwrap();
     let before = human.next_event_named("chat", WAIT).await.unwrap();
     let (owner, _) = cluster.room_owner("mover").await.unwrap().unwrap();
-    let target = cluster
-        .shards
-        .iter()
-        .map(|s| s.id.clone())
-        .find(|s| *s != owner)
-        .unwrap();
-    let r = cluster
-        .admin(
-            "POST",
-            "/admin/rooms/mover/move",
-            Some(json!({"to": target})),
-        )
-        .await
-        .unwrap();
+    let target = cluster.other_shard(&owner).unwrap();
+    let r = cluster.move_room("mover", &target).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     // The robots speak again from the new owner; the human was moved without a room.left.
     let deadline = Instant::now() + WAIT;

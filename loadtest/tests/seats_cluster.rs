@@ -118,16 +118,8 @@ async fn a_mute_and_a_publish_deadline_survive_a_planned_move_and_a_failover() {
 
     // A planned move: the members follow without noticing; the mute and the deadline move too.
     let (first, fence) = cluster.room_owner("mic").await.unwrap().unwrap();
-    let target = cluster
-        .shards
-        .iter()
-        .map(|s| s.id.clone())
-        .find(|s| *s != first)
-        .unwrap();
-    let r = cluster
-        .admin("POST", "/admin/rooms/mic/move", Some(json!({"to": target})))
-        .await
-        .unwrap();
+    let target = cluster.other_shard(&first).unwrap();
+    let r = cluster.move_room("mic", &target).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     let moved_by = tokio::time::Instant::now() + WAIT;
     loop {

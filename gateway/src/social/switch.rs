@@ -100,8 +100,11 @@ async fn swap(core: &Arc<Core>, session: SessionId, user: &UserId, room: &RoomId
     let at = core.social.me(session);
     let swapped = core.social.registry.set_room(user, room, &at).await;
     let still_here = core.hub.room_of(session).as_ref() == Some(room);
-    if swapped.is_ok() && !still_here {
-        // The session left (or closed) while the swap was on its way: the entry is not true.
+    let closed = core.hub.user_of(session).is_none();
+    if swapped.is_ok() && !still_here && !closed {
+        // The session left while the swap was on its way: the entry is not true. (A session
+        // that closed is away in the room for the grace window; its entry stays until the
+        // disconnect's own clean-up at the window's end.)
         if let Err(e) = core.social.registry.clear_room(user, room, &at).await {
             warn!(error = %e, "Could not clear a registry room entry.");
         }

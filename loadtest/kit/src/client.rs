@@ -301,6 +301,48 @@ impl Client {
         }
     }
 
+    /// Every event received until a `chat` whose text is `text` (not included): after one's
+    /// own chat, everything the room published before it has arrived (events come in order).
+    ///
+    /// # Errors
+    /// Transport errors, and a time-out when the chat does not come within `wait`.
+    pub async fn events_until_chat(
+        &mut self,
+        text: &str,
+        wait: Duration,
+    ) -> Result<Vec<Event>, ClientError> {
+        let deadline = Instant::now() + wait;
+        let mut out = Vec::new();
+        loop {
+            let e = self
+                .next_event(deadline.saturating_duration_since(Instant::now()))
+                .await?;
+            if e.ev == "chat" && e.d["text"] == text {
+                return Ok(out);
+            }
+            out.push(e);
+        }
+    }
+
+    /// Every room of a `room.list` listing asked with `d`, page by page (at most 1,000 pages).
+    ///
+    /// # Errors
+    /// Error replies and transport errors; `BadFrame` when the listing does not end.
+    pub async fn room_list_all(&mut self, mut d: Value) -> Result<Vec<Value>, ClientError> {
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            let page = self.request("room.list", d.clone()).await?;
+            if let Some(rooms) = page["rooms"].as_array() {
+                out.extend(rooms.iter().cloned());
+            }
+            match page.get("cursor").and_then(Value::as_str) {
+                Some(cursor) => d["cursor"] = json!(cursor),
+                None => return Ok(out),
+            }
+        }
+        Err(ClientError::BadFrame("room.list never ended".into()))
+    }
+
     /// Events received and not yet taken.
     pub fn queued_events(&mut self) -> Vec<Event> {
         self.events.drain(..).collect()

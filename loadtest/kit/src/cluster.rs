@@ -326,6 +326,25 @@ impl Cluster {
         crate::admin::call(g.admin, method, path, Some(&self.admin_token), body).await
     }
 
+    /// A shard other than `not` (the first in start order), e.g. a target for a planned move.
+    pub fn other_shard(&self, not: &str) -> Option<String> {
+        self.shards.iter().map(|s| s.id.clone()).find(|s| s != not)
+    }
+
+    /// Asks for a planned move of `room` to shard `to` (`POST /admin/rooms/{room}/move`).
+    ///
+    /// # Errors
+    /// Transport errors.
+    pub async fn move_room(
+        &self,
+        room: &str,
+        to: &str,
+    ) -> anyhow::Result<crate::admin::AdminResponse> {
+        let path = format!("/admin/rooms/{room}/move");
+        self.admin("POST", &path, Some(serde_json::json!({ "to": to })))
+            .await
+    }
+
     /// `(owner node id, fence)` of `room`'s live lease, asked through gateway `g`'s admin API.
     ///
     /// # Errors
