@@ -61,6 +61,18 @@ impl Claims {
     }
 }
 
+/// `p` behind an `Arc`; every empty profile (most tokens carry no profile claims) shares one,
+/// so an idle connection holds no profile allocation of its own.
+pub(crate) fn shared_profile(p: Profile) -> std::sync::Arc<Profile> {
+    static EMPTY: std::sync::LazyLock<std::sync::Arc<Profile>> =
+        std::sync::LazyLock::new(|| std::sync::Arc::new(Profile::default()));
+    if p.is_empty() {
+        EMPTY.clone()
+    } else {
+        std::sync::Arc::new(p)
+    }
+}
+
 /// An authenticated user and when its token expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -154,7 +166,7 @@ impl Authenticator {
         self.check_times(&data.claims, jsonwebtoken::get_current_timestamp())?;
         check_subject(&data.claims.sub)?;
         Ok(Identity {
-            profile: std::sync::Arc::new(data.claims.profile()),
+            profile: shared_profile(data.claims.profile()),
             user: UserId::from(data.claims.sub),
             exp: data.claims.exp,
         })

@@ -15,15 +15,16 @@
 //!   `follow_counts`, kept in the same transactions, so counts cost one row read.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ::redis::aio::ConnectionManager;
 use protocol::UserId;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{OptionalExtension, TransactionBehavior};
 
 use crate::error::Result;
 use crate::profiles::{open_users_db, with_sqlite};
 use crate::redis::map_err;
+use crate::sqlite_cell::SqliteCell;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS follows (
     follower TEXT NOT NULL,
@@ -180,7 +181,7 @@ pub enum FollowStore {
     /// Redis (cluster mode), with the add script.
     Redis(ConnectionManager, Arc<::redis::Script>),
     /// SQLite (standalone mode).
-    Sqlite(Arc<Mutex<Connection>>),
+    Sqlite(SqliteCell),
 }
 
 impl std::fmt::Debug for FollowStore {
@@ -204,7 +205,7 @@ impl FollowStore {
     /// `Backend` when the directory or the database cannot be opened.
     pub async fn sqlite(data_dir: &Path) -> Result<Self> {
         let conn = open_users_db(data_dir, SCHEMA).await?;
-        Ok(Self::Sqlite(Arc::new(Mutex::new(conn))))
+        Ok(Self::Sqlite(SqliteCell::new(conn, "follows")))
     }
 
     /// `follower` follows `followee` from `at_ms` on, unless they already do or already

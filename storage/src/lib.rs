@@ -12,6 +12,7 @@
 //! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
 //! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
 //! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
+//! - [`sqlite_cell`]: one SQLite connection shared by async callers without parking threads.
 
 pub mod directory;
 pub mod error;
@@ -25,5 +26,6 @@ pub mod redis;
 pub mod registry;
 pub mod robots;
 pub mod snapshot;
+pub mod sqlite_cell;
 
 pub use error::{Result, StorageError};

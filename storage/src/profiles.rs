@@ -13,7 +13,6 @@
 //! - SQLite (standalone mode): `<data_dir>/users.db`, table `profiles`, one row per user.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use ::redis::aio::ConnectionManager;
 use protocol::UserId;
@@ -22,6 +21,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::error::{Result, StorageError};
 use crate::redis::map_err;
+use crate::sqlite_cell::SqliteCell;
 
 /// The SQLite file in the data directory that holds profiles and follows.
 pub const USERS_DB_FILE: &str = "users.db";
@@ -59,7 +59,7 @@ pub enum ProfileStore {
     /// Redis (cluster mode).
     Redis(ConnectionManager),
     /// SQLite (standalone mode).
-    Sqlite(Arc<Mutex<Connection>>),
+    Sqlite(SqliteCell),
 }
 
 impl std::fmt::Debug for ProfileStore {
@@ -99,19 +99,13 @@ pub(crate) async fn open_users_db(dir: &Path, schema: &'static str) -> Result<Co
     .map_err(backend)?
 }
 
-/// Runs `f` on the SQLite connection off the runtime.
-pub(crate) async fn with_sqlite<T, F>(conn: &Arc<Mutex<Connection>>, f: F) -> Result<T>
+/// Runs `f` on the store's SQLite connection (see [`SqliteCell`]).
+pub(crate) async fn with_sqlite<T, F>(conn: &SqliteCell, f: F) -> Result<T>
 where
     T: Send + 'static,
     F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
 {
-    let conn = Arc::clone(conn);
-    tokio::task::spawn_blocking(move || {
-        let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-        f(&mut conn).map_err(backend)
-    })
-    .await
-    .map_err(backend)?
+    conn.call(f).await
 }
 
 /// Redis hash fields of the own profile and of the claims.
@@ -169,7 +163,7 @@ impl ProfileStore {
     /// `Backend` when the directory or the database cannot be opened.
     pub async fn sqlite(data_dir: &Path) -> Result<Self> {
         let conn = open_users_db(data_dir, SCHEMA).await?;
-        Ok(Self::Sqlite(Arc::new(Mutex::new(conn))))
+        Ok(Self::Sqlite(SqliteCell::new(conn, "profiles")))
     }
 
     /// What is stored for `user` (all unset when nothing is).

@@ -7,7 +7,6 @@
 //! - SQLite (standalone mode): `<data_dir>/robots.db`, table `robot_configs`.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use ::redis::aio::ConnectionManager;
 use protocol::RoomId;
@@ -15,6 +14,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::{Result, StorageError};
 use crate::redis::map_err;
+use crate::sqlite_cell::SqliteCell;
 
 /// The Redis hash holding every configuration.
 const REDIS_KEY: &str = "robots:configs";
@@ -32,7 +32,7 @@ pub enum RobotStore {
     /// Redis (cluster mode).
     Redis(ConnectionManager),
     /// SQLite (standalone mode).
-    Sqlite(Arc<Mutex<Connection>>),
+    Sqlite(SqliteCell),
 }
 
 impl std::fmt::Debug for RobotStore {
@@ -70,21 +70,15 @@ impl RobotStore {
         })
         .await
         .map_err(backend)??;
-        Ok(Self::Sqlite(Arc::new(Mutex::new(conn))))
+        Ok(Self::Sqlite(SqliteCell::new(conn, "robot store")))
     }
 
-    async fn with_sqlite<T, F>(conn: &Arc<Mutex<Connection>>, f: F) -> Result<T>
+    async fn with_sqlite<T, F>(conn: &SqliteCell, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let conn = Arc::clone(conn);
-        tokio::task::spawn_blocking(move || {
-            let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&conn).map_err(backend)
-        })
-        .await
-        .map_err(backend)?
+        conn.call(move |c| f(c)).await
     }
 
     /// Writes (creates or replaces) `room`'s configuration.

@@ -3,7 +3,7 @@
 //! user's log is bounded on its own, as in Redis.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use protocol::UserId;
@@ -13,6 +13,7 @@ use super::{
     Blocked, IDS_PER_MS, IM_DB_FILE, KEEP_FOR, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored,
 };
 use crate::error::{Result, StorageError};
+use crate::sqlite_cell::SqliteCell;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS im_log (
@@ -45,7 +46,7 @@ CREATE TABLE IF NOT EXISTS im_seq (
 /// The SQLite engine; cheap to clone.
 #[derive(Clone)]
 pub struct SqliteIm {
-    conn: Arc<Mutex<Connection>>,
+    conn: SqliteCell,
 }
 
 impl std::fmt::Debug for SqliteIm {
@@ -99,7 +100,7 @@ impl SqliteIm {
         .await
         .map_err(backend)??;
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: SqliteCell::new(conn, "im store"),
         })
     }
 
@@ -108,13 +109,7 @@ impl SqliteIm {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let conn = Arc::clone(&self.conn);
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut conn).map_err(backend)
-        })
-        .await
-        .map_err(backend)?
+        self.conn.call(f).await
     }
 
     pub(super) async fn send(&self, m: &Outgoing<'_>) -> Result<Sent> {

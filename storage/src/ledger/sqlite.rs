@@ -55,8 +55,8 @@ mod wal;
 mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 
 use protocol::{RoomId, UserId};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -97,7 +97,7 @@ use crate::{Result, StorageError};
 #[derive(Clone)]
 pub struct SqliteLedger {
     jobs: mpsc::Sender<Job>,
-    reader: Arc<Mutex<Connection>>,
+    reader: Arc<tokio::sync::Mutex<Connection>>,
     /// The syncer's inbox, for reads to ask for a sync after them.
     syncer: std::sync::mpsc::Sender<ToSync>,
     /// Sagas booked before the time-ordered gift ids may be kept under their v5 ids.
@@ -202,7 +202,7 @@ impl SqliteLedger {
         info!("SQLite ledger open.");
         Ok(Self {
             jobs,
-            reader: Arc::new(Mutex::new(reader)),
+            reader: Arc::new(tokio::sync::Mutex::new(reader)),
             syncer,
             legacy_gift_ids,
             #[cfg(test)]
@@ -242,15 +242,11 @@ impl SqliteLedger {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let reader = Arc::clone(&self.reader);
-        let out = tokio::task::spawn_blocking(move || {
-            let conn = reader
-                .lock()
-                .map_err(|_| StorageError::backend_msg("ledger reader lock poisoned"))?;
-            f(&conn)
-        })
-        .await
-        .map_err(|e| StorageError::backend("ledger read task", e))??;
+        // The lock is taken as a future: waiting readers hold no pool thread.
+        let conn = Arc::clone(&self.reader).lock_owned().await;
+        let out = tokio::task::spawn_blocking(move || f(&conn))
+            .await
+            .map_err(|e| StorageError::backend("ledger read task", e))??;
         let (done, synced) = oneshot::channel();
         let stopped = || StorageError::unavailable_msg(SYNCER_STOPPED);
         self.syncer

@@ -1,6 +1,8 @@
 //! SQLite snapshot engine for standalone mode: `<data_dir>/rooms.db`.
 //!
-//! Calls run on tokio's blocking pool (`spawn_blocking`) over one connection behind a mutex.
+//! Calls run on tokio's blocking pool (`spawn_blocking`) over one connection behind an async
+//! mutex: callers wait as futures, and only the one holding the connection takes a pool thread
+//! (a lock taken inside the pool would park one thread per waiting caller).
 //!
 //! # Fencing
 //! Standalone mode keeps its leases in an [`InProcessLeases`] store; this engine holds a clone
@@ -12,7 +14,9 @@
 //! `hwm` gives, and in standalone mode the only possible "other owner" is this same process.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
 
 use bytes::Bytes;
 use protocol::{FencingToken, RoomId, UserId};
@@ -177,14 +181,10 @@ impl SqliteSnapshots {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
-        let conn = Arc::clone(&self.conn);
-        tokio::task::spawn_blocking(move || {
-            let mut guard: MutexGuard<'_, Connection> =
-                conn.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut guard)
-        })
-        .await
-        .map_err(backend)?
+        let mut guard = Arc::clone(&self.conn).lock_owned().await;
+        tokio::task::spawn_blocking(move || f(&mut guard))
+            .await
+            .map_err(backend)?
     }
 
     /// Checks the live lease, then runs `write` in a transaction that first checks and raises
