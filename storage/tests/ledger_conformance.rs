@@ -1,11 +1,14 @@
-//! One conformance suite for every ledger engine: SQLite always; Scylla when
-//! `CHORUS_SCYLLA_NODES` (e.g. `127.0.0.1:9042`) names a reachable cluster.
+//! One conformance suite for every ledger engine: SQLite and PostgreSQL always (a throwaway
+//! server per test, started from the installed binaries: a missing PostgreSQL fails the
+//! tests); Scylla when `CHORUS_SCYLLA_NODES` (e.g. `127.0.0.1:9042`) names a reachable cluster.
 
 // The checks live in helper fns shared by both engines, not in #[test] fns themselves.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use kit::postgres::PgServer;
 
 use protocol::{RoomId, UserId};
 use rand::rngs::StdRng;
@@ -17,8 +20,8 @@ use storage::ledger::{
 };
 use uuid::Uuid;
 
-/// A fresh ledger per test (a temp SQLite file, or a fresh Scylla keyspace), with a namespace
-/// for ids. The temp dir lives as long as the ledger.
+/// A fresh ledger per test (a temp SQLite file, a fresh PostgreSQL server, or a fresh Scylla
+/// keyspace), with a namespace for ids. The temp dir and the server live as long as the ledger.
 struct Fixture {
     ledger: Ledger,
     ns: String,
@@ -26,6 +29,7 @@ struct Fixture {
     url: String,
     dir: std::path::PathBuf,
     _dir: Option<tempfile::TempDir>,
+    _server: Option<PgServer>,
 }
 
 impl Fixture {
@@ -77,6 +81,25 @@ async fn sqlite() -> Fixture {
         url: String::new(),
         dir: dir.path().to_owned(),
         _dir: Some(dir),
+        _server: None,
+    }
+}
+
+/// A PostgreSQL ledger on a server of its own, so that each test's audit sees only its money.
+async fn postgres() -> Fixture {
+    let server = PgServer::start().await.expect("start a PostgreSQL server");
+    let url = server.url("postgres");
+    let dir = std::env::temp_dir();
+    let ledger = Ledger::open(&url, &dir)
+        .await
+        .expect("open the PostgreSQL ledger");
+    Fixture {
+        ledger,
+        ns: "t".into(),
+        url,
+        dir,
+        _dir: None,
+        _server: Some(server),
     }
 }
 
@@ -96,6 +119,7 @@ async fn scylla() -> Option<Fixture> {
         url,
         dir,
         _dir: None,
+        _server: None,
     })
 }
 
@@ -106,6 +130,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres_engine {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::postgres().await).await;
                 }
             )*
         }
