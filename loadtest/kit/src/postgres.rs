@@ -72,6 +72,8 @@ pub struct PgServer {
     port: u16,
     dir: PathBuf,
     log: PathBuf,
+    bin: PathBuf,
+    settings: Vec<(String, String)>,
 }
 
 impl PgServer {
@@ -98,12 +100,17 @@ impl PgServer {
             port: 0,
             dir,
             log,
+            bin,
+            settings: settings
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
         };
-        server.initdb(&bin)?;
+        server.initdb()?;
         let mut last_err = io::Error::other("postgres was not started");
         for _ in 0..PG_START_ATTEMPTS {
             server.port = free_port()?;
-            match server.spawn_and_wait(&bin, settings).await {
+            match server.spawn_and_wait().await {
                 Ok(()) => return Ok(server),
                 Err(e) => last_err = e,
             }
@@ -124,6 +131,16 @@ impl PgServer {
     /// The process id of the postmaster, if running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Shuts the server down ([`PgServer::stop`]) and starts it again on the same port and
+    /// data: what was committed survives, as after a crash of the primary.
+    ///
+    /// # Errors
+    /// When the server does not accept connections again within [`PG_READY_TIMEOUT`].
+    pub async fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        self.spawn_and_wait().await
     }
 
     /// Shuts the server down at once (SIGQUIT: an immediate shutdown, as a crash would leave
@@ -153,8 +170,8 @@ impl PgServer {
         self.dir.join("data")
     }
 
-    fn initdb(&self, bin: &Path) -> io::Result<()> {
-        let out = as_server_user(&bin.join("initdb"))
+    fn initdb(&self) -> io::Result<()> {
+        let out = as_server_user(&self.bin.join("initdb"))
             .arg("-D")
             .arg(self.data())
             .args(["-U", PG_USER, "--auth=trust", "--no-sync", "-E", "UTF8"])
@@ -171,15 +188,18 @@ impl PgServer {
         Ok(())
     }
 
-    async fn spawn_and_wait(&mut self, bin: &Path, settings: &[(&str, &str)]) -> io::Result<()> {
-        let log = std::fs::File::create(&self.log)?;
-        let mut cmd = as_server_user(&bin.join("postgres"));
+    async fn spawn_and_wait(&mut self) -> io::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let mut cmd = as_server_user(&self.bin.join("postgres"));
         cmd.arg("-D").arg(self.data());
         cmd.args(["-p", &self.port.to_string()]);
         cmd.args(["-c", "listen_addresses=127.0.0.1"]);
         cmd.arg("-c")
             .arg(format!("unix_socket_directories={}", self.dir.display()));
-        for (name, value) in settings {
+        for (name, value) in &self.settings {
             cmd.arg("-c").arg(format!("{name}={value}"));
         }
         let child = cmd
@@ -214,13 +234,18 @@ impl PgServer {
         }
     }
 
-    /// Whether the postmaster says it accepts connections: the 8th line of `postmaster.pid`
-    /// is `ready` once startup (and any crash recovery) is done.
+    /// Whether this server's postmaster says it accepts connections: `postmaster.pid` names
+    /// its pid on the first line and says `ready` on the 8th once startup (and any crash
+    /// recovery) is done. The pid check ignores a file left by a killed earlier run.
     fn is_ready(&self) -> bool {
-        std::fs::read_to_string(self.data().join("postmaster.pid"))
-            .ok()
-            .and_then(|s| s.lines().nth(7).map(|l| l.trim() == "ready"))
-            .unwrap_or(false)
+        let Some(pid) = self.pid() else {
+            return false;
+        };
+        let Ok(file) = std::fs::read_to_string(self.data().join("postmaster.pid")) else {
+            return false;
+        };
+        let lines: Vec<&str> = file.lines().map(str::trim).collect();
+        lines.first() == Some(&pid.to_string().as_str()) && lines.get(7) == Some(&"ready")
     }
 }
 
