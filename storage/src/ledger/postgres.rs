@@ -5,7 +5,8 @@
 //!   to commit, and a step after the install sees it), then locks the saga row `FOR UPDATE`, and
 //!   refuses with `Fenced` inside that same transaction when the token is below the room's or
 //!   the saga's. A stale owner's step therefore commits nothing, whichever node sends it.
-//!   A new gift's `send_gift` runs its three steps in one transaction (one commit per gift).
+//!   A new gift's `send_gift` runs its three steps in one transaction of three round trips,
+//!   the statements of each pipelined (`hot`); a retry goes step by step (`saga`).
 //! - **Constraints make the money rules hold in the database itself** (see
 //!   `schema::MIGRATIONS`): coins `CHECK (coins >= 0)`; the sender's entry under the gift id is
 //!   the primary key both the debit and the void claim insert, so a gift is debited at most once
@@ -21,8 +22,10 @@
 //!
 //! # Layout
 //! This file holds the engine's handle, its pool, the transaction runner and the reads;
-//! `saga` holds the steps (fences, grants, the saga's moves) and `schema` the tables.
+//! `saga` holds the steps (fences, grants, the saga's moves), `hot` a new gift's pipelined
+//! path and `schema` the tables.
 
+mod hot;
 mod saga;
 mod schema;
 
@@ -136,7 +139,12 @@ pub(super) fn from_sql_fence(fence: i64) -> Result<u64> {
 /// transaction and commits it; runs it again after a serialization failure or a deadlock. The
 /// answer comes only after the commit returned.
 macro_rules! transact {
-    ($ledger:expr, |$tx:ident| $body:expr) => {{
+    ($ledger:expr, |$tx:ident| $body:expr) => {
+        $crate::ledger::postgres::transact!($ledger, |$tx| $body, commit_if | _ | true)
+    };
+    // `$keep` sees the body's value: `false` rolls the transaction back (the value is still
+    // returned).
+    ($ledger:expr, |$tx:ident| $body:expr, commit_if $keep:expr) => {{
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
@@ -145,7 +153,10 @@ macro_rules! transact {
                 let $tx = client.transaction().await?;
                 let out: $crate::ledger::postgres::TxResult<_> = $body;
                 let value = out?;
-                $tx.commit().await?;
+                let keep: fn(&_) -> bool = $keep;
+                if keep(&value) {
+                    $tx.commit().await?;
+                }
                 Ok::<_, $crate::ledger::postgres::Fail>(value)
             };
             let failed = match tokio::time::timeout($crate::ledger::postgres::TX_TIMEOUT, run).await

@@ -16,6 +16,7 @@ use super::super::{
     GrantOutcome, SagaRecord, SagaState, SettleOutcome, VoidOutcome, VoidReason, day_of,
     grant_entry_id, lucky_entry_id, now_ms,
 };
+use super::hot::{Hot, send_new};
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS};
 use super::{
     Fail, PostgresLedger, SQL_SAGA, TxResult, from_sql_fence, saga_record, to_sql_fence, transact,
@@ -54,7 +55,16 @@ impl PostgresLedger {
         order: &GiftOrder,
         fence: u64,
     ) -> Result<GiftOutcome> {
-        transact!(self, |tx| send_tx(&tx, order, fence).await)
+        let first = transact!(
+            self,
+            |tx| send_new(&tx, order, fence).await,
+            commit_if | hot | matches!(hot, Hot::Done(_))
+        )?;
+        match first {
+            Hot::Done(outcome) => Ok(outcome),
+            // A retry of a booked gift: step by step, from where its saga stands.
+            Hot::Known => transact!(self, |tx| send_tx(&tx, order, fence).await),
+        }
     }
 
     pub(in crate::ledger) async fn begin(
@@ -240,7 +250,7 @@ async fn lock_accounts(tx: &Transaction<'_>, users: &[&str]) -> TxResult<()> {
     Ok(())
 }
 
-async fn coins(tx: &Transaction<'_>, user: &str) -> TxResult<i64> {
+pub(super) async fn coins(tx: &Transaction<'_>, user: &str) -> TxResult<i64> {
     let stmt = tx
         .prepare_cached("SELECT coins FROM account WHERE user_id = $1")
         .await?;
@@ -250,7 +260,7 @@ async fn coins(tx: &Transaction<'_>, user: &str) -> TxResult<i64> {
     })
 }
 
-async fn insert_entry(
+pub(super) async fn insert_entry(
     tx: &Transaction<'_>,
     user: &str,
     entry_id: uuid::Uuid,
@@ -288,6 +298,18 @@ async fn mark(
     reason: Option<VoidReason>,
     balance_after: Option<i64>,
 ) -> TxResult<()> {
+    mark_by_id(tx, rec.order.gift_id, state, fence, reason, balance_after).await
+}
+
+/// Moves saga `gift_id` to `state`, raising its fence to `fence`.
+pub(super) async fn mark_by_id(
+    tx: &Transaction<'_>,
+    gift_id: uuid::Uuid,
+    state: SagaState,
+    fence: u64,
+    reason: Option<VoidReason>,
+    balance_after: Option<i64>,
+) -> TxResult<()> {
     let stmt = tx
         .prepare_cached(
             "UPDATE gift_saga SET state = $1, fence = GREATEST(fence, $2), reason = $3,
@@ -303,7 +325,7 @@ async fn mark(
             &reason.map(VoidReason::as_str),
             &balance_after,
             &now_ms(),
-            &rec.order.gift_id,
+            &gift_id,
         ],
     )
     .await?;
@@ -493,17 +515,24 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
     Ok(SettleOutcome::Settled { balance })
 }
 
-/// Adds a settled gift to its room's leaderboards, rows in key order.
-async fn add_ranks(tx: &Transaction<'_>, o: &GiftOrder) -> TxResult<()> {
+/// A settled gift's leaderboard rows, in key order: boards, users and amounts.
+pub(super) fn rank_rows(o: &GiftOrder) -> (Vec<i16>, Vec<&str>, Vec<i64>) {
     let mut rows: Vec<(i16, &str, i64)> = Vec::with_capacity(o.recipients.len() + 1);
     rows.push((BOARD_SENDERS, o.sender.as_str(), o.total()));
     for r in &o.recipients {
         rows.push((BOARD_RECEIVERS, r.as_str(), o.per_recipient()));
     }
     rows.sort_unstable();
-    let boards: Vec<i16> = rows.iter().map(|r| r.0).collect();
-    let users: Vec<&str> = rows.iter().map(|r| r.1).collect();
-    let totals: Vec<i64> = rows.iter().map(|r| r.2).collect();
+    (
+        rows.iter().map(|r| r.0).collect(),
+        rows.iter().map(|r| r.1).collect(),
+        rows.iter().map(|r| r.2).collect(),
+    )
+}
+
+/// Adds a settled gift to its room's leaderboards, rows in key order.
+async fn add_ranks(tx: &Transaction<'_>, o: &GiftOrder) -> TxResult<()> {
+    let (boards, users, totals) = rank_rows(o);
     let stmt = tx
         .prepare_cached(
             "INSERT INTO gift_rank (room, board, day, user_id, total)
