@@ -18,7 +18,7 @@
 //! # Gift saga
 //! `PENDING → DEBITED → SETTLED`, or `PENDING → VOIDED`. The debit and the void claim write the
 //! same idempotency key (the gift id) in the sender's wallet, so a gift is never both debited and
-//! voided (on Scylla a wallet entry; on SQLite, where the claim and the saga's move commit in one
+//! voided (on PostgreSQL and Scylla a wallet entry; on SQLite, where the claim and the saga's move commit in one
 //! transaction, the saga row itself: see [`sqlite`]). Every saga transition carries the room's fencing token: a token lower than the room's
 //! installed high-water mark, or than the saga's own, fails with [`StorageError::Fenced`] and
 //! leaves the saga as it was. Recovery ([`Ledger::recover`]) runs only on the room's owner; a
@@ -275,7 +275,7 @@ impl Ledger {
     }
 
     /// The kind of the sender's wallet entry under the gift id: `Debit`, `Void` or none
-    /// (a linearizable read on Scylla; on SQLite the claim is the saga row's state, written in
+    /// (a linearizable read on Scylla; a committed row on PostgreSQL; on SQLite the claim is the saga row's state, written in
     /// the same transaction as the debit or the void).
     ///
     /// # Errors

@@ -11,8 +11,10 @@
 //!   `schema::MIGRATIONS`): coins `CHECK (coins >= 0)`; the sender's entry under the gift id is
 //!   the primary key both the debit and the void claim insert, so a gift is debited at most once
 //!   and never both debited and voided; a gift's settlement row is keyed by its id.
-//! - **Deadlock-free locking order**: room fence, saga row, then every account the step touches
-//!   in one `ORDER BY user_id FOR UPDATE`, then leaderboard rows in key order.
+//! - **Deadlock-free locking order**: room fence, saga row, the sender's account, then the
+//!   recipients' earnings rows and the leaderboard rows in key order. Earnings and leaderboard
+//!   totals are spread over `schema::SLOTS` rows per user, so gifts to one popular host do not
+//!   queue on one row lock held until each commit.
 //! - **Failures**: a serialization failure or a deadlock rolls the transaction back and runs
 //!   it again (bounded, then `Conflict`); a lost connection, a time-out, a server shutting down
 //!   or a read-only server (a replica after a failover) answers `Unavailable`, and the caller
@@ -267,7 +269,7 @@ impl PostgresLedger {
     pub(super) async fn earnings(&self, user: &UserId) -> Result<i64> {
         let rows = self
             .read(
-                "SELECT earnings FROM account WHERE user_id = $1",
+                "SELECT COALESCE(SUM(amount), 0)::BIGINT FROM earning WHERE user_id = $1",
                 &[&user.as_str()],
             )
             .await?;
@@ -412,7 +414,7 @@ impl PostgresLedger {
                     "SELECT
                        (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM entry WHERE kind = 'GRANT'),
                        (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM account),
-                       (SELECT COALESCE(SUM(earnings), 0)::BIGINT FROM account),
+                       (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM earning),
                        (SELECT COUNT(*) FROM account WHERE coins < 0),
                        (SELECT COALESCE(SUM(platform), 0)::BIGINT FROM gift_settlement),
                        (SELECT COALESCE(SUM(lucky), 0)::BIGINT FROM gift_settlement)",

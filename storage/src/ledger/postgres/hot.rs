@@ -2,7 +2,7 @@
 //! statements of each round trip pipelined (sent together, answered in order) by the driver.
 //!
 //! 1. The room's fence `FOR SHARE`, the saga's row (PENDING, `ON CONFLICT DO NOTHING`), the
-//!    accounts the gift touches (created if missing and locked in user-id order) and the
+//!    sender's account (created if missing, and locked) and the
 //!    sender's debit (`coins >= total`, or no row).
 //! 2. For a debit: the sender's DEBIT entry, the recipients' earnings, the leaderboards, the
 //!    settlement, the prize, and the saga marked SETTLED.
@@ -14,12 +14,14 @@
 //! balance writes the void claim step by step (rare, and nothing to pipeline).
 
 use deadpool_postgres::Transaction;
-use protocol::UserId;
 
 use super::super::{
     EntryKind, GiftOrder, GiftOutcome, SagaState, VoidReason, day_of, lucky_entry_id, now_ms,
 };
-use super::saga::{coins, col, insert_entry, mark_by_id, rank_rows};
+use super::saga::{
+    SQL_CREDIT, SQL_RANKS, coins, col, insert_entry, mark_by_id, rank_rows, sorted_recipients,
+};
+use super::schema::slot_of;
 use super::{Fail, TxResult, from_sql_fence, to_sql_fence};
 use crate::StorageError;
 
@@ -44,11 +46,6 @@ const SQL_LOCK_ACCOUNTS: &str =
     "SELECT user_id FROM account WHERE user_id = ANY($1) ORDER BY user_id FOR UPDATE";
 const SQL_DEBIT: &str = "UPDATE account SET coins = coins - $2 WHERE user_id = $1 AND coins >= $2
  RETURNING coins";
-const SQL_CREDIT: &str = "UPDATE account SET earnings = earnings + $2 WHERE user_id = ANY($1)";
-const SQL_RANKS: &str = "INSERT INTO gift_rank (room, board, day, user_id, total)
- SELECT $1, b, $2, u, t FROM unnest($3::SMALLINT[], $4::TEXT[], $5::BIGINT[])
-   WITH ORDINALITY AS x(b, u, t, n) ORDER BY n
- ON CONFLICT (room, board, day, user_id) DO UPDATE SET total = gift_rank.total + EXCLUDED.total";
 const SQL_SETTLEMENT: &str =
     "INSERT INTO gift_settlement (gift_id, room, platform, lucky) VALUES ($1, $2, $3, $4)";
 const SQL_PRIZE: &str = "UPDATE account SET coins = coins + $2 WHERE user_id = $1 RETURNING coins";
@@ -70,10 +67,8 @@ pub(super) async fn send_new(tx: &Transaction<'_>, o: &GiftOrder, fence: u64) ->
     )?;
     let (room, sender, total) = (o.room.as_str(), o.sender.as_str(), o.total());
     let (json, f, now) = (o.to_json()?, to_sql_fence(fence)?, now_ms());
-    let mut users: Vec<&str> = o.recipients.iter().map(UserId::as_str).collect();
-    users.push(sender);
-    users.sort_unstable();
-    users.dedup();
+    // Only the sender's account is locked: recipients' earnings are rows of their own.
+    let users: Vec<&str> = vec![sender];
     // Round trip 1.
     let p_fence: &Params<'_> = &[&room];
     let p_saga: &Params<'_> = &[&o.gift_id, &room, &sender, &json, &f, &now];
@@ -147,7 +142,8 @@ async fn settle_new(
         o.prize(),
         now_ms(),
     );
-    let recipients: Vec<&str> = o.recipients.iter().map(UserId::as_str).collect();
+    let recipients = sorted_recipients(o);
+    let slot = slot_of(o.gift_id);
     let (boards, users, totals) = rank_rows(o);
     let (debit, lucky) = (EntryKind::Debit.as_str(), EntryKind::Lucky.as_str());
     let lucky_id = lucky_entry_id(o.gift_id);
@@ -159,8 +155,8 @@ async fn settle_new(
         Some(settled),
     );
     let p_entry: &Params<'_> = &[&sender, &o.gift_id, &debit, &total, &after, &now];
-    let p_credit: &Params<'_> = &[&recipients, &earned];
-    let p_ranks: &Params<'_> = &[&room, &day, &boards, &users, &totals];
+    let p_credit: &Params<'_> = &[&recipients, &slot, &earned];
+    let p_ranks: &Params<'_> = &[&room, &day, &slot, &boards, &users, &totals];
     let p_settlement: &Params<'_> = &[&o.gift_id, &room, &platform, &prize];
     let p_prize: &Params<'_> = &[&sender, &prize];
     let p_lucky: &Params<'_> = &[&sender, &lucky_id, &lucky, &prize, &settled_after, &now];

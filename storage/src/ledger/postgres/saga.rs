@@ -17,7 +17,7 @@ use super::super::{
     grant_entry_id, lucky_entry_id, now_ms,
 };
 use super::hot::{Hot, send_new};
-use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS};
+use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, slot_of};
 use super::{
     Fail, PostgresLedger, SQL_SAGA, TxResult, from_sql_fence, saga_record, to_sql_fence, transact,
 };
@@ -346,9 +346,7 @@ async fn send_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResul
     let Some(rec) = lock_saga(tx, order.gift_id).await? else {
         return Err(StorageError::corrupt_msg("saga vanished inside a transaction").into());
     };
-    let mut users: Vec<&str> = rec.order.recipients.iter().map(UserId::as_str).collect();
-    users.push(rec.order.sender.as_str());
-    lock_accounts(tx, &users).await?;
+    lock_accounts(tx, &[rec.order.sender.as_str()]).await?;
     let result = match debit_tx(tx, order, fence).await? {
         DebitOutcome::Debited { .. } => match settle_tx(tx, order, fence).await? {
             SettleOutcome::Settled { balance } => GiftResult::Settled {
@@ -469,14 +467,11 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
         SagaState::Pending | SagaState::Voided => return Ok(SettleOutcome::NotDebited(rec.state)),
         SagaState::Debited => {}
     }
-    let mut users: Vec<&str> = o.recipients.iter().map(UserId::as_str).collect();
-    users.push(o.sender.as_str());
-    lock_accounts(tx, &users).await?;
-    let recipients: Vec<&str> = o.recipients.iter().map(UserId::as_str).collect();
-    let credit = tx
-        .prepare_cached("UPDATE account SET earnings = earnings + $2 WHERE user_id = ANY($1)")
-        .await?;
-    tx.execute(&credit, &[&recipients, &o.earnings_per_recipient()])
+    lock_accounts(tx, &[o.sender.as_str()]).await?;
+    let recipients = sorted_recipients(o);
+    let credit = tx.prepare_cached(SQL_CREDIT).await?;
+    let slot = slot_of(o.gift_id);
+    tx.execute(&credit, &[&recipients, &slot, &o.earnings_per_recipient()])
         .await?;
     add_ranks(tx, o).await?;
     let prize = o.prize();
@@ -515,6 +510,26 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
     Ok(SettleOutcome::Settled { balance })
 }
 
+/// Credits `$3` earnings to each of the users `$1` (in order), in slot `$2`.
+pub(super) const SQL_CREDIT: &str = "INSERT INTO earning (user_id, slot, amount)
+ SELECT u, $2, $3 FROM unnest($1::TEXT[]) WITH ORDINALITY AS x(u, n) ORDER BY n
+ ON CONFLICT (user_id, slot) DO UPDATE SET amount = earning.amount + EXCLUDED.amount";
+
+/// Adds totals `$6` of users `$5` on boards `$4` (rows in that order) to room `$1`'s
+/// leaderboards of day `$2`, in slot `$3`.
+pub(super) const SQL_RANKS: &str = "INSERT INTO gift_rank (room, board, day, user_id, slot, total)
+ SELECT $1, b, $2, u, $3, t FROM unnest($4::SMALLINT[], $5::TEXT[], $6::BIGINT[])
+   WITH ORDINALITY AS x(b, u, t, n) ORDER BY n
+ ON CONFLICT (room, board, day, user_id, slot)
+ DO UPDATE SET total = gift_rank.total + EXCLUDED.total";
+
+/// A gift's recipients sorted by user id: the order their earnings rows are locked in.
+pub(super) fn sorted_recipients(o: &GiftOrder) -> Vec<&str> {
+    let mut users: Vec<&str> = o.recipients.iter().map(UserId::as_str).collect();
+    users.sort_unstable();
+    users
+}
+
 /// A settled gift's leaderboard rows, in key order: boards, users and amounts.
 pub(super) fn rank_rows(o: &GiftOrder) -> (Vec<i16>, Vec<&str>, Vec<i64>) {
     let mut rows: Vec<(i16, &str, i64)> = Vec::with_capacity(o.recipients.len() + 1);
@@ -533,20 +548,13 @@ pub(super) fn rank_rows(o: &GiftOrder) -> (Vec<i16>, Vec<&str>, Vec<i64>) {
 /// Adds a settled gift to its room's leaderboards, rows in key order.
 async fn add_ranks(tx: &Transaction<'_>, o: &GiftOrder) -> TxResult<()> {
     let (boards, users, totals) = rank_rows(o);
-    let stmt = tx
-        .prepare_cached(
-            "INSERT INTO gift_rank (room, board, day, user_id, total)
-             SELECT $1, b, $2, u, t FROM unnest($3::SMALLINT[], $4::TEXT[], $5::BIGINT[])
-               WITH ORDINALITY AS x(b, u, t, n) ORDER BY n
-             ON CONFLICT (room, board, day, user_id)
-             DO UPDATE SET total = gift_rank.total + EXCLUDED.total",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(SQL_RANKS).await?;
     tx.execute(
         &stmt,
         &[
             &o.room.as_str(),
             &day_of(o.created_ms),
+            &slot_of(o.gift_id),
             &boards,
             &users,
             &totals,

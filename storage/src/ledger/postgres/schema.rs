@@ -15,6 +15,14 @@ use crate::{Result, StorageError};
 /// then finds nothing left to do.
 const MIGRATION_LOCK: i64 = 0x6368_6f72_7573_4c67;
 
+/// Rows a user's earnings and leaderboard totals are spread over (see [`MIGRATIONS`]).
+pub(super) const SLOTS: u8 = 16;
+
+/// The slot a gift adds its earnings and leaderboard totals to.
+pub(super) fn slot_of(gift_id: uuid::Uuid) -> i16 {
+    i16::from(gift_id.as_bytes()[15] % SLOTS)
+}
+
 /// `gift_rank.board` of the senders' board (coins spent in the room).
 pub(super) const BOARD_SENDERS: i16 = 0;
 /// `gift_rank.board` of the receivers' board (gift value received in the room).
@@ -33,13 +41,21 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 /// - `gift_settlement` (the house's share and the prize of each settled gift) is keyed by the
 ///   gift id and references its saga: a gift settles once. The house's totals are sums of it,
 ///   so no single row is written by every gift.
-/// - `gift_rank` holds each user's total per room, board and UTC day (the leaderboards).
+/// - A recipient's earnings (`earning`) and the leaderboards (`gift_rank`, each user's total
+///   per room, board and UTC day) are split over [`SLOTS`] rows per user, a gift adding to the
+///   slot its id picks; reads sum the slots. A popular host's row would otherwise be locked by
+///   every gift to them from its update to its commit, one gift after another.
 /// - `unpublished_gift` lists settled gifts whose room event is owed, until one caller takes it.
 pub(super) const MIGRATIONS: &[&str] = &["
 CREATE TABLE account (
-  user_id  TEXT PRIMARY KEY,
-  coins    BIGINT NOT NULL DEFAULT 0 CHECK (coins >= 0),
-  earnings BIGINT NOT NULL DEFAULT 0 CHECK (earnings >= 0)
+  user_id TEXT PRIMARY KEY,
+  coins   BIGINT NOT NULL DEFAULT 0 CHECK (coins >= 0)
+);
+CREATE TABLE earning (
+  user_id TEXT NOT NULL,
+  slot    SMALLINT NOT NULL,
+  amount  BIGINT NOT NULL CHECK (amount >= 0),
+  PRIMARY KEY (user_id, slot)
 );
 CREATE TABLE entry (
   user_id       TEXT NOT NULL,
@@ -80,8 +96,9 @@ CREATE TABLE gift_rank (
   board   SMALLINT NOT NULL,
   day     BIGINT NOT NULL,
   user_id TEXT NOT NULL,
+  slot    SMALLINT NOT NULL,
   total   BIGINT NOT NULL,
-  PRIMARY KEY (room, board, day, user_id)
+  PRIMARY KEY (room, board, day, user_id, slot)
 );
 CREATE TABLE unpublished_gift (
   gift_id   UUID PRIMARY KEY REFERENCES gift_saga (gift_id),
