@@ -34,10 +34,22 @@ const PG_SYSTEM_USER: &str = "postgres";
 /// # Errors
 /// When no PostgreSQL installation is found.
 pub fn pg_bin_dir() -> io::Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("PG_BIN_DIR") {
-        return Ok(PathBuf::from(dir));
-    }
+    find_bin_dir(std::env::var_os("PG_BIN_DIR"))
+}
+
+/// [`pg_bin_dir`] given the value of `PG_BIN_DIR`.
+fn find_bin_dir(named: Option<std::ffi::OsString>) -> io::Result<PathBuf> {
     let has_both = |d: &Path| d.join("initdb").is_file() && d.join("postgres").is_file();
+    if let Some(dir) = named {
+        let dir = PathBuf::from(dir);
+        if !has_both(&dir) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("PG_BIN_DIR={} holds no initdb and postgres", dir.display()),
+            ));
+        }
+        return Ok(dir);
+    }
     if let Some(path) = std::env::var_os("PATH")
         && let Some(dir) = std::env::split_paths(&path).find(|d| has_both(d))
     {
@@ -315,6 +327,14 @@ fn as_server_user(program: &Path) -> Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bin_dir_without_postgresql_is_an_error_that_says_so() {
+        let dir = std::env::temp_dir().join("chorus-no-postgres-here");
+        let err = find_bin_dir(Some(dir.into_os_string())).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("no initdb and postgres"), "{err}");
+    }
 
     #[tokio::test]
     async fn a_server_starts_accepts_connections_and_is_gone_after_drop() {
