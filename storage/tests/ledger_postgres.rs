@@ -1,14 +1,18 @@
 //! What only the PostgreSQL engine has to show, against a real throwaway server: the schema is
 //! created once however many nodes start at once, the database's own constraints refuse an
-//! overdraw and a double claim, and a lost server answers `Unavailable` while a retry by the
-//! gift id, once it is back, books the gift exactly once.
+//! overdraw and a double claim, a stale owner's gifts racing a new fence all commit before it,
+//! and a lost server answers `Unavailable` while a retry by the gift id, once it is back, books
+//! the gift exactly once.
 
 #![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
 
 use kit::postgres::PgServer;
 use protocol::UserId;
 use storage::StorageError;
 use storage::ledger::{GiftOrder, GiftOutcome, GiftResult, Ledger, gift_id, now_ms};
+use tokio::time::Instant;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
@@ -165,4 +169,82 @@ async fn retry_until_served(ledger: &Ledger, o: &GiftOrder) -> GiftOutcome {
         }
     }
     panic!("the ledger stayed unavailable after the server came back");
+}
+
+/// A stale owner's gifts racing the new owner's fence: the install waits for the steps that
+/// read the old fence, and every step after it is refused inside its own transaction. So
+/// every saga the old fence wrote committed before the install did (commit timestamps), and
+/// every gift either settled or was fenced without a trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owners_gifts_racing_a_new_fence_all_commit_before_it() {
+    const GIFTS: usize = 200;
+    let server = PgServer::start_with(&[("track_commit_timestamp", "on")])
+        .await
+        .unwrap();
+    let old = open(&server).await;
+    let new = open(&server).await;
+    let room = protocol::RoomId::from("room");
+    old.grant(&"s".into(), 1_000_000, "seed").await.unwrap();
+    old.install_fence(&room, 1, "n1/a").await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..GIFTS {
+        let (l, o) = (old.clone(), order("s", &format!("q{i}"), 10));
+        tasks.push(tokio::spawn(async move { (l.send_gift(&o, 1).await, o) }));
+    }
+    // Install once some gifts have settled, while the rest are in flight.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while old.balance(&"s".into()).await.unwrap() == 1_000_000 {
+        assert!(Instant::now() < deadline, "no gift settled");
+        tokio::task::yield_now().await;
+    }
+    new.install_fence(&room, 2, "n2/b").await.unwrap();
+    // The stale owner keeps sending after the install: all refused.
+    for i in GIFTS..GIFTS + 20 {
+        let (l, o) = (old.clone(), order("s", &format!("q{i}"), 10));
+        tasks.push(tokio::spawn(async move { (l.send_gift(&o, 1).await, o) }));
+    }
+    let (mut settled, mut fenced) = (0, 0);
+    for t in tasks {
+        let (out, o) = t.await.unwrap();
+        match out {
+            Ok(GiftOutcome::Settled { .. }) => settled += 1,
+            Err(StorageError::Fenced { token: 1 }) => {
+                fenced += 1;
+                assert!(old.saga(o.gift_id).await.unwrap().is_none(), "no trace");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(settled + fenced, GIFTS + 20);
+    assert!(
+        settled > 0 && fenced >= 20,
+        "{settled} settled, {fenced} fenced"
+    );
+    let db = sql(&server).await;
+    let late: i64 = db
+        .query_one(
+            "SELECT COUNT(*) FROM gift_saga s, room_owner r
+             WHERE s.fence = 1 AND r.room = 'room'
+               AND pg_xact_commit_timestamp(s.xmin) > pg_xact_commit_timestamp(r.xmin)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        late, 0,
+        "a saga of the old fence committed after the new fence"
+    );
+    let count: i64 = db
+        .query_one("SELECT COUNT(*) FROM gift_saga", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, settled as i64);
+    assert_eq!(
+        old.balance(&"s".into()).await.unwrap(),
+        1_000_000 - 10 * settled as i64
+    );
+    assert!(old.audit_totals().await.unwrap().is_conserved());
+    eprintln!("{settled} settled before the new fence, {fenced} fenced");
 }
