@@ -303,8 +303,8 @@ pub struct ShardArgs {
     /// seed incident (quiet rooms lose their owner). Never use in production.
     #[arg(long, hide = true, env = "CHORUS_TEST_RENEW_ON_TRAFFIC")]
     pub test_renew_on_traffic: bool,
-    /// Ledger URL shared by every node (`sqlite://<path>` on one machine, `scylla://…`);
-    /// without one, gifts are refused.
+    /// Ledger URL shared by every node (`sqlite://<path>` on one machine,
+    /// `postgres://user:pass@host:5432/db`, `scylla://…`); without one, gifts are refused.
     #[arg(long, env = "CHORUS_LEDGER")]
     pub ledger: Option<String>,
 }
@@ -483,7 +483,8 @@ pub struct FileConfig {
     pub directory_stale_ms: Option<u64>,
     /// How long a gateway caches a `room.list` page, ms (0: no cache).
     pub directory_cache_ms: Option<u64>,
-    /// Ledger URL (`sqlite://<path>` or `scylla://host:9042,...[/keyspace]`).
+    /// Ledger URL (`sqlite://<path>`, `postgres://user:pass@host:5432/db` or
+    /// `scylla://host:9042,...[/keyspace]`).
     pub ledger: Option<String>,
     /// Drain window on shutdown, ms.
     pub drain_window_ms: Option<u64>,

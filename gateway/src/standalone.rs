@@ -47,8 +47,8 @@ pub struct StandaloneConfig {
     pub gateway: GatewayConfig,
     /// Shard settings (the gift catalog included).
     pub shard: ShardConfig,
-    /// Ledger URL: empty for `<data_dir>/ledger.db`, `sqlite://<path>`, or
-    /// `scylla://host:9042,...[/keyspace]`.
+    /// Ledger URL: empty for `<data_dir>/ledger.db`, `sqlite://<path>`,
+    /// `postgres://user:pass@host:5432/db`, or `scylla://host:9042,...[/keyspace]`.
     pub ledger: String,
 }
 

@@ -38,7 +38,8 @@ pub struct ShardNodeConfig {
     pub shard: ShardConfig,
     /// Test-only: renew leases on room traffic instead of on the timer (the seed bug).
     pub renew_on_traffic: bool,
-    /// Ledger URL (`sqlite://<path>` shared on one machine, or `scylla://…`); `None`: no gifts.
+    /// Ledger URL (`sqlite://<path>` shared on one machine, `postgres://…` or `scylla://…`);
+    /// `None`: no gifts.
     pub ledger: Option<String>,
 }
 

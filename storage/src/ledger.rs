@@ -1,4 +1,5 @@
-//! The money ledger: coins, gift sagas, earnings and leaderboards, on SQLite or Scylla.
+//! The money ledger: coins, gift sagas, earnings and leaderboards, on SQLite, PostgreSQL or
+//! Scylla.
 //!
 //! # Accounts
 //! Every user has two balances:
@@ -17,7 +18,7 @@
 //! # Gift saga
 //! `PENDING → DEBITED → SETTLED`, or `PENDING → VOIDED`. The debit and the void claim write the
 //! same idempotency key (the gift id) in the sender's wallet, so a gift is never both debited and
-//! voided (on Scylla a wallet entry; on SQLite, where the claim and the saga's move commit in one
+//! voided (on PostgreSQL and Scylla a wallet entry; on SQLite, where the claim and the saga's move commit in one
 //! transaction, the saga row itself: see [`sqlite`]). Every saga transition carries the room's fencing token: a token lower than the room's
 //! installed high-water mark, or than the saga's own, fails with [`StorageError::Fenced`] and
 //! leaves the saga as it was. Recovery ([`Ledger::recover`]) runs only on the room's owner; a
@@ -30,6 +31,8 @@
 //! - [`decision`]: the pure decision tables (claim outcome, recovery action).
 //! - [`saga`]: the engine-independent saga driver and owner-only recovery.
 //! - [`sqlite`]: the embedded engine (one group-committing writer thread).
+//! - [`postgres`]: the engine for clusters over several machines (one transaction per step,
+//!   constraints and row locks in the database).
 //! - [`scylla`]: the production engine (LWT on wallets and sagas, append-only facts elsewhere).
 
 mod calendar;
@@ -37,6 +40,7 @@ pub mod decision;
 mod ids;
 mod order;
 mod outcome;
+pub mod postgres;
 mod report;
 pub mod saga;
 pub mod scylla;
@@ -57,6 +61,7 @@ pub use self::outcome::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOutcome, GiftResult, GrantOutcome,
     RecoveryOutcome, SagaRecord, SagaState, SettleOutcome, VoidOutcome, VoidReason,
 };
+pub use self::postgres::PostgresLedger;
 pub use self::report::{Board, Period, Totals};
 pub use self::scylla::ScyllaLedger;
 pub use self::sqlite::SqliteLedger;
@@ -67,6 +72,8 @@ use crate::{Result, StorageError};
 pub enum Ledger {
     /// Embedded engine.
     Sqlite(SqliteLedger),
+    /// PostgreSQL, for clusters over several machines.
+    Postgres(PostgresLedger),
     /// Production engine.
     Scylla(ScyllaLedger),
 }
@@ -75,12 +82,13 @@ impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Sqlite(_) => f.write_str("Ledger::Sqlite"),
+            Self::Postgres(_) => f.write_str("Ledger::Postgres"),
             Self::Scylla(_) => f.write_str("Ledger::Scylla"),
         }
     }
 }
 
-/// Calls the engine's method. Scylla's futures are boxed: a driver query's state is kilobytes,
+/// Calls the engine's method. PostgreSQL's and Scylla's futures are boxed: a driver query's state is kilobytes,
 /// and inline it would size every `Ledger` future, SQLite's included (`send_gift`, which holds
 /// the Scylla saga's steps, was 5,136 B, and the room actor boxes one per gift: a large malloc
 /// on glibc's slow path). A Scylla call pays one small allocation next to a network round trip.
@@ -88,6 +96,7 @@ macro_rules! dispatch {
     ($self:ident . $method:ident ( $($arg:expr),* )) => {
         match $self {
             Ledger::Sqlite(l) => l.$method($($arg),*).await,
+            Ledger::Postgres(l) => Box::pin(l.$method($($arg),*)).await,
             Ledger::Scylla(l) => Box::pin(l.$method($($arg),*)).await,
         }
     };
@@ -95,7 +104,8 @@ macro_rules! dispatch {
 
 impl Ledger {
     /// Opens the engine a URL names: `sqlite://<path>`, `sqlite` or empty (file
-    /// `<data_dir>/ledger.db`), or `scylla://host:9042,host2:9042[/keyspace]`.
+    /// `<data_dir>/ledger.db`), `postgres://user:pass@host:5432/db` (or `postgresql://`), or
+    /// `scylla://host:9042,host2:9042[/keyspace]`.
     ///
     /// # Errors
     /// `Invalid` for an unknown scheme; the engine's error if it cannot open or prepare.
@@ -106,6 +116,9 @@ impl Ledger {
         }
         if let Some(path) = url.strip_prefix("sqlite://") {
             return Ok(Self::Sqlite(SqliteLedger::open(Path::new(path)).await?));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(PostgresLedger::connect(url).await?));
         }
         if let Some(rest) = url.strip_prefix("scylla://") {
             let (hosts, keyspace) = match rest.split_once('/') {
@@ -176,6 +189,7 @@ impl Ledger {
         order.checked()?;
         match self {
             Self::Sqlite(l) => l.send_gift(order, fence).await,
+            Self::Postgres(l) => Box::pin(l.send_gift(order, fence)).await,
             Self::Scylla(_) => saga::drive(self, order, fence).await,
         }
     }
@@ -234,6 +248,7 @@ impl Ledger {
     pub fn may_hold_legacy_gift_ids(&self) -> bool {
         match self {
             Ledger::Sqlite(l) => l.may_hold_legacy_gift_ids(),
+            Ledger::Postgres(l) => l.may_hold_legacy_gift_ids(),
             Ledger::Scylla(l) => l.may_hold_legacy_gift_ids(),
         }
     }
@@ -260,7 +275,7 @@ impl Ledger {
     }
 
     /// The kind of the sender's wallet entry under the gift id: `Debit`, `Void` or none
-    /// (a linearizable read on Scylla; on SQLite the claim is the saga row's state, written in
+    /// (a linearizable read on Scylla; a committed row on PostgreSQL; on SQLite the claim is the saga row's state, written in
     /// the same transaction as the debit or the void).
     ///
     /// # Errors

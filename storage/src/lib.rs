@@ -10,7 +10,7 @@
 //! - [`redis`]: connection setup and script loading.
 //! - [`registry`]: user -> gateways and user -> room now, and the gateway bus.
 //! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
-//! - [`ledger`]: the money ledger contract and its SQLite and Scylla engines.
+//! - [`ledger`]: the money ledger contract and its SQLite, PostgreSQL and Scylla engines.
 //! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 //! - [`sqlite_cell`]: one SQLite connection shared by async callers without parking threads.
 

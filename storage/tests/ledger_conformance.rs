@@ -1,11 +1,14 @@
-//! One conformance suite for every ledger engine: SQLite always; Scylla when
-//! `CHORUS_SCYLLA_NODES` (e.g. `127.0.0.1:9042`) names a reachable cluster.
+//! One conformance suite for every ledger engine: SQLite and PostgreSQL always (a throwaway
+//! server per test, started from the installed binaries: a missing PostgreSQL fails the
+//! tests); Scylla when `CHORUS_SCYLLA_NODES` (e.g. `127.0.0.1:9042`) names a reachable cluster.
 
 // The checks live in helper fns shared by both engines, not in #[test] fns themselves.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use kit::postgres::PgServer;
 
 use protocol::{RoomId, UserId};
 use rand::rngs::StdRng;
@@ -17,8 +20,8 @@ use storage::ledger::{
 };
 use uuid::Uuid;
 
-/// A fresh ledger per test (a temp SQLite file, or a fresh Scylla keyspace), with a namespace
-/// for ids. The temp dir lives as long as the ledger.
+/// A fresh ledger per test (a temp SQLite file, a fresh PostgreSQL server, or a fresh Scylla
+/// keyspace), with a namespace for ids. The temp dir and the server live as long as the ledger.
 struct Fixture {
     ledger: Ledger,
     ns: String,
@@ -26,6 +29,7 @@ struct Fixture {
     url: String,
     dir: std::path::PathBuf,
     _dir: Option<tempfile::TempDir>,
+    _server: Option<PgServer>,
 }
 
 impl Fixture {
@@ -77,6 +81,25 @@ async fn sqlite() -> Fixture {
         url: String::new(),
         dir: dir.path().to_owned(),
         _dir: Some(dir),
+        _server: None,
+    }
+}
+
+/// A PostgreSQL ledger on a server of its own, so that each test's audit sees only its money.
+async fn postgres() -> Fixture {
+    let server = PgServer::start().await.expect("start a PostgreSQL server");
+    let url = server.url("postgres");
+    let dir = std::env::temp_dir();
+    let ledger = Ledger::open(&url, &dir)
+        .await
+        .expect("open the PostgreSQL ledger");
+    Fixture {
+        ledger,
+        ns: "t".into(),
+        url,
+        dir,
+        _dir: None,
+        _server: Some(server),
     }
 }
 
@@ -96,6 +119,7 @@ async fn scylla() -> Option<Fixture> {
         url,
         dir,
         _dir: None,
+        _server: None,
     })
 }
 
@@ -106,6 +130,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres_engine {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::postgres().await).await;
                 }
             )*
         }
@@ -796,14 +828,35 @@ async fn leaderboards_rank_settled_gifts(f: Fixture) {
 /// run it by hand and read the figure:
 /// `CARGO_TARGET_DIR=/work/target-ledger cargo test --release -p storage --test ledger_conformance -- --ignored --nocapture sqlite_gift_throughput`
 /// Request ids are `b<i>` strings (v5 gift ids, random in the saga index) unless
-/// `CHORUS_BENCH_REQ_IDS` is `uuid7` (time-ordered ids) or `uuid4`.
+/// `CHORUS_BENCH_REQ_IDS` is `uuid7` (time-ordered ids) or `uuid4`; `CHORUS_BENCH_IN_FLIGHT`
+/// sets the gifts in flight (default 2,048) and `CHORUS_BENCH_GIFTS_PER_SENDER` the gifts per
+/// each of the 1,000 senders (default 100).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by hand with --release"]
 async fn sqlite_gift_throughput() {
+    gift_throughput(sqlite().await, "sqlite").await;
+}
+
+/// [`sqlite_gift_throughput`] on a throwaway PostgreSQL server with its default durability
+/// (`synchronous_commit = on`, `fsync = on`), on the same machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by hand with --release"]
+async fn postgres_gift_throughput() {
+    gift_throughput(postgres().await, "postgres").await;
+}
+
+/// `name` from the environment as a number, or `default`.
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn gift_throughput(f: Fixture, engine: &str) {
     const SENDERS: usize = 1_000;
-    const GIFTS_PER_SENDER: usize = 100;
-    const IN_FLIGHT: usize = 2_048;
-    let f = sqlite().await;
+    let gifts_per_sender = env_usize("CHORUS_BENCH_GIFTS_PER_SENDER", 100);
+    let in_flight = env_usize("CHORUS_BENCH_IN_FLIGHT", 2_048);
     let room = f.room("bench");
     let host = f.user("host");
     let senders: Vec<UserId> = (0..SENDERS).map(|i| f.user(&format!("s{i}"))).collect();
@@ -812,8 +865,8 @@ async fn sqlite_gift_throughput() {
     }
     // Orders are built before the clock starts: the figure is the ledger's, not the harness's.
     let req_ids = std::env::var("CHORUS_BENCH_REQ_IDS").unwrap_or_default();
-    let mut orders = Vec::with_capacity(SENDERS * GIFTS_PER_SENDER);
-    for i in 0..GIFTS_PER_SENDER {
+    let mut orders = Vec::with_capacity(SENDERS * gifts_per_sender);
+    for i in 0..gifts_per_sender {
         for s in &senders {
             let req = match req_ids.as_str() {
                 "uuid7" => uuid::Uuid::now_v7().to_string(),
@@ -825,7 +878,7 @@ async fn sqlite_gift_throughput() {
         }
     }
     let ledger = Arc::new(f.ledger.clone());
-    let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
     let cpu_before = kit::procfs::cpu_ms(&[std::process::id()]);
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(orders.len());
@@ -833,27 +886,34 @@ async fn sqlite_gift_throughput() {
         let ledger = Arc::clone(&ledger);
         let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
         tasks.push(tokio::spawn(async move {
+            // A reply's latency from when its gift got a place in flight.
+            let sent = tokio::time::Instant::now();
             let out = ledger.send_gift(&o, 1).await;
             drop(permit);
-            out
+            (out, sent.elapsed())
         }));
     }
     let mut settled = 0usize;
+    let mut latencies = Vec::with_capacity(tasks.len());
     for t in tasks {
-        if matches!(t.await.unwrap().unwrap(), GiftOutcome::Settled { .. }) {
+        let (out, took) = t.await.unwrap();
+        latencies.push(took);
+        if matches!(out.unwrap(), GiftOutcome::Settled { .. }) {
             settled += 1;
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let p99 = latencies[latencies.len() * 99 / 100].as_secs_f64() * 1e3;
     // The whole test process: the writer and checkpointer threads plus the callers' tasks.
     let cpu_us_per_gift = match (cpu_before, kit::procfs::cpu_ms(&[std::process::id()])) {
         (Some(a), Some(b)) => format!("{:.1}", (b - a) * 1000.0 / settled as f64),
         _ => "?".into(),
     };
     println!(
-        "sqlite ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {IN_FLIGHT} in flight, req ids {req_ids:?}), process cpu {cpu_us_per_gift} us/gift",
+        "{engine} ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {in_flight} in flight, req ids {req_ids:?}), reply p99 {p99:.1} ms, process cpu {cpu_us_per_gift} us/gift",
         settled as f64 / secs
     );
-    assert_eq!(settled, SENDERS * GIFTS_PER_SENDER);
+    assert_eq!(settled, SENDERS * gifts_per_sender);
     assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
 }

@@ -272,9 +272,17 @@ impl Cluster {
         })
     }
 
-    /// The ledger every node shares: one SQLite file (WAL, multi-process) in a temp dir.
+    /// The ledger every node shares: `CHORUS_LEDGER` in [`ClusterOptions::env`] if set (e.g.
+    /// a [`crate::postgres::PgServer`]'s URL), else one SQLite file (WAL, multi-process) in a
+    /// temp dir.
     pub fn ledger_url(&self) -> String {
-        format!("sqlite://{}", self.data_dir.join("ledger.db").display())
+        self.options
+            .env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "CHORUS_LEDGER")
+            .map(|(_, url)| url.clone())
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("ledger.db").display()))
     }
 
     /// The shard with id `id`.

@@ -5,6 +5,8 @@
 //!   ([`token`]).
 //! - [`admin`]: the admin HTTP client (calls, typed answers, metrics).
 //! - [`redis`]: a real `redis-server` on a free port, killed on drop.
+//! - [`postgres`]: a throwaway PostgreSQL server (initdb in a temp dir, a free port), shut down
+//!   and removed on drop.
 //! - [`node`]: real `chorus` node processes, free ports, readiness polls.
 //! - [`cluster`]: a whole cluster (Redis, shards, gateways) started for a test.
 //! - [`standalone`]: one standalone node process started for a test.
@@ -14,6 +16,7 @@ pub mod admin;
 pub mod client;
 pub mod cluster;
 pub mod node;
+pub mod postgres;
 pub mod procfs;
 pub mod redis;
 pub mod standalone;

@@ -1,0 +1,250 @@
+//! What only the PostgreSQL engine has to show, against a real throwaway server: the schema is
+//! created once however many nodes start at once, the database's own constraints refuse an
+//! overdraw and a double claim, a stale owner's gifts racing a new fence all commit before it,
+//! and a lost server answers `Unavailable` while a retry by the gift id, once it is back, books
+//! the gift exactly once.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use kit::postgres::PgServer;
+use protocol::UserId;
+use storage::StorageError;
+use storage::ledger::{GiftOrder, GiftOutcome, GiftResult, Ledger, gift_id, now_ms};
+use tokio::time::Instant;
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+/// A plain driver connection, to look at (or tamper with) the tables directly.
+async fn sql(server: &PgServer) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&server.url("postgres"), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+async fn open(server: &PgServer) -> Ledger {
+    Ledger::open(&server.url("postgres"), &std::env::temp_dir())
+        .await
+        .unwrap()
+}
+
+fn order(sender: &str, req: &str, unit: i64) -> GiftOrder {
+    let sender = UserId::from(sender);
+    GiftOrder {
+        gift_id: gift_id(&sender, req),
+        sender,
+        room: "room".into(),
+        gift: "rose".into(),
+        count: 1,
+        unit_price: unit,
+        recipients: vec![UserId::from("host")],
+        share_bp: 5_000,
+        lucky: None,
+        created_ms: now_ms(),
+        request: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_starting_at_once_create_the_schema_once_and_a_newer_schema_is_refused() {
+    let server = PgServer::start().await.unwrap();
+    let url = server.url("postgres");
+    let dir = std::env::temp_dir();
+    let opens = (0..4).map(|_| Ledger::open(&url, &dir));
+    for ledger in futures_util::future::join_all(opens).await {
+        ledger.unwrap();
+    }
+    let db = sql(&server).await;
+    let versions: Vec<i32> = db
+        .query("SELECT version FROM chorus_ledger_schema", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, vec![1], "one version, applied once");
+    // Opening again changes nothing.
+    open(&server).await;
+    // A database a newer version migrated is not written by this one.
+    db.execute(
+        "INSERT INTO chorus_ledger_schema (version, applied_ms) VALUES (99, 0)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let err = Ledger::open(&url, &dir).await.unwrap_err();
+    assert!(err.to_string().contains("newer version"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_itself_refuses_an_overdraw_and_a_second_claim_under_a_gift_id() {
+    let server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    ledger.grant(&"s".into(), 10, "seed").await.unwrap();
+    let o = order("s", "q1", 4);
+    assert!(matches!(
+        ledger.send_gift(&o, 1).await.unwrap(),
+        GiftOutcome::Settled { balance: 6, .. }
+    ));
+    let db = sql(&server).await;
+    // A statement that would overdraw, whoever sends it, fails the CHECK.
+    let err = db
+        .execute(
+            "UPDATE account SET coins = coins - 7 WHERE user_id = 's'",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::CHECK_VIOLATION), "{err}");
+    // A void claim under a debited gift's id fails the key: never both debited and voided.
+    let err = db
+        .execute(
+            "INSERT INTO entry (user_id, entry_id, kind, amount, created_ms)
+             VALUES ('s', $1, 'VOID', 4, 0)",
+            &[&o.gift_id],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::UNIQUE_VIOLATION), "{err}");
+    // A second settlement of the gift fails its key too.
+    let err = db
+        .execute(
+            "INSERT INTO gift_settlement (gift_id, room, platform, lucky) VALUES ($1, 'room', 2, 0)",
+            &[&o.gift_id],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::UNIQUE_VIOLATION), "{err}");
+    assert_eq!(ledger.balance(&"s".into()).await.unwrap(), 6);
+    assert!(ledger.audit_totals().await.unwrap().is_conserved());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_server_answers_unavailable_and_the_retry_by_id_books_the_gift_once() {
+    let mut server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    ledger.grant(&"s".into(), 100, "seed").await.unwrap();
+    let o = order("s", "q1", 30);
+    // Debited, then the primary goes away before the settle.
+    ledger.begin(&o, 1).await.unwrap();
+    ledger.debit(&o, 1).await.unwrap();
+    server.stop();
+    let err = ledger.send_gift(&o, 1).await.unwrap_err();
+    assert!(
+        matches!(err, StorageError::Unavailable { .. }) && err.is_retryable(),
+        "{err:?}"
+    );
+    assert!(matches!(
+        ledger.check_writable().await,
+        Err(StorageError::Unavailable { .. })
+    ));
+    // Back (same data, as after a failover to a synchronous standby): the pool reconnects,
+    // and the retry with the same order finishes the saga from where it stood.
+    server.restart().await.unwrap();
+    let again = retry_until_served(&ledger, &o).await;
+    assert_eq!(
+        again.result(),
+        GiftResult::Settled {
+            order_id: o.gift_id,
+            balance: 70
+        }
+    );
+    assert!(matches!(again, GiftOutcome::Duplicate { .. }), "{again:?}");
+    assert_eq!(ledger.balance(&"s".into()).await.unwrap(), 70);
+    assert_eq!(ledger.earnings(&"host".into()).await.unwrap(), 15);
+    assert!(ledger.audit_totals().await.unwrap().is_conserved());
+    ledger.check_writable().await.unwrap();
+}
+
+/// Sends `o` until the ledger answers other than `Unavailable` (pooled connections broken by
+/// the restart are dropped one by one), within a bounded number of tries.
+async fn retry_until_served(ledger: &Ledger, o: &GiftOrder) -> GiftOutcome {
+    for _ in 0..32 {
+        match ledger.send_gift(o, 1).await {
+            Err(StorageError::Unavailable { .. }) => continue,
+            other => return other.unwrap(),
+        }
+    }
+    panic!("the ledger stayed unavailable after the server came back");
+}
+
+/// A stale owner's gifts racing the new owner's fence: the install waits for the steps that
+/// read the old fence, and every step after it is refused inside its own transaction. So
+/// every saga the old fence wrote committed before the install did (commit timestamps), and
+/// every gift either settled or was fenced without a trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owners_gifts_racing_a_new_fence_all_commit_before_it() {
+    const GIFTS: usize = 200;
+    let server = PgServer::start_with(&[("track_commit_timestamp", "on")])
+        .await
+        .unwrap();
+    let old = open(&server).await;
+    let new = open(&server).await;
+    let room = protocol::RoomId::from("room");
+    old.grant(&"s".into(), 1_000_000, "seed").await.unwrap();
+    old.install_fence(&room, 1, "n1/a").await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..GIFTS {
+        let (l, o) = (old.clone(), order("s", &format!("q{i}"), 10));
+        tasks.push(tokio::spawn(async move { (l.send_gift(&o, 1).await, o) }));
+    }
+    // Install once some gifts have settled, while the rest are in flight.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while old.balance(&"s".into()).await.unwrap() == 1_000_000 {
+        assert!(Instant::now() < deadline, "no gift settled");
+        tokio::task::yield_now().await;
+    }
+    new.install_fence(&room, 2, "n2/b").await.unwrap();
+    // The stale owner keeps sending after the install: all refused.
+    for i in GIFTS..GIFTS + 20 {
+        let (l, o) = (old.clone(), order("s", &format!("q{i}"), 10));
+        tasks.push(tokio::spawn(async move { (l.send_gift(&o, 1).await, o) }));
+    }
+    let (mut settled, mut fenced) = (0, 0);
+    for t in tasks {
+        let (out, o) = t.await.unwrap();
+        match out {
+            Ok(GiftOutcome::Settled { .. }) => settled += 1,
+            Err(StorageError::Fenced { token: 1 }) => {
+                fenced += 1;
+                assert!(old.saga(o.gift_id).await.unwrap().is_none(), "no trace");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(settled + fenced, GIFTS + 20);
+    assert!(
+        settled > 0 && fenced >= 20,
+        "{settled} settled, {fenced} fenced"
+    );
+    let db = sql(&server).await;
+    let late: i64 = db
+        .query_one(
+            "SELECT COUNT(*) FROM gift_saga s, room_owner r
+             WHERE s.fence = 1 AND r.room = 'room'
+               AND pg_xact_commit_timestamp(s.xmin) > pg_xact_commit_timestamp(r.xmin)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        late, 0,
+        "a saga of the old fence committed after the new fence"
+    );
+    let count: i64 = db
+        .query_one("SELECT COUNT(*) FROM gift_saga", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, settled as i64);
+    assert_eq!(
+        old.balance(&"s".into()).await.unwrap(),
+        1_000_000 - 10 * settled as i64
+    );
+    assert!(old.audit_totals().await.unwrap().is_conserved());
+    eprintln!("{settled} settled before the new fence, {fenced} fenced");
+}
