@@ -571,35 +571,6 @@ pub fn mint_expired_token(
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn positions_count_gaps_and_duplicates_and_hold_at_the_last_contiguous_event() {
-        let mut p = Position::default();
-        track_position(&mut p, 4, 1);
-        track_position(&mut p, 4, 2);
-        assert_eq!((p.epoch, p.seq, p.gaps), (4, 2, 0));
-        track_position(&mut p, 4, 2);
-        assert_eq!(p.duplicates, 1);
-        track_position(&mut p, 4, 5);
-        assert_eq!((p.seq, p.gaps, p.gap_pending), (2, 1, true));
-        track_position(&mut p, 4, 3);
-        assert_eq!(p.seq, 2, "no advance while a gap is pending");
-        let mut q = Position::default();
-        track_position(&mut q, 4, 7);
-        track_position(&mut q, 9, 1);
-        assert_eq!((q.epoch, q.seq, q.epoch_changes, q.gaps), (9, 1, 1, 0));
-        track_position(&mut q, 11, 3);
-        assert_eq!(
-            (q.epoch, q.gaps, q.gap_pending),
-            (9, 1, true),
-            "a new epoch must start at 1"
-        );
-    }
-}
-
 /// Rooms named by `name(i)` for `i` in `0..rooms`, created concurrently by `owners` (owner `o`
 /// creates `o`, `o + n`, … with `n` owners), then every room whose index is not a multiple
 /// of ten closed by its owner: a directory with churn behind it. Returns the owners.
@@ -635,4 +606,33 @@ pub async fn create_rooms_close_nine_in_ten(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_count_gaps_and_duplicates_and_hold_at_the_last_contiguous_event() {
+        let mut p = Position::default();
+        track_position(&mut p, 4, 1);
+        track_position(&mut p, 4, 2);
+        assert_eq!((p.epoch, p.seq, p.gaps), (4, 2, 0));
+        track_position(&mut p, 4, 2);
+        assert_eq!(p.duplicates, 1);
+        track_position(&mut p, 4, 5);
+        assert_eq!((p.seq, p.gaps, p.gap_pending), (2, 1, true));
+        track_position(&mut p, 4, 3);
+        assert_eq!(p.seq, 2, "no advance while a gap is pending");
+        let mut q = Position::default();
+        track_position(&mut q, 4, 7);
+        track_position(&mut q, 9, 1);
+        assert_eq!((q.epoch, q.seq, q.epoch_changes, q.gaps), (9, 1, 1, 0));
+        track_position(&mut q, 11, 3);
+        assert_eq!(
+            (q.epoch, q.gaps, q.gap_pending),
+            (9, 1, true),
+            "a new epoch must start at 1"
+        );
+    }
 }
