@@ -20,6 +20,48 @@ use tokio::time::Instant;
 /// spin a core while the server starts.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Polls `ready` (given the server's pid) until it answers true for the server process
+/// `child` just started (`what`, e.g. "redis-server on port 6400", logging to `log`), for at
+/// most `within`.
+///
+/// # Errors
+/// The server exited first (the error names its log; `child` is cleared), or time ran out
+/// (`TimedOut`; the caller stops the server).
+pub(crate) async fn await_ready<F, Fut>(
+    child: &mut Option<Child>,
+    what: &str,
+    log: &Path,
+    within: Duration,
+    mut ready: F,
+) -> io::Result<()>
+where
+    F: FnMut(Option<u32>) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if ready(child.as_ref().map(Child::id)).await {
+            return Ok(());
+        }
+        if let Some(c) = child.as_mut()
+            && let Some(status) = c.try_wait()?
+        {
+            *child = None;
+            return Err(io::Error::other(format!(
+                "{what} exited with {status}; log: {}",
+                log.display()
+            )));
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{what} did not become ready"),
+            ));
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
 /// How long [`Node::terminate`] callers typically allow for a graceful drain before SIGKILL.
 pub const NODE_EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 

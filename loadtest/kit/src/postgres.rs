@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::node::{POLL_INTERVAL, free_port, kill_and_reap, log_file_path, send_signal};
+use crate::node::{
+    POLL_INTERVAL, await_ready, free_port, kill_and_reap, log_file_path, send_signal,
+};
 
 /// How long a fresh server may take to accept connections (initdb not included).
 pub const PG_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -220,44 +222,16 @@ impl PgServer {
             .stderr(log)
             .spawn()?;
         self.child = Some(child);
-        let deadline = Instant::now() + PG_READY_TIMEOUT;
-        loop {
-            if self.is_ready() {
-                return Ok(());
-            }
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait()?
-            {
-                self.child = None;
-                return Err(io::Error::other(format!(
-                    "postgres on port {} exited with {status}; log: {}",
-                    self.port,
-                    self.log.display()
-                )));
-            }
-            if Instant::now() >= deadline {
-                self.stop();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("postgres on port {} did not become ready", self.port),
-                ));
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
+        let (data, what) = (self.data(), format!("postgres on port {}", self.port));
+        let ready = |pid| std::future::ready(is_ready(&data, pid));
+        let waited = await_ready(&mut self.child, &what, &self.log, PG_READY_TIMEOUT, ready).await;
+        if waited
+            .as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::TimedOut)
+        {
+            self.stop();
         }
-    }
-
-    /// Whether this server's postmaster says it accepts connections: `postmaster.pid` names
-    /// its pid on the first line and says `ready` on the 8th once startup (and any crash
-    /// recovery) is done. The pid check ignores a file left by a killed earlier run.
-    fn is_ready(&self) -> bool {
-        let Some(pid) = self.pid() else {
-            return false;
-        };
-        let Ok(file) = std::fs::read_to_string(self.data().join("postmaster.pid")) else {
-            return false;
-        };
-        let lines: Vec<&str> = file.lines().map(str::trim).collect();
-        lines.first() == Some(&pid.to_string().as_str()) && lines.get(7) == Some(&"ready")
+        waited
     }
 }
 
@@ -269,6 +243,20 @@ impl Drop for PgServer {
             let _ = std::fs::remove_file(&self.log);
         }
     }
+}
+
+/// Whether the server with pid `pid` has finished starting in `data`: its `postmaster.pid`
+/// names that pid on the first line and says `ready` on the 8th once startup (and any crash
+/// recovery) is done. The pid check ignores a file left by a killed earlier run.
+fn is_ready(data: &Path, pid: Option<u32>) -> bool {
+    let Some(pid) = pid else {
+        return false;
+    };
+    let Ok(file) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return false;
+    };
+    let lines: Vec<&str> = file.lines().map(str::trim).collect();
+    lines.first() == Some(&pid.to_string().as_str()) && lines.get(7) == Some(&"ready")
 }
 
 /// A new, empty directory for one server, owned by the user the server runs as.

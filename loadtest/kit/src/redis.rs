@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
 use crate::node::{
-    POLL_INTERVAL, free_port, kill_and_reap, log_file_path, send_signal, stop_and_wait,
+    await_ready, free_port, kill_and_reap, log_file_path, send_signal, stop_and_wait,
 };
 
 /// How long a fresh `redis-server` may take to answer PING: it starts in milliseconds, but CI
@@ -206,30 +205,23 @@ impl RedisServer {
             .stderr(log)
             .spawn()?;
         self.child = Some(child);
-        let deadline = Instant::now() + REDIS_READY_TIMEOUT;
-        loop {
-            if answers_ping(self.port).await {
-                return Ok(());
-            }
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait()?
-            {
-                self.child = None;
-                return Err(io::Error::other(format!(
-                    "redis-server on port {} exited with {status}; log: {}",
-                    self.port,
-                    self.log.display()
-                )));
-            }
-            if Instant::now() >= deadline {
-                self.stop();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("redis-server on port {} did not answer PING", self.port),
-                ));
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
+        let (port, what) = (self.port, format!("redis-server on port {}", self.port));
+        let ready = |_| answers_ping(port);
+        let waited = await_ready(
+            &mut self.child,
+            &what,
+            &self.log,
+            REDIS_READY_TIMEOUT,
+            ready,
+        )
+        .await;
+        if waited
+            .as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::TimedOut)
+        {
+            self.stop();
         }
+        waited
     }
 }
 
