@@ -134,7 +134,7 @@ impl Core {
         core
     }
 
-    pub(crate) fn self_ref(&self) -> Weak<Self> {
+    fn self_ref(&self) -> Weak<Self> {
         self.me.clone()
     }
 

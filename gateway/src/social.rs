@@ -338,7 +338,9 @@ impl Core {
                     switch::on_switched(self, session, room, ver, user);
                 }
             }
-            Notice::Profile { user, profile } => self.profile_applied(&user, Arc::new(profile)),
+            Notice::Profile { user, profile } => {
+                self.profile_applied(&user, crate::auth::shared_profile(profile));
+            }
         }
     }
 }

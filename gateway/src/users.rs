@@ -202,7 +202,7 @@ impl Core {
                 Some(now) if *now == merged => {}
                 // Only this session's view changed: the user's other sessions and their rooms
                 // already have the stored profile.
-                Some(_) => core.profile_applied(&user, Arc::new(merged)),
+                Some(_) => core.profile_applied(&user, crate::auth::shared_profile(merged)),
             }
         });
     }
@@ -224,7 +224,7 @@ impl Core {
     /// Validates and stores a profile update of `user` (from `user.update` or the admin API),
     /// applies it, and answers the profile now shown.
     pub(crate) async fn update_profile(
-        &self,
+        self: &Arc<Self>,
         user: &UserId,
         update: &Profile,
     ) -> Result<Profile, (ErrorCode, String)> {
@@ -240,16 +240,19 @@ impl Core {
             })?;
         let p = stored.effective();
         // An empty update changes nothing: no room needs to hear it.
-        if !update.is_empty()
-            && let Some(core) = self.self_ref().upgrade()
-        {
-            core.profile_changed(user, &p);
+        if !update.is_empty() {
+            self.profile_changed(user, &p);
         }
         Ok(p)
     }
 
     /// The answer to a store-backed user operation of `user`.
-    async fn user_answer(&self, user: &UserId, id: u64, op: UserOp) -> Result<Bytes, Refusal> {
+    async fn user_answer(
+        self: &Arc<Self>,
+        user: &UserId,
+        id: u64,
+        op: UserOp,
+    ) -> Result<Bytes, Refusal> {
         let follows = &self.users.follows;
         Ok(match op {
             UserOp::Update(p) => {

@@ -11,15 +11,20 @@
 use kit::cluster::{Cluster, ClusterOptions};
 use serde_json::json;
 
-#[tokio::test]
-async fn profiles_and_follows_set_on_one_gateway_are_read_on_the_other() {
-    let cluster = Cluster::start(ClusterOptions {
+/// One shard and two gateways: what one gateway stores, the other reads.
+async fn two_gateways() -> Cluster {
+    Cluster::start(ClusterOptions {
         shards: 1,
         gateways: 2,
         ..ClusterOptions::default()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn profiles_and_follows_set_on_one_gateway_are_read_on_the_other() {
+    let cluster = two_gateways().await;
     let token = Some(cluster.admin_token.as_str());
     let (g0, g1) = (cluster.gateways[0].admin, cluster.gateways[1].admin);
     let set = kit::admin::set_profile(g1, token, "ann", json!({"name": "Ann", "region": "eu"}))
@@ -97,13 +102,7 @@ async fn followed_rooms_until(
 
 #[tokio::test]
 async fn followed_users_rooms_and_profile_changes_reach_across_gateways() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 2,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = two_gateways().await;
     let mut fan = cluster.connect(0, "fan").await.unwrap();
     let mut bob = cluster.connect(1, "bob").await.unwrap();
     let mut cy = cluster.connect(1, "cy").await.unwrap();
