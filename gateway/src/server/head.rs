@@ -5,12 +5,14 @@
 
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Longest request head accepted (request line and headers).
 pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Most bytes read and dropped after a refusal before the connection is closed.
+const LINGER_BYTES: usize = 64 * 1024;
 /// First pause before looking again at a head that has not fully arrived; doubled each time.
 const FIRST_PAUSE: Duration = Duration::from_millis(5);
 /// Longest pause between looks.
@@ -88,11 +90,22 @@ pub(crate) async fn look(stream: &TcpStream, deadline: Instant) -> Option<Result
     }
 }
 
-/// Answers `refusal` and closes the connection.
+/// Answers `refusal` and closes the connection. The request was only peeked, so it is read
+/// and dropped after the answer (a lingering close, bounded in bytes and time): a socket
+/// closed with unread bytes resets the connection, and the reset can cost the client the
+/// answer it has not read yet.
 pub(crate) async fn refuse(mut stream: TcpStream, refusal: Refusal) {
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = stream.write_all(refusal.response()).await;
         let _ = stream.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
     })
     .await;
 }
