@@ -280,14 +280,15 @@ async fn the_admin_api_and_the_cli_read_and_set_profiles() {
 async fn a_refresh_keeps_the_connection_open_past_its_first_tokens_expiry() {
     let dir = tempfile::tempdir().unwrap();
     let s = Node::start(dir.path(), |g| {
-        // Expiry is checked every heartbeat slice (250 ms); silence closes after 4 s, later
-        // than the short token's expiry, so the control connection (which reads nothing
-        // until the end) is closed for its token.
-        g.heartbeat = Duration::from_secs(2);
-        g.expiry_warning = Duration::from_secs(2);
+        // Expiry is checked every heartbeat slice; silence closes after 10 s, well after the
+        // short token's expiry (5 to 6 s), so the control connection (which reads nothing
+        // until the end) is closed for its token. The warning comes at once (expiry is within
+        // 6 s of connecting, on a loaded machine) and the refresh has seconds to spare.
+        g.heartbeat = Duration::from_secs(5);
+        g.expiry_warning = Duration::from_secs(6);
     })
     .await;
-    let exp = jsonwebtoken::get_current_timestamp() + 3;
+    let exp = jsonwebtoken::get_current_timestamp() + 6;
     let first = token_until("eve", exp, json!({}));
     let mut eve = s.connect_with(&first).await;
     // A control connection with the same short token and no refresh: closed at expiry.
@@ -323,7 +324,7 @@ async fn a_refresh_keeps_the_connection_open_past_its_first_tokens_expiry() {
     wait_profile(&mut eve, "eve", &json!({"name": "Eve"})).await;
     // Past the first token's expiry (plus heartbeat slices): eve is still served.
     let past = exp + 2;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while jsonwebtoken::get_current_timestamp() < past {
         assert!(tokio::time::Instant::now() < deadline, "the clock stalled");
         eve.request("ping", json!({})).await.unwrap();
