@@ -248,3 +248,111 @@ async fn a_stale_owners_gifts_racing_a_new_fence_all_commit_before_it() {
     assert!(old.audit_totals().await.unwrap().is_conserved());
     eprintln!("{settled} settled before the new fence, {fenced} fenced");
 }
+
+/// New gifts in flight together share transactions (one commit for a batch), and each gets
+/// its own answer whatever the others in its batch get: settled, refused for its balance,
+/// fenced, or a retry of a gift booked before. Nothing of a refused gift is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gifts_in_flight_together_share_a_commit_and_each_gets_its_own_answer() {
+    const RICH: usize = 50;
+    const EACH: usize = 4;
+    let server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    let room = protocol::RoomId::from("room");
+    ledger.install_fence(&room, 5, "n1/a").await.unwrap();
+    for i in 0..RICH {
+        ledger
+            .grant(&format!("r{i}").as_str().into(), 100, "seed")
+            .await
+            .unwrap();
+    }
+    // `poor` covers one of its two gifts; `broke` none; `early` was booked before.
+    ledger.grant(&"poor".into(), 15, "seed").await.unwrap();
+    ledger.grant(&"early".into(), 50, "seed").await.unwrap();
+    let early = order("early", "e", 10);
+    ledger.send_gift(&early, 5).await.unwrap();
+    let (batches_before, _) = batches(&ledger);
+    let mut sends: Vec<(GiftOrder, u64)> = Vec::new();
+    for n in 0..EACH {
+        for i in 0..RICH {
+            sends.push((order(&format!("r{i}"), &format!("q{n}"), 10), 5));
+        }
+    }
+    sends.push((order("poor", "p1", 10), 5));
+    sends.push((order("poor", "p2", 10), 5));
+    sends.push((order("broke", "b1", 10), 5));
+    sends.push((order("stale", "s1", 10), 4));
+    sends.push((early.clone(), 5));
+    // The same new request twice at once: one books it, the other is its retry.
+    let twice = order("r0", "twice", 10);
+    sends.push((twice.clone(), 5));
+    sends.push((twice.clone(), 5));
+    let tasks: Vec<_> = sends
+        .into_iter()
+        .map(|(o, fence)| {
+            let l = ledger.clone();
+            tokio::spawn(async move { (l.send_gift(&o, fence).await, o) })
+        })
+        .collect();
+    let (mut settled, mut poor_settled, mut twice_first, mut twice_retry) = (0, 0, 0, 0);
+    for t in tasks {
+        let (out, o) = t.await.unwrap();
+        match (o.sender.as_str(), out) {
+            ("poor", Ok(GiftOutcome::Settled { balance: 5, .. })) => poor_settled += 1,
+            ("poor", Ok(GiftOutcome::InsufficientFunds { balance: 5 })) => {}
+            ("broke", Ok(GiftOutcome::InsufficientFunds { balance: 0 })) => {}
+            ("stale", Err(StorageError::Fenced { token: 4 })) => {
+                assert!(ledger.saga(o.gift_id).await.unwrap().is_none(), "no trace");
+            }
+            ("early", Ok(GiftOutcome::Duplicate { first })) => {
+                assert_eq!(
+                    first,
+                    GiftResult::Settled {
+                        order_id: early.gift_id,
+                        balance: 40
+                    }
+                );
+            }
+            (_, Ok(GiftOutcome::Settled { .. })) if o.gift_id == twice.gift_id => twice_first += 1,
+            (_, Ok(GiftOutcome::Duplicate { .. })) if o.gift_id == twice.gift_id => {
+                twice_retry += 1;
+            }
+            (_, Ok(GiftOutcome::Settled { .. })) => settled += 1,
+            (who, other) => panic!("{who}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(settled, RICH * EACH);
+    assert_eq!((poor_settled, twice_first, twice_retry), (1, 1, 1));
+    assert_eq!(ledger.balance(&"r0".into()).await.unwrap(), 100 - 10 * 5);
+    assert_eq!(ledger.balance(&"r1".into()).await.unwrap(), 100 - 10 * 4);
+    assert_eq!(ledger.balance(&"poor".into()).await.unwrap(), 5);
+    assert_eq!(ledger.balance(&"early".into()).await.unwrap(), 40);
+    // 200 + 1 (twice) + 1 (poor) + 1 (early) gifts of 10 at 50 %: 5 each to the host.
+    let booked = (RICH * EACH + 3) as i64;
+    assert_eq!(ledger.earnings(&"host".into()).await.unwrap(), 5 * booked);
+    let totals = ledger.audit_totals().await.unwrap();
+    assert!(totals.is_conserved(), "{totals:?}");
+    assert_eq!(totals.platform_revenue, 5 * booked);
+    let board = ledger
+        .leaderboard(
+            &room,
+            storage::ledger::Board::Receivers,
+            storage::ledger::Period::All,
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(board, vec![("host".into(), 10 * booked)]);
+    // Far fewer commits than gifts: the gifts queued while a batch ran shared the next one.
+    let (batches_after, _) = batches(&ledger);
+    let used = batches_after - batches_before;
+    let gifts = (RICH * EACH + 7) as u64;
+    assert!(used * 2 <= gifts, "{used} batches for {gifts} gifts");
+}
+
+fn batches(ledger: &Ledger) -> (u64, u64) {
+    match ledger {
+        Ledger::Postgres(l) => l.gift_batches(),
+        other => panic!("not PostgreSQL: {other:?}"),
+    }
+}

@@ -5,8 +5,9 @@
 //!   to commit, and a step after the install sees it), then locks the saga row `FOR UPDATE`, and
 //!   refuses with `Fenced` inside that same transaction when the token is below the room's or
 //!   the saga's. A stale owner's step therefore commits nothing, whichever node sends it.
-//!   A new gift's `send_gift` runs its three steps in one transaction of three round trips,
-//!   the statements of each pipelined (`hot`); a retry goes step by step (`saga`).
+//!   New gifts are booked in batches (`batch`): the gifts queued meanwhile share one
+//!   transaction of three round trips and one commit, each statement deciding its own gift so
+//!   that one gift's refusal undoes nothing of another's; a retry goes step by step (`saga`).
 //! - **Constraints make the money rules hold in the database itself** (see
 //!   `schema::MIGRATIONS`): coins `CHECK (coins >= 0)`; the sender's entry under the gift id is
 //!   the primary key both the debit and the void claim insert, so a gift is debited at most once
@@ -24,12 +25,14 @@
 //!
 //! # Layout
 //! This file holds the engine's handle, its pool, the transaction runner and the reads;
-//! `saga` holds the steps (fences, grants, the saga's moves), `hot` a new gift's pipelined
+//! `saga` holds the steps (fences, grants, the saga's moves), `batch` the new gifts' batched
 //! path and `schema` the tables.
 
-mod hot;
+mod batch;
 mod saga;
 mod schema;
+
+pub use self::batch::METRIC_BATCH_GIFTS;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -186,10 +189,28 @@ async fn retry_pause() {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
-/// The PostgreSQL engine: a pool of connections to one primary.
+/// The PostgreSQL engine: a pool of connections to one primary, and the queue of new gifts
+/// into their batches.
 #[derive(Clone)]
 pub struct PostgresLedger {
+    db: Db,
+    gifts: batch::Batcher,
+}
+
+/// The pool, which every transaction takes its connection from.
+#[derive(Clone)]
+pub(super) struct Db {
     pool: Pool,
+}
+
+impl Db {
+    /// A pooled connection; failing to get one is `Unavailable`.
+    async fn client(&self) -> TxResult<deadpool_postgres::Client> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => Fail::Pg(e),
+            other => Fail::Store(StorageError::unavailable("postgres pool", other)),
+        })
+    }
 }
 
 impl PostgresLedger {
@@ -220,19 +241,17 @@ impl PostgresLedger {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StorageError::backend("postgres pool", e))?;
-        let ledger = Self { pool };
-        let mut client = ledger.client().await.map_err(into_storage)?;
+        let db = Db { pool };
+        let mut client = db.client().await.map_err(into_storage)?;
         migrate(&mut client).await?;
+        let gifts = batch::Batcher::start(db.clone());
         info!("PostgreSQL ledger ready.");
-        Ok(ledger)
+        Ok(Self { db, gifts })
     }
 
     /// A pooled connection; failing to get one is `Unavailable`.
     async fn client(&self) -> TxResult<deadpool_postgres::Client> {
-        self.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Backend(e) => Fail::Pg(e),
-            other => Fail::Store(StorageError::unavailable("postgres pool", other)),
-        })
+        self.db.client().await
     }
 
     /// Runs one read statement outside any explicit transaction.
@@ -249,6 +268,12 @@ impl PostgresLedger {
         tokio::time::timeout(TX_TIMEOUT, run)
             .await
             .map_err(|_| StorageError::unavailable_msg("postgres: read timed out"))?
+    }
+
+    /// `(batches, gifts)`: the gift batches committed since this handle connected and the new
+    /// gifts they booked (see `batch`).
+    pub fn gift_batches(&self) -> (u64, u64) {
+        self.gifts.stats()
     }
 
     /// Never: a ledger that lives in a database created after time-ordered gift ids.

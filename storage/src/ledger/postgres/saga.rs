@@ -16,7 +16,7 @@ use super::super::{
     GrantOutcome, SagaRecord, SagaState, SettleOutcome, VoidOutcome, VoidReason, day_of,
     grant_entry_id, lucky_entry_id, now_ms,
 };
-use super::hot::{Hot, send_new};
+use super::batch::Booked;
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, slot_of};
 use super::{
     Fail, PostgresLedger, SQL_SAGA, TxResult, from_sql_fence, saga_record, to_sql_fence, transact,
@@ -55,15 +55,10 @@ impl PostgresLedger {
         order: &GiftOrder,
         fence: u64,
     ) -> Result<GiftOutcome> {
-        let first = transact!(
-            self,
-            |tx| send_new(&tx, order, fence).await,
-            commit_if | hot | matches!(hot, Hot::Done(_))
-        )?;
-        match first {
-            Hot::Done(outcome) => Ok(outcome),
+        match self.gifts.book(order, fence).await? {
+            Booked::Done(outcome) => Ok(outcome),
             // A retry of a booked gift: step by step, from where its saga stands.
-            Hot::Known => transact!(self, |tx| send_tx(&tx, order, fence).await),
+            Booked::Known => transact!(self, |tx| send_tx(&tx, order, fence).await),
         }
     }
 
