@@ -1,8 +1,8 @@
 //! What only the PostgreSQL engine has to show, against a real throwaway server: the schema is
 //! created once however many nodes start at once, the database's own constraints refuse an
 //! overdraw and a double claim, a stale owner's gifts racing a new fence all commit before it,
-//! and a lost server answers `Unavailable` while a retry by the gift id, once it is back, books
-//! the gift exactly once.
+//! a lost server answers `Unavailable` while a retry by the gift id, once it is back, books
+//! the gift exactly once, and gifts in flight together share a commit without sharing a fate.
 
 #![allow(clippy::unwrap_used)]
 
