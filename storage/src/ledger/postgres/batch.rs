@@ -33,7 +33,7 @@ use super::super::{
     EntryKind, GiftOrder, GiftOutcome, SagaState, VoidReason, day_of, lucky_entry_id, now_ms,
 };
 use super::saga::col;
-use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, slot_of};
+use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, SLOTS};
 use super::{Db, Fail, TxResult, from_sql_fence, to_sql_fence, transact};
 use crate::{Result, StorageError};
 
@@ -73,6 +73,7 @@ pub(super) struct Batcher {
 /// Batches committed and the gifts they held, since start.
 #[derive(Default)]
 struct Stats {
+    started: AtomicU64,
     batches: AtomicU64,
     gifts: AtomicU64,
 }
@@ -112,10 +113,10 @@ impl Batcher {
 async fn dispatch(db: Db, mut rx: mpsc::Receiver<Job>, stats: Arc<Stats>) {
     let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
-        // Whatever queued while waiting for the slot joins this batch.
+        // Whatever queued while waiting for the permit joins this batch.
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -124,17 +125,22 @@ async fn dispatch(db: Db, mut rx: mpsc::Receiver<Job>, stats: Arc<Stats>) {
             }
         }
         let (db, stats) = (db.clone(), Arc::clone(&stats));
+        // Consecutive batches write their earnings and leaderboard totals to consecutive
+        // rows of each user's slots, so batches in flight together do not queue on a popular
+        // host's rows (a batch holds the rows it wrote until its commit).
+        let row = i16::try_from(stats.started.fetch_add(1, Ordering::Relaxed) % u64::from(SLOTS))
+            .unwrap_or(0);
         tokio::spawn(async move {
-            run(&db, jobs, &stats).await;
-            drop(slot);
+            run(&db, jobs, row, &stats).await;
+            drop(permit);
         });
     }
 }
 
 /// Books one batch and answers each of its gifts.
-async fn run(db: &Db, jobs: Vec<Job>, stats: &Stats) {
+async fn run(db: &Db, jobs: Vec<Job>, row: i16, stats: &Stats) {
     let gifts: Vec<(&GiftOrder, u64)> = jobs.iter().map(|j| (&j.order, j.fence)).collect();
-    let booked = transact!(db, |tx| book(&tx, &gifts).await);
+    let booked = transact!(db, |tx| book(&tx, &gifts, row).await);
     drop(gifts);
     match booked {
         Ok(results) => {
@@ -201,6 +207,8 @@ const SQL_MARKS: &str = "UPDATE gift_saga g
 /// The batch's writes of round trip 2, gathered from round trip 1's answers.
 #[derive(Default)]
 struct Writes<'a> {
+    /// The slot this batch adds earnings and leaderboard totals to.
+    slot: i16,
     entry_users: Vec<&'a str>,
     entry_ids: Vec<Uuid>,
     entry_kinds: Vec<&'static str>,
@@ -248,7 +256,7 @@ impl<'a> Writes<'a> {
             let lucky = lucky_entry_id(o.gift_id);
             self.entry(sender, lucky, EntryKind::Lucky, prize, after);
         }
-        let slot = slot_of(o.gift_id);
+        let slot = self.slot;
         let (room, day) = (o.room.as_str(), day_of(o.created_ms));
         let earned = o.earnings_per_recipient();
         *self
@@ -282,8 +290,13 @@ impl<'a> Writes<'a> {
     }
 }
 
-/// Books `gifts` (orders with their fences) in transaction `tx`: each gift's answer, in order.
-async fn book(tx: &Transaction<'_>, gifts: &[(&GiftOrder, u64)]) -> TxResult<Vec<Result<Booked>>> {
+/// Books `gifts` (orders with their fences) in transaction `tx`, adding earnings and
+/// leaderboard totals to slot `row`: each gift's answer, in order.
+async fn book(
+    tx: &Transaction<'_>,
+    gifts: &[(&GiftOrder, u64)],
+    row: i16,
+) -> TxResult<Vec<Result<Booked>>> {
     let (s_fences, s_create, s_lock, s_gift) = tokio::try_join!(
         tx.prepare_cached(SQL_FENCES),
         tx.prepare_cached(SQL_CREATE_ACCOUNTS),
@@ -325,7 +338,10 @@ async fn book(tx: &Transaction<'_>, gifts: &[(&GiftOrder, u64)]) -> TxResult<Vec
     }
     created?;
     locked?;
-    let mut writes = Writes::default();
+    let mut writes = Writes {
+        slot: row,
+        ..Writes::default()
+    };
     let mut results = Vec::with_capacity(gifts.len());
     for ((o, fence), answer) in gifts.iter().zip(answers) {
         let row = answer?;

@@ -43,7 +43,8 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 ///   so no single row is written by every gift.
 /// - A recipient's earnings (`earning`) and the leaderboards (`gift_rank`, each user's total
 ///   per room, board and UTC day) are split over [`SLOTS`] rows per user, a gift adding to the
-///   slot its id picks; reads sum the slots. A popular host's row would otherwise be locked by
+///   slot its id picks (a batch of new gifts, to the slot the batch's turn picks); reads sum
+///   the slots. A popular host's row would otherwise be locked by
 ///   every gift to them from its update to its commit, one gift after another.
 /// - `unpublished_gift` lists settled gifts whose room event is owed, until one caller takes it.
 pub(super) const MIGRATIONS: &[&str] = &["
