@@ -207,7 +207,10 @@ async function join(): Promise<void> {
     else if (s.state === "reconnecting") setConn("reconnecting", `reconnecting${s.delayMs !== undefined ? ` (in ${(s.delayMs / 1000).toFixed(1)} s)` : ""}…`);
     else setConn(s.state, s.state + (s.reason ? `: ${s.reason}` : ""));
   });
-  c.on("error", (e) => log(`error: ${e.message}`, "sys"));
+  // While the node is unreachable the token fetches fail too: the badge says enough then.
+  c.on("error", (e) => {
+    if (c.state === "open") log(`error: ${e.message}`, "sys");
+  });
   await c.connect();
   me = pasted ? JSON.parse(atob(pasted.split(".")[1]!.replace(/-/g, "+").replace(/_/g, "/"))).sub : user;
   gifts = (await c.gifts()).gifts;
