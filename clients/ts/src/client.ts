@@ -345,8 +345,10 @@ export class Client extends Emitter<ClientEvents> {
     }
   }
 
-  private onSocketGone(gen: number, code: number, reason: string, refusal: { status: number; retryAfterS?: number } | null): void {
-    if (gen !== this.gen) return;
+  private onSocketGone(stale: number, code: number, reason: string, refusal: { status: number; retryAfterS?: number } | null): void {
+    if (stale !== this.gen) return;
+    // A socket is gone once: its later events (a close after a refused upgrade) are stale.
+    const gen = ++this.gen;
     this.ws = null;
     this.failPending("DISCONNECTED", `connection closed (${code}${reason ? " " + reason : ""})`);
     for (const r of this.rooms.values()) r.onDisconnected();

@@ -119,9 +119,21 @@ export class Room extends Emitter<RoomEvents> {
       } catch (e) {
         if (!(e instanceof ChorusError) || !e.retryable || i + 1 >= attempts) throw e;
         await sleep(backoff(i, 250, 4000));
-        await this.client.waitOpen();
+        // The sender must be a member again (after a reconnect) before the retry.
+        await this.joined();
       }
     }
+  }
+
+  /** Resolves once the room is joined (now, or when its rejoin succeeds). */
+  async joined(timeoutMs = 15_000): Promise<void> {
+    if (this.state === "joined") return;
+    if (this.state === "left") throw new ChorusError("NOT_IN_ROOM", "the client left the room");
+    const left = this.next("left", () => true, timeoutMs).then((l) => {
+      throw new ChorusError("NOT_IN_ROOM", `the client left the room (${l.reason})`);
+    });
+    await Promise.race([this.next("resumed", () => true, timeoutMs), left]);
+    left.catch(() => {});
   }
 
   /** Leaves the room. */

@@ -92,6 +92,19 @@ test("a gift goes through the ledger once and both sides see it", async () => {
   assert.equal(again.order, ok.order, "the same req_id is the same order");
   assert.deepEqual(await g.balance(), { balance: 100 - rose.price, earnings: 0 });
   assert.equal((await h.balance()).earnings, Math.floor(rose.price / 2));
+  // A gift whose socket drops under it is retried with its req_id after the rejoin: paid once.
+  const second = rg.sendGift("rose", ["hal"]);
+  g.dropConnection();
+  const ok2 = await second;
+  assert.equal(ok2.balance, 100 - 2 * rose.price);
+  assert.deepEqual(await g.balance(), { balance: 100 - 2 * rose.price, earnings: 0 });
+});
+
+test("without a WebSocket option the client finds one (Node's global, else the ws package)", async () => {
+  const c = new Client({ url: node.url, token: node.token("nia") });
+  clients.push(c);
+  await c.connect();
+  assert.equal(typeof (await c.ping()).t, "number");
 });
 
 test("a request that gets no reply in time fails with TIMEOUT", async () => {
@@ -218,6 +231,11 @@ test("a 503 with Retry-After at connect is honoured", async () => {
     assert.ok(refused, JSON.stringify(states));
     assert.ok(refused.delayMs >= 1000, `waited Retry-After (${refused.delayMs} ms), not the 50 ms backoff`);
     assert.ok(Date.now() - t0 >= 900);
+    // One socket per client: the refused attempt left no second reconnect behind.
+    await new Promise((r) => setTimeout(r, 1500));
+    const metrics = await (await fetch(`http://${n.adminAddr}/metrics`)).text();
+    const open = Number(/^chorus_gateway_connections(?:\{[^}]*\})? (\S+)$/m.exec(metrics)?.[1]);
+    assert.equal(open, 2, "two clients, two sockets");
   } finally {
     await n.cleanup();
     (await import("node:fs")).rmSync(dataDir, { recursive: true, force: true });
