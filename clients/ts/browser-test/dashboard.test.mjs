@@ -69,9 +69,14 @@ test("the dashboard shows a drain moving every room of s1 to s2", async () => {
   await page.locator('#nodes tr[data-node="s1"] button[data-action="weight"]').click();
   await page.locator("#result", { hasText: "weight s1: 200" }).waitFor({ timeout: T });
   await page.locator('#leases tr[data-shard="s1"]').first().waitFor({ timeout: T });
-  const row = page.locator('#leases tr[data-shard="s2"]').first();
-  const moved = await row.getAttribute("data-room");
-  await row.locator('button[data-action="move"]').click();
+  await until(
+    async () => (await page.locator("#rb-planned").textContent()) === "0" && (await page.locator("#rb-inflight").textContent()) === "0",
+    T,
+    "the rebalance back to s1 settled",
+  );
+  // The table is redrawn every second: the room is found by its id at each step.
+  const moved = await page.locator('#leases tr[data-shard="s2"]').first().getAttribute("data-room");
+  await page.locator(`#leases tr[data-room="${moved}"] button[data-action="move"]`).click();
   await page.locator("#result", { hasText: `move ${moved}: 200` }).waitFor({ timeout: T });
   await page.locator(`#leases tr[data-room="${moved}"][data-shard="s1"]`).waitFor({ timeout: T });
   await shot(page, "13-dashboard-moved");

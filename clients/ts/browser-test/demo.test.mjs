@@ -1,7 +1,6 @@
 // The demo room in a real browser: two users join, take seats, chat and send a gift, each
 // seeing the other's events; a node restart shows "reconnecting", then both resume.
 import { test, after, before } from "node:test";
-import assert from "node:assert/strict";
 import { startNode } from "../test/node.mjs";
 import { launch, shot } from "./browser.mjs";
 
@@ -52,7 +51,7 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await alice.locator("#chat-log li", { hasText: "bob: hey alice" }).waitFor({ timeout: T });
   await shot(alice, "03-chat");
 
-  assert.equal(await alice.locator("#balance").textContent(), "1000", "demo coins");
+  await alice.locator("#balance", { hasText: "1000" }).waitFor({ timeout: T }); // the demo coins
   await alice.selectOption("#gift-to", "bob");
   await alice.locator('#gifts button[data-gift="rose"]').click();
   await bob.locator("#chat-log li.gift", { hasText: "alice sent Rose ×1 to bob" }).waitFor({ timeout: T });
