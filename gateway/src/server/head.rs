@@ -192,6 +192,19 @@ mod tests {
     }
 
     #[test]
+    fn plain_gets_of_the_pages_are_told_from_other_plain_requests() {
+        for page in ["/", "/demo.js", "/chorus.css", "/demo/token?user=a"] {
+            let head = format!("GET {page} HTTP/1.1\r\nHost: a");
+            assert_eq!(judge(head.as_bytes()), Err(Refusal::UpgradeRequired));
+            assert!(wants_page(head.as_bytes()), "{page}");
+        }
+        for other in ["/ws", "/dashboard", "/metrics", "/demo/token/x"] {
+            let head = format!("GET {other} HTTP/1.1\r\nHost: a");
+            assert!(!wants_page(head.as_bytes()), "{other}");
+        }
+    }
+
+    #[test]
     fn responses_say_their_length_right() {
         for r in [
             Refusal::BadRequest,
