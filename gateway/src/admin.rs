@@ -269,6 +269,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::GET, ["local"]) => cluster_ops::local(admin),
         (&Method::GET, ["local", "rooms"]) => dashboard::local_rooms(admin),
         (&Method::GET, ["leases"]) => dashboard::leases(admin).await,
+        (&Method::GET, ["metrics"]) => dashboard::metrics(admin, uri_query).await,
         (&Method::POST, ["wallets", user, "grant"]) if is_valid_id(user) => match &admin.core {
             Some(core) => money::grant(&core.money, user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
@@ -320,6 +321,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["local"]) => "local_get",
         (&Method::GET, ["local", "rooms"]) => "local_rooms_get",
         (&Method::GET, ["leases"]) => "leases_get",
+        (&Method::GET, ["metrics"]) => "metrics_get",
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
         (&Method::GET, ["wallets", _]) => "wallet_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",

@@ -111,5 +111,12 @@ async fn the_dashboard_and_the_leases_are_on_the_admin_port() {
     let rooms = v["shards"][0]["rooms"].as_array().unwrap();
     let room = rooms.iter().find(|r| r["room"] == "leased").unwrap();
     assert!(room["fence"].as_u64().is_some(), "{v}");
+    // A node's metrics through the admin API (the dashboard's charts).
+    assert_eq!(get(s.admin, "/admin/metrics", None).await.status, 401);
+    let own = get(s.admin, "/admin/metrics?node=standalone", Some(ADMIN)).await;
+    assert_eq!(own.status, 200);
+    assert!(own.body.contains("chorus_"), "{}", own.body);
+    let missing = get(s.admin, "/admin/metrics?node=nope", Some(ADMIN)).await;
+    assert_eq!(missing.status, 404);
     s.stop().await;
 }

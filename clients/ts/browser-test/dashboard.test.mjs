@@ -50,6 +50,12 @@ test("the dashboard shows a drain moving every room of s1 to s2", async () => {
   await page.locator('#nodes tr[data-node="s2"] td.live').waitFor({ timeout: T });
   await page.locator('#leases tr[data-shard="s1"]').first().waitFor({ timeout: T });
   await page.locator('#charts .chart[data-series="connections"]').waitFor({ timeout: T });
+  // The charts of shard s1, fetched through the gateway's admin port.
+  await page.selectOption("#metrics-node", "s1");
+  await until(async () => {
+    const v = await page.locator('#charts .chart[data-series="rooms running"] .v').textContent().catch(() => "–");
+    return v !== "–" && Number(v) > 0;
+  }, T, "s1's rooms-running chart");
   await shot(page, "10-dashboard-cluster");
 
   await page.locator('#nodes tr[data-node="s1"] button[data-action="drain"]').click();

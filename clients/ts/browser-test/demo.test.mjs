@@ -1,20 +1,25 @@
 // The demo room in a real browser: two users join, take seats, chat and send a gift, each
 // seeing the other's events; a node restart shows "reconnecting", then both resume.
 import { test, after, before } from "node:test";
+import { rmSync } from "node:fs";
 import { startNode } from "../test/node.mjs";
 import { launch, shot } from "./browser.mjs";
 
 let node;
+let dataDir;
 let browser;
 const T = 20_000;
 
 before(async () => {
   node = await startNode({ args: ["--demo"] });
+  dataDir = node.dataDir;
   browser = await launch();
 });
 after(async () => {
   await browser?.close();
   await node?.cleanup();
+  // The restarted node was given the first one's data dir, which it leaves in place.
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
 async function open(user, room) {

@@ -189,8 +189,29 @@ function parseMetrics(text: string): Map<string, number> {
   return m;
 }
 
+/** Whose metrics the charts show ("": the node serving the page). */
+let metricsNode = "";
+
+function renderMetricsChoice(nodes: any[]): void {
+  const pick = $<HTMLSelectElement>("metrics-node");
+  const ids = nodes.map((n) => String(n.id));
+  const have = [...pick.options].map((o) => o.value).slice(1);
+  if (have.join() !== ids.join()) {
+    pick.replaceChildren(new Option("this node", ""), ...ids.map((id) => new Option(id, id)));
+    pick.value = ids.includes(metricsNode) ? metricsNode : "";
+  }
+  pick.onchange = () => {
+    metricsNode = pick.value;
+    history.clear();
+    last.clear();
+    void charts();
+  };
+}
+
 async function charts(): Promise<void> {
-  const r = await fetch("/metrics", { headers: { authorization: `Bearer ${token}` } });
+  // Through the admin API, so any node's metrics come from the port that served the page.
+  const q = metricsNode ? `?node=${encodeURIComponent(metricsNode)}` : "";
+  const r = await fetch(`/admin/metrics${q}`, { headers: { authorization: `Bearer ${token}` } });
   if (!r.ok) return;
   const m = parseMetrics(await r.text());
   const now = Date.now();
@@ -245,6 +266,7 @@ async function refresh(): Promise<void> {
     const list: any[] = nodes.json?.nodes ?? [];
     shards = list.filter((n) => n.role === "shard").map((n) => n.id);
     renderNodes(list, nodes.json?.version);
+    renderMetricsChoice(list);
     renderRing(ring.status === 200 ? ring.json : null);
     if (rb.status === 200) renderRebalance(rb.json);
     if (leases.status === 200) renderLeases(leases.json);
