@@ -1,6 +1,6 @@
 //! The admin HTTP port (hyper): `/healthz`, `/metrics` (Prometheus text; open unless the node
-//! has a metrics token), the bearer-token protected `/admin/*` API, and the RTC provider
-//! webhooks `/rtc/*` (signed, no token).
+//! has a metrics token), the bearer-token protected `/admin/*` API, the RTC provider
+//! webhooks `/rtc/*` (signed, no token), and the operator dashboard's page (`/dashboard`).
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -29,6 +29,7 @@ use storage::lease::{LeaseStore, node_of};
 use crate::shared::Core;
 
 mod cluster_ops;
+mod dashboard;
 mod directory;
 mod health;
 mod money;
@@ -208,6 +209,11 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         }
         _ => {}
     }
+    if method == Method::GET
+        && let Some(page) = dashboard::page(&path)
+    {
+        return page;
+    }
     if path == rtc::CHORUS_PATH || path == rtc::LIVEKIT_PATH {
         return rtc::serve(admin, req).await;
     }
@@ -261,6 +267,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::DELETE, ["nodes", id]) if is_valid_id(id) => cluster_ops::remove(admin, id).await,
         (&Method::GET, ["rebalance"]) => cluster_ops::rebalance(admin).await,
         (&Method::GET, ["local"]) => cluster_ops::local(admin),
+        (&Method::GET, ["local", "rooms"]) => dashboard::local_rooms(admin),
+        (&Method::GET, ["leases"]) => dashboard::leases(admin).await,
+        (&Method::GET, ["metrics"]) => dashboard::metrics(admin, uri_query).await,
         (&Method::POST, ["wallets", user, "grant"]) if is_valid_id(user) => match &admin.core {
             Some(core) => money::grant(&core.money, user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
@@ -310,6 +319,9 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::DELETE, ["nodes", _]) => "node_remove",
         (&Method::GET, ["rebalance"]) => "rebalance_get",
         (&Method::GET, ["local"]) => "local_get",
+        (&Method::GET, ["local", "rooms"]) => "local_rooms_get",
+        (&Method::GET, ["leases"]) => "leases_get",
+        (&Method::GET, ["metrics"]) => "metrics_get",
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
         (&Method::GET, ["wallets", _]) => "wallet_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",

@@ -387,6 +387,11 @@ pub struct StandaloneArgs {
     /// Ledger URL (default: SQLite at `<data dir>/ledger.db`).
     #[arg(long, env = "CHORUS_LEDGER")]
     pub ledger: Option<String>,
+    /// Demo mode: the demo page at `http://<ws addr>/` may mint a token for any user name
+    /// (`/demo/token`) with demo coins. Anyone who reaches the port can act as anyone: for a
+    /// laptop, never for production.
+    #[arg(long, env = "CHORUS_DEMO")]
+    pub demo: bool,
 }
 
 /// `chorus token` flags.
@@ -757,6 +762,7 @@ pub fn standalone_config(
     admin_token: Option<String>,
 ) -> anyhow::Result<StandaloneConfig> {
     let mut g = gateway_settings(&a.socket, f)?;
+    g.demo_tokens = a.demo;
     if let Some(v) = a.max_frame_bytes {
         g.max_frame_bytes = v;
     }

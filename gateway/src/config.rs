@@ -120,6 +120,9 @@ pub struct GatewayConfig {
     pub directory_cache: Duration,
     /// Room-directory entries of a shard that has not published for this long are not listed.
     pub directory_stale: Duration,
+    /// Demo mode: the client port's `/demo/token` mints a token for any user name (standalone
+    /// `--demo` only; off by default).
+    pub demo_tokens: bool,
 }
 
 impl Default for GatewayConfig {
@@ -152,6 +155,7 @@ impl Default for GatewayConfig {
             metrics_token: None,
             directory_cache: DEFAULT_DIRECTORY_CACHE,
             directory_stale: shard::config::DEFAULT_DIRECTORY_STALE,
+            demo_tokens: false,
         }
     }
 }

@@ -19,6 +19,8 @@
 //!   one function; [`standalone`] composes gateway and shard in one process.
 //! - `admin`: the admin HTTP port (`/healthz`, `/readyz`, `/metrics`, `/admin/*`).
 //! - [`signal`]: SIGTERM/SIGINT -> cancel the root token.
+//! - `web`: the demo room (client port) and the operator dashboard (admin port), built into
+//!   the binary.
 
 mod admin;
 mod admission;
@@ -40,6 +42,7 @@ pub mod signal;
 mod social;
 pub mod standalone;
 mod users;
+mod web;
 mod wire;
 
 pub use admin::prometheus;

@@ -115,6 +115,18 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
         );
         println!("Chorus standalone");
         println!("  WebSocket:  ws://{}/ws", running.ws_addr);
+        if cfg.gateway.demo_tokens {
+            println!(
+                "  Demo room:  http://{}/   DEMO MODE: any user name gets a token; never expose this port",
+                running.ws_addr
+            );
+        } else {
+            println!(
+                "  Demo room:  http://{}/   (paste a token, or restart with --demo)",
+                running.ws_addr
+            );
+        }
+        println!("  Dashboard:  http://{}/dashboard", running.admin_addr);
         println!(
             "  Admin:      http://{}/healthz  http://{}/metrics",
             running.admin_addr, running.admin_addr

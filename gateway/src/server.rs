@@ -2,6 +2,9 @@
 //! valid one), then one session task per socket.
 
 mod head;
+mod page;
+
+pub(crate) use page::DEMO_COINS;
 
 use std::sync::Arc;
 
@@ -73,7 +76,11 @@ type Upgraded = (Arc<Core>, WebSocketStream<TcpStream>, Identity);
 async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
     let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
     match head::look(&stream, deadline).await? {
-        Ok(()) => {}
+        Ok(head::Wants::Upgrade) => {}
+        Ok(head::Wants::Page) => {
+            page::serve(&core, stream, deadline).await;
+            return None;
+        }
         Err(refusal) => {
             metrics::counter!(m::UPGRADES_REFUSED, "reason" => refusal.label()).increment(1);
             head::refuse(stream, refusal).await;

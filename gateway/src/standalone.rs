@@ -15,7 +15,7 @@ use storage::snapshot::SnapshotStore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::info;
+use tracing::{info, warn};
 
 pub use crate::node::{Running, StartError};
 
@@ -152,6 +152,12 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         directory: dir,
     });
     tracker.spawn(admin::serve(admin, adm, shutdown.clone(), tracker.clone()));
+    if cfg.gateway.demo_tokens {
+        warn!(
+            "DEMO MODE: http://{ws_addr}/demo/token mints a client token for ANY user name, with {} demo coins. Anyone who reaches this port can act as anyone. Never run a public node with --demo.",
+            crate::server::DEMO_COINS
+        );
+    }
     info!(%ws_addr, %admin_addr, data_dir = %cfg.data_dir.display(), "Chorus standalone is up.");
     Ok(Running::new(ws_addr, admin_addr, shutdown, tracker))
 }

@@ -314,6 +314,20 @@ impl Shard {
         self.inner.owner.fence_of(room)
     }
 
+    /// Up to `limit` of the rooms this node runs, by id, each with the fence it holds for it
+    /// (for the operator dashboard).
+    pub fn rooms_with_fences(&self, limit: usize) -> Vec<(RoomId, Option<u64>)> {
+        let mut ids: Vec<RoomId> = lock(&self.inner.rooms).keys().cloned().collect();
+        ids.sort_unstable();
+        ids.truncate(limit);
+        ids.into_iter()
+            .map(|r| {
+                let fence = self.inner.owner.fence_of(&r);
+                (r, fence)
+            })
+            .collect()
+    }
+
     /// The owner string this node writes into leases (`<node>/<boot id>`).
     pub fn owner_id(&self) -> &str {
         self.inner.owner.owner_id()

@@ -20,7 +20,7 @@ use super::{Admin, Resp, error, json_resp};
 const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// `GET` on another node's admin port (to aggregate room and rebalance state).
-async fn peer_get(addr: &str, path: &str, token: Option<&str>) -> Option<Value> {
+pub(super) async fn peer_get(addr: &str, path: &str, token: Option<&str>) -> Option<Value> {
     let addr: SocketAddr = addr.parse().ok()?;
     let call = kit::admin::get(addr, path, token);
     let answer = tokio::time::timeout(PEER_CALL_TIMEOUT, call)

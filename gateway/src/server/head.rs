@@ -55,10 +55,19 @@ impl Refusal {
     }
 }
 
-/// What the head says, once it has arrived: `Ok` for an upgrade request (the handshake checks
-/// the rest), or the refusal. `None` when the peer closed or the head never completed before
-/// `deadline` (such connections are dropped, as the handshake's time-out drops them).
-pub(crate) async fn look(stream: &TcpStream, deadline: Instant) -> Option<Result<(), Refusal>> {
+/// What a well-formed request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wants {
+    /// The WebSocket upgrade (the handshake checks the rest).
+    Upgrade,
+    /// One of the pages the client port serves (`crate::web`), by a plain GET.
+    Page,
+}
+
+/// What the head says, once it has arrived: what the request wants, or the refusal. `None`
+/// when the peer closed or the head never completed before `deadline` (such connections are
+/// dropped, as the handshake's time-out drops them).
+pub(crate) async fn look(stream: &TcpStream, deadline: Instant) -> Option<Result<Wants, Refusal>> {
     let mut buf = vec![0u8; MAX_HEAD_BYTES + 1];
     let mut pause = FIRST_PAUSE;
     loop {
@@ -75,7 +84,11 @@ pub(crate) async fn look(stream: &TcpStream, deadline: Instant) -> Option<Result
             .flatten()
             .min();
         if let Some(end) = end {
-            return Some(judge(&buf[..end]));
+            let head = &buf[..end];
+            return Some(match judge(head) {
+                Err(Refusal::UpgradeRequired) if wants_page(head) => Ok(Wants::Page),
+                judged => judged.map(|()| Wants::Upgrade),
+            });
         }
         if n > MAX_HEAD_BYTES {
             return Some(Err(Refusal::HeadTooLarge));
@@ -94,9 +107,14 @@ pub(crate) async fn look(stream: &TcpStream, deadline: Instant) -> Option<Result
 /// and dropped after the answer (a lingering close, bounded in bytes and time): a socket
 /// closed with unread bytes resets the connection, and the reset can cost the client the
 /// answer it has not read yet.
-pub(crate) async fn refuse(mut stream: TcpStream, refusal: Refusal) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = stream.write_all(refusal.response()).await;
+pub(crate) async fn refuse(stream: TcpStream, refusal: Refusal) {
+    answer(stream, refusal.response(), Duration::from_secs(1)).await;
+}
+
+/// Writes `response` and closes with the same lingering close, all within `within`.
+pub(crate) async fn answer(mut stream: TcpStream, response: &[u8], within: Duration) {
+    let _ = tokio::time::timeout(within, async {
+        let _ = stream.write_all(response).await;
         let _ = stream.shutdown().await;
         let mut sink = [0u8; 4096];
         let mut left = LINGER_BYTES;
@@ -112,6 +130,15 @@ pub(crate) async fn refuse(mut stream: TcpStream, refusal: Refusal) {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Whether a plain GET asks for one of the client port's pages.
+fn wants_page(head: &[u8]) -> bool {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|l| l.split(' ').nth(1))
+        .is_some_and(crate::web::is_client_port_page)
 }
 
 /// Judges a complete head (without its blank line).
@@ -161,6 +188,19 @@ mod tests {
             b"GET /ws HTTP/1.1 extra\r\nUpgrade: websocket",
         ] {
             assert_eq!(judge(bad), Err(Refusal::BadRequest), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn plain_gets_of_the_pages_are_told_from_other_plain_requests() {
+        for page in ["/", "/demo.js", "/chorus.css", "/demo/token?user=a"] {
+            let head = format!("GET {page} HTTP/1.1\r\nHost: a");
+            assert_eq!(judge(head.as_bytes()), Err(Refusal::UpgradeRequired));
+            assert!(wants_page(head.as_bytes()), "{page}");
+        }
+        for other in ["/ws", "/dashboard", "/metrics", "/demo/token/x"] {
+            let head = format!("GET {other} HTTP/1.1\r\nHost: a");
+            assert!(!wants_page(head.as_bytes()), "{other}");
         }
     }
 

@@ -1,0 +1,81 @@
+// The demo room in a real browser: two users join, take seats, chat and send a gift, each
+// seeing the other's events; a node restart shows "reconnecting", then both resume.
+import { test, after, before } from "node:test";
+import { rmSync } from "node:fs";
+import { startNode } from "../test/node.mjs";
+import { launch, shot } from "./browser.mjs";
+
+let node;
+let dataDir;
+let browser;
+const T = 20_000;
+
+before(async () => {
+  node = await startNode({ args: ["--demo"] });
+  dataDir = node.dataDir;
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await node?.cleanup();
+  // The restarted node was given the first one's data dir, which it leaves in place.
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+});
+
+async function open(user, room) {
+  const ctx = await browser.newContext({ viewport: { width: 1100, height: 800 } });
+  const page = await ctx.newPage();
+  page.on("pageerror", (e) => console.error(`[${user}] page error: ${e.message}`));
+  await page.goto(`${node.http}/?user=${user}&room=${room}`);
+  await page.locator("#app").waitFor({ state: "visible", timeout: T });
+  await page.locator('#conn[data-state="open"]').waitFor({ timeout: T });
+  return page;
+}
+
+const seat = (page, i) => page.locator(`#seats .seat[data-index="${i}"]`);
+
+test("two browsers: seats, chat, a gift, and a restart that resumes", async () => {
+  const started = Date.now();
+  const room = "browser-demo";
+  const alice = await open("alice", room);
+  const bob = await open("bob", room);
+  await alice.locator("#members li", { hasText: "bob" }).waitFor({ timeout: T });
+  await shot(alice, "01-alice-joined");
+
+  await seat(alice, 0).locator('button[data-action="take"]').click();
+  await bob.locator('#seats .seat[data-index="0"][data-user="alice"]').waitFor({ timeout: T });
+  await seat(bob, 1).locator('button[data-action="take"]').click();
+  await alice.locator('#seats .seat[data-index="1"][data-user="bob"]').waitFor({ timeout: T });
+  await shot(bob, "02-bob-sees-seats");
+
+  await alice.fill("#chat-input", "hi bob");
+  await alice.click("#chat-send");
+  await bob.locator("#chat-log li", { hasText: "alice: hi bob" }).waitFor({ timeout: T });
+  await bob.fill("#chat-input", "hey alice");
+  await bob.press("#chat-input", "Enter");
+  await alice.locator("#chat-log li", { hasText: "bob: hey alice" }).waitFor({ timeout: T });
+  await shot(alice, "03-chat");
+
+  await alice.locator("#balance", { hasText: "1000" }).waitFor({ timeout: T }); // the demo coins
+  await alice.selectOption("#gift-to", "bob");
+  await alice.locator('#gifts button[data-gift="rose"]').click();
+  await bob.locator("#chat-log li.gift", { hasText: "alice sent Rose ×1 to bob" }).waitFor({ timeout: T });
+  await bob.locator("#gift-fx .fx").first().waitFor({ timeout: T });
+  await shot(bob, "04-bob-receives-gift");
+  await alice.locator("#balance", { hasText: "990" }).waitFor({ timeout: T });
+  await bob.locator("#earnings", { hasText: "5" }).waitFor({ timeout: T });
+
+  // Restart the node: the pages show "reconnecting", then resume in the new process.
+  await node.stop("SIGTERM");
+  await alice.locator('#conn[data-state="reconnecting"]').waitFor({ timeout: T });
+  await bob.locator('#conn[data-state="reconnecting"]').waitFor({ timeout: T });
+  await shot(alice, "05-reconnecting");
+  node = await startNode({ args: ["--demo"], dataDir: node.dataDir, ws: node.ws, admin: node.adminAddr, secret: node.secret, adminToken: node.adminToken });
+  await alice.locator('#conn[data-state="resumed"]').waitFor({ timeout: 30_000 });
+  await bob.locator('#conn[data-state="resumed"]').waitFor({ timeout: 30_000 });
+  await bob.fill("#chat-input", "still here?");
+  await bob.click("#chat-send");
+  await alice.locator("#chat-log li", { hasText: "bob: still here?" }).waitFor({ timeout: T });
+  await shot(alice, "06-resumed");
+  console.log(`demo browser test: ${((Date.now() - started) / 1000).toFixed(1)} s`);
+});

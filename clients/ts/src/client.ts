@@ -1,0 +1,410 @@
+import { Emitter } from "./emitter.js";
+import { type EventFrame, Room } from "./room.js";
+import { Close, type OpName, type OpOk, type OpRequest } from "./types.js";
+import { ChorusError, backoff } from "./util.js";
+
+/** A token, or a function that fetches a fresh one (called at every connect and refresh). */
+export type TokenSource = string | (() => string | Promise<string>);
+
+/** The part of the WebSocket API the client uses (browsers' and the `ws` package's). */
+export interface SocketLike {
+  readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+  on?: (event: string, fn: (...args: any[]) => void) => void;
+  terminate?: () => void;
+}
+export type SocketFactory = new (url: string) => SocketLike;
+
+export interface ClientOptions {
+  /** `ws://host:port/ws`, or several gateways: a 1001 moves the client to the next one. */
+  url: string | string[];
+  token: TokenSource;
+  /** How long a request waits for its reply (default 10 s; room ops may take 15 s to route). */
+  requestTimeoutMs?: number;
+  /** Reconnect backoff: first wait and cap (default 300 ms doubling to 10 s), with jitter. */
+  reconnect?: { initialMs?: number; maxMs?: number };
+  /** The WebSocket class; default the global one, else the `ws` package (Node < 22). */
+  WebSocket?: SocketFactory;
+}
+
+export type ConnectionState = "idle" | "connecting" | "open" | "reconnecting" | "closed";
+
+export interface ClientEvents {
+  /** The connection's state changed; `delayMs` is the wait before the next attempt. */
+  state: { state: ConnectionState; reason?: string; delayMs?: number; attempt?: number };
+  hello: { session: string; heartbeat_ms: number; server: string };
+  /** `session.expiring` arrived; the client refreshes by itself when its token is a function. */
+  "session.expiring": { exp: number };
+  /** `auth.refresh` succeeded: the connection now lives until `exp`. */
+  refreshed: { exp: number };
+  /** Every event frame that belongs to no joined room (direct messages, notices). */
+  event: EventFrame;
+  /** A failure with no caller to report to (a refresh that failed, a refused reconnect). */
+  error: Error;
+}
+
+interface Pending {
+  op: string;
+  resolve: (v: any) => void;
+  reject: (e: Error) => void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/** Close codes after which reconnecting cannot help. */
+const FINAL_CLOSES = new Set<number>([Close.TooManyConnections]);
+
+/**
+ * A Chorus connection: typed requests with time-outs, typed events, one `Room` per joined
+ * room, and the protocol's resume rules (section 8): it reconnects with backoff and jitter,
+ * honours 1001 and 503 `Retry-After`, and rejoins every room with `since`.
+ */
+export class Client extends Emitter<ClientEvents> {
+  state: ConnectionState = "idle";
+  /** The server's `hello` of the current connection. */
+  session: ClientEvents["hello"] | null = null;
+  readonly rooms = new Map<string, Room>();
+  private readonly opts: Required<Omit<ClientOptions, "WebSocket" | "reconnect">> & {
+    reconnect: { initialMs: number; maxMs: number };
+  };
+  private Socket: SocketFactory | undefined;
+  private ws: SocketLike | null = null;
+  /** Which socket is current; events of older sockets are ignored. */
+  private gen = 0;
+  private nextId = 1;
+  private pending = new Map<number, Pending>();
+  private attempt = 0;
+  private urlIndex = 0;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private refreshing = false;
+
+  constructor(opts: ClientOptions) {
+    super();
+    this.opts = {
+      url: opts.url,
+      token: opts.token,
+      requestTimeoutMs: opts.requestTimeoutMs ?? 10_000,
+      reconnect: { initialMs: opts.reconnect?.initialMs ?? 300, maxMs: opts.reconnect?.maxMs ?? 10_000 },
+    };
+    this.Socket = opts.WebSocket;
+  }
+
+  /** Opens the connection; resolves at the server's `hello` (after retries, if needed). */
+  async connect(): Promise<void> {
+    if (this.state === "open") return;
+    if (this.state === "idle" || this.state === "closed") void this.open();
+    await this.waitOpen(Number.POSITIVE_INFINITY);
+  }
+
+  /** Resolves once the connection is open; rejects if the client closes or `timeoutMs` passes. */
+  waitOpen(timeoutMs = this.opts.requestTimeoutMs): Promise<void> {
+    if (this.state === "open") return Promise.resolve();
+    if (this.state === "closed") return Promise.reject(new ChorusError("CLOSED", "the client is closed"));
+    return new Promise((resolve, reject) => {
+      const timer = Number.isFinite(timeoutMs)
+        ? setTimeout(() => {
+            off();
+            reject(new ChorusError("TIMEOUT", `not connected within ${timeoutMs} ms`));
+          }, timeoutMs)
+        : undefined;
+      const off = this.on("state", ({ state, reason }) => {
+        if (state !== "open" && state !== "closed") return;
+        clearTimeout(timer);
+        off();
+        if (state === "open") resolve();
+        else reject(new ChorusError("CLOSED", reason ?? "the client is closed"));
+      });
+    });
+  }
+
+  /**
+   * Sends one request and resolves with its `ok`, or rejects with a `ChorusError` (its `err`,
+   * `TIMEOUT`, `DISCONNECTED`). Waits for the connection while it reconnects.
+   */
+  async request<K extends OpName>(op: K, d: OpRequest<K>, opts: { timeoutMs?: number } = {}): Promise<OpOk<K>> {
+    const timeoutMs = opts.timeoutMs ?? this.opts.requestTimeoutMs;
+    const started = Date.now();
+    if (this.state !== "open") await this.waitOpen(timeoutMs);
+    const ws = this.ws;
+    if (!ws) throw new ChorusError("DISCONNECTED", "not connected", op);
+    const id = this.nextId++;
+    return new Promise<OpOk<K>>((resolve, reject) => {
+      const left = Math.max(1, timeoutMs - (Date.now() - started));
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new ChorusError("TIMEOUT", `no reply within ${timeoutMs} ms`, op));
+      }, left);
+      this.pending.set(id, { op, resolve, reject, timer });
+      try {
+        ws.send(JSON.stringify({ id, op, d }));
+      } catch (e) {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        reject(new ChorusError("DISCONNECTED", String(e), op));
+      }
+    });
+  }
+
+  /** Joins a room and returns it; its events and resume are handled from then on. */
+  async join(room: string, opts: { password?: string } = {}): Promise<Room> {
+    const existing = this.rooms.get(room);
+    if (existing && existing.state !== "left") return existing;
+    const r = new Room(this, room, opts.password);
+    this.rooms.set(room, r);
+    try {
+      await r.join();
+    } catch (e) {
+      if (this.rooms.get(room) === r) this.rooms.delete(room);
+      throw e;
+    }
+    return r;
+  }
+
+  // ---- gateway-answered operations ----
+
+  ping(): Promise<OpOk<"ping">> {
+    return this.request("ping", {});
+  }
+  createRoom(d: OpRequest<"room.create"> = {}): Promise<OpOk<"room.create">> {
+    return this.request("room.create", d);
+  }
+  gifts(): Promise<OpOk<"gift.list">> {
+    return this.request("gift.list", {});
+  }
+  balance(): Promise<OpOk<"wallet.balance">> {
+    return this.request("wallet.balance", {});
+  }
+  updateProfile(p: OpRequest<"user.update">): Promise<OpOk<"user.update">> {
+    return this.request("user.update", p);
+  }
+  profiles(users: string[]): Promise<OpOk<"user.get">> {
+    return this.request("user.get", { users });
+  }
+
+  /** Closes the connection for good: no reconnect, pending requests fail with `CLOSED`. */
+  close(): void {
+    this.gen++;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const ws = this.ws;
+    this.ws = null;
+    try {
+      ws?.close(1000, "bye");
+    } catch {
+      /* already closed */
+    }
+    this.failPending("CLOSED", "the client is closed");
+    this.setState("closed", "closed by the client");
+  }
+
+  /** Drops the socket as a network failure would (the client reconnects and resumes). */
+  dropConnection(): void {
+    const ws = this.ws;
+    if (!ws) return;
+    if (ws.terminate) ws.terminate();
+    else ws.close(4999, "dropped by the client");
+  }
+
+  /** @internal */
+  forget(room: Room): void {
+    if (this.rooms.get(room.id) === room) this.rooms.delete(room.id);
+  }
+
+  // ---- the connection ----
+
+  private async socketClass(): Promise<SocketFactory> {
+    if (this.Socket) return this.Socket;
+    const g = (globalThis as { WebSocket?: SocketFactory }).WebSocket;
+    if (g) return (this.Socket = g);
+    const mod = "ws";
+    const ws = (await import(/* @vite-ignore */ mod)) as { default: SocketFactory };
+    return (this.Socket = ws.default);
+  }
+
+  private async token(): Promise<string> {
+    const t = this.opts.token;
+    return typeof t === "function" ? await t() : t;
+  }
+
+  private url(): string {
+    const u = this.opts.url;
+    return Array.isArray(u) ? u[this.urlIndex % u.length]! : u;
+  }
+
+  private async open(): Promise<void> {
+    const gen = ++this.gen;
+    this.setState(this.attempt === 0 && this.session === null ? "connecting" : "reconnecting");
+    let Socket: SocketFactory;
+    let token: string;
+    try {
+      Socket = await this.socketClass();
+      token = await this.token();
+    } catch (e) {
+      if (gen !== this.gen) return;
+      this.emit("error", e instanceof Error ? e : new Error(String(e)));
+      this.retry(gen, { reason: `no token: ${String(e)}` });
+      return;
+    }
+    if (gen !== this.gen) return;
+    const base = this.url();
+    const url = `${base}${base.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
+    let ws: SocketLike;
+    try {
+      ws = new Socket(url);
+    } catch (e) {
+      this.retry(gen, { reason: String(e) });
+      return;
+    }
+    this.ws = ws;
+    let refusal: { status: number; retryAfterS?: number } | null = null;
+    // Node's `ws` shows the HTTP answer to a refused upgrade (401, 503 with Retry-After);
+    // browsers hide it, and their refusal looks like any failed connect.
+    ws.on?.("unexpected-response", (req: { destroy(): void }, res: { statusCode: number; headers: Record<string, string | undefined>; resume(): void }) => {
+      const ra = Number(res.headers["retry-after"]);
+      refusal = { status: res.statusCode, ...(Number.isFinite(ra) && ra >= 0 ? { retryAfterS: ra } : {}) };
+      res.resume();
+      req.destroy();
+      if (gen !== this.gen) return;
+      this.onSocketGone(gen, 1006, `HTTP ${res.statusCode}`, refusal);
+    });
+    ws.onmessage = (m) => {
+      if (gen === this.gen) this.onFrame(String(m.data));
+    };
+    ws.onclose = (c) => {
+      if (gen === this.gen) this.onSocketGone(gen, c.code, c.reason, refusal);
+    };
+    ws.onerror = () => {
+      /* the close that follows carries what is known */
+    };
+  }
+
+  private onFrame(text: string): void {
+    let f: any;
+    try {
+      f = JSON.parse(text);
+    } catch {
+      return;
+    }
+    if (f === null || typeof f !== "object") return;
+    if ("re" in f) {
+      if (typeof f.re !== "number") return; // a BAD_FRAME with no id: nothing to answer
+      const p = this.pending.get(f.re);
+      if (!p) return;
+      this.pending.delete(f.re);
+      clearTimeout(p.timer);
+      if (f.err) p.reject(new ChorusError(String(f.err.code), String(f.err.msg ?? ""), p.op));
+      else p.resolve(f.ok ?? {});
+      return;
+    }
+    if (typeof f.ev !== "string") return;
+    const frame = f as EventFrame;
+    switch (frame.ev) {
+      case "hello":
+        this.session = frame.d as ClientEvents["hello"];
+        this.attempt = 0;
+        this.setState("open");
+        this.emit("hello", this.session);
+        // Rule 4: after a reconnect every room rejoins with `since`.
+        for (const r of this.rooms.values()) if (r.state === "rejoining") r.rejoin("reconnected");
+        return;
+      case "room.left": {
+        const d = (frame.d ?? {}) as { room?: string; reason?: string };
+        const r = d.room ? this.rooms.get(d.room) : undefined;
+        if (r) r.onLeft(d.reason ?? "unavailable");
+        else this.emit("event", frame);
+        return;
+      }
+      case "session.expiring": {
+        const d = frame.d as { exp: number };
+        this.emit("session.expiring", d);
+        void this.refresh();
+        return;
+      }
+    }
+    const r = frame.room ? this.rooms.get(frame.room) : undefined;
+    if (r) r.onEvent(frame);
+    else this.emit("event", frame);
+  }
+
+  /** `auth.refresh` with a fresh token from the provider (section 14.2). */
+  private async refresh(): Promise<void> {
+    if (typeof this.opts.token !== "function" || this.refreshing) return;
+    this.refreshing = true;
+    try {
+      const token = await this.token();
+      const ok = await this.request("auth.refresh", { token });
+      this.emit("refreshed", ok);
+    } catch (e) {
+      this.emit("error", e instanceof Error ? e : new Error(String(e)));
+    } finally {
+      this.refreshing = false;
+    }
+  }
+
+  private onSocketGone(stale: number, code: number, reason: string, refusal: { status: number; retryAfterS?: number } | null): void {
+    if (stale !== this.gen) return;
+    // A socket is gone once: its later events (a close after a refused upgrade) are stale.
+    const gen = ++this.gen;
+    this.ws = null;
+    this.failPending("DISCONNECTED", `connection closed (${code}${reason ? " " + reason : ""})`);
+    for (const r of this.rooms.values()) r.onDisconnected();
+    if (FINAL_CLOSES.has(code)) {
+      this.gen++;
+      this.setState("closed", `closed ${code}: ${reason}`);
+      return;
+    }
+    if (refusal?.status === 401 && typeof this.opts.token !== "function") {
+      this.gen++;
+      this.emit("error", new ChorusError("UNAUTHORIZED", "the token was refused and cannot be renewed"));
+      this.setState("closed", "token refused (401)");
+      return;
+    }
+    if (code === Close.GoingAway) {
+      // The node drains: go to the next gateway at once, spread by jitter.
+      this.urlIndex++;
+      this.retry(gen, { reason: `going away (1001)`, delayMs: Math.round(Math.random() * this.opts.reconnect.initialMs) });
+      return;
+    }
+    if (refusal?.status === 503 && refusal.retryAfterS !== undefined) {
+      this.retry(gen, { reason: "503 admission", delayMs: refusal.retryAfterS * 1000 + Math.round(Math.random() * 1000) });
+      return;
+    }
+    this.retry(gen, { reason: refusal ? `HTTP ${refusal.status}` : `closed ${code}${reason ? ": " + reason : ""}` });
+  }
+
+  private retry(gen: number, how: { reason: string; delayMs?: number }): void {
+    if (gen !== this.gen) return;
+    const delayMs = how.delayMs ?? backoff(this.attempt, this.opts.reconnect.initialMs, this.opts.reconnect.maxMs);
+    this.attempt++;
+    this.setState("reconnecting", how.reason, delayMs);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      if (gen === this.gen) void this.open();
+    }, delayMs);
+  }
+
+  private failPending(code: string, msg: string): void {
+    const all = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of all) {
+      clearTimeout(p.timer);
+      p.reject(new ChorusError(code, msg, p.op));
+    }
+  }
+
+  private setState(state: ConnectionState, reason?: string, delayMs?: number): void {
+    const changed = this.state !== state;
+    this.state = state;
+    if (changed || delayMs !== undefined) {
+      this.emit("state", {
+        state,
+        ...(reason ? { reason } : {}),
+        ...(delayMs !== undefined ? { delayMs, attempt: this.attempt } : {}),
+      });
+    }
+  }
+}

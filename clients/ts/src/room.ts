@@ -1,0 +1,303 @@
+import { Emitter } from "./emitter.js";
+import type { Client } from "./client.js";
+import {
+  type JoinOk,
+  type Member,
+  type OpOk,
+  type Position,
+  type RoomEvent,
+  type SequencedEvents,
+  type Snapshot,
+  type VolatileEvents,
+  SEQUENCED_EVENTS,
+} from "./types.js";
+import { ChorusError, backoff, sleep, uuidv7 } from "./util.js";
+
+/** What a room emits: its protocol events, plus the client's view of the room's life. */
+export type RoomEvents = { [K in keyof SequencedEvents]: RoomEvent<SequencedEvents[K]> } & {
+  [K in keyof VolatileEvents]: RoomEvent<VolatileEvents[K]>;
+} & {
+  /** The room's state was replaced from a snapshot (the first join, or a resync). */
+  snapshot: Snapshot;
+  /** A rejoin started (after a gap, `room.left` `unavailable` or a reconnect). */
+  rejoining: { reason: string };
+  /** A rejoin succeeded; `resync` true means missed events were not replayed. */
+  resumed: { resync: boolean };
+  /** The client is no longer in the room (`room.left` reasons, a refused rejoin, `leave()`). */
+  left: { reason: string };
+};
+
+export type RoomState = "joining" | "joined" | "rejoining" | "left";
+
+/** A raw event frame (section 3.3). */
+export interface EventFrame {
+  ev: string;
+  room?: string;
+  epoch?: number;
+  seq?: number;
+  d?: Record<string, unknown>;
+}
+
+/** Most rejoin attempts after `UNAVAILABLE` before the room is given up (`left`). */
+const MAX_REJOIN_ATTEMPTS = 30;
+
+/**
+ * One joined room: its snapshot kept current from the events, the resume position
+ * `(epoch, seq)` of section 8, and typed helpers for the room operations.
+ */
+export class Room extends Emitter<RoomEvents> {
+  readonly id: string;
+  state: RoomState = "joining";
+  /** The room as last known: the join snapshot with every applied event folded in. */
+  snapshot: Snapshot | null = null;
+  /** The last applied sequenced event (section 8, rule 1); null before the first join reply. */
+  position: Position | null = null;
+  private readonly client: Client;
+  private readonly password: string | undefined;
+  /** Events that arrived before the first join reply. */
+  private early: EventFrame[] = [];
+  /** Increases with every rejoin started; a rejoin loop whose number is stale stops. */
+  private rejoinGen = 0;
+
+  /** @internal Made by `Client.join`. */
+  constructor(client: Client, id: string, password?: string) {
+    super();
+    this.client = client;
+    this.id = id;
+    this.password = password;
+  }
+
+  // ---- room operations: one typed helper per op ----
+
+  chat(text: string): Promise<OpOk<"chat.send">> {
+    return this.client.request("chat.send", { room: this.id, text });
+  }
+  takeSeat(seat?: number): Promise<OpOk<"seat.take">> {
+    return this.client.request("seat.take", seat === undefined ? { room: this.id } : { room: this.id, seat });
+  }
+  leaveSeat(): Promise<OpOk<"seat.leave">> {
+    return this.client.request("seat.leave", { room: this.id });
+  }
+  lockSeat(seat: number, locked: boolean): Promise<OpOk<"seat.lock">> {
+    return this.client.request("seat.lock", { room: this.id, seat, locked });
+  }
+  muteSeat(seat: number, muted: boolean): Promise<OpOk<"seat.mute">> {
+    return this.client.request("seat.mute", { room: this.id, seat, muted });
+  }
+  moveSeat(seat: number, user?: string): Promise<OpOk<"seat.move">> {
+    return this.client.request("seat.move", user === undefined ? { room: this.id, seat } : { room: this.id, seat, user });
+  }
+  kickFromSeat(user: string): Promise<OpOk<"seat.kick">> {
+    return this.client.request("seat.kick", { room: this.id, user });
+  }
+  publishing(on: boolean): Promise<OpOk<"mic.publishing">> {
+    return this.client.request("mic.publishing", { room: this.id, on });
+  }
+  members(cursor?: string, limit?: number): Promise<{ members: Member[]; count: number; cursor?: string }> {
+    return this.client.request("member.list", { room: this.id, ...(cursor ? { cursor } : {}), ...(limit ? { limit } : {}) });
+  }
+  ranks(board: "senders" | "receivers", period: "day" | "week" | "all" = "all"): Promise<OpOk<"rank.get">> {
+    return this.client.request("rank.get", { room: this.id, board, period });
+  }
+
+  /**
+   * Sends a gift. The order is idempotent by `reqId` (a fresh UUIDv7 unless given): a reply
+   * lost to a reconnect or an `UNAVAILABLE` is retried with the same `reqId`, so it is paid
+   * once (section 6.1).
+   */
+  async sendGift(
+    gift: string,
+    to: string[] | "seats",
+    opts: { count?: number; reqId?: string; attempts?: number } = {},
+  ): Promise<OpOk<"gift.send">> {
+    const req_id = opts.reqId ?? uuidv7();
+    const d = { room: this.id, req_id, gift, to, ...(opts.count ? { count: opts.count } : {}) };
+    const attempts = opts.attempts ?? 4;
+    for (let i = 0; ; i++) {
+      try {
+        return await this.client.request("gift.send", d);
+      } catch (e) {
+        if (!(e instanceof ChorusError) || !e.retryable || i + 1 >= attempts) throw e;
+        await sleep(backoff(i, 250, 4000));
+        // The sender must be a member again (after a reconnect) before the retry.
+        await this.joined();
+      }
+    }
+  }
+
+  /** Resolves once the room is joined (now, or when its rejoin succeeds). */
+  async joined(timeoutMs = 15_000): Promise<void> {
+    if (this.state === "joined") return;
+    if (this.state === "left") throw new ChorusError("NOT_IN_ROOM", "the client left the room");
+    const left = this.next("left", () => true, timeoutMs).then((l) => {
+      throw new ChorusError("NOT_IN_ROOM", `the client left the room (${l.reason})`);
+    });
+    await Promise.race([this.next("resumed", () => true, timeoutMs), left]);
+    left.catch(() => {});
+  }
+
+  /** Leaves the room. */
+  async leave(): Promise<void> {
+    this.rejoinGen++;
+    try {
+      await this.client.request("room.leave", { room: this.id });
+    } finally {
+      this.finish("left");
+    }
+  }
+
+  // ---- what the client feeds in ----
+
+  /** @internal The first join. */
+  async join(): Promise<JoinOk> {
+    const ok = await this.client.request("room.join", { room: this.id, ...(this.password ? { password: this.password } : {}) });
+    this.position = { epoch: ok.epoch, seq: ok.seq };
+    this.snapshot = ok.snapshot;
+    this.state = "joined";
+    this.emit("snapshot", ok.snapshot);
+    const early = this.early;
+    this.early = [];
+    for (const f of early) this.onEvent(f);
+    return ok;
+  }
+
+  /** @internal An event frame addressed to this room. */
+  onEvent(f: EventFrame): void {
+    if (this.state === "left") return;
+    const d = (f.d ?? {}) as Record<string, unknown>;
+    if (SEQUENCED_EVENTS.has(f.ev) && typeof f.epoch === "number" && typeof f.seq === "number") {
+      const p = this.position;
+      if (!p) {
+        this.early.push(f);
+        return;
+      }
+      const next = (f.epoch === p.epoch && f.seq === p.seq + 1) || (f.epoch > p.epoch && f.seq === 1);
+      if (!next) {
+        // Rule 2: a duplicate is dropped. Rule 3: anything else is a gap, repaired by one rejoin.
+        const old = f.epoch < p.epoch || (f.epoch === p.epoch && f.seq <= p.seq);
+        if (!old && this.state === "joined") this.rejoin("gap");
+        return;
+      }
+      this.position = { epoch: f.epoch, seq: f.seq };
+      this.fold(f.ev, d);
+      this.emitRaw(f.ev, { ...d, room: this.id, epoch: f.epoch, seq: f.seq });
+      return;
+    }
+    this.fold(f.ev, d);
+    this.emitRaw(f.ev, { ...d, room: this.id });
+  }
+
+  /** @internal `room.left` for this room (section 7.3). */
+  onLeft(reason: string): void {
+    if (reason === "unavailable") this.rejoin(reason);
+    else this.finish(reason);
+  }
+
+  /** @internal The connection dropped: the room waits for the reconnect. */
+  onDisconnected(): void {
+    if (this.state === "left") return;
+    this.rejoinGen++;
+    if (this.state !== "rejoining") {
+      this.state = "rejoining";
+      this.emit("rejoining", { reason: "disconnected" });
+    }
+  }
+
+  /**
+   * Rejoins with `since` (section 8, rules 3–5), retrying `UNAVAILABLE` with backoff. Events
+   * that arrive meanwhile are applied when they directly follow the position, dropped
+   * otherwise; the replay before the reply fills the gap.
+   */
+  rejoin(reason: string): void {
+    if (this.state === "left") return;
+    const gen = ++this.rejoinGen;
+    if (this.state !== "rejoining") {
+      this.state = "rejoining";
+      this.emit("rejoining", { reason });
+    }
+    void (async () => {
+      for (let attempt = 0; attempt < MAX_REJOIN_ATTEMPTS; attempt++) {
+        if (gen !== this.rejoinGen) return;
+        try {
+          const since = this.position ?? undefined;
+          const ok = await this.client.request("room.join", {
+            room: this.id,
+            ...(since ? { since } : {}),
+            ...(this.password ? { password: this.password } : {}),
+          });
+          if (gen !== this.rejoinGen) return;
+          this.position = { epoch: ok.epoch, seq: ok.seq };
+          this.snapshot = ok.snapshot;
+          this.state = "joined";
+          this.emit("snapshot", ok.snapshot);
+          this.emit("resumed", { resync: ok.resync });
+          return;
+        } catch (e) {
+          if (gen !== this.rejoinGen) return;
+          if (e instanceof ChorusError && e.code === "DISCONNECTED") return; // the reconnect rejoins
+          if (!(e instanceof ChorusError) || !e.retryable) {
+            this.finish(e instanceof ChorusError ? e.code : "error");
+            return;
+          }
+          await sleep(backoff(attempt, 200, 5000));
+        }
+      }
+      if (gen === this.rejoinGen) this.finish("unavailable");
+    })();
+  }
+
+  private finish(reason: string): void {
+    if (this.state === "left") return;
+    this.state = "left";
+    this.rejoinGen++;
+    this.client.forget(this);
+    this.emit("left", { reason });
+  }
+
+  /** Keeps the snapshot current. */
+  private fold(ev: string, d: Record<string, unknown>): void {
+    const s = this.snapshot;
+    if (!s) return;
+    switch (ev) {
+      case "seat.update": {
+        const i = d.index as number;
+        const { by: _by, cause: _cause, reason: _reason, ...seat } = d;
+        if (i < s.seats.length) s.seats[i] = seat as unknown as Snapshot["seats"][number];
+        break;
+      }
+      case "room.update": {
+        for (const k of ["title", "notice", "cover", "seat_mode", "host_seat", "locked"] as const) {
+          if (k in d) (s as unknown as Record<string, unknown>)[k] = d[k];
+        }
+        if (typeof d.seats === "number") {
+          const n = d.seats;
+          s.seats = s.seats.slice(0, n);
+          for (let i = s.seats.length; i < n; i++) {
+            s.seats.push({ index: i, user: null, locked: false, muted: false, admin_muted: false, publishing: false });
+          }
+        }
+        break;
+      }
+      case "room.role": {
+        const user = d.user as string;
+        s.admins = s.admins.filter((a) => a !== user);
+        if (d.role === "owner") s.owner = user;
+        if (d.role === "admin") s.admins.push(user);
+        break;
+      }
+      case "member.join":
+        s.members += 1;
+        break;
+      case "member.leave":
+        s.members = Math.max(0, s.members - 1);
+        break;
+      case "member.count":
+        s.members = d.count as number;
+        break;
+    }
+  }
+
+  private emitRaw(ev: string, v: unknown): void {
+    (this.emit as (n: string, v: unknown) => void)(ev, v);
+  }
+}

@@ -1,0 +1,187 @@
+// The wire types of the Chorus client protocol (protocol/PROTOCOL.md in the repository).
+// Fields the server may add later are allowed by every type: clients ignore what they do not
+// know.
+
+/** A position in a room's event stream (section 4.4). */
+export interface Position {
+  epoch: number;
+  seq: number;
+}
+
+/** A member's profile (section 14.1); every field optional. */
+export interface Profile {
+  name?: string;
+  avatar?: string;
+  region?: string;
+}
+
+/** One seat as the snapshot and `seat.update` show it (section 5.3). */
+export interface Seat {
+  index: number;
+  user: string | null;
+  locked: boolean;
+  muted: boolean;
+  admin_muted: boolean;
+  publishing: boolean;
+  publish_by?: number;
+}
+
+/** The room now, as `room.join` answers it. */
+export interface Snapshot {
+  room: string;
+  title: string;
+  owner: string;
+  admins: string[];
+  locked: boolean;
+  notice: string;
+  cover: string;
+  seat_mode: "free" | "apply";
+  host_seat: boolean;
+  seats: Seat[];
+  members: number;
+  epoch: number;
+  seq: number;
+}
+
+export interface JoinOk extends Position {
+  snapshot: Snapshot;
+  resync: boolean;
+}
+
+export interface Gift {
+  id: string;
+  name: string;
+  price: number;
+  kind: "normal" | "lucky";
+  effect_level: number;
+}
+
+export interface Member {
+  user: string;
+  role: "owner" | "admin" | "member";
+  seat?: number;
+  robot?: boolean;
+  joined_at: number;
+  away?: boolean;
+  p?: Profile;
+}
+
+/**
+ * Every operation: its request `d` and its `ok` answer. A new server operation is one entry
+ * here; `Client.request` and the helpers are typed from it.
+ */
+export interface Ops {
+  ping: [Record<string, never>, { t: number }];
+  "room.create": [
+    { room?: string; title?: string; seats?: number; password?: string; seat_mode?: "free" | "apply"; host_seat?: boolean },
+    { room: string },
+  ];
+  "room.join": [{ room: string; since?: Position; password?: string }, JoinOk];
+  "room.leave": [{ room: string }, Record<string, never>];
+  "chat.send": [{ room: string; text: string }, { seq: number }];
+  "seat.take": [{ room: string; seat?: number }, { seat: number }];
+  "seat.leave": [{ room: string }, Record<string, never>];
+  "seat.lock": [{ room: string; seat: number; locked: boolean }, Record<string, never>];
+  "seat.move": [{ room: string; seat: number; user?: string }, { seat: number }];
+  "seat.lock_all": [{ room: string; locked: boolean }, Record<string, never>];
+  "seat.mute": [{ room: string; seat: number; muted: boolean }, Record<string, never>];
+  "seat.kick": [{ room: string; user: string }, Record<string, never>];
+  "seat.count": [{ room: string; seats: number }, Record<string, never>];
+  "mic.publishing": [{ room: string; on: boolean }, Record<string, never>];
+  "room.update": [
+    { room: string; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean },
+    Record<string, never>,
+  ];
+  "member.list": [
+    { room: string; cursor?: string; limit?: number },
+    { members: Member[]; count: number; cursor?: string },
+  ];
+  "gift.send": [
+    { room: string; req_id: string; gift: string; count?: number; to: string[] | "seats" },
+    { order: string; balance: number },
+  ];
+  "gift.list": [Record<string, never>, { gifts: Gift[] }];
+  "rank.get": [
+    { room: string; board: "senders" | "receivers"; period?: "day" | "week" | "all"; limit?: number },
+    { room: string; board: string; period: string; entries: { user: string; score: number }[] },
+  ];
+  "wallet.balance": [Record<string, never>, { balance: number; earnings: number }];
+  "auth.refresh": [{ token: string }, { exp: number }];
+  "user.update": [Profile, { p: Profile }];
+  "user.get": [{ users: string[] }, { profiles: Record<string, Profile> }];
+}
+
+export type OpName = keyof Ops;
+export type OpRequest<K extends OpName> = Ops[K][0];
+export type OpOk<K extends OpName> = Ops[K][1];
+
+/** `seat.update`'s who and why (section 7.1). */
+export interface SeatUpdate extends Seat {
+  by: string | null;
+  cause: "self" | "admin" | "server";
+  reason?: string;
+}
+
+export interface ChatEvent {
+  from: string;
+  text: string;
+  p?: Profile;
+}
+
+export interface GiftEvent {
+  order: string;
+  from: string;
+  to: string[];
+  gift: string;
+  count: number;
+  coins: number;
+  lucky_multiplier?: number;
+  p?: Profile;
+  to_p?: Record<string, Profile>;
+}
+
+/** Sequenced room events (section 7.1): each carries `epoch` and `seq`. */
+export interface SequencedEvents {
+  chat: ChatEvent;
+  "seat.update": SeatUpdate;
+  gift: GiftEvent;
+  "gift.lucky": { order: string; user: string; multiplier: number; coins: number };
+  "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: string; host_seat?: boolean; seats?: number; locked?: boolean };
+  "room.role": { user: string; role: "owner" | "admin" | "member"; by: string };
+  moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
+}
+
+/** Volatile room events (sections 7.2, 7.4): no position, never replayed. */
+export interface VolatileEvents {
+  "member.join": { user: string; robot?: boolean; p?: Profile };
+  "member.leave": { user: string; reason: string };
+  "member.update": { user: string; p?: Profile };
+  "member.count": { count: number };
+  "seat.request": { user: string; seat: number | null; expires_at: number };
+  "seat.request.update": { user: string; state: string; by?: string; seat?: number };
+  "seat.invite": { user: string; by: string; seat: number | null; expires_at: number };
+  "seat.invite.update": { user: string; state: string; by?: string; seat?: number };
+}
+
+/** A room event as delivered to listeners: its data plus where it sits in the stream. */
+export type RoomEvent<D> = D & { readonly room: string; readonly epoch?: number; readonly seq?: number };
+
+export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
+  "chat",
+  "seat.update",
+  "gift",
+  "gift.lucky",
+  "room.update",
+  "room.role",
+  "moderation",
+]);
+
+/** Close codes the client acts on (section 11). */
+export const Close = {
+  Normal: 1000,
+  GoingAway: 1001,
+  Policy: 1008,
+  TooBig: 1009,
+  SlowConsumer: 4000,
+  TooManyConnections: 4001,
+} as const;

@@ -1,0 +1,243 @@
+// The client against a real standalone node: requests, typed events, errors, gifts through
+// the ledger, token refresh, resume with `since` after a dropped socket, reconnect after a
+// node restart (1001), and 503 Retry-After at connect.
+import { test, after, before } from "node:test";
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import WebSocket from "ws";
+import { Client, ChorusError, backoff, uuidv7 } from "../dist/index.js";
+import { startNode, until } from "./node.mjs";
+
+let node;
+const clients = [];
+function client(user, opts = {}) {
+  const c = new Client({ url: node.url, token: node.token(user), WebSocket, reconnect: { initialMs: 100, maxMs: 1000 }, ...opts });
+  clients.push(c);
+  return c;
+}
+
+before(async () => {
+  node = await startNode();
+});
+after(async () => {
+  for (const c of clients) c.close();
+  await node?.cleanup();
+});
+
+test("backoff grows, is capped and jittered; uuidv7 is a v7 UUID", () => {
+  assert.equal(backoff(0, 100, 1000, () => 0), 50);
+  assert.equal(backoff(0, 100, 1000, () => 1), 100);
+  assert.equal(backoff(3, 100, 1000, () => 1), 800);
+  assert.equal(backoff(30, 100, 1000, () => 1), 1000);
+  const id = uuidv7();
+  assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+});
+
+test("two clients join, chat, take seats and see each other's typed events", async () => {
+  const a = client("alice");
+  const b = client("bob");
+  await Promise.all([a.connect(), b.connect()]);
+  assert.equal(a.state, "open");
+  assert.match(a.session.server, /^chorus\//);
+  const ra = await a.join("t-chat");
+  const rb = await b.join("t-chat");
+  assert.equal(rb.snapshot.members, 2);
+  const joined = await until(() => ra.snapshot.members === 2, 5000, "alice sees bob join");
+  assert.ok(joined);
+
+  const heard = rb.next("chat", (e) => e.text === "hello bob");
+  const ok = await ra.chat("hello bob");
+  const ev = await heard;
+  assert.equal(ev.from, "alice");
+  assert.equal(ev.room, "t-chat");
+  assert.equal(ev.seq, ok.seq);
+  assert.deepEqual(rb.position, { epoch: ev.epoch, seq: ev.seq });
+
+  const seated = ra.next("seat.update", (e) => e.user === "bob");
+  const { seat } = await rb.takeSeat(2);
+  assert.equal(seat, 2);
+  const su = await seated;
+  assert.equal(su.index, 2);
+  assert.equal(ra.snapshot.seats[2].user, "bob", "the snapshot follows the events");
+
+  await assert.rejects(ra.takeSeat(2), (e) => e instanceof ChorusError && e.code === "SEAT_TAKEN" && !e.retryable);
+  await assert.rejects(ra.takeSeat(99), (e) => e instanceof ChorusError && e.code === "NO_SUCH_SEAT");
+  await rb.leaveSeat();
+  await until(() => ra.snapshot.seats[2].user === null, 5000, "the seat freed");
+  const { members, count } = await ra.members();
+  assert.equal(count, 2);
+  assert.deepEqual(members.map((m) => m.user).sort(), ["alice", "bob"]);
+});
+
+test("a gift goes through the ledger once and both sides see it", async () => {
+  const granted = await node.admin("POST", "/admin/wallets/gina/grant", { amount: 100, key: "ts-gina-1" });
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  const g = client("gina");
+  const h = client("hal");
+  await Promise.all([g.connect(), h.connect()]);
+  const { gifts } = await g.gifts();
+  const rose = gifts.find((x) => x.id === "rose");
+  assert.ok(rose, "the default catalog has a rose");
+  const rg = await g.join("t-gift");
+  const rh = await h.join("t-gift");
+  await until(() => rg.snapshot.members === 2, 5000, "both in");
+  const seen = rh.next("gift");
+  const reqId = uuidv7();
+  const ok = await rg.sendGift("rose", ["hal"], { reqId });
+  assert.equal(ok.balance, 100 - rose.price);
+  const ev = await seen;
+  assert.deepEqual([ev.from, ev.to, ev.gift, ev.coins], ["gina", ["hal"], "rose", rose.price]);
+  const again = await rg.sendGift("rose", ["hal"], { reqId });
+  assert.equal(again.order, ok.order, "the same req_id is the same order");
+  assert.deepEqual(await g.balance(), { balance: 100 - rose.price, earnings: 0 });
+  assert.equal((await h.balance()).earnings, Math.floor(rose.price / 2));
+  // A gift whose socket drops under it is retried with its req_id after the rejoin: paid once.
+  const second = rg.sendGift("rose", ["hal"]);
+  g.dropConnection();
+  const ok2 = await second;
+  assert.equal(ok2.balance, 100 - 2 * rose.price);
+  assert.deepEqual(await g.balance(), { balance: 100 - 2 * rose.price, earnings: 0 });
+});
+
+test("without a WebSocket option the client finds one (Node's global, else the ws package)", async () => {
+  const c = new Client({ url: node.url, token: node.token("nia") });
+  clients.push(c);
+  await c.connect();
+  assert.equal(typeof (await c.ping()).t, "number");
+});
+
+test("a request that gets no reply in time fails with TIMEOUT", async () => {
+  const c = client("tim");
+  await c.connect();
+  // A frame the server answers only after the room is routed cannot be guaranteed slow, so
+  // the time-out is checked against a reply that can never come: the id is taken from under it.
+  const p = c.request("ping", {}, { timeoutMs: 50 });
+  c["pending"].clear();
+  await assert.rejects(p, (e) => e instanceof ChorusError && e.code === "TIMEOUT" && e.retryable);
+});
+
+test("a token provider answers session.expiring with auth.refresh", async () => {
+  let calls = 0;
+  const c = client("ria", {
+    token: () => {
+      calls++;
+      // The first token expires in 40 s (session.expiring comes at once); later ones live an hour.
+      return node.token("ria", calls === 1 ? 40 : 3600);
+    },
+  });
+  const refreshed = c.next("refreshed", () => true, 10_000);
+  await c.connect();
+  const { exp } = await refreshed;
+  assert.ok(calls >= 2, "the provider was asked again");
+  assert.ok(exp > Date.now() / 1000 + 600, `the connection now lives longer (exp ${exp})`);
+});
+
+test("a dropped socket reconnects and rejoins with since: missed chat is replayed, the seat kept", async () => {
+  const a = client("ann");
+  const b = client("ben");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-resume");
+  const rb = await b.join("t-resume");
+  await ra.takeSeat(1);
+  await until(() => rb.snapshot.seats[1].user === "ann", 5000, "ann seated");
+  const states = [];
+  a.on("state", (s) => states.push(s.state));
+  const resumed = ra.next("resumed", () => true, 15_000);
+  const got = [];
+  ra.on("chat", (e) => got.push(e.text));
+  a.dropConnection();
+  await until(() => a.state !== "open", 5000, "ann's socket gone");
+  // Sent while ann is away (inside the 5 s grace window: she keeps her place and seat).
+  await rb.chat("missed 1");
+  await rb.chat("missed 2");
+  const r = await resumed;
+  assert.equal(r.resync, false, "the history served the gap");
+  assert.deepEqual(got.slice(0, 2), ["missed 1", "missed 2"]);
+  assert.ok(states.includes("reconnecting") && states.at(-1) === "open", states.join(","));
+  assert.equal(ra.snapshot.seats[1].user, "ann");
+  const heard = rb.next("chat", (e) => e.text === "back");
+  await ra.chat("back");
+  await heard;
+});
+
+test("a gap in the sequence is repaired by a rejoin with since on the same connection", async () => {
+  const a = client("gia");
+  const b = client("gus");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-gap");
+  const rb = await b.join("t-gap");
+  await rb.chat("one");
+  await until(() => ra.position.seq === rb.position.seq, 5000, "gia caught up");
+  // Pretend gia missed an event: move her position back by one.
+  ra.position = { ...ra.position, seq: ra.position.seq - 1 };
+  const texts = [];
+  ra.on("chat", (e) => texts.push(e.text));
+  const resumed = ra.next("resumed");
+  await rb.chat("two");
+  assert.equal((await resumed).resync, false);
+  await until(() => texts.includes("two"), 5000, "the live event");
+  assert.deepEqual(texts, ["one", "two"], "the missed event replayed first, then the rest, each once");
+});
+
+test("a node restart (1001) shows reconnecting, then the client resumes (resync) and works", async () => {
+  // Its own node: the restart reuses the data dir and the ports.
+  const n = await startNode();
+  try {
+    const token = (u) => () => n.token(u);
+    const a = new Client({ url: n.url, token: token("rex"), WebSocket, reconnect: { initialMs: 100, maxMs: 500 } });
+    clients.push(a);
+    await a.connect();
+    const ra = await a.join("t-restart");
+    const closes = [];
+    a.on("state", (s) => closes.push(s));
+    const rejoining = ra.next("rejoining", () => true, 15_000);
+    await n.stop("SIGTERM");
+    await rejoining;
+    assert.ok(closes.some((s) => s.state === "reconnecting" && /1001/.test(s.reason ?? "")), JSON.stringify(closes));
+    const resumed = ra.next("resumed", () => true, 30_000);
+    const n2 = await startNode({ dataDir: n.dataDir, ws: n.ws, admin: n.adminAddr, secret: n.secret, adminToken: n.adminToken });
+    try {
+      const r = await resumed;
+      assert.equal(r.resync, true, "a standalone restart keeps no history");
+      assert.equal(a.state, "open");
+      const ok = await ra.chat("after restart");
+      assert.ok(ok.seq >= 1 && ra.position !== null);
+    } finally {
+      await n2.cleanup();
+    }
+  } finally {
+    await n.cleanup();
+  }
+});
+
+test("a 503 with Retry-After at connect is honoured", async () => {
+  const dataDir = (await import("node:fs")).mkdtempSync(join((await import("node:os")).tmpdir(), "chorus-ts-503-"));
+  const cfg = join(dataDir, "chorus.toml");
+  writeFileSync(cfg, "admit_per_sec = 1\nadmit_burst = 1\n");
+  const n = await startNode({ dataDir, args: ["--config", cfg] });
+  try {
+    // The first connection takes the only admission token; the second is refused with 503.
+    const first = new Client({ url: n.url, token: n.token("q1"), WebSocket });
+    clients.push(first);
+    await first.connect();
+    const c = new Client({ url: n.url, token: n.token("q2"), WebSocket, reconnect: { initialMs: 50, maxMs: 100 } });
+    clients.push(c);
+    const states = [];
+    c.on("state", (s) => states.push(s));
+    const t0 = Date.now();
+    await c.connect();
+    const refused = states.find((s) => s.reason === "503 admission");
+    assert.ok(refused, JSON.stringify(states));
+    assert.ok(refused.delayMs >= 1000, `waited Retry-After (${refused.delayMs} ms), not the 50 ms backoff`);
+    assert.ok(Date.now() - t0 >= 900);
+    // One socket per client: the refused attempt left no second reconnect behind.
+    await new Promise((r) => setTimeout(r, 1500));
+    const metrics = await (await fetch(`http://${n.adminAddr}/metrics`)).text();
+    const open = Number(/^chorus_gateway_connections(?:\{[^}]*\})? (\S+)$/m.exec(metrics)?.[1]);
+    assert.equal(open, 2, "two clients, two sockets");
+  } finally {
+    await n.cleanup();
+    (await import("node:fs")).rmSync(dataDir, { recursive: true, force: true });
+  }
+});

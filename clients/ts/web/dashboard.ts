@@ -1,0 +1,309 @@
+export {};
+// The operator dashboard served by every node at `/dashboard` on its admin port: nodes with
+// weights and health, the ring, rooms and their leases per shard, the rebalance, live charts
+// from this node's `/metrics`, and drain / weight / move buttons that call the admin API.
+// The admin token is typed in and kept in this script's memory only.
+
+const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
+let token = "";
+let timer: ReturnType<typeof setInterval> | null = null;
+let shards: string[] = [];
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, cls?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (text !== undefined) e.textContent = text;
+  if (cls) e.className = cls;
+  return e;
+}
+
+async function api(method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
+  const r = await fetch(path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
+    ...(body ? { body: JSON.stringify(body) } : {}),
+  });
+  const text = await r.text();
+  let json: any = text;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    /* text */
+  }
+  return { status: r.status, json };
+}
+
+function setStatus(state: string, text: string): void {
+  const s = $("status");
+  s.dataset.state = state;
+  s.textContent = text;
+}
+
+async function act(what: string, method: string, path: string, body?: unknown): Promise<void> {
+  const r = await api(method, path, body);
+  const res = $("result");
+  res.dataset.status = String(r.status);
+  res.textContent = `${what}: ${r.status} ${typeof r.json === "string" ? r.json : JSON.stringify(r.json)}`;
+  void refresh();
+}
+
+function button(label: string, f: () => void, cls = "secondary"): HTMLButtonElement {
+  const b = el("button", label, cls);
+  b.dataset.action = label.toLowerCase();
+  b.onclick = f;
+  return b;
+}
+
+function renderNodes(nodes: any[], version: unknown): void {
+  $("ring-version").textContent = version !== undefined ? `ring version ${version}` : "standalone";
+  const body = $("nodes").querySelector("tbody")!;
+  body.replaceChildren();
+  for (const n of nodes) {
+    const tr = el("tr");
+    tr.dataset.node = n.id;
+    tr.append(el("td", n.id), el("td", n.role ?? ""), el("td", n.weight === undefined ? "–" : String(n.weight)));
+    const h = el("td", n.health ?? "", n.health === "live" ? "live" : "stale");
+    tr.append(h, el("td", n.rooms_owned == null ? "–" : String(n.rooms_owned)), el("td", n.sessions == null ? "–" : String(n.sessions)));
+    const actions = el("td");
+    if (n.role === "shard") {
+      actions.append(button("Drain", () => void act(`drain ${n.id}`, "POST", `/admin/nodes/${encodeURIComponent(n.id)}/drain`)));
+      const w = el("input");
+      w.type = "number";
+      w.min = "0";
+      w.value = String(n.weight ?? 1);
+      w.style.width = "4em";
+      w.dataset.weight = n.id;
+      actions.append(" ", w, " ", button("Weight", () => void act(`weight ${n.id}`, "PUT", `/admin/nodes/${encodeURIComponent(n.id)}/weight`, { weight: Number(w.value) })));
+    }
+    tr.append(actions);
+    body.append(tr);
+  }
+}
+
+function renderRing(ring: any): void {
+  const body = $("ring").querySelector("tbody")!;
+  body.replaceChildren();
+  const list: any[] = ring?.nodes ?? [];
+  for (const s of list) body.append(rowOf([s.id, s.weight, `${s.vnodes}${s.on_ring === false ? " (off the ring)" : ""}`]));
+  const pins = ring?.pins ? Object.entries(ring.pins) : [];
+  $("pins").textContent = pins.length ? `pins: ${pins.map(([r, s]) => `${r} → ${s}`).join(", ")}` : "no pins";
+}
+
+function rowOf(cells: unknown[]): HTMLTableRowElement {
+  const tr = el("tr");
+  for (const c of cells) tr.append(el("td", c == null ? "–" : String(c)));
+  return tr;
+}
+
+function renderRebalance(rb: any): void {
+  $("rb-planned").textContent = String(rb.planned ?? 0);
+  $("rb-inflight").textContent = String(rb.in_flight ?? 0);
+  $("rb-done").textContent = String(rb.done ?? 0);
+  $("rb-failed").textContent = String(rb.failed ?? 0);
+  const total = (rb.planned ?? 0) + (rb.in_flight ?? 0) + (rb.done ?? 0);
+  ($("rb-bar") as HTMLElement).style.width = total ? `${Math.round((100 * (rb.done ?? 0)) / total)}%` : "0%";
+  const moves = $("rb-moves");
+  moves.replaceChildren();
+  for (const n of rb.nodes ?? []) {
+    const r = n.rebalance ?? {};
+    for (const m of (r.in_flight ?? []).slice(0, 20)) moves.append(el("li", `${n.node}: moving ${describe(m)}`));
+    for (const m of (r.planned ?? []).slice(0, 20)) moves.append(el("li", `${n.node}: planned ${describe(m)}`));
+  }
+}
+
+function describe(m: unknown): string {
+  if (typeof m === "string") return m;
+  if (m && typeof m === "object") {
+    const o = m as Record<string, unknown>;
+    return `${o.room ?? JSON.stringify(o)}${o.to ? ` → ${o.to}` : ""}`;
+  }
+  return String(m);
+}
+
+function renderLeases(data: any): void {
+  const body = $("leases").querySelector("tbody")!;
+  body.replaceChildren();
+  for (const s of data.shards ?? []) {
+    for (const r of s.rooms ?? []) {
+      const tr = rowOf([r.room, s.node, r.fence]);
+      tr.dataset.room = r.room;
+      tr.dataset.shard = s.node;
+      const cell = el("td");
+      const pick = el("select");
+      for (const id of shards.filter((x) => x !== s.node)) pick.append(new Option(id, id));
+      if (pick.options.length) {
+        cell.append(pick, " ", button("Move", () => void act(`move ${r.room}`, "POST", `/admin/rooms/${encodeURIComponent(r.room)}/move`, { to: pick.value })));
+      }
+      tr.append(cell);
+      body.append(tr);
+    }
+    if ((s.running ?? 0) > (s.rooms ?? []).length) body.append(rowOf([`… ${s.running - s.rooms.length} more`, s.node, "", ""]));
+  }
+}
+
+// ---- live charts from the Prometheus text of this node's /metrics ----
+
+interface Series {
+  label: string;
+  unit: string;
+  /** From the parsed samples: a value, or a running total to turn into a rate. */
+  read: (m: Map<string, number>) => number | undefined;
+  rate?: boolean;
+}
+
+const sum = (m: Map<string, number>, name: string): number | undefined => {
+  let total: number | undefined;
+  for (const [k, v] of m) {
+    if (k === name || k.startsWith(name + "{")) total = (total ?? 0) + v;
+  }
+  return total;
+};
+const p99 = (m: Map<string, number>, name: string): number | undefined => {
+  let worst: number | undefined;
+  for (const [k, v] of m) {
+    if (k.startsWith(name + "{") && k.includes('quantile="0.99"') && Number.isFinite(v)) worst = Math.max(worst ?? 0, v);
+  }
+  return worst === undefined ? undefined : worst * 1000;
+};
+
+const SERIES: Series[] = [
+  { label: "connections", unit: "", read: (m) => sum(m, "chorus_gateway_connections") },
+  { label: "deliveries/s", unit: "/s", read: (m) => sum(m, "chorus_gateway_frames_out_total"), rate: true },
+  { label: "requests/s", unit: "/s", read: (m) => sum(m, "chorus_gateway_requests_total"), rate: true },
+  { label: "gift settles/s", unit: "/s", read: (m) => sum(m, "chorus_gifts_settled_total"), rate: true },
+  { label: "rooms running", unit: "", read: (m) => sum(m, "chorus_shard_rooms_running") },
+  { label: "handoff p99", unit: " ms", read: (m) => p99(m, "chorus_shard_handoff_seconds") },
+  { label: "ledger commit p99", unit: " ms", read: (m) => p99(m, "chorus_ledger_group_commit_seconds") },
+  { label: "resident memory", unit: " MB", read: (m) => ((v) => (v === undefined ? v : v / 1e6))(sum(m, "process_resident_memory_bytes")) },
+];
+const history = new Map<string, number[]>();
+const last = new Map<string, { v: number; t: number }>();
+
+function parseMetrics(text: string): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const i = line.lastIndexOf(" ");
+    const v = Number(line.slice(i + 1));
+    if (Number.isFinite(v)) m.set(line.slice(0, i), v);
+  }
+  return m;
+}
+
+/** Whose metrics the charts show ("": the node serving the page). */
+let metricsNode = "";
+
+function renderMetricsChoice(nodes: any[]): void {
+  const pick = $<HTMLSelectElement>("metrics-node");
+  const ids = nodes.map((n) => String(n.id));
+  const have = [...pick.options].map((o) => o.value).slice(1);
+  if (have.join() !== ids.join()) {
+    pick.replaceChildren(new Option("this node", ""), ...ids.map((id) => new Option(id, id)));
+    pick.value = ids.includes(metricsNode) ? metricsNode : "";
+  }
+  pick.onchange = () => {
+    metricsNode = pick.value;
+    history.clear();
+    last.clear();
+    void charts();
+  };
+}
+
+async function charts(): Promise<void> {
+  // Through the admin API, so any node's metrics come from the port that served the page.
+  const q = metricsNode ? `?node=${encodeURIComponent(metricsNode)}` : "";
+  const r = await fetch(`/admin/metrics${q}`, { headers: { authorization: `Bearer ${token}` } });
+  if (!r.ok) return;
+  const m = parseMetrics(await r.text());
+  const now = Date.now();
+  const box = $("charts");
+  box.replaceChildren();
+  for (const s of SERIES) {
+    let v = s.read(m);
+    if (s.rate && v !== undefined) {
+      const prev = last.get(s.label);
+      last.set(s.label, { v, t: now });
+      v = prev && now > prev.t ? Math.max(0, ((v - prev.v) * 1000) / (now - prev.t)) : undefined;
+    }
+    const h = history.get(s.label) ?? [];
+    if (v !== undefined) h.push(v);
+    while (h.length > 60) h.shift();
+    history.set(s.label, h);
+    box.append(chart(s, h));
+  }
+}
+
+function chart(s: Series, h: number[]): HTMLElement {
+  const c = el("div", undefined, "chart");
+  c.dataset.series = s.label;
+  c.append(el("div", s.label, "note"));
+  const cur = h.at(-1);
+  c.append(el("div", cur === undefined ? "–" : `${cur >= 100 ? cur.toFixed(0) : cur.toFixed(1)}${s.unit}`, "v"));
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 60 20");
+  svg.setAttribute("preserveAspectRatio", "none");
+  const max = Math.max(1e-9, ...h);
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", h.map((v, i) => `${i + 60 - h.length},${(20 - (18 * v) / max - 1).toFixed(2)}`).join(" "));
+  line.setAttribute("vector-effect", "non-scaling-stroke");
+  svg.append(line);
+  c.append(svg);
+  return c;
+}
+
+async function refresh(): Promise<void> {
+  try {
+    const [nodes, ring, rb, leases] = await Promise.all([
+      api("GET", "/admin/nodes"),
+      api("GET", "/admin/ring"),
+      api("GET", "/admin/rebalance"),
+      api("GET", "/admin/leases"),
+    ]);
+    if (nodes.status === 401) {
+      stop("the admin token was refused");
+      return;
+    }
+    const list: any[] = nodes.json?.nodes ?? [];
+    shards = list.filter((n) => n.role === "shard").map((n) => n.id);
+    renderNodes(list, nodes.json?.version);
+    renderMetricsChoice(list);
+    renderRing(ring.status === 200 ? ring.json : null);
+    if (rb.status === 200) renderRebalance(rb.json);
+    if (leases.status === 200) renderLeases(leases.json);
+    await charts();
+    setStatus("open", `live · ${new Date().toLocaleTimeString()}`);
+  } catch (e) {
+    setStatus("reconnecting", `unreachable: ${String(e)}`);
+  }
+}
+
+function stop(why: string): void {
+  if (timer) clearInterval(timer);
+  timer = null;
+  token = "";
+  $("dash").hidden = true;
+  $("signin").hidden = false;
+  $("signin-error").textContent = why;
+  setStatus("closed", "signed out");
+}
+
+async function signIn(): Promise<void> {
+  const input = $<HTMLInputElement>("token");
+  token = input.value.trim();
+  input.value = "";
+  const r = await api("GET", "/admin/nodes");
+  if (r.status !== 200) {
+    stop(r.status === 401 ? "the admin token was refused" : `the node answered ${r.status}`);
+    return;
+  }
+  $("signin").hidden = true;
+  $("dash").hidden = false;
+  $("signin-error").textContent = "";
+  await refresh();
+  timer = setInterval(() => void refresh(), 1000);
+}
+
+$("signin-form").onsubmit = (ev) => {
+  ev.preventDefault();
+  void signIn();
+};

@@ -1,0 +1,254 @@
+// The demo room served by a Chorus node at `/`: join a room with a user name (demo tokens) or
+// a pasted token, the seat grid, chat, gifts with an animation, the wallet, the members and
+// the connection's state. Built with the client package (`node build.mjs --web ...`).
+import { Client, ChorusError, type Gift, type Room, type Seat } from "../src/index.js";
+
+const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
+const EMOJI: Record<string, string> = { rose: "🌹", heart: "❤️", rocket: "🚀", clover: "🍀" };
+
+let client: Client | null = null;
+let room: Room | null = null;
+let me = "";
+let gifts: Gift[] = [];
+const members = new Set<string>();
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, cls?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (text !== undefined) e.textContent = text;
+  if (cls) e.className = cls;
+  return e;
+}
+
+function setConn(state: string, text: string): void {
+  const c = $("conn");
+  c.dataset.state = state;
+  c.textContent = text;
+}
+
+function log(text: string, cls = ""): void {
+  const list = $("chat-log");
+  list.append(el("li", text, cls));
+  while (list.children.length > 300) list.firstChild?.remove();
+  list.scrollTop = list.scrollHeight;
+}
+
+function showError(id: string, e: unknown): void {
+  $(id).textContent = e instanceof ChorusError ? `${e.code}: ${e.message.split(": ").slice(2).join(": ")}` : String(e);
+  setTimeout(() => ($(id).textContent = ""), 4000);
+}
+
+async function run(id: string, f: () => Promise<unknown>): Promise<void> {
+  try {
+    await f();
+  } catch (e) {
+    showError(id, e);
+  }
+}
+
+/** Whether demo tokens are on: without a user name the node answers 400 when they are, 404 when not. */
+async function demoTokens(): Promise<boolean> {
+  const r = await fetch("/demo/token").catch(() => null);
+  return r !== null && r.status === 400;
+}
+
+async function fetchToken(user: string): Promise<string> {
+  const r = await fetch(`/demo/token?user=${encodeURIComponent(user)}`);
+  const body = (await r.json()) as { token?: string; error?: string };
+  if (!r.ok || !body.token) throw new Error(body.error ?? `HTTP ${r.status}`);
+  return body.token;
+}
+
+function renderSeats(): void {
+  const grid = $("seats");
+  grid.replaceChildren();
+  const s = room?.snapshot;
+  if (!s || !room) return;
+  const staff = s.owner === me || s.admins.includes(me);
+  for (const seat of s.seats) grid.append(seatCard(seat, staff));
+}
+
+function seatCard(seat: Seat, staff: boolean): HTMLElement {
+  const r = room!;
+  const card = el("div", undefined, "seat" + (seat.user === me ? " mine" : ""));
+  card.dataset.index = String(seat.index);
+  card.dataset.user = seat.user ?? "";
+  card.append(el("div", `#${seat.index}`, "flags"));
+  card.append(el("div", seat.user ?? (seat.locked ? "🔒 locked" : "empty"), "who"));
+  const flags = [seat.muted ? "muted" : "", seat.publishing ? "live" : "", seat.user && seat.locked ? "locked" : ""].filter(Boolean);
+  card.append(el("div", flags.join(" · "), "flags"));
+  const row = el("div");
+  const btn = (label: string, f: () => Promise<unknown>, cls = "") => {
+    const b = el("button", label, cls);
+    b.dataset.action = label.toLowerCase();
+    b.onclick = () => run("seat-error", f);
+    row.append(b);
+  };
+  if (!seat.user && !seat.locked) btn("Take", () => r.takeSeat(seat.index));
+  if (seat.user === me) {
+    btn("Leave", () => r.leaveSeat(), "secondary");
+    btn(seat.muted ? "Unmute" : "Mute", () => r.muteSeat(seat.index, !seat.muted), "secondary");
+    btn(seat.publishing ? "Stop mic" : "Mic on", () => r.publishing(!seat.publishing), "secondary");
+  } else if (staff) {
+    if (seat.user) btn("Kick", () => r.kickFromSeat(seat.user!), "secondary");
+    btn(seat.muted ? "Unmute" : "Mute", () => r.muteSeat(seat.index, !seat.muted), "secondary");
+  }
+  if (staff) btn(seat.locked ? "Unlock" : "Lock", () => r.lockSeat(seat.index, !seat.locked), "secondary");
+  card.append(row);
+  return card;
+}
+
+function renderMembers(): void {
+  const list = $("members");
+  list.replaceChildren(...[...members].sort().map((u) => el("li", u === me ? `${u} (you)` : u)));
+  $("members-count").textContent = String(room?.snapshot?.members ?? members.size);
+  const to = $<HTMLSelectElement>("gift-to");
+  const keep = to.value;
+  to.replaceChildren();
+  for (const u of [...members].filter((u) => u !== me).sort()) to.append(new Option(u, u));
+  to.append(new Option("everyone seated", "seats"));
+  if ([...to.options].some((o) => o.value === keep)) to.value = keep;
+}
+
+async function refreshMembers(): Promise<void> {
+  if (!room) return;
+  const { members: list } = await room.members(undefined, 200);
+  members.clear();
+  for (const m of list) members.add(m.user);
+  renderMembers();
+}
+
+async function refreshWallet(): Promise<void> {
+  if (!client) return;
+  const w = await client.balance();
+  $("balance").textContent = String(w.balance);
+  $("earnings").textContent = String(w.earnings);
+}
+
+function giftFx(gift: string, from: string, to: string[]): void {
+  const fx = el("div", undefined, "fx");
+  fx.textContent = EMOJI[gift] ?? "🎁";
+  fx.append(el("small", `${from} → ${to.join(", ")}`));
+  fx.style.left = `${15 + Math.random() * 60}%`;
+  $("gift-fx").append(fx);
+  setTimeout(() => fx.remove(), 2400);
+}
+
+function renderGifts(): void {
+  const box = $("gifts");
+  box.replaceChildren();
+  for (const g of gifts) {
+    const b = el("button", `${EMOJI[g.id] ?? "🎁"} ${g.name} · ${g.price}`);
+    b.dataset.gift = g.id;
+    b.onclick = () =>
+      run("gift-error", async () => {
+        const target = $<HTMLSelectElement>("gift-to").value;
+        if (!target) throw new Error("nobody to send to yet");
+        const ok = await room!.sendGift(g.id, target === "seats" ? "seats" : [target]);
+        $("balance").textContent = String(ok.balance);
+      });
+    box.append(b);
+  }
+}
+
+function wire(r: Room): void {
+  r.on("chat", (e) => log(`${e.from}: ${e.text}`));
+  r.on("seat.update", () => renderSeats());
+  r.on("room.update", () => renderSeats());
+  r.on("room.role", (e) => {
+    log(`${e.user} is now ${e.role}`, "sys");
+    renderSeats();
+  });
+  r.on("gift", (e) => {
+    const name = gifts.find((g) => g.id === e.gift)?.name ?? e.gift;
+    log(`${e.from} sent ${name} ×${e.count} to ${e.to.join(", ")}`, "gift");
+    giftFx(e.gift, e.from, e.to);
+    if (e.from === me || e.to.includes(me)) void refreshWallet().catch(() => {});
+  });
+  r.on("member.join", (e) => {
+    members.add(e.user);
+    log(`${e.user} joined`, "sys");
+    renderMembers();
+  });
+  r.on("member.leave", (e) => {
+    members.delete(e.user);
+    log(`${e.user} left (${e.reason})`, "sys");
+    renderMembers();
+  });
+  r.on("member.count", () => renderMembers());
+  r.on("snapshot", (s) => {
+    $("room-title").textContent = s.title;
+    renderSeats();
+  });
+  r.on("rejoining", (e) => log(`rejoining (${e.reason})…`, "sys"));
+  r.on("resumed", (e) => {
+    setConn("resumed", e.resync ? "resumed (resynced)" : "resumed");
+    log(e.resync ? "resumed: the room was reloaded, missed chat is gone" : "resumed: nothing missed", "sys");
+    void refreshMembers().catch(() => {});
+    void refreshWallet().catch(() => {});
+  });
+  r.on("left", (e) => {
+    log(`you left the room (${e.reason})`, "sys");
+    setConn("closed", `left: ${e.reason}`);
+  });
+}
+
+async function join(): Promise<void> {
+  const user = $<HTMLInputElement>("user").value.trim();
+  const roomId = $<HTMLInputElement>("room").value.trim() || "lobby";
+  const pasted = $<HTMLTextAreaElement>("token").value.trim();
+  if (!user && !pasted) throw new Error("pick a user name");
+  const token = pasted ? pasted : () => fetchToken(user);
+  if (!pasted) await fetchToken(user); // fail early on a bad name
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+  const c = new Client({ url, token, reconnect: { initialMs: 300, maxMs: 5000 } });
+  client = c;
+  c.on("state", (s) => {
+    if (s.state === "open") setConn("open", "connected");
+    else if (s.state === "reconnecting") setConn("reconnecting", `reconnecting${s.delayMs !== undefined ? ` (in ${(s.delayMs / 1000).toFixed(1)} s)` : ""}…`);
+    else setConn(s.state, s.state + (s.reason ? `: ${s.reason}` : ""));
+  });
+  // While the node is unreachable the token fetches fail too: the badge says enough then.
+  c.on("error", (e) => {
+    if (c.state === "open") log(`error: ${e.message}`, "sys");
+  });
+  await c.connect();
+  me = pasted ? JSON.parse(atob(pasted.split(".")[1]!.replace(/-/g, "+").replace(/_/g, "/"))).sub : user;
+  gifts = (await c.gifts()).gifts;
+  const r = await c.join(roomId);
+  room = r;
+  wire(r);
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("room-name").textContent = roomId;
+  $("me").textContent = me;
+  $("room-title").textContent = r.snapshot?.title ?? "";
+  renderSeats();
+  renderGifts();
+  await Promise.all([refreshMembers(), refreshWallet()]);
+  log(`joined ${roomId} as ${me}`, "sys");
+}
+
+async function main(): Promise<void> {
+  const params = new URLSearchParams(location.search);
+  if (params.get("user")) $<HTMLInputElement>("user").value = params.get("user")!;
+  if (params.get("room")) $<HTMLInputElement>("room").value = params.get("room")!;
+  const demo = await demoTokens();
+  $("demo-note").textContent = demo
+    ? "Demo mode: this node gives a token (and 1000 demo coins) to any user name."
+    : "Demo tokens are off on this node: paste a token (chorus token --user NAME), or start the node with --demo.";
+  $("token-label").hidden = demo;
+  $("join").onclick = () => run("login-error", join);
+  $("chat-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const input = $<HTMLInputElement>("chat-input");
+    const text = input.value.trim();
+    if (!text || !room) return;
+    void run("gift-error", async () => {
+      await room!.chat(text);
+      input.value = "";
+    });
+  };
+  if (params.get("user") && demo) void run("login-error", join);
+}
+
+void main();
