@@ -492,6 +492,12 @@ pub struct FileConfig {
     pub admit_per_sec: Option<u32>,
     /// Admission burst.
     pub admit_burst: Option<u32>,
+    /// Orders of one sender, gift and recipients at most this many ms apart form a combo.
+    pub combo_window_ms: Option<u64>,
+    /// Gift events a room sends per second before it merges combo streaks (0: never).
+    pub gift_events_per_sec: Option<u32>,
+    /// A merged (storm) gift event goes out this many ms after its first order.
+    pub storm_interval_ms: Option<u64>,
     /// The gift catalog (replaces the default one).
     pub gifts: Option<Vec<GiftDef>>,
     /// Recipients' share of a gift's price, in basis points (default 5000).
@@ -745,6 +751,15 @@ pub fn shard_settings(
     }
     if let Some(v) = f.directory_stale_ms {
         s.directory_stale = Duration::from_millis(v.max(1000));
+    }
+    if let Some(v) = f.combo_window_ms {
+        s.gift_rules.combo_window_ms = v.max(1);
+    }
+    if let Some(v) = f.gift_events_per_sec {
+        s.gift_rules.events_per_sec = v;
+    }
+    if let Some(v) = f.storm_interval_ms {
+        s.gift_rules.storm_interval_ms = v.clamp(10, 60_000);
     }
     s
 }

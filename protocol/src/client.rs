@@ -33,7 +33,7 @@ use crate::ids::{Epoch, RoomId, Seq};
 pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
 pub use directory::{RoomEntry, RoomList, RoomListPage};
 pub use gift::{
-    GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
+    Combo, GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
     MAX_REQ_ID_BYTES, RankEntry, RankGet, is_valid_req_id,
 };
 pub use im::{

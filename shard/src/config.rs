@@ -111,6 +111,8 @@ pub struct ShardConfig {
     /// Directory entries of a node that has not published for this long are not listed, and
     /// are swept.
     pub directory_stale: Duration,
+    /// Gift combos and storm coalescing in every room.
+    pub gift_rules: crate::room::state::GiftRules,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
@@ -149,6 +151,7 @@ impl Default for ShardConfig {
             retention_sweep: DEFAULT_RETENTION_SWEEP,
             directory_publish: DEFAULT_DIRECTORY_PUBLISH,
             directory_stale: DEFAULT_DIRECTORY_STALE,
+            gift_rules: crate::room::state::GiftRules::default(),
             test_crash_after_debit: false,
             test_crash_after_settle: false,
             test_hold_before_broadcast: None,

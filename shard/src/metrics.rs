@@ -56,6 +56,8 @@ pub const ORPHAN_ROOMS_LOADED: &str = "chorus_saga_orphan_rooms_loaded_total";
 pub const ROOMS_EXPIRED: &str = "chorus_rooms_expired_total";
 /// Counter: room creations refused by a per-user quota, by `reason` (`rate`, `owned`).
 pub const ROOM_QUOTA_REFUSED: &str = "chorus_room_quota_refused_total";
+/// Gift orders carried by merged (storm) gift events (counter).
+pub const GIFT_EVENTS_MERGED: &str = "chorus_gift_orders_merged_total";
 /// Settled gifts whose event the room could not publish, recorded in the ledger for the
 /// room's next owner to publish (counter).
 pub const GIFT_EVENTS_OWED: &str = "chorus_gift_events_owed_total";
@@ -112,6 +114,10 @@ pub fn describe() {
     describe_counter!(
         ORPHAN_ROOMS_LOADED,
         "Rooms loaded by the orphan sweep to recover their unfinished sagas."
+    );
+    describe_counter!(
+        GIFT_EVENTS_MERGED,
+        "Gift orders carried by merged gift events of a storm."
     );
     describe_counter!(
         GIFT_EVENTS_OWED,

@@ -14,6 +14,7 @@ mod publish;
 mod robots;
 pub(crate) mod snapshots;
 pub mod state;
+mod storm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -167,8 +168,11 @@ pub(crate) async fn run(
     let saved = loaded.as_ref().map(|(_, w)| *w);
     let mut actor = RoomActor {
         log: load_log(&inner, &room).await,
-        state: loaded
-            .map(|(d, _)| RoomState::new(room.clone(), d, fence, inner.config.room_rules())),
+        state: loaded.map(|(d, _)| {
+            let mut s = RoomState::new(room.clone(), d, fence, inner.config.room_rules());
+            s.set_gift_rules(inner.config.gift_rules);
+            s
+        }),
         saved,
         room,
         fence,
@@ -381,6 +385,7 @@ impl RoomActor {
             let due = self.due;
             let due_at = due.map_or(now_far(), instant_at);
             let robot_at = self.robot_due();
+            let storm_at = self.state.as_ref().and_then(RoomState::next_storm_flush);
             let idle_at = self.idle_since + self.inner.config.idle_unload;
             let idle = self.member_count() == 0;
             tokio::select! {
@@ -420,6 +425,9 @@ impl RoomActor {
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
                 () = sleep_until(due_at), if due.is_some() => self.tick().await,
+                () = sleep_until(storm_at.map_or_else(now_far, instant_at)), if storm_at.is_some() => {
+                    self.flush_storm(false).await;
+                }
                 () = sleep_until(robot_at.unwrap_or_else(now_far)), if robot_at.is_some() => {
                     self.robot_tick().await;
                 }
@@ -438,6 +446,8 @@ impl RoomActor {
             // Gifts whose saga is running finish here, so their events reach the members.
             self.finish_in_flight_gifts(&mut rx).await;
         }
+        // Gift orders a storm held back: their merged events go out now, or are owed.
+        self.end_storm(stop == Stop::LeaseLost).await;
         // The sagas still running finish on their own task; their senders get answers there.
         self.sagas.finish_without_room(&self.inner, &self.in_flight);
         self.inner.unregister(&self.room, generation);

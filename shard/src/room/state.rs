@@ -13,6 +13,7 @@ mod moderation;
 mod offers;
 mod outcome;
 mod seats;
+mod streaks;
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -32,6 +33,7 @@ pub use durable::{Durable, Invite, Penalty, RtcSeen, Rules, Seat, SeatReq};
 use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
+pub use streaks::{GiftMark, GiftPublished, GiftRules};
 
 /// Where a member's connection lives: which gateway, which session there.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -134,6 +136,9 @@ pub struct RoomState {
     gateways: HashMap<NodeId, usize>,
     /// The RTC event ids applied lately: a provider's retry is one event.
     rtc_ids: VecDeque<String>,
+    /// Gift combos and the storm budget (not durable).
+    streaks: streaks::Streaks,
+    gift_rules: GiftRules,
     epoch: Epoch,
     seq: Seq,
 }
@@ -150,6 +155,8 @@ impl RoomState {
             robot_members: 0,
             gateways: HashMap::new(),
             rtc_ids: VecDeque::new(),
+            streaks: streaks::Streaks::default(),
+            gift_rules: GiftRules::default(),
             epoch,
             seq: 0,
         }
@@ -782,3 +789,7 @@ mod tests_rules;
 #[cfg(test)]
 #[path = "state/tests_members.rs"]
 mod tests_members;
+
+#[cfg(test)]
+#[path = "state/tests_streaks.rs"]
+mod tests_streaks;
