@@ -100,6 +100,8 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     cfg.shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes())?);
     cfg.shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
     cfg.shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
+    cfg.shard.rocket = std::sync::Arc::new(cli::rocket(&file)?);
+    cfg.shard.test_crash_after_rocket_payout = test_switch("CHORUS_TEST_CRASH_AFTER_ROCKET_PAYOUT");
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         cfg.shard.orphan_sweep = every;
     }
@@ -197,6 +199,8 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     })?);
     shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
     shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
+    shard.rocket = std::sync::Arc::new(cli::rocket(&file)?);
+    shard.test_crash_after_rocket_payout = test_switch("CHORUS_TEST_CRASH_AFTER_ROCKET_PAYOUT");
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         shard.orphan_sweep = every;
     }

@@ -13,6 +13,7 @@ pub mod members;
 pub mod moderation;
 mod op;
 pub mod profile;
+pub mod rocket;
 pub mod room;
 pub mod seat;
 pub mod session;
@@ -47,6 +48,7 @@ pub use moderation::{
 };
 pub use op::{Addressed, ImOp, Op, RoomOp};
 pub use profile::Profile;
+pub use rocket::{RocketLaunch, RocketProgress, RocketReward};
 pub use room::{
     InRoom, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin,
     RoomLeave, RoomLeft, SeatMode, SeatView, Since, Snapshot,

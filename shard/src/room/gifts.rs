@@ -625,8 +625,15 @@ impl RoomActor {
             combo: None,
         };
         // Numbered in its streak; in a storm held back for a merged event (see `storm`).
-        let published = state.record_gift(gift, open, super::now_ms());
+        let now = super::now_ms();
+        let sender = gift.from.clone();
+        let published = state.record_gift(gift, open, now);
         let mut applied = published.applied;
+        // Fuel for the room rocket: every order, merged or not.
+        let rocket = state.rocket_on();
+        if rocket {
+            applied.durable_changed |= state.rocket_fuel(&sender, coins, now).durable_changed;
+        }
         if let Some(win) = win {
             applied
                 .events
@@ -636,6 +643,9 @@ impl RoomActor {
         // cannot publish it stops, the sender's answer still says settled, and the event is
         // owed to the room's next runtime.
         self.publish_gifts(applied, published.orders).await;
+        if rocket {
+            self.rocket_changed();
+        }
     }
 
     /// At load, before the room serves (cluster): publishes the events of the gifts a previous

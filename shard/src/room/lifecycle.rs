@@ -91,6 +91,7 @@ impl RoomActor {
         let rules = self.inner.config.room_rules();
         let mut state = RoomState::new(self.room.clone(), durable, self.fence, rules);
         state.set_gift_rules(self.inner.config.gift_rules);
+        state.set_rocket_rules(self.inner.config.rocket.clone());
         self.state = Some(state);
         self.touched = Some(Instant::now());
         Ok(())

@@ -12,6 +12,7 @@ mod members;
 mod moderation;
 mod offers;
 mod outcome;
+mod rocket;
 mod seats;
 mod streaks;
 
@@ -33,6 +34,7 @@ pub use durable::{Durable, Invite, Penalty, RtcSeen, Rules, Seat, SeatReq};
 use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
+pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
 pub use streaks::{GiftMark, GiftPublished, GiftRules};
 
 /// Where a member's connection lives: which gateway, which session there.
@@ -139,6 +141,7 @@ pub struct RoomState {
     /// Gift combos and the storm budget (not durable).
     streaks: streaks::Streaks,
     gift_rules: GiftRules,
+    rocket_rules: Arc<RocketRules>,
     epoch: Epoch,
     seq: Seq,
 }
@@ -157,6 +160,7 @@ impl RoomState {
             rtc_ids: VecDeque::new(),
             streaks: streaks::Streaks::default(),
             gift_rules: GiftRules::default(),
+            rocket_rules: Arc::default(),
             epoch,
             seq: 0,
         }
@@ -793,3 +797,7 @@ mod tests_members;
 #[cfg(test)]
 #[path = "state/tests_streaks.rs"]
 mod tests_streaks;
+
+#[cfg(test)]
+#[path = "state/tests_rocket.rs"]
+mod tests_rocket;

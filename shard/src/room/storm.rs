@@ -9,10 +9,11 @@ use super::state::{Applied, GiftMark};
 use crate::metrics as m;
 
 impl RoomActor {
-    /// Publishes gift events (`applied`) carrying `orders`: their open records close with the
-    /// write; when it fails, each order's event is owed to the room's next runtime.
+    /// Publishes gift events (`applied`, which may also change the durable state: a rocket
+    /// launch) carrying `orders`: their open records close with the write; when it fails, each
+    /// order's event is owed to the room's next runtime.
     pub(super) async fn publish_gifts(&mut self, applied: Applied, orders: Vec<GiftMark>) {
-        if applied.events.is_empty() {
+        if applied.events.is_empty() && !applied.durable_changed {
             return;
         }
         if orders.len() > 1 {
