@@ -201,7 +201,13 @@ impl RoomState {
             return applied;
         }
         // Launch: rewards to the top contributors, then to present members.
-        let mut top: Vec<(&UserId, i64)> = r.contrib.iter().map(|(u, c)| (u, *c)).collect();
+        // Robots fuel the rocket (their coins are real) but are never rewarded.
+        let mut top: Vec<(&UserId, i64)> = r
+            .contrib
+            .iter()
+            .filter(|(u, _)| !u.is_robot())
+            .map(|(u, c)| (u, *c))
+            .collect();
         top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let mut rewards: Vec<RocketReward> = Vec::new();
         for ((user, _), coins) in top.into_iter().zip(&level.top) {

@@ -158,12 +158,19 @@ fn robots_and_absent_users_are_not_drawn_and_fuel_without_rules_is_ignored() {
     assert!(!r.rocket_fuel(&u("a"), 1_000, 1).durable_changed);
     assert!(r.durable().rocket.is_idle());
     let mut r = room(RocketRules {
-        levels: vec![level(10, &[], 50, 1)],
+        levels: vec![level(10, &[2], 7, 1)],
         daily_cap: 0,
         progress_interval_ms: 1000,
     });
     r.join(&UserId::from("bot:r1"), at(99), None, 0).unwrap();
-    r.rocket_fuel(&u("zed"), 10, 1);
+    r.rocket_fuel(&UserId::from("bot:r1"), 5, 1);
+    r.rocket_fuel(&u("zed"), 5, 1);
+    let launch = r.pending_launch().unwrap();
+    assert_eq!(
+        launch.rewards[0].user,
+        u("zed"),
+        "the robot put in as much, and is skipped"
+    );
     let drawn: Vec<&str> = r
         .pending_launch()
         .unwrap()
@@ -171,6 +178,6 @@ fn robots_and_absent_users_are_not_drawn_and_fuel_without_rules_is_ignored() {
         .iter()
         .map(|w| w.user.as_str())
         .collect();
-    assert_eq!(drawn.len(), 6, "the six human members");
-    assert!(!drawn.contains(&"zed") && !drawn.iter().any(|u| u.starts_with("bot:")));
+    assert_eq!(drawn.len(), 7, "zed, then the six human members");
+    assert!(!drawn.iter().any(|u| u.starts_with("bot:")));
 }
