@@ -497,6 +497,18 @@ pub struct FileConfig {
     pub admit_per_sec: Option<u32>,
     /// Admission burst.
     pub admit_burst: Option<u32>,
+    /// Orders of one sender, gift and recipients at most this many ms apart form a combo.
+    pub combo_window_ms: Option<u64>,
+    /// Gift events a room sends per second before it merges combo streaks (0: never).
+    pub gift_events_per_sec: Option<u32>,
+    /// A merged (storm) gift event goes out this many ms after its first order.
+    pub storm_interval_ms: Option<u64>,
+    /// The room rocket's levels (none: no rocket).
+    pub rocket_levels: Option<Vec<shard::state::RocketLevel>>,
+    /// The most rocket rewards one user gets in one room per UTC day (0: no cap).
+    pub rocket_daily_cap: Option<i64>,
+    /// `rocket.progress` goes out at most this often, ms.
+    pub rocket_progress_ms: Option<u64>,
     /// The gift catalog (replaces the default one).
     pub gifts: Option<Vec<GiftDef>>,
     /// Recipients' share of a gift's price, in basis points (default 5000).
@@ -751,6 +763,15 @@ pub fn shard_settings(
     if let Some(v) = f.directory_stale_ms {
         s.directory_stale = Duration::from_millis(v.max(1000));
     }
+    if let Some(v) = f.combo_window_ms {
+        s.gift_rules.combo_window_ms = v.max(1);
+    }
+    if let Some(v) = f.gift_events_per_sec {
+        s.gift_rules.events_per_sec = v;
+    }
+    if let Some(v) = f.storm_interval_ms {
+        s.gift_rules.storm_interval_ms = v.clamp(10, 60_000);
+    }
     s
 }
 
@@ -813,6 +834,25 @@ pub fn catalog(f: &FileConfig, lucky_secret: Vec<u8>) -> anyhow::Result<Catalog>
     }
     c.validate()?;
     Ok(c)
+}
+
+/// The room rocket from the file, validated: a level that could pay more in rewards than its
+/// fuel is refused.
+///
+/// # Errors
+/// A level is invalid.
+pub fn rocket(f: &FileConfig) -> anyhow::Result<shard::state::RocketRules> {
+    let mut r = shard::state::RocketRules {
+        levels: f.rocket_levels.clone().unwrap_or_default(),
+        daily_cap: f.rocket_daily_cap.unwrap_or(0),
+        progress_interval_ms: 1000,
+    };
+    if let Some(v) = f.rocket_progress_ms {
+        r.progress_interval_ms = v.max(100);
+    }
+    r.validate()
+        .map_err(|e| anyhow::anyhow!("invalid rocket configuration: {e}"))?;
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -100,6 +100,11 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     cfg.shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes())?);
     cfg.shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
     cfg.shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
+    cfg.shard.rocket = std::sync::Arc::new(cli::rocket(&file)?);
+    if let Some(n) = env_gift_events_per_sec()? {
+        cfg.shard.gift_rules.events_per_sec = n;
+    }
+    cfg.shard.test_crash_after_rocket_payout = test_switch("CHORUS_TEST_CRASH_AFTER_ROCKET_PAYOUT");
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         cfg.shard.orphan_sweep = every;
     }
@@ -194,6 +199,17 @@ fn env_positive_ms(name: &str) -> anyhow::Result<Option<std::time::Duration>> {
     }
 }
 
+/// `CHORUS_GIFT_EVENTS_PER_SEC` (wins over the file's `gift_events_per_sec`; 0: never merge).
+fn env_gift_events_per_sec() -> anyhow::Result<Option<u32>> {
+    match std::env::var("CHORUS_GIFT_EVENTS_PER_SEC") {
+        Err(_) => Ok(None),
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) => Ok(Some(n)),
+            Err(_) => anyhow::bail!("CHORUS_GIFT_EVENTS_PER_SEC must be a number, not {v:?}"),
+        },
+    }
+}
+
 /// A test-only switch: on when the environment variable `name` is `1`.
 fn test_switch(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == "1")
@@ -209,6 +225,11 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     })?);
     shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
     shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
+    shard.rocket = std::sync::Arc::new(cli::rocket(&file)?);
+    if let Some(n) = env_gift_events_per_sec()? {
+        shard.gift_rules.events_per_sec = n;
+    }
+    shard.test_crash_after_rocket_payout = test_switch("CHORUS_TEST_CRASH_AFTER_ROCKET_PAYOUT");
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         shard.orphan_sweep = every;
     }

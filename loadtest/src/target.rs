@@ -155,6 +155,8 @@ pub async fn spawn_standalone(
             .arg("--data-dir")
             .arg(&data_dir)
             .args(["--rate-per-sec", "100000", "--rate-burst", "100000"])
+            // The benchmarks time every gift's own event: no storm merging.
+            .env("CHORUS_GIFT_EVENTS_PER_SEC", "0")
             .env(
                 "CHORUS_JWT_SECRET",
                 String::from_utf8_lossy(secret).as_ref(),
@@ -234,7 +236,11 @@ pub async fn spawn_cluster(gateways: usize, shards: usize, pin: bool) -> anyhow:
         shards,
         lease_ttl: Duration::from_secs(10),
         renew_on_traffic: false,
-        env: vec![("CHORUS_LOG".into(), "warn".into())],
+        env: vec![
+            ("CHORUS_LOG".into(), "warn".into()),
+            // The benchmarks time every gift's own event: no storm merging.
+            ("CHORUS_GIFT_EVENTS_PER_SEC".into(), "0".into()),
+        ],
     })
     .await?;
     let mut pids: Vec<u32> = c.gateways.iter().map(|g| g.node.pid()).collect();

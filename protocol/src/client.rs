@@ -13,6 +13,7 @@ pub mod members;
 pub mod moderation;
 mod op;
 pub mod profile;
+pub mod rocket;
 pub mod room;
 pub mod seat;
 pub mod session;
@@ -33,7 +34,7 @@ use crate::ids::{Epoch, RoomId, Seq};
 pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
 pub use directory::{RoomEntry, RoomList, RoomListPage};
 pub use gift::{
-    GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
+    Combo, GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
     MAX_REQ_ID_BYTES, RankEntry, RankGet, is_valid_req_id,
 };
 pub use im::{
@@ -47,6 +48,7 @@ pub use moderation::{
 };
 pub use op::{Addressed, ImOp, Op, RoomOp};
 pub use profile::Profile;
+pub use rocket::{RocketLaunch, RocketProgress, RocketReward};
 pub use room::{
     InRoom, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin,
     RoomLeave, RoomLeft, SeatMode, SeatView, Since, Snapshot,

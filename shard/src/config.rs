@@ -111,6 +111,13 @@ pub struct ShardConfig {
     /// Directory entries of a node that has not published for this long are not listed, and
     /// are swept.
     pub directory_stale: Duration,
+    /// Gift combos and storm coalescing in every room.
+    pub gift_rules: crate::room::state::GiftRules,
+    /// The room rocket's levels and caps (no levels: no rocket).
+    pub rocket: Arc<crate::room::state::RocketRules>,
+    /// TEST ONLY: abort the process when a rocket launch's rewards are paid, before it is
+    /// announced, to test that the next owner announces it once and pays nothing twice.
+    pub test_crash_after_rocket_payout: bool,
     /// TEST ONLY: abort the process after a gift's debit and before its settle, to test
     /// recovery. Never set in production.
     pub test_crash_after_debit: bool,
@@ -149,6 +156,13 @@ impl Default for ShardConfig {
             retention_sweep: DEFAULT_RETENTION_SWEEP,
             directory_publish: DEFAULT_DIRECTORY_PUBLISH,
             directory_stale: DEFAULT_DIRECTORY_STALE,
+            gift_rules: crate::room::state::GiftRules::default(),
+            rocket: Arc::new(crate::room::state::RocketRules {
+                levels: Vec::new(),
+                daily_cap: 0,
+                progress_interval_ms: 1000,
+            }),
+            test_crash_after_rocket_payout: false,
             test_crash_after_debit: false,
             test_crash_after_settle: false,
             test_hold_before_broadcast: None,

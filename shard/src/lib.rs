@@ -11,6 +11,9 @@
 //! - `room`: the room actor; `room/state.rs` the pure rules; `room/log.rs` the resume history.
 //! - `room/snapshots.rs`: durable room state through fenced writes.
 //! - [`gifts`]: the gift catalog and lucky draws; `room/gifts.rs` drives gift sagas.
+//! - The room economy: `room/state/streaks.rs` (gift combos, storm coalescing) and
+//!   `room/storm.rs`; `room/state/rocket.rs` (the rocket's levels and launches) and
+//!   `room/rocket.rs` (its payout through the ledger and `rocket.progress`).
 //! - [`link`]: the link server for gateways in a cluster, and the framing both ends share.
 //! - [`node`]: the shard role of a cluster node (Redis stores, link server, ring, drain).
 //! - [`rebalance`]: planned, throttled handoffs when the placement moves rooms away.

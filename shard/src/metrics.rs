@@ -56,6 +56,12 @@ pub const ORPHAN_ROOMS_LOADED: &str = "chorus_saga_orphan_rooms_loaded_total";
 pub const ROOMS_EXPIRED: &str = "chorus_rooms_expired_total";
 /// Counter: room creations refused by a per-user quota, by `reason` (`rate`, `owned`).
 pub const ROOM_QUOTA_REFUSED: &str = "chorus_room_quota_refused_total";
+/// Rocket launches announced (counter).
+pub const ROCKET_LAUNCHES: &str = "chorus_rocket_launches_total";
+/// From a launch's decision to the last reward booked, seconds (histogram).
+pub const ROCKET_PAYOUT_SECONDS: &str = "chorus_rocket_payout_seconds";
+/// Gift orders carried by merged (storm) gift events (counter).
+pub const GIFT_EVENTS_MERGED: &str = "chorus_gift_orders_merged_total";
 /// Settled gifts whose event the room could not publish, recorded in the ledger for the
 /// room's next owner to publish (counter).
 pub const GIFT_EVENTS_OWED: &str = "chorus_gift_events_owed_total";
@@ -112,6 +118,16 @@ pub fn describe() {
     describe_counter!(
         ORPHAN_ROOMS_LOADED,
         "Rooms loaded by the orphan sweep to recover their unfinished sagas."
+    );
+    describe_counter!(ROCKET_LAUNCHES, "Room rocket launches announced.");
+    metrics::describe_histogram!(
+        ROCKET_PAYOUT_SECONDS,
+        metrics::Unit::Seconds,
+        "From a rocket launch's payout start to its last reward booked."
+    );
+    describe_counter!(
+        GIFT_EVENTS_MERGED,
+        "Gift orders carried by merged gift events of a storm."
     );
     describe_counter!(
         GIFT_EVENTS_OWED,

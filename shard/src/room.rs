@@ -12,8 +12,10 @@ pub(crate) use lifecycle::sweep_retention;
 pub(crate) mod log;
 mod publish;
 mod robots;
+mod rocket;
 pub(crate) mod snapshots;
 pub mod state;
+mod storm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +62,8 @@ pub(crate) enum RoomMsg {
         cutoff_ms: u64,
         done: tokio::sync::oneshot::Sender<bool>,
     },
+    /// Every reward of the pending rocket launch with this number is booked: announce it.
+    RocketPaid(u64),
 }
 
 /// A cheap handle to a running room: the sending side of its inbox.
@@ -167,8 +171,12 @@ pub(crate) async fn run(
     let saved = loaded.as_ref().map(|(_, w)| *w);
     let mut actor = RoomActor {
         log: load_log(&inner, &room).await,
-        state: loaded
-            .map(|(d, _)| RoomState::new(room.clone(), d, fence, inner.config.room_rules())),
+        state: loaded.map(|(d, _)| {
+            let mut s = RoomState::new(room.clone(), d, fence, inner.config.room_rules());
+            s.set_gift_rules(inner.config.gift_rules);
+            s.set_rocket_rules(inner.config.rocket.clone());
+            s
+        }),
         saved,
         room,
         fence,
@@ -191,6 +199,7 @@ pub(crate) async fn run(
         joined: false,
         due: None,
         due_stale: true,
+        rocket: rocket::RocketRun::default(),
         inner: inner.clone(),
     };
     if let Some(state) = actor.state.as_mut() {
@@ -327,6 +336,8 @@ struct RoomActor {
     due: Option<u64>,
     /// Whether durable state changed since `due` was computed.
     due_stale: bool,
+    /// The rocket's payout task and progress timer.
+    rocket: rocket::RocketRun,
 }
 
 impl RoomActor {
@@ -342,6 +353,9 @@ impl RoomActor {
         let lease_lost = lease.cancelled();
         let stopping = shutdown.cancelled();
         tokio::pin!(lease_lost, stopping);
+        // A launch a previous runtime decided and did not announce: paid (again, idempotently)
+        // and announced by this owner.
+        self.pay_launch();
         let stop = loop {
             if self.state.is_none() {
                 // Only the first command can create a room; anything after it finds none.
@@ -352,7 +366,8 @@ impl RoomActor {
                         | RoomMsg::Sweep
                         | RoomMsg::Handoff(_)
                         | RoomMsg::Inspect(_)
-                        | RoomMsg::Robots(_),
+                        | RoomMsg::Robots(_)
+                        | RoomMsg::RocketPaid(_),
                     ) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
                         self.handle(cmd).await;
@@ -381,6 +396,8 @@ impl RoomActor {
             let due = self.due;
             let due_at = due.map_or(now_far(), instant_at);
             let robot_at = self.robot_due();
+            let storm_at = self.state.as_ref().and_then(RoomState::next_storm_flush);
+            let rocket_at = self.rocket_progress_due();
             let idle_at = self.idle_since + self.inner.config.idle_unload;
             let idle = self.member_count() == 0;
             tokio::select! {
@@ -409,6 +426,7 @@ impl RoomActor {
                         let _ = tx.send(self.inspect());
                     }
                     Some(RoomMsg::Robots(config)) => self.set_robots(config.map(|c| *c)).await,
+                    Some(RoomMsg::RocketPaid(number)) => self.rocket_paid(number).await,
                     Some(RoomMsg::Expire { cutoff_ms, done }) => {
                         let expired = self.expire(cutoff_ms).await;
                         let _ = done.send(expired);
@@ -420,6 +438,12 @@ impl RoomActor {
                 },
                 () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
                 () = sleep_until(due_at), if due.is_some() => self.tick().await,
+                () = sleep_until(storm_at.map_or_else(now_far, instant_at)), if storm_at.is_some() => {
+                    self.flush_storm(false).await;
+                }
+                () = sleep_until(rocket_at.unwrap_or_else(now_far)), if rocket_at.is_some() => {
+                    self.send_rocket_progress().await;
+                }
                 () = sleep_until(robot_at.unwrap_or_else(now_far)), if robot_at.is_some() => {
                     self.robot_tick().await;
                 }
@@ -438,6 +462,8 @@ impl RoomActor {
             // Gifts whose saga is running finish here, so their events reach the members.
             self.finish_in_flight_gifts(&mut rx).await;
         }
+        // Gift orders a storm held back: their merged events go out now, or are owed.
+        self.end_storm(stop == Stop::LeaseLost).await;
         // The sagas still running finish on their own task; their senders get answers there.
         self.sagas.finish_without_room(&self.inner, &self.in_flight);
         self.inner.unregister(&self.room, generation);
@@ -457,6 +483,7 @@ impl RoomActor {
                 | RoomMsg::Handoff(_)
                 | RoomMsg::Inspect(_)
                 | RoomMsg::Robots(_)
+                | RoomMsg::RocketPaid(_)
                 | RoomMsg::Expire { .. } => {}
             }
         }

@@ -67,6 +67,10 @@ pub use self::scylla::ScyllaLedger;
 pub use self::sqlite::SqliteLedger;
 use crate::{Result, StorageError};
 
+/// What every [`Ledger::reward`] key starts with in the ledger; admin grant keys are
+/// printable ASCII without spaces, so none starts with it.
+pub const REWARD_KEY_PREFIX: &str = "reward ";
+
 /// The ledger: a cheap-to-clone handle on one engine.
 #[derive(Clone)]
 pub enum Ledger {
@@ -147,6 +151,17 @@ impl Ledger {
             return Err(StorageError::invalid_msg("grant amount must be positive"));
         }
         dispatch!(self.grant(user, amount, key))
+    }
+
+    /// A platform reward (a room rocket's), idempotent by `key`: the same key credits once,
+    /// on every engine, as a top-up does. Reward keys live apart from admin grant keys (an
+    /// admin key can never take a reward's place).
+    ///
+    /// # Errors
+    /// As [`Ledger::grant`].
+    pub async fn reward(&self, user: &UserId, amount: i64, key: &str) -> Result<GrantOutcome> {
+        self.grant(user, amount, &format!("{REWARD_KEY_PREFIX}{key}"))
+            .await
     }
 
     /// The user's coins (0 for an unknown user).

@@ -166,6 +166,7 @@ conformance!(
     money_is_conserved_over_random_gifts,
     leaderboards_rank_settled_gifts,
     an_owed_gift_event_is_listed_until_one_caller_takes_it,
+    rewards_are_idempotent_by_key_and_apart_from_grants,
 );
 
 async fn concurrent_gifts_never_overdraw(f: Fixture) {
@@ -304,6 +305,36 @@ async fn grants_are_idempotent_by_key(f: Fixture) {
     assert_eq!(other.balance, 55);
     assert_eq!(f.ledger.balance(&u).await.unwrap(), 55);
     assert!(f.ledger.grant(&u, 0, "k3").await.is_err());
+}
+
+/// A room rocket's reward: paid once per key however often it is retried (a crash, a new
+/// owner), its keys never taken by an admin grant's, and the books still close.
+async fn rewards_are_idempotent_by_key_and_apart_from_grants(f: Fixture) {
+    let u = f.user("winner");
+    let key = "rocket:room-1:1:winner";
+    let first = f.ledger.reward(&u, 40, key).await.unwrap();
+    assert_eq!((first.applied, first.amount, first.balance), (true, 40, 40));
+    for _ in 0..3 {
+        let again = f.ledger.reward(&u, 40, key).await.unwrap();
+        assert_eq!((again.applied, again.balance), (false, 40));
+    }
+    // The same text as an admin grant key is another key: the grant credits too.
+    let grant = f.ledger.grant(&u, 5, key).await.unwrap();
+    assert_eq!((grant.applied, grant.balance), (true, 45));
+    // The next launch's key pays again.
+    let next = f
+        .ledger
+        .reward(&u, 10, "rocket:room-1:2:winner")
+        .await
+        .unwrap();
+    assert_eq!(next.balance, 55);
+    assert!(
+        f.ledger
+            .reward(&u, 0, "rocket:room-1:3:winner")
+            .await
+            .is_err()
+    );
+    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
 }
 
 async fn stale_fence_is_rejected_and_changes_nothing(f: Fixture) {

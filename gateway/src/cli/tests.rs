@@ -106,3 +106,31 @@ fn admin_users_calls_send_only_the_fields_given() {
         ("GET", "/admin/users/ann/profile", None)
     );
 }
+
+#[test]
+fn economy_settings_come_from_the_file_and_a_rocket_paying_over_its_fuel_is_refused() {
+    let f: FileConfig = toml::from_str(
+        "combo_window_ms = 5000\ngift_events_per_sec = 20\nstorm_interval_ms = 250\n\
+         rocket_daily_cap = 300\n\
+         [[rocket_levels]]\nfuel = 1000\ntop = [300, 200]\npresent = 5\npresent_coins = 20\n",
+    )
+    .unwrap();
+    let s = shard_settings(None, None, &f);
+    assert_eq!(
+        (
+            s.gift_rules.combo_window_ms,
+            s.gift_rules.events_per_sec,
+            s.gift_rules.storm_interval_ms
+        ),
+        (5000, 20, 250)
+    );
+    let r = rocket(&f).unwrap();
+    assert_eq!((r.levels.len(), r.daily_cap), (1, 300));
+    assert!(rocket(&FileConfig::default()).unwrap().levels.is_empty());
+    let over: FileConfig = toml::from_str(
+        "[[rocket_levels]]\nfuel = 100\ntop = [80]\npresent = 3\npresent_coins = 10\n",
+    )
+    .unwrap();
+    let e = rocket(&over).unwrap_err().to_string();
+    assert!(e.contains("exceed the level's fuel"), "{e}");
+}

@@ -124,6 +124,33 @@ pub struct GiftEvent {
     /// profile are left out).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub to_p: std::collections::BTreeMap<UserId, crate::client::Profile>,
+    /// The combo streak this event belongs to, computed by the room (never by a client).
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub combo: Option<Combo>,
+}
+
+/// The combo fields of a `gift` event: the same sender sending the same gift to the same
+/// recipients within the room's combo window forms a streak. Orders are numbered from 1 in
+/// their streak; an event of a gift storm merges several consecutive orders of one streak
+/// (`merged` > 1), and its `count` and `coins` are then the sums over those orders.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Combo {
+    /// The number in the streak of the (last) order this event carries.
+    pub combo: u32,
+    /// How many orders this event carries (absent: 1); they are numbers
+    /// `combo - merged + 1 ..= combo` of the streak.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub merged: u32,
+    /// The streak's id: the order id of its first order.
+    pub streak: Uuid,
+    /// Gifts to each recipient in the streak so far (the sum of its orders' `count`).
+    pub streak_count: u64,
+    /// Coins paid in the streak so far (the sum of its orders' `coins`).
+    pub streak_coins: i64,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// The `gift.lucky` event: a big lucky win, announced to the room.

@@ -151,6 +151,7 @@ fn order_ids_are_hyphenated_lowercase_uuid_strings() {
         robot: false,
         p: None,
         to_p: std::collections::BTreeMap::new(),
+        combo: None,
     };
     let json = to_json(&ev);
     assert!(

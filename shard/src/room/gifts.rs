@@ -239,7 +239,7 @@ pub(crate) async fn owe_event(inner: &Inner, room: &RoomId, gift_id: Uuid) {
 /// ([`RoomActor::publish_left_open`]), and only that runtime does (a ledger record as well would
 /// be a second source, and the event could be published twice). Any other is recorded in the
 /// ledger ([`owe_event`]).
-async fn event_not_published(inner: &Inner, room: &RoomId, gift_id: Uuid, open: bool) {
+pub(super) async fn event_not_published(inner: &Inner, room: &RoomId, gift_id: Uuid, open: bool) {
     if open {
         metrics::counter!(m::GIFT_EVENTS_LEFT_OPEN).increment(1);
         info!(%room, order = %gift_id, "Gift event not published; left open for the next runtime.");
@@ -611,7 +611,7 @@ impl RoomActor {
             .iter()
             .filter_map(|u| state.profile_of(u).map(|p| (u.clone(), Profile::clone(p))))
             .collect();
-        let mut applied = state.record(Sequenced::Gift(GiftEvent {
+        let gift = GiftEvent {
             order: order_id,
             robot: order.sender.is_robot(),
             p,
@@ -622,20 +622,29 @@ impl RoomActor {
             count: order.count,
             coins,
             lucky_multiplier: order.lucky.map(|l| l.multiplier),
-        }));
+            combo: None,
+        };
+        // Numbered in its streak; in a storm held back for a merged event (see `storm`).
+        let now = super::now_ms();
+        let sender = gift.from.clone();
+        let published = state.record_gift(gift, open, now);
+        let mut applied = published.applied;
+        // Fuel for the room rocket: every order, merged or not.
+        let rocket = state.rocket_on();
+        if rocket {
+            applied.durable_changed |= state.rocket_fuel(&sender, coins, now).durable_changed;
+        }
         if let Some(win) = win {
             applied
                 .events
                 .extend(state.record(Sequenced::LuckyWin(win)).events);
         }
-        if self.inner.config.durable_history {
-            self.closing.push(order_id);
-        }
         // The gift is settled in the ledger whatever happens to its event: a runtime that
         // cannot publish it stops, the sender's answer still says settled, and the event is
         // owed to the room's next runtime.
-        if self.publish(applied, None).await.is_err() {
-            event_not_published(&self.inner, &self.room, order_id, open).await;
+        self.publish_gifts(applied, published.orders).await;
+        if rocket {
+            self.rocket_changed();
         }
     }
 

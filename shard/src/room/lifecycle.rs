@@ -89,12 +89,10 @@ impl RoomActor {
         }
         debug!(room = %self.room, fence = self.fence, "Room created.");
         let rules = self.inner.config.room_rules();
-        self.state = Some(RoomState::new(
-            self.room.clone(),
-            durable,
-            self.fence,
-            rules,
-        ));
+        let mut state = RoomState::new(self.room.clone(), durable, self.fence, rules);
+        state.set_gift_rules(self.inner.config.gift_rules);
+        state.set_rocket_rules(self.inner.config.rocket.clone());
+        self.state = Some(state);
         self.touched = Some(Instant::now());
         Ok(())
     }

@@ -12,7 +12,9 @@ mod members;
 mod moderation;
 mod offers;
 mod outcome;
+mod rocket;
 mod seats;
+mod streaks;
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -32,6 +34,8 @@ pub use durable::{Durable, Invite, Penalty, RtcSeen, Rules, Seat, SeatReq};
 use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
+pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
+pub use streaks::{GiftMark, GiftPublished, GiftRules};
 
 /// Where a member's connection lives: which gateway, which session there.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -134,6 +138,10 @@ pub struct RoomState {
     gateways: HashMap<NodeId, usize>,
     /// The RTC event ids applied lately: a provider's retry is one event.
     rtc_ids: VecDeque<String>,
+    /// Gift combos and the storm budget (not durable).
+    streaks: streaks::Streaks,
+    gift_rules: GiftRules,
+    rocket_rules: Arc<RocketRules>,
     epoch: Epoch,
     seq: Seq,
 }
@@ -150,6 +158,9 @@ impl RoomState {
             robot_members: 0,
             gateways: HashMap::new(),
             rtc_ids: VecDeque::new(),
+            streaks: streaks::Streaks::default(),
+            gift_rules: GiftRules::default(),
+            rocket_rules: Arc::default(),
             epoch,
             seq: 0,
         }
@@ -782,3 +793,11 @@ mod tests_rules;
 #[cfg(test)]
 #[path = "state/tests_members.rs"]
 mod tests_members;
+
+#[cfg(test)]
+#[path = "state/tests_streaks.rs"]
+mod tests_streaks;
+
+#[cfg(test)]
+#[path = "state/tests_rocket.rs"]
+mod tests_rocket;

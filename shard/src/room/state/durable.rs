@@ -184,6 +184,9 @@ pub struct Durable {
     /// directory's region filter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_region: Option<String>,
+    /// The room rocket (absent until a gift fuels it).
+    #[serde(default, skip_serializing_if = "super::rocket::Rocket::is_idle")]
+    pub rocket: super::rocket::Rocket,
 }
 
 impl Durable {
@@ -222,6 +225,7 @@ impl Durable {
             robot_spent: BTreeMap::new(),
             roster: None,
             owner_region: None,
+            rocket: super::rocket::Rocket::default(),
         })
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use protocol::client::{
     self, ChatEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave, MemberUpdate, Moderation,
-    Profile, RoleChange, RoomInfo, SeatUpdate,
+    Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
 };
 use protocol::link::Membership;
 use protocol::{Epoch, RoomId, Seq, UserId};
@@ -30,6 +30,8 @@ pub enum Sequenced {
     Role(RoleChange),
     /// `moderation`: a mute, kick or ban and their lifting.
     Moderation(Moderation),
+    /// `rocket.launch`: the room rocket launched and its rewards were paid.
+    RocketLaunch(RocketLaunch),
 }
 
 impl Sequenced {
@@ -43,6 +45,7 @@ impl Sequenced {
             Self::RoomUpdate(_) => "room.update",
             Self::Role(_) => "room.role",
             Self::Moderation(_) => "moderation",
+            Self::RocketLaunch(_) => "rocket.launch",
         }
     }
 
@@ -59,6 +62,7 @@ impl Sequenced {
             Self::RoomUpdate(e) => client::encode_event(name, Some(room), at, e),
             Self::Role(e) => client::encode_event(name, Some(room), at, e),
             Self::Moderation(e) => client::encode_event(name, Some(room), at, e),
+            Self::RocketLaunch(e) => client::encode_event(name, Some(room), at, e),
         }
     }
 }

@@ -1,0 +1,150 @@
+//! The room rocket in the room actor: paying a decided launch through the ledger, announcing
+//! it, and the bounded-rate `rocket.progress`.
+//!
+//! Only the room's owner pays (its lease proven before every reward), and it pays a launch the
+//! state machine decided and stored as pending (see `state/rocket.rs`): every reward under its
+//! own key (room, launch number, user), so a retry, a crash or a new owner paying the same
+//! launch again credits nothing twice. The launch is announced after every reward is paid, in
+//! the write that clears it from the durable state: announced once.
+
+use std::time::Duration;
+
+use protocol::link::Audience;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::{RoomActor, RoomMsg};
+use crate::metrics as m;
+
+/// Pause between attempts of a reward the ledger could not book; doubles up to 5 s.
+const PAY_RETRY: Duration = Duration::from_millis(100);
+
+/// The rocket's run-time part in a room actor.
+#[derive(Debug, Default)]
+pub(super) struct RocketRun {
+    /// The launch whose rewards a task is paying now.
+    paying: Option<u64>,
+    /// Fuel changed since the last `rocket.progress`.
+    dirty: bool,
+    /// When the last `rocket.progress` went out.
+    last: Option<Instant>,
+}
+
+/// The ledger key of a launch's reward to `user`.
+pub(crate) fn reward_key(room: &protocol::RoomId, launch: u64, user: &protocol::UserId) -> String {
+    format!("rocket:{room}:{launch}:{user}")
+}
+
+impl RoomActor {
+    /// After a gift: the rocket's progress is due, and a launch it decided is paid.
+    pub(super) fn rocket_changed(&mut self) {
+        self.rocket.dirty = true;
+        self.pay_launch();
+    }
+
+    /// When the next `rocket.progress` may go out (None: nothing to send).
+    pub(super) fn rocket_progress_due(&self) -> Option<Instant> {
+        if !self.rocket.dirty {
+            return None;
+        }
+        let every = Duration::from_millis(self.inner.config.rocket.progress_interval_ms);
+        Some(self.rocket.last.map_or_else(Instant::now, |t| t + every))
+    }
+
+    /// Sends `rocket.progress` (volatile, latest wins) to every member.
+    pub(super) async fn send_rocket_progress(&mut self) {
+        self.rocket.dirty = false;
+        self.rocket.last = Some(Instant::now());
+        let Some(p) = self.state.as_ref().and_then(|s| s.rocket_progress()) else {
+            return;
+        };
+        let frame = protocol::client::encode_event("rocket.progress", Some(&self.room), None, &p);
+        for gw in self.gateways() {
+            self.send_event(&gw, Audience::All, frame.clone(), None)
+                .await;
+        }
+    }
+
+    /// Starts paying the pending launch, unless a task pays it already. The task reports to
+    /// the room when every reward is booked ([`RoomMsg::RocketPaid`]).
+    pub(super) fn pay_launch(&mut self) {
+        let Some(launch) = self
+            .state
+            .as_ref()
+            .and_then(|s| s.pending_launch())
+            .cloned()
+        else {
+            return;
+        };
+        if self.rocket.paying == Some(launch.number) {
+            return;
+        }
+        let Some(ledger) = self.inner.ledger.clone() else {
+            return;
+        };
+        self.rocket.paying = Some(launch.number);
+        let inner = self.inner.clone();
+        let room = self.room.clone();
+        let lease = self.lease.clone();
+        let valid = self.valid.clone();
+        let weak = self.self_tx.clone();
+        let started = Instant::now();
+        self.inner.tracker.spawn(async move {
+            for w in &launch.rewards {
+                let key = reward_key(&room, launch.number, &w.user);
+                let mut pause = PAY_RETRY;
+                loop {
+                    // Owner-only: a runtime that cannot prove its lease pays nothing; the
+                    // launch stays pending for the room's next owner.
+                    if lease.is_cancelled() || !inner.owner.proven(&valid) {
+                        return;
+                    }
+                    match ledger.reward(&w.user, w.coins, &key).await {
+                        Ok(out) => {
+                            if out.amount != w.coins {
+                                warn!(%room, launch = launch.number, user = %w.user, booked = out.amount, "A rocket reward key holds another amount.");
+                            }
+                            break;
+                        }
+                        Err(e) => {
+                            warn!(%room, launch = launch.number, error = %e, "Rocket reward failed; retrying.");
+                            tokio::select! {
+                                () = lease.cancelled() => return,
+                                () = inner.shutdown.cancelled() => return,
+                                () = tokio::time::sleep(pause) => {}
+                            }
+                            pause = (pause * 2).min(Duration::from_secs(5));
+                        }
+                    }
+                }
+            }
+            metrics::histogram!(m::ROCKET_PAYOUT_SECONDS).record(started.elapsed().as_secs_f64());
+            if inner.config.test_crash_after_rocket_payout {
+                // TEST ONLY: die between the payout and the announcement.
+                std::process::abort();
+            }
+            if let Some(tx) = weak.upgrade() {
+                let _ = tx.send(RoomMsg::RocketPaid(launch.number)).await;
+            }
+        });
+    }
+
+    /// Every reward of launch `number` is booked: announce it (and clear it) in one write.
+    pub(super) async fn rocket_paid(&mut self, number: u64) {
+        if self.rocket.paying == Some(number) {
+            self.rocket.paying = None;
+        }
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let applied = state.rocket_paid(number);
+        if applied.events.is_empty() {
+            return;
+        }
+        metrics::counter!(m::ROCKET_LAUNCHES).increment(1);
+        info!(room = %self.room, launch = number, "Rocket launched.");
+        if self.publish(applied, None).await.is_ok() {
+            self.rocket.dirty = true;
+        }
+    }
+}

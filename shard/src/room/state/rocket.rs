@@ -1,0 +1,294 @@
+//! The room rocket: the coins of the gifts sent in a room are its fuel; filling a level
+//! launches it. A launch is decided here, once, with its rewards (top contributors of the
+//! level, then present members, each clipped to the per-user daily cap in this room) and kept
+//! in the durable state as pending until the room actor has paid every reward through the
+//! ledger (one idempotency key per room, launch and user); then [`RoomState::rocket_paid`]
+//! clears it and sequences `rocket.launch`. A runtime that stops in between leaves the launch
+//! pending for the room's next owner, which pays the same rewards under the same keys (paid
+//! once) and announces it once.
+//!
+//! Fuel is saved with the room's next durable write (every launch is one; a graceful stop
+//! saves too); a crashed owner loses at most the fuel since then, never a launch.
+
+use std::collections::BTreeMap;
+
+use protocol::UserId;
+use protocol::client::{RocketLaunch, RocketProgress, RocketReward};
+use serde::{Deserialize, Serialize};
+
+use super::{Applied, RoomState, Sequenced};
+
+/// Most contributors a level remembers; past it the smallest is dropped.
+const MAX_CONTRIBUTORS: usize = 1000;
+const MS_PER_DAY: u64 = 86_400_000;
+
+/// One level of the rocket: the fuel that launches it and what the launch pays.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RocketLevel {
+    /// Coins of gifts that fill the level.
+    pub fuel: i64,
+    /// Rewards to the level's top contributors, best first.
+    #[serde(default)]
+    pub top: Vec<i64>,
+    /// How many present members get `present_coins` (top contributors excluded).
+    #[serde(default)]
+    pub present: u32,
+    /// The reward of each present member.
+    #[serde(default)]
+    pub present_coins: i64,
+}
+
+impl RocketLevel {
+    /// The most a launch of this level can pay.
+    pub fn most_paid(&self) -> i64 {
+        self.top
+            .iter()
+            .sum::<i64>()
+            .saturating_add(i64::from(self.present).saturating_mul(self.present_coins))
+    }
+}
+
+/// The rocket's levels and caps, from the shard's configuration (no levels: no rocket).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RocketRules {
+    /// The levels, in order; after the last one the rocket starts again at the first.
+    pub levels: Vec<RocketLevel>,
+    /// The most rocket rewards one user gets in one room per UTC day (0: no cap).
+    pub daily_cap: i64,
+    /// `rocket.progress` goes out at most this often (ms).
+    pub progress_interval_ms: u64,
+}
+
+impl RocketRules {
+    /// Checks the levels: positive fuel, no negative reward, and no level paying more than its
+    /// fuel.
+    ///
+    /// # Errors
+    /// What is wrong, for the start-up error.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, l) in self.levels.iter().enumerate() {
+            let n = i + 1;
+            if l.fuel <= 0 {
+                return Err(format!("rocket level {n}: fuel must be positive"));
+            }
+            if l.top.iter().any(|c| *c <= 0) || l.present_coins < 0 {
+                return Err(format!("rocket level {n}: rewards must be positive"));
+            }
+            if l.present > 0 && l.present_coins == 0 {
+                return Err(format!(
+                    "rocket level {n}: present members need present_coins"
+                ));
+            }
+            if l.most_paid() > l.fuel {
+                return Err(format!(
+                    "rocket level {n}: rewards ({}) exceed the level's fuel ({})",
+                    l.most_paid(),
+                    l.fuel
+                ));
+            }
+        }
+        if self.daily_cap < 0 {
+            return Err("rocket_daily_cap must not be negative".into());
+        }
+        Ok(())
+    }
+}
+
+/// The rocket's durable state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rocket {
+    /// The level being filled (index into the rules' levels).
+    pub level: u32,
+    /// Fuel in it.
+    pub fuel: i64,
+    /// Launches so far (the next one is `launches + 1`).
+    pub launches: u64,
+    /// The UTC day (days since the epoch) the rocket's caps count for.
+    pub day: u64,
+    /// Coins each user put into the current level.
+    pub contrib: BTreeMap<UserId, i64>,
+    /// Rocket rewards each user got in this room today.
+    pub rewarded: BTreeMap<UserId, i64>,
+    /// A launch decided and not yet announced: its rewards may be paid or not.
+    pub pending: Option<Launch>,
+}
+
+impl Rocket {
+    /// Whether nothing was ever fuelled (not stored then).
+    pub fn is_idle(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A decided launch: what it pays, to whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The launch's number in the room (1, 2, …): part of every reward's ledger key.
+    pub number: u64,
+    /// The level launched (1-based).
+    pub level: u32,
+    /// The fuel the level took.
+    pub fuel: i64,
+    /// The rewards, each to a distinct user.
+    pub rewards: Vec<RocketReward>,
+}
+
+impl RoomState {
+    /// Sets the rocket's rules (none until then: no rocket).
+    pub fn set_rocket_rules(&mut self, rules: std::sync::Arc<RocketRules>) {
+        self.rocket_rules = rules;
+    }
+
+    /// Whether rooms have a rocket.
+    pub fn rocket_on(&self) -> bool {
+        !self.rocket_rules.levels.is_empty()
+    }
+
+    /// The launch waiting for its rewards, if any.
+    pub fn pending_launch(&self) -> Option<&Launch> {
+        self.durable.rocket.pending.as_ref()
+    }
+
+    /// The rocket's progress, for `rocket.progress` (None without a rocket).
+    pub fn rocket_progress(&self) -> Option<RocketProgress> {
+        let r = &self.durable.rocket;
+        let level = self.rocket_rules.levels.get(r.level as usize)?;
+        Some(RocketProgress {
+            level: r.level + 1,
+            fuel: r.fuel,
+            target: level.fuel,
+            launches: r.launches,
+        })
+    }
+
+    /// Adds `coins` of a gift from `sender` at `now` (unix ms) as fuel. Fills levels (the
+    /// excess goes to the next), and decides a launch when one fills: kept pending in the
+    /// durable state (the change is then `durable_changed`). While a launch is pending, fuel
+    /// still adds up in the next level but no other launch is decided.
+    pub fn rocket_fuel(&mut self, sender: &UserId, coins: i64, now: u64) -> Applied {
+        let mut applied = Applied::default();
+        if !self.rocket_on() || coins <= 0 {
+            return applied;
+        }
+        let day = now / MS_PER_DAY;
+        let rules = self.rocket_rules.clone();
+        let r = &mut self.durable.rocket;
+        if r.day != day {
+            // A new day: the rocket starts again at its first level, the caps afresh.
+            r.day = day;
+            r.level = 0;
+            r.fuel = 0;
+            r.contrib.clear();
+            r.rewarded.clear();
+            applied.durable_changed = true;
+        }
+        r.fuel = r.fuel.saturating_add(coins);
+        let c = r.contrib.entry(sender.clone()).or_default();
+        *c = c.saturating_add(coins);
+        if r.contrib.len() > MAX_CONTRIBUTORS
+            && let Some(least) = r
+                .contrib
+                .iter()
+                .min_by_key(|(_, c)| **c)
+                .map(|(u, _)| u.clone())
+        {
+            r.contrib.remove(&least);
+        }
+        let level_at = r.level as usize % rules.levels.len();
+        let level = &rules.levels[level_at];
+        if r.fuel < level.fuel || r.pending.is_some() {
+            return applied;
+        }
+        // Launch: rewards to the top contributors, then to present members.
+        // Robots fuel the rocket (their coins are real) but are never rewarded.
+        let mut top: Vec<(&UserId, i64)> = r
+            .contrib
+            .iter()
+            .filter(|(u, _)| !u.is_robot())
+            .map(|(u, c)| (u, *c))
+            .collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let mut rewards: Vec<RocketReward> = Vec::new();
+        for ((user, _), coins) in top.into_iter().zip(&level.top) {
+            rewards.push(RocketReward {
+                user: user.clone(),
+                coins: *coins,
+                why: "top".into(),
+            });
+        }
+        let number = r.launches + 1;
+        let mut present: Vec<&UserId> = self
+            .members
+            .keys()
+            .filter(|u| !u.is_robot() && !rewards.iter().any(|w| w.user == **u))
+            .collect();
+        // A fair, repeatable draw: ordered by a hash of the launch and the user.
+        present.sort_by_key(|u| (draw_key(&self.id, number, u), (*u).clone()));
+        for u in present.into_iter().take(level.present as usize) {
+            rewards.push(RocketReward {
+                user: u.clone(),
+                coins: level.present_coins,
+                why: "present".into(),
+            });
+        }
+        // The daily cap per user in this room.
+        if rules.daily_cap > 0 {
+            for w in &mut rewards {
+                let had = r.rewarded.get(&w.user).copied().unwrap_or(0);
+                w.coins = w.coins.min(rules.daily_cap.saturating_sub(had).max(0));
+            }
+            rewards.retain(|w| w.coins > 0);
+        }
+        for w in &rewards {
+            let had = r.rewarded.entry(w.user.clone()).or_default();
+            *had = had.saturating_add(w.coins);
+        }
+        r.pending = Some(Launch {
+            number,
+            level: level_at as u32 + 1,
+            fuel: level.fuel,
+            rewards,
+        });
+        r.launches = number;
+        r.fuel -= level.fuel;
+        r.level = ((level_at + 1) % rules.levels.len()) as u32;
+        r.contrib.clear();
+        applied.durable_changed = true;
+        applied
+    }
+
+    /// The pending launch `number` was paid: clears it and sequences `rocket.launch`. A
+    /// number that is not the pending launch's changes nothing (a late or repeated report).
+    pub fn rocket_paid(&mut self, number: u64) -> Applied {
+        let mut applied = Applied::default();
+        let r = &mut self.durable.rocket;
+        let Some(launch) = r.pending.take_if(|l| l.number == number) else {
+            return applied;
+        };
+        applied.durable_changed = true;
+        self.push(
+            &mut applied,
+            Sequenced::RocketLaunch(RocketLaunch {
+                launch: launch.number,
+                level: launch.level,
+                fuel: launch.fuel,
+                rewards: launch.rewards,
+            }),
+        );
+        applied
+    }
+}
+
+/// The order of members in a launch's draw.
+fn draw_key(room: &protocol::RoomId, launch: u64, user: &UserId) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(room.as_str().as_bytes());
+    h.update(launch.to_le_bytes());
+    h.update(user.as_str().as_bytes());
+    let d = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(first)
+}

@@ -1,0 +1,316 @@
+//! Gift combos and storm coalescing: the room numbers the orders of a streak (the same
+//! sender, gift and recipients within the combo window) and, above its gift-event budget,
+//! merges a streak's orders into one event per storm interval with exact sums.
+//!
+//! Pure like the rest of the state machine: the actor passes the time in. The streaks are not
+//! durable: a new owner starts them afresh (the events already sent keep their numbers in the
+//! resume log). Every order's coins reach exactly one event: an order is either published on
+//! its own or held in its streak's batch until the batch's event goes out
+//! ([`RoomState::flush_storm`]); the ledger books each order on its own either way.
+
+use std::collections::HashMap;
+
+use protocol::UserId;
+use protocol::client::{Combo, GiftEvent};
+use uuid::Uuid;
+
+use super::{Applied, RoomState, Sequenced};
+
+/// Most streaks a room tracks at once; a new streak past it (after dropping the ended ones) is
+/// not tracked, and its orders each count as a streak of one.
+pub(crate) const MAX_STREAKS: usize = 4096;
+
+/// The length of the gift-event budget's window.
+const BUDGET_WINDOW_MS: u64 = 1000;
+
+/// The rules of combos and storms, from the shard's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GiftRules {
+    /// Orders of one sender, gift and recipients at most this far apart form a streak (≥ 1).
+    pub combo_window_ms: u64,
+    /// Gift events a room sends per second before it merges streaks (0: never merges).
+    pub events_per_sec: u32,
+    /// A merged event goes out this long after the first order it holds.
+    pub storm_interval_ms: u64,
+}
+
+impl Default for GiftRules {
+    fn default() -> Self {
+        Self {
+            combo_window_ms: 3_000,
+            events_per_sec: 50,
+            storm_interval_ms: 500,
+        }
+    }
+}
+
+/// A settled order whose event went out (or is held): the actor closes its open record with
+/// the write that publishes the event, or owes the event when it cannot publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GiftMark {
+    /// The order id.
+    pub order: Uuid,
+    /// Whether the order is open in the fenced store (see the room actor's gifts).
+    pub open: bool,
+}
+
+/// Gift events to publish and the orders they carry.
+#[derive(Debug, Default)]
+pub struct GiftPublished {
+    /// The sequenced events.
+    pub applied: Applied,
+    /// The orders the events carry, each once.
+    pub orders: Vec<GiftMark>,
+}
+
+/// What identifies a streak: sender, gift and the recipients (sorted).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    from: UserId,
+    gift: Box<str>,
+    to: Box<[UserId]>,
+}
+
+impl Key {
+    fn of(ev: &GiftEvent) -> Self {
+        let mut to: Vec<UserId> = ev.to.clone();
+        to.sort_unstable();
+        Self {
+            from: ev.from.clone(),
+            gift: ev.gift.as_str().into(),
+            to: to.into_boxed_slice(),
+        }
+    }
+}
+
+/// One streak: its numbers so far, and the batch a storm holds back.
+#[derive(Debug)]
+struct Streak {
+    id: Uuid,
+    number: u32,
+    count: u64,
+    coins: i64,
+    last_at: u64,
+    held: Option<Held>,
+}
+
+/// Orders of one streak held back during a storm: their merged event so far.
+#[derive(Debug)]
+struct Held {
+    event: GiftEvent,
+    orders: Vec<GiftMark>,
+    flush_at: u64,
+}
+
+/// The room's streaks and its gift-event budget.
+#[derive(Debug, Default)]
+pub(crate) struct Streaks {
+    by_key: HashMap<Key, Streak>,
+    /// The streaks holding a batch (few: one per storming streak).
+    held: Vec<Key>,
+    budget: Budget,
+}
+
+/// The gift events sent in the current budget window.
+#[derive(Debug, Default)]
+struct Budget {
+    window_start: u64,
+    window_events: u32,
+}
+
+impl Budget {
+    /// Counts an event against `budget` at `now`: whether the budget still had room.
+    fn spend(&mut self, now: u64, budget: u32) -> bool {
+        if now >= self.window_start.saturating_add(BUDGET_WINDOW_MS) || now < self.window_start {
+            self.window_start = now;
+            self.window_events = 0;
+        }
+        let fits = budget == 0 || self.window_events < budget;
+        self.window_events = self.window_events.saturating_add(1);
+        fits
+    }
+}
+
+impl Streaks {
+    /// Drops the streaks that ended (holding nothing) when the room tracks too many.
+    fn make_room(&mut self, now: u64, window: u64) -> bool {
+        if self.by_key.len() < MAX_STREAKS {
+            return true;
+        }
+        self.by_key
+            .retain(|_, s| s.held.is_some() || now.saturating_sub(s.last_at) <= window);
+        self.by_key.len() < MAX_STREAKS
+    }
+}
+
+fn combo_of(s: &Streak, merged: u32) -> Combo {
+    Combo {
+        combo: s.number,
+        merged,
+        streak: s.id,
+        streak_count: s.count,
+        streak_coins: s.coins,
+    }
+}
+
+impl RoomState {
+    /// Sets the combo and storm rules (the default until then: [`GiftRules::default`]).
+    pub fn set_gift_rules(&mut self, rules: GiftRules) {
+        self.gift_rules = GiftRules {
+            combo_window_ms: rules.combo_window_ms.max(1),
+            ..rules
+        };
+    }
+
+    /// Records a settled order's `gift` event at `now` (`open`: its order is open in the
+    /// fenced store): numbers it in its streak and either publishes it, or, while the room is
+    /// over its gift-event budget, holds it in its streak's batch for [`RoomState::flush_storm`].
+    /// A lucky order is never merged (its prize is its own): it goes out at once, after the
+    /// batch its streak held. Any `combo` the event came with is replaced.
+    pub fn record_gift(&mut self, mut ev: GiftEvent, open: bool, now: u64) -> GiftPublished {
+        let rules = self.gift_rules;
+        let mark = GiftMark {
+            order: ev.order,
+            open,
+        };
+        let mut out = GiftPublished::default();
+        let mut emit: Vec<GiftEvent> = Vec::with_capacity(1);
+        let key = Key::of(&ev);
+        let streaks = &mut self.streaks;
+        let tracked =
+            streaks.by_key.contains_key(&key) || streaks.make_room(now, rules.combo_window_ms);
+        if !tracked {
+            // Too many streaks at once: a streak of one.
+            ev.combo = Some(Combo {
+                combo: 1,
+                merged: 1,
+                streak: ev.order,
+                streak_count: u64::from(ev.count),
+                streak_coins: ev.coins,
+            });
+            streaks.budget.spend(now, 0);
+            out.orders.push(mark);
+            emit.push(ev);
+        } else {
+            let s = streaks.by_key.entry(key.clone()).or_insert(Streak {
+                id: ev.order,
+                number: 0,
+                count: 0,
+                coins: 0,
+                last_at: now,
+                held: None,
+            });
+            if s.number > 0 && now.saturating_sub(s.last_at) > rules.combo_window_ms {
+                // The streak ended: its batch goes out first, and a new streak begins.
+                if let Some(h) = s.held.take() {
+                    out.orders.extend(h.orders);
+                    emit.push(h.event);
+                    streaks.held.retain(|k| *k != key);
+                }
+                *s = Streak {
+                    id: ev.order,
+                    number: 0,
+                    count: 0,
+                    coins: 0,
+                    last_at: now,
+                    held: None,
+                };
+            }
+            s.number = s.number.saturating_add(1);
+            s.count = s.count.saturating_add(u64::from(ev.count));
+            s.coins = s.coins.saturating_add(ev.coins);
+            s.last_at = now;
+            let lucky = ev.lucky_multiplier.is_some();
+            let numbers = combo_of(s, 1);
+            if let Some(h) = s.held.as_mut().filter(|_| !lucky) {
+                let e = &mut h.event;
+                e.count = e.count.saturating_add(ev.count);
+                e.coins = e.coins.saturating_add(ev.coins);
+                e.order = ev.order;
+                e.p = ev.p;
+                e.to_p = ev.to_p;
+                let merged = e.combo.as_ref().map_or(1, |c| c.merged).saturating_add(1);
+                e.combo = Some(Combo { merged, ..numbers });
+                h.orders.push(mark);
+                // Held: the budget is not spent until the batch goes out.
+            } else {
+                if let Some(h) = s.held.take() {
+                    out.orders.extend(h.orders);
+                    emit.push(h.event);
+                    streaks.held.retain(|k| *k != key);
+                }
+                ev.combo = Some(numbers);
+                let fits = streaks.budget.spend(now, rules.events_per_sec);
+                if fits || lucky {
+                    out.orders.push(mark);
+                    emit.push(ev);
+                } else {
+                    let flush_at = now.saturating_add(rules.storm_interval_ms);
+                    s.held = Some(Held {
+                        event: ev,
+                        orders: vec![mark],
+                        flush_at,
+                    });
+                    streaks.held.push(key);
+                }
+            }
+        }
+        for e in emit {
+            self.push(&mut out.applied, Sequenced::Gift(e));
+        }
+        out
+    }
+
+    /// When the first held batch is due (unix ms).
+    pub fn next_storm_flush(&self) -> Option<u64> {
+        let s = &self.streaks;
+        s.held
+            .iter()
+            .filter_map(|k| s.by_key.get(k).and_then(|st| st.held.as_ref()))
+            .map(|h| h.flush_at)
+            .min()
+    }
+
+    /// Publishes the held batches due at `now` (`all`: every one, for a runtime that stops),
+    /// each as one `gift` event with the sums of its orders.
+    pub fn flush_storm(&mut self, now: u64, all: bool) -> GiftPublished {
+        let mut out = GiftPublished::default();
+        if self.streaks.held.is_empty() {
+            return out;
+        }
+        let mut emit = Vec::new();
+        let streaks = &mut self.streaks;
+        let keys = std::mem::take(&mut streaks.held);
+        for key in keys {
+            let Some(s) = streaks.by_key.get_mut(&key) else {
+                continue;
+            };
+            match s.held.take() {
+                Some(h) if all || h.flush_at <= now => {
+                    out.orders.extend(h.orders);
+                    emit.push(h.event);
+                }
+                Some(h) => {
+                    s.held = Some(h);
+                    streaks.held.push(key);
+                }
+                None => {}
+            }
+        }
+        for e in emit {
+            self.streaks.budget.spend(now, 0);
+            self.push(&mut out.applied, Sequenced::Gift(e));
+        }
+        out
+    }
+
+    /// How many orders the room holds back in storm batches.
+    pub fn held_gifts(&self) -> usize {
+        let s = &self.streaks;
+        s.held
+            .iter()
+            .filter_map(|k| s.by_key.get(k).and_then(|st| st.held.as_ref()))
+            .map(|h| h.orders.len())
+            .sum()
+    }
+}
