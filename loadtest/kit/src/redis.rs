@@ -120,6 +120,35 @@ impl RedisServer {
         self.spawn_and_wait().await
     }
 
+    /// Restarts the server keeping its data: `SAVE` writes a snapshot, the server is killed
+    /// and a new one on the same port loads it (leases and fence counters survive, their
+    /// expiry times elapsing while the server was down).
+    ///
+    /// # Errors
+    /// When `SAVE` fails or the new server does not answer PING within [`REDIS_READY_TIMEOUT`].
+    pub async fn restart_persisted(&mut self) -> io::Result<()> {
+        let answer: [u8; 5] = ask(self.port, b"SAVE\r\n").await?;
+        if &answer != b"+OK\r\n" {
+            return Err(io::Error::other(format!(
+                "SAVE: {}",
+                String::from_utf8_lossy(&answer)
+            )));
+        }
+        self.stop();
+        let waited = self.spawn_and_wait().await;
+        let _ = std::fs::remove_file(self.dump_path());
+        waited
+    }
+
+    /// Where [`RedisServer::restart_persisted`] keeps the snapshot between the two servers.
+    fn dump_path(&self) -> PathBuf {
+        std::env::temp_dir().join(self.dump_name())
+    }
+
+    fn dump_name(&self) -> String {
+        format!("chorus-redis-{}-{}.rdb", std::process::id(), self.port)
+    }
+
     /// Kills the server without starting a new one; [`RedisServer::restart`] brings it back.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -200,6 +229,8 @@ impl RedisServer {
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            // A snapshot only when asked (`restart_persisted`), under a name of its own.
+            .args(["--dbfilename", &self.dump_name()])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -263,6 +294,13 @@ mod tests {
         assert_eq!(redis.port(), port);
         assert_ne!(redis.pid().unwrap(), old_pid);
         assert!(answers_ping(port).await);
+
+        // Without persistence a restart loses the data; `restart_persisted` keeps it.
+        assert_eq!(redis.integer(&["INCR", "k"]).await.unwrap(), 1);
+        redis.restart_persisted().await.unwrap();
+        assert_eq!(redis.integer(&["INCR", "k"]).await.unwrap(), 2);
+        redis.restart().await.unwrap();
+        assert_eq!(redis.integer(&["INCR", "k"]).await.unwrap(), 1);
 
         drop(redis);
         assert!(
