@@ -58,6 +58,8 @@ pub struct ChaosOptions {
     pub kinds: Vec<FaultKind>,
     /// Extra environment for the shards (test switches of the broken builds).
     pub shard_env: Vec<(String, String)>,
+    /// Extra environment for the first process of shard `s1` only (e.g. a crash switch).
+    pub first_shard_env: Vec<(String, String)>,
     /// Test-only: shards renew leases on traffic (the seed bug).
     pub renew_on_traffic: bool,
     /// Users join and then only listen (a quiet run: what renew-on-traffic breaks).
@@ -78,6 +80,7 @@ impl ChaosOptions {
             ttl: Duration::from_secs(2),
             kinds: FaultKind::ALL.to_vec(),
             shard_env: Vec::new(),
+            first_shard_env: Vec::new(),
             renew_on_traffic: false,
             quiet: false,
             recovery_bound: Duration::from_secs(15),
@@ -163,9 +166,16 @@ pub async fn run(o: ChaosOptions) -> anyhow::Result<Outcome> {
     std::fs::create_dir_all(&o.out)?;
     let _ = std::fs::remove_dir_all(o.out.join("nodes"));
     let _ = std::fs::remove_file(o.out.join("ledger.db"));
-    let mut c =
-        cluster::ChaosCluster::start(&o.out, 3, 2, o.ttl, o.shard_env.clone(), o.renew_on_traffic)
-            .await?;
+    let mut c = cluster::ChaosCluster::start(
+        &o.out,
+        3,
+        2,
+        o.ttl,
+        o.shard_env.clone(),
+        o.first_shard_env.clone(),
+        o.renew_on_traffic,
+    )
+    .await?;
     let rec = Recorder::create(&o.out.join("history.jsonl"))?;
     let mut start = Record::new(Kind::Phase);
     start.op = Some("start".into());

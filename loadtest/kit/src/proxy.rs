@@ -3,8 +3,10 @@
 //! time: delay, dropped connections, a blackhole and a half-open link.
 //!
 //! It stands between two real processes (a shard and Redis, a gateway and a shard), so the
-//! fault hits the real client code: its time-outs, reconnects and retries. Bytes are never
-//! reordered or altered; a fault only delays, discards or cuts.
+//! fault hits the real client code: its time-outs, reconnects and retries. Like TCP itself it
+//! never loses, reorders or alters bytes inside a connection: a blackhole holds them (the
+//! peers see silence, then either the held bytes arrive late when the link heals, or their own
+//! time-outs close the connection), and a drop closes the whole connection.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -32,11 +34,12 @@ pub enum Fault {
     None,
     /// Hold every chunk this long before forwarding it (both directions, order kept).
     Delay(Duration),
-    /// Accept connections and keep them open, but forward nothing either way (what is read is
-    /// discarded): a peer that vanished without a reset, so only time-outs notice.
+    /// Accept connections and keep them open, but forward nothing either way until healed
+    /// (the bytes wait, as in a partition where TCP retransmits): a peer that went silent
+    /// without a reset, so only time-outs notice.
     Blackhole,
-    /// Forward what the client sends, discard what the target answers: the link looks alive
-    /// to the target, and the client's requests go unanswered.
+    /// Forward what the client sends, hold what the target answers until healed: the link
+    /// looks alive to the target, and the client's requests go unanswered.
     HalfOpen,
     /// Close every connection at once and every new one as it comes (a "connection refused"
     /// that still completes the TCP handshake).
@@ -50,8 +53,8 @@ pub struct ProxyStats {
     pub accepted: AtomicU64,
     /// Bytes forwarded (both directions).
     pub forwarded: AtomicU64,
-    /// Bytes discarded by a blackhole or a half-open link.
-    pub discarded: AtomicU64,
+    /// Chunks held back by a blackhole or a half-open link (forwarded on heal).
+    pub held: AtomicU64,
 }
 
 /// A running fault proxy; its accept loop and connections end on drop.
@@ -217,11 +220,12 @@ enum Direction {
     Down,
 }
 
-/// Copies `from` to `to` chunk by chunk, applying the fault in force as each chunk arrives.
+/// Copies `from` to `to` chunk by chunk, applying the fault in force as each chunk arrives:
+/// a held chunk waits (and nothing more is read) until the fault changes.
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
-    fault: watch::Receiver<Fault>,
+    mut fault: watch::Receiver<Fault>,
     dir: Direction,
     stats: Arc<ProxyStats>,
 ) {
@@ -231,16 +235,27 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let now = *fault.borrow();
-        let discard = match now {
-            Fault::Blackhole | Fault::Refuse => true,
-            Fault::HalfOpen => dir == Direction::Down,
-            Fault::None | Fault::Delay(_) => false,
+        let mut counted = false;
+        let now = loop {
+            let now = *fault.borrow_and_update();
+            let hold = match now {
+                Fault::Blackhole => true,
+                Fault::HalfOpen => dir == Direction::Down,
+                // The connection is being closed.
+                Fault::Refuse => return,
+                Fault::None | Fault::Delay(_) => false,
+            };
+            if !hold {
+                break now;
+            }
+            if !counted {
+                stats.held.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            if fault.changed().await.is_err() {
+                return;
+            }
         };
-        if discard {
-            stats.discarded.fetch_add(n as u64, Ordering::Relaxed);
-            continue;
-        }
         if let Fault::Delay(d) = now {
             tokio::time::sleep(d).await;
         }
@@ -330,14 +345,27 @@ mod tests {
         let p = FaultProxy::start(echo().await).await.unwrap();
         let mut s = TcpStream::connect(p.addr()).await.unwrap();
         p.set_fault(Fault::Blackhole);
-        let err = round_trip(&mut s, b"lost", QUIET).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert!(p.stats().discarded.load(Ordering::Relaxed) >= 4);
+        s.write_all(b"held").await.unwrap();
+        let mut got = [0u8; 4];
+        let silent = tokio::time::timeout(QUIET, s.read_exact(&mut got)).await;
+        assert!(silent.is_err(), "a blackhole answers nothing");
+        assert!(p.stats().held.load(Ordering::Relaxed) >= 1);
         // New connections are accepted and just as silent.
         let mut s2 = TcpStream::connect(p.addr()).await.unwrap();
-        assert!(round_trip(&mut s2, b"x", QUIET).await.is_err());
+        let mut x = [0u8; 1];
+        s2.write_all(b"x").await.unwrap();
+        assert!(
+            tokio::time::timeout(QUIET, s2.read_exact(&mut x))
+                .await
+                .is_err()
+        );
         p.heal();
-        // The link works again; what was sent into the hole stays lost.
+        // The held bytes arrive late, in order, and the link works again.
+        tokio::time::timeout(WAIT, s.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"held");
         assert_eq!(round_trip(&mut s, b"back", WAIT).await.unwrap(), b"back");
     }
 
@@ -361,12 +389,21 @@ mod tests {
         let p = FaultProxy::start(target).await.unwrap();
         let mut s = TcpStream::connect(p.addr()).await.unwrap();
         p.set_fault(Fault::HalfOpen);
-        assert!(round_trip(&mut s, b"ping", QUIET).await.is_err());
+        s.write_all(b"ping").await.unwrap();
         let got = tokio::time::timeout(WAIT, rx.recv())
             .await
             .unwrap()
             .unwrap();
         assert_eq!(got, b"ping", "the request reached the target");
+        let mut answer = [0u8; 4];
+        let silent = tokio::time::timeout(QUIET, s.read_exact(&mut answer)).await;
+        assert!(silent.is_err(), "the answer is held");
+        p.heal();
+        tokio::time::timeout(WAIT, s.read_exact(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&answer, b"ping");
     }
 
     #[tokio::test]

@@ -55,6 +55,8 @@ pub struct ChaosCluster {
     pub ttl: Duration,
     /// Extra environment for shards (test switches).
     pub shard_env: Vec<(String, String)>,
+    /// Extra environment for the first process of shard `s1` only (e.g. a crash switch).
+    pub first_shard_env: Vec<(String, String)>,
     /// Test-only: shards renew leases on traffic (the seed bug).
     pub renew_on_traffic: bool,
 }
@@ -70,6 +72,7 @@ impl ChaosCluster {
         gateways: usize,
         ttl: Duration,
         shard_env: Vec<(String, String)>,
+        first_shard_env: Vec<(String, String)>,
         renew_on_traffic: bool,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir.join("nodes"))?;
@@ -85,6 +88,7 @@ impl ChaosCluster {
             admin_token: "chaos-admin".to_owned(),
             ttl,
             shard_env,
+            first_shard_env,
             renew_on_traffic,
         };
         for i in 1..=shards {
@@ -158,6 +162,9 @@ impl ChaosCluster {
         }
         let mut env = self.env();
         env.extend(self.shard_env.iter().cloned());
+        if i == 0 && s.incarnation == 0 {
+            env.extend(self.first_shard_env.iter().cloned());
+        }
         let node = Node::spawn_with_env(args, env)?;
         let (_, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
         let s = &mut self.shards[i];
@@ -221,6 +228,18 @@ impl ChaosCluster {
         }
         s.admin = None;
         s.paused = false;
+    }
+
+    /// Whether the node's process exited by itself (a test crash switch).
+    pub fn exited(&mut self, shard: bool, i: usize) -> bool {
+        let s = if shard {
+            &mut self.shards[i]
+        } else {
+            &mut self.gateways[i]
+        };
+        s.node
+            .as_mut()
+            .is_some_and(|n| matches!(n.try_status(), Ok(Some(_))))
     }
 
     /// SIGSTOPs a node.
@@ -287,6 +306,9 @@ impl ChaosCluster {
             if self.shards[i].paused {
                 self.resume(true, i);
             }
+            if self.exited(true, i) {
+                self.kill(true, i);
+            }
             if self.shards[i].node.is_none() {
                 self.start_shard(i).await?;
             }
@@ -294,6 +316,9 @@ impl ChaosCluster {
         for i in 0..self.gateways.len() {
             if self.gateways[i].paused {
                 self.resume(false, i);
+            }
+            if self.exited(false, i) {
+                self.kill(false, i);
             }
             if self.gateways[i].node.is_none() {
                 self.start_gateway(i).await?;

@@ -287,10 +287,8 @@ pub async fn run(
                 let proxy = &c.redis_proxies[s];
                 proxy.set_fault(proxy_fault(p.kind, ttl));
                 tokio::time::sleep(p.hold).await;
+                // Held bytes flow on (a healed partition), unless the peers gave up.
                 proxy.heal();
-                // What was sent into a hole is lost: the client's connections must not stay
-                // wedged on it (Redis clients reconnect on a closed connection).
-                proxy.drop_connections();
             }
             FaultKind::GatewayLinkDelay
             | FaultKind::GatewayLinkBlackhole
@@ -299,8 +297,8 @@ pub async fn run(
                 let proxy = &c.link_proxies[s];
                 proxy.set_fault(proxy_fault(p.kind, ttl));
                 tokio::time::sleep(p.hold).await;
+                // Held bytes flow on (a healed partition), unless the peers gave up.
                 proxy.heal();
-                proxy.drop_connections();
             }
         }
         note(&sh.rec, p.kind, &target, true);
