@@ -58,7 +58,8 @@ pub struct ChaosOptions {
     pub kinds: Vec<FaultKind>,
     /// Extra environment for the shards (test switches of the broken builds).
     pub shard_env: Vec<(String, String)>,
-    /// Extra environment for the first process of shard `s1` only (e.g. a crash switch).
+    /// Extra environment for the first process of each shard only (e.g. a crash switch: a
+    /// restarted shard runs without it).
     pub first_shard_env: Vec<(String, String)>,
     /// Test-only: shards renew leases on traffic (the seed bug).
     pub renew_on_traffic: bool,

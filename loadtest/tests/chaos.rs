@@ -80,24 +80,53 @@ async fn renew_on_traffic_makes_the_single_writer_checker_fail() {
     if v.violations == 0 || !v.examples.iter().any(|e| e.contains("no fault in force")) {
         fail_keeping(dir, &out, "renew-on-traffic went unnoticed");
     }
+    println!("{}", out.report());
 }
 
-/// A non-owner recovering sagas (test-only `CHORUS_TEST_NONOWNER_VOID`): shard s1 stops
-/// between a gift's debit and its settle (`CHORUS_TEST_CRASH_AFTER_DEBIT`, its first process
-/// only), and the other shards, which do not own the room, resolve the open saga with a fence
-/// they never served. Checker 5 reports it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_non_owner_recovery_makes_the_recovery_checker_fail() {
-    let dir = out_dir("nonowner");
+/// Every shard's first process stops between a gift's debit and its settle
+/// (`CHORUS_TEST_CRASH_AFTER_DEBIT`), so the owners of the rooms die with sagas open; the
+/// shards are restarted (without the switch) at the end of the faults. With
+/// `CHORUS_TEST_NONOWNER_VOID` on every shard, the shard that owns none of those rooms (up:
+/// it crashed on no gift) resolves the open sagas with fences it never served.
+async fn crash_after_debit(name: &str, nonowner_void: bool) -> (Outcome, tempfile::TempDir) {
+    let dir = out_dir(name);
     let mut o = ChaosOptions::new(3, Duration::from_secs(8), dir.path().to_owned());
-    o.rooms = 4;
+    o.rooms = 6;
     o.per_room = 2;
     o.kinds = Vec::new();
-    o.shard_env = vec![("CHORUS_TEST_NONOWNER_VOID".into(), "1".into())];
+    if nonowner_void {
+        o.shard_env = vec![("CHORUS_TEST_NONOWNER_VOID".into(), "1".into())];
+    }
     o.first_shard_env = vec![("CHORUS_TEST_CRASH_AFTER_DEBIT".into(), "1".into())];
-    let (out, dir) = chaos(o, dir).await;
+    chaos(o, dir).await
+}
+
+/// Owners killed between debit and settle: the rooms' next owners settle the open sagas, and
+/// every checker passes (the control of the test below). Ignored: it finds an open bug
+/// (RELIABILITY.md, "Found"): members at `(E, 0)` of an epoch with no event, handed off to
+/// the next runtime, resume with a resync, so the gift events that runtime publishes at its
+/// start (gifts left open by the crash) reach nobody; checker 3 reports them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open bug: a resume from (E, 0) of an empty epoch resyncs (RELIABILITY.md)"]
+async fn owners_dying_between_debit_and_settle_pass_every_checker() {
+    let (out, dir) = crash_after_debit("crash", false).await;
+    if !out.passed() {
+        fail_keeping(
+            dir,
+            &out,
+            "the recovery after a crash between debit and settle failed",
+        );
+    }
+    println!("{}", out.report());
+}
+
+/// The same with a non-owner recovering sagas: checker 5 reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_owner_recovery_makes_the_recovery_checker_fail() {
+    let (out, dir) = crash_after_debit("nonowner", true).await;
     let v = out.verdict(5).unwrap();
     if v.violations == 0 || !v.examples.iter().any(|e| e.contains("never served")) {
         fail_keeping(dir, &out, "the non-owner recovery went unnoticed");
     }
+    println!("{}", out.report());
 }

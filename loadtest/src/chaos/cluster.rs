@@ -55,7 +55,8 @@ pub struct ChaosCluster {
     pub ttl: Duration,
     /// Extra environment for shards (test switches).
     pub shard_env: Vec<(String, String)>,
-    /// Extra environment for the first process of shard `s1` only (e.g. a crash switch).
+    /// Extra environment for the first process of each shard only (e.g. a crash switch: a
+    /// restarted shard runs without it).
     pub first_shard_env: Vec<(String, String)>,
     /// Test-only: shards renew leases on traffic (the seed bug).
     pub renew_on_traffic: bool,
@@ -162,7 +163,7 @@ impl ChaosCluster {
         }
         let mut env = self.env();
         env.extend(self.shard_env.iter().cloned());
-        if i == 0 && s.incarnation == 0 {
+        if s.incarnation == 0 {
             env.extend(self.first_shard_env.iter().cloned());
         }
         let node = Node::spawn_with_env(args, env)?;
