@@ -706,3 +706,7 @@ pub fn summary(h: &[Record], w: &[Window], back: BTreeMap<String, u64>) -> Summa
     s.p99_ms_calm = p99(calm);
     s
 }
+
+#[cfg(test)]
+#[path = "check/tests.rs"]
+mod tests;
