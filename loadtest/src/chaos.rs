@@ -147,8 +147,8 @@ impl Outcome {
         for v in &self.verdicts {
             let mark = if v.violations == 0 { "PASS" } else { "FAIL" };
             s.push_str(&format!(
-                "[{mark}] {}: {} checked, {} violations\n",
-                v.name, v.checked, v.violations
+                "[{mark}] {}: {} checked, {} violations, {} excused\n",
+                v.name, v.checked, v.violations, v.excused
             ));
             for e in &v.examples {
                 s.push_str(&format!("    - {e}\n"));
@@ -285,7 +285,7 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Outcome> {
     let verdicts = vec![
         check::single_writer(&h, &audit, &inp, &w),
         check::order(&h),
-        check::acked_delivered(&h),
+        check::acked_delivered(&h, &w),
         check::gifts_once(&h, &end, &inp),
         check::recovery(&h, &audit, &end),
         check::conservation(&end, &inp),

@@ -24,7 +24,7 @@ pub enum FaultKind {
     KillGateway,
     /// SIGSTOP a shard for 1.5×TTL, then SIGCONT.
     PauseShard,
-    /// Restart Redis keeping its data (leases survive).
+    /// Restart Redis cleanly keeping its data (`SHUTDOWN SAVE`: leases survive).
     RedisRestart,
     /// Restart Redis without persistence: leases, fence counters, snapshots vanish.
     RedisWipe,
