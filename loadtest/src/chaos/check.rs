@@ -441,6 +441,9 @@ pub fn gifts_once(h: &[Record], end: &EndState, inp: &Inputs) -> Verdict {
     let by_id: HashMap<&str, &Saga> = end.sagas.iter().map(|s| (s.gift_id.as_str(), s)).collect();
     let mut order_of: HashMap<(&str, &str), &str> = HashMap::new();
     let mut last: HashMap<(&str, &str), &Record> = HashMap::new();
+    // Requests with an attempt of unknown outcome: a later refusal (e.g. `NOT_IN_ROOM` for a
+    // retry sent before the rejoin) says nothing about that attempt.
+    let mut uncertain: HashSet<(&str, &str)> = HashSet::new();
     for r in h.iter().filter(|r| r.op.as_deref() == Some("gift.send")) {
         let (Some(c), Some(req)) = (r.client.as_deref(), r.req.as_deref()) else {
             continue;
@@ -449,6 +452,9 @@ pub fn gifts_once(h: &[Record], end: &EndState, inp: &Inputs) -> Verdict {
             continue;
         }
         last.insert((c, req), r);
+        if r.kind() == Kind::Unknown {
+            uncertain.insert((c, req));
+        }
         if r.kind() != Kind::Ok {
             continue;
         }
@@ -466,8 +472,11 @@ pub fn gifts_once(h: &[Record], end: &EndState, inp: &Inputs) -> Verdict {
         }
     }
     for ((c, req), r) in &last {
-        if r.kind() == Kind::Fail && !order_of.contains_key(&(*c, *req)) {
-            // A refused gift (its last answer a definite error) was not booked.
+        if r.kind() == Kind::Fail
+            && !order_of.contains_key(&(*c, *req))
+            && !uncertain.contains(&(*c, *req))
+        {
+            // A refused gift (every answer a definite error) was not booked.
             v.checked += 1;
             let id = order_id(c, req);
             if by_id.get(id.as_str()).is_some_and(|s| s.state == "SETTLED") {

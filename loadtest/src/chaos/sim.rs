@@ -60,6 +60,9 @@ pub struct User {
     chats: u64,
     /// Users whose last chat (`fin:<user>`) this user received.
     fins: std::collections::HashSet<String>,
+    /// The room position of the last connection, carried over to the next one (a new
+    /// connection knows nothing; the resume needs it).
+    saved: Option<(u64, u64)>,
 }
 
 /// The users of `rooms` rooms × `per_room` members.
@@ -83,6 +86,7 @@ pub fn users(sh: &Shared, rooms: usize, per_room: usize, seed: u64) -> Vec<User>
                 gifts: 0,
                 chats: 0,
                 fins: std::collections::HashSet::new(),
+                saved: None,
             });
         }
     }
@@ -206,6 +210,16 @@ impl User {
 
     /// Drops the connection (keeping the tracked positions for the resume).
     fn drop_connection(&mut self) {
+        // Events the connection received and queued are part of the history too.
+        let evs = self
+            .client
+            .as_mut()
+            .map(Client::queued_events)
+            .unwrap_or_default();
+        self.record_events(evs);
+        if let Some(s) = self.client.as_ref().and_then(|c| c.since(&self.room)) {
+            self.saved = Some((s.epoch, s.seq));
+        }
         self.client = None;
         self.gw = (self.gw + 1) % self.sh.urls.len();
     }
@@ -214,7 +228,6 @@ impl User {
     /// Redis wipe), retrying while it is unavailable. Records each attempt.
     async fn rejoin(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(120);
-        let mut since = None;
         while Instant::now() < deadline {
             if !self.ensure_connected().await {
                 continue;
@@ -222,14 +235,13 @@ impl User {
             let Some(c) = self.client.as_mut() else {
                 continue;
             };
-            if since.is_none() {
-                since = c.since(&self.room).map(|s| (s.epoch, s.seq));
-            } else if let Some((e, s)) = since {
-                // A new connection knows nothing: carry the position over.
-                if c.position(&self.room).is_none() {
-                    c.set_position(&self.room, e, s);
-                }
+            // A new connection knows nothing: carry the position over.
+            if c.position(&self.room).is_none()
+                && let Some((e, s)) = self.saved
+            {
+                c.set_position(&self.room, e, s);
             }
+            let since = c.since(&self.room).map(|s| (s.epoch, s.seq));
             let id = self.next_id();
             let mut inv = Record::new(Kind::Invoke);
             inv.op = Some("room.join".into());
