@@ -290,6 +290,10 @@ pub struct ShardArgs {
     /// Link listen address (gateways connect here).
     #[arg(long, env = "CHORUS_LINK_ADDR", default_value = "127.0.0.1:7101")]
     pub link_addr: SocketAddr,
+    /// The link address announced in the ring, when gateways reach this shard at another
+    /// address than the one it binds (NAT, a proxy); default: the bound address.
+    #[arg(long, env = "CHORUS_LINK_ADVERTISE")]
+    pub link_advertise: Option<SocketAddr>,
     /// Admin HTTP listen address.
     #[arg(long, env = "CHORUS_ADMIN_ADDR", default_value = "127.0.0.1:9101")]
     pub admin_addr: SocketAddr,

@@ -230,6 +230,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
         shard.gift_rules.events_per_sec = n;
     }
     shard.test_crash_after_rocket_payout = test_switch("CHORUS_TEST_CRASH_AFTER_ROCKET_PAYOUT");
+    shard.test_nonowner_void = test_switch("CHORUS_TEST_NONOWNER_VOID");
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         shard.orphan_sweep = every;
     }
@@ -239,6 +240,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
             node_id: protocol::NodeId::from(a.node_id.as_str()),
             redis: a.redis.clone(),
             link_addr: a.link_addr,
+            link_advertise: a.link_advertise,
             admin_addr: a.admin_addr,
             shard,
             renew_on_traffic: a.test_renew_on_traffic,

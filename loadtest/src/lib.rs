@@ -14,8 +14,11 @@
 //!   (`chorus-loadtest directory`).
 //! - [`target`]: what a run measures (spawned standalone, cluster or baseline, or given URLs).
 //! - [`report`]: reports (table, JSON) and the SVG latency plot.
+//! - [`chaos`]: the chaos suite (`chorus-loadtest chaos`): faults from a seed against a real
+//!   cluster, a recorded history, and the invariant checkers.
 
 pub mod baseline;
+pub mod chaos;
 pub mod directory;
 pub mod load;
 pub mod members;

@@ -128,6 +128,11 @@ pub struct ShardConfig {
     /// the fenced history, so a test can freeze the owner between the write and the broadcast.
     /// Never set in production.
     pub test_hold_before_broadcast: Option<Duration>,
+    /// TEST ONLY (the chaos suite's broken build): the orphan sweep also recovers, and so
+    /// voids when no debit is found, the open sagas of rooms this node does NOT own, with the
+    /// room's current ledger fence. It breaks "only the owner moves a saga" on purpose, so the
+    /// chaos checkers can show they catch it. Never set in production.
+    pub test_nonowner_void: bool,
 }
 
 impl Default for ShardConfig {
@@ -166,6 +171,7 @@ impl Default for ShardConfig {
             test_crash_after_debit: false,
             test_crash_after_settle: false,
             test_hold_before_broadcast: None,
+            test_nonowner_void: false,
         }
     }
 }

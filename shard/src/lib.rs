@@ -19,6 +19,7 @@
 //! - [`rebalance`]: planned, throttled handoffs when the placement moves rooms away.
 //! - [`metrics`]: metric names.
 
+mod audit;
 pub mod config;
 mod directory;
 pub mod gifts;

@@ -32,6 +32,9 @@ pub struct ShardNodeConfig {
     pub redis: String,
     /// Link listen address (gateways connect here).
     pub link_addr: SocketAddr,
+    /// The link address announced in the ring when gateways reach this shard elsewhere than
+    /// at the bound one (NAT, a proxy); `None`: the bound address.
+    pub link_advertise: Option<SocketAddr>,
     /// The admin address this node advertises in the ring (bound by the caller).
     pub admin_addr: SocketAddr,
     /// Shard settings.
@@ -145,7 +148,7 @@ pub async fn start(
     let spec = NodeSpec {
         id: cfg.node_id.clone(),
         role: NodeRole::Shard,
-        link_addr: link_addr.to_string(),
+        link_addr: cfg.link_advertise.unwrap_or(link_addr).to_string(),
         admin_addr: cfg.admin_addr.to_string(),
     };
     // First start: weight 1. A restart keeps the weight an operator set (e.g. 0 = drained).

@@ -106,13 +106,17 @@ impl Owner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Claims `room`'s lease; a new token is above `floor` (the durable high-water mark).
-    /// The room's runtime may start only on `Acquired`.
+    /// Claims `room`'s lease; a new token is above `floor` (the durable high-water mark) and
+    /// above every fence this process held for the room or learnt from the ledger: a lease
+    /// store that lost its counters (Redis restarted without its data) must not hand this
+    /// process a fence it already ran with, or two runtimes would share one epoch. The
+    /// room's runtime may start only on `Acquired`.
     pub(crate) async fn claim(
         &self,
         room: &RoomId,
         floor: FencingToken,
     ) -> Result<Claim, StorageError> {
+        let floor = floor.max(self.floor_of(room));
         let sent = Instant::now();
         match self
             .store
@@ -121,6 +125,7 @@ impl Owner {
         {
             ClaimOutcome::Acquired { fence } => {
                 metrics::counter!(m::LEASES_ACQUIRED).increment(1);
+                self.raise_floor(room, fence);
                 let token = CancellationToken::new();
                 let valid_until = sent + self.ttl - self.margin();
                 let valid = Arc::new(AtomicU64::new(self.ms_since_base(valid_until)));
@@ -161,7 +166,18 @@ impl Owner {
         }
     }
 
-    /// Makes the next claim of `room` start above `floor` (the ledger saw a higher fence).
+    /// The floor of `room`'s next claim on this process (0 when none is known).
+    fn floor_of(&self, room: &RoomId) -> FencingToken {
+        self.floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(room)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Makes the next claim of `room` start above `floor` (a fence this process held, or a
+    /// higher one the ledger saw). One entry per room this process ever claimed.
     pub(crate) fn raise_floor(&self, room: &RoomId, floor: FencingToken) {
         let mut floors = self
             .floors

@@ -167,6 +167,7 @@ pub(crate) async fn run(
         }
     };
     metrics::gauge!(m::ROOMS_RUNNING).increment(1.0);
+    crate::audit::serve(&room, fence, inner.owner.owner_id());
     let now = Instant::now();
     let saved = loaded.as_ref().map(|(_, w)| *w);
     let mut actor = RoomActor {
@@ -225,6 +226,14 @@ pub(crate) async fn run(
     }
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
+    let why = match &stop {
+        Stop::Handoff(_) => "handoff",
+        Stop::Idle => "idle",
+        Stop::Missing => "missing",
+        Stop::LeaseLost => "lease_lost",
+        Stop::Shutdown => "shutdown",
+    };
+    crate::audit::stop(&actor.room, fence, inner.owner.owner_id(), why);
     debug!(room = %actor.room, fence, ?stop, "Room runtime stopped.");
 }
 

@@ -11,6 +11,7 @@
 //! - [`cluster`]: a whole cluster (Redis, shards, gateways) started for a test.
 //! - [`standalone`]: one standalone node process started for a test.
 //! - [`procfs`]: process CPU and RSS from `/proc`.
+//! - [`proxy`]: a TCP fault proxy (delay, drop, blackhole, half-open) between two processes.
 
 pub mod admin;
 pub mod client;
@@ -18,6 +19,7 @@ pub mod cluster;
 pub mod node;
 pub mod postgres;
 pub mod procfs;
+pub mod proxy;
 pub mod redis;
 pub mod standalone;
 

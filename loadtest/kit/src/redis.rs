@@ -120,6 +120,52 @@ impl RedisServer {
         self.spawn_and_wait().await
     }
 
+    /// Restarts the server keeping its data: `SHUTDOWN SAVE` writes a snapshot of everything
+    /// acknowledged and stops the server (a clean restart: nothing acknowledged is lost), then
+    /// a new one on the same port loads it. Leases and fence counters survive, their expiry
+    /// times elapsing while the server was down.
+    ///
+    /// # Errors
+    /// When the server does not stop within [`REDIS_READY_TIMEOUT`], or the new one does not
+    /// answer PING within it.
+    pub async fn restart_persisted(&mut self) -> io::Result<()> {
+        // No answer comes: the server closes the connection as it exits.
+        let _ = in_time(async {
+            let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).await?;
+            stream.write_all(b"SHUTDOWN SAVE\r\n").await?;
+            let mut buf = [0u8; 64];
+            let _ = stream.read(&mut buf).await;
+            Ok(())
+        })
+        .await;
+        let deadline = tokio::time::Instant::now() + REDIS_READY_TIMEOUT;
+        while let Some(c) = self.child.as_mut() {
+            if c.try_wait()?.is_some() {
+                self.child = None;
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "redis-server did not shut down",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let waited = self.spawn_and_wait().await;
+        let _ = std::fs::remove_file(self.dump_path());
+        waited
+    }
+
+    /// Where [`RedisServer::restart_persisted`] keeps the snapshot between the two servers.
+    fn dump_path(&self) -> PathBuf {
+        std::env::temp_dir().join(self.dump_name())
+    }
+
+    fn dump_name(&self) -> String {
+        format!("chorus-redis-{}-{}.rdb", std::process::id(), self.port)
+    }
+
     /// Kills the server without starting a new one; [`RedisServer::restart`] brings it back.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -200,6 +246,8 @@ impl RedisServer {
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            // A snapshot only when asked (`restart_persisted`), under a name of its own.
+            .args(["--dbfilename", &self.dump_name()])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -263,6 +311,13 @@ mod tests {
         assert_eq!(redis.port(), port);
         assert_ne!(redis.pid().unwrap(), old_pid);
         assert!(answers_ping(port).await);
+
+        // Without persistence a restart loses the data; `restart_persisted` keeps it.
+        assert_eq!(redis.integer(&["INCR", "k"]).await.unwrap(), 1);
+        redis.restart_persisted().await.unwrap();
+        assert_eq!(redis.integer(&["INCR", "k"]).await.unwrap(), 2);
+        redis.restart().await.unwrap();
+        assert_eq!(redis.integer(&["INCR", "k"]).await.unwrap(), 1);
 
         drop(redis);
         assert!(

@@ -9,6 +9,7 @@
 //! chorus-loadtest member-list --spawn standalone --members 5000
 //! chorus-loadtest robots --rooms 10000 --duration 30 --pin --json robots.json
 //! chorus-loadtest directory --sizes 100,100000 --calls 500 --json directory.json
+//! chorus-loadtest chaos --seed 1 --duration 60 --out /tmp/chaos-1
 //! chorus-loadtest baseline-server --addr 127.0.0.1:7000
 //! ```
 //!
@@ -160,6 +161,15 @@ enum Cmd {
     /// `room.list` latency at 100 and 100,000 directory entries (redis-server, one shard, one
     /// gateway); exits non-zero unless listing stays flat (see `loadtest::directory`).
     Directory(loadtest::directory::Options),
+    /// The chaos suite: a real cluster under a seeded fault schedule, a recorded history and
+    /// the invariant checkers (RELIABILITY.md); exits non-zero on any violation.
+    Chaos(loadtest::chaos::cli::ChaosArgs),
+    /// Checks a chaos run's directory again (history, node logs, ledger).
+    ChaosCheck {
+        /// The run's directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Runs the minimal room-broadcast baseline server.
     BaselineServer {
         /// Listen address.
@@ -783,6 +793,13 @@ fn main() -> anyhow::Result<()> {
                 common,
             } => run_scenario(Scenario::Reconnect { rooms, members }, common).await,
             Cmd::Robots(a) => run_robots(a).await,
+            Cmd::Chaos(a) => {
+                let out = loadtest::chaos::run(a.options()?).await?;
+                loadtest::chaos::cli::finish(&out)
+            }
+            Cmd::ChaosCheck { out } => {
+                loadtest::chaos::cli::finish(&loadtest::chaos::check_dir(&out)?)
+            }
             Cmd::MemberList {
                 members,
                 samples,

@@ -31,6 +31,7 @@ use crate::Inner;
 use crate::gifts::GiftKind;
 use crate::metrics as m;
 
+mod nonowner;
 mod opener;
 mod saga;
 pub(crate) use opener::Opener;
@@ -781,6 +782,7 @@ impl RoomActor {
                                 Ok(RecoveryOutcome::Settled) => {
                                     metrics::counter!(m::SAGAS_RECOVERED, "outcome" => "settled").increment(1);
                                     info!(%room, order = %rec.order.gift_id, "Recovered a debited gift: settled.");
+                                    crate::audit::recover(&room, rec.order.gift_id, fence, inner.owner.owner_id(), "settled");
                                     let gift_id = rec.order.gift_id;
                                     let sent = match weak.upgrade() {
                                         Some(tx) => tx.send(RoomMsg::GiftRecovered(Box::new(rec.order))).await.is_ok(),
@@ -793,6 +795,7 @@ impl RoomActor {
                                 Ok(RecoveryOutcome::Voided) => {
                                     metrics::counter!(m::SAGAS_RECOVERED, "outcome" => "voided").increment(1);
                                     info!(%room, order = %rec.order.gift_id, "Recovered a never-debited gift: voided.");
+                                    crate::audit::recover(&room, rec.order.gift_id, fence, inner.owner.owner_id(), "voided");
                                 }
                                 Ok(RecoveryOutcome::AlreadyTerminal(_) | RecoveryOutcome::Missing) => {}
                                 Ok(RecoveryOutcome::Released) => clean = false,
@@ -878,6 +881,9 @@ pub(crate) async fn sweep_orphans(inner: Arc<Inner>) {
         tokio::select! {
             () = inner.shutdown.cancelled() => return,
             () = tokio::time::sleep(inner.config.orphan_sweep) => {}
+        }
+        if inner.config.test_nonowner_void {
+            nonowner::recovery(&inner, &ledger).await;
         }
         match ledger.rooms_with_open_sagas(RECOVERY_MIN_AGE_MS).await {
             Ok(rooms) => {

@@ -107,6 +107,23 @@ impl EventLog {
                     .collect(),
             );
         }
+        // The client joined a runtime that published nothing (`(E, 0)`, E older than the
+        // room's epoch), and the log still holds an event of an epoch before E: had epoch E
+        // published anything, it would be retained (the log drops the oldest first, and a new
+        // owner seeds it from the fenced history). What the client missed is every later event.
+        if since.seq == 0
+            && since.epoch < epoch
+            && !self.entries.iter().any(|e| e.epoch == since.epoch)
+            && self.entries.iter().any(|e| e.epoch < since.epoch)
+        {
+            return Resume::Replay(
+                self.entries
+                    .iter()
+                    .filter(|e| e.epoch > since.epoch)
+                    .map(|e| e.frame.clone())
+                    .collect(),
+            );
+        }
         Resume::Resync
     }
 }
@@ -172,6 +189,24 @@ mod tests {
         assert_eq!(r, Resume::Replay(vec![frame(7, 1), frame(7, 2)]));
         // A client that saw an old event the history never got: resync, never a silent gap.
         assert_eq!(log.resume(since(3, 6), 7, 2, now), Resume::Resync);
+    }
+
+    #[test]
+    fn resumes_from_an_epoch_that_published_nothing() {
+        let (mut log, now) = log_with(3, 4, 100);
+        for s in 1..=2 {
+            log.push(7, s, frame(7, s), now);
+        }
+        // Epoch 5 ran between 3 and 7 and published nothing: its members missed 7's events.
+        let r = log.resume(since(5, 0), 7, 2, now);
+        assert_eq!(r, Resume::Replay(vec![frame(7, 1), frame(7, 2)]));
+        // Nothing before epoch 5 retained: epoch 5's events may have been dropped. Resync.
+        let (mut log, now) = log_with(7, 2, 100);
+        assert_eq!(log.resume(since(5, 0), 7, 2, now), Resume::Resync);
+        // A later epoch than the room's, or one that did publish: the other rules.
+        let (mut log, now) = log_with(3, 4, 100);
+        assert_eq!(log.resume(since(9, 0), 3, 4, now), Resume::Resync);
+        assert_ne!(log.resume(since(3, 0), 3, 4, now), Resume::Resync);
     }
 
     #[test]
