@@ -35,6 +35,7 @@ mod money;
 mod robots;
 mod rtc;
 mod users;
+mod wallet;
 
 pub(crate) use health::Readiness;
 
@@ -265,6 +266,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             Some(core) => money::grant(&core.money, user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
+        (&Method::GET, ["wallets", user, "history"]) if is_valid_id(user) => match &admin.core {
+            Some(core) => wallet::history(&core.money, user, uri_query).await,
+            None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+        },
         (&Method::GET, ["wallets", user]) if is_valid_id(user) => match &admin.core {
             Some(core) => money::wallet(&core.money, user).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
@@ -312,6 +317,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["local"]) => "local_get",
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
         (&Method::GET, ["wallets", _]) => "wallet_get",
+        (&Method::GET, ["wallets", _, "history"]) => "wallet_history",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
         (_, ["robots", rest @ ..]) => robots::verb_of(method, rest),
         (_, ["users", rest @ ..]) => users::verb_of(method, rest),

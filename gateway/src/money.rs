@@ -120,6 +120,7 @@ impl Money {
                 )
                 .await
             }
+            Op::Wallet(op) => crate::wallet::answer(ledger, user, id, op).await,
             _ => client::encode_err(Some(id), ErrorCode::Internal, "internal error"),
         }
     }

@@ -385,7 +385,7 @@ impl Session {
         }
         match req.op {
             Op::Ping => self.reply_ok(id, &Pong { t: unix_ms() }),
-            Op::WalletBalance(_) | Op::GiftList(_) | Op::RankGet(_) => {
+            Op::WalletBalance(_) | Op::Wallet(_) | Op::GiftList(_) | Op::RankGet(_) => {
                 self.core
                     .money_request(self.session, &self.who.user, id, req.op);
             }

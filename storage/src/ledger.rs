@@ -28,6 +28,8 @@
 //! - `ids`, `calendar`, `order`, `outcome`, `report`: the contract's types and pure functions
 //!   (gift ids, UTC days and weeks, the gift order and its arithmetic, what each call answers,
 //!   leaderboards and totals), all re-exported here.
+//! - `movement`: a user's statement (the movement written with every booking).
+//! - `transfer`: coin sellers' transfers.
 //! - [`decision`]: the pure decision tables (claim outcome, recovery action).
 //! - [`saga`]: the engine-independent saga driver and owner-only recovery.
 //! - [`sqlite`]: the embedded engine (one group-committing writer thread).
@@ -38,6 +40,7 @@
 mod calendar;
 pub mod decision;
 mod ids;
+mod movement;
 mod order;
 mod outcome;
 pub mod postgres;
@@ -45,6 +48,7 @@ mod report;
 pub mod saga;
 pub mod scylla;
 pub mod sqlite;
+mod transfer;
 
 use std::path::Path;
 
@@ -56,6 +60,10 @@ pub use self::ids::{
     GIFT_ID_NAMESPACE, GRANT_ID_NAMESPACE, GiftIds, LUCKY_ID_NAMESPACE, gift_id, gift_ids,
     grant_entry_id, legacy_gift_id, lucky_entry_id,
 };
+pub use self::movement::{
+    Account, DEFAULT_HISTORY_LIMIT, HistoryPage, HistoryQuery, MAX_HISTORY_LIMIT, Movement,
+    MovementKind, NewMovement,
+};
 pub use self::order::{BASIS_POINTS_PER_WHOLE, GiftOrder, LuckyPrize, OrderError};
 pub use self::outcome::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOutcome, GiftResult, GrantOutcome,
@@ -65,6 +73,7 @@ pub use self::postgres::PostgresLedger;
 pub use self::report::{Board, Period, Totals};
 pub use self::scylla::ScyllaLedger;
 pub use self::sqlite::SqliteLedger;
+pub use self::transfer::{TRANSFER_ID_NAMESPACE, TransferOrder, TransferOutcome, transfer_id};
 use crate::{Result, StorageError};
 
 /// The ledger: a cheap-to-clone handle on one engine.
@@ -364,6 +373,42 @@ impl Ledger {
     ) -> Result<Vec<(UserId, i64)>> {
         let today = day_of(now_ms());
         dispatch!(self.leaderboard(room, board, period.first_day(today), limit))
+    }
+
+    /// One page of the user's statement, newest first, from just after
+    /// `query.cursor` (an opaque position, not an offset: a page costs the same however many
+    /// movements the user has, and movements booked meanwhile never shift it).
+    ///
+    /// # Errors
+    /// `Invalid` for a cursor this engine did not make; engine errors.
+    pub async fn history(&self, user: &UserId, query: &HistoryQuery) -> Result<HistoryPage> {
+        dispatch!(self.history(user, query))
+    }
+
+    /// Marks (`true`) or unmarks a user as a coin seller.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn set_seller(&self, user: &UserId, seller: bool) -> Result<()> {
+        dispatch!(self.set_seller(user, seller))
+    }
+
+    /// Whether the user is a coin seller.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn is_seller(&self, user: &UserId) -> Result<bool> {
+        dispatch!(self.is_seller(user))
+    }
+
+    /// Moves coins from a seller to a user: both sides and both statement lines in one
+    /// booking, idempotent by `(from, req_id)`, never overdrawing the seller.
+    ///
+    /// # Errors
+    /// `Invalid` for a bad order; engine errors (retry with the same order).
+    pub async fn transfer(&self, order: &TransferOrder) -> Result<TransferOutcome> {
+        order.checked()?;
+        dispatch!(self.transfer(order))
     }
 
     /// Ledger-wide sums (a full scan on Scylla: for tests and audits, not the hot path).

@@ -112,6 +112,8 @@ pub enum EntryKind {
     Void,
     /// A lucky prize credit.
     Lucky,
+    /// One side of a seller's transfer (Scylla: the key is the transfer id in both wallets).
+    Transfer,
 }
 
 impl EntryKind {
@@ -122,6 +124,7 @@ impl EntryKind {
             Self::Debit => "DEBIT",
             Self::Void => "VOID",
             Self::Lucky => "LUCKY",
+            Self::Transfer => "TRANSFER",
         }
     }
 
@@ -135,6 +138,7 @@ impl EntryKind {
             "DEBIT" => Ok(Self::Debit),
             "VOID" => Ok(Self::Void),
             "LUCKY" => Ok(Self::Lucky),
+            "TRANSFER" => Ok(Self::Transfer),
             other => Err(StorageError::corrupt_msg(format!(
                 "unknown entry kind {other:?}"
             ))),

@@ -28,8 +28,10 @@
 //! path and `schema` the tables.
 
 mod hot;
+mod movements;
 mod saga;
 mod schema;
+mod transfer;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -25,8 +25,10 @@
 //! `listings` (room indexes, leaderboards, audit totals).
 
 mod listings;
+mod movements;
 mod saga;
 mod schema;
+mod transfer;
 mod wallet;
 
 use std::sync::Arc;
@@ -129,7 +131,11 @@ impl ScyllaLedger {
             .await
             .map_err(unavailable)?;
         let rf = REPLICATION_FACTOR.min(nodes.len());
-        for ddl in schema::schema(keyspace, rf) {
+        for ddl in schema::schema(keyspace, rf)
+            .into_iter()
+            .chain(movements::schema(keyspace))
+            .chain(transfer::schema(keyspace))
+        {
             session.query_unpaged(ddl, ()).await.map_err(backend)?;
         }
         session.await_schema_agreement().await.map_err(backend)?;

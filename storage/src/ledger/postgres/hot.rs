@@ -5,7 +5,7 @@
 //!    sender's account (created if missing, and locked) and the
 //!    sender's debit (`coins >= total`, or no row).
 //! 2. For a debit: the sender's DEBIT entry, the recipients' earnings, the leaderboards, the
-//!    settlement, the prize, and the saga marked SETTLED.
+//!    settlement, the prize, the movements, and the saga marked SETTLED.
 //! 3. The commit.
 //!
 //! Everything in round trip 1 is decided only once it is answered: a refused fence or a gift
@@ -15,9 +15,11 @@
 
 use deadpool_postgres::Transaction;
 
+use super::super::movement::{gift_effects, gift_sent};
 use super::super::{
     EntryKind, GiftOrder, GiftOutcome, SagaState, VoidReason, day_of, lucky_entry_id, now_ms,
 };
+use super::movements::{self, Columns};
 use super::saga::{
     SQL_CREDIT, SQL_RANKS, coins, col, insert_entry, mark_by_id, rank_rows, sorted_recipients,
 };
@@ -127,14 +129,27 @@ async fn settle_new(
     after_debit: i64,
     settled: i64,
 ) -> TxResult<()> {
-    let (s_entry, s_credit, s_ranks, s_settlement, s_prize, s_settled) = tokio::try_join!(
+    let (s_entry, s_credit, s_ranks, s_settlement, s_prize, s_settled, s_moves) = tokio::try_join!(
         tx.prepare_cached(SQL_ENTRY),
         tx.prepare_cached(SQL_CREDIT),
         tx.prepare_cached(SQL_RANKS),
         tx.prepare_cached(SQL_SETTLEMENT),
         tx.prepare_cached(SQL_PRIZE),
         tx.prepare_cached(SQL_SETTLED),
+        tx.prepare_cached(movements::SQL_INSERT),
     )?;
+    let mut lines = vec![gift_sent(o, after_debit)];
+    lines.extend(gift_effects(o, settled));
+    let m = Columns::of(&lines);
+    let p_moves: &Params<'_> = &[
+        &m.users,
+        &m.kinds,
+        &m.amounts,
+        &m.after,
+        &m.counterparties,
+        &m.keys,
+        &m.at,
+    ];
     let (room, sender, total, prize, now) = (
         o.room.as_str(),
         o.sender.as_str(),
@@ -161,7 +176,7 @@ async fn settle_new(
     let p_prize: &Params<'_> = &[&sender, &prize];
     let p_lucky: &Params<'_> = &[&sender, &lucky_id, &lucky, &prize, &settled_after, &now];
     let p_settled: &Params<'_> = &[&o.gift_id, &settled, &now];
-    let (entry, credit, ranks, settlement, paid, prize_entry, marked) = tokio::join!(
+    let (entry, credit, ranks, settlement, paid, prize_entry, marked, moves) = tokio::join!(
         tx.execute(&s_entry, p_entry),
         tx.execute(&s_credit, p_credit),
         tx.execute(&s_ranks, p_ranks),
@@ -181,8 +196,10 @@ async fn settle_new(
             }
         },
         tx.execute(&s_settled, p_settled),
+        tx.execute(&s_moves, p_moves),
     );
     entry?;
+    moves?;
     credit?;
     ranks?;
     settlement?;

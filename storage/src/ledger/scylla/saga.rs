@@ -5,6 +5,7 @@ use ::scylla::value::CqlTimestamp;
 use protocol::RoomId;
 use uuid::Uuid;
 
+use super::super::movement::{gift_effects, gift_sent};
 use super::super::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOrder, SagaRecord, SagaState,
     SettleOutcome, VoidOutcome, VoidReason, day_of, lucky_entry_id,
@@ -343,6 +344,11 @@ impl ScyllaLedger {
                 }
             }
         }
+        // The statement lines, stamped with the order's time: a rewrite is identical.
+        let debited = rec.balance_after.unwrap_or(0);
+        let mut lines = vec![gift_sent(o, debited)];
+        lines.extend(gift_effects(o, balance));
+        self.write_movements(&lines).await?;
         // Last, the saga moves to SETTLED.
         let moved = self
             .saga_move(

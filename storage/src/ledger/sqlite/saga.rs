@@ -3,10 +3,12 @@
 
 use rusqlite::params;
 
+use super::super::movement::{gift_effects, gift_sent};
 use super::super::{
     BeginOutcome, DebitOutcome, GiftOrder, GiftOutcome, GiftResult, SagaState, SettleOutcome,
     VoidOutcome, VoidReason, day_of, now_ms,
 };
+use super::movements::insert_movements;
 use super::rows::{add_coins, ensure_fence, load_saga, mark, tx_coins, tx_set_coins};
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS};
 use super::tx::{LUCKY_PAID, PLATFORM_REVENUE, SQL_CREDIT_NEW, SQL_RANK_NEW, Tx, hot};
@@ -79,6 +81,7 @@ pub(super) fn tx_send_new(
         return Ok(None);
     }
     tx_set_coins(c, sender, debited)?;
+    insert_movements(c, &[gift_sent(order, debited)])?;
     let after = apply_effects(c, order, Some(debited))?;
     if after != settled {
         // The row above says `settled`: fail the job, so that none of it is kept.
@@ -168,6 +171,7 @@ pub(super) fn tx_debit(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<
         return Ok(DebitOutcome::InsufficientFunds { balance });
     }
     let after = tx_set_coins(c, sender, balance - total)?;
+    insert_movements(c, &[gift_sent(order, after)])?;
     mark(
         c,
         order.gift_id,
@@ -245,16 +249,19 @@ pub(super) fn apply_effects(
     }
     c.add_house(PLATFORM_REVENUE, o.platform_share())?;
     let prize = o.prize();
-    if prize > 0 {
+    let after = if prize > 0 {
         // Credited once: the saga moves to SETTLED in this same transaction.
         let after = add_coins(c, o.sender.as_str(), prize)?;
         c.add_house(LUCKY_PAID, prize)?;
-        return Ok(after);
-    }
-    match known_balance {
-        Some(b) => Ok(b),
-        None => tx_coins(c, o.sender.as_str()),
-    }
+        after
+    } else {
+        match known_balance {
+            Some(b) => b,
+            None => tx_coins(c, o.sender.as_str())?,
+        }
+    };
+    insert_movements(c, &gift_effects(o, after))?;
+    Ok(after)
 }
 
 pub(super) fn tx_void(

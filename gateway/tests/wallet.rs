@@ -1,0 +1,117 @@
+//! Wallet operations end to end on a standalone server: statements (`wallet.history` and
+//! `GET /admin/wallets/{user}/history`).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::Duration;
+
+use gateway::GatewayConfig;
+use protocol::{ErrorCode, RoomId};
+use serde_json::{Value, json};
+use shard::ShardConfig;
+
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
+
+const SECRET: &[u8] = b"wallet-test-secret";
+const ADMIN: &str = "wallet-admin";
+
+async fn start() -> Server {
+    let gateway = GatewayConfig {
+        rate_per_sec: 10_000,
+        rate_burst: 10_000,
+        drain_window: Duration::from_millis(100),
+        ..GatewayConfig::default()
+    };
+    Server::launch(SECRET, ADMIN, gateway, ShardConfig::default()).await
+}
+
+async fn grant(s: &Server, user: &str, amount: i64, key: &str) {
+    let r = kit::admin::grant(s.admin, Some(ADMIN), user, amount, key)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+async fn admin_get(s: &Server, path: &str) -> (u16, Value) {
+    let r = kit::admin::call(s.admin, "GET", path, Some(ADMIN), None)
+        .await
+        .unwrap();
+    let status = r.status;
+    (status, r.json())
+}
+
+#[tokio::test]
+async fn a_user_pages_their_statement_and_an_operator_reads_anyones() {
+    let s = start().await;
+    for i in 0..5 {
+        grant(&s, "alice", 100, &format!("k{i}")).await;
+    }
+    let mut a = s.connect("alice").await;
+    let room = RoomId::from("statement");
+    a.join(&room, false, None).await.unwrap();
+    let mut b = s.connect("bob").await;
+    b.join(&room, false, None).await.unwrap();
+    let gift = json!({"room": room, "req_id": "g1", "gift": "rose", "count": 1, "to": ["bob"]});
+    a.request("gift.send", gift).await.unwrap();
+
+    let first = a
+        .request("wallet.history", json!({"limit": 4}))
+        .await
+        .unwrap();
+    let m = first["movements"].as_array().unwrap();
+    assert_eq!(m.len(), 4);
+    assert_eq!(m[0]["kind"], "gift_sent");
+    assert_eq!(m[0]["account"], "coins");
+    assert_eq!(m[0]["amount"], -10);
+    assert_eq!(m[0]["balance_after"], 490);
+    assert_eq!(m[0]["counterparty"], "bob");
+    assert_eq!(m[1]["kind"], "grant");
+    assert_eq!(m[1]["key"], "k4");
+    let next = first["next"].as_str().unwrap();
+    let second = a
+        .request("wallet.history", json!({"cursor": next, "limit": 4}))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = second["movements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["k1", "k0"]);
+    assert!(second.get("next").is_none(), "{second}");
+    let grants = a
+        .request("wallet.history", json!({"kind": "gift_sent"}))
+        .await
+        .unwrap();
+    assert_eq!(grants["movements"].as_array().unwrap().len(), 1);
+
+    // Bad arguments are refused with a code, and the connection stays usable.
+    for bad in [json!({"kind": "bogus"}), json!({"cursor": "nope"})] {
+        let e = a.request("wallet.history", bad).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::BadRequest));
+    }
+
+    // The operator's view of bob: the gift received, on the earnings balance.
+    let (status, bob) = admin_get(&s, "/admin/wallets/bob/history").await;
+    assert_eq!(status, 200, "{bob}");
+    let m = bob["movements"].as_array().unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0]["kind"], "gift_received");
+    assert_eq!(m[0]["account"], "earnings");
+    assert_eq!(m[0]["counterparty"], "alice");
+    let (status, page) = admin_get(&s, "/admin/wallets/alice/history?limit=2&kind=grant").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["movements"].as_array().unwrap().len(), 2);
+    let (status, _) = admin_get(&s, "/admin/wallets/alice/history?kind=nope").await;
+    assert_eq!(status, 400);
+    let refused = kit::admin::call(s.admin, "GET", "/admin/wallets/bob/history", None, None)
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 401);
+    s.stop().await;
+}
