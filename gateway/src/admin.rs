@@ -266,6 +266,13 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             Some(core) => money::grant(&core.money, user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
+        (&Method::PUT | &Method::DELETE | &Method::GET, ["sellers", user]) if is_valid_id(user) => {
+            match &admin.core {
+                Some(core) if method == Method::GET => wallet::seller(&core.money, user).await,
+                Some(core) => wallet::set_seller(&core.money, user, method == Method::PUT).await,
+                None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+            }
+        }
         (&Method::GET, ["wallets", user, "history"]) if is_valid_id(user) => match &admin.core {
             Some(core) => wallet::history(&core.money, user, uri_query).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
@@ -318,6 +325,9 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
         (&Method::GET, ["wallets", _]) => "wallet_get",
         (&Method::GET, ["wallets", _, "history"]) => "wallet_history",
+        (&Method::PUT, ["sellers", _]) => "seller_set",
+        (&Method::DELETE, ["sellers", _]) => "seller_unset",
+        (&Method::GET, ["sellers", _]) => "seller_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
         (_, ["robots", rest @ ..]) => robots::verb_of(method, rest),
         (_, ["users", rest @ ..]) => users::verb_of(method, rest),

@@ -198,6 +198,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             ledger: open_ledger(cfg.ledger.as_ref()).await?,
             catalog: cfg.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
+            transfer_daily_limit: cfg.gateway.transfer_daily_limit,
             rooms: Some(SnapshotStore::redis(&redis)),
         },
         crate::social::Social::cluster(cfg.node_id.clone(), &redis),

@@ -125,6 +125,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             ledger: Some(ledger),
             catalog: cfg.shard.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
+            transfer_daily_limit: cfg.gateway.transfer_daily_limit,
             rooms: Some(snapshots.clone()),
         },
         crate::social::Social::standalone(node.clone(), im),

@@ -1,11 +1,20 @@
-//! The wallet operations at the gateway (`wallet.history`), answered from the ledger for the
-//! caller's own wallet; the admin API reads any user's through the same calls.
+//! The wallet operations at the gateway (`wallet.history`, `wallet.transfer`), answered from
+//! the ledger for the caller's own wallet; the admin API reads any user's through the same
+//! calls.
 
 use bytes::Bytes;
-use protocol::client::{self, MovementEntry, WalletHistory, WalletHistoryPage, WalletOp};
+use protocol::client::{
+    self, MovementEntry, Transferred, WalletHistory, WalletHistoryPage, WalletOp, WalletTransfer,
+    is_valid_req_id,
+};
+use protocol::ids::is_valid_id;
 use protocol::{ErrorCode, UserId};
 use storage::StorageError;
-use storage::ledger::{HistoryPage, HistoryQuery, Ledger, MovementKind};
+use storage::ledger::{
+    HistoryPage, HistoryQuery, Ledger, MovementKind, TransferOrder, TransferOutcome, day_of, now_ms,
+};
+
+use crate::money::MAX_GRANT_COINS;
 use tracing::warn;
 
 /// A statement query from the wire's arguments.
@@ -46,9 +55,16 @@ pub(crate) fn page_of(page: HistoryPage) -> WalletHistoryPage {
     }
 }
 
-/// Answers a wallet op of `user`.
-pub(crate) async fn answer(ledger: &Ledger, user: &UserId, id: u64, op: WalletOp) -> Bytes {
+/// Answers a wallet op of `user` (`daily_limit`: a seller's transfers per UTC day).
+pub(crate) async fn answer(
+    ledger: &Ledger,
+    daily_limit: i64,
+    user: &UserId,
+    id: u64,
+    op: WalletOp,
+) -> Bytes {
     match op {
+        WalletOp::Transfer(t) => transfer(ledger, daily_limit, user, id, &t).await,
         WalletOp::History(h) => {
             let query = match history_query(&h) {
                 Ok(q) => q,
@@ -68,6 +84,63 @@ pub(crate) async fn answer(ledger: &Ledger, user: &UserId, id: u64, op: WalletOp
                     )
                 }
             }
+        }
+    }
+}
+
+/// `wallet.transfer`: the arguments checked, then one ledger booking.
+async fn transfer(
+    ledger: &Ledger,
+    daily_limit: i64,
+    user: &UserId,
+    id: u64,
+    t: &WalletTransfer,
+) -> Bytes {
+    let bad = |msg: &str| client::encode_err(Some(id), ErrorCode::BadRequest, msg);
+    if !is_valid_id(t.to.as_str()) || t.to == *user {
+        return bad("to: another user's id");
+    }
+    if t.amount <= 0 || t.amount > MAX_GRANT_COINS {
+        return bad("amount: 1..=10^12 coins");
+    }
+    if !is_valid_req_id(&t.req_id) {
+        return bad("req_id: 1..=128 bytes of printable ASCII (0x21..=0x7E)");
+    }
+    let order = TransferOrder {
+        from: user.clone(),
+        to: t.to.clone(),
+        amount: t.amount,
+        req_id: t.req_id.clone(),
+        daily_limit,
+        day: day_of(now_ms()),
+    };
+    let refused = |code, msg: &str| client::encode_err(Some(id), code, msg);
+    match ledger.transfer(&order).await {
+        Ok(TransferOutcome::Done { balance, applied }) => {
+            client::encode_ok(id, &Transferred { balance, applied })
+        }
+        Ok(TransferOutcome::NotSeller) => {
+            refused(ErrorCode::NotASeller, "only coin sellers may transfer")
+        }
+        Ok(TransferOutcome::InsufficientFunds { balance }) => refused(
+            ErrorCode::InsufficientFunds,
+            &format!("your balance is {balance} coins"),
+        ),
+        Ok(TransferOutcome::DailyLimit { remaining }) => refused(
+            ErrorCode::QuotaExceeded,
+            &format!("daily transfer limit: {remaining} coins left today (UTC)"),
+        ),
+        Ok(TransferOutcome::KeyReused) => refused(
+            ErrorCode::IdempotencyConflict,
+            "req_id already used for another transfer",
+        ),
+        Err(StorageError::Invalid { .. }) => bad("not a valid transfer"),
+        Err(e) => {
+            warn!(error = %e, "Transfer failed.");
+            refused(
+                ErrorCode::Unavailable,
+                "ledger unavailable; retry with the same req_id",
+            )
         }
     }
 }

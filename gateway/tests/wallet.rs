@@ -1,5 +1,6 @@
 //! Wallet operations end to end on a standalone server: statements (`wallet.history` and
-//! `GET /admin/wallets/{user}/history`).
+//! `GET /admin/wallets/{user}/history`) and coin sellers (`wallet.transfer`,
+//! `/admin/sellers/{user}`).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -24,6 +25,7 @@ async fn start() -> Server {
         rate_per_sec: 10_000,
         rate_burst: 10_000,
         drain_window: Duration::from_millis(100),
+        transfer_daily_limit: 300,
         ..GatewayConfig::default()
     };
     Server::launch(SECRET, ADMIN, gateway, ShardConfig::default()).await
@@ -113,5 +115,93 @@ async fn a_user_pages_their_statement_and_an_operator_reads_anyones() {
         .await
         .unwrap();
     assert_eq!(refused.status, 401);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn only_marked_sellers_transfer_once_per_request_within_the_daily_limit() {
+    let s = start().await;
+    grant(&s, "seller", 1_000, "stock").await;
+    let mut seller = s.connect("seller").await;
+    let t = |to: &str, amount: i64, req: &str| json!({"to": to, "amount": amount, "req_id": req});
+    // A regular user: a clear code, nothing moves.
+    let e = seller
+        .request("wallet.transfer", t("buyer", 100, "t1"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotASeller));
+    let marked = kit::admin::call(s.admin, "PUT", "/admin/sellers/seller", Some(ADMIN), None)
+        .await
+        .unwrap();
+    assert_eq!(marked.status, 200, "{}", marked.body);
+    assert_eq!(
+        admin_get(&s, "/admin/sellers/seller").await.1["seller"],
+        true
+    );
+    assert_eq!(
+        admin_get(&s, "/admin/sellers/buyer").await.1["seller"],
+        false
+    );
+    let ok = seller
+        .request("wallet.transfer", t("buyer", 100, "t1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (ok["balance"].as_i64(), ok["applied"].as_bool()),
+        (Some(900), Some(true))
+    );
+    // The same req_id again: the first answer, nothing more moves.
+    let again = seller
+        .request("wallet.transfer", t("buyer", 100, "t1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again["balance"].as_i64(), again["applied"].as_bool()),
+        (Some(900), Some(false))
+    );
+    let reused = seller
+        .request("wallet.transfer", t("buyer", 5, "t1"))
+        .await
+        .unwrap_err();
+    assert_eq!(reused.code(), Some(ErrorCode::IdempotencyConflict));
+    // The daily limit (300 in this server's config): 100 used.
+    let over = seller
+        .request("wallet.transfer", t("buyer", 201, "t2"))
+        .await
+        .unwrap_err();
+    assert_eq!(over.code(), Some(ErrorCode::QuotaExceeded));
+    for bad in [t("seller", 1, "t3"), t("buyer", 0, "t3"), t("buyer", 1, "")] {
+        let e = seller.request("wallet.transfer", bad).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::BadRequest));
+    }
+    let mut buyer = s.connect("buyer").await;
+    let w = buyer.request("wallet.balance", json!({})).await.unwrap();
+    assert_eq!(w["balance"], 100);
+    let h = buyer.request("wallet.history", json!({})).await.unwrap();
+    assert_eq!(h["movements"][0]["kind"], "transfer");
+    assert_eq!(h["movements"][0]["counterparty"], "seller");
+    // The buyer is no seller: they cannot pass coins on.
+    let e = buyer
+        .request("wallet.transfer", t("other", 1, "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotASeller));
+    let unmarked = kit::admin::call(
+        s.admin,
+        "DELETE",
+        "/admin/sellers/seller",
+        Some(ADMIN),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(unmarked.status, 200);
+    let e = seller
+        .request("wallet.transfer", t("buyer", 1, "t4"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotASeller));
+    let (_, totals) = admin_get(&s, "/admin/ledger/totals").await;
+    assert_eq!(totals["conserved"], true, "{totals}");
     s.stop().await;
 }

@@ -63,7 +63,8 @@ pub use user::{
     UserGet, UserOp,
 };
 pub use wallet::{
-    Balance, MovementEntry, WalletBalance, WalletHistory, WalletHistoryPage, WalletOp,
+    Balance, MovementEntry, Transferred, WalletBalance, WalletHistory, WalletHistoryPage, WalletOp,
+    WalletTransfer,
 };
 
 /// For `skip_serializing_if`: flags such as `robot` appear only when set.

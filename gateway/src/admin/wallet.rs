@@ -1,4 +1,5 @@
-//! The admin API's wallet operations: `GET /admin/wallets/{user}/history`.
+//! The admin API's wallet operations: `GET /admin/wallets/{user}/history` and the coin
+//! sellers (`PUT`, `DELETE`, `GET /admin/sellers/{user}`).
 
 use http::StatusCode;
 use protocol::UserId;
@@ -43,6 +44,31 @@ pub(super) async fn history(money: &Money, user: &str, query: Option<&str>) -> R
     match ledger.history(&UserId::from(user), &q).await {
         Ok(page) => json_resp(StatusCode::OK, &json!(page_of(page))),
         Err(StorageError::Invalid { .. }) => error(StatusCode::BAD_REQUEST, "bad cursor"),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+/// `PUT /admin/sellers/{user}` (mark) or `DELETE` (unmark): idempotent; answers the state.
+pub(super) async fn set_seller(money: &Money, user: &str, seller: bool) -> Resp {
+    let Some(ledger) = &money.ledger else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node");
+    };
+    match ledger.set_seller(&UserId::from(user), seller).await {
+        Ok(()) => {
+            tracing::info!(user, seller, "Coin seller changed.");
+            json_resp(StatusCode::OK, &json!({ "user": user, "seller": seller }))
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+/// `GET /admin/sellers/{user}`: whether the user is a coin seller.
+pub(super) async fn seller(money: &Money, user: &str) -> Resp {
+    let Some(ledger) = &money.ledger else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node");
+    };
+    match ledger.is_seller(&UserId::from(user)).await {
+        Ok(seller) => json_resp(StatusCode::OK, &json!({ "user": user, "seller": seller })),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     }
 }

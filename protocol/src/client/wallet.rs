@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::UserId;
+
 /// `wallet.balance` arguments (none).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct WalletBalance {}
@@ -18,6 +20,8 @@ pub struct Balance {
 pub enum WalletOp {
     /// `wallet.history`: one page of the caller's statement, newest first.
     History(WalletHistory),
+    /// `wallet.transfer`: a coin seller moves coins to a user.
+    Transfer(WalletTransfer),
 }
 
 impl WalletOp {
@@ -25,6 +29,7 @@ impl WalletOp {
     pub fn name(&self) -> &'static str {
         match self {
             Self::History(_) => "wallet.history",
+            Self::Transfer(_) => "wallet.transfer",
         }
     }
 }
@@ -41,6 +46,27 @@ pub struct WalletHistory {
     /// Only movements of this kind (`grant`, `gift_sent`, ...).
     #[serde(default)]
     pub kind: Option<String>,
+}
+
+/// `wallet.transfer` arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalletTransfer {
+    /// The receiver.
+    pub to: UserId,
+    /// Coins to move (1..=10^12).
+    pub amount: i64,
+    /// The idempotency key: a retry with the same id moves nothing more and gets the first
+    /// answer (1..=128 bytes of printable ASCII, like `gift.send`'s).
+    pub req_id: String,
+}
+
+/// The `ok` of `wallet.transfer`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transferred {
+    /// The seller's coins after the transfer.
+    pub balance: i64,
+    /// False for a retry of a transfer already booked (nothing moved this time).
+    pub applied: bool,
 }
 
 /// One line of a statement.
