@@ -1,6 +1,6 @@
 //! The admin HTTP port (hyper): `/healthz`, `/metrics` (Prometheus text; open unless the node
 //! has a metrics token), the bearer-token protected `/admin/*` API, and the RTC provider
-//! webhooks `/rtc/*` (signed, no token).
+//! webhooks `/rtc/*` and the payment provider's `/payments/webhook` (signed, no token).
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -32,6 +32,7 @@ mod cluster_ops;
 mod directory;
 mod health;
 mod money;
+mod payments;
 mod robots;
 mod rtc;
 mod users;
@@ -211,6 +212,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     }
     if path == rtc::CHORUS_PATH || path == rtc::LIVEKIT_PATH {
         return rtc::serve(admin, req).await;
+    }
+    if path == payments::PATH {
+        return payments::serve(admin, req).await;
     }
     if !path.starts_with("/admin/") {
         return error(StatusCode::NOT_FOUND, "not found");

@@ -506,6 +506,10 @@ pub struct FileConfig {
     pub big_win_multiplier: Option<u32>,
     /// HMAC key of `POST /rtc/webhook` (`CHORUS_RTC_WEBHOOK_SECRET` wins).
     pub rtc_webhook_secret: Option<String>,
+    /// HMAC key of `POST /payments/webhook` (`CHORUS_PAYMENTS_WEBHOOK_SECRET` wins).
+    pub payments_webhook_secret: Option<String>,
+    /// The payment provider's price list: product id to coins.
+    pub payment_products: Option<std::collections::BTreeMap<String, i64>>,
     /// LiveKit API key, the `iss` of its webhooks (`CHORUS_LIVEKIT_API_KEY` wins).
     pub livekit_api_key: Option<String>,
     /// LiveKit API secret, the key of its webhooks (`CHORUS_LIVEKIT_API_SECRET` wins).
@@ -673,6 +677,18 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
         g.expiry_warning = Duration::from_secs(v);
     }
     g.rtc_webhook_secret = env_or_file("CHORUS_RTC_WEBHOOK_SECRET", f.rtc_webhook_secret.as_ref());
+    g.payments_webhook_secret = env_or_file(
+        "CHORUS_PAYMENTS_WEBHOOK_SECRET",
+        f.payments_webhook_secret.as_ref(),
+    );
+    if let Some(p) = &f.payment_products {
+        // A product worth no coins would book nothing: left out, so its payments are refused.
+        let priced = p
+            .iter()
+            .filter(|(_, c)| **c > 0)
+            .map(|(k, c)| (k.clone(), *c));
+        g.payment_products = std::sync::Arc::new(priced.collect());
+    }
     g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
     g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
     g.metrics_token = metrics_token(f);

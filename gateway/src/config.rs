@@ -113,6 +113,11 @@ pub struct GatewayConfig {
     /// HMAC-SHA256 key of `POST /rtc/webhook` on the admin port; `None`: that endpoint answers
     /// 503.
     pub rtc_webhook_secret: Option<String>,
+    /// HMAC-SHA256 key of `POST /payments/webhook` on the admin port; `None`: that endpoint
+    /// answers 503.
+    pub payments_webhook_secret: Option<String>,
+    /// The payment provider's products and the coins each is worth (`payment_products`).
+    pub payment_products: std::sync::Arc<std::collections::BTreeMap<String, i64>>,
     /// LiveKit API key: the `iss` that `POST /rtc/livekit` requires of a webhook's token.
     pub livekit_api_key: Option<String>,
     /// LiveKit API secret: the HS256 key of a LiveKit webhook's token; `POST /rtc/livekit`
@@ -153,6 +158,8 @@ impl Default for GatewayConfig {
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
             expiry_warning: DEFAULT_EXPIRY_WARNING,
             rtc_webhook_secret: None,
+            payments_webhook_secret: None,
+            payment_products: std::sync::Arc::default(),
             livekit_api_key: None,
             livekit_api_secret: None,
             metrics_token: None,

@@ -30,6 +30,7 @@
 //!   leaderboards and totals), all re-exported here.
 //! - `movement`: a user's statement (the movement written with every booking).
 //! - `transfer`: coin sellers' transfers.
+//! - `payment`: top-ups from a payment provider, refunds and debts.
 //! - [`decision`]: the pure decision tables (claim outcome, recovery action).
 //! - [`saga`]: the engine-independent saga driver and owner-only recovery.
 //! - [`sqlite`]: the embedded engine (one group-committing writer thread).
@@ -43,6 +44,7 @@ mod ids;
 mod movement;
 mod order;
 mod outcome;
+mod payment;
 pub mod postgres;
 mod report;
 pub mod saga;
@@ -68,6 +70,9 @@ pub use self::order::{BASIS_POINTS_PER_WHOLE, GiftOrder, LuckyPrize, OrderError}
 pub use self::outcome::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOutcome, GiftResult, GrantOutcome,
     RecoveryOutcome, SagaRecord, SagaState, SettleOutcome, VoidOutcome, VoidReason,
+};
+pub use self::payment::{
+    PAYMENT_ID_NAMESPACE, Payment, RefundOutcome, TopUpOutcome, payment_entry_id,
 };
 pub use self::postgres::PostgresLedger;
 pub use self::report::{Board, Period, Totals};
@@ -409,6 +414,34 @@ impl Ledger {
     pub async fn transfer(&self, order: &TransferOrder) -> Result<TransferOutcome> {
         order.checked()?;
         dispatch!(self.transfer(order))
+    }
+
+    /// Credits a paid product's coins once per payment id (a debt is covered first).
+    ///
+    /// # Errors
+    /// `Invalid` for a non-positive amount; engine errors (retry with the same payment).
+    pub async fn top_up(&self, payment: &Payment) -> Result<TopUpOutcome> {
+        if payment.coins <= 0 {
+            return Err(StorageError::invalid_msg("top-up coins must be positive"));
+        }
+        dispatch!(self.top_up(payment))
+    }
+
+    /// Refunds a booked top-up once: its coins leave the user's coins, and what they no longer
+    /// cover becomes the user's debt.
+    ///
+    /// # Errors
+    /// Engine errors (retry with the same payment id).
+    pub async fn refund(&self, payment_id: &str) -> Result<RefundOutcome> {
+        dispatch!(self.refund(payment_id))
+    }
+
+    /// The user's debt (0 for none).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn debt(&self, user: &UserId) -> Result<i64> {
+        dispatch!(self.debt(user))
     }
 
     /// Ledger-wide sums (a full scan on Scylla: for tests and audits, not the hot path).

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use protocol::UserId;
 use storage::StorageError;
 use storage::ledger::{
-    GiftOutcome, HistoryQuery, Ledger, Movement, MovementKind, TransferOrder, TransferOutcome,
-    day_of, now_ms,
+    GiftOutcome, HistoryQuery, Ledger, Movement, MovementKind, Payment, RefundOutcome,
+    TopUpOutcome, TransferOrder, TransferOutcome, day_of, now_ms,
 };
 
 #[macro_use]
@@ -24,6 +24,8 @@ conformance!(
     statement_pages_never_skip_or_repeat_while_bookings_land,
     only_sellers_transfer_once_per_request_within_the_daily_limit,
     a_transfer_racing_the_sellers_gifts_never_overdraws,
+    a_payment_credits_once_however_often_it_is_notified,
+    a_refund_after_spending_is_a_debt_that_blocks_gifts_until_covered,
 );
 
 /// Every movement of `user`, page by page from the newest (at most `max_pages` pages).
@@ -349,4 +351,135 @@ async fn a_transfer_racing_the_sellers_gifts_never_overdraws(f: Fixture) {
     assert_eq!(l.balance(&seller).await.unwrap(), 0);
     let totals = l.audit_totals().await.unwrap();
     assert!(totals.is_conserved(), "{totals:?}");
+}
+
+fn payment(id: &str, user: &UserId, coins: i64) -> Payment {
+    Payment {
+        id: id.into(),
+        user: user.clone(),
+        product: "coins_pack".into(),
+        coins,
+    }
+}
+
+async fn a_payment_credits_once_however_often_it_is_notified(f: Fixture) {
+    let u = f.user("payer");
+    let l = f.ledger.clone();
+    let first = l.top_up(&payment("pay-1", &u, 100)).await.unwrap();
+    assert_eq!(
+        first,
+        TopUpOutcome::Credited {
+            balance: 100,
+            applied: true,
+            debt_paid: 0
+        }
+    );
+    let again = l.top_up(&payment("pay-1", &u, 100)).await.unwrap();
+    assert!(matches!(
+        again,
+        TopUpOutcome::Credited {
+            balance: 100,
+            applied: false,
+            ..
+        }
+    ));
+    // The same payment id for another amount or user moves nothing.
+    let reused = l.top_up(&payment("pay-1", &u, 999)).await.unwrap();
+    assert_eq!(reused, TopUpOutcome::KeyReused);
+    // A provider retrying one payment 20 times at once: credited once.
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (l, p) = (l.clone(), payment("pay-2", &u, 50));
+        tasks.push(tokio::spawn(async move { l.top_up(&p).await.unwrap() }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        if let TopUpOutcome::Credited { applied: true, .. } = t.await.unwrap() {
+            applied += 1;
+        }
+    }
+    assert_eq!(applied, 1);
+    assert_eq!(l.balance(&u).await.unwrap(), 150);
+    let lines = walk(&l, &u, 10, 5).await;
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines.iter().all(|m| m.kind == MovementKind::TopUp));
+    let t = l.audit_totals().await.unwrap();
+    assert_eq!(t.topped_up, 150);
+    assert!(t.is_conserved(), "{t:?}");
+}
+
+async fn a_refund_after_spending_is_a_debt_that_blocks_gifts_until_covered(f: Fixture) {
+    let (u, host) = (f.user("payer"), f.user("host"));
+    let room = f.room("r");
+    let l = &f.ledger;
+    l.install_fence(&room, 1, "n1").await.unwrap();
+    assert_eq!(l.refund("nope").await.unwrap(), RefundOutcome::Unknown);
+    l.top_up(&payment("pay-1", &u, 100)).await.unwrap();
+    let gift = f.order(&u, "g1", &room, 80, std::slice::from_ref(&host));
+    assert!(matches!(
+        l.send_gift(&gift, 1).await.unwrap(),
+        GiftOutcome::Settled { balance: 20, .. }
+    ));
+    // The refund takes the 20 coins left; the 80 spent become a debt, not a negative balance.
+    let r = l.refund("pay-1").await.unwrap();
+    assert_eq!(
+        r,
+        RefundOutcome::Refunded {
+            balance: 0,
+            debt: 80,
+            applied: true
+        }
+    );
+    let again = l.refund("pay-1").await.unwrap();
+    assert!(matches!(
+        again,
+        RefundOutcome::Refunded {
+            applied: false,
+            debt: 80,
+            ..
+        }
+    ));
+    assert_eq!(l.debt(&u).await.unwrap(), 80);
+    assert!(l.audit_totals().await.unwrap().is_conserved());
+    // Coins from elsewhere do not let a user in debt send.
+    l.grant(&u, 50, "gift-from-ops").await.unwrap();
+    let blocked = f.order(&u, "g2", &room, 10, std::slice::from_ref(&host));
+    assert!(matches!(
+        l.send_gift(&blocked, 1).await.unwrap(),
+        GiftOutcome::InsufficientFunds { .. }
+    ));
+    assert_eq!(l.balance(&u).await.unwrap(), 50);
+    // A top-up covers the debt first; then the user can send again.
+    let paid = l.top_up(&payment("pay-2", &u, 100)).await.unwrap();
+    assert_eq!(
+        paid,
+        TopUpOutcome::Credited {
+            balance: 70,
+            applied: true,
+            debt_paid: 80
+        }
+    );
+    assert_eq!(l.debt(&u).await.unwrap(), 0);
+    let ok = f.order(&u, "g3", &room, 10, std::slice::from_ref(&host));
+    assert!(matches!(
+        l.send_gift(&ok, 1).await.unwrap(),
+        GiftOutcome::Settled { balance: 60, .. }
+    ));
+    let lines = walk(l, &u, 20, 5).await;
+    let kinds: Vec<MovementKind> = lines.iter().map(|m| m.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            MovementKind::GiftSent,
+            MovementKind::TopUp,
+            MovementKind::Grant,
+            MovementKind::Refund,
+            MovementKind::GiftSent,
+            MovementKind::TopUp
+        ]
+    );
+    assert_eq!(lines[3].amount, -20);
+    let t = l.audit_totals().await.unwrap();
+    assert_eq!((t.topped_up, t.refunded, t.debt), (200, 100, 0));
+    assert!(t.is_conserved(), "{t:?}");
 }

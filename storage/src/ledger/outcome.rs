@@ -114,6 +114,10 @@ pub enum EntryKind {
     Lucky,
     /// One side of a seller's transfer (Scylla: the key is the transfer id in both wallets).
     Transfer,
+    /// A payment provider's top-up.
+    TopUp,
+    /// A refunded top-up.
+    Refund,
 }
 
 impl EntryKind {
@@ -125,6 +129,8 @@ impl EntryKind {
             Self::Void => "VOID",
             Self::Lucky => "LUCKY",
             Self::Transfer => "TRANSFER",
+            Self::TopUp => "TOPUP",
+            Self::Refund => "REFUND",
         }
     }
 
@@ -139,6 +145,8 @@ impl EntryKind {
             "VOID" => Ok(Self::Void),
             "LUCKY" => Ok(Self::Lucky),
             "TRANSFER" => Ok(Self::Transfer),
+            "TOPUP" => Ok(Self::TopUp),
+            "REFUND" => Ok(Self::Refund),
             other => Err(StorageError::corrupt_msg(format!(
                 "unknown entry kind {other:?}"
             ))),

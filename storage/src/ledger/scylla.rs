@@ -26,6 +26,7 @@
 
 mod listings;
 mod movements;
+mod payment;
 mod saga;
 mod schema;
 mod transfer;
@@ -135,6 +136,7 @@ impl ScyllaLedger {
             .into_iter()
             .chain(movements::schema(keyspace))
             .chain(transfer::schema(keyspace))
+            .chain(payment::schema(keyspace))
         {
             session.query_unpaged(ddl, ()).await.map_err(backend)?;
         }

@@ -46,6 +46,7 @@
 //! checkpoints), `saga` (the saga's steps in SQL), `rows` (row helpers) and `tests`.
 
 mod movements;
+mod payment;
 mod rows;
 mod saga;
 mod schema;
@@ -147,6 +148,7 @@ impl SqliteLedger {
                 let mut writer = open_connection(&path, Syncing::CommitsBySyncer)?;
                 writer.execute_batch(SCHEMA).map_err(db)?;
                 writer.execute_batch(transfer::SCHEMA).map_err(db)?;
+                writer.execute_batch(payment::SCHEMA).map_err(db)?;
                 migrate(&mut writer)?;
                 let legacy_gift_ids = writer
                     .query_row(
@@ -586,7 +588,12 @@ impl SqliteLedger {
                     |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .map_err(db)?;
+            let (topped_up, refunded, debt, transferred) = payment::payment_totals(c)?;
             Ok(Totals {
+                topped_up,
+                refunded,
+                debt,
+                transferred,
                 granted,
                 coins,
                 earnings,

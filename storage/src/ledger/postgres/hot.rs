@@ -46,7 +46,9 @@ const SQL_CREATE_ACCOUNTS: &str = "INSERT INTO account (user_id)
  SELECT u FROM unnest($1::TEXT[]) AS u ORDER BY u ON CONFLICT (user_id) DO NOTHING";
 const SQL_LOCK_ACCOUNTS: &str =
     "SELECT user_id FROM account WHERE user_id = ANY($1) ORDER BY user_id FOR UPDATE";
+// A sender who owes a debt (a refund of spent coins) cannot send: no row, insufficient funds.
 const SQL_DEBIT: &str = "UPDATE account SET coins = coins - $2 WHERE user_id = $1 AND coins >= $2
+   AND NOT EXISTS (SELECT 1 FROM debt WHERE user_id = $1)
  RETURNING coins";
 const SQL_SETTLEMENT: &str =
     "INSERT INTO gift_settlement (gift_id, room, platform, lucky) VALUES ($1, $2, $3, $4)";

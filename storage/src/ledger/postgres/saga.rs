@@ -449,6 +449,7 @@ async fn debit_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResu
     let take = tx
         .prepare_cached(
             "UPDATE account SET coins = coins - $2 WHERE user_id = $1 AND coins >= $2
+               AND NOT EXISTS (SELECT 1 FROM debt WHERE user_id = $1)
              RETURNING coins",
         )
         .await?;

@@ -51,6 +51,8 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 /// its position is `(xid, id)` (see `movements`).
 ///
 /// Version 3: coin sellers, their transfers and day totals (see `transfer`).
+///
+/// Version 4: payments (top-ups and refunds) and debts (see `payment`).
 pub(super) const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE account (
@@ -129,6 +131,7 @@ CREATE INDEX movement_user ON movement (user_id, xid, id);
 CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
 ",
     super::transfer::MIGRATION,
+    super::payment::MIGRATION,
 ];
 
 /// Creates or migrates the schema: one transaction holding [`MIGRATION_LOCK`], which applies

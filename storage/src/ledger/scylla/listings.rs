@@ -163,6 +163,12 @@ impl ScyllaLedger {
             totals.platform_revenue += platform.unwrap_or(0);
             totals.lucky_paid += lucky.unwrap_or(0);
         }
+        (
+            totals.topped_up,
+            totals.refunded,
+            totals.debt,
+            totals.transferred,
+        ) = self.payment_totals().await?;
         Ok(totals)
     }
 }

@@ -202,9 +202,13 @@ impl ScyllaLedger {
         let o = &rec.order;
         let sender = o.sender.as_str();
         let reference = format!("gift:{}:{}", o.room, o.gift_id);
-        let applied = self
-            .wallet_apply(sender, o.gift_id, EntryKind::Debit, -o.total(), &reference)
-            .await?;
+        // A sender who owes a debt (a refund of spent coins) cannot send: the void path.
+        let applied = if self.debt_sum(sender).await? > 0 {
+            Applied::Insufficient { balance: 0 }
+        } else {
+            self.wallet_apply(sender, o.gift_id, EntryKind::Debit, -o.total(), &reference)
+                .await?
+        };
         let (kind, after, nsf) = match applied {
             Applied::Held {
                 kind,

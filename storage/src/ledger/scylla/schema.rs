@@ -100,6 +100,7 @@ pub(super) struct Statements {
     pub(super) scan_house: PreparedStatement,
     pub(super) movements: super::movements::MovementStatements,
     pub(super) transfers: super::transfer::TransferStatements,
+    pub(super) payments: super::payment::PaymentStatements,
 }
 
 pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statements> {
@@ -296,5 +297,6 @@ pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statement
         scan_house: scan(prep(format!("SELECT platform, lucky FROM {ks}.settled_house")).await?),
         movements: super::movements::prepare(session, ks).await?,
         transfers: super::transfer::prepare(session, ks).await?,
+        payments: super::payment::prepare(session, ks).await?,
     })
 }

@@ -9,6 +9,7 @@ use super::super::{
     VoidOutcome, VoidReason, day_of, now_ms,
 };
 use super::movements::insert_movements;
+use super::payment::debt_of;
 use super::rows::{add_coins, ensure_fence, load_saga, mark, tx_coins, tx_set_coins};
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS};
 use super::tx::{LUCKY_PAID, PLATFORM_REVENUE, SQL_CREDIT_NEW, SQL_RANK_NEW, Tx, hot};
@@ -64,7 +65,7 @@ pub(super) fn tx_send_new(
 ) -> Result<Option<GiftOutcome>> {
     let sender = order.sender.as_str();
     let total = order.total();
-    let balance = tx_coins(c, sender)?;
+    let balance = spendable(c, sender)?;
     // The saga row is the claim: its unique gift id makes a second debit or void impossible.
     if balance < total {
         let reason = Some(VoidReason::InsufficientFunds);
@@ -93,6 +94,16 @@ pub(super) fn tx_send_new(
         order_id: order.gift_id,
         balance: settled,
     }))
+}
+
+/// The sender's coins for a gift's check: none while they owe a debt (see the ledger's
+/// `payment` module), so a gift is refused as insufficient funds until it is covered.
+fn spendable(c: &Tx<'_, '_>, sender: &str) -> Result<i64> {
+    let coins = tx_coins(c, sender)?;
+    if coins > 0 && debt_of(c, sender)? > 0 {
+        return Ok(0);
+    }
+    Ok(coins)
 }
 
 pub(super) fn insert_saga(
@@ -157,7 +168,7 @@ pub(super) fn tx_debit(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<
         SagaState::Pending => {}
     }
     let sender = order.sender.as_str();
-    let balance = tx_coins(c, sender)?;
+    let balance = spendable(c, sender)?;
     let total = order.total();
     if balance < total {
         mark(
