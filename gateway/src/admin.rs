@@ -277,6 +277,13 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
                 None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
             }
         }
+        (&Method::POST, ["settlements"]) => match &admin.core {
+            Some(core) => {
+                let rate = core.config.settlement_rate_milli;
+                wallet::settle(&core.money, rate, &body).await
+            }
+            None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+        },
         (&Method::GET, ["wallets", user, "history"]) if is_valid_id(user) => match &admin.core {
             Some(core) => wallet::history(&core.money, user, uri_query).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
@@ -330,6 +337,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["wallets", _]) => "wallet_get",
         (&Method::GET, ["wallets", _, "history"]) => "wallet_history",
         (&Method::PUT, ["sellers", _]) => "seller_set",
+        (&Method::POST, ["settlements"]) => "settlement",
         (&Method::DELETE, ["sellers", _]) => "seller_unset",
         (&Method::GET, ["sellers", _]) => "seller_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",

@@ -431,6 +431,8 @@ pub struct FileConfig {
     pub ranks_without_robots: Option<bool>,
     /// Most coins one coin seller may transfer per UTC day.
     pub transfer_daily_limit: Option<i64>,
+    /// Host settlements' payout minor units per 1,000 earnings coins.
+    pub settlement_rate_milli: Option<i64>,
     /// Direct messages one user may send per minute on a gateway.
     pub im_rate_per_min: Option<u32>,
     /// Direct messages one user may send at once.
@@ -660,6 +662,9 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     }
     if let Some(v) = f.transfer_daily_limit {
         g.transfer_daily_limit = v.max(0);
+    }
+    if let Some(v) = f.settlement_rate_milli {
+        g.settlement_rate_milli = v.max(0);
     }
     if let Some(v) = ms(f.presence_grace_ms) {
         g.presence_grace = v;

@@ -28,6 +28,8 @@ pub const DEFAULT_WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// Coins one coin seller may move with `wallet.transfer` per UTC day, by default: a cap on
 /// what a leaked seller account can hand out in a day, high enough for a busy reseller.
 pub const DEFAULT_TRANSFER_DAILY_LIMIT: i64 = 10_000_000;
+/// Payout minor units per 1,000 earnings coins in a host settlement, by default: one per coin.
+pub const DEFAULT_SETTLEMENT_RATE_MILLI: i64 = 1_000;
 /// Frames the writer takes from the outbox before one flush (batching writes).
 pub const WRITE_BATCH_FRAMES: usize = 64;
 /// How long the gateway keeps retrying a command whose room has no reachable owner (covers a
@@ -103,6 +105,9 @@ pub struct GatewayConfig {
     pub ranks_without_robots: bool,
     /// Most coins one coin seller may move with `wallet.transfer` per UTC day.
     pub transfer_daily_limit: i64,
+    /// A host settlement's exchange rate: payout minor units (e.g. cents) per 1,000 earnings
+    /// coins; the payout is rounded down.
+    pub settlement_rate_milli: i64,
     /// How long a closed connection's room entry stays in the user registry: the rooms'
     /// presence grace window (the same `presence_grace_ms` key as the shards').
     pub presence_grace: Duration,
@@ -152,6 +157,7 @@ impl Default for GatewayConfig {
             max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
             ranks_without_robots: false,
             transfer_daily_limit: DEFAULT_TRANSFER_DAILY_LIMIT,
+            settlement_rate_milli: DEFAULT_SETTLEMENT_RATE_MILLI,
             presence_grace: shard::config::DEFAULT_PRESENCE_GRACE,
             im_rate_per_min: DEFAULT_IM_RATE_PER_MIN,
             im_rate_burst: DEFAULT_IM_RATE_BURST,

@@ -1,6 +1,6 @@
 //! Wallet operations end to end on a standalone server: statements (`wallet.history` and
 //! `GET /admin/wallets/{user}/history`) and coin sellers (`wallet.transfer`,
-//! `/admin/sellers/{user}`).
+//! `/admin/sellers/{user}`) and host settlements (`POST /admin/settlements`).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -202,6 +202,57 @@ async fn only_marked_sellers_transfer_once_per_request_within_the_daily_limit() 
         .unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::NotASeller));
     let (_, totals) = admin_get(&s, "/admin/ledger/totals").await;
+    assert_eq!(totals["conserved"], true, "{totals}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_operator_settles_a_hosts_earnings_once_at_the_configured_rate() {
+    let s = start().await;
+    grant(&s, "fan", 1_000, "g").await;
+    let mut fan = s.connect("fan").await;
+    let mut host = s.connect("host").await;
+    let room = RoomId::from("settle");
+    fan.join(&room, false, None).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let gift = json!({"room": room, "req_id": "g1", "gift": "rocket", "count": 1, "to": ["host"]});
+    fan.request("gift.send", gift).await.unwrap();
+    let post = |body: Value| {
+        kit::admin::call(
+            s.admin,
+            "POST",
+            "/admin/settlements",
+            Some(ADMIN),
+            Some(body),
+        )
+    };
+    let body = json!({"settlement_id": "2026-12-host", "user": "host", "earnings": 400, "period": "2026-12"});
+    let r = post(body.clone()).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    // The default rate: one payout unit per earnings coin.
+    assert_eq!(
+        (
+            v["payout"].as_i64(),
+            v["earnings"].as_i64(),
+            v["applied"].as_bool()
+        ),
+        (Some(400), Some(100), Some(true))
+    );
+    let again = post(body).await.unwrap().json();
+    assert_eq!(again["applied"], false);
+    let over = post(json!({"settlement_id": "s2", "user": "host", "earnings": 101}))
+        .await
+        .unwrap();
+    assert_eq!(over.status, 422, "{}", over.body);
+    let h = host
+        .request("wallet.history", json!({"kind": "settlement"}))
+        .await
+        .unwrap();
+    assert_eq!(h["movements"][0]["amount"], -400);
+    assert_eq!(h["movements"][0]["account"], "earnings");
+    let (_, totals) = admin_get(&s, "/admin/ledger/totals").await;
+    assert_eq!(totals["totals"]["settled"], 400);
     assert_eq!(totals["conserved"], true, "{totals}");
     s.stop().await;
 }

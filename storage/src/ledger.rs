@@ -31,6 +31,7 @@
 //! - `movement`: a user's statement (the movement written with every booking).
 //! - `transfer`: coin sellers' transfers.
 //! - `payment`: top-ups from a payment provider, refunds and debts.
+//! - `settlement`: host settlements of gift earnings.
 //! - [`decision`]: the pure decision tables (claim outcome, recovery action).
 //! - [`saga`]: the engine-independent saga driver and owner-only recovery.
 //! - [`sqlite`]: the embedded engine (one group-committing writer thread).
@@ -49,6 +50,7 @@ pub mod postgres;
 mod report;
 pub mod saga;
 pub mod scylla;
+mod settlement;
 pub mod sqlite;
 mod transfer;
 
@@ -77,6 +79,9 @@ pub use self::payment::{
 pub use self::postgres::PostgresLedger;
 pub use self::report::{Board, Period, Totals};
 pub use self::scylla::ScyllaLedger;
+pub use self::settlement::{
+    SETTLEMENT_ID_NAMESPACE, SettlementOrder, SettlementOutcome, settlement_key,
+};
 pub use self::sqlite::SqliteLedger;
 pub use self::transfer::{TRANSFER_ID_NAMESPACE, TransferOrder, TransferOutcome, transfer_id};
 use crate::{Result, StorageError};
@@ -434,6 +439,21 @@ impl Ledger {
     /// Engine errors (retry with the same payment id).
     pub async fn refund(&self, payment_id: &str) -> Result<RefundOutcome> {
         dispatch!(self.refund(payment_id))
+    }
+
+    /// Settles part of a host's earnings for payout, once per settlement id, only if the
+    /// earnings cover it.
+    ///
+    /// # Errors
+    /// `Invalid` for a non-positive amount or a negative payout; engine errors (retry with the
+    /// same id).
+    pub async fn settle_earnings(&self, order: &SettlementOrder) -> Result<SettlementOutcome> {
+        if order.amount <= 0 || order.payout < 0 {
+            return Err(StorageError::invalid_msg(
+                "a settlement needs a positive amount and a payout of at least 0",
+            ));
+        }
+        dispatch!(self.settle_earnings(order))
     }
 
     /// The user's debt (0 for none).

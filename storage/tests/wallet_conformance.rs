@@ -10,7 +10,8 @@ use protocol::UserId;
 use storage::StorageError;
 use storage::ledger::{
     GiftOutcome, HistoryQuery, Ledger, Movement, MovementKind, Payment, RefundOutcome,
-    TopUpOutcome, TransferOrder, TransferOutcome, day_of, now_ms,
+    SettlementOrder, SettlementOutcome, TopUpOutcome, TransferOrder, TransferOutcome, day_of,
+    now_ms,
 };
 
 #[macro_use]
@@ -26,6 +27,7 @@ conformance!(
     a_transfer_racing_the_sellers_gifts_never_overdraws,
     a_payment_credits_once_however_often_it_is_notified,
     a_refund_after_spending_is_a_debt_that_blocks_gifts_until_covered,
+    a_host_settles_earnings_once_and_never_more_than_earned,
 );
 
 /// Every movement of `user`, page by page from the newest (at most `max_pages` pages).
@@ -481,5 +483,86 @@ async fn a_refund_after_spending_is_a_debt_that_blocks_gifts_until_covered(f: Fi
     assert_eq!(lines[3].amount, -20);
     let t = l.audit_totals().await.unwrap();
     assert_eq!((t.topped_up, t.refunded, t.debt), (200, 100, 0));
+    assert!(t.is_conserved(), "{t:?}");
+}
+
+fn settlement(id: &str, user: &UserId, amount: i64) -> SettlementOrder {
+    SettlementOrder {
+        id: id.into(),
+        user: user.clone(),
+        amount,
+        payout: amount * 2,
+        period: "2026-12".into(),
+    }
+}
+
+async fn a_host_settles_earnings_once_and_never_more_than_earned(f: Fixture) {
+    let (fan, host) = (f.user("fan"), f.user("host"));
+    let room = f.room("r");
+    let l = f.ledger.clone();
+    l.install_fence(&room, 1, "n1").await.unwrap();
+    l.grant(&fan, 1_000, "g").await.unwrap();
+    for i in 0..4 {
+        // 100 coins each, 50 % to the host: 200 earnings over several gifts (and slots).
+        let o = f.order(
+            &fan,
+            &format!("g{i}"),
+            &room,
+            100,
+            std::slice::from_ref(&host),
+        );
+        l.send_gift(&o, 1).await.unwrap();
+    }
+    assert_eq!(l.earnings(&host).await.unwrap(), 200);
+    let too_much = settlement("s0", &host, 201);
+    assert_eq!(
+        l.settle_earnings(&too_much).await.unwrap(),
+        SettlementOutcome::InsufficientEarnings { earnings: 200 }
+    );
+    let s1 = settlement("s1", &host, 150);
+    assert_eq!(
+        l.settle_earnings(&s1).await.unwrap(),
+        SettlementOutcome::Settled {
+            earnings: 50,
+            payout: 300,
+            applied: true
+        }
+    );
+    // Concurrent repeats of the same settlement: settled once.
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let (l, o) = (l.clone(), s1.clone());
+        tasks.push(tokio::spawn(
+            async move { l.settle_earnings(&o).await.unwrap() },
+        ));
+    }
+    for t in tasks {
+        assert!(matches!(
+            t.await.unwrap(),
+            SettlementOutcome::Settled {
+                applied: false,
+                earnings: 50,
+                ..
+            }
+        ));
+    }
+    assert_eq!(
+        l.settle_earnings(&settlement("s1", &host, 10))
+            .await
+            .unwrap(),
+        SettlementOutcome::KeyReused
+    );
+    assert_eq!(l.earnings(&host).await.unwrap(), 50);
+    // The host sees it in their statement.
+    let q = HistoryQuery {
+        cursor: None,
+        limit: 10,
+        kind: Some(MovementKind::Settlement),
+    };
+    let lines = l.history(&host, &q).await.unwrap().movements;
+    assert_eq!(lines.len(), 1);
+    assert_eq!((lines[0].amount, lines[0].key.as_str()), (-150, "s1"));
+    let t = l.audit_totals().await.unwrap();
+    assert_eq!(t.settled, 150);
     assert!(t.is_conserved(), "{t:?}");
 }

@@ -92,6 +92,7 @@ pub(super) async fn totals(money: &Money) -> Resp {
                     "refunded": t.refunded,
                     "debt": t.debt,
                     "transferred": t.transferred,
+                    "settled": t.settled,
                     "entered": t.entered(),
                 },
                 "conserved": t.is_conserved(),

@@ -32,6 +32,7 @@ mod movements;
 mod payment;
 mod saga;
 mod schema;
+mod settlement;
 mod transfer;
 
 use std::str::FromStr;
@@ -424,7 +425,8 @@ impl PostgresLedger {
                        (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM payment),
                        (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM payment WHERE refunded),
                        (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM debt),
-                       (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM transfer)",
+                       (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM transfer),
+                       (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM settlement)",
                     &[],
                 )
                 .await
@@ -441,6 +443,7 @@ impl PostgresLedger {
                 refunded: col(&row, 7)?,
                 debt: col(&row, 8)?,
                 transferred: col(&row, 9)?,
+                settled: col(&row, 10)?,
             })
         };
         tokio::time::timeout(TX_TIMEOUT, run)

@@ -55,6 +55,8 @@ pub struct Totals {
     pub refunded: i64,
     /// Debts users owe after refunds of coins they had spent.
     pub debt: i64,
+    /// Earnings settled for payout (they left the earnings).
+    pub settled: i64,
     /// Coins moved by sellers' transfers (they move between users: counted for the audit,
     /// not in the sum).
     pub transferred: i64,
@@ -71,7 +73,7 @@ impl Totals {
     /// saga between DEBITED and SETTLED holds coins that are in no balance yet.
     pub fn is_conserved(&self) -> bool {
         self.negative_accounts == 0
-            && self.coins + self.earnings + self.platform_revenue - self.lucky_paid
+            && self.coins + self.earnings + self.settled + self.platform_revenue - self.lucky_paid
                 == self.entered()
     }
 }

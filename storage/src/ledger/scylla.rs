@@ -29,6 +29,7 @@ mod movements;
 mod payment;
 mod saga;
 mod schema;
+mod settlement;
 mod transfer;
 mod wallet;
 
@@ -137,6 +138,7 @@ impl ScyllaLedger {
             .chain(movements::schema(keyspace))
             .chain(transfer::schema(keyspace))
             .chain(payment::schema(keyspace))
+            .chain(settlement::schema(keyspace))
         {
             session.query_unpaged(ddl, ()).await.map_err(backend)?;
         }

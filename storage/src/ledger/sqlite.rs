@@ -50,6 +50,7 @@ mod payment;
 mod rows;
 mod saga;
 mod schema;
+mod settlement;
 #[cfg(test)]
 mod tests;
 mod transfer;
@@ -149,6 +150,7 @@ impl SqliteLedger {
                 writer.execute_batch(SCHEMA).map_err(db)?;
                 writer.execute_batch(transfer::SCHEMA).map_err(db)?;
                 writer.execute_batch(payment::SCHEMA).map_err(db)?;
+                writer.execute_batch(settlement::SCHEMA).map_err(db)?;
                 migrate(&mut writer)?;
                 let legacy_gift_ids = writer
                     .query_row(
@@ -590,6 +592,7 @@ impl SqliteLedger {
                 .map_err(db)?;
             let (topped_up, refunded, debt, transferred) = payment::payment_totals(c)?;
             Ok(Totals {
+                settled: settlement::settled_total(c)?,
                 topped_up,
                 refunded,
                 debt,

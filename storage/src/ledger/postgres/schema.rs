@@ -53,6 +53,8 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 /// Version 3: coin sellers, their transfers and day totals (see `transfer`).
 ///
 /// Version 4: payments (top-ups and refunds) and debts (see `payment`).
+///
+/// Version 5: host settlements (see `settlement`).
 pub(super) const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE account (
@@ -132,6 +134,7 @@ CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
 ",
     super::transfer::MIGRATION,
     super::payment::MIGRATION,
+    super::settlement::MIGRATION,
 ];
 
 /// Creates or migrates the schema: one transaction holding [`MIGRATION_LOCK`], which applies

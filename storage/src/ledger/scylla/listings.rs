@@ -169,6 +169,8 @@ impl ScyllaLedger {
             totals.debt,
             totals.transferred,
         ) = self.payment_totals().await?;
+        // Settled earnings left the earnings sum (negative rows there): counted apart.
+        totals.settled = self.settled_total().await?;
         Ok(totals)
     }
 }

@@ -101,6 +101,7 @@ pub(super) struct Statements {
     pub(super) movements: super::movements::MovementStatements,
     pub(super) transfers: super::transfer::TransferStatements,
     pub(super) payments: super::payment::PaymentStatements,
+    pub(super) settlements: super::settlement::SettlementStatements,
 }
 
 pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statements> {
@@ -298,5 +299,6 @@ pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statement
         movements: super::movements::prepare(session, ks).await?,
         transfers: super::transfer::prepare(session, ks).await?,
         payments: super::payment::prepare(session, ks).await?,
+        settlements: super::settlement::prepare(session, ks).await?,
     })
 }
