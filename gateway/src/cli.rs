@@ -433,6 +433,10 @@ pub struct FileConfig {
     pub transfer_daily_limit: Option<i64>,
     /// Host settlements' payout minor units per 1,000 earnings coins.
     pub settlement_rate_milli: Option<i64>,
+    /// Coins credited on a user's first connection ever.
+    pub signup_reward: Option<i64>,
+    /// Coins `wallet.checkin` credits once per user per UTC day.
+    pub checkin_reward: Option<i64>,
     /// Direct messages one user may send per minute on a gateway.
     pub im_rate_per_min: Option<u32>,
     /// Direct messages one user may send at once.
@@ -665,6 +669,12 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     }
     if let Some(v) = f.settlement_rate_milli {
         g.settlement_rate_milli = v.max(0);
+    }
+    if let Some(v) = f.signup_reward {
+        g.signup_reward = v.max(0);
+    }
+    if let Some(v) = f.checkin_reward {
+        g.checkin_reward = v.max(0);
     }
     if let Some(v) = ms(f.presence_grace_ms) {
         g.presence_grace = v;

@@ -105,6 +105,10 @@ pub struct GatewayConfig {
     pub ranks_without_robots: bool,
     /// Most coins one coin seller may move with `wallet.transfer` per UTC day.
     pub transfer_daily_limit: i64,
+    /// Coins credited from the platform on a user's first connection ever (0: none).
+    pub signup_reward: i64,
+    /// Coins `wallet.checkin` credits once per user per UTC day (0: the op is off).
+    pub checkin_reward: i64,
     /// A host settlement's exchange rate: payout minor units (e.g. cents) per 1,000 earnings
     /// coins; the payout is rounded down.
     pub settlement_rate_milli: i64,
@@ -158,6 +162,8 @@ impl Default for GatewayConfig {
             ranks_without_robots: false,
             transfer_daily_limit: DEFAULT_TRANSFER_DAILY_LIMIT,
             settlement_rate_milli: DEFAULT_SETTLEMENT_RATE_MILLI,
+            signup_reward: 0,
+            checkin_reward: 0,
             presence_grace: shard::config::DEFAULT_PRESENCE_GRACE,
             im_rate_per_min: DEFAULT_IM_RATE_PER_MIN,
             im_rate_burst: DEFAULT_IM_RATE_BURST,

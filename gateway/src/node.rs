@@ -199,6 +199,8 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
             catalog: cfg.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
             transfer_daily_limit: cfg.gateway.transfer_daily_limit,
+            signup_reward: cfg.gateway.signup_reward,
+            checkin_reward: cfg.gateway.checkin_reward,
             rooms: Some(SnapshotStore::redis(&redis)),
         },
         crate::social::Social::cluster(cfg.node_id.clone(), &redis),

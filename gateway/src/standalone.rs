@@ -126,6 +126,8 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             catalog: cfg.shard.catalog.clone(),
             ranks_without_robots: cfg.gateway.ranks_without_robots,
             transfer_daily_limit: cfg.gateway.transfer_daily_limit,
+            signup_reward: cfg.gateway.signup_reward,
+            checkin_reward: cfg.gateway.checkin_reward,
             rooms: Some(snapshots.clone()),
         },
         crate::social::Social::standalone(node.clone(), im),

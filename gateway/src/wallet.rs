@@ -1,11 +1,11 @@
-//! The wallet operations at the gateway (`wallet.history`, `wallet.transfer`), answered from
-//! the ledger for the caller's own wallet; the admin API reads any user's through the same
+//! The wallet operations at the gateway (`wallet.history`, `wallet.transfer`,
+//! `wallet.checkin`, the sign-up reward), answered from the ledger for the caller's own wallet; the admin API reads any user's through the same
 //! calls.
 
 use bytes::Bytes;
 use protocol::client::{
-    self, MovementEntry, Transferred, WalletHistory, WalletHistoryPage, WalletOp, WalletTransfer,
-    is_valid_req_id,
+    self, CheckedIn, MovementEntry, Transferred, WalletHistory, WalletHistoryPage, WalletOp,
+    WalletTransfer, is_valid_req_id,
 };
 use protocol::ids::is_valid_id;
 use protocol::{ErrorCode, UserId};
@@ -14,7 +14,7 @@ use storage::ledger::{
     HistoryPage, HistoryQuery, Ledger, MovementKind, TransferOrder, TransferOutcome, day_of, now_ms,
 };
 
-use crate::money::MAX_GRANT_COINS;
+use crate::money::{MAX_GRANT_COINS, Money};
 use tracing::warn;
 
 /// A statement query from the wire's arguments.
@@ -55,16 +55,17 @@ pub(crate) fn page_of(page: HistoryPage) -> WalletHistoryPage {
     }
 }
 
-/// Answers a wallet op of `user` (`daily_limit`: a seller's transfers per UTC day).
+/// Answers a wallet op of `user`, with `money`'s limits and rewards.
 pub(crate) async fn answer(
+    money: &Money,
     ledger: &Ledger,
-    daily_limit: i64,
     user: &UserId,
     id: u64,
     op: WalletOp,
 ) -> Bytes {
     match op {
-        WalletOp::Transfer(t) => transfer(ledger, daily_limit, user, id, &t).await,
+        WalletOp::Transfer(t) => transfer(ledger, money.transfer_daily_limit, user, id, &t).await,
+        WalletOp::Checkin(_) => checkin(ledger, money.checkin_reward, user, id).await,
         WalletOp::History(h) => {
             let query = match history_query(&h) {
                 Ok(q) => q,
@@ -142,5 +143,55 @@ async fn transfer(
                 "ledger unavailable; retry with the same req_id",
             )
         }
+    }
+}
+
+/// `wallet.checkin`: today's reward, once per user per UTC day (the day is the key).
+async fn checkin(ledger: &Ledger, reward: i64, user: &UserId, id: u64) -> Bytes {
+    if reward <= 0 {
+        return client::encode_err(
+            Some(id),
+            ErrorCode::BadRequest,
+            "daily check-in is not enabled on this server",
+        );
+    }
+    let period = format!("checkin:{}", day_of(now_ms()));
+    match ledger.reward(user, reward, &period).await {
+        Ok(out) => client::encode_ok(
+            id,
+            &CheckedIn {
+                reward,
+                applied: out.applied,
+                balance: out.balance,
+            },
+        ),
+        Err(e) => {
+            warn!(error = %e, "Check-in failed.");
+            client::encode_err(
+                Some(id),
+                ErrorCode::Unavailable,
+                "ledger unavailable; retry",
+            )
+        }
+    }
+}
+
+impl Money {
+    /// Credits the sign-up reward in the background, once per user ever (by key: concurrent
+    /// first connections credit once). One idempotent ledger call per connection while a
+    /// reward is configured; nothing otherwise.
+    pub(crate) fn reward_signup(&self, tracker: &tokio_util::task::TaskTracker, user: &UserId) {
+        let (Some(ledger), reward) = (self.ledger.clone(), self.signup_reward) else {
+            return;
+        };
+        if reward <= 0 || user.is_robot() {
+            return;
+        }
+        let user = user.clone();
+        tracker.spawn(async move {
+            if let Err(e) = ledger.reward(&user, reward, "signup").await {
+                warn!(error = %e, %user, "Sign-up reward failed; the next connection retries.");
+            }
+        });
     }
 }

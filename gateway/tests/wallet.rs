@@ -1,6 +1,7 @@
 //! Wallet operations end to end on a standalone server: statements (`wallet.history` and
 //! `GET /admin/wallets/{user}/history`) and coin sellers (`wallet.transfer`,
-//! `/admin/sellers/{user}`) and host settlements (`POST /admin/settlements`).
+//! `/admin/sellers/{user}`), host settlements (`POST /admin/settlements`) and rewards (sign-up,
+//! `wallet.checkin`).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -21,11 +22,18 @@ const SECRET: &[u8] = b"wallet-test-secret";
 const ADMIN: &str = "wallet-admin";
 
 async fn start() -> Server {
+    start_with(0, 0).await
+}
+
+/// A server crediting `signup` coins on a first connection and `checkin` per daily check-in.
+async fn start_with(signup: i64, checkin: i64) -> Server {
     let gateway = GatewayConfig {
         rate_per_sec: 10_000,
         rate_burst: 10_000,
         drain_window: Duration::from_millis(100),
         transfer_daily_limit: 300,
+        signup_reward: signup,
+        checkin_reward: checkin,
         ..GatewayConfig::default()
     };
     Server::launch(SECRET, ADMIN, gateway, ShardConfig::default()).await
@@ -203,6 +211,12 @@ async fn only_marked_sellers_transfer_once_per_request_within_the_daily_limit() 
     assert_eq!(e.code(), Some(ErrorCode::NotASeller));
     let (_, totals) = admin_get(&s, "/admin/ledger/totals").await;
     assert_eq!(totals["conserved"], true, "{totals}");
+    // No check-in reward configured: the op says so.
+    let e = seller
+        .request("wallet.checkin", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::BadRequest));
     s.stop().await;
 }
 
@@ -254,5 +268,52 @@ async fn an_operator_settles_a_hosts_earnings_once_at_the_configured_rate() {
     let (_, totals) = admin_get(&s, "/admin/ledger/totals").await;
     assert_eq!(totals["totals"]["settled"], 400);
     assert_eq!(totals["conserved"], true, "{totals}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_first_connection_is_rewarded_once_and_a_checkin_once_a_day() {
+    let s = start_with(25, 5).await;
+    // Three first connections at once: one sign-up reward.
+    let (a, b, c) = tokio::join!(s.connect("fresh"), s.connect("fresh"), s.connect("fresh"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let w = kit::admin::wallet(s.admin, Some(ADMIN), "fresh")
+            .await
+            .unwrap()
+            .json();
+        if w["balance"] == 25 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no sign-up reward: {w}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((b, c));
+    let mut a = a;
+    let first = a.request("wallet.checkin", json!({})).await.unwrap();
+    assert_eq!(
+        (first["applied"].as_bool(), first["balance"].as_i64()),
+        (Some(true), Some(30))
+    );
+    let again = a.request("wallet.checkin", json!({})).await.unwrap();
+    assert_eq!(
+        (again["applied"].as_bool(), again["balance"].as_i64()),
+        (Some(false), Some(30))
+    );
+    // Reconnecting never rewards the sign-up again.
+    let mut d = s.connect("fresh").await;
+    let h = d
+        .request("wallet.history", json!({"kind": "reward"}))
+        .await
+        .unwrap();
+    assert_eq!(h["movements"].as_array().unwrap().len(), 2, "{h}");
+    let w = kit::admin::wallet(s.admin, Some(ADMIN), "fresh")
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(w["balance"], 30);
     s.stop().await;
 }

@@ -63,8 +63,8 @@ pub use user::{
     UserGet, UserOp,
 };
 pub use wallet::{
-    Balance, MovementEntry, Transferred, WalletBalance, WalletHistory, WalletHistoryPage, WalletOp,
-    WalletTransfer,
+    Balance, CheckedIn, MovementEntry, Transferred, WalletBalance, WalletCheckin, WalletHistory,
+    WalletHistoryPage, WalletOp, WalletTransfer,
 };
 
 /// For `skip_serializing_if`: flags such as `robot` appear only when set.

@@ -165,7 +165,21 @@ impl Ledger {
         if amount <= 0 {
             return Err(StorageError::invalid_msg("grant amount must be positive"));
         }
-        dispatch!(self.grant(user, amount, key))
+        dispatch!(self.grant_as(user, amount, key, MovementKind::Grant))
+    }
+
+    /// A platform reward (sign-up, daily check-in), credited once per user and `period` key:
+    /// a grant under a key no admin grant can take (it holds a space), counted in `granted`,
+    /// with a `reward` line in the statement.
+    ///
+    /// # Errors
+    /// Engine errors; `Invalid` for a non-positive amount.
+    pub async fn reward(&self, user: &UserId, amount: i64, period: &str) -> Result<GrantOutcome> {
+        if amount <= 0 {
+            return Err(StorageError::invalid_msg("reward amount must be positive"));
+        }
+        let key = format!("reward {period}");
+        dispatch!(self.grant_as(user, amount, &key, MovementKind::Reward))
     }
 
     /// The user's coins (0 for an unknown user).

@@ -28,6 +28,7 @@ conformance!(
     a_payment_credits_once_however_often_it_is_notified,
     a_refund_after_spending_is_a_debt_that_blocks_gifts_until_covered,
     a_host_settles_earnings_once_and_never_more_than_earned,
+    a_reward_credits_once_per_user_and_period_under_concurrent_calls,
 );
 
 /// Every movement of `user`, page by page from the newest (at most `max_pages` pages).
@@ -565,4 +566,36 @@ async fn a_host_settles_earnings_once_and_never_more_than_earned(f: Fixture) {
     let t = l.audit_totals().await.unwrap();
     assert_eq!(t.settled, 150);
     assert!(t.is_conserved(), "{t:?}");
+}
+
+async fn a_reward_credits_once_per_user_and_period_under_concurrent_calls(f: Fixture) {
+    let u = f.user("newbie");
+    let l = f.ledger.clone();
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let (l, u) = (l.clone(), u.clone());
+        tasks.push(tokio::spawn(async move {
+            l.reward(&u, 30, "signup").await.unwrap()
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        if t.await.unwrap().applied {
+            applied += 1;
+        }
+    }
+    assert_eq!(applied, 1);
+    assert!(l.reward(&u, 5, "checkin:1").await.unwrap().applied);
+    assert!(!l.reward(&u, 5, "checkin:1").await.unwrap().applied);
+    assert!(l.reward(&u, 5, "checkin:2").await.unwrap().applied);
+    // An admin grant cannot take a reward's key (reward keys hold a space).
+    assert!(l.grant(&u, 7, "signup").await.unwrap().applied);
+    assert_eq!(l.balance(&u).await.unwrap(), 47);
+    let lines = walk(&l, &u, 10, 5).await;
+    let rewards = lines
+        .iter()
+        .filter(|m| m.kind == MovementKind::Reward)
+        .count();
+    assert_eq!((lines.len(), rewards), (4, 3), "{lines:?}");
+    assert!(l.audit_totals().await.unwrap().is_conserved());
 }

@@ -277,6 +277,7 @@ impl Op {
             "wallet.balance" => args(id, name, d).map(Self::WalletBalance),
             "wallet.history" => args(id, name, d).map(|a| Self::Wallet(WalletOp::History(a))),
             "wallet.transfer" => args(id, name, d).map(|a| Self::Wallet(WalletOp::Transfer(a))),
+            "wallet.checkin" => args(id, name, d).map(|a| Self::Wallet(WalletOp::Checkin(a))),
             "room.list" => args(id, name, d).map(Self::RoomList),
             "im.send" => args(id, name, d).map(|a| Self::Im(ImOp::Send(a))),
             "im.history" => args(id, name, d).map(|a| Self::Im(ImOp::History(a))),

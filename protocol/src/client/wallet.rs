@@ -22,6 +22,8 @@ pub enum WalletOp {
     History(WalletHistory),
     /// `wallet.transfer`: a coin seller moves coins to a user.
     Transfer(WalletTransfer),
+    /// `wallet.checkin`: the daily check-in reward.
+    Checkin(WalletCheckin),
 }
 
 impl WalletOp {
@@ -30,6 +32,7 @@ impl WalletOp {
         match self {
             Self::History(_) => "wallet.history",
             Self::Transfer(_) => "wallet.transfer",
+            Self::Checkin(_) => "wallet.checkin",
         }
     }
 }
@@ -46,6 +49,21 @@ pub struct WalletHistory {
     /// Only movements of this kind (`grant`, `gift_sent`, ...).
     #[serde(default)]
     pub kind: Option<String>,
+}
+
+/// `wallet.checkin` arguments (none).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WalletCheckin {}
+
+/// The `ok` of `wallet.checkin`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckedIn {
+    /// Coins today's check-in is worth.
+    pub reward: i64,
+    /// False when the user had already checked in today (nothing credited this time).
+    pub applied: bool,
+    /// The user's coins afterwards.
+    pub balance: i64,
 }
 
 /// `wallet.transfer` arguments.

@@ -266,11 +266,23 @@ impl SqliteLedger {
         Ok(out)
     }
 
+    /// A grant with its statement line a `Grant` (the engine's own tests).
+    #[cfg(test)]
     pub(super) async fn grant(
         &self,
         user: &UserId,
         amount: i64,
         key: &str,
+    ) -> Result<GrantOutcome> {
+        self.grant_as(user, amount, key, MovementKind::Grant).await
+    }
+
+    pub(super) async fn grant_as(
+        &self,
+        user: &UserId,
+        amount: i64,
+        key: &str,
+        line: MovementKind,
     ) -> Result<GrantOutcome> {
         let user = user.clone();
         let entry_id = grant_entry_id(key);
@@ -297,15 +309,7 @@ impl SqliteLedger {
                 amount,
                 Some(balance),
             )?;
-            let line = single(
-                &user,
-                MovementKind::Grant,
-                amount,
-                Some(balance),
-                None,
-                &key,
-                now_ms(),
-            );
+            let line = single(&user, line, amount, Some(balance), None, &key, now_ms());
             insert_movements(c, &[line])?;
             Ok(GrantOutcome {
                 balance,

@@ -33,14 +33,16 @@ pub(super) fn col<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
 }
 
 impl PostgresLedger {
-    pub(in crate::ledger) async fn grant(
+    pub(in crate::ledger) async fn grant_as(
         &self,
         user: &UserId,
         amount: i64,
         key: &str,
+        line: MovementKind,
     ) -> Result<GrantOutcome> {
         let entry_id = grant_entry_id(key);
-        transact!(self, |tx| grant_tx(&tx, user, amount, entry_id, key).await)
+        transact!(self, |tx| grant_tx(&tx, user, amount, entry_id, key, line)
+            .await)
     }
 
     pub(in crate::ledger) async fn install_fence(
@@ -118,6 +120,7 @@ async fn grant_tx(
     amount: i64,
     entry_id: uuid::Uuid,
     key: &str,
+    line: MovementKind,
 ) -> TxResult<GrantOutcome> {
     // The entry's key is the idempotency check: a second grant under it inserts nothing.
     let insert = tx
@@ -154,15 +157,7 @@ async fn grant_tx(
         )
         .await?;
     let balance: i64 = col(&tx.query_one(&add, &[&user.as_str(), &amount]).await?, 0)?;
-    let line = single(
-        user,
-        MovementKind::Grant,
-        amount,
-        Some(balance),
-        None,
-        key,
-        now_ms(),
-    );
+    let line = single(user, line, amount, Some(balance), None, key, now_ms());
     insert_movements(tx, &[line]).await?;
     Ok(GrantOutcome {
         balance,

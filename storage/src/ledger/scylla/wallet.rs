@@ -185,11 +185,12 @@ impl ScyllaLedger {
 
     /// Moves a saga `from → to` if its fence allows. `Ok(None)`: it is now in `to`;
     /// `Ok(Some(state))`: it is in another state, unchanged.
-    pub(in crate::ledger) async fn grant(
+    pub(in crate::ledger) async fn grant_as(
         &self,
         user: &UserId,
         amount: i64,
         key: &str,
+        line: MovementKind,
     ) -> Result<GrantOutcome> {
         let reference = format!("grant:{key}");
         match self
@@ -208,15 +209,7 @@ impl ScyllaLedger {
                 ..
             } => {
                 if ours {
-                    let line = single(
-                        user,
-                        MovementKind::Grant,
-                        amount,
-                        balance_after,
-                        None,
-                        key,
-                        now_ms(),
-                    );
+                    let line = single(user, line, amount, balance_after, None, key, now_ms());
                     self.write_movements(&[line]).await?;
                 }
                 Ok(GrantOutcome {
