@@ -1,6 +1,7 @@
 //! The admin HTTP port (hyper): `/healthz`, `/metrics` (Prometheus text; open unless the node
 //! has a metrics token), the bearer-token protected `/admin/*` API, the RTC provider
-//! webhooks `/rtc/*` (signed, no token), and the operator dashboard's page (`/dashboard`).
+//! webhooks `/rtc/*` and the payment provider's `/payments/webhook` (signed, no token), and
+//! the operator dashboard's page (`/dashboard`).
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -33,9 +34,11 @@ mod dashboard;
 mod directory;
 mod health;
 mod money;
+mod payments;
 mod robots;
 mod rtc;
 mod users;
+mod wallet;
 
 pub(crate) use health::Readiness;
 
@@ -217,6 +220,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     if path == rtc::CHORUS_PATH || path == rtc::LIVEKIT_PATH {
         return rtc::serve(admin, req).await;
     }
+    if path == payments::PATH {
+        return payments::serve(admin, req).await;
+    }
     if !path.starts_with("/admin/") {
         return error(StatusCode::NOT_FOUND, "not found");
     }
@@ -274,6 +280,24 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             Some(core) => money::grant(&core.money, user, &body).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
+        (&Method::PUT | &Method::DELETE | &Method::GET, ["sellers", user]) if is_valid_id(user) => {
+            match &admin.core {
+                Some(core) if method == Method::GET => wallet::seller(&core.money, user).await,
+                Some(core) => wallet::set_seller(&core.money, user, method == Method::PUT).await,
+                None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+            }
+        }
+        (&Method::POST, ["settlements"]) => match &admin.core {
+            Some(core) => {
+                let rate = core.config.settlement_rate_milli;
+                wallet::settle(&core.money, rate, &body).await
+            }
+            None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+        },
+        (&Method::GET, ["wallets", user, "history"]) if is_valid_id(user) => match &admin.core {
+            Some(core) => wallet::history(&core.money, user, uri_query).await,
+            None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+        },
         (&Method::GET, ["wallets", user]) if is_valid_id(user) => match &admin.core {
             Some(core) => money::wallet(&core.money, user).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
@@ -324,6 +348,11 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["metrics"]) => "metrics_get",
         (&Method::POST, ["wallets", _, "grant"]) => "wallet_grant",
         (&Method::GET, ["wallets", _]) => "wallet_get",
+        (&Method::GET, ["wallets", _, "history"]) => "wallet_history",
+        (&Method::PUT, ["sellers", _]) => "seller_set",
+        (&Method::POST, ["settlements"]) => "settlement",
+        (&Method::DELETE, ["sellers", _]) => "seller_unset",
+        (&Method::GET, ["sellers", _]) => "seller_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
         (_, ["robots", rest @ ..]) => robots::verb_of(method, rest),
         (_, ["users", rest @ ..]) => users::verb_of(method, rest),

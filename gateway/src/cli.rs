@@ -438,6 +438,14 @@ pub struct FileConfig {
     pub session_expiring_s: Option<u64>,
     /// Leave robots out of leaderboards.
     pub ranks_without_robots: Option<bool>,
+    /// Most coins one coin seller may transfer per UTC day.
+    pub transfer_daily_limit: Option<i64>,
+    /// Host settlements' payout minor units per 1,000 earnings coins.
+    pub settlement_rate_milli: Option<i64>,
+    /// Coins credited on a user's first connection ever.
+    pub signup_reward: Option<i64>,
+    /// Coins `wallet.checkin` credits once per user per UTC day.
+    pub checkin_reward: Option<i64>,
     /// Direct messages one user may send per minute on a gateway.
     pub im_rate_per_min: Option<u32>,
     /// Direct messages one user may send at once.
@@ -525,6 +533,10 @@ pub struct FileConfig {
     pub big_win_multiplier: Option<u32>,
     /// HMAC key of `POST /rtc/webhook` (`CHORUS_RTC_WEBHOOK_SECRET` wins).
     pub rtc_webhook_secret: Option<String>,
+    /// HMAC key of `POST /payments/webhook` (`CHORUS_PAYMENTS_WEBHOOK_SECRET` wins).
+    pub payments_webhook_secret: Option<String>,
+    /// The payment provider's price list: product id to coins.
+    pub payment_products: Option<std::collections::BTreeMap<String, i64>>,
     /// LiveKit API key, the `iss` of its webhooks (`CHORUS_LIVEKIT_API_KEY` wins).
     pub livekit_api_key: Option<String>,
     /// LiveKit API secret, the key of its webhooks (`CHORUS_LIVEKIT_API_SECRET` wins).
@@ -673,6 +685,18 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     if let Some(v) = f.ranks_without_robots {
         g.ranks_without_robots = v;
     }
+    if let Some(v) = f.transfer_daily_limit {
+        g.transfer_daily_limit = v.max(0);
+    }
+    if let Some(v) = f.settlement_rate_milli {
+        g.settlement_rate_milli = v.max(0);
+    }
+    if let Some(v) = f.signup_reward {
+        g.signup_reward = v.max(0);
+    }
+    if let Some(v) = f.checkin_reward {
+        g.checkin_reward = v.max(0);
+    }
     if let Some(v) = ms(f.presence_grace_ms) {
         g.presence_grace = v;
     }
@@ -689,6 +713,18 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
         g.expiry_warning = Duration::from_secs(v);
     }
     g.rtc_webhook_secret = env_or_file("CHORUS_RTC_WEBHOOK_SECRET", f.rtc_webhook_secret.as_ref());
+    g.payments_webhook_secret = env_or_file(
+        "CHORUS_PAYMENTS_WEBHOOK_SECRET",
+        f.payments_webhook_secret.as_ref(),
+    );
+    if let Some(p) = &f.payment_products {
+        // A product worth no coins would book nothing: left out, so its payments are refused.
+        let priced = p
+            .iter()
+            .filter(|(_, c)| **c > 0)
+            .map(|(k, c)| (k.clone(), *c));
+        g.payment_products = std::sync::Arc::new(priced.collect());
+    }
     g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
     g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
     g.metrics_token = metrics_token(f);

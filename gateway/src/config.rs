@@ -25,6 +25,11 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_READ_BUFFER_BYTES: usize = 256;
 /// Bytes the writer buffers before writing to the socket; a flush always writes everything.
 pub const DEFAULT_WRITE_BUFFER_BYTES: usize = 16 * 1024;
+/// Coins one coin seller may move with `wallet.transfer` per UTC day, by default: a cap on
+/// what a leaked seller account can hand out in a day, high enough for a busy reseller.
+pub const DEFAULT_TRANSFER_DAILY_LIMIT: i64 = 10_000_000;
+/// Payout minor units per 1,000 earnings coins in a host settlement, by default: one per coin.
+pub const DEFAULT_SETTLEMENT_RATE_MILLI: i64 = 1_000;
 /// Frames the writer takes from the outbox before one flush (batching writes).
 pub const WRITE_BATCH_FRAMES: usize = 64;
 /// How long the gateway keeps retrying a command whose room has no reachable owner (covers a
@@ -98,6 +103,15 @@ pub struct GatewayConfig {
     pub expiry_warning: Duration,
     /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
     pub ranks_without_robots: bool,
+    /// Most coins one coin seller may move with `wallet.transfer` per UTC day.
+    pub transfer_daily_limit: i64,
+    /// Coins credited from the platform on a user's first connection ever (0: none).
+    pub signup_reward: i64,
+    /// Coins `wallet.checkin` credits once per user per UTC day (0: the op is off).
+    pub checkin_reward: i64,
+    /// A host settlement's exchange rate: payout minor units (e.g. cents) per 1,000 earnings
+    /// coins; the payout is rounded down.
+    pub settlement_rate_milli: i64,
     /// How long a closed connection's room entry stays in the user registry: the rooms'
     /// presence grace window (the same `presence_grace_ms` key as the shards').
     pub presence_grace: Duration,
@@ -108,6 +122,11 @@ pub struct GatewayConfig {
     /// HMAC-SHA256 key of `POST /rtc/webhook` on the admin port; `None`: that endpoint answers
     /// 503.
     pub rtc_webhook_secret: Option<String>,
+    /// HMAC-SHA256 key of `POST /payments/webhook` on the admin port; `None`: that endpoint
+    /// answers 503.
+    pub payments_webhook_secret: Option<String>,
+    /// The payment provider's products and the coins each is worth (`payment_products`).
+    pub payment_products: std::sync::Arc<std::collections::BTreeMap<String, i64>>,
     /// LiveKit API key: the `iss` that `POST /rtc/livekit` requires of a webhook's token.
     pub livekit_api_key: Option<String>,
     /// LiveKit API secret: the HS256 key of a LiveKit webhook's token; `POST /rtc/livekit`
@@ -144,12 +163,18 @@ impl Default for GatewayConfig {
             admit_burst: DEFAULT_ADMIT_BURST,
             max_conns_per_user: DEFAULT_MAX_CONNS_PER_USER,
             ranks_without_robots: false,
+            transfer_daily_limit: DEFAULT_TRANSFER_DAILY_LIMIT,
+            settlement_rate_milli: DEFAULT_SETTLEMENT_RATE_MILLI,
+            signup_reward: 0,
+            checkin_reward: 0,
             presence_grace: shard::config::DEFAULT_PRESENCE_GRACE,
             im_rate_per_min: DEFAULT_IM_RATE_PER_MIN,
             im_rate_burst: DEFAULT_IM_RATE_BURST,
             max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
             expiry_warning: DEFAULT_EXPIRY_WARNING,
             rtc_webhook_secret: None,
+            payments_webhook_secret: None,
+            payment_products: std::sync::Arc::default(),
             livekit_api_key: None,
             livekit_api_secret: None,
             metrics_token: None,

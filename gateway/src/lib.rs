@@ -15,6 +15,7 @@
 //! - `social`: the user registry, the gateway bus, direct messages and one room per user
 //!   across gateways.
 //! - `users`: profiles, follows and `auth.refresh`, answered from the user stores.
+//! - `wallet`: `wallet.history` (a page of the caller's statement), answered from the ledger.
 //! - [`node`]: the roles of the binary (gateway, shard with its admin port), each started by
 //!   one function; [`standalone`] composes gateway and shard in one process.
 //! - `admin`: the admin HTTP port (`/healthz`, `/readyz`, `/metrics`, `/admin/*`).
@@ -42,6 +43,7 @@ pub mod signal;
 mod social;
 pub mod standalone;
 mod users;
+mod wallet;
 mod web;
 mod wire;
 

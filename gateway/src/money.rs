@@ -27,6 +27,12 @@ pub struct Money {
     pub catalog: Arc<Catalog>,
     /// Leave robots out of `rank.get` (otherwise they are listed, marked `robot: true`).
     pub ranks_without_robots: bool,
+    /// Most coins one coin seller may transfer per UTC day.
+    pub transfer_daily_limit: i64,
+    /// Coins credited on a user's first connection ever (0: none).
+    pub signup_reward: i64,
+    /// Coins `wallet.checkin` credits once per user per UTC day (0: the op is off).
+    pub checkin_reward: i64,
     /// The room snapshots, read to tell whether a room exists: with them, `rank.get` of a room
     /// that has none answers `ROOM_NOT_FOUND` (`None`: every room has a board, maybe empty).
     pub rooms: Option<SnapshotStore>,
@@ -39,6 +45,9 @@ impl Money {
             ledger: None,
             catalog: Arc::new(Catalog::default_with_secret(Vec::new())),
             ranks_without_robots: false,
+            transfer_daily_limit: crate::config::DEFAULT_TRANSFER_DAILY_LIMIT,
+            signup_reward: 0,
+            checkin_reward: 0,
             rooms: None,
         }
     }
@@ -120,6 +129,7 @@ impl Money {
                 )
                 .await
             }
+            Op::Wallet(op) => crate::wallet::answer(self, ledger, user, id, op).await,
             _ => client::encode_err(Some(id), ErrorCode::Internal, "internal error"),
         }
     }

@@ -128,6 +128,8 @@ pub(crate) fn run(
     core.social_connected(session, &who.user);
     // After the hello: the stored profile reaches the session when it is read.
     core.load_profile(session, who.user.clone(), who.profile.clone());
+    // The sign-up reward, credited on the user's first connection ever (once: by key).
+    core.money.reward_signup(&core.tracker, &who.user);
     let mut s = Session {
         bucket: Bucket::new(core.config.rate_burst),
         core,
@@ -385,7 +387,7 @@ impl Session {
         }
         match req.op {
             Op::Ping => self.reply_ok(id, &Pong { t: unix_ms() }),
-            Op::WalletBalance(_) | Op::GiftList(_) | Op::RankGet(_) => {
+            Op::WalletBalance(_) | Op::Wallet(_) | Op::GiftList(_) | Op::RankGet(_) => {
                 self.core
                     .money_request(self.session, &self.who.user, id, req.op);
             }

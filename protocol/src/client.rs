@@ -64,7 +64,10 @@ pub use user::{
     FollowPage, FollowRoomsGet, FollowUser, FollowedRoom, FollowedRooms, ProfileOk, Profiles,
     UserGet, UserOp,
 };
-pub use wallet::{Balance, WalletBalance};
+pub use wallet::{
+    Balance, CheckedIn, MovementEntry, Transferred, WalletBalance, WalletCheckin, WalletHistory,
+    WalletHistoryPage, WalletOp, WalletTransfer,
+};
 
 /// For `skip_serializing_if`: flags such as `robot` appear only when set.
 pub(crate) fn is_false(b: &bool) -> bool {

@@ -64,6 +64,8 @@ pub enum ErrorCode {
     /// missing room under auto-create): the user created rooms faster than the per-minute
     /// allowance, or owns as many stored rooms as allowed (the message says which).
     QuotaExceeded,
+    /// `wallet.transfer` by a user who is not a coin seller (only sellers may transfer).
+    NotASeller,
     /// Retry later: ownership of the room is moving, or the room is overloaded.
     Unavailable,
     /// Something failed on the server; details are in its logs.
@@ -100,6 +102,7 @@ impl ErrorCode {
             Self::GiftVoided => "GIFT_VOIDED",
             Self::RateLimited => "RATE_LIMITED",
             Self::QuotaExceeded => "QUOTA_EXCEEDED",
+            Self::NotASeller => "NOT_A_SELLER",
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }

@@ -28,6 +28,10 @@
 //! - `ids`, `calendar`, `order`, `outcome`, `report`: the contract's types and pure functions
 //!   (gift ids, UTC days and weeks, the gift order and its arithmetic, what each call answers,
 //!   leaderboards and totals), all re-exported here.
+//! - `movement`: a user's statement (the movement written with every booking).
+//! - `transfer`: coin sellers' transfers.
+//! - `payment`: top-ups from a payment provider, refunds and debts.
+//! - `settlement`: host settlements of gift earnings.
 //! - [`decision`]: the pure decision tables (claim outcome, recovery action).
 //! - [`saga`]: the engine-independent saga driver and owner-only recovery.
 //! - [`sqlite`]: the embedded engine (one group-committing writer thread).
@@ -38,13 +42,17 @@
 mod calendar;
 pub mod decision;
 mod ids;
+mod movement;
 mod order;
 mod outcome;
+mod payment;
 pub mod postgres;
 mod report;
 pub mod saga;
 pub mod scylla;
+mod settlement;
 pub mod sqlite;
+mod transfer;
 
 use std::path::Path;
 
@@ -56,19 +64,30 @@ pub use self::ids::{
     GIFT_ID_NAMESPACE, GRANT_ID_NAMESPACE, GiftIds, LUCKY_ID_NAMESPACE, gift_id, gift_ids,
     grant_entry_id, legacy_gift_id, lucky_entry_id,
 };
+pub use self::movement::{
+    Account, DEFAULT_HISTORY_LIMIT, HistoryPage, HistoryQuery, MAX_HISTORY_LIMIT, Movement,
+    MovementKind, NewMovement,
+};
 pub use self::order::{BASIS_POINTS_PER_WHOLE, GiftOrder, LuckyPrize, OrderError};
 pub use self::outcome::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOutcome, GiftResult, GrantOutcome,
     RecoveryOutcome, SagaRecord, SagaState, SettleOutcome, VoidOutcome, VoidReason,
 };
+pub use self::payment::{
+    PAYMENT_ID_NAMESPACE, Payment, RefundOutcome, TopUpOutcome, payment_entry_id,
+};
 pub use self::postgres::PostgresLedger;
 pub use self::report::{Board, Period, Totals};
 pub use self::scylla::ScyllaLedger;
+pub use self::settlement::{
+    SETTLEMENT_ID_NAMESPACE, SettlementOrder, SettlementOutcome, settlement_key,
+};
 pub use self::sqlite::SqliteLedger;
+pub use self::transfer::{TRANSFER_ID_NAMESPACE, TransferOrder, TransferOutcome, transfer_id};
 use crate::{Result, StorageError};
 
-/// What every [`Ledger::reward`] key starts with in the ledger; admin grant keys are
-/// printable ASCII without spaces, so none starts with it.
+/// What every [`Ledger::rocket_reward`] and [`Ledger::reward`] key starts with in the ledger;
+/// admin grant keys are printable ASCII without spaces, so none starts with it.
 pub const REWARD_KEY_PREFIX: &str = "reward ";
 
 /// The ledger: a cheap-to-clone handle on one engine.
@@ -150,18 +169,41 @@ impl Ledger {
         if amount <= 0 {
             return Err(StorageError::invalid_msg("grant amount must be positive"));
         }
-        dispatch!(self.grant(user, amount, key))
+        dispatch!(self.grant_as(user, amount, key, MovementKind::Grant))
     }
 
-    /// A platform reward (a room rocket's), idempotent by `key`: the same key credits once,
-    /// on every engine, as a top-up does. Reward keys live apart from admin grant keys (an
-    /// admin key can never take a reward's place).
+    /// A platform reward (sign-up, daily check-in), credited once per user and `period` key:
+    /// a grant under a key no admin grant can take (it holds a space), counted in `granted`,
+    /// with a `reward` line in the statement.
+    ///
+    /// # Errors
+    /// Engine errors; `Invalid` for a non-positive amount.
+    pub async fn reward(&self, user: &UserId, amount: i64, period: &str) -> Result<GrantOutcome> {
+        if amount <= 0 {
+            return Err(StorageError::invalid_msg("reward amount must be positive"));
+        }
+        let key = format!("reward {period}");
+        dispatch!(self.grant_as(user, amount, &key, MovementKind::Reward))
+    }
+
+    /// A room rocket's reward from the platform, idempotent by `key` (`rocket:<room>:<launch>:
+    /// <user>`): the same key credits once, on every engine, with a `rocket_reward` line in the
+    /// statement. Reward keys live apart from admin grant keys (an admin key can never take a
+    /// reward's place).
     ///
     /// # Errors
     /// As [`Ledger::grant`].
-    pub async fn reward(&self, user: &UserId, amount: i64, key: &str) -> Result<GrantOutcome> {
-        self.grant(user, amount, &format!("{REWARD_KEY_PREFIX}{key}"))
-            .await
+    pub async fn rocket_reward(
+        &self,
+        user: &UserId,
+        amount: i64,
+        key: &str,
+    ) -> Result<GrantOutcome> {
+        if amount <= 0 {
+            return Err(StorageError::invalid_msg("reward amount must be positive"));
+        }
+        let key = format!("{REWARD_KEY_PREFIX}{key}");
+        dispatch!(self.grant_as(user, amount, &key, MovementKind::RocketReward))
     }
 
     /// The user's coins (0 for an unknown user).
@@ -379,6 +421,85 @@ impl Ledger {
     ) -> Result<Vec<(UserId, i64)>> {
         let today = day_of(now_ms());
         dispatch!(self.leaderboard(room, board, period.first_day(today), limit))
+    }
+
+    /// One page of the user's statement, newest first, from just after
+    /// `query.cursor` (an opaque position, not an offset: a page costs the same however many
+    /// movements the user has, and movements booked meanwhile never shift it).
+    ///
+    /// # Errors
+    /// `Invalid` for a cursor this engine did not make; engine errors.
+    pub async fn history(&self, user: &UserId, query: &HistoryQuery) -> Result<HistoryPage> {
+        dispatch!(self.history(user, query))
+    }
+
+    /// Marks (`true`) or unmarks a user as a coin seller.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn set_seller(&self, user: &UserId, seller: bool) -> Result<()> {
+        dispatch!(self.set_seller(user, seller))
+    }
+
+    /// Whether the user is a coin seller.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn is_seller(&self, user: &UserId) -> Result<bool> {
+        dispatch!(self.is_seller(user))
+    }
+
+    /// Moves coins from a seller to a user: both sides and both statement lines in one
+    /// booking, idempotent by `(from, req_id)`, never overdrawing the seller.
+    ///
+    /// # Errors
+    /// `Invalid` for a bad order; engine errors (retry with the same order).
+    pub async fn transfer(&self, order: &TransferOrder) -> Result<TransferOutcome> {
+        order.checked()?;
+        dispatch!(self.transfer(order))
+    }
+
+    /// Credits a paid product's coins once per payment id (a debt is covered first).
+    ///
+    /// # Errors
+    /// `Invalid` for a non-positive amount; engine errors (retry with the same payment).
+    pub async fn top_up(&self, payment: &Payment) -> Result<TopUpOutcome> {
+        if payment.coins <= 0 {
+            return Err(StorageError::invalid_msg("top-up coins must be positive"));
+        }
+        dispatch!(self.top_up(payment))
+    }
+
+    /// Refunds a booked top-up once: its coins leave the user's coins, and what they no longer
+    /// cover becomes the user's debt.
+    ///
+    /// # Errors
+    /// Engine errors (retry with the same payment id).
+    pub async fn refund(&self, payment_id: &str) -> Result<RefundOutcome> {
+        dispatch!(self.refund(payment_id))
+    }
+
+    /// Settles part of a host's earnings for payout, once per settlement id, only if the
+    /// earnings cover it.
+    ///
+    /// # Errors
+    /// `Invalid` for a non-positive amount or a negative payout; engine errors (retry with the
+    /// same id).
+    pub async fn settle_earnings(&self, order: &SettlementOrder) -> Result<SettlementOutcome> {
+        if order.amount <= 0 || order.payout < 0 {
+            return Err(StorageError::invalid_msg(
+                "a settlement needs a positive amount and a payout of at least 0",
+            ));
+        }
+        dispatch!(self.settle_earnings(order))
+    }
+
+    /// The user's debt (0 for none).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn debt(&self, user: &UserId) -> Result<i64> {
+        dispatch!(self.debt(user))
     }
 
     /// Ledger-wide sums (a full scan on Scylla: for tests and audits, not the hot path).

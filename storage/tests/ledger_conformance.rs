@@ -8,151 +8,20 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kit::postgres::PgServer;
-
 use protocol::{RoomId, UserId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::StorageError;
 use storage::ledger::{
     Board, DebitOutcome, EntryKind, FenceInstall, GiftOrder, GiftOutcome, GiftResult, Ledger,
-    LuckyPrize, Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, gift_id, now_ms, saga,
+    LuckyPrize, Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, saga,
 };
 use uuid::Uuid;
 
-/// A fresh ledger per test (a temp SQLite file, a fresh PostgreSQL server, or a fresh Scylla
-/// keyspace), with a namespace for ids. The temp dir and the server live as long as the ledger.
-struct Fixture {
-    ledger: Ledger,
-    ns: String,
-    /// What the ledger was opened with (for a second handle on the same data).
-    url: String,
-    dir: std::path::PathBuf,
-    _dir: Option<tempfile::TempDir>,
-    _server: Option<PgServer>,
-}
-
-impl Fixture {
-    /// Another handle on the same ledger, as a second node of a cluster opens it.
-    async fn second_handle(&self) -> Ledger {
-        Ledger::open(&self.url, &self.dir)
-            .await
-            .expect("open a second handle")
-    }
-
-    fn user(&self, name: &str) -> UserId {
-        UserId::from(format!("{}-{name}", self.ns))
-    }
-    fn room(&self, name: &str) -> RoomId {
-        RoomId::from(format!("{}-{name}", self.ns))
-    }
-    fn order(
-        &self,
-        sender: &UserId,
-        req: &str,
-        room: &RoomId,
-        unit: i64,
-        to: &[UserId],
-    ) -> GiftOrder {
-        GiftOrder {
-            gift_id: gift_id(sender, req),
-            sender: sender.clone(),
-            room: room.clone(),
-            gift: "rose".into(),
-            count: 1,
-            unit_price: unit,
-            recipients: to.to_vec(),
-            share_bp: 5_000,
-            lucky: None,
-            created_ms: now_ms(),
-            request: 0,
-        }
-    }
-}
-
-async fn sqlite() -> Fixture {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let ledger = Ledger::open("", dir.path())
-        .await
-        .expect("open sqlite ledger");
-    Fixture {
-        ledger,
-        ns: "t".into(),
-        url: String::new(),
-        dir: dir.path().to_owned(),
-        _dir: Some(dir),
-        _server: None,
-    }
-}
-
-/// A PostgreSQL ledger on a server of its own, so that each test's audit sees only its money.
-async fn postgres() -> Fixture {
-    let server = PgServer::start().await.expect("start a PostgreSQL server");
-    let url = server.url("postgres");
-    let dir = std::env::temp_dir();
-    let ledger = Ledger::open(&url, &dir)
-        .await
-        .expect("open the PostgreSQL ledger");
-    Fixture {
-        ledger,
-        ns: "t".into(),
-        url,
-        dir,
-        _dir: None,
-        _server: Some(server),
-    }
-}
-
-async fn scylla() -> Option<Fixture> {
-    let Ok(nodes) = std::env::var("CHORUS_SCYLLA_NODES") else {
-        println!("ledger conformance: not run against Scylla (CHORUS_SCYLLA_NODES unset)");
-        return None;
-    };
-    // One keyspace per test, so each test's audit sees only its own money.
-    let ns = Uuid::new_v4().simple().to_string();
-    let url = format!("scylla://{nodes}/chorus_test_{ns}");
-    let dir = std::env::temp_dir();
-    let ledger = Ledger::open(&url, &dir).await.expect("connect to Scylla");
-    Some(Fixture {
-        ledger,
-        ns,
-        url,
-        dir,
-        _dir: None,
-        _server: None,
-    })
-}
-
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite_engine {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres_engine {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::postgres().await).await;
-                }
-            )*
-        }
-        mod scylla_engine {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(f) = super::scylla().await {
-                        super::$name(f).await;
-                    }
-                }
-            )*
-        }
-    };
-}
+#[macro_use]
+#[path = "support/ledger.rs"]
+mod fixture;
+use fixture::{Fixture, postgres, scylla, sqlite};
 
 conformance!(
     concurrent_gifts_never_overdraw,
@@ -312,10 +181,10 @@ async fn grants_are_idempotent_by_key(f: Fixture) {
 async fn rewards_are_idempotent_by_key_and_apart_from_grants(f: Fixture) {
     let u = f.user("winner");
     let key = "rocket:room-1:1:winner";
-    let first = f.ledger.reward(&u, 40, key).await.unwrap();
+    let first = f.ledger.rocket_reward(&u, 40, key).await.unwrap();
     assert_eq!((first.applied, first.amount, first.balance), (true, 40, 40));
     for _ in 0..3 {
-        let again = f.ledger.reward(&u, 40, key).await.unwrap();
+        let again = f.ledger.rocket_reward(&u, 40, key).await.unwrap();
         assert_eq!((again.applied, again.balance), (false, 40));
     }
     // The same text as an admin grant key is another key: the grant credits too.
@@ -324,13 +193,13 @@ async fn rewards_are_idempotent_by_key_and_apart_from_grants(f: Fixture) {
     // The next launch's key pays again.
     let next = f
         .ledger
-        .reward(&u, 10, "rocket:room-1:2:winner")
+        .rocket_reward(&u, 10, "rocket:room-1:2:winner")
         .await
         .unwrap();
     assert_eq!(next.balance, 55);
     assert!(
         f.ledger
-            .reward(&u, 0, "rocket:room-1:3:winner")
+            .rocket_reward(&u, 0, "rocket:room-1:3:winner")
             .await
             .is_err()
     );

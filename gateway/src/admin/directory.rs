@@ -146,7 +146,7 @@ pub(super) async fn pins(admin: &Admin) -> Resp {
 }
 
 /// `%XX` and `+` decoded; `None` for a bad escape or text that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+pub(super) fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

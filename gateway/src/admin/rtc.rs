@@ -34,9 +34,9 @@ pub(super) const CHORUS_PATH: &str = "/rtc/webhook";
 /// Path of LiveKit's webhook format.
 pub(super) const LIVEKIT_PATH: &str = "/rtc/livekit";
 /// Header with the unix seconds a Chorus webhook was signed at.
-const TIMESTAMP_HEADER: &str = "x-chorus-timestamp";
+pub(super) const TIMESTAMP_HEADER: &str = "x-chorus-timestamp";
 /// Header with a Chorus webhook's signature, `v1=<hex>`.
-const SIGNATURE_HEADER: &str = "x-chorus-signature";
+pub(super) const SIGNATURE_HEADER: &str = "x-chorus-signature";
 /// The version tag before the signature's hex.
 const SIGNATURE_V1: &str = "v1=";
 /// How old a Chorus webhook's timestamp may be: the replay window.
@@ -54,7 +54,7 @@ const RTC_SESSION: SessionId = 0;
 
 /// Why a webhook is not taken.
 #[derive(Debug, PartialEq)]
-enum Refused {
+pub(super) enum Refused {
     /// 401: missing or bad signature, or a timestamp or token outside its window.
     Unauthorized(&'static str),
     /// 400: the body does not say what the format requires.
@@ -201,11 +201,11 @@ fn finish(core: &Core, format: Format, result: Result<Parsed, Refused>) -> Resp 
     resp
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(super) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -226,7 +226,7 @@ fn chorus_signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
 
 /// Checks a Chorus webhook's signature (constant time), then its timestamp against the replay
 /// window around `now` (unix seconds).
-fn verify_chorus(
+pub(super) fn verify_chorus(
     secret: &[u8],
     timestamp: Option<&str>,
     signature: Option<&str>,

@@ -10,7 +10,7 @@ use super::{
     MicPublishing, RankGet, RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave,
     RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave,
     SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp,
-    WalletBalance, args,
+    WalletBalance, WalletOp, args,
 };
 use super::{ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -193,6 +193,8 @@ pub enum Op {
     RankGet(RankGet),
     /// `wallet.balance` (answered by the gateway from the ledger).
     WalletBalance(WalletBalance),
+    /// A wallet operation (answered by the gateway from the ledger).
+    Wallet(WalletOp),
     /// A direct-message operation (answered by the gateway).
     Im(ImOp),
     /// A profile, follow or token operation (answered by the gateway from its user stores).
@@ -239,6 +241,7 @@ impl Op {
             Self::GiftList(_) => "gift.list",
             Self::RankGet(_) => "rank.get",
             Self::WalletBalance(_) => "wallet.balance",
+            Self::Wallet(op) => op.name(),
             Self::Im(op) => op.name(),
             Self::User(op) => op.name(),
             Self::RoomList(_) => "room.list",
@@ -254,6 +257,7 @@ impl Op {
             Self::Ping
             | Self::GiftList(_)
             | Self::WalletBalance(_)
+            | Self::Wallet(_)
             | Self::Im(_)
             | Self::User(_)
             | Self::RoomList(_) => None,
@@ -271,6 +275,9 @@ impl Op {
             "gift.list" => args(id, name, d).map(Self::GiftList),
             "rank.get" => args(id, name, d).map(Self::RankGet),
             "wallet.balance" => args(id, name, d).map(Self::WalletBalance),
+            "wallet.history" => args(id, name, d).map(|a| Self::Wallet(WalletOp::History(a))),
+            "wallet.transfer" => args(id, name, d).map(|a| Self::Wallet(WalletOp::Transfer(a))),
+            "wallet.checkin" => args(id, name, d).map(|a| Self::Wallet(WalletOp::Checkin(a))),
             "room.list" => args(id, name, d).map(Self::RoomList),
             "im.send" => args(id, name, d).map(|a| Self::Im(ImOp::Send(a))),
             "im.history" => args(id, name, d).map(|a| Self::Im(ImOp::History(a))),

@@ -99,7 +99,7 @@ impl RoomActor {
                     if lease.is_cancelled() || !inner.owner.proven(&valid) {
                         return;
                     }
-                    match ledger.reward(&w.user, w.coins, &key).await {
+                    match ledger.rocket_reward(&w.user, w.coins, &key).await {
                         Ok(out) => {
                             if out.amount != w.coins {
                                 warn!(%room, launch = launch.number, user = %w.user, booked = out.amount, "A rocket reward key holds another amount.");

@@ -101,7 +101,16 @@ pub fn decide_recovery(
         (SagaState::Pending, None) => RecoveryAction::VoidClaim,
         (SagaState::Pending, Some(EntryKind::Void)) => RecoveryAction::MarkVoided,
         (SagaState::Debited, None | Some(EntryKind::Void)) => RecoveryAction::Inconsistent,
-        (_, Some(EntryKind::Grant | EntryKind::Lucky)) => RecoveryAction::Inconsistent,
+        (
+            _,
+            Some(
+                EntryKind::Grant
+                | EntryKind::Lucky
+                | EntryKind::Transfer
+                | EntryKind::TopUp
+                | EntryKind::Refund,
+            ),
+        ) => RecoveryAction::Inconsistent,
     }
 }
 

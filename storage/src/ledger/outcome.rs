@@ -112,6 +112,12 @@ pub enum EntryKind {
     Void,
     /// A lucky prize credit.
     Lucky,
+    /// One side of a seller's transfer (Scylla: the key is the transfer id in both wallets).
+    Transfer,
+    /// A payment provider's top-up.
+    TopUp,
+    /// A refunded top-up.
+    Refund,
 }
 
 impl EntryKind {
@@ -122,6 +128,9 @@ impl EntryKind {
             Self::Debit => "DEBIT",
             Self::Void => "VOID",
             Self::Lucky => "LUCKY",
+            Self::Transfer => "TRANSFER",
+            Self::TopUp => "TOPUP",
+            Self::Refund => "REFUND",
         }
     }
 
@@ -135,6 +144,9 @@ impl EntryKind {
             "DEBIT" => Ok(Self::Debit),
             "VOID" => Ok(Self::Void),
             "LUCKY" => Ok(Self::Lucky),
+            "TRANSFER" => Ok(Self::Transfer),
+            "TOPUP" => Ok(Self::TopUp),
+            "REFUND" => Ok(Self::Refund),
             other => Err(StorageError::corrupt_msg(format!(
                 "unknown entry kind {other:?}"
             ))),

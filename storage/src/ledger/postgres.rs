@@ -29,8 +29,12 @@
 //! path and `schema` the tables.
 
 mod batch;
+mod movements;
+mod payment;
 mod saga;
 mod schema;
+mod settlement;
+mod transfer;
 
 pub use self::batch::METRIC_BATCH_GIFTS;
 
@@ -442,7 +446,12 @@ impl PostgresLedger {
                        (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM earning),
                        (SELECT COUNT(*) FROM account WHERE coins < 0),
                        (SELECT COALESCE(SUM(platform), 0)::BIGINT FROM gift_settlement),
-                       (SELECT COALESCE(SUM(lucky), 0)::BIGINT FROM gift_settlement)",
+                       (SELECT COALESCE(SUM(lucky), 0)::BIGINT FROM gift_settlement),
+                       (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM payment),
+                       (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM payment WHERE refunded),
+                       (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM debt),
+                       (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM transfer),
+                       (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM settlement)",
                     &[],
                 )
                 .await
@@ -455,6 +464,11 @@ impl PostgresLedger {
                 negative_accounts: col(&row, 3)?,
                 platform_revenue: col(&row, 4)?,
                 lucky_paid: col(&row, 5)?,
+                topped_up: col(&row, 6)?,
+                refunded: col(&row, 7)?,
+                debt: col(&row, 8)?,
+                transferred: col(&row, 9)?,
+                settled: col(&row, 10)?,
             })
         };
         tokio::time::timeout(TX_TIMEOUT, run)

@@ -49,13 +49,31 @@ pub struct Totals {
     pub lucky_paid: i64,
     /// Accounts with negative coins (must be 0).
     pub negative_accounts: i64,
+    /// Coins of every payment a provider notified (refunded ones included).
+    pub topped_up: i64,
+    /// Coins of the refunded payments.
+    pub refunded: i64,
+    /// Debts users owe after refunds of coins they had spent.
+    pub debt: i64,
+    /// Earnings settled for payout (they left the earnings).
+    pub settled: i64,
+    /// Coins moved by sellers' transfers (they move between users: counted for the audit,
+    /// not in the sum).
+    pub transferred: i64,
 }
 
 impl Totals {
+    /// Coins that entered from outside: grants, plus top-ups net of refunds, plus the debts
+    /// that refunds left (coins spent that the refund could not take back).
+    pub fn entered(&self) -> i64 {
+        self.granted + self.topped_up - self.refunded + self.debt
+    }
+
     /// Whether every coin is accounted for and no account is negative. Exact at quiescence: a
     /// saga between DEBITED and SETTLED holds coins that are in no balance yet.
     pub fn is_conserved(&self) -> bool {
         self.negative_accounts == 0
-            && self.coins + self.earnings + self.platform_revenue - self.lucky_paid == self.granted
+            && self.coins + self.earnings + self.settled + self.platform_revenue - self.lucky_paid
+                == self.entered()
     }
 }

@@ -25,8 +25,12 @@
 //! `listings` (room indexes, leaderboards, audit totals).
 
 mod listings;
+mod movements;
+mod payment;
 mod saga;
 mod schema;
+mod settlement;
+mod transfer;
 mod wallet;
 
 use std::sync::Arc;
@@ -129,7 +133,13 @@ impl ScyllaLedger {
             .await
             .map_err(unavailable)?;
         let rf = REPLICATION_FACTOR.min(nodes.len());
-        for ddl in schema::schema(keyspace, rf) {
+        for ddl in schema::schema(keyspace, rf)
+            .into_iter()
+            .chain(movements::schema(keyspace))
+            .chain(transfer::schema(keyspace))
+            .chain(payment::schema(keyspace))
+            .chain(settlement::schema(keyspace))
+        {
             session.query_unpaged(ddl, ()).await.map_err(backend)?;
         }
         session.await_schema_agreement().await.map_err(backend)?;

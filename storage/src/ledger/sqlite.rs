@@ -45,11 +45,15 @@
 //! commit), `tx` (a job's view of the group transaction), `wal` (the syncer and the
 //! checkpoints), `saga` (the saga's steps in SQL), `rows` (row helpers) and `tests`.
 
+mod movements;
+mod payment;
 mod rows;
 mod saga;
 mod schema;
+mod settlement;
 #[cfg(test)]
 mod tests;
+mod transfer;
 mod tx;
 mod wal;
 mod writer;
@@ -64,6 +68,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::info;
 use uuid::Uuid;
 
+use self::movements::insert_movements;
 use self::rows::{
     add_coins, claim_of, coins, ensure_fence, entry_amount, entry_kind, house, insert_entry,
     load_saga, sagas_listed,
@@ -87,9 +92,11 @@ pub use self::writer::{
     METRIC_GROUP_COMMITS, METRIC_SLOW_GROUPS, PACE_FROM_JOBS, WRITE_QUEUE_CAPACITY,
 };
 use self::writer::{Job, Pending, SYNCER_STOPPED, writer_loop};
+use super::movement::single;
 use super::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOrder, GiftOutcome, GrantOutcome,
-    SagaRecord, SettleOutcome, Totals, VoidOutcome, VoidReason, grant_entry_id, now_ms,
+    HistoryPage, HistoryQuery, MovementKind, SagaRecord, SettleOutcome, Totals, VoidOutcome,
+    VoidReason, grant_entry_id, now_ms,
 };
 use crate::{Result, StorageError};
 
@@ -141,6 +148,9 @@ impl SqliteLedger {
                 }
                 let mut writer = open_connection(&path, Syncing::CommitsBySyncer)?;
                 writer.execute_batch(SCHEMA).map_err(db)?;
+                writer.execute_batch(transfer::SCHEMA).map_err(db)?;
+                writer.execute_batch(payment::SCHEMA).map_err(db)?;
+                writer.execute_batch(settlement::SCHEMA).map_err(db)?;
                 migrate(&mut writer)?;
                 let legacy_gift_ids = writer
                     .query_row(
@@ -256,14 +266,27 @@ impl SqliteLedger {
         Ok(out)
     }
 
+    /// A grant with its statement line a `Grant` (the engine's own tests).
+    #[cfg(test)]
     pub(super) async fn grant(
         &self,
         user: &UserId,
         amount: i64,
         key: &str,
     ) -> Result<GrantOutcome> {
+        self.grant_as(user, amount, key, MovementKind::Grant).await
+    }
+
+    pub(super) async fn grant_as(
+        &self,
+        user: &UserId,
+        amount: i64,
+        key: &str,
+        line: MovementKind,
+    ) -> Result<GrantOutcome> {
         let user = user.clone();
         let entry_id = grant_entry_id(key);
+        let key = key.to_owned();
         self.write(move |c| {
             if let Some(kind) = entry_kind(c, user.as_str(), entry_id)? {
                 if kind != EntryKind::Grant {
@@ -286,6 +309,8 @@ impl SqliteLedger {
                 amount,
                 Some(balance),
             )?;
+            let line = single(&user, line, amount, Some(balance), None, &key, now_ms());
+            insert_movements(c, &[line])?;
             Ok(GrantOutcome {
                 balance,
                 applied: true,
@@ -293,6 +318,12 @@ impl SqliteLedger {
             })
         })
         .await
+    }
+
+    pub(super) async fn history(&self, user: &UserId, q: &HistoryQuery) -> Result<HistoryPage> {
+        let (user, q) = (user.clone(), q.clone());
+        self.read(move |c| movements::history(c, user.as_str(), &q))
+            .await
     }
 
     pub(super) async fn balance(&self, user: &UserId) -> Result<i64> {
@@ -563,7 +594,13 @@ impl SqliteLedger {
                     |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .map_err(db)?;
+            let (topped_up, refunded, debt, transferred) = payment::payment_totals(c)?;
             Ok(Totals {
+                settled: settlement::settled_total(c)?,
+                topped_up,
+                refunded,
+                debt,
+                transferred,
                 granted,
                 coins,
                 earnings,

@@ -12,7 +12,7 @@
 //!    if that insert happened and the coins cover it; it answers the balance before and after.
 //! 2. Set-based writes for the whole batch, rows in key order: the entries (debits, prizes,
 //!    void claims), the recipients' earnings and the leaderboards (summed per row first), the
-//!    settlements, and the sagas marked SETTLED or VOIDED.
+//!    settlements, the statement lines, and the sagas marked SETTLED or VOIDED.
 //! 3. The commit; only then is any gift answered.
 //!
 //! A gift whose id was booked before (a retry) is answered [`Booked::Known`] and the caller
@@ -32,6 +32,9 @@ use uuid::Uuid;
 use super::super::{
     EntryKind, GiftOrder, GiftOutcome, SagaState, VoidReason, day_of, lucky_entry_id, now_ms,
 };
+use super::super::movement::{gift_effects, gift_sent};
+use super::super::NewMovement;
+use super::movements::{Columns, SQL_INSERT as SQL_MOVEMENTS};
 use super::saga::col;
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, SLOTS};
 use super::{Db, Fail, TxResult, from_sql_fence, to_sql_fence, transact};
@@ -169,8 +172,9 @@ const SQL_CREATE_ACCOUNTS: &str = "INSERT INTO account (user_id)
 const SQL_LOCK_ACCOUNTS: &str =
     "SELECT user_id FROM account WHERE user_id = ANY($1) ORDER BY user_id FOR UPDATE";
 /// One gift's saga and debit: `(inserted, coins after, coins before)`. The saga goes in only
-/// under a fence not below the room's and a new id; the debit (less the prize) only with it
-/// and with coins covering the total. The last column reads the account as it was before this
+/// under a fence not below the room's and a new id; the debit (less the prize) only with it,
+/// with coins covering the total and no debt owed (a refund of spent coins blocks sending, as
+/// if the coins were short). The last column reads the account as it was before this
 /// statement (every part of a statement sees the same snapshot).
 const SQL_GIFT: &str = "WITH s AS (
    INSERT INTO gift_saga (gift_id, room, sender, order_json, state, fence, updated_ms)
@@ -181,6 +185,7 @@ const SQL_GIFT: &str = "WITH s AS (
  d AS (
    UPDATE account SET coins = coins - $7::BIGINT + $8::BIGINT
    WHERE user_id = $3 AND coins >= $7 AND EXISTS (SELECT 1 FROM s)
+     AND NOT EXISTS (SELECT 1 FROM debt WHERE user_id = $3)
    RETURNING coins)
  SELECT EXISTS (SELECT 1 FROM s), (SELECT coins FROM d),
    (SELECT coins FROM account WHERE user_id = $3)";
@@ -224,6 +229,8 @@ struct Writes<'a> {
     mark_states: Vec<&'static str>,
     mark_after: Vec<i64>,
     mark_reasons: Vec<Option<&'static str>>,
+    /// The statement lines of the settled gifts.
+    movements: Vec<NewMovement>,
 }
 
 impl<'a> Writes<'a> {
@@ -275,6 +282,8 @@ impl<'a> Writes<'a> {
         self.settled_platform.push(o.platform_share());
         self.settled_lucky.push(prize);
         self.mark(o.gift_id, SagaState::Settled, after, None);
+        self.movements.push(gift_sent(o, after - prize));
+        self.movements.extend(gift_effects(o, after));
     }
 
     /// A gift the balance did not cover: the void claim takes the debit's key.
@@ -381,13 +390,24 @@ async fn book(
 
 /// Round trip 2: the batch's writes, pipelined, rows in key order.
 async fn write(tx: &Transaction<'_>, w: &Writes<'_>, now: i64) -> TxResult<()> {
-    let (s_entries, s_earnings, s_ranks, s_settlements, s_marks) = tokio::try_join!(
+    let (s_entries, s_earnings, s_ranks, s_settlements, s_marks, s_moves) = tokio::try_join!(
         tx.prepare_cached(SQL_ENTRIES),
         tx.prepare_cached(SQL_EARNINGS),
         tx.prepare_cached(SQL_RANKS),
         tx.prepare_cached(SQL_SETTLEMENTS),
         tx.prepare_cached(SQL_MARKS),
+        tx.prepare_cached(SQL_MOVEMENTS),
     )?;
+    let m = Columns::of(&w.movements);
+    let p_moves: &Params<'_> = &[
+        &m.users,
+        &m.kinds,
+        &m.amounts,
+        &m.after,
+        &m.counterparties,
+        &m.keys,
+        &m.at,
+    ];
     let earn_users: Vec<&str> = w.earnings.keys().map(|k| k.0).collect();
     let earn_slots: Vec<i16> = w.earnings.keys().map(|k| k.1).collect();
     let earn_amounts: Vec<i64> = w.earnings.values().copied().collect();
@@ -428,7 +448,7 @@ async fn write(tx: &Transaction<'_>, w: &Writes<'_>, now: i64) -> TxResult<()> {
         &now,
     ];
     let settles = !w.settled_ids.is_empty();
-    let (entries, earnings, ranks, settlements, marked) = tokio::join!(
+    let (entries, earnings, ranks, settlements, marked, moves) = tokio::join!(
         tx.execute(&s_entries, p_entries),
         async {
             if settles && !earn_users.is_empty() {
@@ -452,8 +472,16 @@ async fn write(tx: &Transaction<'_>, w: &Writes<'_>, now: i64) -> TxResult<()> {
             }
         },
         tx.execute(&s_marks, p_marks),
+        async {
+            if settles {
+                tx.execute(&s_moves, p_moves).await
+            } else {
+                Ok(0)
+            }
+        },
     );
     entries?;
+    moves?;
     earnings?;
     ranks?;
     settlements?;

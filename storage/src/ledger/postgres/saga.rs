@@ -11,12 +11,15 @@ use protocol::{RoomId, UserId};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
+use super::super::MovementKind;
+use super::super::movement::{gift_effects, gift_sent, single};
 use super::super::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOrder, GiftOutcome, GiftResult,
     GrantOutcome, SagaRecord, SagaState, SettleOutcome, VoidOutcome, VoidReason, day_of,
     grant_entry_id, lucky_entry_id, now_ms,
 };
 use super::batch::Booked;
+use super::movements::insert_movements;
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, slot_of};
 use super::{
     Fail, PostgresLedger, SQL_SAGA, TxResult, from_sql_fence, saga_record, to_sql_fence, transact,
@@ -30,14 +33,16 @@ pub(super) fn col<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
 }
 
 impl PostgresLedger {
-    pub(in crate::ledger) async fn grant(
+    pub(in crate::ledger) async fn grant_as(
         &self,
         user: &UserId,
         amount: i64,
         key: &str,
+        line: MovementKind,
     ) -> Result<GrantOutcome> {
         let entry_id = grant_entry_id(key);
-        transact!(self, |tx| grant_tx(&tx, user, amount, entry_id).await)
+        transact!(self, |tx| grant_tx(&tx, user, amount, entry_id, key, line)
+            .await)
     }
 
     pub(in crate::ledger) async fn install_fence(
@@ -109,6 +114,8 @@ async fn grant_tx(
     user: &UserId,
     amount: i64,
     entry_id: uuid::Uuid,
+    key: &str,
+    line: MovementKind,
 ) -> TxResult<GrantOutcome> {
     // The entry's key is the idempotency check: a second grant under it inserts nothing.
     let insert = tx
@@ -145,6 +152,8 @@ async fn grant_tx(
         )
         .await?;
     let balance: i64 = col(&tx.query_one(&add, &[&user.as_str(), &amount]).await?, 0)?;
+    let line = single(user, line, amount, Some(balance), None, key, now_ms());
+    insert_movements(tx, &[line]).await?;
     Ok(GrantOutcome {
         balance,
         applied: true,
@@ -430,6 +439,7 @@ async fn debit_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResu
     let take = tx
         .prepare_cached(
             "UPDATE account SET coins = coins - $2 WHERE user_id = $1 AND coins >= $2
+               AND NOT EXISTS (SELECT 1 FROM debt WHERE user_id = $1)
              RETURNING coins",
         )
         .await?;
@@ -443,6 +453,7 @@ async fn debit_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResu
     };
     let after: i64 = col(&row, 0)?;
     insert_entry(tx, sender, o.gift_id, EntryKind::Debit, total, Some(after)).await?;
+    insert_movements(tx, &[gift_sent(o, after)]).await?;
     mark(tx, &rec, SagaState::Debited, fence, None, Some(after)).await?;
     Ok(DebitOutcome::Debited { balance: after })
 }
@@ -501,6 +512,7 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
     } else {
         coins(tx, o.sender.as_str()).await?
     };
+    insert_movements(tx, &gift_effects(o, balance)).await?;
     mark(tx, &rec, SagaState::Settled, fence, None, Some(balance)).await?;
     Ok(SettleOutcome::Settled { balance })
 }

@@ -47,7 +47,17 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 ///   the slots. A popular host's row would otherwise be locked by
 ///   every gift to them from its update to its commit, one gift after another.
 /// - `unpublished_gift` lists settled gifts whose room event is owed, until one caller takes it.
-pub(super) const MIGRATIONS: &[&str] = &["
+///
+/// Version 2: `movement`, every user's statement, written in each booking's transaction;
+/// its position is `(xid, id)` (see `movements`).
+///
+/// Version 3: coin sellers, their transfers and day totals (see `transfer`).
+///
+/// Version 4: payments (top-ups and refunds) and debts (see `payment`).
+///
+/// Version 5: host settlements (see `settlement`).
+pub(super) const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE account (
   user_id TEXT PRIMARY KEY,
   coins   BIGINT NOT NULL DEFAULT 0 CHECK (coins >= 0)
@@ -107,7 +117,26 @@ CREATE TABLE unpublished_gift (
   marked_ms BIGINT NOT NULL
 );
 CREATE INDEX unpublished_gift_room ON unpublished_gift (room, marked_ms);
-"];
+",
+    "
+CREATE TABLE movement (
+  id            BIGSERIAL PRIMARY KEY,
+  xid           XID8 NOT NULL DEFAULT pg_current_xact_id(),
+  user_id       TEXT NOT NULL,
+  kind          TEXT NOT NULL,
+  amount        BIGINT NOT NULL,
+  balance_after BIGINT,
+  counterparty  TEXT,
+  key           TEXT NOT NULL,
+  at_ms         BIGINT NOT NULL
+);
+CREATE INDEX movement_user ON movement (user_id, xid, id);
+CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
+",
+    super::transfer::MIGRATION,
+    super::payment::MIGRATION,
+    super::settlement::MIGRATION,
+];
 
 /// Creates or migrates the schema: one transaction holding [`MIGRATION_LOCK`], which applies
 /// the versions this database lacks and records them.

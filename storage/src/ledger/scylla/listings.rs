@@ -163,6 +163,14 @@ impl ScyllaLedger {
             totals.platform_revenue += platform.unwrap_or(0);
             totals.lucky_paid += lucky.unwrap_or(0);
         }
+        (
+            totals.topped_up,
+            totals.refunded,
+            totals.debt,
+            totals.transferred,
+        ) = self.payment_totals().await?;
+        // Settled earnings left the earnings sum (negative rows there): counted apart.
+        totals.settled = self.settled_total().await?;
         Ok(totals)
     }
 }

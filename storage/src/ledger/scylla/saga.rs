@@ -5,6 +5,7 @@ use ::scylla::value::CqlTimestamp;
 use protocol::RoomId;
 use uuid::Uuid;
 
+use super::super::movement::{gift_effects, gift_sent};
 use super::super::{
     BeginOutcome, DebitOutcome, EntryKind, FenceInstall, GiftOrder, SagaRecord, SagaState,
     SettleOutcome, VoidOutcome, VoidReason, day_of, lucky_entry_id,
@@ -201,9 +202,13 @@ impl ScyllaLedger {
         let o = &rec.order;
         let sender = o.sender.as_str();
         let reference = format!("gift:{}:{}", o.room, o.gift_id);
-        let applied = self
-            .wallet_apply(sender, o.gift_id, EntryKind::Debit, -o.total(), &reference)
-            .await?;
+        // A sender who owes a debt (a refund of spent coins) cannot send: the void path.
+        let applied = if self.debt_sum(sender).await? > 0 {
+            Applied::Insufficient { balance: 0 }
+        } else {
+            self.wallet_apply(sender, o.gift_id, EntryKind::Debit, -o.total(), &reference)
+                .await?
+        };
         let (kind, after, nsf) = match applied {
             Applied::Held {
                 kind,
@@ -343,6 +348,11 @@ impl ScyllaLedger {
                 }
             }
         }
+        // The statement lines, stamped with the order's time: a rewrite is identical.
+        let debited = rec.balance_after.unwrap_or(0);
+        let mut lines = vec![gift_sent(o, debited)];
+        lines.extend(gift_effects(o, balance));
+        self.write_movements(&lines).await?;
         // Last, the saga moves to SETTLED.
         let moved = self
             .saga_move(

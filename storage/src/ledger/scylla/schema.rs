@@ -98,6 +98,10 @@ pub(super) struct Statements {
     pub(super) scan_wallets: PreparedStatement,
     pub(super) scan_earnings: PreparedStatement,
     pub(super) scan_house: PreparedStatement,
+    pub(super) movements: super::movements::MovementStatements,
+    pub(super) transfers: super::transfer::TransferStatements,
+    pub(super) payments: super::payment::PaymentStatements,
+    pub(super) settlements: super::settlement::SettlementStatements,
 }
 
 pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statements> {
@@ -292,5 +296,9 @@ pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statement
         ),
         scan_earnings: scan(prep(format!("SELECT amount FROM {ks}.earnings_entries")).await?),
         scan_house: scan(prep(format!("SELECT platform, lucky FROM {ks}.settled_house")).await?),
+        movements: super::movements::prepare(session, ks).await?,
+        transfers: super::transfer::prepare(session, ks).await?,
+        payments: super::payment::prepare(session, ks).await?,
+        settlements: super::settlement::prepare(session, ks).await?,
     })
 }

@@ -10,7 +10,8 @@ use tracing::warn;
 use uuid::Uuid;
 
 use super::super::decision::{Decision, Observation, decide};
-use super::super::{EntryKind, GrantOutcome, grant_entry_id};
+use super::super::movement::single;
+use super::super::{EntryKind, GrantOutcome, MovementKind, grant_entry_id, now_ms};
 use super::{
     CAS_JITTER_MAX_MS, MAX_CAS_ATTEMPTS, MAX_RESENDS, ScyllaLedger, lwt_applied, now_ts, unknown,
 };
@@ -184,11 +185,12 @@ impl ScyllaLedger {
 
     /// Moves a saga `from → to` if its fence allows. `Ok(None)`: it is now in `to`;
     /// `Ok(Some(state))`: it is in another state, unchanged.
-    pub(in crate::ledger) async fn grant(
+    pub(in crate::ledger) async fn grant_as(
         &self,
         user: &UserId,
         amount: i64,
         key: &str,
+        line: MovementKind,
     ) -> Result<GrantOutcome> {
         let reference = format!("grant:{key}");
         match self
@@ -201,16 +203,26 @@ impl ScyllaLedger {
             )
             .await?
         {
-            Applied::Held { ours, .. } => Ok(GrantOutcome {
-                balance: self.read_head(user.as_str()).await?.0,
-                applied: ours,
-                amount: if ours {
-                    amount
-                } else {
-                    self.read_entry_amount(user.as_str(), grant_entry_id(key))
-                        .await?
-                },
-            }),
+            Applied::Held {
+                ours,
+                balance_after,
+                ..
+            } => {
+                if ours {
+                    let line = single(user, line, amount, balance_after, None, key, now_ms());
+                    self.write_movements(&[line]).await?;
+                }
+                Ok(GrantOutcome {
+                    balance: self.read_head(user.as_str()).await?.0,
+                    applied: ours,
+                    amount: if ours {
+                        amount
+                    } else {
+                        self.read_entry_amount(user.as_str(), grant_entry_id(key))
+                            .await?
+                    },
+                })
+            }
             Applied::Insufficient { .. } => {
                 Err(StorageError::corrupt_msg("a credit cannot overdraw"))
             }

@@ -3,10 +3,13 @@
 
 use rusqlite::params;
 
+use super::super::movement::{gift_effects, gift_sent};
 use super::super::{
     BeginOutcome, DebitOutcome, GiftOrder, GiftOutcome, GiftResult, SagaState, SettleOutcome,
     VoidOutcome, VoidReason, day_of, now_ms,
 };
+use super::movements::insert_movements;
+use super::payment::debt_of;
 use super::rows::{add_coins, ensure_fence, load_saga, mark, tx_coins, tx_set_coins};
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS};
 use super::tx::{LUCKY_PAID, PLATFORM_REVENUE, SQL_CREDIT_NEW, SQL_RANK_NEW, Tx, hot};
@@ -62,7 +65,7 @@ pub(super) fn tx_send_new(
 ) -> Result<Option<GiftOutcome>> {
     let sender = order.sender.as_str();
     let total = order.total();
-    let balance = tx_coins(c, sender)?;
+    let balance = spendable(c, sender)?;
     // The saga row is the claim: its unique gift id makes a second debit or void impossible.
     if balance < total {
         let reason = Some(VoidReason::InsufficientFunds);
@@ -79,6 +82,7 @@ pub(super) fn tx_send_new(
         return Ok(None);
     }
     tx_set_coins(c, sender, debited)?;
+    insert_movements(c, &[gift_sent(order, debited)])?;
     let after = apply_effects(c, order, Some(debited))?;
     if after != settled {
         // The row above says `settled`: fail the job, so that none of it is kept.
@@ -90,6 +94,16 @@ pub(super) fn tx_send_new(
         order_id: order.gift_id,
         balance: settled,
     }))
+}
+
+/// The sender's coins for a gift's check: none while they owe a debt (see the ledger's
+/// `payment` module), so a gift is refused as insufficient funds until it is covered.
+fn spendable(c: &Tx<'_, '_>, sender: &str) -> Result<i64> {
+    let coins = tx_coins(c, sender)?;
+    if coins > 0 && debt_of(c, sender)? > 0 {
+        return Ok(0);
+    }
+    Ok(coins)
 }
 
 pub(super) fn insert_saga(
@@ -154,7 +168,7 @@ pub(super) fn tx_debit(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<
         SagaState::Pending => {}
     }
     let sender = order.sender.as_str();
-    let balance = tx_coins(c, sender)?;
+    let balance = spendable(c, sender)?;
     let total = order.total();
     if balance < total {
         mark(
@@ -168,6 +182,7 @@ pub(super) fn tx_debit(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<
         return Ok(DebitOutcome::InsufficientFunds { balance });
     }
     let after = tx_set_coins(c, sender, balance - total)?;
+    insert_movements(c, &[gift_sent(order, after)])?;
     mark(
         c,
         order.gift_id,
@@ -245,16 +260,19 @@ pub(super) fn apply_effects(
     }
     c.add_house(PLATFORM_REVENUE, o.platform_share())?;
     let prize = o.prize();
-    if prize > 0 {
+    let after = if prize > 0 {
         // Credited once: the saga moves to SETTLED in this same transaction.
         let after = add_coins(c, o.sender.as_str(), prize)?;
         c.add_house(LUCKY_PAID, prize)?;
-        return Ok(after);
-    }
-    match known_balance {
-        Some(b) => Ok(b),
-        None => tx_coins(c, o.sender.as_str()),
-    }
+        after
+    } else {
+        match known_balance {
+            Some(b) => b,
+            None => tx_coins(c, o.sender.as_str())?,
+        }
+    };
+    insert_movements(c, &gift_effects(o, after))?;
+    Ok(after)
 }
 
 pub(super) fn tx_void(

@@ -60,6 +60,8 @@ pub(super) const STATEMENT_CACHE_CAPACITY: usize = 64;
 /// ROWID` `gift_saga` (its large rows in the random b-tree) costs more CPU per gift, not less.
 /// Databases created with the earlier layout (`settled_gift` keyed by `(gift_id, receiver)`)
 /// keep working unchanged: every statement reads and writes the same columns.
+/// `movement` is every user's statement, appended in the booking's transaction; the one
+/// writer commits in `id` order, so `(user, id)` is a position no later commit lands behind.
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS account (
   user     TEXT PRIMARY KEY,
@@ -121,6 +123,18 @@ CREATE TABLE IF NOT EXISTS gift_rank (
   total INTEGER NOT NULL,
   PRIMARY KEY (room, board, day, user)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS movement (
+  id            INTEGER PRIMARY KEY,
+  user          TEXT NOT NULL,
+  kind          TEXT NOT NULL,
+  amount        INTEGER NOT NULL,
+  balance_after INTEGER,
+  counterparty  TEXT,
+  key           TEXT NOT NULL,
+  at_ms         INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS movement_user ON movement (user, id);
+CREATE INDEX IF NOT EXISTS movement_user_kind ON movement (user, kind, id);
 ";
 
 /// `gift_rank.board` of the senders' board (coins spent in the room).

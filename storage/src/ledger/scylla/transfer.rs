@@ -1,0 +1,185 @@
+//! Coin sellers and their transfers on Scylla. Two wallets are two partitions, and an LWT
+//! batch stays in one, so a transfer is two wallet changes under the same key (the transfer
+//! id): the seller's debit (which refuses to overdraw, racing gifts included), then the
+//! receiver's credit. Both are idempotent by that key, so a retry with the same request id
+//! after a crash between them finishes the credit and never debits twice. The transfer row,
+//! the day's rows and the statement lines are plain idempotent writes after them. The daily
+//! limit is read, not compare-and-set: two transfers of one seller at the same instant may
+//! both pass it (the money stays exact; only the limit is soft here).
+
+use ::scylla::client::session::Session;
+use ::scylla::statement::Consistency;
+use ::scylla::statement::prepared::PreparedStatement;
+use protocol::UserId;
+
+use super::super::movement::single;
+use super::super::{EntryKind, MovementKind, TransferOrder, TransferOutcome, now_ms};
+use super::wallet::Applied;
+use super::{ScyllaLedger, backend};
+use crate::{Result, StorageError};
+
+/// The tables (created at start-up with the others).
+pub(super) fn schema(ks: &str) -> Vec<String> {
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.sellers (user_id text PRIMARY KEY, since_ms bigint)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.transfers (
+               id uuid PRIMARY KEY, sender text, receiver text, amount bigint, at_ms bigint)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.transfer_days (
+               user_id text, day bigint, id uuid, amount bigint,
+               PRIMARY KEY ((user_id, day), id))"
+        ),
+    ]
+}
+
+/// The transfer statements.
+pub(super) struct TransferStatements {
+    seller_add: PreparedStatement,
+    seller_del: PreparedStatement,
+    seller_get: PreparedStatement,
+    record_add: PreparedStatement,
+    record_get: PreparedStatement,
+    day_add: PreparedStatement,
+    day_sum: PreparedStatement,
+}
+
+pub(super) async fn prepare(session: &Session, ks: &str) -> Result<TransferStatements> {
+    let prep = |cql: String| async move {
+        let mut p = session.prepare(cql).await.map_err(backend)?;
+        p.set_consistency(Consistency::LocalQuorum);
+        p.set_is_idempotent(true);
+        Ok::<_, StorageError>(p)
+    };
+    Ok(TransferStatements {
+        seller_add: prep(format!(
+            "INSERT INTO {ks}.sellers (user_id, since_ms) VALUES (?, ?)"
+        ))
+        .await?,
+        seller_del: prep(format!("DELETE FROM {ks}.sellers WHERE user_id = ?")).await?,
+        seller_get: prep(format!(
+            "SELECT since_ms FROM {ks}.sellers WHERE user_id = ?"
+        ))
+        .await?,
+        record_add: prep(format!(
+            "INSERT INTO {ks}.transfers (id, sender, receiver, amount, at_ms)
+             VALUES (?, ?, ?, ?, ?)"
+        ))
+        .await?,
+        record_get: prep(format!(
+            "SELECT receiver, amount FROM {ks}.transfers WHERE id = ?"
+        ))
+        .await?,
+        day_add: prep(format!(
+            "INSERT INTO {ks}.transfer_days (user_id, day, id, amount) VALUES (?, ?, ?, ?)"
+        ))
+        .await?,
+        day_sum: prep(format!(
+            "SELECT SUM(amount) FROM {ks}.transfer_days WHERE user_id = ? AND day = ?"
+        ))
+        .await?,
+    })
+}
+
+impl ScyllaLedger {
+    pub(in crate::ledger) async fn set_seller(&self, user: &UserId, seller: bool) -> Result<()> {
+        let st = &self.st.transfers;
+        if seller {
+            self.write(&st.seller_add, (user.as_str(), now_ms())).await
+        } else {
+            self.write(&st.seller_del, (user.as_str(),)).await
+        }
+    }
+
+    pub(in crate::ledger) async fn is_seller(&self, user: &UserId) -> Result<bool> {
+        let rows: Vec<(Option<i64>,)> = self
+            .rows(&self.st.transfers.seller_get, (user.as_str(),))
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    pub(in crate::ledger) async fn transfer(&self, o: &TransferOrder) -> Result<TransferOutcome> {
+        let st = &self.st.transfers;
+        let id = o.id();
+        let (from, to) = (o.from.as_str(), o.to.as_str());
+        let first: Vec<(Option<String>, Option<i64>)> = self.rows(&st.record_get, (id,)).await?;
+        let retry = match first.into_iter().next() {
+            Some((receiver, amount)) => {
+                if receiver.as_deref() != Some(to) || amount != Some(o.amount) {
+                    return Ok(TransferOutcome::KeyReused);
+                }
+                true
+            }
+            None => false,
+        };
+        if !retry {
+            if !self.is_seller(&o.from).await? {
+                return Ok(TransferOutcome::NotSeller);
+            }
+            let sum: Vec<(Option<i64>,)> = self.rows(&st.day_sum, (from, o.day)).await?;
+            let today = sum.into_iter().next().and_then(|r| r.0).unwrap_or(0);
+            if today.saturating_add(o.amount) > o.daily_limit {
+                let remaining = (o.daily_limit - today).max(0);
+                return Ok(TransferOutcome::DailyLimit { remaining });
+            }
+        }
+        let reference = format!("transfer:{}", o.req_id);
+        let (after, applied) = match self
+            .wallet_apply(from, id, EntryKind::Transfer, -o.amount, &reference)
+            .await?
+        {
+            Applied::Insufficient { balance } => {
+                return Ok(TransferOutcome::InsufficientFunds { balance });
+            }
+            Applied::Held {
+                balance_after,
+                ours,
+                ..
+            } => (balance_after.unwrap_or(0), ours),
+        };
+        let now = now_ms();
+        self.write(&st.record_add, (id, from, to, o.amount, now))
+            .await?;
+        let to_after = match self
+            .wallet_apply(to, id, EntryKind::Transfer, o.amount, &reference)
+            .await?
+        {
+            Applied::Held { balance_after, .. } => balance_after,
+            Applied::Insufficient { .. } => {
+                return Err(StorageError::corrupt_msg("a credit cannot overdraw"));
+            }
+        };
+        self.write(&st.day_add, (from, o.day, id, o.amount)).await?;
+        if applied {
+            let key = o.req_id.as_str();
+            let lines = [
+                single(
+                    &o.from,
+                    MovementKind::Transfer,
+                    -o.amount,
+                    Some(after),
+                    Some(to),
+                    key,
+                    now,
+                ),
+                single(
+                    &o.to,
+                    MovementKind::Transfer,
+                    o.amount,
+                    to_after,
+                    Some(from),
+                    key,
+                    now,
+                ),
+            ];
+            self.write_movements(&lines).await?;
+        }
+        Ok(TransferOutcome::Done {
+            balance: after,
+            applied,
+        })
+    }
+}
