@@ -29,11 +29,11 @@ use futures_util::future::join_all;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
+use super::super::NewMovement;
+use super::super::movement::{gift_effects, gift_sent};
 use super::super::{
     EntryKind, GiftOrder, GiftOutcome, SagaState, VoidReason, day_of, lucky_entry_id, now_ms,
 };
-use super::super::movement::{gift_effects, gift_sent};
-use super::super::NewMovement;
 use super::movements::{Columns, SQL_INSERT as SQL_MOVEMENTS};
 use super::saga::col;
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, SLOTS};
