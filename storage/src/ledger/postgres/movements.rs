@@ -102,7 +102,9 @@ impl PostgresLedger {
              FROM movement WHERE user_id = $1
                AND xid < pg_snapshot_xmin(pg_current_snapshot())
                AND (xid, id) < ($2::TEXT::xid8, $3)";
-        let order = "ORDER BY xid DESC, id DESC LIMIT $4";
+        // By the table's columns: a bare `xid` would name the output `xid::TEXT` and sort text,
+        // with no index (a full scan per page: measured, BENCHMARKS.md).
+        let order = "ORDER BY movement.xid DESC, movement.id DESC LIMIT $4";
         let rows = match q.kind {
             None => {
                 self.read(
