@@ -105,11 +105,10 @@ async fn crash_after_debit(name: &str, nonowner_void: bool) -> (Outcome, tempfil
 /// every checker passes (the control of the test below). It found that members at `(E, 0)` of
 /// an epoch with no event, handed off to the next runtime, resumed with a resync, so the gift
 /// events that runtime publishes at its start (gifts left open by the crash) reached nobody
-/// (fixed). Ignored: it finds an open bug (RELIABILITY.md, "Found"), in about one run in three:
-/// the sender's retry, reaching the restarted room before any recovery, completes the DEBITED
-/// saga, is answered as a repeat, and its open record is closed without the event published.
+/// (fixed); and that a sender's retry reaching the restarted room before any recovery, which
+/// completes the DEBITED saga and is answered as a repeat, left the gift's event unpublished
+/// (fixed: the ledger owes the event of a saga a retry finished; RELIABILITY.md, "Found").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open bug: a retry that completes a crashed saga publishes no gift event (RELIABILITY.md)"]
 async fn owners_dying_between_debit_and_settle_pass_every_checker() {
     let (out, dir) = crash_after_debit("crash", false).await;
     if !out.passed() {

@@ -36,6 +36,7 @@ conformance!(
     leaderboards_rank_settled_gifts,
     an_owed_gift_event_is_listed_until_one_caller_takes_it,
     rewards_are_idempotent_by_key_and_apart_from_grants,
+    a_retry_that_finishes_an_open_saga_owes_its_event,
 );
 
 async fn concurrent_gifts_never_overdraw(f: Fixture) {
@@ -174,6 +175,48 @@ async fn grants_are_idempotent_by_key(f: Fixture) {
     assert_eq!(other.balance, 55);
     assert_eq!(f.ledger.balance(&u).await.unwrap(), 55);
     assert!(f.ledger.grant(&u, 0, "k3").await.is_err());
+}
+
+/// A retry that finishes a saga an earlier attempt left open (debited, never settled: its
+/// runtime died) owes the gift's event, since nobody published it; a retry of a gift settled
+/// before owes nothing (its first attempt published it).
+async fn a_retry_that_finishes_an_open_saga_owes_its_event(f: Fixture) {
+    let (s, host) = (f.user("s"), f.user("host"));
+    let room = f.room("r");
+    f.ledger.grant(&s, 100, "seed").await.unwrap();
+    let left_open = f.order(&s, "q1", &room, 10, std::slice::from_ref(&host));
+    f.ledger.begin(&left_open, 1).await.unwrap();
+    f.ledger.debit(&left_open, 1).await.unwrap();
+    let settled = f.order(&s, "q2", &room, 10, std::slice::from_ref(&host));
+    assert!(matches!(
+        f.ledger.send_gift(&settled, 1).await.unwrap(),
+        GiftOutcome::Settled { .. }
+    ));
+    for o in [&left_open, &settled] {
+        let again = f.ledger.send_gift(o, 1).await.unwrap();
+        assert!(
+            matches!(
+                again,
+                GiftOutcome::Duplicate {
+                    first: GiftResult::Settled { .. }
+                }
+            ),
+            "{again:?}"
+        );
+    }
+    let owed: Vec<_> = f
+        .ledger
+        .unpublished_gifts(&room, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| o.gift_id)
+        .collect();
+    assert_eq!(owed, vec![left_open.gift_id]);
+    assert_eq!(f.ledger.balance(&s).await.unwrap(), 80);
+    // A second retry finds it settled: owed once, still.
+    f.ledger.send_gift(&left_open, 1).await.unwrap();
+    assert_eq!(f.ledger.unpublished_gifts(&room, 0).await.unwrap().len(), 1);
 }
 
 /// A room rocket's reward: paid once per key however often it is retried (a crash, a new

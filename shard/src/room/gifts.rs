@@ -545,6 +545,14 @@ impl RoomActor {
             }
             _ => {}
         }
+        if let Ok(GiftOutcome::Duplicate {
+            first: GiftResult::Settled { .. },
+        }) = &outcome
+        {
+            // A retry may have finished a saga an earlier attempt left open, and the ledger
+            // then owes its event: the sweep publishes it now, not at the next orphan sweep.
+            self.sweep_now();
+        }
         if let (Some((gift_id, request)), Some(ledger)) = (repeat, &self.inner.ledger) {
             // A repeated request id: a retry gets the first result, a reuse for another gift
             // a conflict. The stored order tells; its read is off the room's loop.

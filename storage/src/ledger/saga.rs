@@ -50,6 +50,12 @@ pub async fn drive(ledger: &Ledger, order: &GiftOrder, fence: u64) -> Result<Gif
         DebitOutcome::Voided => GiftResult::Voided,
         DebitOutcome::Missing => return Err(missing(order)),
     };
+    if duplicate && matches!(result, GiftResult::Settled { .. }) {
+        // This retry finished a saga an earlier attempt left open: nobody published its
+        // event, so it is owed (the room's sweep publishes it). Here it is a write of its
+        // own after the settle: a crash between the two loses the event, not a coin.
+        ledger.mark_unpublished(order.gift_id).await?;
+    }
     Ok(if duplicate {
         GiftOutcome::Duplicate { first: result }
     } else {

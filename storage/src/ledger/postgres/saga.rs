@@ -370,6 +370,18 @@ async fn send_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResul
             return Err(StorageError::corrupt_msg("saga vanished inside a transaction").into());
         }
     };
+    if duplicate && matches!(result, GiftResult::Settled { .. }) {
+        // This retry finished a saga an earlier attempt left open: nobody published its
+        // event, so it is owed, in the same transaction (the room's sweep publishes it).
+        let owe = tx
+            .prepare_cached(
+                "INSERT INTO unpublished_gift (gift_id, room, marked_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (gift_id) DO NOTHING",
+            )
+            .await?;
+        tx.execute(&owe, &[&order.gift_id, &rec.order.room.as_str(), &now_ms()])
+            .await?;
+    }
     Ok(if duplicate {
         GiftOutcome::Duplicate { first: result }
     } else {

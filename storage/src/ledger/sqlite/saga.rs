@@ -51,6 +51,20 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
             ));
         }
     };
+    if matches!(first, GiftResult::Settled { .. }) {
+        // This retry finished a saga an earlier attempt left open: nobody published its
+        // event, so it is owed, in the same transaction (the room's sweep publishes it).
+        c.prepare_cached(
+            "INSERT OR IGNORE INTO unpublished_gift (gift_id, room, marked_ms) VALUES (?1, ?2, ?3)",
+        )
+        .map_err(db)?
+        .execute(params![
+            order.gift_id.as_bytes().as_slice(),
+            rec.order.room.as_str(),
+            now_ms()
+        ])
+        .map_err(db)?;
+    }
     Ok(GiftOutcome::Duplicate { first })
 }
 
