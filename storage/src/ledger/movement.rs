@@ -266,6 +266,38 @@ pub(super) fn single(
     }
 }
 
+/// A transfer's two lines, under its request id: the seller's (`after`: the seller's coins
+/// after it) and the receiver's (`to_after`: theirs, when known), each naming the other.
+pub(super) fn transfer_lines(
+    o: &super::TransferOrder,
+    after: i64,
+    to_after: Option<i64>,
+    at_ms: i64,
+) -> [NewMovement; 2] {
+    let key = o.req_id.as_str();
+    let (from, to) = (o.from.as_str(), o.to.as_str());
+    [
+        single(
+            &o.from,
+            MovementKind::Transfer,
+            -o.amount,
+            Some(after),
+            Some(to),
+            key,
+            at_ms,
+        ),
+        single(
+            &o.to,
+            MovementKind::Transfer,
+            o.amount,
+            to_after,
+            Some(from),
+            key,
+            at_ms,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

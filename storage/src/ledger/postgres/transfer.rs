@@ -8,8 +8,8 @@
 use deadpool_postgres::Transaction;
 use protocol::UserId;
 
-use super::super::movement::single;
-use super::super::{MovementKind, TransferOrder, TransferOutcome, now_ms};
+use super::super::movement::transfer_lines;
+use super::super::{TransferOrder, TransferOutcome, now_ms};
 use super::movements::insert_movements;
 use super::saga::{coins, col};
 use super::{PostgresLedger, TxResult, transact};
@@ -139,27 +139,7 @@ async fn transfer_tx(
         &[&from, &o.day, &o.amount],
     )
     .await?;
-    let key = o.req_id.as_str();
-    let lines = [
-        single(
-            &o.from,
-            MovementKind::Transfer,
-            -o.amount,
-            Some(after),
-            Some(to),
-            key,
-            now,
-        ),
-        single(
-            &o.to,
-            MovementKind::Transfer,
-            o.amount,
-            Some(to_after),
-            Some(from),
-            key,
-            now,
-        ),
-    ];
+    let lines = transfer_lines(o, after, Some(to_after), now);
     insert_movements(tx, &lines).await?;
     Ok(Ok(TransferOutcome::Done {
         balance: after,

@@ -12,8 +12,8 @@ use ::scylla::statement::Consistency;
 use ::scylla::statement::prepared::PreparedStatement;
 use protocol::UserId;
 
-use super::super::movement::single;
-use super::super::{EntryKind, MovementKind, TransferOrder, TransferOutcome, now_ms};
+use super::super::movement::transfer_lines;
+use super::super::{EntryKind, TransferOrder, TransferOutcome, now_ms};
 use super::wallet::Applied;
 use super::{ScyllaLedger, backend};
 use crate::{Result, StorageError};
@@ -154,27 +154,7 @@ impl ScyllaLedger {
         };
         self.write(&st.day_add, (from, o.day, id, o.amount)).await?;
         if applied {
-            let key = o.req_id.as_str();
-            let lines = [
-                single(
-                    &o.from,
-                    MovementKind::Transfer,
-                    -o.amount,
-                    Some(after),
-                    Some(to),
-                    key,
-                    now,
-                ),
-                single(
-                    &o.to,
-                    MovementKind::Transfer,
-                    o.amount,
-                    to_after,
-                    Some(from),
-                    key,
-                    now,
-                ),
-            ];
+            let lines = transfer_lines(o, after, to_after, now);
             self.write_movements(&lines).await?;
         }
         Ok(TransferOutcome::Done {

@@ -3,8 +3,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::movement::single;
-use super::super::{MovementKind, TransferOrder, TransferOutcome, now_ms};
+use super::super::movement::transfer_lines;
+use super::super::{TransferOrder, TransferOutcome, now_ms};
 use super::movements::insert_movements;
 use super::rows::{add_coins, coins};
 use super::{SqliteLedger, db};
@@ -105,27 +105,7 @@ fn tx_transfer(c: &Connection, o: &TransferOrder) -> Result<TransferOutcome> {
     .map_err(db)?
     .execute(params![from, o.day, o.amount])
     .map_err(db)?;
-    let key = o.req_id.as_str();
-    let lines = [
-        single(
-            &o.from,
-            MovementKind::Transfer,
-            -o.amount,
-            Some(after),
-            Some(to),
-            key,
-            now,
-        ),
-        single(
-            &o.to,
-            MovementKind::Transfer,
-            o.amount,
-            Some(to_after),
-            Some(from),
-            key,
-            now,
-        ),
-    ];
+    let lines = transfer_lines(o, after, Some(to_after), now);
     insert_movements(c, &lines)?;
     Ok(TransferOutcome::Done {
         balance: after,
