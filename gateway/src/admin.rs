@@ -119,6 +119,14 @@ fn respond(status: StatusCode, body: impl Into<Bytes>, content_type: &str) -> Re
     r
 }
 
+/// A query string's `name=value` pairs, `%XX` and `+` decoded (bytes that are not UTF-8 read
+/// as U+FFFD, so a bad escape is a value that matches nothing rather than an error).
+pub(super) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
 pub(crate) fn json_resp(status: StatusCode, v: &serde_json::Value) -> Resp {
     respond(status, v.to_string(), "application/json")
 }
@@ -409,5 +417,20 @@ async fn room(admin: &Admin, room: RoomId, local_only: bool) -> Resp {
         ),
         Ok(None) => error(StatusCode::NOT_FOUND, "room has no owner now (not loaded)"),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod query_tests {
+    #[test]
+    fn query_pairs_are_decoded() {
+        let pairs = super::query_pairs(Some("query=late+night%20jazz&region=caf%C3%A9&x"));
+        let want = [("query", "late night jazz"), ("region", "café"), ("x", "")];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        assert_eq!(pairs, want);
+        assert!(super::query_pairs(None).is_empty());
     }
 }

@@ -12,20 +12,13 @@ use serde_json::json;
 use storage::directory::{MAX_PINS, Pin, PinScope};
 use tracing::info;
 
-use super::{Admin, Resp, error, json_resp};
+use super::{Admin, Resp, error, json_resp, query_pairs};
 
 /// `GET /admin/rooms?cursor=&limit=&region=&query=`.
 pub(super) async fn list(admin: &Admin, query: Option<&str>) -> Resp {
     let mut req = RoomList::default();
-    for (k, v) in query
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-    {
-        let Some(v) = percent_decode(v) else {
-            return error(StatusCode::BAD_REQUEST, "bad percent-encoding");
-        };
-        match k {
+    for (k, v) in query_pairs(query) {
+        match k.as_str() {
             "cursor" => req.cursor = Some(v),
             "limit" => match v.parse() {
                 Ok(l) => req.limit = Some(l),
@@ -142,46 +135,5 @@ pub(super) async fn pins(admin: &Admin) -> Resp {
             json_resp(StatusCode::OK, &json!({ "pins": pins }))
         }
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-    }
-}
-
-/// `%XX` and `+` decoded; `None` for a bad escape or text that is not UTF-8.
-pub(super) fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percent_decode;
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(
-            percent_decode("late+night%20jazz").as_deref(),
-            Some("late night jazz")
-        );
-        assert_eq!(percent_decode("caf%C3%A9").as_deref(), Some("café"));
-        assert_eq!(percent_decode("%zz"), None);
-        assert_eq!(percent_decode("%4"), None);
     }
 }

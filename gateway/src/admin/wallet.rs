@@ -12,7 +12,7 @@ use serde_json::json;
 use storage::StorageError;
 use storage::ledger::{SettlementOrder, SettlementOutcome};
 
-use super::directory::percent_decode;
+use super::query_pairs;
 use super::{Resp, error, json_resp};
 use crate::money::Money;
 use crate::wallet::{history_query, page_of};
@@ -24,15 +24,8 @@ pub(super) async fn history(money: &Money, user: &str, query: Option<&str>) -> R
         return error(StatusCode::SERVICE_UNAVAILABLE, "no ledger on this node");
     };
     let mut h = WalletHistory::default();
-    for (k, v) in query
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-    {
-        let Some(v) = percent_decode(v) else {
-            return error(StatusCode::BAD_REQUEST, "bad percent-encoding");
-        };
-        match k {
+    for (k, v) in query_pairs(query) {
+        match k.as_str() {
             "cursor" => h.cursor = Some(v),
             "limit" => match v.parse() {
                 Ok(l) => h.limit = Some(l),
