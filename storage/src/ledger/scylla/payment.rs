@@ -6,17 +6,16 @@
 //! top-up), each keyed by its payment, so rewrites are identical.
 
 use ::scylla::client::session::Session;
-use ::scylla::policies::retry::FallthroughRetryPolicy;
 use ::scylla::statement::prepared::PreparedStatement;
-use ::scylla::statement::{Consistency, SerialConsistency};
 use protocol::UserId;
 
 use super::super::movement::single;
 use super::super::{
     EntryKind, MovementKind, Payment, RefundOutcome, TopUpOutcome, now_ms, payment_entry_id,
 };
+use super::schema::{lwt, plain, scan, serial};
 use super::wallet::Applied;
-use super::{SCAN_PAGE_ROWS, ScyllaLedger, backend, unknown};
+use super::{ScyllaLedger, backend, unknown};
 use crate::{Result, StorageError};
 
 /// The tables (created at start-up with the others).
@@ -48,27 +47,6 @@ pub(super) struct PaymentStatements {
 
 pub(super) async fn prepare(session: &Session, ks: &str) -> Result<PaymentStatements> {
     let prep = |cql: String| async move { session.prepare(cql).await.map_err(backend) };
-    let lwt = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalQuorum);
-        p.set_serial_consistency(Some(SerialConsistency::LocalSerial));
-        p.set_retry_policy(Some(std::sync::Arc::new(FallthroughRetryPolicy::new())));
-        p
-    };
-    let serial = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalSerial);
-        p
-    };
-    let plain = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalQuorum);
-        p.set_is_idempotent(true);
-        p
-    };
-    let scan = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalQuorum);
-        p.set_is_idempotent(true);
-        p.set_page_size(SCAN_PAGE_ROWS);
-        p
-    };
     Ok(PaymentStatements {
         claim: lwt(prep(format!(
             "INSERT INTO {ks}.payments (id, user_id, product, coins, debt_paid, refunded, at_ms)

@@ -104,33 +104,38 @@ pub(super) struct Statements {
     pub(super) settlements: super::settlement::SettlementStatements,
 }
 
+/// A conditional write: quorum for the commit, LOCAL_SERIAL for Paxos; no driver retries (the
+/// callers' read-back decides), so an unknown outcome is never blindly repeated.
+pub(super) fn lwt(mut p: PreparedStatement) -> PreparedStatement {
+    p.set_consistency(Consistency::LocalQuorum);
+    p.set_serial_consistency(Some(SerialConsistency::LocalSerial));
+    p.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
+    p
+}
+
+/// A linearizable read: it sees in-flight Paxos rounds.
+pub(super) fn serial(mut p: PreparedStatement) -> PreparedStatement {
+    p.set_consistency(Consistency::LocalSerial);
+    p
+}
+
+/// A plain idempotent write, or a read of append-only facts.
+pub(super) fn plain(mut p: PreparedStatement) -> PreparedStatement {
+    p.set_consistency(Consistency::LocalQuorum);
+    p.set_is_idempotent(true);
+    p
+}
+
+/// A paged scan.
+pub(super) fn scan(mut p: PreparedStatement) -> PreparedStatement {
+    p.set_consistency(Consistency::LocalQuorum);
+    p.set_is_idempotent(true);
+    p.set_page_size(SCAN_PAGE_ROWS);
+    p
+}
+
 pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statements> {
     let lwt_policy = Arc::new(FallthroughRetryPolicy::new());
-    // Conditional writes: quorum for the commit, LOCAL_SERIAL for Paxos; no driver retries (the
-    // read-back loop above decides), so an unknown outcome is never blindly repeated.
-    let lwt = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalQuorum);
-        p.set_serial_consistency(Some(SerialConsistency::LocalSerial));
-        p.set_retry_policy(Some(lwt_policy.clone()));
-        p
-    };
-    // Linearizable reads: they see in-flight Paxos rounds.
-    let serial = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalSerial);
-        p
-    };
-    // Plain idempotent writes and reads of append-only facts.
-    let plain = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalQuorum);
-        p.set_is_idempotent(true);
-        p
-    };
-    let scan = |mut p: PreparedStatement| {
-        p.set_consistency(Consistency::LocalQuorum);
-        p.set_is_idempotent(true);
-        p.set_page_size(SCAN_PAGE_ROWS);
-        p
-    };
     let prep = |cql: String| async move { session.prepare(cql).await.map_err(backend) };
 
     let head_cas = lwt(prep(format!(
