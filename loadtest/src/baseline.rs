@@ -188,10 +188,12 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
 /// A port cannot be bound or the ledger cannot be opened.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     let running = start(opts).await?;
-    eprintln!("baseline-server listening on ws://{}/ws", running.addr);
+    // Harnesses that start the server on port 0 read these lines (admin first: the listening
+    // line means ready).
     if let Some(a) = running.admin {
         eprintln!("baseline-server admin on http://{a}");
     }
+    eprintln!("baseline-server listening on ws://{}/ws", running.addr);
     for t in running.tasks {
         let _ = t.await;
     }

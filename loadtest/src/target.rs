@@ -1,13 +1,13 @@
 //! What a run measures: a [`Target`] (URLs, server pids, admin access), either given on the
 //! command line or spawned by the harness (standalone `chorus`, a cluster, or the baseline).
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::cluster::{Cluster, ClusterOptions};
-use crate::node::{self, NODE_READY_TIMEOUT, free_port};
+use crate::node::{self, NODE_READY_TIMEOUT};
 
 /// A process the harness started; killed (and its data dir removed) on drop.
 #[derive(Debug)]
@@ -18,6 +18,30 @@ pub struct Spawned {
 }
 
 impl Spawned {
+    /// Waits for the first log line starting with `prefix` and returns the rest of it: the
+    /// servers print the addresses they bound on port 0.
+    ///
+    /// # Errors
+    /// The process exits first, or no such line appears within `timeout`.
+    async fn line_after(&mut self, prefix: &str, timeout: Duration) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let log = String::from_utf8_lossy(&std::fs::read(&self.log)?).into_owned();
+            if let Some(rest) = log.lines().find_map(|l| l.strip_prefix(prefix)) {
+                return Ok(rest.to_owned());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("the server exited with {status} before it was ready:\n{log}");
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the server was not ready within {timeout:?}; log: {}",
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Its pid (under `taskset` too: taskset execs the command).
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -70,10 +94,6 @@ pub struct Target {
     pub guard: Guard,
 }
 
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
-}
-
 fn command(bin: &std::path::Path, pin: bool) -> Command {
     if pin {
         let mut c = Command::new("taskset");
@@ -88,12 +108,24 @@ fn log_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("chorus-loadtest-{name}-{}.log", std::process::id()))
 }
 
+/// A number naming the files of one spawned server (unique in this process).
+fn next_spawn() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The address in `field=<addr>` among the words of `line`.
+fn addr_field(line: &str, field: &str) -> anyhow::Result<SocketAddr> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(field))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no {field}<address> in {line:?}"))
+}
+
 /// A fresh data dir for a spawned server, removed with it.
-fn data_dir(name: &str, port: u16) -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!(
-        "chorus-loadtest-{name}{}-{port}",
-        std::process::id()
-    ));
+fn data_dir(name: &str, n: u64) -> std::io::Result<PathBuf> {
+    let dir =
+        std::env::temp_dir().join(format!("chorus-loadtest-{name}{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
@@ -143,15 +175,14 @@ pub async fn spawn_standalone(
     admin_token: &str,
     pin: bool,
 ) -> anyhow::Result<Target> {
-    let ws = loopback(free_port()?);
-    let admin = loopback(free_port()?);
-    let data_dir = data_dir("", ws.port())?;
+    let n = next_spawn();
+    let data_dir = data_dir("", n)?;
     let bin = node::chorus_bin();
-    let spawned = spawn_logged(
+    let mut spawned = spawn_logged(
         command(&bin, pin)
             .arg("standalone")
-            .args(["--ws-addr", &ws.to_string()])
-            .args(["--admin-addr", &admin.to_string()])
+            .args(["--ws-addr", "127.0.0.1:0"])
+            .args(["--admin-addr", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(&data_dir)
             .args(["--rate-per-sec", "100000", "--rate-burst", "100000"])
@@ -164,11 +195,14 @@ pub async fn spawn_standalone(
             .env("CHORUS_ADMIN_TOKEN", admin_token)
             .env("CHORUS_LOG", "warn"),
         &bin,
-        &format!("chorus-{}", ws.port()),
+        &format!("chorus-{n}"),
         Some(data_dir),
     )?;
-    node::wait_listening(ws, NODE_READY_TIMEOUT).await?;
-    node::wait_listening(admin, NODE_READY_TIMEOUT).await?;
+    // Ports picked by the node itself: none can be taken between a pick and the bind.
+    let ready = spawned
+        .line_after("CHORUS_READY ", NODE_READY_TIMEOUT)
+        .await?;
+    let (ws, admin) = (addr_field(&ready, "ws=")?, addr_field(&ready, "admin=")?);
     Ok(Target {
         name: "chorus".into(),
         urls: vec![format!("ws://{ws}/ws")],
@@ -180,6 +214,10 @@ pub async fn spawn_standalone(
     })
 }
 
+/// The baseline server's start-up lines (see `baseline::run`).
+const WS_LINE: &str = "baseline-server listening on ws://";
+const ADMIN_LINE: &str = "baseline-server admin on http://";
+
 /// Spawns this executable's `baseline-server` on a free port. With `ledger_secret` it also
 /// keeps a gift ledger in a temp dir, an admin port, and users from tokens signed with it
 /// (the `gifts` scenario).
@@ -188,40 +226,45 @@ pub async fn spawn_standalone(
 /// It cannot start or does not listen in time.
 pub async fn spawn_baseline(pin: bool, ledger_secret: Option<&[u8]>) -> anyhow::Result<Target> {
     let exe = std::env::current_exe()?;
-    let addr = loopback(free_port()?);
+    let n = next_spawn();
     let mut cmd = command(&exe, pin);
-    cmd.args(["baseline-server", "--addr", &addr.to_string()])
+    cmd.args(["baseline-server", "--addr", "127.0.0.1:0"])
         .env_remove("CHORUS_JWT_SECRET");
     let mut ledger = None;
     if let Some(secret) = ledger_secret {
-        let admin = loopback(free_port()?);
-        let dir = data_dir("baseline-", addr.port())?;
+        let dir = data_dir("baseline-", n)?;
         cmd.arg("--ledger")
             .arg(dir.join("ledger.db"))
-            .args(["--admin-addr", &admin.to_string()])
+            .args(["--admin-addr", "127.0.0.1:0"])
             .env(
                 "CHORUS_JWT_SECRET",
                 String::from_utf8_lossy(secret).as_ref(),
             );
-        ledger = Some((dir, admin, secret.to_vec()));
+        ledger = Some((dir, secret.to_vec()));
     }
-    let spawned = spawn_logged(
+    let mut spawned = spawn_logged(
         &mut cmd,
         &exe,
-        &format!("baseline-{}", addr.port()),
-        ledger.as_ref().map(|(d, _, _)| d.clone()),
+        &format!("baseline-{n}"),
+        ledger.as_ref().map(|(d, _)| d.clone()),
     )?;
-    node::wait_listening(addr, NODE_READY_TIMEOUT).await?;
-    if let Some((_, admin, _)) = &ledger {
-        node::wait_listening(*admin, NODE_READY_TIMEOUT).await?;
-    }
+    // The server prints what it bound on port 0 (the admin line, when any, comes first).
+    let admin = match &ledger {
+        Some(_) => {
+            let a = spawned.line_after(ADMIN_LINE, NODE_READY_TIMEOUT).await?;
+            Some(a.trim().parse::<SocketAddr>()?)
+        }
+        None => None,
+    };
+    let ws = spawned.line_after(WS_LINE, NODE_READY_TIMEOUT).await?;
+    let addr: SocketAddr = ws.trim().trim_end_matches("/ws").parse()?;
     Ok(Target {
         name: "baseline".into(),
         urls: vec![format!("ws://{addr}/ws")],
         pids: vec![spawned.pid()],
-        admin: ledger.as_ref().map(|(_, a, _)| *a),
+        admin,
         admin_token: None,
-        secret: ledger.map(|(_, _, s)| s),
+        secret: ledger.map(|(_, s)| s),
         guard: Guard::Process(spawned),
     })
 }

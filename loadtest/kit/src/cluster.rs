@@ -229,7 +229,7 @@ impl Cluster {
         if self.options.renew_on_traffic {
             args.push("--test-renew-on-traffic".to_owned());
         }
-        let node = Node::spawn_with_env(args, self.env())?;
+        let mut node = Node::spawn_with_env(args, self.env())?;
         let (link, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
         Ok(ShardNode {
             id: id.to_owned(),
@@ -262,7 +262,7 @@ impl Cluster {
             "--rate-burst".to_owned(),
             "2000".to_owned(),
         ];
-        let node = Node::spawn_with_env(args, self.env())?;
+        let mut node = Node::spawn_with_env(args, self.env())?;
         let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
         Ok(GatewayNode {
             id: id.to_owned(),

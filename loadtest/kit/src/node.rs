@@ -68,6 +68,23 @@ pub const NODE_EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a node may take to open its admin port after spawning.
 pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How many lines of a node's log a start-up error quotes.
+const LOG_TAIL_LINES: usize = 12;
+
+/// The last `n` lines of `log`, without backtrace frames (they bury the cause).
+fn log_tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            !(t.starts_with("at ")
+                || t.split_once(": ")
+                    .is_some_and(|(k, _)| k.parse::<u32>().is_ok()))
+        })
+        .collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Waits until something accepts TCP connections on `addr`.
 ///
 /// # Errors
@@ -267,7 +284,7 @@ impl Node {
         .collect();
         args.push(data_dir.into());
         args.extend(extra.iter().map(Into::into));
-        let node = Self::spawn_with_env(args, env)?;
+        let mut node = Self::spawn_with_env(args, env)?;
         let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
         Ok((node, ws, admin))
     }
@@ -294,8 +311,9 @@ impl Node {
     /// 0 print the addresses they bound) and returns `(ws or link address, admin address)`.
     ///
     /// # Errors
-    /// When the line does not appear within `timeout` (the node failed to start: see its log).
-    pub async fn wait_ready(&self, timeout: Duration) -> io::Result<(SocketAddr, SocketAddr)> {
+    /// When the process exits first (e.g. its port was taken) or the line does not appear
+    /// within `timeout`; the error carries the end of the node's log.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> io::Result<(SocketAddr, SocketAddr)> {
         let deadline = Instant::now() + timeout;
         loop {
             let log = self.log()?;
@@ -309,16 +327,24 @@ impl Node {
                     return Ok((ws, admin));
                 }
             }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "node never became ready; log: {}",
-                        self.log_path().display()
-                    ),
-                ));
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
+            let (kind, why) = if let Some(status) = self.child.try_wait()? {
+                let why = format!("node exited with {status} before it was ready");
+                (io::ErrorKind::Other, why)
+            } else if Instant::now() >= deadline {
+                let why = format!("node never became ready within {timeout:?}");
+                (io::ErrorKind::TimedOut, why)
+            } else {
+                tokio::time::sleep(POLL_INTERVAL).await;
+                continue;
+            };
+            return Err(io::Error::new(
+                kind,
+                format!(
+                    "{why}; log: {}; its last lines:\n{}",
+                    self.log_path().display(),
+                    log_tail(&log, LOG_TAIL_LINES)
+                ),
+            ));
         }
     }
 

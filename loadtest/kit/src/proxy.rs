@@ -61,7 +61,7 @@ pub struct ProxyStats {
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
-    target: SocketAddr,
+    target: watch::Sender<SocketAddr>,
     fault: watch::Sender<Fault>,
     /// Bumped by [`FaultProxy::drop_connections`]: every connection of an older generation ends.
     generation: watch::Sender<u64>,
@@ -87,10 +87,11 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let (fault, fault_rx) = watch::channel(Fault::None);
         let (generation, gen_rx) = watch::channel(0u64);
+        let (target, target_rx) = watch::channel(target);
         let stats = Arc::new(ProxyStats::default());
         let accept = tokio::spawn(accept_loop(
             listener,
-            target,
+            target_rx,
             fault_rx,
             gen_rx,
             stats.clone(),
@@ -112,7 +113,13 @@ impl FaultProxy {
 
     /// Where the proxy forwards to.
     pub fn target(&self) -> SocketAddr {
-        self.target
+        *self.target.borrow()
+    }
+
+    /// Forwards new connections to `target` from now on (a restarted process on a port it
+    /// picked itself); open connections keep their peer.
+    pub fn retarget(&self, target: SocketAddr) {
+        self.target.send_replace(target);
     }
 
     /// A `redis://` URL through the proxy (when the target is a Redis server).
@@ -153,7 +160,7 @@ impl FaultProxy {
 
 async fn accept_loop(
     listener: TcpListener,
-    target: SocketAddr,
+    target: watch::Receiver<SocketAddr>,
     fault: watch::Receiver<Fault>,
     generation: watch::Receiver<u64>,
     stats: Arc<ProxyStats>,
@@ -171,7 +178,7 @@ async fn accept_loop(
         }
         tokio::spawn(carry(
             client,
-            target,
+            *target.borrow(),
             fault.clone(),
             generation.clone(),
             stats.clone(),

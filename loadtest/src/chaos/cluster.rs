@@ -2,27 +2,27 @@
 //! processes, the SQLite ledger in the run's directory, and a fault proxy on every link a
 //! fault can cut: each shard reaches Redis through its own proxy, and gateways reach each
 //! shard through a proxy in front of its link port (the shard announces the proxy's address
-//! in the ring, `--link-advertise`). Ports are fixed at the start so a restarted node comes
-//! back where the proxies and clients expect it. Node logs are copied into `DIR/nodes/` when a
-//! node stops and at the end.
+//! in the ring, `--link-advertise`); clients reach each gateway through a proxy too. Every
+//! process binds ports it picks itself (port 0) and its proxy is pointed at them, so a
+//! restarted node comes back where the ring and clients expect it, and no other process can
+//! take its port in between. Node logs are copied into `DIR/nodes/` when a node stops and at
+//! the end.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kit::node::{NODE_READY_TIMEOUT, Node, free_port};
+use kit::node::{NODE_READY_TIMEOUT, Node};
 use kit::proxy::FaultProxy;
 use kit::redis::RedisServer;
 
 /// How long one admin call may take before the driver gives up on it (a paused node).
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One node slot: its fixed ports and the running process, if any.
+/// One node slot: the running process, if any.
 pub struct Slot {
     /// Node id (`s1`, `g2`, …).
     pub id: String,
-    /// Shard: the link port it binds; gateway: the WebSocket port.
-    pub port: u16,
     /// The running process.
     pub node: Option<Node>,
     /// Its admin address (once ready).
@@ -47,6 +47,8 @@ pub struct ChaosCluster {
     pub redis_proxies: Vec<FaultProxy>,
     /// Per shard: the proxy gateways reach its link through.
     pub link_proxies: Vec<FaultProxy>,
+    /// Per gateway: the proxy clients reach its WebSocket port through (never faulted).
+    pub front_proxies: Vec<FaultProxy>,
     /// JWT secret of the gateways.
     pub secret: Vec<u8>,
     /// Admin bearer token of every node.
@@ -85,6 +87,7 @@ impl ChaosCluster {
             gateways: Vec::new(),
             redis_proxies: Vec::new(),
             link_proxies: Vec::new(),
+            front_proxies: Vec::new(),
             secret: b"chaos-secret".to_vec(),
             admin_token: "chaos-admin".to_owned(),
             ttl,
@@ -93,15 +96,14 @@ impl ChaosCluster {
             renew_on_traffic,
         };
         for i in 1..=shards {
-            let port = free_port()?;
             c.redis_proxies
                 .push(FaultProxy::start(c.redis.addr()).await?);
-            c.link_proxies
-                .push(FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], port))).await?);
-            c.shards.push(slot(format!("s{i}"), port));
+            c.link_proxies.push(FaultProxy::start(NOWHERE).await?);
+            c.shards.push(slot(format!("s{i}")));
         }
         for i in 1..=gateways {
-            c.gateways.push(slot(format!("g{i}"), free_port()?));
+            c.front_proxies.push(FaultProxy::start(NOWHERE).await?);
+            c.gateways.push(slot(format!("g{i}")));
         }
         for i in 0..shards {
             c.start_shard(i).await?;
@@ -140,7 +142,7 @@ impl ChaosCluster {
         ]
     }
 
-    /// (Re)starts shard `i` on its fixed link port, behind its proxies.
+    /// (Re)starts shard `i` behind its proxies.
     ///
     /// # Errors
     /// When it does not become ready.
@@ -153,7 +155,7 @@ impl ChaosCluster {
             "--redis".into(),
             self.redis_proxies[i].redis_url(),
             "--link-addr".into(),
-            format!("127.0.0.1:{}", s.port),
+            "127.0.0.1:0".into(),
             "--link-advertise".into(),
             self.link_proxies[i].addr().to_string(),
             "--admin-addr".into(),
@@ -169,8 +171,9 @@ impl ChaosCluster {
         if s.incarnation == 0 {
             env.extend(self.first_shard_env.iter().cloned());
         }
-        let node = Node::spawn_with_env(args, env)?;
-        let (_, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
+        let mut node = Node::spawn_with_env(args, env)?;
+        let (link, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
+        self.link_proxies[i].retarget(link);
         let s = &mut self.shards[i];
         s.node = Some(node);
         s.admin = Some(admin);
@@ -179,7 +182,7 @@ impl ChaosCluster {
         Ok(())
     }
 
-    /// (Re)starts gateway `i` on its fixed WebSocket port.
+    /// (Re)starts gateway `i` behind its front proxy.
     ///
     /// # Errors
     /// When it does not become ready.
@@ -192,7 +195,7 @@ impl ChaosCluster {
             "--redis".into(),
             self.redis.url(),
             "--ws-addr".into(),
-            format!("127.0.0.1:{}", g.port),
+            "127.0.0.1:0".into(),
             "--admin-addr".into(),
             "127.0.0.1:0".into(),
             "--rate-per-sec".into(),
@@ -200,8 +203,9 @@ impl ChaosCluster {
             "--rate-burst".into(),
             "2000".into(),
         ];
-        let node = Node::spawn_with_env(args, self.env())?;
-        let (_, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
+        let mut node = Node::spawn_with_env(args, self.env())?;
+        let (ws, admin) = node.wait_ready(NODE_READY_TIMEOUT).await?;
+        self.front_proxies[i].retarget(ws);
         let g = &mut self.gateways[i];
         g.node = Some(node);
         g.admin = Some(admin);
@@ -212,18 +216,21 @@ impl ChaosCluster {
 
     /// The gateways' WebSocket URLs.
     pub fn urls(&self) -> Vec<String> {
-        self.gateways
+        self.front_proxies
             .iter()
-            .map(|g| format!("ws://127.0.0.1:{}/ws", g.port))
+            .map(|p| format!("ws://{}/ws", p.addr()))
             .collect()
     }
 
     /// SIGKILLs a node (shard when `shard`, else gateway) and keeps its log.
     pub fn kill(&mut self, shard: bool, i: usize) {
         let dir = self.dir.join("nodes");
+        // Its port is free now: another process may take it before the restart.
         let s = if shard {
+            self.link_proxies[i].retarget(NOWHERE);
             &mut self.shards[i]
         } else {
+            self.front_proxies[i].retarget(NOWHERE);
             &mut self.gateways[i]
         };
         if let Some(mut n) = s.node.take() {
@@ -352,10 +359,16 @@ impl ChaosCluster {
     }
 }
 
-fn slot(id: String, port: u16) -> Slot {
+/// Where a proxy points before its node first starts: nothing listens on port 1 of loopback,
+/// so a client connecting that early is refused.
+const NOWHERE: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    1,
+));
+
+fn slot(id: String) -> Slot {
     Slot {
         id,
-        port,
         node: None,
         admin: None,
         incarnation: 0,
