@@ -87,12 +87,17 @@ async fn gifts_fuel_the_rocket_and_a_full_level_launches_with_paid_rewards() {
         progress as u128 <= bound,
         "{progress} progress events over {bound}"
     );
+    let mut last_order = None;
     for i in 5..10 {
         let g = json!({"room": room, "req_id": format!("p{i}"), "gift": "rose", "to": ["watcher"]});
-        a.request("gift.send", g).await.unwrap();
+        last_order = Some(a.request("gift.send", g).await.unwrap()["order"].clone());
     }
     let e = w.next_event_named("rocket.launch", WAIT).await.unwrap();
     assert!(e.seq.is_some(), "sequenced");
+    // The tenth rose filled the level: the launch names it and its sender.
+    assert!(e.d["order"].is_string(), "{}", e.d);
+    assert_eq!(Some(&e.d["order"]), last_order.as_ref());
+    assert_eq!(e.d["by"], "alice");
     assert_eq!(
         (e.d["launch"].as_u64(), e.d["level"].as_u64()),
         (Some(1), Some(1))

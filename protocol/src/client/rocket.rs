@@ -39,4 +39,11 @@ pub struct RocketLaunch {
     pub fuel: i64,
     /// The rewards paid.
     pub rewards: Vec<RocketReward>,
+    /// The gift order whose coins filled the level (absent in launches decided before this
+    /// field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<uuid::Uuid>,
+    /// Who sent that order: the user who launched the rocket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<UserId>,
 }

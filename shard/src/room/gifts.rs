@@ -592,7 +592,9 @@ impl RoomActor {
         // Fuel for the room rocket: every order, merged or not.
         let rocket = state.rocket_on();
         if rocket {
-            applied.durable_changed |= state.rocket_fuel(&sender, coins, now).durable_changed;
+            applied.durable_changed |= state
+                .rocket_fuel(&sender, coins, now, order_id)
+                .durable_changed;
         }
         if let Some(win) = win {
             applied

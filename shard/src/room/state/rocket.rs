@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use protocol::UserId;
 use protocol::client::{RocketLaunch, RocketProgress, RocketReward};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use super::{Applied, RoomState, Sequenced};
 
@@ -132,6 +133,9 @@ pub struct Launch {
     pub fuel: i64,
     /// The rewards, each to a distinct user.
     pub rewards: Vec<RocketReward>,
+    /// The gift order whose coins filled the level, and its sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<(uuid::Uuid, UserId)>,
 }
 
 impl RoomState {
@@ -166,7 +170,7 @@ impl RoomState {
     /// excess goes to the next), and decides a launch when one fills: kept pending in the
     /// durable state (the change is then `durable_changed`). While a launch is pending, fuel
     /// still adds up in the next level but no other launch is decided.
-    pub fn rocket_fuel(&mut self, sender: &UserId, coins: i64, now: u64) -> Applied {
+    pub fn rocket_fuel(&mut self, sender: &UserId, coins: i64, now: u64, order: Uuid) -> Applied {
         let mut applied = Applied::default();
         if !self.rocket_on() || coins <= 0 {
             return applied;
@@ -249,6 +253,7 @@ impl RoomState {
             level: level_at as u32 + 1,
             fuel: level.fuel,
             rewards,
+            order: Some((order, sender.clone())),
         });
         r.launches = number;
         r.fuel -= level.fuel;
@@ -274,6 +279,8 @@ impl RoomState {
                 level: launch.level,
                 fuel: launch.fuel,
                 rewards: launch.rewards,
+                order: launch.order.as_ref().map(|(o, _)| *o),
+                by: launch.order.map(|(_, u)| u),
             }),
         );
         applied

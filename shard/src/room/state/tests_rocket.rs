@@ -70,13 +70,18 @@ fn a_level_paying_more_than_its_fuel_is_refused() {
 #[test]
 fn filling_a_level_decides_a_launch_paid_to_top_contributors_and_present_members() {
     let mut r = room(rules(0));
-    assert!(!r.rocket_fuel(&u("a"), 30, 10).durable_changed || r.pending_launch().is_none());
-    r.rocket_fuel(&u("b"), 50, 11);
-    r.rocket_fuel(&u("c"), 10, 12);
+    assert!(
+        !r.rocket_fuel(&u("a"), 30, 10, uuid::Uuid::nil())
+            .durable_changed
+            || r.pending_launch().is_none()
+    );
+    r.rocket_fuel(&u("b"), 50, 11, uuid::Uuid::nil());
+    r.rocket_fuel(&u("c"), 10, 12, uuid::Uuid::nil());
     assert_eq!(r.pending_launch(), None);
     assert_eq!(r.rocket_progress().unwrap().fuel, 90);
     // 30 more from a: a 60, b 50, c 10; 120 fuel, 20 carried into level 2.
-    let applied = r.rocket_fuel(&u("a"), 30, 13);
+    let launching = uuid::Uuid::from_u128(13);
+    let applied = r.rocket_fuel(&u("a"), 30, 13, launching);
     assert!(applied.durable_changed);
     assert!(applied.events.is_empty(), "announced only once paid");
     let l = r.pending_launch().unwrap().clone();
@@ -98,7 +103,7 @@ fn filling_a_level_decides_a_launch_paid_to_top_contributors_and_present_members
     let p = r.rocket_progress().unwrap();
     assert_eq!((p.level, p.fuel, p.target, p.launches), (2, 20, 200, 1));
     // While it is pending, fuel adds up but no second launch is decided.
-    r.rocket_fuel(&u("a"), 500, 14);
+    r.rocket_fuel(&u("a"), 500, 14, uuid::Uuid::nil());
     assert_eq!(r.pending_launch().unwrap().number, 1);
     // A wrong number changes nothing; the right one announces once.
     assert!(r.rocket_paid(2).events.is_empty());
@@ -109,13 +114,18 @@ fn filling_a_level_decides_a_launch_paid_to_top_contributors_and_present_members
         Sequenced::RocketLaunch(e) => {
             assert_eq!((e.launch, e.level, e.fuel), (1, 1, 100));
             assert_eq!(e.rewards, l.rewards);
+            assert_eq!(
+                (e.order, e.by.as_ref()),
+                (Some(launching), Some(&u("a"))),
+                "the launching order and its sender"
+            );
         }
         other => panic!("{other:?}"),
     }
     assert!(r.rocket_paid(1).events.is_empty(), "announced once");
     assert_eq!(r.pending_launch(), None);
     // The next gift decides level 2's launch (520 fuel in it).
-    r.rocket_fuel(&u("d"), 1, 15);
+    r.rocket_fuel(&u("d"), 1, 15, uuid::Uuid::nil());
     let l2 = r.pending_launch().unwrap();
     assert_eq!((l2.number, l2.level), (2, 2));
     assert_eq!(l2.rewards[0].user, u("a"));
@@ -130,7 +140,7 @@ fn the_daily_cap_clips_a_users_rewards_in_the_room_and_a_new_day_starts_afresh()
     });
     let mut got = Vec::new();
     for day in [0u64, 0, 0] {
-        r.rocket_fuel(&u("a"), 100, day * DAY + 1);
+        r.rocket_fuel(&u("a"), 100, day * DAY + 1, uuid::Uuid::nil());
         let l = r.pending_launch().cloned();
         got.push(
             l.as_ref()
@@ -147,7 +157,7 @@ fn the_daily_cap_clips_a_users_rewards_in_the_room_and_a_new_day_starts_afresh()
     );
     // A launch with no reward left is still a launch.
     assert_eq!(r.durable().rocket.launches, 3);
-    r.rocket_fuel(&u("a"), 100, DAY + 1);
+    r.rocket_fuel(&u("a"), 100, DAY + 1, uuid::Uuid::nil());
     assert_eq!(r.pending_launch().unwrap().rewards[0].coins, 60);
 }
 
@@ -155,7 +165,10 @@ fn the_daily_cap_clips_a_users_rewards_in_the_room_and_a_new_day_starts_afresh()
 fn robots_and_absent_users_are_not_drawn_and_fuel_without_rules_is_ignored() {
     let mut r = room(RocketRules::default());
     assert!(!r.rocket_on());
-    assert!(!r.rocket_fuel(&u("a"), 1_000, 1).durable_changed);
+    assert!(
+        !r.rocket_fuel(&u("a"), 1_000, 1, uuid::Uuid::nil())
+            .durable_changed
+    );
     assert!(r.durable().rocket.is_idle());
     let mut r = room(RocketRules {
         levels: vec![level(10, &[2], 7, 1)],
@@ -163,8 +176,8 @@ fn robots_and_absent_users_are_not_drawn_and_fuel_without_rules_is_ignored() {
         progress_interval_ms: 1000,
     });
     r.join(&UserId::from("bot:r1"), at(99), None, 0).unwrap();
-    r.rocket_fuel(&UserId::from("bot:r1"), 5, 1);
-    r.rocket_fuel(&u("zed"), 5, 1);
+    r.rocket_fuel(&UserId::from("bot:r1"), 5, 1, uuid::Uuid::nil());
+    r.rocket_fuel(&u("zed"), 5, 1, uuid::Uuid::nil());
     let launch = r.pending_launch().unwrap();
     assert_eq!(
         launch.rewards[0].user,
