@@ -40,8 +40,10 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The marker that starts a timed chat text: `t=<nanos since start>`.
 pub const TIME_MARKER: &str = "t=";
 
+mod economy;
 mod forward;
 mod shared;
+pub use economy::{EconomyCounts, EconomyReport};
 pub use forward::{Forward, Forwarded};
 pub use shared::{Counted, SLOT_NS, Shared, new_histogram};
 use shared::{HIST_MAX_US, lock};
@@ -265,6 +267,12 @@ struct ChatD<'a> {
 struct GiftD<'a> {
     #[serde(borrow, default)]
     order: Option<Cow<'a, str>>,
+    /// The order's number in its combo streak.
+    #[serde(default)]
+    combo: Option<u64>,
+    /// Orders a storm merged into this event (absent: 1).
+    #[serde(default)]
+    merged: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -361,13 +369,31 @@ fn on_frame(shared: &Arc<Shared>, inner: &Mutex<Inner>, forward: &OnceLock<Forwa
 }
 
 fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
-    if ev == "room.left" {
-        shared.room_left.fetch_add(1, Ordering::Relaxed);
-        return;
+    match ev {
+        "room.left" => {
+            shared.room_left.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // Volatile: no epoch or seq.
+        "rocket.progress" => {
+            if shared.counted.gift {
+                shared.economy.progress();
+            }
+            return;
+        }
+        _ => {}
     }
     let (Some(room), Some(epoch), Some(seq)) = (f.room.as_deref(), f.epoch, f.seq) else {
         return;
     };
+    let gift = match ev {
+        "gift" => {
+            f.d.and_then(|d| serde_json::from_str::<GiftD<'_>>(d.get()).ok())
+        }
+        _ => None,
+    };
+    // The orders a `gift` event carries: several when a storm merged them.
+    let orders = gift.as_ref().and_then(|g| g.merged).unwrap_or(1).max(1);
     {
         let mut g = lock(inner);
         match g.pos.get_mut(room) {
@@ -389,8 +415,10 @@ fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
                 p.1 = seq;
             }
         }
-        if (ev == "chat" && shared.counted.chat) || (ev == "gift" && shared.counted.gift) {
+        if ev == "chat" && shared.counted.chat {
             g.received += 1;
+        } else if ev == "gift" && shared.counted.gift {
+            g.received += orders;
         }
     }
     match ev {
@@ -399,25 +427,35 @@ fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
                 f.d.and_then(|d| serde_json::from_str::<ChatD<'_>>(d.get()).ok())
                     .and_then(|d| d.text.as_deref().and_then(parse_marker));
             match intended {
-                Some(t) => shared.record_delivery(t),
+                Some(t) => shared.record_delivery(t, 1),
                 None => {
                     shared.received.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
         "gift" if shared.counted.gift => {
-            let intended =
-                f.d.and_then(|d| serde_json::from_str::<GiftD<'_>>(d.get()).ok())
-                    .and_then(|d| d.order.as_deref().and_then(|o| shared.gift_intended_ns(o)));
+            shared
+                .economy
+                .gift(gift.as_ref().and_then(|g| g.combo).unwrap_or(1), orders);
+            let intended = gift
+                .as_ref()
+                .and_then(|d| d.order.as_deref().and_then(|o| shared.gift_intended_ns(o)));
             match intended {
-                Some(t) => shared.record_delivery(t),
+                Some(t) => shared.record_delivery(t, orders),
                 None => {
-                    shared.received.fetch_add(1, Ordering::Relaxed);
+                    shared.received.fetch_add(orders, Ordering::Relaxed);
                     shared
                         .last_delivery_ns
                         .fetch_max(shared.now_ns(), Ordering::Relaxed);
                 }
             }
+        }
+        "rocket.launch" if shared.counted.gift => {
+            let due =
+                f.d.and_then(|d| serde_json::from_str::<GiftD<'_>>(d.get()).ok())
+                    .and_then(|d| d.order.as_deref().and_then(|o| shared.gift_intended_ns(o)));
+            let latency_us = due.map(|t| shared.now_ns().saturating_sub(t) / 1000);
+            shared.economy.launch(latency_us);
         }
         _ => {}
     }

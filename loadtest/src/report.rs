@@ -164,6 +164,9 @@ pub struct Report {
     /// gifts still unanswered at the check (each may or may not have settled) (gifts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub balance_mismatches: Option<u64>,
+    /// Combo, storm and rocket events the members received (runs with `gift` events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub economy: Option<crate::load::EconomyReport>,
     /// `GET /admin/ledger/totals` → `conserved` (gifts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conserved: Option<bool>,
@@ -344,6 +347,9 @@ impl Report {
             ("resyncs", self.resyncs.map(|v| v.to_string())),
         ];
         r.extend(extra.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+        if let Some(e) = &self.economy {
+            r.extend(e.rows(self.connections, self.duration_s));
+        }
         if let Some(l) = self.events_lost {
             r.push(("events lost", l.to_string()));
         }

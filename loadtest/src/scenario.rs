@@ -516,6 +516,7 @@ pub fn common_report(
         r.delivered_per_sec = received as f64 / ((last - t0_ns) as f64 / 1e9);
     }
     r.set_latency(&shared.latency());
+    r.economy = shared.economy.report();
     if let Some(cpu) = CpuUse::between(cpu_before, cpu_after) {
         cpu.record(&mut r);
         if received > 0 {

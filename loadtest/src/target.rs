@@ -108,6 +108,17 @@ fn log_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("chorus-loadtest-{name}-{}.log", std::process::id()))
 }
 
+/// The rocket of `--economy` runs: a level every 1,000 coins (100 roses), paying its top three
+/// contributors and four members present; `rocket.progress` at most twice a second per room.
+pub const ECONOMY_CONFIG: &str = "rocket_progress_ms = 500
+
+[[rocket_levels]]
+fuel = 1000
+top = [300, 200, 100]
+present = 4
+present_coins = 50
+";
+
 /// A number naming the files of one spawned server (unique in this process).
 fn next_spawn() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -166,7 +177,10 @@ pub fn pin_pid(pid: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Spawns `chorus standalone` on free ports with a temp data dir and high rate limits.
+/// Spawns `chorus standalone` on free ports with a temp data dir and high rate limits. Without
+/// `economy` every gift gets its own event (no storm merging: the benchmarks time each gift's
+/// event); with it the node runs the room economy as configured for production: storm
+/// coalescing at its default budget and the rocket of [`ECONOMY_CONFIG`].
 ///
 /// # Errors
 /// The binary cannot start or does not listen in time.
@@ -174,30 +188,32 @@ pub async fn spawn_standalone(
     secret: &[u8],
     admin_token: &str,
     pin: bool,
+    economy: bool,
 ) -> anyhow::Result<Target> {
     let n = next_spawn();
     let data_dir = data_dir("", n)?;
     let bin = node::chorus_bin();
-    let mut spawned = spawn_logged(
-        command(&bin, pin)
-            .arg("standalone")
-            .args(["--ws-addr", "127.0.0.1:0"])
-            .args(["--admin-addr", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args(["--rate-per-sec", "100000", "--rate-burst", "100000"])
-            // The benchmarks time every gift's own event: no storm merging.
-            .env("CHORUS_GIFT_EVENTS_PER_SEC", "0")
-            .env(
-                "CHORUS_JWT_SECRET",
-                String::from_utf8_lossy(secret).as_ref(),
-            )
-            .env("CHORUS_ADMIN_TOKEN", admin_token)
-            .env("CHORUS_LOG", "warn"),
-        &bin,
-        &format!("chorus-{n}"),
-        Some(data_dir),
-    )?;
+    let mut cmd = command(&bin, pin);
+    cmd.arg("standalone")
+        .args(["--ws-addr", "127.0.0.1:0"])
+        .args(["--admin-addr", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--rate-per-sec", "100000", "--rate-burst", "100000"])
+        .env(
+            "CHORUS_JWT_SECRET",
+            String::from_utf8_lossy(secret).as_ref(),
+        )
+        .env("CHORUS_ADMIN_TOKEN", admin_token)
+        .env("CHORUS_LOG", "warn");
+    if economy {
+        let config = data_dir.join("economy.toml");
+        std::fs::write(&config, ECONOMY_CONFIG)?;
+        cmd.arg("--config").arg(config);
+    } else {
+        cmd.env("CHORUS_GIFT_EVENTS_PER_SEC", "0");
+    }
+    let mut spawned = spawn_logged(&mut cmd, &bin, &format!("chorus-{n}"), Some(data_dir))?;
     // Ports picked by the node itself: none can be taken between a pick and the bind.
     let ready = spawned
         .line_after("CHORUS_READY ", NODE_READY_TIMEOUT)

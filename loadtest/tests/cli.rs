@@ -103,6 +103,50 @@ fn gifts_compare_runs_the_baseline_ledger_and_reports_settled_ratios() {
     assert!(b.unwrap() > 0.0 && c.unwrap() > 0.0, "{settled}");
 }
 
+/// `gifts --economy`: the spawned node merges storms and launches rockets; the report counts
+/// the orders merged events carry (so nothing reads as lost), the combo and rocket events, and
+/// times the launches; the balance check adds each member's rocket rewards from its statement.
+#[test]
+fn gifts_with_the_economy_count_combos_storms_and_launches_and_balances_hold() {
+    let v = run_json(&[
+        "gifts",
+        "--spawn",
+        "standalone",
+        "--economy",
+        "--rooms",
+        "2",
+        "--members",
+        "4",
+        "--rate",
+        "300",
+        "--duration",
+        "2",
+    ]);
+    let r = &v["runs"][0];
+    assert_eq!(r["settled"], 600, "{r}");
+    // Every order reaches every member, one event each or merged into fewer.
+    assert_eq!(
+        (r["received"].as_u64(), r["lost"].as_u64()),
+        (Some(2400), Some(0)),
+        "{r}"
+    );
+    let e = &r["economy"];
+    let n = |k: &str| e[k].as_u64().unwrap();
+    assert!(n("gift_events") <= 2400, "{e}");
+    assert_eq!(
+        n("gift_events") - n("merged_events") + n("merged_orders"),
+        2400,
+        "each order carried once"
+    );
+    assert!(n("combo_events") > 0, "each sender repeats its gift: {e}");
+    // 3,000 coins of fuel per room: at least one launch of 1,000 in each, seen by 4 members.
+    assert!(n("launch_events") >= 8, "{e}");
+    assert!(n("progress_events") > 0, "{e}");
+    assert!(e["launch"]["count"].as_u64().unwrap() >= 8, "timed: {e}");
+    assert_eq!(r["balance_mismatches"], 0, "rewards counted: {r}");
+    assert_eq!(r["conserved"], true, "{r}");
+}
+
 /// `party` from the command line: its JSON carries the side traffic's latencies beside the
 /// chat's; sizes it cannot run and `--compare` with seat changes (the baseline has no seats)
 /// are refused with a message, before anything is spawned.

@@ -56,9 +56,10 @@ async fn fanout_against_the_baseline_loses_nothing() {
 /// reads for the same process, in the units the reports use, and an idle run must work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_pid_memory_and_cpu_come_from_the_admin_metrics() {
-    let mut target = loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
-        .await
-        .unwrap();
+    let mut target =
+        loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false, false)
+            .await
+            .unwrap();
     let pid = target.pids[0];
     target.pids.clear();
 
@@ -105,7 +106,7 @@ fn one_second() -> Params {
 
 /// A standalone node for the gift storms below.
 async fn gift_node() -> Target {
-    loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false)
+    loadtest::target::spawn_standalone(b"harness-secret", "harness-admin", false, false)
         .await
         .unwrap()
 }

@@ -160,6 +160,40 @@ pub async fn wallet(
     get(addr, &format!("/admin/wallets/{user}"), token).await
 }
 
+/// The coins of every `kind` movement in `user`'s statement (`GET
+/// /admin/wallets/{user}/history?kind=`), over at most `max_pages` pages.
+///
+/// # Errors
+/// Connection or protocol failures, an error answer, or more pages than `max_pages`.
+pub async fn movements_total(
+    addr: SocketAddr,
+    token: Option<&str>,
+    user: &str,
+    kind: &str,
+    max_pages: usize,
+) -> anyhow::Result<i64> {
+    let mut total = 0i64;
+    let mut cursor: Option<String> = None;
+    for _ in 0..max_pages {
+        let mut path = format!("/admin/wallets/{user}/history?kind={kind}&limit=100");
+        if let Some(c) = &cursor {
+            path.push_str("&cursor=");
+            path.extend(form_urlencoded::byte_serialize(c.as_bytes()));
+        }
+        let r = get(addr, &path, token).await?;
+        anyhow::ensure!(r.status == 200, "{path}: HTTP {} {}", r.status, r.body);
+        let page = r.json();
+        for m in page["movements"].as_array().into_iter().flatten() {
+            total = total.saturating_add(m["amount"].as_i64().unwrap_or(0));
+        }
+        match page["next"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return Ok(total),
+        }
+    }
+    anyhow::bail!("{user}'s {kind} movements run past {max_pages} pages")
+}
+
 /// `GET /admin/ledger/totals`: the ledger's own audit (`conserved`).
 ///
 /// # Errors

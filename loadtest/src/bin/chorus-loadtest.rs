@@ -288,6 +288,11 @@ struct Common {
     /// Spawn the server: `standalone` (the `chorus` binary, see CHORUS_BIN).
     #[arg(long)]
     spawn: Option<String>,
+    /// With --spawn standalone: the node runs the room economy (storm coalescing at its
+    /// default budget, a rocket every 1,000 coins per room); the report counts combo, merged
+    /// and rocket events and times each launch from the gift that filled its level.
+    #[arg(long)]
+    economy: bool,
     /// Spawn a cluster GxS (gateways × shards), e.g. 2x3.
     #[arg(long)]
     spawn_cluster: Option<String>,
@@ -447,9 +452,14 @@ fn url_port(u: &str) -> Option<u16> {
 }
 
 async fn make_target(c: &Common) -> anyhow::Result<Target> {
+    anyhow::ensure!(
+        !c.economy || c.spawn.is_some(),
+        "--economy configures a spawned node: give --spawn standalone"
+    );
     if let Some(mode) = &c.spawn {
         anyhow::ensure!(mode == "standalone", "--spawn takes `standalone`");
-        return target::spawn_standalone(c.secret.as_bytes(), &c.admin_token, c.pin).await;
+        return target::spawn_standalone(c.secret.as_bytes(), &c.admin_token, c.pin, c.economy)
+            .await;
     }
     if let Some(shape) = &c.spawn_cluster {
         let (g, s) = shape

@@ -102,6 +102,8 @@ pub struct Shared {
     /// The worst latency (µs, deliveries and replies alike) of the messages scheduled in each
     /// [`SLOT_NS`] since `start`: where in the run a stall happened.
     slots: Box<[AtomicU64]>,
+    /// Combo, storm and rocket events received.
+    pub economy: super::EconomyCounts,
 }
 
 /// Width of one [`Shared`] latency slot: 100 ms of schedule.
@@ -140,6 +142,7 @@ impl Shared {
             reply_latency: Mutex::new(new_histogram()),
             errors: Mutex::new(BTreeMap::new()),
             slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            economy: super::EconomyCounts::default(),
         })
     }
 
@@ -244,12 +247,14 @@ impl Shared {
             .collect()
     }
 
-    pub(super) fn record_delivery(&self, intended_ns: u64) {
+    /// One event carrying `messages` timed messages (a storm's merged `gift` event carries
+    /// several orders; it is timed from its last one's intended time).
+    pub(super) fn record_delivery(&self, intended_ns: u64, messages: u64) {
         let now = self.now_ns();
         let us = now.saturating_sub(intended_ns) / 1000;
         self.note_slot(intended_ns, us);
         let _ = lock(&self.latency).record(us.clamp(1, HIST_MAX_US));
-        self.received.fetch_add(1, Ordering::Relaxed);
+        self.received.fetch_add(messages, Ordering::Relaxed);
         self.last_delivery_ns.fetch_max(now, Ordering::Relaxed);
     }
 }

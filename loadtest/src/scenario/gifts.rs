@@ -29,6 +29,8 @@ use crate::target::Target;
 pub const GRANT: i64 = 10_000_000;
 /// The price of the gift sent (`rose`).
 pub const ROSE_PRICE: i64 = 10;
+/// Most statement pages of rocket rewards read per user in the balance check.
+const REWARD_PAGES: usize = 100;
 /// Admin calls in flight while granting and checking.
 const ADMIN_CONCURRENCY: usize = 32;
 
@@ -131,12 +133,22 @@ pub async fn run(
         r.settled_per_sec = Some(settled as f64 / window);
     }
 
-    let (checked, mismatches) = check_balances(admin_addr, token.as_deref(), &conns).await;
+    let rockets = has_rocket(&shared);
+    let (checked, mismatches) = check_balances(admin_addr, token.as_deref(), &conns, rockets).await;
     r.balances_checked = Some(checked);
     r.balance_mismatches = Some(mismatches);
     r.conserved = conserved(admin_addr, token.as_deref()).await;
     close_all(conns).await;
     Ok(r)
+}
+
+/// Whether the run's rooms have a rocket (its events reached a member): rewards may then be
+/// in any member's balance.
+pub(super) fn has_rocket(shared: &crate::load::Shared) -> bool {
+    shared
+        .economy
+        .report()
+        .is_some_and(|e| e.progress_events + e.launch_events > 0)
 }
 
 /// Grants each of `users` [`GRANT`] coins through the admin API, once (the grant key is the
@@ -160,7 +172,8 @@ pub(super) async fn grant_all(
     grants.into_iter().collect()
 }
 
-/// Checks every sender's balance: the grant minus what its settled gifts cost. A gift still
+/// Checks every sender's balance: the grant minus what its settled gifts cost (plus, with
+/// `rockets`, the rocket rewards its statement shows). A gift still
 /// unanswered when the drain ended (a server far behind) may settle before or during the
 /// check, so it may or may not be paid for; it is counted in `unanswered`, not here. Returns
 /// `(wallets checked, mismatches)`.
@@ -168,6 +181,7 @@ pub(super) async fn check_balances(
     admin_addr: SocketAddr,
     token: Option<&str>,
     conns: &[Conn],
+    rockets: bool,
 ) -> (u64, u64) {
     let expected: Vec<(String, u64, u64)> = conns
         .iter()
@@ -175,11 +189,17 @@ pub(super) async fn check_balances(
         .collect();
     let checks = futures_util::stream::iter(expected.into_iter().map(|(u, ok, open)| async move {
         let r = admin::wallet(admin_addr, token, &u).await.ok()?;
-        Some(
-            r.json()["balance"]
-                .as_i64()
-                .is_some_and(|b| balance_fits(b, ok, open)),
-        )
+        let balance = r.json()["balance"].as_i64()?;
+        // Rocket rewards (a node running the room economy) add to the balance; a node
+        // without a statement (the baseline) has none to add.
+        let rewards = if rockets {
+            admin::movements_total(admin_addr, token, &u, "rocket_reward", REWARD_PAGES)
+                .await
+                .ok()?
+        } else {
+            0
+        };
+        Some(balance_fits(balance - rewards, ok, open))
     }))
     .buffer_unordered(ADMIN_CONCURRENCY)
     .collect::<Vec<Option<bool>>>()

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::gifts::{check_balances, conserved, grant_all};
+use super::gifts::{check_balances, conserved, grant_all, has_rocket};
 use super::{Params, Progress, common_report, connect_and_join, drain, pace, pace_by, run_prefix};
 use crate::load::{Counted, Shared, close_all};
 use crate::report::{Latency, Report};
@@ -369,7 +369,8 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
     if gifts_total > 0 {
         r.settled = Some(settled);
         if let Some(admin) = admin_addr {
-            let (checked, mismatches) = check_balances(admin, token.as_deref(), &gc).await;
+            let (checked, mismatches) =
+                check_balances(admin, token.as_deref(), &gc, has_rocket(&gift)).await;
             r.balances_checked = Some(checked);
             r.balance_mismatches = Some(mismatches);
             r.conserved = conserved(admin, token.as_deref()).await;
@@ -391,6 +392,7 @@ fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report, members: &Report)
     let sent = |s: &Report, l: &Latency| (s.sent > 0).then(|| l.clone());
     r.gift_reply = sent(gifts, &gifts.reply);
     r.gift_events = sent(gifts, &gifts.latency);
+    r.economy = gifts.economy.clone();
     r.seat_reply = sent(seats, &seats.reply);
     r.join_reply = sent(members, &members.reply);
 }
