@@ -68,6 +68,7 @@ impl EconomyCounts {
     /// The counts so far; `None` when the run saw no `gift` or rocket event.
     pub fn report(&self) -> Option<EconomyReport> {
         let r = EconomyReport {
+            members: 0,
             gift_events: self.gift_events.load(Ordering::Relaxed),
             combo_events: self.combo_events.load(Ordering::Relaxed),
             merged_events: self.merged_events.load(Ordering::Relaxed),
@@ -83,6 +84,8 @@ impl EconomyCounts {
 /// The economy part of a [`crate::report::Report`]: events received, summed over members.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EconomyReport {
+    /// The connections counting these events (0: every connection of the run).
+    pub members: usize,
     /// `gift` events received.
     pub gift_events: u64,
     /// Of them, events after the first of a combo streak (`combo` > 1).
@@ -101,8 +104,13 @@ pub struct EconomyReport {
 }
 
 impl EconomyReport {
-    /// Rows for the human table: `connections` members over `window_s` seconds.
+    /// Rows for the human table: over `window_s` seconds, with `connections` in the run.
     pub fn rows(&self, connections: usize, window_s: f64) -> Vec<(&'static str, String)> {
+        let connections = if self.members > 0 {
+            self.members
+        } else {
+            connections
+        };
         let per_member_s = |n: u64| {
             if connections == 0 || window_s <= 0.0 {
                 0.0

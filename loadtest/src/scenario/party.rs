@@ -347,7 +347,8 @@ pub async fn run(target: &Target, p: &Params, rate: f64, shape: Shape) -> anyhow
         None,
     );
     let settled = gift.ok.load(Ordering::Relaxed);
-    let gifts = common_report(&gift, t_gift, settled * g, None, None);
+    let mut gifts = common_report(&gift, t_gift, settled * g, None, None);
+    gifts.connections = gc.len();
     let seats = common_report(&seat, t_seat, 0, None, None);
     let comings = common_report(&member, t_member, 0, None, None);
     merge_sides(&mut r, &gifts, &seats, &comings);
@@ -393,6 +394,10 @@ fn merge_sides(r: &mut Report, gifts: &Report, seats: &Report, members: &Report)
     r.gift_reply = sent(gifts, &gifts.reply);
     r.gift_events = sent(gifts, &gifts.latency);
     r.economy = gifts.economy.clone();
+    if let Some(e) = &mut r.economy {
+        // Only the givers' connections count gift and rocket events.
+        e.members = gifts.connections;
+    }
     r.seat_reply = sent(seats, &seats.reply);
     r.join_reply = sent(members, &members.reply);
 }
