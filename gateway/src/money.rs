@@ -31,6 +31,8 @@ pub struct Money {
     pub transfer_daily_limit: i64,
     /// Coins credited on a user's first connection ever (0: none).
     pub signup_reward: i64,
+    /// Users whose sign-up reward this process has seen credited.
+    pub signed_up: crate::wallet::SignedUp,
     /// Coins `wallet.checkin` credits once per user per UTC day (0: the op is off).
     pub checkin_reward: i64,
     /// The room snapshots, read to tell whether a room exists: with them, `rank.get` of a room
@@ -47,6 +49,7 @@ impl Money {
             ranks_without_robots: false,
             transfer_daily_limit: crate::config::DEFAULT_TRANSFER_DAILY_LIMIT,
             signup_reward: 0,
+            signed_up: crate::wallet::SignedUp::default(),
             checkin_reward: 0,
             rooms: None,
         }

@@ -127,6 +127,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             ranks_without_robots: cfg.gateway.ranks_without_robots,
             transfer_daily_limit: cfg.gateway.transfer_daily_limit,
             signup_reward: cfg.gateway.signup_reward,
+            signed_up: crate::wallet::SignedUp::default(),
             checkin_reward: cfg.gateway.checkin_reward,
             rooms: Some(snapshots.clone()),
         },

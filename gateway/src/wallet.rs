@@ -2,6 +2,9 @@
 //! `wallet.checkin`, the sign-up reward), answered from the ledger for the caller's own wallet; the admin API reads any user's through the same
 //! calls.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use bytes::Bytes;
 use protocol::client::{
     self, CheckedIn, MovementEntry, Transferred, WalletHistory, WalletHistoryPage, WalletOp,
@@ -176,22 +179,59 @@ async fn checkin(ledger: &Ledger, reward: i64, user: &UserId, id: u64) -> Bytes 
     }
 }
 
+/// Most users [`SignedUp`] remembers; past it, it starts afresh.
+const SIGNED_UP_MAX: usize = 100_000;
+
+/// The users whose sign-up reward this process has credited, found credited, or is crediting:
+/// their next connections make no ledger call. Bounded: when full it starts afresh, which
+/// costs each forgotten user one more (idempotent) call.
+#[derive(Debug, Clone, Default)]
+pub struct SignedUp(Arc<Mutex<HashSet<UserId>>>);
+
+impl SignedUp {
+    /// Whether `user` still needs the ledger call; if so, it is claimed for this one.
+    fn claim(&self, user: &UserId) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.contains(user) {
+            return false;
+        }
+        if seen.len() >= SIGNED_UP_MAX {
+            seen.clear();
+        }
+        seen.insert(user.clone())
+    }
+
+    /// A failed call: the user's next connection tries again.
+    fn release(&self, user: &UserId) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(user);
+    }
+}
+
 impl Money {
     /// Credits the sign-up reward in the background, once per user ever (by key: concurrent
-    /// first connections credit once). One idempotent ledger call per connection while a
-    /// reward is configured; nothing otherwise.
+    /// first connections, also through other gateways, credit once). One idempotent ledger
+    /// call per user per process while a reward is configured ([`SignedUp`]); nothing
+    /// otherwise.
     pub(crate) fn reward_signup(&self, tracker: &tokio_util::task::TaskTracker, user: &UserId) {
         let (Some(ledger), reward) = (self.ledger.clone(), self.signup_reward) else {
             return;
         };
-        if reward <= 0 || user.is_robot() {
+        if reward <= 0 || user.is_robot() || !self.signed_up.claim(user) {
             return;
         }
-        let user = user.clone();
+        let (user, signed_up) = (user.clone(), self.signed_up.clone());
         tracker.spawn(async move {
+            metrics::counter!(SIGNUP_CALLS).increment(1);
             if let Err(e) = ledger.reward(&user, reward, "signup").await {
+                signed_up.release(&user);
                 warn!(error = %e, %user, "Sign-up reward failed; the next connection retries.");
             }
         });
     }
 }
+
+/// Ledger calls made for sign-up rewards (one per user per process while they succeed).
+pub(crate) const SIGNUP_CALLS: &str = "chorus_signup_reward_calls_total";

@@ -315,5 +315,11 @@ async fn a_first_connection_is_rewarded_once_and_a_checkin_once_a_day() {
         .unwrap()
         .json();
     assert_eq!(w["balance"], 30);
+    // One ledger call in all: concurrent first connections share it, and this process
+    // remembers the user after it.
+    let calls = kit::admin::metric(s.admin, "chorus_signup_reward_calls_total")
+        .await
+        .unwrap();
+    assert_eq!(calls, 1.0, "sign-up reward ledger calls");
     s.stop().await;
 }
