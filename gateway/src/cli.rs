@@ -155,6 +155,12 @@ pub enum AdminVerb {
         #[command(subcommand)]
         verb: UsersVerb,
     },
+    /// Statements, coin sellers, host settlements and the ledger's totals.
+    Wallets {
+        /// The call.
+        #[command(subcommand)]
+        verb: WalletsVerb,
+    },
 }
 
 /// The robot room calls of `chorus admin robots`.
@@ -271,6 +277,7 @@ impl AdminVerb {
             Self::Robots { verb } => return verb.request(),
             Self::Users { verb } => verb.request(),
             Self::Rooms { verb } => verb.request(),
+            Self::Wallets { verb } => verb.request(),
         })
     }
 }
@@ -898,5 +905,7 @@ pub fn rocket(f: &FileConfig) -> anyhow::Result<shard::state::RocketRules> {
 #[cfg(test)]
 mod tests;
 mod users;
+mod wallets;
 
 pub use users::UsersVerb;
+pub use wallets::WalletsVerb;

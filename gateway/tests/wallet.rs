@@ -323,3 +323,54 @@ async fn a_first_connection_is_rewarded_once_and_a_checkin_once_a_day() {
     assert_eq!(calls, 1.0, "sign-up reward ledger calls");
     s.stop().await;
 }
+
+/// `chorus admin wallets`: the binary's calls for statements, sellers, settlements and totals
+/// reach the admin API, print its JSON answer, and fail on a refusal.
+#[tokio::test]
+async fn the_admin_cli_settles_reads_statements_and_sets_sellers() {
+    let s = start().await;
+    grant(&s, "fan", 1_000, "g").await;
+    let mut fan = s.connect("fan").await;
+    let mut host = s.connect("host").await;
+    let room = RoomId::from("cli-settle");
+    fan.join(&room, false, None).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let gift = json!({"room": room, "req_id": "g1", "gift": "rocket", "count": 1, "to": ["host"]});
+    fan.request("gift.send", gift).await.unwrap();
+    let addr = s.admin.to_string();
+    // The server runs on this test's runtime: the binary is awaited, never waited for.
+    let chorus = async |args: &[&str]| {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_chorus"))
+            .args(["admin", "--addr", addr.as_str(), "wallets"])
+            .args(args)
+            .env("CHORUS_ADMIN_TOKEN", ADMIN)
+            .output()
+            .await
+            .unwrap();
+        let json = serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null);
+        (out.status.success(), json)
+    };
+    let settle = ["settle", "cli-1", "host", "200", "--period", "2026-12"];
+    let (ok, v) = chorus(&settle).await;
+    assert!(ok, "{v}");
+    assert_eq!(
+        (v["payout"].as_i64(), v["applied"].as_bool()),
+        (Some(200), Some(true)),
+        "{v}"
+    );
+    let (ok, again) = chorus(&settle).await;
+    assert!(ok && again["applied"] == false, "{again}");
+    let (ok, refused) = chorus(&["settle", "cli-2", "host", "1000"]).await;
+    assert!(!ok, "more than earned is refused: {refused}");
+    let (ok, h) = chorus(&["history", "host", "--kind", "settlement", "--limit", "5"]).await;
+    assert!(ok, "{h}");
+    assert_eq!(h["movements"][0]["amount"], -200, "{h}");
+    for (verb, seller) in [("add-seller", true), ("remove-seller", false)] {
+        assert!(chorus(&[verb, "fan"]).await.0, "{verb}");
+        let (ok, v) = chorus(&["seller", "fan"]).await;
+        assert!(ok && v["seller"] == seller, "{verb}: {v}");
+    }
+    let (ok, totals) = chorus(&["totals"]).await;
+    assert!(ok && totals["conserved"] == true, "{totals}");
+    s.stop().await;
+}
