@@ -25,6 +25,7 @@
 
 mod admin;
 mod admission;
+mod app_rank;
 pub mod auth;
 pub mod cli;
 pub mod config;

@@ -200,8 +200,12 @@ pub struct GiftList {}
 /// `rank.get` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankGet {
-    /// The room.
-    pub room: RoomId,
+    /// `room` (absent: the room's board) or `app` (the app-wide board: no `room`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// The room (room scope; absent at app scope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<RoomId>,
     /// `senders` (contribution) or `receivers` (charm).
     pub board: String,
     /// `day`, `week` or `all`.
