@@ -195,7 +195,7 @@ pub enum Op {
     Ping,
     /// `gift.list`: the gift catalog (answered by the gateway).
     GiftList(GiftList),
-    /// `rank.get`: a room leaderboard (answered by the gateway from the ledger).
+    /// `rank.get`: a room's or the app's leaderboard (answered by the gateway from the ledger).
     RankGet(RankGet),
     /// `wallet.balance` (answered by the gateway from the ledger).
     WalletBalance(WalletBalance),
