@@ -2,14 +2,16 @@
 //! the settling job's transaction, and read through `app_rank_top`, the same rows ordered by
 //! total (a board's read walks `limit` entries of it).
 
+use std::collections::BTreeMap;
+
 use protocol::UserId;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Statement, params};
 
 use super::super::app_rank::{SPAN_ALL, app_rank_users, spend_board};
 use super::super::{GiftOrder, day_of, week_start};
-use super::tx::{Tx, hot};
+use super::tx::Tx;
 use super::{SqliteLedger, db};
-use crate::Result;
+use crate::{Result, StorageError};
 
 /// The table, keyed by (board, bucket, user), and its index by total.
 macro_rules! app_rank_tables {
@@ -63,16 +65,43 @@ pub(super) const SQL_APP_RANK: &str = "INSERT INTO app_rank (board, span, start,
  VALUES (?1, 0, ?2, ?4, ?5), (?1, 1, ?3, ?4, ?5), (?1, 2, 0, ?4, ?5)
  ON CONFLICT (board, span, start, user) DO UPDATE SET total = total + excluded.total";
 
-/// Adds a settled gift to the app boards: one statement per user (its three buckets).
-pub(super) fn add_app_ranks(c: &Tx<'_, '_>, o: &GiftOrder) -> Result<()> {
-    let mut stmt = hot(&c.hot.app_rank)?;
-    let day = day_of(o.created_ms);
-    let week = week_start(day);
-    for (board, user, amount) in app_rank_users(o) {
-        stmt.execute(params![board, day, week, user, amount])
-            .map_err(db)?;
+/// The app-board totals a group's gifts add, by `(board, day, user)`: written once per group,
+/// just before it commits ([`AppRankDeltas::write`]), as the house's takings are. A storm's
+/// gifts to one host (or a sender's combo) then cost one statement per group, not one per gift
+/// (each moves the row's entry in the index by total: two b-tree writes). Same transaction,
+/// same totals.
+#[derive(Default, Clone)]
+pub(super) struct AppRankDeltas(BTreeMap<(i16, i64, String), i64>);
+
+impl AppRankDeltas {
+    /// Adds a settled gift's users (its sender's spend, each recipient's value).
+    pub(super) fn add(&mut self, o: &GiftOrder) -> Result<()> {
+        let day = day_of(o.created_ms);
+        for (board, user, amount) in app_rank_users(o) {
+            let slot = self.0.entry((board, day, user.to_owned())).or_default();
+            *slot = slot
+                .checked_add(amount)
+                .ok_or_else(|| StorageError::backend_msg("app board total would overflow"))?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Writes the totals into `app_rank` (key order: neighbouring rows share pages) and empties
+    /// itself: one statement per user and day, its three buckets.
+    pub(super) fn write(&mut self, stmt: &mut Statement<'_>) -> rusqlite::Result<()> {
+        for ((board, day, user), amount) in std::mem::take(&mut self.0) {
+            stmt.execute(params![board, day, week_start(day), user, amount])?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds a settled gift to the group's app-board totals ([`AppRankDeltas`]).
+pub(super) fn add_app_ranks(c: &Tx<'_, '_>, o: &GiftOrder) -> Result<()> {
+    c.app_ranks
+        .try_borrow_mut()
+        .map_err(|_| StorageError::backend_msg("app board totals already in use"))?
+        .add(o)
 }
 
 impl SqliteLedger {

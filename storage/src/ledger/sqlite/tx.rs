@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell, RefMut};
 
 use rusqlite::{Connection, Statement, params};
 
+use super::app_rank::AppRankDeltas;
 use crate::{Result, StorageError};
 
 pub(super) const SQL_FENCE: &str = "SELECT fence FROM room_owner WHERE room = ?1";
@@ -88,6 +89,8 @@ pub(super) struct Tx<'t, 'c> {
     pub(super) conn: &'c Connection,
     pub(super) hot: &'t Hot<'c>,
     pub(super) house: Cell<HouseTakings>,
+    /// The app-board totals of the group's gifts so far, written with the house's takings.
+    pub(super) app_ranks: RefCell<AppRankDeltas>,
 }
 
 impl std::ops::Deref for Tx<'_, '_> {
@@ -104,6 +107,7 @@ impl<'t, 'c> Tx<'t, 'c> {
             conn,
             hot,
             house: Cell::new([0; 2]),
+            app_ranks: RefCell::new(AppRankDeltas::default()),
         }
     }
 
@@ -120,8 +124,18 @@ impl<'t, 'c> Tx<'t, 'c> {
         Ok(())
     }
 
-    /// Writes the group's takings into the `house` rows and zeroes them.
+    /// Writes the group's takings into the `house` rows and its app-board totals into
+    /// `app_rank`, and zeroes them.
     pub(super) fn write_house(&self) -> rusqlite::Result<()> {
+        let mut stmt = self
+            .hot
+            .app_rank
+            .try_borrow_mut()
+            .map_err(|_| rusqlite::Error::InvalidQuery)?;
+        self.app_ranks
+            .try_borrow_mut()
+            .map_err(|_| rusqlite::Error::InvalidQuery)?
+            .write(&mut stmt)?;
         for (name, delta) in HOUSE_ACCOUNTS.iter().zip(self.house.take()) {
             if delta != 0 {
                 self.conn
