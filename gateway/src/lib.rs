@@ -12,6 +12,7 @@
 //! - `hub`: local sessions, room fan-out, and what shards send back.
 //! - [`router`]: room -> shard; `link`: the link client to one shard.
 //! - [`money`]: `wallet.balance`, `gift.list` and `rank.get`, answered from the ledger.
+//! - `app_rank`: `rank.get` at app scope (the app-wide boards), answered from the ledger.
 //! - `social`: the user registry, the gateway bus, direct messages and one room per user
 //!   across gateways.
 //! - `users`: profiles, follows and `auth.refresh`, answered from the user stores.
@@ -25,6 +26,7 @@
 
 mod admin;
 mod admission;
+mod app_rank;
 pub mod auth;
 pub mod cli;
 pub mod config;

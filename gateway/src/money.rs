@@ -14,7 +14,7 @@ use storage::snapshot::SnapshotStore;
 use tracing::warn;
 
 /// Most entries a `rank.get` returns.
-const MAX_RANK_LIMIT: u32 = 100;
+pub(crate) const MAX_RANK_LIMIT: u32 = 100;
 /// Largest single grant, in coins: a typo guard for operators.
 pub(crate) const MAX_GRANT_COINS: i64 = 1_000_000_000_000;
 
@@ -56,7 +56,7 @@ impl Money {
     }
 }
 
-fn parse_board(s: &str) -> Option<Board> {
+pub(crate) fn parse_board(s: &str) -> Option<Board> {
     match s {
         "senders" => Some(Board::Senders),
         "receivers" => Some(Board::Receivers),
@@ -64,7 +64,7 @@ fn parse_board(s: &str) -> Option<Board> {
     }
 }
 
-fn parse_period(s: &str) -> Option<Period> {
+pub(crate) fn parse_period(s: &str) -> Option<Period> {
     match s {
         "day" => Some(Period::Day),
         "week" => Some(Period::Week),
@@ -160,7 +160,8 @@ async fn room_exists(rooms: Option<&SnapshotStore>, id: u64, room: &RoomId) -> R
     }
 }
 
-/// `rank.get`: the arguments checked, then the room's existence (with `rooms`), then the board.
+/// `rank.get`: the scope (an app board is answered by [`crate::app_rank`]), the arguments
+/// checked, then the room's existence (with `rooms`), then the board.
 async fn rank(
     ledger: &Ledger,
     rooms: Option<&SnapshotStore>,
@@ -168,6 +169,16 @@ async fn rank(
     r: &RankGet,
     without_robots: bool,
 ) -> Bytes {
+    match r.scope.as_deref() {
+        None | Some("room") => {}
+        Some("app") => return crate::app_rank::rank(ledger, id, r, without_robots).await,
+        Some(_) => {
+            return client::encode_err(Some(id), ErrorCode::BadRequest, "scope is room|app");
+        }
+    }
+    let Some(room) = r.room.as_ref() else {
+        return client::encode_err(Some(id), ErrorCode::BadRequest, "a room board needs a room");
+    };
     let (Some(board), Some(period)) = (parse_board(&r.board), parse_period(&r.period)) else {
         return client::encode_err(
             Some(id),
@@ -175,7 +186,6 @@ async fn rank(
             "board is senders|receivers, period is day|week|all",
         );
     };
-    let room: &RoomId = &r.room;
     match room_exists(rooms, id, room).await {
         Ok(true) => {}
         Ok(false) => return client::encode_err(Some(id), ErrorCode::RoomNotFound, "no such room"),

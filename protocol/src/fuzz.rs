@@ -37,6 +37,7 @@ const SEEDS: &[&str] = &[
     r#"{"id":6,"op":"gift.send","d":{"room":"r","req_id":"x","gift":"rose","to":"seats"}}"#,
     r#"{"id":7,"op":"room.create","d":{"room":"r","title":"t","seats":8,"password":"p"}}"#,
     r#"{"id":8,"op":"rank.get","d":{"room":"r","board":"senders","period":"day","limit":5}}"#,
+    r#"{"id":9,"op":"rank.get","d":{"scope":"app","board":"receivers","period":"week"}}"#,
 ];
 
 const ALPHABET: &[u8] = b"{}[]\":,0123456789-.eEtrufalsn \\u00ff\xc3\xa9abcdefghijklmnopqrstuvwxyz";

@@ -1,6 +1,6 @@
 import { Emitter } from "./emitter.js";
 import { type EventFrame, Room } from "./room.js";
-import { Close, type OpName, type OpOk, type OpRequest } from "./types.js";
+import { Close, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
 import { ChorusError, backoff } from "./util.js";
 
 /** A token, or a function that fetches a fresh one (called at every connect and refresh). */
@@ -177,6 +177,10 @@ export class Client extends Emitter<ClientEvents> {
   }
   balance(): Promise<OpOk<"wallet.balance">> {
     return this.request("wallet.balance", {});
+  }
+  /** An app-wide leaderboard (`rank.get` with `scope: "app"`): every room's gifts, no room needed. */
+  appRanks(board: RankBoard, period: RankPeriod = "all", limit?: number): Promise<OpOk<"rank.get">> {
+    return this.request("rank.get", { scope: "app", board, period, ...(limit ? { limit } : {}) });
   }
   updateProfile(p: OpRequest<"user.update">): Promise<OpOk<"user.update">> {
     return this.request("user.update", p);

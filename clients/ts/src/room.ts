@@ -5,6 +5,8 @@ import {
   type Member,
   type OpOk,
   type Position,
+  type RankBoard,
+  type RankPeriod,
   type RoomEvent,
   type SequencedEvents,
   type Snapshot,
@@ -96,7 +98,7 @@ export class Room extends Emitter<RoomEvents> {
   members(cursor?: string, limit?: number): Promise<{ members: Member[]; count: number; cursor?: string }> {
     return this.client.request("member.list", { room: this.id, ...(cursor ? { cursor } : {}), ...(limit ? { limit } : {}) });
   }
-  ranks(board: "senders" | "receivers", period: "day" | "week" | "all" = "all"): Promise<OpOk<"rank.get">> {
+  ranks(board: RankBoard, period: RankPeriod = "all"): Promise<OpOk<"rank.get">> {
     return this.client.request("rank.get", { room: this.id, board, period });
   }
 

@@ -102,13 +102,25 @@ export interface Ops {
   ];
   "gift.list": [Record<string, never>, { gifts: Gift[] }];
   "rank.get": [
-    { room: string; board: "senders" | "receivers"; period?: "day" | "week" | "all"; limit?: number },
-    { room: string; board: string; period: string; entries: { user: string; score: number }[] },
+    | { scope?: "room"; room: string; board: RankBoard; period?: RankPeriod; limit?: number }
+    | { scope: "app"; board: RankBoard; period?: RankPeriod; limit?: number },
+    { scope?: "app"; room?: string; board: string; period: string; entries: RankEntry[] },
   ];
   "wallet.balance": [Record<string, never>, { balance: number; earnings: number }];
   "auth.refresh": [{ token: string }, { exp: number }];
   "user.update": [Profile, { p: Profile }];
   "user.get": [{ users: string[] }, { profiles: Record<string, Profile> }];
+}
+
+/** A leaderboard: top senders (contribution) or top receivers (charm). */
+export type RankBoard = "senders" | "receivers";
+/** A leaderboard's period: today, this week (from Monday) or all time (UTC days). */
+export type RankPeriod = "day" | "week" | "all";
+/** One leaderboard entry; `robot` is present (true) only for robots. */
+export interface RankEntry {
+  user: string;
+  score: number;
+  robot?: boolean;
 }
 
 export type OpName = keyof Ops;

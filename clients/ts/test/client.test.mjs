@@ -98,6 +98,14 @@ test("a gift goes through the ledger once and both sides see it", async () => {
   const ok2 = await second;
   assert.equal(ok2.balance, 100 - 2 * rose.price);
   assert.deepEqual(await g.balance(), { balance: 100 - 2 * rose.price, earnings: 0 });
+  // The app-wide boards count both orders, asked by a client in no room.
+  const e = client("eli");
+  await e.connect();
+  const senders = await e.appRanks("senders", "day", 100);
+  assert.equal(senders.scope, "app");
+  assert.deepEqual(senders.entries.find((x) => x.user === "gina"), { user: "gina", score: 2 * rose.price });
+  const receivers = await e.appRanks("receivers");
+  assert.deepEqual(receivers.entries.find((x) => x.user === "hal"), { user: "hal", score: 2 * rose.price });
 });
 
 test("without a WebSocket option the client finds one (Node's global, else the ws package)", async () => {

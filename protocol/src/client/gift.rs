@@ -200,8 +200,12 @@ pub struct GiftList {}
 /// `rank.get` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankGet {
-    /// The room.
-    pub room: RoomId,
+    /// `room` (absent: the room's board) or `app` (the app-wide board: no `room`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// The room (room scope; absent at app scope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<RoomId>,
     /// `senders` (contribution) or `receivers` (charm).
     pub board: String,
     /// `day`, `week` or `all`.
@@ -257,5 +261,42 @@ mod req_id_tests {
             assert!(!is_valid_req_id(bad), "{bad:?}");
         }
         assert!(!is_valid_req_id(&"a".repeat(MAX_REQ_ID_BYTES + 1)));
+    }
+}
+
+#[cfg(test)]
+mod rank_get_tests {
+    use super::super::{Op, decode_request};
+
+    fn rank_get(text: &str) -> super::RankGet {
+        match decode_request(text).unwrap().op {
+            Op::RankGet(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_app_board_names_no_room_and_a_room_board_keeps_its_shape() {
+        let app = rank_get(r#"{"id":1,"op":"rank.get","d":{"scope":"app","board":"senders"}}"#);
+        assert_eq!(
+            (
+                app.scope.as_deref(),
+                app.room.as_ref(),
+                app.period.as_str(),
+                app.limit
+            ),
+            (Some("app"), None, "all", 10)
+        );
+        let req = decode_request(r#"{"id":1,"op":"rank.get","d":{"scope":"app","board":"x"}}"#);
+        assert_eq!(req.unwrap().op.room(), None);
+        let room = rank_get(r#"{"id":2,"op":"rank.get","d":{"room":"r1","board":"receivers"}}"#);
+        assert_eq!(
+            (room.scope, room.room.map(|r| r.to_string())),
+            (None, Some("r1".to_owned()))
+        );
+        let null = rank_get(
+            r#"{"id":3,"op":"rank.get","d":{"scope":null,"room":null,"board":"senders"}}"#,
+        );
+        assert_eq!((null.scope, null.room), (None, None));
     }
 }

@@ -32,6 +32,13 @@ macro_rules! addressed {
     )*};
 }
 
+/// `rank.get` names a room only at room scope.
+impl Addressed for RankGet {
+    fn room(&self) -> Option<&RoomId> {
+        self.room.as_ref()
+    }
+}
+
 addressed!(
     RoomJoin,
     RoomLeave,
@@ -40,7 +47,6 @@ addressed!(
     SeatLeave,
     SeatLock,
     GiftSend,
-    RankGet,
     SeatMove,
     SeatLockAll,
     SeatMute,
@@ -189,7 +195,7 @@ pub enum Op {
     Ping,
     /// `gift.list`: the gift catalog (answered by the gateway).
     GiftList(GiftList),
-    /// `rank.get`: a room leaderboard (answered by the gateway from the ledger).
+    /// `rank.get`: a room's or the app's leaderboard (answered by the gateway from the ledger).
     RankGet(RankGet),
     /// `wallet.balance` (answered by the gateway from the ledger).
     WalletBalance(WalletBalance),
@@ -252,7 +258,7 @@ impl Op {
     /// The room this op addresses, if it names one.
     pub fn room(&self) -> Option<&RoomId> {
         match self {
-            Self::RankGet(r) => Some(&r.room),
+            Self::RankGet(r) => r.room.as_ref(),
             Self::Room(op) => op.room(),
             Self::Ping
             | Self::GiftList(_)

@@ -525,6 +525,8 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
         coins(tx, o.sender.as_str()).await?
     };
     insert_movements(tx, &gift_effects(o, balance)).await?;
+    // Last: a popular host's app-board rows stay locked until the commit.
+    super::app_rank::add_app_ranks(tx, o).await?;
     mark(tx, &rec, SagaState::Settled, fence, None, Some(balance)).await?;
     Ok(SettleOutcome::Settled { balance })
 }

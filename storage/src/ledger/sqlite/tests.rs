@@ -137,11 +137,63 @@ fn house_takings_are_written_with_the_group_and_a_failed_job_adds_none() {
     assert_eq!(house(&conn, "platform_revenue").unwrap(), 19);
 }
 
+/// A job that adds a settled gift of `unit` coins from `s` to `r0` to the group's app-board
+/// totals, then fails if `fail`.
+fn ranks(unit: i64, fail: bool) -> Job {
+    let (tx, _rx) = oneshot::channel();
+    let f = move |c: &Tx<'_, '_>| -> Result<()> {
+        super::app_rank::add_app_ranks(c, &super::super::order::sample(unit, 1, 1, 0))?;
+        if fail {
+            return Err(StorageError::Conflict("this job fails".into()));
+        }
+        Ok(())
+    };
+    Box::new(Pending { f, out: None, tx })
+}
+
+#[test]
+fn app_board_totals_are_written_with_the_group_and_a_failed_job_adds_none() {
+    let (_dir, conn) = fresh_db();
+    let totals = |conn: &Connection| -> Vec<(i64, i64, i64, String, i64)> {
+        conn.prepare("SELECT board, span, start, user, total FROM app_rank ORDER BY 1, 2, 3, 4")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    let rows = |total: i64| -> Vec<(i64, i64, i64, String, i64)> {
+        // Day 0 (1970-01-01, a Thursday) is in the week of day -3.
+        let mut v = Vec::new();
+        for (board, user) in [(0, "s"), (1, "r0")] {
+            for (span, start) in [(0, 0), (1, -3), (2, 0)] {
+                v.push((board, span, start, user.to_owned(), total));
+            }
+        }
+        v
+    };
+    run_and_answer(&conn, vec![ranks(1, false), ranks(2, false)]);
+    assert_eq!(totals(&conn), rows(3));
+    // A failure reruns the group with savepoints: the failed job's totals are dropped, and
+    // the first run's are not counted twice.
+    run_and_answer(
+        &conn,
+        vec![ranks(5, false), ranks(7, true), ranks(11, false)],
+    );
+    assert_eq!(totals(&conn), rows(19));
+    // Nothing is left over for the next group.
+    run_and_answer(&conn, vec![takes(0, false)]);
+    assert_eq!(totals(&conn), rows(19));
+}
+
 /// A fresh ledger database (kept alive by the returned directory).
 fn fresh_db() -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();
     let conn = open_connection(&dir.path().join("l.db"), Syncing::Full).unwrap();
     conn.execute_batch(SCHEMA).unwrap();
+    conn.execute_batch(super::app_rank::TABLES).unwrap();
     (dir, conn)
 }
 

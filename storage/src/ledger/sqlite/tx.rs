@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell, RefMut};
 
 use rusqlite::{Connection, Statement, params};
 
+use super::app_rank::AppRankDeltas;
 use crate::{Result, StorageError};
 
 pub(super) const SQL_FENCE: &str = "SELECT fence FROM room_owner WHERE room = ?1";
@@ -43,6 +44,7 @@ pub(super) struct Hot<'c> {
     pub(super) credit: RefCell<Statement<'c>>,
     pub(super) fact: RefCell<Statement<'c>>,
     pub(super) rank: RefCell<Statement<'c>>,
+    pub(super) app_rank: RefCell<Statement<'c>>,
 }
 
 impl<'c> Hot<'c> {
@@ -56,6 +58,7 @@ impl<'c> Hot<'c> {
             credit: p(SQL_CREDIT)?,
             fact: p(SQL_FACT)?,
             rank: p(SQL_RANK)?,
+            app_rank: p(super::app_rank::SQL_APP_RANK)?,
         })
     }
 }
@@ -86,6 +89,8 @@ pub(super) struct Tx<'t, 'c> {
     pub(super) conn: &'c Connection,
     pub(super) hot: &'t Hot<'c>,
     pub(super) house: Cell<HouseTakings>,
+    /// The app-board totals of the group's gifts so far, written with the house's takings.
+    pub(super) app_ranks: RefCell<AppRankDeltas>,
 }
 
 impl std::ops::Deref for Tx<'_, '_> {
@@ -102,6 +107,7 @@ impl<'t, 'c> Tx<'t, 'c> {
             conn,
             hot,
             house: Cell::new([0; 2]),
+            app_ranks: RefCell::new(AppRankDeltas::default()),
         }
     }
 
@@ -118,8 +124,18 @@ impl<'t, 'c> Tx<'t, 'c> {
         Ok(())
     }
 
-    /// Writes the group's takings into the `house` rows and zeroes them.
+    /// Writes the group's takings into the `house` rows and its app-board totals into
+    /// `app_rank`, and zeroes them.
     pub(super) fn write_house(&self) -> rusqlite::Result<()> {
+        let mut stmt = self
+            .hot
+            .app_rank
+            .try_borrow_mut()
+            .map_err(|_| rusqlite::Error::InvalidQuery)?;
+        self.app_ranks
+            .try_borrow_mut()
+            .map_err(|_| rusqlite::Error::InvalidQuery)?
+            .write(&mut stmt)?;
         for (name, delta) in HOUSE_ACCOUNTS.iter().zip(self.house.take()) {
             if delta != 0 {
                 self.conn

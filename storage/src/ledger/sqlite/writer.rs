@@ -177,6 +177,7 @@ pub(super) fn run_group<'c>(
         metrics::counter!(METRIC_SLOW_GROUPS).increment(1);
         conn.execute_batch("ROLLBACK")?;
         tx.house.take();
+        tx.app_ranks.take();
         conn.execute_batch("BEGIN IMMEDIATE")?;
         for job in batch.iter_mut() {
             if let Err(e) = run_in_savepoint(&tx, job.as_mut()) {
@@ -197,13 +198,15 @@ pub(super) fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> 
 }
 
 /// Runs one job in its own savepoint; a failed job leaves no trace, in the database or in the
-/// group's house takings.
+/// group's house takings and app-board totals.
 pub(super) fn run_in_savepoint(tx: &Tx<'_, '_>, job: &mut dyn WriteJob) -> rusqlite::Result<()> {
     exec_cached(tx, "SAVEPOINT job")?;
     let takings = tx.house.get();
+    let ranks = tx.app_ranks.borrow().clone();
     if !job.run(tx) {
         exec_cached(tx, "ROLLBACK TO job")?;
         tx.house.set(takings);
+        tx.app_ranks.replace(ranks);
     }
     exec_cached(tx, "RELEASE job")
 }
