@@ -24,6 +24,7 @@
 //! wallet compare-and-set and the calls on wallets), `saga` (fences and the saga's steps) and
 //! `listings` (room indexes, leaderboards, audit totals).
 
+mod guard;
 mod listings;
 mod movements;
 mod payment;
@@ -139,6 +140,7 @@ impl ScyllaLedger {
             .chain(transfer::schema(keyspace))
             .chain(payment::schema(keyspace))
             .chain(settlement::schema(keyspace))
+            .chain(guard::schema(keyspace))
         {
             session.query_unpaged(ddl, ()).await.map_err(backend)?;
         }

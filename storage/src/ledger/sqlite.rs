@@ -45,6 +45,7 @@
 //! commit), `tx` (a job's view of the group transaction), `wal` (the syncer and the
 //! checkpoints), `saga` (the saga's steps in SQL), `rows` (row helpers) and `tests`.
 
+mod guard;
 mod movements;
 mod payment;
 mod rows;
@@ -151,6 +152,7 @@ impl SqliteLedger {
                 writer.execute_batch(transfer::SCHEMA).map_err(db)?;
                 writer.execute_batch(payment::SCHEMA).map_err(db)?;
                 writer.execute_batch(settlement::SCHEMA).map_err(db)?;
+                writer.execute_batch(guard::SCHEMA).map_err(db)?;
                 migrate(&mut writer)?;
                 let legacy_gift_ids = writer
                     .query_row(

@@ -56,6 +56,8 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 /// Version 4: payments (top-ups and refunds) and debts (see `payment`).
 ///
 /// Version 5: host settlements (see `settlement`).
+///
+/// Version 6: guards, their purchases and running expiries (see `guard`).
 pub(super) const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE account (
@@ -136,6 +138,7 @@ CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
     super::transfer::MIGRATION,
     super::payment::MIGRATION,
     super::settlement::MIGRATION,
+    super::guard::MIGRATION,
 ];
 
 /// Creates or migrates the schema: one transaction holding [`MIGRATION_LOCK`], which applies

@@ -102,6 +102,7 @@ pub(super) struct Statements {
     pub(super) transfers: super::transfer::TransferStatements,
     pub(super) payments: super::payment::PaymentStatements,
     pub(super) settlements: super::settlement::SettlementStatements,
+    pub(super) guards: super::guard::GuardStatements,
 }
 
 /// A conditional write: quorum for the commit, LOCAL_SERIAL for Paxos; no driver retries (the
@@ -305,5 +306,6 @@ pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statement
         transfers: super::transfer::prepare(session, ks).await?,
         payments: super::payment::prepare(session, ks).await?,
         settlements: super::settlement::prepare(session, ks).await?,
+        guards: super::guard::prepare(session, ks).await?,
     })
 }
