@@ -49,6 +49,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         let until = until(seconds, now)?;
         if !self.durable.mutes.contains_key(target) && self.durable.mutes.len() >= MAX_MUTES {
             return Err(rejected(
@@ -120,6 +121,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         self.check_target_member(target)?;
         let until = match ban_seconds {
             Some(_) => {
@@ -178,6 +180,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         self.check_ban_room(target)?;
         let until = until(seconds, now)?;
         Ok(self.remove_and_ban(actor, target, Some(until), "ban", now))

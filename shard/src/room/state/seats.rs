@@ -298,6 +298,7 @@ impl RoomState {
                 && holder != user
             {
                 self.require_over(user, holder)?;
+                self.require_unprotected(user, holder)?;
             }
         } else if !muted && s.admin_muted {
             return Err(rejected(
@@ -332,6 +333,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         self.check_target_member(target)?;
         let Some(i) = self.seat_of(target) else {
             return Err(rejected(ErrorCode::NotSeated, "that user holds no seat"));
