@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use bytes::Bytes;
 use protocol::client::{self, Profile, RoomLeft};
-use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, ToGateway};
+use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, Standing, ToGateway};
 use protocol::{Epoch, NodeId, RoomId, Seq, SessionId, UserId};
 use smallvec::SmallVec;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
@@ -24,6 +24,8 @@ struct Slot {
     out: Arc<Outbox>,
     /// The user's profile as this session knows it: sent with its joins.
     profile: Arc<Profile>,
+    /// The user's standing (guards held), sent with its joins; `None` until read.
+    standing: Option<Arc<Standing>>,
     /// The room the session is in, and the shard it joined through. Events and evictions for
     /// the room count only when they come from that shard: a deposed owner's late events never
     /// reach a session that rejoined through the new owner.
@@ -141,6 +143,7 @@ impl Hub {
                 user,
                 out,
                 profile,
+                standing: None,
                 room: None,
                 join: None,
             },
@@ -186,6 +189,37 @@ impl Hub {
                 slot.profile = p.clone();
                 if let Some((room, _)) = &slot.room {
                     rooms.push((s, room.clone()));
+                }
+            }
+        }
+        rooms
+    }
+
+    /// The standing `session` sends with its joins (`None`: none read, or nothing held).
+    pub(crate) fn standing(&self, session: SessionId) -> Option<Standing> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let s = st.sessions.get(&session)?.standing.as_ref()?;
+        (!s.is_empty()).then(|| Standing::clone(s))
+    }
+
+    /// Gives every local session of `user` the standing `s`; returns the rooms of those whose
+    /// standing changed (session, room), for the caller to tell those rooms.
+    pub(crate) fn set_standing(
+        &self,
+        user: &UserId,
+        s: &Arc<Standing>,
+    ) -> Vec<(SessionId, RoomId)> {
+        let mut st = self.write();
+        let sessions: SmallVec<[SessionId; 1]> = st.users.get(user).cloned().unwrap_or_default();
+        let mut rooms = Vec::new();
+        for id in sessions {
+            if let Some(slot) = st.sessions.get_mut(&id) {
+                let had = slot.standing.as_deref().cloned().unwrap_or_default();
+                slot.standing = Some(s.clone());
+                if let Some((room, _)) = &slot.room
+                    && had != **s
+                {
+                    rooms.push((id, room.clone()));
                 }
             }
         }
