@@ -25,6 +25,8 @@
 //! non-owner never moves a saga.
 //!
 //! # Layout
+//! - `app_rank`: app-wide leaderboards and each user's lifetime spend (buckets per day, week
+//!   and all time, added to with every settlement).
 //! - `ids`, `calendar`, `order`, `outcome`, `report`: the contract's types and pure functions
 //!   (gift ids, UTC days and weeks, the gift order and its arithmetic, what each call answers,
 //!   leaderboards and totals), all re-exported here.
@@ -40,6 +42,7 @@
 //!   constraints and row locks in the database).
 //! - [`scylla`]: the production engine (LWT on wallets and sagas, append-only facts elsewhere).
 
+mod app_rank;
 mod calendar;
 pub mod decision;
 mod guard;

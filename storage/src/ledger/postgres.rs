@@ -28,6 +28,7 @@
 //! `saga` holds the steps (fences, grants, the saga's moves), `batch` the new gifts' batched
 //! path and `schema` the tables.
 
+mod app_rank;
 mod batch;
 mod guard;
 mod movements;

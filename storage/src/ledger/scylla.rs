@@ -24,6 +24,7 @@
 //! wallet compare-and-set and the calls on wallets), `saga` (fences and the saga's steps) and
 //! `listings` (room indexes, leaderboards, audit totals).
 
+mod app_rank;
 mod guard;
 mod listings;
 mod movements;
@@ -140,6 +141,7 @@ impl ScyllaLedger {
             .chain(transfer::schema(keyspace))
             .chain(payment::schema(keyspace))
             .chain(settlement::schema(keyspace))
+            .chain(app_rank::schema(keyspace))
             .chain(guard::schema(keyspace))
         {
             session.query_unpaged(ddl, ()).await.map_err(backend)?;

@@ -45,6 +45,7 @@
 //! commit), `tx` (a job's view of the group transaction), `wal` (the syncer and the
 //! checkpoints), `saga` (the saga's steps in SQL), `rows` (row helpers) and `tests`.
 
+mod app_rank;
 mod guard;
 mod movements;
 mod payment;

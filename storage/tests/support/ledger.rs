@@ -28,6 +28,16 @@ impl Fixture {
             .expect("open a second handle")
     }
 
+    /// What the ledger was opened with (`""` for SQLite in [`Fixture::dir`]).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The data directory (SQLite's `ledger.db` is there).
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     pub(crate) fn user(&self, name: &str) -> UserId {
         UserId::from(format!("{}-{name}", self.ns))
     }

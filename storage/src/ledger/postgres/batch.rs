@@ -30,10 +30,12 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::super::NewMovement;
+use super::super::app_rank::app_rank_rows;
 use super::super::movement::{gift_effects, gift_sent};
 use super::super::{
     EntryKind, GiftOrder, GiftOutcome, SagaState, VoidReason, day_of, lucky_entry_id, now_ms,
 };
+use super::app_rank::{AppRankColumns, SQL_APP_RANKS};
 use super::movements::{Columns, SQL_INSERT as SQL_MOVEMENTS};
 use super::saga::col;
 use super::schema::{BOARD_RECEIVERS, BOARD_SENDERS, SLOTS};
@@ -221,6 +223,8 @@ struct Writes<'a> {
     entry_after: Vec<Option<i64>>,
     earnings: BTreeMap<(&'a str, i16), i64>,
     ranks: BTreeMap<(&'a str, i16, i64, &'a str, i16), i64>,
+    /// The app boards' rows (board, span, start, user), in key order.
+    app_ranks: BTreeMap<(i16, i16, i64, &'a str), i64>,
     settled_ids: Vec<Uuid>,
     settled_rooms: Vec<&'a str>,
     settled_platform: Vec<i64>,
@@ -276,6 +280,12 @@ impl<'a> Writes<'a> {
                 .ranks
                 .entry((room, BOARD_RECEIVERS, day, r.as_str(), slot))
                 .or_default() += o.per_recipient();
+        }
+        for (board, span, start, user, amount) in app_rank_rows(o) {
+            *self
+                .app_ranks
+                .entry((board, span, start, user))
+                .or_default() += amount;
         }
         self.settled_ids.push(o.gift_id);
         self.settled_rooms.push(room);
@@ -390,13 +400,14 @@ async fn book(
 
 /// Round trip 2: the batch's writes, pipelined, rows in key order.
 async fn write(tx: &Transaction<'_>, w: &Writes<'_>, now: i64) -> TxResult<()> {
-    let (s_entries, s_earnings, s_ranks, s_settlements, s_marks, s_moves) = tokio::try_join!(
+    let (s_entries, s_earnings, s_ranks, s_settlements, s_marks, s_moves, s_app) = tokio::try_join!(
         tx.prepare_cached(SQL_ENTRIES),
         tx.prepare_cached(SQL_EARNINGS),
         tx.prepare_cached(SQL_RANKS),
         tx.prepare_cached(SQL_SETTLEMENTS),
         tx.prepare_cached(SQL_MARKS),
         tx.prepare_cached(SQL_MOVEMENTS),
+        tx.prepare_cached(SQL_APP_RANKS),
     )?;
     let m = Columns::of(&w.movements);
     let p_moves: &Params<'_> = &[
@@ -447,8 +458,17 @@ async fn write(tx: &Transaction<'_>, w: &Writes<'_>, now: i64) -> TxResult<()> {
         &w.mark_reasons,
         &now,
     ];
+    let app = AppRankColumns::of(w.app_ranks.iter().map(|(k, t)| (k.0, k.1, k.2, k.3, *t)));
+    let p_app: &Params<'_> = &[
+        &app.boards,
+        &app.spans,
+        &app.starts,
+        &app.users,
+        &app.totals,
+    ];
     let settles = !w.settled_ids.is_empty();
-    let (entries, earnings, ranks, settlements, marked, moves) = tokio::join!(
+    // The app boards' rows go last: a popular host's are locked until the commit.
+    let (entries, earnings, ranks, settlements, marked, moves, app_ranks) = tokio::join!(
         tx.execute(&s_entries, p_entries),
         async {
             if settles && !earn_users.is_empty() {
@@ -479,8 +499,16 @@ async fn write(tx: &Transaction<'_>, w: &Writes<'_>, now: i64) -> TxResult<()> {
                 Ok(0)
             }
         },
+        async {
+            if settles && !app.is_empty() {
+                tx.execute(&s_app, p_app).await
+            } else {
+                Ok(0)
+            }
+        },
     );
     entries?;
+    app_ranks?;
     moves?;
     earnings?;
     ranks?;

@@ -17,7 +17,7 @@ use super::schema::slot_of;
 use super::{PostgresLedger, TxResult, transact};
 use crate::Result;
 
-/// Schema version 6 (appended to the migrations).
+/// Schema version 7 (appended to the migrations).
 pub(super) const MIGRATION: &str = "
 CREATE TABLE guard_purchase (
   id          UUID PRIMARY KEY,

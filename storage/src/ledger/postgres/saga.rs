@@ -492,6 +492,7 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
     tx.execute(&credit, &[&recipients, &slot, &o.earnings_per_recipient()])
         .await?;
     add_ranks(tx, o).await?;
+    super::app_rank::add_app_ranks(tx, o).await?;
     let prize = o.prize();
     let settlement = tx
         .prepare_cached(

@@ -57,7 +57,9 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 ///
 /// Version 5: host settlements (see `settlement`).
 ///
-/// Version 6: guards, their purchases and running expiries (see `guard`).
+/// Version 6: app-wide leaderboards (see `app_rank`).
+///
+/// Version 7: guards, their purchases and running expiries (see `guard`).
 pub(super) const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE account (
@@ -138,6 +140,7 @@ CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
     super::transfer::MIGRATION,
     super::payment::MIGRATION,
     super::settlement::MIGRATION,
+    super::app_rank::MIGRATION,
     super::guard::MIGRATION,
 ];
 

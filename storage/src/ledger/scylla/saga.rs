@@ -323,6 +323,7 @@ impl ScyllaLedger {
             self.write(&self.st.fact_add, fact).await?;
         }
         self.write(&self.st.day_add, (o.room.as_str(), day)).await?;
+        self.add_app_ranks(o).await?;
         let prize = o.prize();
         self.write(&self.st.house_add, (o.gift_id, o.platform_share(), prize))
             .await?;

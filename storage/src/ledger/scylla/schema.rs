@@ -102,6 +102,7 @@ pub(super) struct Statements {
     pub(super) transfers: super::transfer::TransferStatements,
     pub(super) payments: super::payment::PaymentStatements,
     pub(super) settlements: super::settlement::SettlementStatements,
+    pub(super) app_ranks: super::app_rank::AppRankStatements,
     pub(super) guards: super::guard::GuardStatements,
 }
 
@@ -306,6 +307,7 @@ pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statement
         transfers: super::transfer::prepare(session, ks).await?,
         payments: super::payment::prepare(session, ks).await?,
         settlements: super::settlement::prepare(session, ks).await?,
+        app_ranks: super::app_rank::prepare(session, ks).await?,
         guards: super::guard::prepare(session, ks).await?,
     })
 }

@@ -272,6 +272,7 @@ pub(super) fn apply_effects(
         ])
         .map_err(db)?;
     }
+    super::app_rank::add_app_ranks(c, o)?;
     c.add_house(PLATFORM_REVENUE, o.platform_share())?;
     let prize = o.prize();
     let after = if prize > 0 {

@@ -153,6 +153,8 @@ pub(super) const BOARD_RECEIVERS: i64 = 1;
 ///    that already holds sagas is marked, so that a retry of a request booked under its old
 ///    (v5) id finds that saga ([`super::SqliteLedger::may_hold_legacy_gift_ids`]). A fresh ledger has
 ///    none, and never looks.
+/// 3. App-wide leaderboards: `app_rank`, filled from the settled facts
+///    ([`super::app_rank::MIGRATION`]).
 pub(super) const MIGRATIONS: &[&str] = &[
     "
 INSERT INTO gift_rank (room, board, day, user, total)
@@ -169,6 +171,7 @@ CREATE TABLE IF NOT EXISTS ledger_meta (
 INSERT OR IGNORE INTO ledger_meta (key, value)
   SELECT 'legacy_gift_ids', 1 WHERE EXISTS (SELECT 1 FROM gift_saga);
 ",
+    super::app_rank::MIGRATION,
 ];
 
 /// `ledger_meta` key set (by migration 2) when the ledger holds sagas booked before gift ids of

@@ -142,6 +142,7 @@ fn fresh_db() -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();
     let conn = open_connection(&dir.path().join("l.db"), Syncing::Full).unwrap();
     conn.execute_batch(SCHEMA).unwrap();
+    conn.execute_batch(super::app_rank::TABLES).unwrap();
     (dir, conn)
 }
 

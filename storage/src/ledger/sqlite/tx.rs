@@ -43,6 +43,7 @@ pub(super) struct Hot<'c> {
     pub(super) credit: RefCell<Statement<'c>>,
     pub(super) fact: RefCell<Statement<'c>>,
     pub(super) rank: RefCell<Statement<'c>>,
+    pub(super) app_rank: RefCell<Statement<'c>>,
 }
 
 impl<'c> Hot<'c> {
@@ -56,6 +57,7 @@ impl<'c> Hot<'c> {
             credit: p(SQL_CREDIT)?,
             fact: p(SQL_FACT)?,
             rank: p(SQL_RANK)?,
+            app_rank: p(super::app_rank::SQL_APP_RANK)?,
         })
     }
 }
