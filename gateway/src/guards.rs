@@ -118,9 +118,17 @@ fn unavailable(id: u64) -> Bytes {
     )
 }
 
-/// The standing of `user` from the ledger at `now`: the guards they hold.
+/// How long a session's standing is taken as fresh: a join reads it again (in the background)
+/// only after this, so the ledger sees at most two reads per user per this long from joins.
+/// Within a room the VIP level follows the member's gifts there without any read.
+pub const STANDING_MAX_AGE_MS: u64 = 30_000;
+
+/// The standing of `user` from the ledger now: the guards they hold and their lifetime spend.
 async fn standing_of(ledger: &Ledger, user: &UserId) -> storage::Result<Standing> {
-    let guards = ledger.guards_of_buyer(user, now_ms()).await?;
+    let (guards, spent) = tokio::try_join!(
+        ledger.guards_of_buyer(user, now_ms()),
+        ledger.lifetime_spent(user)
+    )?;
     Ok(Standing {
         guards: guards
             .into_iter()
@@ -129,7 +137,7 @@ async fn standing_of(ledger: &Ledger, user: &UserId) -> storage::Result<Standing
                 until: u64::try_from(g.expires_ms).unwrap_or(0),
             })
             .collect(),
-        spent: 0,
+        spent,
     })
 }
 
@@ -312,8 +320,18 @@ impl Core {
         }
     }
 
+    /// At connect and at each `room.join`: reads `user`'s standing again when `session`'s is
+    /// older than [`STANDING_MAX_AGE_MS`] (the join goes on with the one held; a change follows
+    /// it to the room).
+    pub(crate) fn refresh_standing_if_stale(self: &Arc<Self>, session: SessionId, user: &UserId) {
+        let now = u64::try_from(now_ms()).unwrap_or(0);
+        if self.hub.standing_stale(session, now, STANDING_MAX_AGE_MS) {
+            self.refresh_standing(user);
+        }
+    }
+
     /// Reads `user`'s standing from the ledger in the background and applies it when it
-    /// differs from what their sessions hold: at connect, and after a purchase.
+    /// differs from what their sessions hold.
     pub(crate) fn refresh_standing(self: &Arc<Self>, user: &UserId) {
         let Some(ledger) = self.money.ledger.clone() else {
             return;

@@ -255,5 +255,42 @@ async fn a_guard_bought_shows_its_badge_in_the_hosts_room_and_is_listed() {
     let (u, g) = (update.unwrap(), gift.unwrap());
     assert_eq!((&u["vip"], &u["guard"]), (&json!(1), &json!(true)), "{u}");
     assert_eq!((&g["vip"], &g["guard"]), (&json!(1), &json!(true)), "{g}");
+    // Two hearts (100 coins): 110 spent, level 2.
+    let g = json!({"room": room, "req_id": "v2", "gift": "heart", "count": 2, "to": ["watcher"]});
+    a.request("gift.send", g).await.unwrap();
+    let u = presence_of(&mut w, "alice").await;
+    assert_eq!((u.ev.as_str(), &u.d["vip"]), ("member.update", &json!(2)));
+    // A new connection reads the lifetime spend from the ledger: level 2 and the entrance on
+    // its join (or, when the join overtakes that read, an update right after it).
+    a.close().await;
+    let left = presence_of_or_leave(&mut w, "alice").await;
+    assert_eq!(left, "member.leave");
+    let mut a = s.connect("alice").await;
+    a.join(&room, false, None).await.unwrap();
+    let j = presence_of(&mut w, "alice").await;
+    assert_eq!(j.ev, "member.join");
+    if j.d.get("vip").is_some() {
+        assert_eq!(
+            (&j.d["vip"], &j.d["entrance"]),
+            (&json!(2), &json!(true)),
+            "{:?}",
+            j.d
+        );
+    } else {
+        let u = presence_of(&mut w, "alice").await;
+        assert_eq!((u.ev.as_str(), &u.d["vip"]), ("member.update", &json!(2)));
+    }
     s.stop().await;
+}
+
+/// The next `member.leave` about `user` (its name), or a presence event about them.
+async fn presence_of_or_leave(c: &mut Client, user: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = c.next_event(left).await.unwrap();
+        if e.ev.starts_with("member.") && e.d["user"] == user {
+            return e.ev;
+        }
+    }
 }
