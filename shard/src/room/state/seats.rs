@@ -325,7 +325,8 @@ impl RoomState {
     /// The owner or an admin takes `target` off their seat.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `USER_NOT_IN_ROOM`; `NOT_SEATED`.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `USER_NOT_IN_ROOM`;
+    /// `NOT_SEATED`.
     pub fn seat_kick(
         &mut self,
         actor: &UserId,

@@ -283,3 +283,41 @@ fn vip_levels_and_their_validation() {
     assert!(none.validate().is_ok());
     assert_eq!(none.level(i64::MAX), 0);
 }
+
+#[test]
+fn a_planned_move_hands_the_standing_over_with_the_roster() {
+    let mut r = party();
+    r.set_vip_rules(rules(2));
+    let mut s = guarding("host", 1_000);
+    s.spent = 250;
+    joined(&mut r, "fan", s, 10);
+    let roster = r.roster();
+    let mut next = RoomState::new(
+        protocol::RoomId::from("r1"),
+        r.durable().clone(),
+        2,
+        super::super::Rules::default(),
+    );
+    next.set_vip_rules(rules(2));
+    next.restore(roster, 20);
+    let want = Badges {
+        guard: true,
+        vip: 2,
+        entrance: true,
+    };
+    assert_eq!(next.badges(&u("fan"), 20), want);
+    // The protection holds on the new owner too (the admin back on their connection).
+    next.join(&u("adm"), super::super::tests_rights::at(5), None, 21)
+        .unwrap();
+    assert_eq!(
+        run(
+            &mut next,
+            "adm",
+            serde_json::json!({"op":"chat.mute","d":{"room":"r1","user":"fan"}}),
+            21
+        )
+        .unwrap_err()
+        .code,
+        ErrorCode::VipProtected
+    );
+}
