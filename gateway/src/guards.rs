@@ -239,11 +239,13 @@ impl Core {
                 balance,
                 applied,
             }) => {
-                // Before the reply: a join the client sends next carries the new guard.
+                // Before the reply: a join the client sends next carries the new guard. The
+                // user's other gateways read it again themselves.
                 match standing_of(ledger, user).await {
                     Ok(s) => self.standing_applied(user, s),
                     Err(e) => warn!(%user, error = %e, "Could not read a user's guards."),
                 }
+                self.standing_changed_elsewhere(user);
                 client::encode_ok(
                     id,
                     &GuardBought {
@@ -345,6 +347,25 @@ impl Core {
             match standing_of(&ledger, &user).await {
                 Ok(s) => core.standing_applied(&user, s),
                 Err(e) => warn!(%user, error = %e, "Could not read a user's guards."),
+            }
+        });
+    }
+
+    /// Tells the other gateways holding `user`'s connections that their standing changed.
+    fn standing_changed_elsewhere(self: &Arc<Self>, user: &UserId) {
+        let core = self.clone();
+        let user = user.clone();
+        self.tracker.spawn(async move {
+            let gateways = match core.gateways_of(&user).await {
+                Ok(g) => g,
+                Err(e) => {
+                    warn!(%user, error = %e, "Registry unreachable; a guard shows on this gateway only.");
+                    return;
+                }
+            };
+            let notice = crate::social::Notice::Standing { user };
+            for gw in gateways.iter().filter(|g| **g != core.node) {
+                core.notify(gw, &notice).await;
             }
         });
     }

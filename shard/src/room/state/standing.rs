@@ -182,7 +182,11 @@ impl RoomState {
 
     /// `user` spent `coins` on a gift settled here: their VIP level is recomputed (one
     /// binary search over the levels), and shown with `member.update` when it changes.
+    /// Robots have no VIP level: their gifts change nothing here.
     pub fn add_spent(&mut self, user: &UserId, coins: i64, now: u64) -> Applied {
+        if user.is_robot() {
+            return Applied::default();
+        }
         let before = self.badges(user, now);
         let Some(m) = self.members.get_mut(user) else {
             return Applied::default();

@@ -195,6 +195,13 @@ fn badges_ride_on_join_list_chat_and_change_with_spend() {
     };
     assert_eq!(a.presence, vec![Presence::Update(u("other"), None, want)]);
     assert!(r.add_spent(&u("nobody"), 1_000, 30).presence.is_empty());
+    joined(&mut r, "bot:amy", spent(0), 30);
+    assert!(r.add_spent(&u("bot:amy"), 1_000, 30).presence.is_empty());
+    assert_eq!(
+        r.badges(&u("bot:amy"), 30),
+        Badges::default(),
+        "robots have no level"
+    );
     // A guard bought while in the room: `member.update` with the badge.
     let a = r
         .set_standing(&u("late"), guarding("host", 900), 40)
