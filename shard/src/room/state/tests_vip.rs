@@ -328,3 +328,20 @@ fn a_planned_move_hands_the_standing_over_with_the_roster() {
         ErrorCode::VipProtected
     );
 }
+
+#[test]
+fn the_guard_badge_follows_the_rooms_owner() {
+    let mut r = party();
+    // `fan` guards `t`, not the owner: no badge until `t` owns the room.
+    joined(&mut r, "fan", guarding("t", 1_000), 10);
+    assert!(!r.badges(&u("fan"), 10).guard);
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"t"}}),
+        11,
+    )
+    .unwrap();
+    assert!(r.badges(&u("fan"), 12).guard);
+    assert!(!r.badges(&u("fan"), 1_000).guard, "and it ends at its time");
+}
