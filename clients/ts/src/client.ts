@@ -178,7 +178,7 @@ export class Client extends Emitter<ClientEvents> {
   balance(): Promise<OpOk<"wallet.balance">> {
     return this.request("wallet.balance", {});
   }
-  /** The guard plans on sale (section 16.3). */
+  /** The guard plans on sale (section 16.4). */
   guardPlans(): Promise<OpOk<"guard.plans">> {
     return this.request("guard.plans", {});
   }

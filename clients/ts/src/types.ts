@@ -64,13 +64,13 @@ export interface Member {
   joined_at: number;
   away?: boolean;
   p?: Profile;
-  /** Guards the room's owner (section 16.3). */
+  /** Guards the room's owner (section 16.4). */
   guard?: boolean;
   /** VIP level (absent at 0). */
   vip?: number;
 }
 
-/** A guard plan on sale (section 16.3). */
+/** A guard plan on sale (section 16.4). */
 export interface GuardPlan {
   id: string;
   days: number;
@@ -142,7 +142,7 @@ export interface SeatUpdate extends Seat {
   reason?: string;
 }
 
-/** A member's badges as room events carry them (section 16.3); absent when unset. */
+/** A member's badges as room events carry them (section 16.4); absent when unset. */
 export interface Badges {
   guard?: boolean;
   vip?: number;
