@@ -544,6 +544,10 @@ pub struct FileConfig {
     pub payments_webhook_secret: Option<String>,
     /// The payment provider's price list: product id to coins.
     pub payment_products: Option<std::collections::BTreeMap<String, i64>>,
+    /// The guard plans on sale (replaces the default ones).
+    pub guard_plans: Option<Vec<crate::guards::GuardPlan>>,
+    /// The VIP levels and their perks (`[vip]`: thresholds, entrance_level, protected_level).
+    pub vip: Option<shard::state::VipRules>,
     /// LiveKit API key, the `iss` of its webhooks (`CHORUS_LIVEKIT_API_KEY` wins).
     pub livekit_api_key: Option<String>,
     /// LiveKit API secret, the key of its webhooks (`CHORUS_LIVEKIT_API_SECRET` wins).
@@ -735,6 +739,7 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     g.livekit_api_key = env_or_file("CHORUS_LIVEKIT_API_KEY", f.livekit_api_key.as_ref());
     g.livekit_api_secret = env_or_file("CHORUS_LIVEKIT_API_SECRET", f.livekit_api_secret.as_ref());
     g.metrics_token = metrics_token(f);
+    g.guard_plans = std::sync::Arc::new(guard_plans(f)?);
     if let Some(v) = f.directory_cache_ms {
         g.directory_cache = Duration::from_millis(v);
     }
@@ -881,6 +886,31 @@ pub fn catalog(f: &FileConfig, lucky_secret: Vec<u8>) -> anyhow::Result<Catalog>
     }
     c.validate()?;
     Ok(c)
+}
+
+/// The guard plans from the file (or the default ones), validated.
+///
+/// # Errors
+/// A plan is invalid.
+pub fn guard_plans(f: &FileConfig) -> anyhow::Result<Vec<crate::guards::GuardPlan>> {
+    let plans = f
+        .guard_plans
+        .clone()
+        .unwrap_or_else(crate::guards::default_plans);
+    crate::guards::validate_plans(&plans)
+        .map_err(|e| anyhow::anyhow!("invalid guard plans: {e}"))?;
+    Ok(plans)
+}
+
+/// The VIP levels from the file (or the default ones), validated: thresholds ascending.
+///
+/// # Errors
+/// The levels are invalid.
+pub fn vip(f: &FileConfig) -> anyhow::Result<shard::state::VipRules> {
+    let v = f.vip.clone().unwrap_or_default();
+    v.validate()
+        .map_err(|e| anyhow::anyhow!("invalid VIP configuration: {e}"))?;
+    Ok(v)
 }
 
 /// The room rocket from the file, validated: a level that could pay more in rewards than its

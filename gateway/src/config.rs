@@ -142,6 +142,8 @@ pub struct GatewayConfig {
     /// Demo mode: the client port's `/demo/token` mints a token for any user name (standalone
     /// `--demo` only; off by default).
     pub demo_tokens: bool,
+    /// The guard plans on sale (`guard.plans`).
+    pub guard_plans: std::sync::Arc<Vec<crate::guards::GuardPlan>>,
 }
 
 impl Default for GatewayConfig {
@@ -181,6 +183,7 @@ impl Default for GatewayConfig {
             directory_cache: DEFAULT_DIRECTORY_CACHE,
             directory_stale: shard::config::DEFAULT_DIRECTORY_STALE,
             demo_tokens: false,
+            guard_plans: std::sync::Arc::new(crate::guards::default_plans()),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 
 use bytes::Bytes;
 use protocol::client::{self, Profile, RoomLeft};
-use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, ToGateway};
+use protocol::link::{Audience, LeaveReason, Membership, Reply, RoomEvent, Standing, ToGateway};
 use protocol::{Epoch, NodeId, RoomId, Seq, SessionId, UserId};
 use smallvec::SmallVec;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
@@ -24,6 +24,11 @@ struct Slot {
     out: Arc<Outbox>,
     /// The user's profile as this session knows it: sent with its joins.
     profile: Arc<Profile>,
+    /// The user's standing (guards held, lifetime gift spend), sent with its joins; `None`
+    /// until read.
+    standing: Option<Arc<Standing>>,
+    /// When the standing was last asked for (unix ms; 0: never).
+    standing_asked: u64,
     /// The room the session is in, and the shard it joined through. Events and evictions for
     /// the room count only when they come from that shard: a deposed owner's late events never
     /// reach a session that rejoined through the new owner.
@@ -141,6 +146,8 @@ impl Hub {
                 user,
                 out,
                 profile,
+                standing: None,
+                standing_asked: 0,
                 room: None,
                 join: None,
             },
@@ -186,6 +193,59 @@ impl Hub {
                 slot.profile = p.clone();
                 if let Some((room, _)) = &slot.room {
                     rooms.push((s, room.clone()));
+                }
+            }
+        }
+        rooms
+    }
+
+    /// The standing `session` sends with its joins (`None`: none read, or nothing held).
+    pub(crate) fn standing(&self, session: SessionId) -> Option<Standing> {
+        let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let s = st.sessions.get(&session)?.standing.as_ref()?;
+        (!s.is_empty()).then(|| Standing::clone(s))
+    }
+
+    /// Whether `session`'s standing was last asked for more than `max_age_ms` before `now`
+    /// (then it counts as asked for now).
+    pub(crate) fn standing_stale(&self, session: SessionId, now: u64, max_age_ms: u64) -> bool {
+        let mut st = self.write();
+        let Some(slot) = st.sessions.get_mut(&session) else {
+            return false;
+        };
+        if slot.standing_asked != 0 && now.saturating_sub(slot.standing_asked) < max_age_ms {
+            return false;
+        }
+        slot.standing_asked = now;
+        true
+    }
+
+    /// Gives every local session of `user` the standing `s`; returns the rooms of those whose
+    /// standing changed (session, room), for the caller to tell those rooms.
+    pub(crate) fn set_standing(
+        &self,
+        user: &UserId,
+        s: &Arc<Standing>,
+    ) -> Vec<(SessionId, RoomId)> {
+        let mut st = self.write();
+        let sessions: SmallVec<[SessionId; 1]> = st.users.get(user).cloned().unwrap_or_default();
+        let mut rooms = Vec::new();
+        for id in sessions {
+            if let Some(slot) = st.sessions.get_mut(&id) {
+                let had = slot.standing.as_deref().cloned().unwrap_or_default();
+                slot.standing = Some(s.clone());
+                if had == **s {
+                    continue;
+                }
+                // The room it is in, and the one a join in flight goes to (the change
+                // follows the join on the same route, so that room applies it after).
+                if let Some((room, _)) = &slot.room {
+                    rooms.push((id, room.clone()));
+                }
+                if let Some((_, room)) = &slot.join
+                    && slot.room.as_ref().is_none_or(|(r, _)| r != room)
+                {
+                    rooms.push((id, room.clone()));
                 }
             }
         }

@@ -31,6 +31,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 mod directory;
+pub mod guards;
 mod hub;
 mod link;
 pub mod metrics;

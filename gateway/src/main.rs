@@ -101,6 +101,7 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     cfg.shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
     cfg.shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
     cfg.shard.rocket = std::sync::Arc::new(cli::rocket(&file)?);
+    cfg.shard.vip = std::sync::Arc::new(cli::vip(&file)?);
     if let Some(n) = env_gift_events_per_sec()? {
         cfg.shard.gift_rules.events_per_sec = n;
     }
@@ -226,6 +227,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     shard.test_crash_after_debit = test_switch("CHORUS_TEST_CRASH_AFTER_DEBIT");
     shard.test_crash_after_settle = test_switch("CHORUS_TEST_CRASH_AFTER_SETTLE");
     shard.rocket = std::sync::Arc::new(cli::rocket(&file)?);
+    shard.vip = std::sync::Arc::new(cli::vip(&file)?);
     if let Some(n) = env_gift_events_per_sec()? {
         shard.gift_rules.events_per_sec = n;
     }

@@ -130,6 +130,8 @@ pub(crate) fn run(
     core.load_profile(session, who.user.clone(), who.profile.clone());
     // The sign-up reward, credited on the user's first connection ever (once: by key).
     core.money.reward_signup(&core.tracker, &who.user);
+    // The guards the user holds and their lifetime spend, for the badges their rooms show.
+    core.refresh_standing_if_stale(session, &who.user);
     let mut s = Session {
         bucket: Bucket::new(core.config.rate_burst),
         core,
@@ -392,12 +394,19 @@ impl Session {
                     .money_request(self.session, &self.who.user, id, req.op);
             }
             Op::Im(op) => self.core.im_request(self.session, &self.who.user, id, op),
+            Op::Guard(op) => self
+                .core
+                .guard_request(self.session, &self.who.user, id, op),
             Op::User(op) => {
                 self.core
                     .user_request(self.session, &self.who.user, &self.outbox, id, op);
             }
             Op::RoomList(req) => self.core.room_list(self.session, id, req),
             Op::Room(op) => {
+                if let client::RoomOp::Join(_) = op {
+                    self.core
+                        .refresh_standing_if_stale(self.session, &self.who.user);
+                }
                 // Only `room.create` may leave its room out: the server names the room.
                 let room = room.unwrap_or_else(new_room_id);
                 let cmd = RoomCmd::Op(op);

@@ -185,11 +185,12 @@ impl Core {
         if client_id.is_some() && matches!(cmd, RoomCmd::Op(RoomOp::Join(_))) {
             self.hub.note_join(session, req, &room);
         }
-        let profile = match &cmd {
-            RoomCmd::Op(RoomOp::Join(_) | RoomOp::Create(_)) | RoomCmd::Rejoin(_) => {
-                self.hub.profile(session).map(|p| (*p).clone())
-            }
-            _ => None,
+        let (profile, standing) = match &cmd {
+            RoomCmd::Op(RoomOp::Join(_) | RoomOp::Create(_)) | RoomCmd::Rejoin(_) => (
+                self.hub.profile(session).map(|p| (*p).clone()),
+                self.hub.standing(session),
+            ),
+            _ => (None, None),
         };
         let cmd = Command {
             req,
@@ -200,6 +201,7 @@ impl Core {
             room,
             cmd,
             profile,
+            standing,
         };
         {
             let mut pending = self.pending();

@@ -341,6 +341,7 @@ impl Core {
             Notice::Profile { user, profile } => {
                 self.profile_applied(&user, crate::auth::shared_profile(profile));
             }
+            Notice::Standing { user } => self.refresh_standing(&user),
         }
     }
 }

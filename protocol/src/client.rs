@@ -7,6 +7,7 @@
 pub mod chat;
 pub mod directory;
 pub mod gift;
+pub mod guard;
 pub mod im;
 pub mod manage;
 pub mod members;
@@ -36,6 +37,9 @@ pub use directory::{RoomEntry, RoomList, RoomListPage};
 pub use gift::{
     Combo, GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,
     MAX_REQ_ID_BYTES, RankEntry, RankGet, is_valid_req_id,
+};
+pub use guard::{
+    GuardBought, GuardBuy, GuardEntry, GuardList, GuardOp, GuardPage, GuardPlanInfo, GuardPlans,
 };
 pub use im::{
     BlockList, ImBlocks, ImHistory, ImMessage, ImPage, ImSend, ImSent, ImUser, MAX_BLOCKS,

@@ -66,6 +66,9 @@ pub enum ErrorCode {
     QuotaExceeded,
     /// `wallet.transfer` by a user who is not a coin seller (only sellers may transfer).
     NotASeller,
+    /// An admin tried to kick, ban or mute a member whose VIP level protects them from
+    /// admins (only the owner may).
+    VipProtected,
     /// Retry later: ownership of the room is moving, or the room is overloaded.
     Unavailable,
     /// Something failed on the server; details are in its logs.
@@ -103,6 +106,7 @@ impl ErrorCode {
             Self::RateLimited => "RATE_LIMITED",
             Self::QuotaExceeded => "QUOTA_EXCEEDED",
             Self::NotASeller => "NOT_A_SELLER",
+            Self::VipProtected => "VIP_PROTECTED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }

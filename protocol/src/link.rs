@@ -9,6 +9,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+mod standing;
+
+pub use standing::{HeldGuard, Standing};
+
 use crate::client::{Profile, RoomJoin, RoomOp};
 use crate::error::ErrorCode;
 use crate::ids::{NodeId, RoomId, SessionId, UserId};
@@ -17,8 +21,9 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// carries a client's room operation as decoded at the edge ([`RoomCmd::Op`]); version 3
 /// adds the seat and moderation operations and the RTC provider's reports ([`RoomCmd::Rtc`]);
 /// version 4 adds the sender's profile to joins ([`Command::profile`]) and profile changes
-/// ([`RoomCmd::Profile`]).
-pub const LINK_VERSION: u16 = 4;
+/// ([`RoomCmd::Profile`]); version 5 adds the member's standing (guards held, lifetime gift
+/// spend) to joins ([`Command::standing`]) and its changes ([`RoomCmd::Standing`]).
+pub const LINK_VERSION: u16 = 5;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +47,10 @@ pub struct Command {
     /// `room.join`, a rejoin) so the room can show it; `None` on every other command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
+    /// The user's standing (guards held, lifetime gift spend), sent with the same commands as
+    /// the profile when there is any; `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standing: Option<Standing>,
 }
 
 /// Why a session leaves a room.
@@ -81,6 +90,8 @@ pub enum RoomCmd {
     Rtc(RtcEvent),
     /// The user's profile changed (`user.update` or the admin API): the room shows the new one.
     Profile(Profile),
+    /// The user's standing changed (a guard bought): the room shows the new badges.
+    Standing(Standing),
 }
 
 /// What an RTC provider's webhook says about one participant's audio.
@@ -390,6 +401,7 @@ mod tests {
                 text: "hi".into(),
             })),
             profile: None,
+            standing: None,
         }));
         round_trip(LinkFrame::Command(Command {
             req: 8,
@@ -400,6 +412,7 @@ mod tests {
             room: "r1".into(),
             cmd: RoomCmd::Leave(LeaveReason::Switched),
             profile: None,
+            standing: None,
         }));
         for outcome in [
             Ok(Bytes::from_static(b"{\"seq\":1}")),

@@ -115,6 +115,8 @@ pub struct ShardConfig {
     pub gift_rules: crate::room::state::GiftRules,
     /// The room rocket's levels and caps (no levels: no rocket).
     pub rocket: Arc<crate::room::state::RocketRules>,
+    /// The VIP levels and their perks.
+    pub vip: Arc<crate::room::state::VipRules>,
     /// TEST ONLY: abort the process when a rocket launch's rewards are paid, before it is
     /// announced, to test that the next owner announces it once and pays nothing twice.
     pub test_crash_after_rocket_payout: bool,
@@ -167,6 +169,7 @@ impl Default for ShardConfig {
                 daily_cap: 0,
                 progress_interval_ms: 1000,
             }),
+            vip: Arc::default(),
             test_crash_after_rocket_payout: false,
             test_crash_after_debit: false,
             test_crash_after_settle: false,

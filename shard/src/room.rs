@@ -176,6 +176,7 @@ pub(crate) async fn run(
             let mut s = RoomState::new(room.clone(), d, fence, inner.config.room_rules());
             s.set_gift_rules(inner.config.gift_rules);
             s.set_rocket_rules(inner.config.rocket.clone());
+            s.set_vip_rules(inner.config.vip.clone());
             s
         }),
         saved,
@@ -732,10 +733,10 @@ impl RoomActor {
                 let _ = self.publish(applied, None).await;
                 Ok(Some((Bytes::from_static(b"{}"), Some(Membership::Left))))
             }
-            RoomCmd::Profile(p) => {
-                // A profile change that races with the user leaving changes nothing: answered
-                // `{}` either way, so no stray error reaches the user's connection.
-                if let Ok(applied) = state.set_profile(user, p.clone()) {
+            RoomCmd::Profile(_) | RoomCmd::Standing(_) => {
+                // A profile or standing change that races with the user leaving changes
+                // nothing: answered `{}` either way, so no stray error reaches the user.
+                if let Ok(applied) = state.member_changed(user, &cmd.cmd, now_ms()) {
                     // Not to the member's own connection, as for `member.join`.
                     let own = state.member(user).cloned();
                     self.publish(applied, own.as_ref()).await?;
@@ -774,11 +775,13 @@ impl RoomActor {
         };
         let profile = state::shared_profile(cmd.profile.clone());
         let now = now_ms();
-        let joined = if trusted {
+        let mut joined = if trusted {
             state.rejoin(&cmd.user, at.clone(), profile, now)
         } else {
             state.join_as(&cmd.user, at.clone(), j.password.as_deref(), profile, now)?
         };
+        let standing = cmd.standing.clone().unwrap_or_default();
+        state.joined_with(&mut joined, &cmd.user, standing, now);
         if joined.returned {
             metrics::counter!(m::PRESENCE_GRACE, "outcome" => "returned").increment(1);
         }

@@ -34,6 +34,7 @@
 //! - `transfer`: coin sellers' transfers.
 //! - `payment`: top-ups from a payment provider, refunds and debts.
 //! - `settlement`: host settlements of gift earnings.
+//! - `guard`: guards bought of hosts, for a plan's duration.
 //! - [`decision`]: the pure decision tables (claim outcome, recovery action).
 //! - [`saga`]: the engine-independent saga driver and owner-only recovery.
 //! - [`sqlite`]: the embedded engine (one group-committing writer thread).
@@ -44,6 +45,7 @@
 mod app_rank;
 mod calendar;
 pub mod decision;
+mod guard;
 mod ids;
 mod movement;
 mod order;
@@ -63,6 +65,10 @@ use protocol::{RoomId, UserId};
 use uuid::Uuid;
 
 pub use self::calendar::{MS_PER_DAY, day_of, now_ms, week_start};
+pub use self::guard::{
+    GUARD_ID_NAMESPACE, Guard, GuardOrder, GuardOutcome, MAX_GUARD_REQ_ID_BYTES, MAX_GUARDS_LISTED,
+    guard_id,
+};
 pub use self::ids::{
     GIFT_ID_NAMESPACE, GRANT_ID_NAMESPACE, GiftIds, LUCKY_ID_NAMESPACE, gift_id, gift_ids,
     grant_entry_id, legacy_gift_id, lucky_entry_id,
@@ -495,6 +501,38 @@ impl Ledger {
             ));
         }
         dispatch!(self.settle_earnings(order))
+    }
+
+    /// Buys a guard of `order.host` for `order.buyer`: the price leaves the buyer's coins, the
+    /// host's share goes to their earnings and the rest to the platform, and the guard's
+    /// expiry moves to the later of now and its current end plus the plan's duration, all
+    /// once per `(buyer, req_id)`. Refused with no change when the buyer owes a debt or their
+    /// coins do not cover the price.
+    ///
+    /// # Errors
+    /// `Invalid` for a bad order ([`GuardOrder::checked`]); engine errors (retry with the same
+    /// order).
+    pub async fn buy_guard(&self, order: &GuardOrder) -> Result<GuardOutcome> {
+        order.checked()?;
+        dispatch!(self.buy_guard(order))
+    }
+
+    /// The host's guards in force at `now_ms` (latest expiry first), at most
+    /// [`MAX_GUARDS_LISTED`].
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn guards_of_host(&self, host: &UserId, now_ms: i64) -> Result<Vec<Guard>> {
+        dispatch!(self.guards_of_host(host, now_ms))
+    }
+
+    /// The guards `buyer` holds in force at `now_ms` (latest expiry first), at most
+    /// [`MAX_GUARDS_LISTED`].
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn guards_of_buyer(&self, buyer: &UserId, now_ms: i64) -> Result<Vec<Guard>> {
+        dispatch!(self.guards_of_buyer(buyer, now_ms))
     }
 
     /// The user's debt (0 for none).

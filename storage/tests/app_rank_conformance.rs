@@ -311,7 +311,11 @@ async fn postgres_migration_fills_the_app_boards_from_earlier_gifts() {
         .unwrap();
     let conn = tokio::spawn(conn);
     client
-        .batch_execute("DROP TABLE app_rank; DELETE FROM chorus_ledger_schema WHERE version = 6;")
+        // (Later versions' tables go too: migrations apply after the highest version found.)
+        .batch_execute(
+            "DROP TABLE app_rank; DROP TABLE IF EXISTS guard_purchase, guard;
+             DELETE FROM chorus_ledger_schema WHERE version >= 6;",
+        )
         .await
         .unwrap();
     drop(client);

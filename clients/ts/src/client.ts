@@ -182,6 +182,18 @@ export class Client extends Emitter<ClientEvents> {
   appRanks(board: RankBoard, period: RankPeriod = "all", limit?: number): Promise<OpOk<"rank.get">> {
     return this.request("rank.get", { scope: "app", board, period, ...(limit ? { limit } : {}) });
   }
+  /** The guard plans on sale (section 16.4). */
+  guardPlans(): Promise<OpOk<"guard.plans">> {
+    return this.request("guard.plans", {});
+  }
+  /** Becomes a guard of `host` for one plan's duration; a retry with the same `reqId` is paid once. */
+  buyGuard(host: string, plan: string, reqId: string): Promise<OpOk<"guard.buy">> {
+    return this.request("guard.buy", { host, plan, req_id: reqId });
+  }
+  /** The guards in force of a host, named directly or as a room's owner. */
+  guards(of: OpRequest<"guard.list">): Promise<OpOk<"guard.list">> {
+    return this.request("guard.list", of);
+  }
   updateProfile(p: OpRequest<"user.update">): Promise<OpOk<"user.update">> {
     return this.request("user.update", p);
   }

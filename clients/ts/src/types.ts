@@ -64,6 +64,17 @@ export interface Member {
   joined_at: number;
   away?: boolean;
   p?: Profile;
+  /** Guards the room's owner (section 16.4). */
+  guard?: boolean;
+  /** VIP level (absent at 0). */
+  vip?: number;
+}
+
+/** A guard plan on sale (section 16.4). */
+export interface GuardPlan {
+  id: string;
+  days: number;
+  price: number;
 }
 
 /**
@@ -107,6 +118,15 @@ export interface Ops {
     { scope?: "app"; room?: string; board: string; period: string; entries: RankEntry[] },
   ];
   "wallet.balance": [Record<string, never>, { balance: number; earnings: number }];
+  "guard.plans": [Record<string, never>, { plans: GuardPlan[] }];
+  "guard.buy": [
+    { host: string; plan: string; req_id: string },
+    { host: string; plan: string; expires_at: number; balance: number; applied: boolean },
+  ];
+  "guard.list": [
+    ({ host: string } | { room: string }) & { limit?: number },
+    { host: string; guards: { user: string; expires_at: number }[] },
+  ];
   "auth.refresh": [{ token: string }, { exp: number }];
   "user.update": [Profile, { p: Profile }];
   "user.get": [{ users: string[] }, { profiles: Record<string, Profile> }];
@@ -134,13 +154,19 @@ export interface SeatUpdate extends Seat {
   reason?: string;
 }
 
-export interface ChatEvent {
+/** A member's badges as room events carry them (section 16.4); absent when unset. */
+export interface Badges {
+  guard?: boolean;
+  vip?: number;
+}
+
+export interface ChatEvent extends Badges {
   from: string;
   text: string;
   p?: Profile;
 }
 
-export interface GiftEvent {
+export interface GiftEvent extends Badges {
   order: string;
   from: string;
   to: string[];
@@ -165,9 +191,9 @@ export interface SequencedEvents {
 
 /** Volatile room events (sections 7.2, 7.4): no position, never replayed. */
 export interface VolatileEvents {
-  "member.join": { user: string; robot?: boolean; p?: Profile };
+  "member.join": Badges & { user: string; robot?: boolean; p?: Profile; entrance?: boolean };
   "member.leave": { user: string; reason: string };
-  "member.update": { user: string; p?: Profile };
+  "member.update": Badges & { user: string; p?: Profile };
   "member.count": { count: number };
   "seat.request": { user: string; seat: number | null; expires_at: number };
   "seat.request.update": { user: string; state: string; by?: string; seat?: number };

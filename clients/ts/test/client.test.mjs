@@ -108,6 +108,36 @@ test("a gift goes through the ledger once and both sides see it", async () => {
   assert.deepEqual(receivers.entries.find((x) => x.user === "hal"), { user: "hal", score: 2 * rose.price });
 });
 
+test("a guard bought shows its badge in the host's room and is listed", async () => {
+  const granted = await node.admin("POST", "/admin/wallets/gus/grant", { amount: 5000, key: "ts-gus-1" });
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  const host = client("hera");
+  const fan = client("gus");
+  const watcher = client("wes");
+  await Promise.all([host.connect(), fan.connect(), watcher.connect()]);
+  await host.createRoom({ room: "t-guard" });
+  const rw = await watcher.join("t-guard");
+  const { plans } = await fan.guardPlans();
+  const week = plans.find((p) => p.id === "week");
+  assert.ok(week, "the default plans have a week");
+  const reqId = uuidv7();
+  const ok = await fan.buyGuard("hera", "week", reqId);
+  assert.equal(ok.applied, true);
+  assert.equal(ok.balance, 5000 - week.price);
+  const again = await fan.buyGuard("hera", "week", reqId);
+  assert.deepEqual([again.applied, again.balance, again.expires_at], [false, ok.balance, ok.expires_at]);
+  const joined = rw.next("member.join");
+  await fan.join("t-guard");
+  const ev = await joined;
+  assert.deepEqual([ev.user, ev.guard], ["gus", true]);
+  const byRoom = await watcher.guards({ room: "t-guard" });
+  assert.deepEqual(byRoom, { host: "hera", guards: [{ user: "gus", expires_at: ok.expires_at }] });
+  await assert.rejects(
+    watcher.buyGuard("hera", "week", uuidv7()),
+    (e) => e instanceof ChorusError && e.code === "INSUFFICIENT_FUNDS",
+  );
+});
+
 test("without a WebSocket option the client finds one (Node's global, else the ws package)", async () => {
   const c = new Client({ url: node.url, token: node.token("nia") });
   clients.push(c);

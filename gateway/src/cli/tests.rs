@@ -134,3 +134,50 @@ fn economy_settings_come_from_the_file_and_a_rocket_paying_over_its_fuel_is_refu
     let e = rocket(&over).unwrap_err().to_string();
     assert!(e.contains("exceed the level's fuel"), "{e}");
 }
+
+#[test]
+fn guard_plans_and_vip_levels_come_from_the_file_and_bad_ones_are_refused() {
+    let f: FileConfig = toml::from_str(
+        "[[guard_plans]]\nid = \"week\"\ndays = 7\nprice = 500\n\
+         [[guard_plans]]\nid = \"test\"\ndays = 0.0001\nprice = 1\n\
+         [vip]\nthresholds = [10, 20, 30]\nentrance_level = 1\nprotected_level = 3\n",
+    )
+    .unwrap();
+    let plans = guard_plans(&f).unwrap();
+    assert_eq!(
+        plans
+            .iter()
+            .map(|p| (p.id.as_str(), p.duration_ms(), p.price))
+            .collect::<Vec<_>>(),
+        vec![("week", 7 * 86_400_000, 500), ("test", 8_640, 1)]
+    );
+    let g = gateway_settings(&no_flags(), &f).unwrap();
+    assert_eq!(*g.guard_plans, plans);
+    let v = vip(&f).unwrap();
+    assert_eq!(
+        (v.thresholds.len(), v.entrance_level, v.protected_level),
+        (3, 1, 3)
+    );
+    // Defaults: three plans, five levels.
+    let none = FileConfig::default();
+    assert_eq!(guard_plans(&none).unwrap().len(), 3);
+    assert_eq!(vip(&none).unwrap().thresholds.len(), 5);
+    // Refused at start-up: thresholds not ascending, a perk above the last level, a bad plan,
+    // an unknown key.
+    for (text, want) in [
+        ("[vip]\nthresholds = [20, 10]\n", "ascending"),
+        (
+            "[vip]\nthresholds = [10]\nentrance_level = 0\nprotected_level = 2\n",
+            "protected_level",
+        ),
+    ] {
+        let f: FileConfig = toml::from_str(text).unwrap();
+        let e = vip(&f).unwrap_err().to_string();
+        assert!(e.contains(want), "{text}: {e}");
+    }
+    let f: FileConfig =
+        toml::from_str("[[guard_plans]]\nid = \"w\"\ndays = 0\nprice = 1\n").unwrap();
+    assert!(guard_plans(&f).unwrap_err().to_string().contains("days"));
+    assert!(gateway_settings(&no_flags(), &f).is_err());
+    assert!(toml::from_str::<FileConfig>("[vip]\nlevels = [1]\n").is_err());
+}

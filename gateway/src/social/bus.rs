@@ -49,6 +49,8 @@ pub(crate) enum Notice {
     },
     /// `user`'s profile is now `profile`.
     Profile { user: UserId, profile: Profile },
+    /// `user`'s standing changed (a guard bought): read it again from the ledger.
+    Standing { user: UserId },
 }
 
 /// Listens on this gateway's channel (starting with `feed`, opened before the gateway took

@@ -36,4 +36,10 @@ pub struct ChatEvent {
     /// The sender's profile (absent when empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<crate::client::Profile>,
+    /// The sender guards the room's owner (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub guard: bool,
+    /// The sender's VIP level (absent at 0).
+    #[serde(default, skip_serializing_if = "crate::client::guard::is_zero")]
+    pub vip: u8,
 }

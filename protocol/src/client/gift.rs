@@ -120,6 +120,12 @@ pub struct GiftEvent {
     /// The sender's profile (absent when empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<crate::client::Profile>,
+    /// The sender guards the room's owner (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub guard: bool,
+    /// The sender's VIP level (absent at 0).
+    #[serde(default, skip_serializing_if = "crate::client::guard::is_zero")]
+    pub vip: u8,
     /// The recipients' profiles by user (absent when none has one; recipients without a
     /// profile are left out).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

@@ -1,4 +1,5 @@
-//! Who is in a room: `member.list` pages, and `member.update` when a member's profile changes.
+//! Who is in a room: `member.list` pages, and `member.update` when a member's profile or badges
+//! (guard, VIP level) change.
 //! Profiles travel under the key `p` and are left out when empty.
 
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,12 @@ pub struct MemberEntry {
     /// The member's profile (absent when empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<Profile>,
+    /// The member guards the room's owner (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub guard: bool,
+    /// The member's VIP level (absent at 0).
+    #[serde(default, skip_serializing_if = "crate::client::guard::is_zero")]
+    pub vip: u8,
 }
 
 /// The `member.list` reply.
@@ -68,4 +75,10 @@ pub struct MemberUpdate {
     /// The new profile (absent when it is now empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<Profile>,
+    /// The member guards the room's owner (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub guard: bool,
+    /// The member's VIP level (absent at 0).
+    #[serde(default, skip_serializing_if = "crate::client::guard::is_zero")]
+    pub vip: u8,
 }

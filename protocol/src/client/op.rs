@@ -207,6 +207,8 @@ pub enum Op {
     User(UserOp),
     /// `room.list`: the room directory (answered by the gateway).
     RoomList(super::RoomList),
+    /// A guard operation (answered by the gateway from the ledger).
+    Guard(super::GuardOp),
     /// An operation the room's owner applies.
     Room(RoomOp),
 }
@@ -251,6 +253,7 @@ impl Op {
             Self::Im(op) => op.name(),
             Self::User(op) => op.name(),
             Self::RoomList(_) => "room.list",
+            Self::Guard(op) => op.name(),
             Self::Room(op) => op.name(),
         }
     }
@@ -260,7 +263,9 @@ impl Op {
         match self {
             Self::RankGet(r) => r.room.as_ref(),
             Self::Room(op) => op.room(),
-            Self::Ping
+            Self::Guard(super::GuardOp::List(l)) => l.room.as_ref(),
+            Self::Guard(_)
+            | Self::Ping
             | Self::GiftList(_)
             | Self::WalletBalance(_)
             | Self::Wallet(_)
@@ -285,6 +290,9 @@ impl Op {
             "wallet.transfer" => args(id, name, d).map(|a| Self::Wallet(WalletOp::Transfer(a))),
             "wallet.checkin" => args(id, name, d).map(|a| Self::Wallet(WalletOp::Checkin(a))),
             "room.list" => args(id, name, d).map(Self::RoomList),
+            "guard.buy" => args(id, name, d).map(|a| Self::Guard(super::GuardOp::Buy(a))),
+            "guard.list" => args(id, name, d).map(|a| Self::Guard(super::GuardOp::List(a))),
+            "guard.plans" => args(id, name, d).map(|a| Self::Guard(super::GuardOp::Plans(a))),
             "im.send" => args(id, name, d).map(|a| Self::Im(ImOp::Send(a))),
             "im.history" => args(id, name, d).map(|a| Self::Im(ImOp::History(a))),
             "im.block" => args(id, name, d).map(|a| Self::Im(ImOp::Block(a))),

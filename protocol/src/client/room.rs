@@ -187,6 +187,15 @@ pub struct MemberJoin {
     /// The member's profile (absent when empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<crate::client::Profile>,
+    /// The member guards the room's owner (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub guard: bool,
+    /// The member's VIP level (absent at 0).
+    #[serde(default, skip_serializing_if = "crate::client::guard::is_zero")]
+    pub vip: u8,
+    /// The member's VIP level earns the entrance effect (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub entrance: bool,
 }
 
 /// `member.leave` (volatile).

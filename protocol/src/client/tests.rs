@@ -105,6 +105,8 @@ fn encodes_replies_and_events() {
             text: "hi".into(),
             robot: false,
             p: None,
+            guard: false,
+            vip: 0,
         },
     );
     assert_eq!(
@@ -117,6 +119,8 @@ fn encodes_replies_and_events() {
         text: "hi".into(),
         robot: true,
         p: None,
+        guard: false,
+        vip: 0,
     };
     assert_eq!(
         to_json(&robot),
@@ -150,6 +154,8 @@ fn order_ids_are_hyphenated_lowercase_uuid_strings() {
         lucky_multiplier: None,
         robot: false,
         p: None,
+        guard: false,
+        vip: 0,
         to_p: std::collections::BTreeMap::new(),
         combo: None,
     };
@@ -225,17 +231,36 @@ fn profiles_go_under_p_and_are_left_out_when_empty() {
         user: "bob".into(),
         robot: false,
         p: Some(p.clone()),
+        guard: false,
+        vip: 0,
+        entrance: false,
     };
     assert_eq!(to_json(&join), br#"{"user":"bob","p":{"name":"Bob"}}"#);
     let bare = MemberJoin {
         user: "bob".into(),
         robot: false,
         p: None,
+        guard: false,
+        vip: 0,
+        entrance: false,
     };
     assert_eq!(to_json(&bare), br#"{"user":"bob"}"#);
+    // Badges are left out when unset, compact when set.
+    let vip = MemberJoin {
+        guard: true,
+        vip: 3,
+        entrance: true,
+        ..bare.clone()
+    };
+    assert_eq!(
+        to_json(&vip),
+        br#"{"user":"bob","guard":true,"vip":3,"entrance":true}"#
+    );
     let up = MemberUpdate {
         user: "bob".into(),
         p: Some(p.clone()),
+        guard: false,
+        vip: 0,
     };
     assert_eq!(to_json(&up), br#"{"user":"bob","p":{"name":"Bob"}}"#);
     let page = MemberPage {
@@ -247,6 +272,8 @@ fn profiles_go_under_p_and_are_left_out_when_empty() {
             joined_at: 5,
             away: true,
             p: Some(p),
+            guard: true,
+            vip: 2,
         }],
         count: 1,
         cursor: None,
@@ -254,7 +281,7 @@ fn profiles_go_under_p_and_are_left_out_when_empty() {
     let json = to_json(&page);
     assert_eq!(
         json,
-        br#"{"members":[{"user":"bob","role":"member","seat":2,"joined_at":5,"away":true,"p":{"name":"Bob"}}],"count":1}"#
+        br#"{"members":[{"user":"bob","role":"member","seat":2,"joined_at":5,"away":true,"p":{"name":"Bob"},"guard":true,"vip":2}],"count":1}"#
     );
     let back: MemberPage = serde_json::from_slice(&json).unwrap();
     assert_eq!(back, page);

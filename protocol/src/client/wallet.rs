@@ -91,7 +91,7 @@ pub struct Transferred {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MovementEntry {
     /// What moved the balance (`grant`, `top_up`, `refund`, `gift_sent`, `gift_received`,
-    /// `lucky_win`, `rocket_reward`, `guard`, `transfer`, `settlement`, `reward`).
+    /// `lucky_win`, `rocket_reward`, `guard`, `guard_income`, `transfer`, `settlement`, `reward`).
     pub kind: String,
     /// Which balance moved: `coins` or `earnings`.
     pub account: String,

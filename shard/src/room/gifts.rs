@@ -564,6 +564,11 @@ impl RoomActor {
                 multiplier: l.multiplier,
                 coins: l.coins,
             });
+        // The sender's spend moves their VIP level (shown with `member.update` on a change);
+        // the event carries the badges as they are now.
+        let now = super::now_ms();
+        let vip_moved = state.add_spent(&order.sender, coins, now);
+        let badges = state.badges(&order.sender, now);
         // Profiles of the sender and recipients still in the room (one clone each).
         let p = state.profile_of(&order.sender).map(|p| Profile::clone(p));
         let to_p = order
@@ -575,6 +580,8 @@ impl RoomActor {
             order: order_id,
             robot: order.sender.is_robot(),
             p,
+            guard: badges.guard,
+            vip: badges.vip,
             to_p,
             from: order.sender,
             to: order.recipients,
@@ -585,10 +592,10 @@ impl RoomActor {
             combo: None,
         };
         // Numbered in its streak; in a storm held back for a merged event (see `storm`).
-        let now = super::now_ms();
         let sender = gift.from.clone();
         let published = state.record_gift(gift, open, now);
         let mut applied = published.applied;
+        applied.presence.extend(vip_moved.presence);
         // Fuel for the room rocket: every order, merged or not.
         let rocket = state.rocket_on();
         if rocket {

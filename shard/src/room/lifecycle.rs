@@ -92,6 +92,7 @@ impl RoomActor {
         let mut state = RoomState::new(self.room.clone(), durable, self.fence, rules);
         state.set_gift_rules(self.inner.config.gift_rules);
         state.set_rocket_rules(self.inner.config.rocket.clone());
+        state.set_vip_rules(self.inner.config.vip.clone());
         self.state = Some(state);
         self.touched = Some(Instant::now());
         Ok(())

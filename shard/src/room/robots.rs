@@ -381,6 +381,7 @@ impl RoomActor {
                 to: GiftTargets::Users(vec![to]),
             })),
             profile: None,
+            standing: None,
         };
         self.take_gift(Box::new(cmd), &at).await;
     }

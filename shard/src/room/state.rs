@@ -14,6 +14,7 @@ mod offers;
 mod outcome;
 mod rocket;
 mod seats;
+mod standing;
 mod streaks;
 
 use std::borrow::Cow;
@@ -35,6 +36,7 @@ use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
 pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
+pub use standing::{Badges, MAX_VIP_LEVELS, VipRules};
 pub use streaks::{GiftMark, GiftPublished, GiftRules};
 
 /// Where a member's connection lives: which gateway, which session there.
@@ -142,6 +144,7 @@ pub struct RoomState {
     streaks: streaks::Streaks,
     gift_rules: GiftRules,
     rocket_rules: Arc<RocketRules>,
+    vip_rules: Arc<VipRules>,
     epoch: Epoch,
     seq: Seq,
 }
@@ -161,6 +164,7 @@ impl RoomState {
             streaks: streaks::Streaks::default(),
             gift_rules: GiftRules::default(),
             rocket_rules: Arc::default(),
+            vip_rules: Arc::default(),
             epoch,
             seq: 0,
         }
@@ -520,7 +524,7 @@ impl RoomState {
                 Outcome::new(json(&page), Applied::default())
             }
             RoomOp::MemberList(l) => {
-                let page = self.member_list(l.cursor.as_deref(), l.limit)?;
+                let page = self.member_list(l.cursor.as_deref(), l.limit, now)?;
                 Outcome::new(json(&page), Applied::default())
             }
             RoomOp::RoomOpen(_) | RoomOp::Create(_) | RoomOp::Join(_) | RoomOp::Gift(_) => {
@@ -562,6 +566,7 @@ impl RoomState {
             ));
         }
         let mut applied = Applied::default();
+        let badges = self.badges(user, now);
         self.push(
             &mut applied,
             Sequenced::Chat(ChatEvent {
@@ -569,6 +574,8 @@ impl RoomState {
                 text,
                 robot: user.is_robot(),
                 p: self.profile_of(user).map(|p| Profile::clone(p)),
+                guard: badges.guard,
+                vip: badges.vip,
             }),
         );
         Ok(applied)

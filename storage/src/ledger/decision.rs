@@ -108,7 +108,8 @@ pub fn decide_recovery(
                 | EntryKind::Lucky
                 | EntryKind::Transfer
                 | EntryKind::TopUp
-                | EntryKind::Refund,
+                | EntryKind::Refund
+                | EntryKind::Guard,
             ),
         ) => RecoveryAction::Inconsistent,
     }

@@ -32,8 +32,10 @@ pub enum MovementKind {
     LuckyWin,
     /// A room rocket's reward (positive, coins).
     RocketReward,
-    /// A guard (room membership) bought (negative, coins).
+    /// A guard of a host bought (negative, coins).
     Guard,
+    /// A host's share of a guard bought of them (positive, earnings).
+    GuardIncome,
     /// Coins moved between a seller and a user (negative for the sender, positive for the
     /// receiver).
     Transfer,
@@ -62,7 +64,7 @@ impl Account {
     }
 }
 
-const KINDS: [MovementKind; 11] = [
+const KINDS: [MovementKind; 12] = [
     MovementKind::Grant,
     MovementKind::TopUp,
     MovementKind::Refund,
@@ -71,6 +73,7 @@ const KINDS: [MovementKind; 11] = [
     MovementKind::LuckyWin,
     MovementKind::RocketReward,
     MovementKind::Guard,
+    MovementKind::GuardIncome,
     MovementKind::Transfer,
     MovementKind::Settlement,
     MovementKind::Reward,
@@ -88,6 +91,7 @@ impl MovementKind {
             Self::LuckyWin => "lucky_win",
             Self::RocketReward => "rocket_reward",
             Self::Guard => "guard",
+            Self::GuardIncome => "guard_income",
             Self::Transfer => "transfer",
             Self::Settlement => "settlement",
             Self::Reward => "reward",
@@ -111,7 +115,7 @@ impl MovementKind {
     /// The balance this kind moves.
     pub fn account(self) -> Account {
         match self {
-            Self::GiftReceived | Self::Settlement => Account::Earnings,
+            Self::GiftReceived | Self::GuardIncome | Self::Settlement => Account::Earnings,
             _ => Account::Coins,
         }
     }

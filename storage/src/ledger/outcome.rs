@@ -118,6 +118,8 @@ pub enum EntryKind {
     TopUp,
     /// A refunded top-up.
     Refund,
+    /// A guard's purchase (Scylla: the buyer's debit under the purchase id).
+    Guard,
 }
 
 impl EntryKind {
@@ -131,6 +133,7 @@ impl EntryKind {
             Self::Transfer => "TRANSFER",
             Self::TopUp => "TOPUP",
             Self::Refund => "REFUND",
+            Self::Guard => "GUARD",
         }
     }
 
@@ -147,6 +150,7 @@ impl EntryKind {
             "TRANSFER" => Ok(Self::Transfer),
             "TOPUP" => Ok(Self::TopUp),
             "REFUND" => Ok(Self::Refund),
+            "GUARD" => Ok(Self::Guard),
             other => Err(StorageError::corrupt_msg(format!(
                 "unknown entry kind {other:?}"
             ))),

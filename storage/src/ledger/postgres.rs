@@ -30,6 +30,7 @@
 
 mod app_rank;
 mod batch;
+mod guard;
 mod movements;
 mod payment;
 mod saga;
@@ -446,7 +447,8 @@ impl PostgresLedger {
                        (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM account),
                        (SELECT COALESCE(SUM(amount), 0)::BIGINT FROM earning),
                        (SELECT COUNT(*) FROM account WHERE coins < 0),
-                       (SELECT COALESCE(SUM(platform), 0)::BIGINT FROM gift_settlement),
+                       ((SELECT COALESCE(SUM(platform), 0) FROM gift_settlement)
+                        + (SELECT COALESCE(SUM(price - host_share), 0) FROM guard_purchase))::BIGINT,
                        (SELECT COALESCE(SUM(lucky), 0)::BIGINT FROM gift_settlement),
                        (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM payment),
                        (SELECT COALESCE(SUM(coins), 0)::BIGINT FROM payment WHERE refunded),

@@ -25,6 +25,7 @@
 //! `listings` (room indexes, leaderboards, audit totals).
 
 mod app_rank;
+mod guard;
 mod listings;
 mod movements;
 mod payment;
@@ -141,6 +142,7 @@ impl ScyllaLedger {
             .chain(payment::schema(keyspace))
             .chain(settlement::schema(keyspace))
             .chain(app_rank::schema(keyspace))
+            .chain(guard::schema(keyspace))
         {
             session.query_unpaged(ddl, ()).await.map_err(backend)?;
         }

@@ -46,6 +46,7 @@
 //! checkpoints), `saga` (the saga's steps in SQL), `rows` (row helpers) and `tests`.
 
 mod app_rank;
+mod guard;
 mod movements;
 mod payment;
 mod rows;
@@ -152,6 +153,7 @@ impl SqliteLedger {
                 writer.execute_batch(transfer::SCHEMA).map_err(db)?;
                 writer.execute_batch(payment::SCHEMA).map_err(db)?;
                 writer.execute_batch(settlement::SCHEMA).map_err(db)?;
+                writer.execute_batch(guard::SCHEMA).map_err(db)?;
                 migrate(&mut writer)?;
                 let legacy_gift_ids = writer
                     .query_row(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use protocol::client::members::{MEMBER_LIST_DEFAULT, MEMBER_LIST_MAX};
 use protocol::client::{MemberEntry, MemberPage, Profile};
+use protocol::link::Standing;
 use protocol::{ErrorCode, NodeId, UserId};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -26,6 +27,8 @@ pub(crate) struct Member {
     pub(crate) profile: Option<Arc<Profile>>,
     /// While away: when the window passes (unix ms); 0 otherwise.
     pub(crate) away_until: u64,
+    /// Guards held and lifetime gift spend, for the badges (`standing`).
+    pub(crate) standing: Standing,
 }
 
 /// The members a planned move hands to the next owner, inside the last snapshot the old owner
@@ -49,6 +52,9 @@ pub struct RosterEntry {
     /// The profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<Profile>,
+    /// The standing (guards held, lifetime gift spend).
+    #[serde(default, skip_serializing_if = "Standing::is_empty")]
+    pub s: Standing,
 }
 
 /// A profile as the room keeps it: nothing for an empty one.
@@ -150,9 +156,10 @@ impl RoomState {
                 joined_at: now,
                 profile: profile.clone(),
                 away_until: 0,
+                standing: Standing::default(),
             };
             self.members.insert(user.clone(), member);
-            let join = Presence::Join(user.clone(), profile);
+            let join = Presence::Join(user.clone(), profile, super::Badges::default());
             joined.applied.presence.push(join);
             return joined;
         };
@@ -168,10 +175,11 @@ impl RoomState {
             && m.profile.as_deref() != Some(&*p)
         {
             m.profile = Some(p.clone());
-            joined
-                .applied
-                .presence
-                .push(Presence::Update(user.clone(), Some(p)));
+            joined.applied.presence.push(Presence::Update(
+                user.clone(),
+                Some(p),
+                super::Badges::default(),
+            ));
         }
         if let Some(old) = old {
             self.gateway_lost_member(&old.gateway);
@@ -264,7 +272,13 @@ impl RoomState {
     ///
     /// # Errors
     /// `NOT_IN_ROOM` when `user` is not a member.
-    pub fn set_profile(&mut self, user: &UserId, p: Profile) -> Result<Applied, Rejected> {
+    pub fn set_profile(
+        &mut self,
+        user: &UserId,
+        p: Profile,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        let badges = self.badges(user, now);
         let Some(m) = self.members.get_mut(user) else {
             return Err(rejected(ErrorCode::NotInRoom, "not in this room"));
         };
@@ -272,7 +286,9 @@ impl RoomState {
         let mut applied = Applied::default();
         if m.profile != p {
             m.profile = p.clone();
-            applied.presence.push(Presence::Update(user.clone(), p));
+            applied
+                .presence
+                .push(Presence::Update(user.clone(), p, badges));
         }
         Ok(applied)
     }
@@ -289,6 +305,7 @@ impl RoomState {
                     joined_at: m.joined_at,
                     away_until: (m.away_until != 0).then_some(m.away_until),
                     p: m.profile.as_deref().cloned(),
+                    s: m.standing.clone(),
                 })
                 .collect(),
         }
@@ -321,6 +338,7 @@ impl RoomState {
                     joined_at: e.joined_at,
                     profile: shared_profile(e.p),
                     away_until: until,
+                    standing: e.s,
                 },
             );
         }
@@ -343,6 +361,7 @@ impl RoomState {
         &self,
         cursor: Option<&str>,
         limit: Option<u32>,
+        now: u64,
     ) -> Result<MemberPage, Rejected> {
         let limit = limit.unwrap_or(MEMBER_LIST_DEFAULT);
         if !(1..=MEMBER_LIST_MAX).contains(&limit) {
@@ -389,6 +408,7 @@ impl RoomState {
             .into_iter()
             .filter_map(|(_, _, u)| {
                 let m = self.members.get(u)?;
+                let b = self.badges(u, now);
                 Some(MemberEntry {
                     user: u.clone(),
                     role: match self.role(u) {
@@ -402,6 +422,8 @@ impl RoomState {
                     joined_at: m.joined_at,
                     away: m.at.is_none(),
                     p: m.profile.as_deref().cloned(),
+                    guard: b.guard,
+                    vip: b.vip,
                 })
             })
             .collect();

@@ -39,7 +39,8 @@ impl RoomState {
     /// target need not be present: the mute waits for them.
     ///
     /// # Errors
-    /// `FORBIDDEN` (an admin on the owner or an admin); `BAD_REQUEST` for a bad duration, for
+    /// `FORBIDDEN` (an admin on the owner or an admin); `VIP_PROTECTED` (an admin on a
+    /// protected VIP); `BAD_REQUEST` for a bad duration, for
     /// oneself, or past the bound of mutes.
     pub fn chat_mute(
         &mut self,
@@ -49,6 +50,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         let until = until(seconds, now)?;
         if !self.durable.mutes.contains_key(target) && self.durable.mutes.len() >= MAX_MUTES {
             return Err(rejected(
@@ -111,7 +113,8 @@ impl RoomState {
     /// The owner or an admin removes a member, banning them for `ban_seconds` if given.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `USER_NOT_IN_ROOM`; `BAD_REQUEST` for a bad duration.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `USER_NOT_IN_ROOM`;
+    /// `BAD_REQUEST` for a bad duration.
     pub fn room_kick(
         &mut self,
         actor: &UserId,
@@ -120,6 +123,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         self.check_target_member(target)?;
         let until = match ban_seconds {
             Some(_) => {
@@ -169,7 +173,8 @@ impl RoomState {
     /// present. A banned user's join answers `BANNED`, from any gateway.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `BAD_REQUEST` for a bad duration or past the bound of bans.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `BAD_REQUEST` for a bad
+    /// duration or past the bound of bans.
     pub fn room_ban(
         &mut self,
         actor: &UserId,
@@ -178,6 +183,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         self.check_ban_room(target)?;
         let until = until(seconds, now)?;
         Ok(self.remove_and_ban(actor, target, Some(until), "ban", now))

@@ -70,19 +70,19 @@ impl Sequenced {
 /// A presence change, published on the volatile lane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Presence {
-    /// A user became a member (with its profile, if any).
-    Join(UserId, Option<Arc<Profile>>),
+    /// A user became a member (with its profile, if any, and its badges).
+    Join(UserId, Option<Arc<Profile>>, super::Badges),
     /// A user stopped being a member.
     Leave(UserId, &'static str),
-    /// A member's profile changed (`None`: now empty).
-    Update(UserId, Option<Arc<Profile>>),
+    /// A member's profile or badges changed (profile `None`: now empty).
+    Update(UserId, Option<Arc<Profile>>, super::Badges),
 }
 
 impl Presence {
     /// The user whose presence changed.
     pub fn user(&self) -> &UserId {
         match self {
-            Self::Join(u, _) | Self::Leave(u, _) | Self::Update(u, _) => u,
+            Self::Join(u, ..) | Self::Leave(u, _) | Self::Update(u, ..) => u,
         }
     }
 
@@ -94,7 +94,7 @@ impl Presence {
     /// The client frame (`member.join` / `member.leave` / `member.update`, not sequenced).
     pub fn encode(&self, room: &RoomId) -> Bytes {
         match self {
-            Self::Join(u, p) => client::encode_event(
+            Self::Join(u, p, b) => client::encode_event(
                 "member.join",
                 Some(room),
                 None,
@@ -102,15 +102,20 @@ impl Presence {
                     user: u.clone(),
                     robot: u.is_robot(),
                     p: p.as_deref().cloned(),
+                    guard: b.guard,
+                    vip: b.vip,
+                    entrance: b.entrance,
                 },
             ),
-            Self::Update(u, p) => client::encode_event(
+            Self::Update(u, p, b) => client::encode_event(
                 "member.update",
                 Some(room),
                 None,
                 &MemberUpdate {
                     user: u.clone(),
                     p: p.as_deref().cloned(),
+                    guard: b.guard,
+                    vip: b.vip,
                 },
             ),
             Self::Leave(u, reason) => client::encode_event(

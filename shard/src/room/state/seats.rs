@@ -298,6 +298,7 @@ impl RoomState {
                 && holder != user
             {
                 self.require_over(user, holder)?;
+                self.require_unprotected(user, holder)?;
             }
         } else if !muted && s.admin_muted {
             return Err(rejected(
@@ -324,7 +325,8 @@ impl RoomState {
     /// The owner or an admin takes `target` off their seat.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `USER_NOT_IN_ROOM`; `NOT_SEATED`.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `USER_NOT_IN_ROOM`;
+    /// `NOT_SEATED`.
     pub fn seat_kick(
         &mut self,
         actor: &UserId,
@@ -332,6 +334,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
+        self.require_unprotected(actor, target)?;
         self.check_target_member(target)?;
         let Some(i) = self.seat_of(target) else {
             return Err(rejected(ErrorCode::NotSeated, "that user holds no seat"));

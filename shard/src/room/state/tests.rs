@@ -31,7 +31,10 @@ fn create_validates_seats_title_and_password() {
 fn join_announces_presence_once_and_counts_members() {
     let mut r = room(8, None);
     let j = r.join(&u("a"), at(1), None, 0).unwrap();
-    assert_eq!(j.applied.presence, vec![Presence::Join(u("a"), None)]);
+    assert_eq!(
+        j.applied.presence,
+        vec![Presence::Join(u("a"), None, Badges::default())]
+    );
     assert_eq!(j.replaced, None);
     // The same connection joining again is a no-op.
     let j = r.join(&u("a"), at(1), None, 0).unwrap();
@@ -389,7 +392,7 @@ fn presence_goes_to_everyone_in_small_rooms_and_to_the_privileged_in_big_ones() 
     r.join(&u("a"), at(2), None, 0).unwrap();
     r.join(&u("b"), at(3), None, 0).unwrap();
     r.seat_take(&u("a"), Some(0), 0).unwrap();
-    let joined = Presence::Join(u("b"), None);
+    let joined = Presence::Join(u("b"), None, Badges::default());
     assert_eq!(r.presence_plan(&joined, 3), PresencePlan::Everyone);
     let PresencePlan::Privileged(mut to) = r.presence_plan(&joined, 2) else {
         panic!("a room over the bound gets privileged presence only");
@@ -397,7 +400,9 @@ fn presence_goes_to_everyone_in_small_rooms_and_to_the_privileged_in_big_ones() 
     to.sort_by_key(|s| s.session);
     assert_eq!(to, vec![at(1), at(2)]);
     // The subject never hears of itself, even when privileged.
-    let PresencePlan::Privileged(to) = r.presence_plan(&Presence::Join(u("a"), None), 2) else {
+    let PresencePlan::Privileged(to) =
+        r.presence_plan(&Presence::Join(u("a"), None, Badges::default()), 2)
+    else {
         panic!("privileged");
     };
     assert_eq!(to, vec![at(1)]);
@@ -410,6 +415,8 @@ fn events_and_presence_encode_as_the_protocol_says() {
         text: "hi".into(),
         robot: false,
         p: None,
+        guard: false,
+        vip: 0,
     });
     let frame = ev.encode(&RoomId::from("r1"), 3, 9);
     let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();

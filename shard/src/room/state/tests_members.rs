@@ -52,7 +52,7 @@ fn a_return_within_the_window_shows_nothing_and_keeps_the_seat() {
     assert_eq!(r.member(&u("a")), Some(&at(7)));
     assert!(r.tick(10_000).presence.is_empty());
     assert_eq!(r.seat_of(&u("a")), Some(1));
-    let page = r.member_list(None, None).unwrap();
+    let page = r.member_list(None, None, 0).unwrap();
     assert_eq!(
         page.members
             .iter()
@@ -83,7 +83,10 @@ fn the_window_passing_is_a_disconnect() {
     );
     // A join after the window is a new membership.
     let j = r.join(&u("a"), at(3), None, 7_000).unwrap();
-    assert_eq!(j.applied.presence, vec![Presence::Join(u("a"), None)]);
+    assert_eq!(
+        j.applied.presence,
+        vec![Presence::Join(u("a"), None, Badges::default())]
+    );
 }
 
 #[test]
@@ -126,7 +129,10 @@ fn an_away_member_can_be_kicked() {
 fn profiles_ride_on_join_chat_and_update() {
     let mut r = room(5_000);
     let j = r.join_as(&u("a"), at(1), None, named("A"), 0).unwrap();
-    assert_eq!(j.applied.presence, vec![Presence::Join(u("a"), named("A"))]);
+    assert_eq!(
+        j.applied.presence,
+        vec![Presence::Join(u("a"), named("A"), Badges::default())]
+    );
     let frame = j.applied.presence[0].encode(r.id());
     assert_eq!(
         &frame[..],
@@ -139,17 +145,20 @@ fn profiles_ride_on_join_chat_and_update() {
     assert_eq!(ev.p.as_ref().and_then(|p| p.name.as_deref()), Some("A"));
     // The same profile again is nothing; a new one is a member.update; an empty one clears.
     assert!(
-        r.set_profile(&u("a"), (*named("A").unwrap()).clone())
+        r.set_profile(&u("a"), (*named("A").unwrap()).clone(), 0)
             .unwrap()
             .presence
             .is_empty()
     );
     let up = r
-        .set_profile(&u("a"), (*named("B").unwrap()).clone())
+        .set_profile(&u("a"), (*named("B").unwrap()).clone(), 0)
         .unwrap();
-    assert_eq!(up.presence, vec![Presence::Update(u("a"), named("B"))]);
+    assert_eq!(
+        up.presence,
+        vec![Presence::Update(u("a"), named("B"), Badges::default())]
+    );
     assert!(!up.presence[0].counts());
-    let up = r.set_profile(&u("a"), Profile::default()).unwrap();
+    let up = r.set_profile(&u("a"), Profile::default(), 0).unwrap();
     let frame = up.presence[0].encode(r.id());
     assert_eq!(
         &frame[..],
@@ -157,7 +166,9 @@ fn profiles_ride_on_join_chat_and_update() {
     );
     assert_eq!(r.profile_of(&u("a")), None);
     assert_eq!(
-        r.set_profile(&u("x"), Profile::default()).unwrap_err().code,
+        r.set_profile(&u("x"), Profile::default(), 0)
+            .unwrap_err()
+            .code,
         ErrorCode::NotInRoom
     );
     // A return within the window with a new profile shows it as an update.
@@ -165,7 +176,7 @@ fn profiles_ride_on_join_chat_and_update() {
     let j = r.join_as(&u("a"), at(2), None, named("C"), 1).unwrap();
     assert_eq!(
         j.applied.presence,
-        vec![Presence::Update(u("a"), named("C"))]
+        vec![Presence::Update(u("a"), named("C"), Badges::default())]
     );
 }
 
@@ -183,7 +194,7 @@ fn the_list_orders_owner_admins_seated_then_by_join_time() {
     r.room_admin(&u("host"), &u("ad"), true, 0).unwrap();
     r.seat_take(&u("s1"), Some(2), 0).unwrap();
     r.disconnect(&u("m2"), &at(4), 100).unwrap();
-    let p = r.member_list(None, None).unwrap();
+    let p = r.member_list(None, None, 0).unwrap();
     assert_eq!(users(&p), ["host", "ad", "s1", "m1", "m2", "bot:x"]);
     assert_eq!(p.count, 6);
     assert_eq!(p.cursor, None);
@@ -197,15 +208,15 @@ fn the_list_orders_owner_admins_seated_then_by_join_time() {
     assert!(p.members[5].robot);
     assert_eq!(p.members[0].joined_at, 40);
     assert_eq!(
-        r.member_list(None, Some(0)).unwrap_err().code,
+        r.member_list(None, Some(0), 0).unwrap_err().code,
         ErrorCode::BadRequest
     );
     assert_eq!(
-        r.member_list(None, Some(201)).unwrap_err().code,
+        r.member_list(None, Some(201), 0).unwrap_err().code,
         ErrorCode::BadRequest
     );
     assert_eq!(
-        r.member_list(Some("nope"), None).unwrap_err().code,
+        r.member_list(Some("nope"), None, 0).unwrap_err().code,
         ErrorCode::BadRequest
     );
     // Only members ask.
@@ -231,7 +242,7 @@ fn paging_under_churn_lists_every_stable_member_once() {
     let mut cursor: Option<String> = None;
     for page in 0..100u64 {
         let next = 1_000 + page;
-        let p = r.member_list(cursor.as_deref(), Some(7)).unwrap();
+        let p = r.member_list(cursor.as_deref(), Some(7), 0).unwrap();
         seen.extend(users(&p));
         // Churn between pages: the first few of the old members leave, new ones join, and
         // an away member returns.
@@ -269,7 +280,7 @@ fn a_page_over_five_thousand_members_is_cheap() {
     let mut cursor = None;
     let mut n = 0;
     for _ in 0..25 {
-        let p = r.member_list(cursor.as_deref(), Some(200)).unwrap();
+        let p = r.member_list(cursor.as_deref(), Some(200), 0).unwrap();
         n += p.members.len();
         cursor = p.cursor;
         if cursor.is_none() {
@@ -302,7 +313,7 @@ fn a_planned_move_hands_the_roster_over() {
     // a rejoins silently, keeping its join time and profile.
     let j = new.rejoin(&u("a"), at(5), named("A"), 1_100);
     assert!(j.applied.presence.is_empty());
-    let p = new.member_list(None, None).unwrap();
+    let p = new.member_list(None, None, 0).unwrap();
     let a = p.members.iter().find(|m| m.user == u("a")).unwrap();
     assert_eq!(a.joined_at, 10);
     assert_eq!(a.p.as_ref().and_then(|p| p.name.as_deref()), Some("A"));

@@ -34,6 +34,8 @@ fn gift(n: u128, from: &str, name: &str, to: &[&str], count: u32) -> GiftEvent {
         lucky_multiplier: None,
         robot: false,
         p: None,
+        guard: false,
+        vip: 0,
         to_p: Default::default(),
         combo: None,
     }

@@ -46,7 +46,7 @@ async fn lock_account(tx: &Transaction<'_>, user: &str) -> TxResult<i64> {
     Ok(col(&row, 0)?)
 }
 
-async fn debt_of(tx: &Transaction<'_>, user: &str) -> TxResult<i64> {
+pub(super) async fn debt_of(tx: &Transaction<'_>, user: &str) -> TxResult<i64> {
     Ok(
         match tx
             .query_opt("SELECT amount FROM debt WHERE user_id = $1", &[&user])

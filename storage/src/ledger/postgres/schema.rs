@@ -58,6 +58,8 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 /// Version 5: host settlements (see `settlement`).
 ///
 /// Version 6: app-wide leaderboards (see `app_rank`).
+///
+/// Version 7: guards, their purchases and running expiries (see `guard`).
 pub(super) const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE account (
@@ -139,6 +141,7 @@ CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
     super::payment::MIGRATION,
     super::settlement::MIGRATION,
     super::app_rank::MIGRATION,
+    super::guard::MIGRATION,
 ];
 
 /// Creates or migrates the schema: one transaction holding [`MIGRATION_LOCK`], which applies

@@ -103,6 +103,7 @@ pub(super) struct Statements {
     pub(super) payments: super::payment::PaymentStatements,
     pub(super) settlements: super::settlement::SettlementStatements,
     pub(super) app_ranks: super::app_rank::AppRankStatements,
+    pub(super) guards: super::guard::GuardStatements,
 }
 
 /// A conditional write: quorum for the commit, LOCAL_SERIAL for Paxos; no driver retries (the
@@ -307,5 +308,6 @@ pub(super) async fn prepare_all(session: &Session, ks: &str) -> Result<Statement
         payments: super::payment::prepare(session, ks).await?,
         settlements: super::settlement::prepare(session, ks).await?,
         app_ranks: super::app_rank::prepare(session, ks).await?,
+        guards: super::guard::prepare(session, ks).await?,
     })
 }

@@ -1,0 +1,247 @@
+//! Badges and VIP perks. A member's standing (the guards they hold and their lifetime gift
+//! spend) comes from the gateway with the join and with each change; the room turns it into
+//! the compact badges its events carry: `guard` when the member guards the room's owner now
+//! (checked against the time on every use, so an ended guard shows nothing), `vip` the level
+//! the spend reaches ([`VipRules::level`]), and `entrance` on `member.join` from a configured
+//! level. A VIP at or above the protected level cannot be kicked, banned or muted by an admin:
+//! only the owner may.
+
+use std::borrow::Cow;
+
+use protocol::link::{RoomCmd, Standing};
+use protocol::{ErrorCode, UserId};
+use serde::Deserialize;
+
+use super::{Applied, Joined, Presence, Rejected, Role, RoomState};
+
+/// Most VIP levels a configuration may define.
+pub const MAX_VIP_LEVELS: usize = 100;
+
+/// The VIP levels: level `n` (1-based) is reached at `thresholds[n - 1]` coins of lifetime
+/// gift spend.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VipRules {
+    /// Lifetime spend (coins) each level starts at, strictly ascending, all positive.
+    pub thresholds: Vec<i64>,
+    /// `member.join` carries `entrance: true` from this level (0: never).
+    pub entrance_level: u8,
+    /// From this level a member cannot be kicked, banned or muted by an admin, only by the
+    /// owner (0: no protection).
+    pub protected_level: u8,
+}
+
+impl Default for VipRules {
+    /// Five levels, at 1,000 / 10,000 / 50,000 / 200,000 / 1,000,000 coins; the entrance from
+    /// level 3, protection from admins at level 5.
+    fn default() -> Self {
+        Self {
+            thresholds: vec![1_000, 10_000, 50_000, 200_000, 1_000_000],
+            entrance_level: 3,
+            protected_level: 5,
+        }
+    }
+}
+
+impl VipRules {
+    /// The level `spent` coins reach (0: none).
+    pub fn level(&self, spent: i64) -> u8 {
+        let n = self.thresholds.partition_point(|t| *t <= spent);
+        u8::try_from(n).unwrap_or(u8::MAX)
+    }
+
+    /// Checks the rules.
+    ///
+    /// # Errors
+    /// A message naming the problem: too many levels, a threshold not positive or not above
+    /// the one before, a perk level above the last level.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.thresholds.len() > MAX_VIP_LEVELS {
+            return Err(format!("at most {MAX_VIP_LEVELS} VIP levels"));
+        }
+        let mut last = 0;
+        for (i, t) in self.thresholds.iter().enumerate() {
+            if *t <= last {
+                return Err(format!(
+                    "VIP level {} starts at {t}: thresholds must be positive and ascending",
+                    i + 1
+                ));
+            }
+            last = *t;
+        }
+        let levels = self.thresholds.len();
+        for (name, v) in [
+            ("entrance_level", self.entrance_level),
+            ("protected_level", self.protected_level),
+        ] {
+            if usize::from(v) > levels {
+                return Err(format!("{name} {v} is above the last VIP level ({levels})"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A member's badges as events show them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Badges {
+    /// Guards the room's owner now.
+    pub guard: bool,
+    /// VIP level (0: none).
+    pub vip: u8,
+    /// `member.join` only: the VIP entrance effect.
+    pub entrance: bool,
+}
+
+impl RoomState {
+    /// The VIP levels and perks this room applies (from the shard's configuration).
+    pub fn set_vip_rules(&mut self, rules: std::sync::Arc<VipRules>) {
+        self.vip_rules = rules;
+    }
+
+    /// `user`'s badges at `now` (none for a non-member).
+    pub fn badges(&self, user: &UserId, now: u64) -> Badges {
+        let Some(m) = self.members.get(user) else {
+            return Badges::default();
+        };
+        let vip = self.vip_rules.level(m.standing.spent);
+        let entrance = self.vip_rules.entrance_level > 0 && vip >= self.vip_rules.entrance_level;
+        Badges {
+            guard: m.standing.guards_at(&self.durable.owner, now),
+            vip,
+            entrance,
+        }
+    }
+
+    /// Gives the member who just joined (`joined`) the standing the gateway sent with the
+    /// join: kept, shown on its `member.join`, or, for a member already in the room whose
+    /// badges change, with `member.update`.
+    pub fn joined_with(&mut self, joined: &mut Joined, user: &UserId, s: Standing, now: u64) {
+        let before = self.badges(user, now);
+        if let Some(m) = self.members.get_mut(user) {
+            m.standing = s;
+        }
+        let after = self.badges(user, now);
+        let mut shown = false;
+        for p in &mut joined.applied.presence {
+            if let Presence::Join(u, _, b) | Presence::Update(u, _, b) = p
+                && u == user
+            {
+                *b = after;
+                shown = true;
+            }
+        }
+        if !shown && !same(before, after) {
+            let p = self.profile_of(user).cloned();
+            joined
+                .applied
+                .presence
+                .push(Presence::Update(user.clone(), p, after));
+        }
+    }
+
+    /// A member's profile or standing changed (`RoomCmd::Profile` or `RoomCmd::Standing`):
+    /// kept, and shown with `member.update` when what events show changes.
+    ///
+    /// # Errors
+    /// `NOT_IN_ROOM` when `user` is not a member; `BAD_REQUEST` for another command.
+    pub fn member_changed(
+        &mut self,
+        user: &UserId,
+        cmd: &RoomCmd,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        match cmd {
+            RoomCmd::Profile(p) => self.set_profile(user, p.clone(), now),
+            RoomCmd::Standing(s) => self.set_standing(user, s.clone(), now),
+            _ => Err(super::rejected(
+                ErrorCode::BadRequest,
+                "not a member change",
+            )),
+        }
+    }
+
+    /// A member's standing changed (a guard bought): kept, and shown with `member.update`
+    /// when its badges change.
+    ///
+    /// # Errors
+    /// `NOT_IN_ROOM` when `user` is not a member.
+    pub fn set_standing(
+        &mut self,
+        user: &UserId,
+        s: Standing,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        let before = self.badges(user, now);
+        let Some(m) = self.members.get_mut(user) else {
+            return Err(super::rejected(ErrorCode::NotInRoom, "not in this room"));
+        };
+        m.standing = s;
+        Ok(self.badges_changed(user, before, now))
+    }
+
+    /// `user` spent `coins` on a gift settled here: their VIP level is recomputed (one
+    /// binary search over the levels), and shown with `member.update` when it changes.
+    /// Robots have no VIP level: their gifts change nothing here.
+    pub fn add_spent(&mut self, user: &UserId, coins: i64, now: u64) -> Applied {
+        if user.is_robot() {
+            return Applied::default();
+        }
+        let before = self.badges(user, now);
+        let Some(m) = self.members.get_mut(user) else {
+            return Applied::default();
+        };
+        m.standing.spent = m.standing.spent.saturating_add(coins.max(0));
+        self.badges_changed(user, before, now)
+    }
+
+    fn badges_changed(&self, user: &UserId, before: Badges, now: u64) -> Applied {
+        let mut applied = Applied::default();
+        let after = self.badges(user, now);
+        if !same(before, after) {
+            let p = self.profile_of(user).cloned();
+            applied
+                .presence
+                .push(Presence::Update(user.clone(), p, after));
+        }
+        applied
+    }
+
+    /// An admin may not kick, ban or mute a member whose VIP level is at or above the
+    /// protected level; the owner may.
+    ///
+    /// # Errors
+    /// `VIP_PROTECTED`.
+    pub(super) fn require_unprotected(
+        &self,
+        actor: &UserId,
+        target: &UserId,
+    ) -> Result<(), Rejected> {
+        let protected = self.vip_rules.protected_level;
+        if protected == 0 || self.role(actor) == Role::Owner {
+            return Ok(());
+        }
+        let level = self
+            .members
+            .get(target)
+            .map_or(0, |m| self.vip_rules.level(m.standing.spent));
+        if level >= protected {
+            return Err(Rejected {
+                code: ErrorCode::VipProtected,
+                msg: Cow::Owned(format!(
+                    "a VIP of level {level} can only be kicked, banned or muted by the owner"
+                )),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether two badge sets show the same (the entrance flag only rides on joins).
+fn same(a: Badges, b: Badges) -> bool {
+    (a.guard, a.vip) == (b.guard, b.vip)
+}
+
+#[cfg(test)]
+#[path = "tests_vip.rs"]
+mod tests;

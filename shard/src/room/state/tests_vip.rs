@@ -1,0 +1,347 @@
+//! Badges and VIP perks: the rights matrix for every role × VIP level × action, and how guard
+//! and VIP badges ride on joins, member lists, chat and updates.
+
+use std::sync::Arc;
+
+use protocol::link::{HeldGuard, Standing};
+use protocol::{ErrorCode, UserId};
+
+use super::super::tests_rights::{party, run, u};
+use super::super::{Badges, Presence, RoomState, Sequenced, VipRules};
+
+/// Levels at 100, 200 and 300 coins; entrance from level 2, protection from level 2.
+fn rules(protected_level: u8) -> Arc<VipRules> {
+    Arc::new(VipRules {
+        thresholds: vec![100, 200, 300],
+        entrance_level: 2,
+        protected_level,
+    })
+}
+
+fn spent(spent: i64) -> Standing {
+    Standing {
+        guards: Vec::new(),
+        spent,
+    }
+}
+
+fn guarding(host: &str, until: u64) -> Standing {
+    Standing {
+        guards: vec![HeldGuard {
+            host: UserId::from(host),
+            until,
+        }],
+        spent: 0,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Want {
+    Ok,
+    Forbidden,
+    Protected,
+}
+
+#[test]
+fn rights_matrix_role_by_vip_level_by_action() {
+    use Want::{Forbidden as F, Ok as O, Protected as P};
+    // Target `t` (a member on seat 2) with each level's spend: 0, 1, 2 (protected), 3.
+    let spends = [0, 150, 250, 350];
+    let actions: Vec<(serde_json::Value, [[Want; 4]; 3])> = vec![
+        (
+            serde_json::json!({"op":"room.kick","d":{"room":"r1","user":"t"}}),
+            [[O, O, O, O], [O, O, P, P], [F, F, F, F]],
+        ),
+        (
+            serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"t","seconds":60}}),
+            [[O, O, O, O], [O, O, P, P], [F, F, F, F]],
+        ),
+        (
+            serde_json::json!({"op":"chat.mute","d":{"room":"r1","user":"t","seconds":60}}),
+            [[O, O, O, O], [O, O, P, P], [F, F, F, F]],
+        ),
+        (
+            serde_json::json!({"op":"seat.kick","d":{"room":"r1","user":"t"}}),
+            [[O, O, O, O], [O, O, P, P], [F, F, F, F]],
+        ),
+        (
+            serde_json::json!({"op":"seat.mute","d":{"room":"r1","seat":2,"muted":true}}),
+            [[O, O, O, O], [O, O, P, P], [F, F, F, F]],
+        ),
+        // Lifting a penalty and moving a seat are not protected against.
+        (
+            serde_json::json!({"op":"chat.unmute","d":{"room":"r1","user":"t"}}),
+            [[O, O, O, O], [O, O, O, O], [F, F, F, F]],
+        ),
+        (
+            serde_json::json!({"op":"seat.move","d":{"room":"r1","seat":5,"user":"t"}}),
+            [[O, O, O, O], [O, O, O, O], [F, F, F, F]],
+        ),
+    ];
+    for (d, by_role) in &actions {
+        for (actor, wants) in ["host", "adm", "mem"].into_iter().zip(by_role) {
+            for (spend, want) in spends.iter().zip(wants) {
+                let mut r = party();
+                r.set_vip_rules(rules(2));
+                r.set_standing(&u("t"), spent(*spend), 1).unwrap();
+                let before = r.durable().clone();
+                let seq = r.seq();
+                let got = run(&mut r, actor, d.clone(), 1);
+                let ctx = format!("{actor} on a spend of {spend}: {d}");
+                match want {
+                    Want::Ok => assert!(got.is_ok(), "{ctx}: {got:?}"),
+                    Want::Forbidden | Want::Protected => {
+                        let code = if *want == Want::Forbidden {
+                            ErrorCode::Forbidden
+                        } else {
+                            ErrorCode::VipProtected
+                        };
+                        assert_eq!(got.unwrap_err().code, code, "{ctx}");
+                        assert_eq!(r.durable(), &before, "{ctx}: a refusal changed nothing");
+                        assert_eq!(r.seq(), seq, "{ctx}");
+                        assert!(r.member(&u("t")).is_some(), "{ctx}");
+                    }
+                }
+            }
+        }
+    }
+    // With protection off (level 0), an admin acts on every level.
+    for (d, _) in &actions {
+        let mut r = party();
+        r.set_vip_rules(rules(0));
+        r.set_standing(&u("t"), spent(350), 1).unwrap();
+        assert!(run(&mut r, "adm", d.clone(), 1).is_ok(), "{d}");
+    }
+}
+
+fn joined(r: &mut RoomState, who: &str, s: Standing, now: u64) -> Vec<Presence> {
+    let mut j = r
+        .join(&u(who), super::super::tests_rights::at(70), None, now)
+        .unwrap();
+    r.joined_with(&mut j, &u(who), s, now);
+    j.applied.presence
+}
+
+#[test]
+fn badges_ride_on_join_list_chat_and_change_with_spend() {
+    let mut r = party();
+    r.set_vip_rules(rules(2));
+    // A guard of the owner, in force: `guard`; level 2: `vip` and the entrance.
+    let mut s = guarding("host", 500);
+    s.spent = 250;
+    let p = joined(&mut r, "fan", s, 10);
+    let want = Badges {
+        guard: true,
+        vip: 2,
+        entrance: true,
+    };
+    assert_eq!(p, vec![Presence::Join(u("fan"), None, want)]);
+    let frame = p[0].encode(&r.id().clone());
+    let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();
+    assert_eq!(
+        v["d"],
+        serde_json::json!({"user":"fan","guard":true,"vip":2,"entrance":true})
+    );
+    // A guard of another host, or one already ended, shows nothing; level 1 has no entrance.
+    let mut s = guarding("someone-else", 500);
+    s.spent = 150;
+    let p = joined(&mut r, "other", s, 10);
+    let want = Badges {
+        guard: false,
+        vip: 1,
+        entrance: false,
+    };
+    assert_eq!(p, vec![Presence::Join(u("other"), None, want)]);
+    let p = joined(&mut r, "late", guarding("host", 10), 10);
+    assert_eq!(p, vec![Presence::Join(u("late"), None, Badges::default())]);
+    let frame = p[0].encode(&r.id().clone());
+    assert_eq!(
+        std::str::from_utf8(&frame).unwrap(),
+        r#"{"ev":"member.join","room":"r1","d":{"user":"late"}}"#,
+        "no badge fields when there are none"
+    );
+    // The member list shows what holds at the time of the read.
+    let entry = |r: &RoomState, now: u64| {
+        let page = r.member_list(None, Some(200), now).unwrap();
+        let e = page
+            .members
+            .into_iter()
+            .find(|e| e.user == u("fan"))
+            .unwrap();
+        (e.guard, e.vip)
+    };
+    assert_eq!(entry(&r, 499), (true, 2));
+    assert_eq!(entry(&r, 500), (false, 2), "the guard ended at 500");
+    // Chat carries the sender's badges.
+    let out = run(
+        &mut r,
+        "fan",
+        serde_json::json!({"op":"chat.send","d":{"room":"r1","text":"hi"}}),
+        20,
+    )
+    .unwrap();
+    let Some((_, Sequenced::Chat(c))) = out.applied.events.first() else {
+        panic!("{:?}", out.applied.events)
+    };
+    assert_eq!((c.guard, c.vip), (true, 2));
+    // Spend crossing a threshold moves the level once, with `member.update`.
+    let a = r.add_spent(&u("other"), 10, 30);
+    assert!(a.presence.is_empty(), "160 coins: still level 1");
+    let a = r.add_spent(&u("other"), 40, 30);
+    let want = Badges {
+        guard: false,
+        vip: 2,
+        entrance: true,
+    };
+    assert_eq!(a.presence, vec![Presence::Update(u("other"), None, want)]);
+    assert!(r.add_spent(&u("nobody"), 1_000, 30).presence.is_empty());
+    joined(&mut r, "bot:amy", spent(0), 30);
+    assert!(r.add_spent(&u("bot:amy"), 1_000, 30).presence.is_empty());
+    assert_eq!(
+        r.badges(&u("bot:amy"), 30),
+        Badges::default(),
+        "robots have no level"
+    );
+    // A guard bought while in the room: `member.update` with the badge.
+    let a = r
+        .set_standing(&u("late"), guarding("host", 900), 40)
+        .unwrap();
+    assert_eq!(
+        a.presence,
+        vec![Presence::Update(
+            u("late"),
+            None,
+            Badges {
+                guard: true,
+                ..Badges::default()
+            }
+        )]
+    );
+    // The same standing again shows nothing new.
+    let a = r
+        .set_standing(&u("late"), guarding("host", 900), 41)
+        .unwrap();
+    assert!(a.presence.is_empty());
+    assert_eq!(
+        r.set_standing(&u("nobody"), spent(1), 41).unwrap_err().code,
+        ErrorCode::NotInRoom
+    );
+}
+
+#[test]
+fn a_rejoin_with_new_badges_is_shown_as_an_update() {
+    let mut r = party();
+    r.set_vip_rules(rules(2));
+    assert_eq!(
+        joined(&mut r, "fan", spent(0), 10),
+        vec![Presence::Join(u("fan"), None, Badges::default())]
+    );
+    // A second connection of the same member, now with a guard: no join, an update.
+    let p = joined(&mut r, "fan", guarding("host", 100), 20);
+    assert_eq!(
+        p,
+        vec![Presence::Update(
+            u("fan"),
+            None,
+            Badges {
+                guard: true,
+                ..Badges::default()
+            }
+        )]
+    );
+    // Nothing changed: nothing shown.
+    assert!(joined(&mut r, "fan", guarding("host", 100), 30).is_empty());
+}
+
+#[test]
+fn vip_levels_and_their_validation() {
+    let r = VipRules {
+        thresholds: vec![100, 200, 300],
+        entrance_level: 2,
+        protected_level: 3,
+    };
+    assert!(r.validate().is_ok());
+    let levels: Vec<u8> = [0, 99, 100, 199, 200, 300, i64::MAX]
+        .iter()
+        .map(|s| r.level(*s))
+        .collect();
+    assert_eq!(levels, vec![0, 0, 1, 1, 2, 3, 3]);
+    assert!(VipRules::default().validate().is_ok());
+    let bad = |thresholds: Vec<i64>, e: u8, p: u8| {
+        VipRules {
+            thresholds,
+            entrance_level: e,
+            protected_level: p,
+        }
+        .validate()
+        .unwrap_err()
+    };
+    assert!(bad(vec![100, 100], 0, 0).contains("ascending"));
+    assert!(bad(vec![200, 100], 0, 0).contains("ascending"));
+    assert!(bad(vec![0, 100], 0, 0).contains("positive"));
+    assert!(bad(vec![100], 2, 0).contains("entrance_level"));
+    assert!(bad(vec![100], 0, 2).contains("protected_level"));
+    assert!(bad((1..=101).collect(), 0, 0).contains("at most"));
+    let none = VipRules {
+        thresholds: Vec::new(),
+        entrance_level: 0,
+        protected_level: 0,
+    };
+    assert!(none.validate().is_ok());
+    assert_eq!(none.level(i64::MAX), 0);
+}
+
+#[test]
+fn a_planned_move_hands_the_standing_over_with_the_roster() {
+    let mut r = party();
+    r.set_vip_rules(rules(2));
+    let mut s = guarding("host", 1_000);
+    s.spent = 250;
+    joined(&mut r, "fan", s, 10);
+    let roster = r.roster();
+    let mut next = RoomState::new(
+        protocol::RoomId::from("r1"),
+        r.durable().clone(),
+        2,
+        super::super::Rules::default(),
+    );
+    next.set_vip_rules(rules(2));
+    next.restore(roster, 20);
+    let want = Badges {
+        guard: true,
+        vip: 2,
+        entrance: true,
+    };
+    assert_eq!(next.badges(&u("fan"), 20), want);
+    // The protection holds on the new owner too (the admin back on their connection).
+    next.join(&u("adm"), super::super::tests_rights::at(5), None, 21)
+        .unwrap();
+    assert_eq!(
+        run(
+            &mut next,
+            "adm",
+            serde_json::json!({"op":"chat.mute","d":{"room":"r1","user":"fan"}}),
+            21
+        )
+        .unwrap_err()
+        .code,
+        ErrorCode::VipProtected
+    );
+}
+
+#[test]
+fn the_guard_badge_follows_the_rooms_owner() {
+    let mut r = party();
+    // `fan` guards `t`, not the owner: no badge until `t` owns the room.
+    joined(&mut r, "fan", guarding("t", 1_000), 10);
+    assert!(!r.badges(&u("fan"), 10).guard);
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"t"}}),
+        11,
+    )
+    .unwrap();
+    assert!(r.badges(&u("fan"), 12).guard);
+    assert!(!r.badges(&u("fan"), 1_000).guard, "and it ends at its time");
+}
