@@ -28,6 +28,7 @@ mod admission;
 pub mod auth;
 pub mod cli;
 pub mod config;
+mod connect;
 mod directory;
 mod hub;
 mod link;
