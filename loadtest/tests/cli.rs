@@ -251,6 +251,53 @@ fn rooms_compare_against_the_bare_baseline() {
     );
 }
 
+/// With `CHORUS_RUNTIME=current-thread` the spawned node and the bare baseline both run every
+/// task on one thread, and a compared run still loses nothing.
+#[test]
+fn a_current_thread_node_and_baseline_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .env("CHORUS_RUNTIME", "current-thread")
+        .args([
+            "rooms",
+            "--spawn",
+            "standalone",
+            "--rooms",
+            "2",
+            "--members",
+            "3",
+        ])
+        .args([
+            "--rate",
+            "2",
+            "--duration",
+            "1",
+            "--compare",
+            "--rounds",
+            "2",
+        ])
+        .args(["--quiet", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "{v}");
+    for r in runs {
+        assert_eq!(
+            (r["lost"].as_u64(), r["received"].as_u64()),
+            (Some(0), Some(36)),
+            "{r}"
+        );
+    }
+}
+
 /// `--sweep` from the command line: the rate rises by `--sweep-factor` for `--sweep-steps`
 /// steps while every step holds, each step is printed with how busy the server's core was, and
 /// the JSON names the highest rate that held.

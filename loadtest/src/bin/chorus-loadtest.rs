@@ -658,9 +658,17 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // The baseline server runs on the runtime a spawned `chorus` would (`CHORUS_RUNTIME`,
+    // inherited from the generator): a same-run comparison then changes only the server.
+    let current_thread = matches!(cli.cmd, Cmd::BaselineServer { .. })
+        && std::env::var("CHORUS_RUNTIME").is_ok_and(|v| v == "current-thread");
+    let rt = if current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()?;
     rt.block_on(async move {
         match cli.cmd {
             Cmd::BaselineServer {
