@@ -30,6 +30,7 @@ mod app_rank;
 pub mod auth;
 pub mod cli;
 pub mod config;
+mod connect;
 mod directory;
 pub mod guards;
 mod hub;

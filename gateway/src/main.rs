@@ -109,9 +109,7 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     if let Some(every) = env_positive_ms("CHORUS_ORPHAN_SWEEP_MS")? {
         cfg.shard.orphan_sweep = every;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     rt.block_on(async move {
         let running = gateway::standalone::start(cfg.clone()).await?;
         // One machine-readable line for harnesses that start nodes on port 0.
@@ -154,6 +152,21 @@ fn standalone(a: &cli::StandaloneArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The node's tokio runtime: multi-threaded (a worker per CPU the process may use), or, with
+/// `CHORUS_RUNTIME=current-thread`, every task on the main thread (SQLite and other blocking
+/// work still on the blocking pool): for a node given one CPU, where a second worker could
+/// only take turns with the first.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = match std::env::var("CHORUS_RUNTIME").as_deref() {
+        Err(_) | Ok("" | "multi-thread") => tokio::runtime::Builder::new_multi_thread(),
+        Ok("current-thread") => tokio::runtime::Builder::new_current_thread(),
+        Ok(other) => {
+            anyhow::bail!("CHORUS_RUNTIME must be multi-thread or current-thread, not {other:?}")
+        }
+    };
+    Ok(b.enable_all().build()?)
+}
+
 fn env_secret(name: &str, from_file: Option<&String>) -> Option<String> {
     std::env::var(name)
         .ok()
@@ -165,9 +178,7 @@ fn run_until_signal(
     start: impl std::future::Future<Output = Result<gateway::node::Running, gateway::node::StartError>>,
     what: &str,
 ) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     rt.block_on(async move {
         let running = start.await?;
         // One machine-readable line for harnesses that start nodes on port 0.

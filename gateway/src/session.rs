@@ -124,10 +124,8 @@ pub(crate) fn run(
     if let Some(t) = text(hello) {
         outbox.push(t);
     }
-    // After `hello`: the direct messages the user is owed follow it.
-    core.social_connected(session, &who.user);
-    // After the hello: the stored profile reaches the session when it is read.
-    core.load_profile(session, who.user.clone(), who.profile.clone());
+    // After `hello`: the direct messages the user is owed, then the stored profile.
+    core.connected(session, &who);
     // The sign-up reward, credited on the user's first connection ever (once: by key).
     core.money.reward_signup(&core.tracker, &who.user);
     // The guards the user holds and their lifetime spend, for the badges their rooms show.

@@ -219,7 +219,9 @@ async fn keep_alive(core: Arc<Core>) {
 }
 
 impl Core {
-    /// A session opened: register it, then send it the direct messages it is owed.
+    /// A session opened: its catch-up starts (live direct messages wait for the backlog).
+    /// With nothing to register or read it ends at once; else the caller runs
+    /// `social_catch_up` (see `Core::connected`).
     pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
         self.social.sessions().insert(
             session,
@@ -228,15 +230,27 @@ impl Core {
                 ..Tracked::default()
             },
         );
-        let core = self.clone();
-        let user = user.clone();
-        self.tracker.spawn(async move {
-            let at = core.social.me(session);
-            if let Err(e) = core.social.register(&user, &at).await {
-                warn!(error = %e, %user, "Could not register a connection.");
-            }
-            im::catch_up(&core, session, &user).await;
-        });
+        if !self.social_reads_at_connect(user) {
+            // Nothing to register or read: caught up at once, with no task.
+            im::deliver_owed(self, session, user, Vec::new());
+        }
+    }
+
+    /// Whether a new session of `user` must wait on a store (see `social_connected`): a
+    /// cluster registers every connection in Redis and reads its backlog there; standalone
+    /// reads only for a user its store may owe messages.
+    pub(crate) fn social_reads_at_connect(&self, user: &UserId) -> bool {
+        matches!(self.social.registry, Registry::Redis(_)) || self.social.im.may_owe(user)
+    }
+
+    /// A new session's registration and catch-up, after `social_connected` when
+    /// `social_reads_at_connect`.
+    pub(crate) async fn social_catch_up(self: &Arc<Self>, session: SessionId, user: &UserId) {
+        let at = self.social.me(session);
+        if let Err(e) = self.social.register(user, &at).await {
+            warn!(error = %e, %user, "Could not register a connection.");
+        }
+        im::catch_up(self, session, user).await;
     }
 
     /// A session closed: forget it here and in the registry.

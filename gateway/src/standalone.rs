@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use protocol::NodeId;
+use shard::gateway_link::{DirectGateway, GatewayLink};
 use shard::node::bind;
 use shard::{Shard, ShardConfig, Stores};
 use storage::lease::{InProcessLeases, LeaseStore};
@@ -29,6 +30,19 @@ use crate::shared::Core;
 /// Messages buffered from the in-process shard to the gateway before rooms wait (Block
 /// policy on an internal path: the gateway side never waits on rooms).
 const LINK_QUEUE: usize = 8192;
+
+/// How the in-process shard reaches the gateway: `CHORUS_STANDALONE_LINK=direct` (the
+/// default: each room calls the gateway on its own task) or `queue` (a bounded queue and a
+/// reader task, as a cluster link; kept to measure the one against the other).
+fn direct_link() -> Result<bool, StartError> {
+    match std::env::var("CHORUS_STANDALONE_LINK").as_deref() {
+        Err(_) | Ok("" | "direct") => Ok(true),
+        Ok("queue") => Ok(false),
+        Ok(other) => Err(StartError::Config(format!(
+            "CHORUS_STANDALONE_LINK must be direct or queue, not {other:?}"
+        ))),
+    }
+}
 
 /// Everything standalone mode needs.
 #[derive(Debug, Clone)]
@@ -104,8 +118,6 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         shutdown.clone(),
         tracker.clone(),
     );
-    let (tx, rx) = mpsc::channel(LINK_QUEUE);
-    shard.attach_gateway(node.clone(), tx);
     // One process, one grace window: the registry keeps a closed connection's room entry as
     // long as the room keeps its member away.
     let gateway_cfg = crate::config::GatewayConfig {
@@ -140,7 +152,23 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         cfg.gateway.directory_cache,
     );
     let _ = core.directory.set(dir.clone());
-    tracker.spawn(core.clone().link_reader(rx));
+    if direct_link()? {
+        // The rooms hand replies and events to the gateway on their own tasks: one task
+        // hand-off less per delivery (see `shard::gateway_link`). Weak: the shard outlives
+        // nothing through it.
+        let gw = Arc::downgrade(&core);
+        let from = node.clone();
+        let direct: DirectGateway = Arc::new(move |msg| {
+            if let Some(core) = gw.upgrade() {
+                core.on_shard_message(&from, msg);
+            }
+        });
+        shard.attach_gateway(node.clone(), GatewayLink::Direct(direct));
+    } else {
+        let (tx, rx) = mpsc::channel(LINK_QUEUE);
+        shard.attach_gateway(node.clone(), tx);
+        tracker.spawn(core.clone().link_reader(rx));
+    }
     tracker.spawn(crate::server::serve(core.clone(), ws));
     let admin = Arc::new(admin::Admin {
         node: core.node.clone(),

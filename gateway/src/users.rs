@@ -181,30 +181,46 @@ impl Core {
         claims: Arc<Profile>,
     ) {
         let core = self.clone();
-        self.tracker.spawn(async move {
-            let store = &core.users.profiles;
-            let stored = match store.get(&user).await {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!(%user, error = %e, "Could not load a stored profile; the token's claims stand.");
-                    return;
-                }
-            };
-            if stored.claims != *claims
-                && let Err(e) = store.set_claims(&user, &claims).await
-            {
-                warn!(%user, error = %e, "Could not store a token's profile claims.");
+        self.tracker
+            .spawn(async move { core.apply_stored_profile(session, user, claims).await });
+    }
+
+    /// Whether a new session of `user`, whose token claims `claims`, must read the profile
+    /// store: when something may be stored for the user, or the claims must be stored. Else
+    /// the stored profile is empty and the claims stand as they are.
+    pub(crate) fn profile_read_needed(&self, user: &UserId, claims: &Profile) -> bool {
+        self.users.profiles.may_have(user) || *claims != Profile::default()
+    }
+
+    /// The body of `load_profile`.
+    pub(crate) async fn apply_stored_profile(
+        self: &Arc<Self>,
+        session: SessionId,
+        user: UserId,
+        claims: Arc<Profile>,
+    ) {
+        let store = &self.users.profiles;
+        let stored = match store.get(&user).await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(%user, error = %e, "Could not load a stored profile; the token's claims stand.");
+                return;
             }
-            let merged = claims.merged(&stored.own);
-            match core.hub.profile(session) {
-                // Closed meanwhile, or already showing it: nothing to tell.
-                None => {}
-                Some(now) if *now == merged => {}
-                // Only this session's view changed: the user's other sessions and their rooms
-                // already have the stored profile.
-                Some(_) => core.profile_applied(&user, crate::auth::shared_profile(merged)),
-            }
-        });
+        };
+        if stored.claims != *claims
+            && let Err(e) = store.set_claims(&user, &claims).await
+        {
+            warn!(%user, error = %e, "Could not store a token's profile claims.");
+        }
+        let merged = claims.merged(&stored.own);
+        match self.hub.profile(session) {
+            // Closed meanwhile, or already showing it: nothing to tell.
+            None => {}
+            Some(now) if *now == merged => {}
+            // Only this session's view changed: the user's other sessions and their rooms
+            // already have the stored profile.
+            Some(_) => self.profile_applied(&user, crate::auth::shared_profile(merged)),
+        }
     }
 
     /// `user`'s profile is now `profile` on this gateway: their sessions here send it with

@@ -21,6 +21,7 @@
 //! or lucky gifts.
 
 pub mod admin;
+pub mod bare;
 pub mod ledger;
 
 use std::collections::HashMap;
@@ -44,9 +45,9 @@ use uuid::Uuid;
 use ledger::{Gift, GiftOutcome, Ledger};
 
 /// Per-connection outbound queue, in frames (Chorus' default outbox).
-const OUTBOX_FRAMES: usize = 1024;
+pub(crate) const OUTBOX_FRAMES: usize = 1024;
 /// Frames fed before one flush (Chorus' `WRITE_BATCH_FRAMES`).
-const WRITE_BATCH: usize = 64;
+pub(crate) const WRITE_BATCH: usize = 64;
 /// Read buffer (Chorus' default).
 const READ_BUFFER: usize = 256;
 /// Write buffer (Chorus' default).
@@ -78,6 +79,9 @@ pub struct Options {
     pub admin: Option<SocketAddr>,
     /// HS256 secret of the users' bearer tokens; without it users are named by connection.
     pub jwt_secret: Option<Vec<u8>>,
+    /// Serve the bare protocol instead ([`bare`]: chat only, one task per connection, no
+    /// ledger, tokens or admin port).
+    pub bare: bool,
 }
 
 /// What the server shares between its connections.
@@ -160,6 +164,18 @@ pub struct Running {
 /// # Errors
 /// A port cannot be bound or the ledger cannot be opened.
 pub async fn start(opts: Options) -> anyhow::Result<Running> {
+    if opts.bare {
+        anyhow::ensure!(
+            opts.ledger.is_none() && opts.admin.is_none() && opts.jwt_secret.is_none(),
+            "the bare baseline serves chat only: no ledger, admin port or tokens"
+        );
+        let (addr, task) = bare::bind(opts.addr).await?;
+        return Ok(Running {
+            addr,
+            admin: None,
+            tasks: vec![task],
+        });
+    }
     let ledger = match &opts.ledger {
         Some(path) => Some(Ledger::open(path)?),
         None => None,
@@ -295,13 +311,18 @@ fn reply_err(id: Option<u64>, code: &str) -> Message {
     Message::Text(format!(r#"{{"re":{re},"err":{{"code":"{code}","msg":"baseline"}}}}"#).into())
 }
 
-async fn serve(stream: TcpStream, state: Arc<State>) -> anyhow::Result<()> {
-    let _ = stream.set_nodelay(true);
-    let config = WebSocketConfig::default()
+/// The WebSocket configuration both baselines share (Chorus' defaults).
+pub(crate) fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
         .max_message_size(Some(MAX_FRAME))
-        .max_frame_size(Some(MAX_FRAME));
+        .max_frame_size(Some(MAX_FRAME))
+}
+
+async fn serve(stream: TcpStream, state: Arc<State>) -> anyhow::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let config = ws_config();
     let mut user = None;
     #[allow(
         clippy::result_large_err,

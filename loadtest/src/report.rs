@@ -126,6 +126,10 @@ pub struct Report {
     /// ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_cores: Option<f64>,
+    /// The generator's own CPU time over the wall time of the measured window (chat
+    /// scenarios): near 1.0 the generator, not the server, may be what limits the rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generator_cores: Option<f64>,
     /// Server CPU per delivery, µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_us_per_delivery: Option<f64>,
@@ -316,9 +320,10 @@ impl Report {
                 .filter_map(|(k, l)| l.as_ref().map(|l| (k, l.row()))),
         );
         let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}"));
-        let extra: [(&'static str, Option<String>); 19] = [
+        let extra: [(&'static str, Option<String>); 20] = [
             ("server cpu ms", opt(self.server_cpu_ms, 0)),
             ("server cores busy", opt(self.server_cores, 2)),
+            ("generator cores busy", opt(self.generator_cores, 2)),
             ("cpu µs/delivery", opt(self.cpu_us_per_delivery, 3)),
             ("cpu µs/gift", opt(self.cpu_us_per_gift, 1)),
             ("frames/write", opt(self.frames_per_write, 2)),

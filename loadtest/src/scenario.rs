@@ -432,6 +432,14 @@ pub async fn server_cpu(target: &Target) -> Option<CpuReading> {
     })
 }
 
+/// The generator's own CPU time now (this process, from `/proc`).
+pub fn own_cpu() -> Option<CpuReading> {
+    Some(CpuReading {
+        ms: procfs::cpu_ms(&[std::process::id()])?,
+        at: Instant::now(),
+    })
+}
+
 /// Server resident memory (KiB) now: summed over the target's pids from `/proc`, or, when no
 /// pid is known, the `--admin` node's `process_resident_memory_bytes`.
 pub async fn server_rss_kib(target: &Target) -> Option<u64> {

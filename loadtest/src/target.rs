@@ -241,11 +241,31 @@ const ADMIN_LINE: &str = "baseline-server admin on http://";
 /// # Errors
 /// It cannot start or does not listen in time.
 pub async fn spawn_baseline(pin: bool, ledger_secret: Option<&[u8]>) -> anyhow::Result<Target> {
+    spawn_baseline_server(pin, ledger_secret, false).await
+}
+
+/// Spawns this executable's `baseline-server --bare` (see `baseline::bare`) on a free port:
+/// the plain broadcast server `rooms` and `fanout` compare against.
+///
+/// # Errors
+/// It cannot start or does not listen in time.
+pub async fn spawn_bare_baseline(pin: bool) -> anyhow::Result<Target> {
+    spawn_baseline_server(pin, None, true).await
+}
+
+async fn spawn_baseline_server(
+    pin: bool,
+    ledger_secret: Option<&[u8]>,
+    bare: bool,
+) -> anyhow::Result<Target> {
     let exe = std::env::current_exe()?;
     let n = next_spawn();
     let mut cmd = command(&exe, pin);
     cmd.args(["baseline-server", "--addr", "127.0.0.1:0"])
         .env_remove("CHORUS_JWT_SECRET");
+    if bare {
+        cmd.arg("--bare");
+    }
     let mut ledger = None;
     if let Some(secret) = ledger_secret {
         let dir = data_dir("baseline-", n)?;

@@ -265,6 +265,83 @@ fn party_compare_without_seats_alternates_and_compares_the_gift_bursts() {
     );
 }
 
+/// `rooms --compare` runs the bare baseline by default and says so; the bare baseline serves
+/// chat only, so `--baseline bare` is refused for a gift storm.
+#[test]
+fn rooms_compare_against_the_bare_baseline() {
+    let v = compared(&["rooms", "--spawn", "standalone", "--rooms", "2"]);
+    assert_eq!(v["baseline"], "bare", "{v}");
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(r["lost"], 0, "{r}");
+        assert!(r["p999_ms"].as_f64().unwrap() >= r["p99_ms"].as_f64().unwrap());
+    }
+    let metrics = field_of_each(&v["ratios"], "metric");
+    assert!(metrics.contains(&"p999_ms"), "{metrics:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .args([
+            "gifts",
+            "--spawn",
+            "standalone",
+            "--compare",
+            "--baseline",
+            "bare",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("the bare baseline serves chat only"),
+        "{stderr}"
+    );
+}
+
+/// With `CHORUS_RUNTIME=current-thread` the spawned node and the bare baseline both run every
+/// task on one thread, and a compared run still loses nothing.
+#[test]
+fn a_current_thread_node_and_baseline_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .env("CHORUS_RUNTIME", "current-thread")
+        .args([
+            "rooms",
+            "--spawn",
+            "standalone",
+            "--rooms",
+            "2",
+            "--members",
+            "3",
+        ])
+        .args([
+            "--rate",
+            "2",
+            "--duration",
+            "1",
+            "--compare",
+            "--rounds",
+            "2",
+        ])
+        .args(["--quiet", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "{v}");
+    for r in runs {
+        assert_eq!(
+            (r["lost"].as_u64(), r["received"].as_u64()),
+            (Some(0), Some(36)),
+            "{r}"
+        );
+    }
+}
+
 /// `--sweep` from the command line: the rate rises by `--sweep-factor` for `--sweep-steps`
 /// steps while every step holds, each step is printed with how busy the server's core was, and
 /// the JSON names the highest rate that held.

@@ -12,6 +12,7 @@ use loadtest::report::Report;
 use loadtest::scenario::gifts::Order;
 use loadtest::scenario::{self, Params, Scenario};
 use loadtest::target::{Guard, Target};
+use protocol::ErrorCode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fanout_against_the_baseline_loses_nothing() {
@@ -49,6 +50,97 @@ async fn fanout_against_the_baseline_loses_nothing() {
     assert!(r.p99_ms > 0.0 && r.max_ms >= r.p99_ms);
     // The baseline serves no metrics: no write batching figure is made up for it.
     assert_eq!(r.frames_per_write, None);
+}
+
+/// The bare baseline (`baseline-server --bare`, the plain broadcast server `rooms` and
+/// `fanout` compare against) numbers each room's events and delivers every message to every
+/// member, the sender too, in rooms side by side and in one large room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rooms_and_fanout_against_the_bare_baseline_lose_nothing() {
+    let running = loadtest::baseline::start(loadtest::baseline::Options {
+        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        ledger: None,
+        admin: None,
+        jwt_secret: None,
+        bare: true,
+    })
+    .await
+    .unwrap();
+    let target = Target {
+        name: "baseline".into(),
+        urls: vec![format!("ws://{}/ws", running.addr)],
+        pids: vec![std::process::id()],
+        admin: None,
+        admin_token: None,
+        secret: None,
+        guard: Guard::None,
+    };
+    let rooms = Scenario::Rooms {
+        rooms: 3,
+        members: 4,
+    };
+    // 12 members at 5 messages/s each, for one second; each message to its room's 4.
+    let r = rooms.run(&target, &one_second(), 5.0).await.unwrap();
+    assert_eq!((r.sent, r.accepted, r.unanswered), (60, 60, 0), "{r:?}");
+    assert_eq!(r.expected, 60 * 4);
+    assert_eq!(r.received, r.expected, "{r:?}");
+    assert_eq!((r.lost, r.gaps, r.duplicates, r.closed), (0, 0, 0, 0));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.latency.count, r.received);
+    let fanout = Scenario::Fanout {
+        listeners: 30,
+        publishers: 2,
+    };
+    let r = fanout.run(&target, &one_second(), 40.0).await.unwrap();
+    assert_eq!((r.accepted, r.expected), (40, 40 * 32), "{r:?}");
+    assert_eq!(r.received, r.expected, "{r:?}");
+    assert_eq!((r.lost, r.gaps, r.duplicates, r.closed), (0, 0, 0, 0));
+    for t in running.tasks {
+        t.abort();
+    }
+}
+
+/// The bare baseline answers what it does not serve with a clear error, and refuses chat to a
+/// room the connection has not joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bare_baseline_refuses_what_it_does_not_serve() {
+    let (addr, server) = loadtest::baseline::bare::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let url = format!("ws://{addr}/ws");
+    let mut c = kit::client::connect(&url, None).await.unwrap();
+    let e = c
+        .request("gift.send", serde_json::json!({"room": "r"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::UnknownOp), "{e:?}");
+    let e = c
+        .request("chat.send", serde_json::json!({"room": "r", "text": "hi"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotInRoom), "{e:?}");
+    let ok = c
+        .request("room.join", serde_json::json!({"room": "r"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (ok["epoch"].as_u64(), ok["seq"].as_u64()),
+        (Some(1), Some(0))
+    );
+    // The text goes out as it came, escapes included.
+    let text = "a \"quoted\" line\n";
+    let ok = c
+        .request("chat.send", serde_json::json!({"room": "r", "text": text}))
+        .await
+        .unwrap();
+    assert_eq!(ok["seq"].as_u64(), Some(1));
+    let ev = c
+        .next_event_named("chat", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(ev.seq, Some(1));
+    assert_eq!(ev.d["text"].as_str(), Some(text));
+    server.abort();
 }
 
 /// A node whose pid the generator cannot see (another user's, or in a container) is measured through its admin
@@ -189,6 +281,7 @@ async fn gift_baseline(dir: &std::path::Path) -> (Target, loadtest::baseline::Ru
         ledger: Some(dir.join("ledger.db")),
         admin: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
         jwt_secret: Some(secret.clone()),
+        bare: false,
     })
     .await
     .unwrap();

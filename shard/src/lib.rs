@@ -22,6 +22,7 @@
 mod audit;
 pub mod config;
 mod directory;
+pub mod gateway_link;
 pub mod gifts;
 pub mod link;
 pub mod metrics;
@@ -49,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use config::ShardConfig;
+use gateway_link::GatewayLink;
 pub use room::state;
 use room::{RoomHandle, RoomMsg};
 
@@ -76,7 +78,7 @@ pub struct Shard {
 pub(crate) struct Inner {
     node: NodeId,
     config: ShardConfig,
-    links: Mutex<HashMap<NodeId, mpsc::Sender<ToGateway>>>,
+    links: Mutex<HashMap<NodeId, GatewayLink>>,
     rooms: Mutex<HashMap<RoomId, RoomHandle>>,
     owner: Arc<owner::Owner>,
     snapshots: room::snapshots::Snapshots,
@@ -269,8 +271,9 @@ impl Shard {
     }
 
     /// Where replies and events for gateway `gw` go from now on.
-    pub fn attach_gateway(&self, gw: NodeId, tx: mpsc::Sender<ToGateway>) {
-        lock(&self.inner.links).insert(gw, tx);
+    /// A queue (`mpsc::Sender<ToGateway>`) or an in-process gateway called directly.
+    pub fn attach_gateway(&self, gw: NodeId, link: impl Into<GatewayLink>) {
+        lock(&self.inner.links).insert(gw, link.into());
     }
 
     /// Forgets gateway `gw` (its link closed).
@@ -283,7 +286,7 @@ impl Shard {
     pub fn gateway_gone(&self, gw: &NodeId, tx: &mpsc::Sender<ToGateway>) {
         {
             let mut links = lock(&self.inner.links);
-            if links.get(gw).is_some_and(|t| t.same_channel(tx)) {
+            if links.get(gw).is_some_and(|t| t.is_queue(tx)) {
                 links.remove(gw);
             }
         }
@@ -370,7 +373,7 @@ impl Inner {
         lock(&self.rooms).get(room).cloned()
     }
 
-    pub(crate) fn link_to(&self, gw: &NodeId) -> Option<mpsc::Sender<ToGateway>> {
+    pub(crate) fn link_to(&self, gw: &NodeId) -> Option<GatewayLink> {
         lock(&self.links).get(gw).cloned()
     }
 

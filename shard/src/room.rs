@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::{self, JoinOk, RoomCreated, RoomLeft, RoomOp};
-use protocol::link::{Audience, Command, LeaveReason, Membership, ReplyError, RoomCmd, ToGateway};
+use protocol::link::{Audience, Command, LeaveReason, Membership, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, NodeId, RoomId, UserId};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
@@ -310,7 +310,7 @@ struct RoomActor {
     saved: Option<Written>,
     log: EventLog,
     /// Senders to the gateways this room talks to, cached from the shard's link table.
-    gateways: HashMap<NodeId, mpsc::Sender<ToGateway>>,
+    gateways: HashMap<NodeId, crate::gateway_link::GatewayLink>,
     count_dirty: bool,
     last_count: Instant,
     idle_since: Instant,

@@ -160,6 +160,15 @@ impl ImStore {
         }
     }
 
+    /// Whether `user` may be owed messages: false only when certainly not (the standalone
+    /// store, which sees every message stored), so a connect can skip the read.
+    pub fn may_owe(&self, user: &UserId) -> bool {
+        match self {
+            Self::Redis(_) => true,
+            Self::Sqlite(s) => s.may_owe(user),
+        }
+    }
+
     /// `user`'s messages not yet delivered, oldest first, as JSON.
     ///
     /// # Errors

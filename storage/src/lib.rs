@@ -13,11 +13,14 @@
 //! - [`ledger`]: the money ledger contract and its SQLite, PostgreSQL and Scylla engines.
 //! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 //! - [`sqlite_cell`]: one SQLite connection shared by async callers without parking threads.
+//! - [`key_set`]: which users may have rows in a standalone store (a connect skips the read
+//!   for the others).
 
 pub mod directory;
 pub mod error;
 pub mod follows;
 pub mod im;
+pub mod key_set;
 pub mod lease;
 pub mod ledger;
 pub mod membership;

@@ -20,6 +20,7 @@ use protocol::client::Profile;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::error::{Result, StorageError};
+use crate::key_set::KeySet;
 use crate::redis::map_err;
 use crate::sqlite_cell::SqliteCell;
 
@@ -58,15 +59,16 @@ impl StoredProfile {
 pub enum ProfileStore {
     /// Redis (cluster mode).
     Redis(ConnectionManager),
-    /// SQLite (standalone mode).
-    Sqlite(SqliteCell),
+    /// SQLite (standalone mode), with the users that have a row ([`KeySet`]: a user
+    /// without one is read without touching the file).
+    Sqlite(SqliteCell, KeySet),
 }
 
 impl std::fmt::Debug for ProfileStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Redis(_) => "ProfileStore::Redis",
-            Self::Sqlite(_) => "ProfileStore::Sqlite",
+            Self::Sqlite(..) => "ProfileStore::Sqlite",
         })
     }
 }
@@ -163,7 +165,23 @@ impl ProfileStore {
     /// `Backend` when the directory or the database cannot be opened.
     pub async fn sqlite(data_dir: &Path) -> Result<Self> {
         let conn = open_users_db(data_dir, SCHEMA).await?;
-        Ok(Self::Sqlite(SqliteCell::new(conn, "profiles")))
+        let cell = SqliteCell::new(conn, "profiles");
+        let users = with_sqlite(&cell, |conn| {
+            let mut stmt = conn.prepare("SELECT user FROM profiles")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            rows.collect::<rusqlite::Result<Vec<String>>>()
+        })
+        .await?;
+        Ok(Self::Sqlite(cell, KeySet::of(users)))
+    }
+
+    /// Whether `user` may have something stored: false only when certainly nothing is (a
+    /// standalone store without a row for the user), so a connect can skip the read.
+    pub fn may_have(&self, user: &UserId) -> bool {
+        match self {
+            Self::Redis(_) => true,
+            Self::Sqlite(_, rows) => rows.may_contain(user.as_str()),
+        }
     }
 
     /// What is stored for `user` (all unset when nothing is).
@@ -191,16 +209,25 @@ impl ProfileStore {
                     pipe.query_async(&mut conn).await.map_err(map_err)?;
                 Ok(all.into_iter().map(from_pairs).collect())
             }
-            Self::Sqlite(c) => {
-                let users: Vec<String> = users.iter().map(|u| u.as_str().to_owned()).collect();
+            Self::Sqlite(c, rows) => {
+                // Only the users that may have a row are read; none: no turn on the file.
+                let users: Vec<Option<String>> = users
+                    .iter()
+                    .map(|u| rows.may_contain(u.as_str()).then(|| u.as_str().to_owned()))
+                    .collect();
+                if users.iter().all(Option::is_none) {
+                    return Ok(vec![StoredProfile::default(); users.len()]);
+                }
                 with_sqlite(c, move |conn| {
                     let mut stmt = conn.prepare_cached(SELECT)?;
                     users
                         .iter()
-                        .map(|u| {
-                            stmt.query_row([u], from_row)
+                        .map(|u| match u {
+                            Some(u) => stmt
+                                .query_row([u], from_row)
                                 .optional()
-                                .map(Option::unwrap_or_default)
+                                .map(Option::unwrap_or_default),
+                            None => Ok(StoredProfile::default()),
                         })
                         .collect()
                 })
@@ -235,7 +262,9 @@ impl ProfileStore {
                     pipe.query_async(&mut conn).await.map_err(map_err)?;
                 Ok(from_pairs(all))
             }
-            Self::Sqlite(c) => {
+            Self::Sqlite(c, rows) => {
+                // Noted before the write: a read meanwhile looks, and finds the row or not.
+                rows.insert(user.as_str());
                 let user = user.as_str().to_owned();
                 let u = update.clone();
                 with_sqlite(c, move |conn| {
@@ -280,7 +309,8 @@ impl ProfileStore {
                 }
                 pipe.query_async::<()>(&mut conn).await.map_err(map_err)
             }
-            Self::Sqlite(c) => {
+            Self::Sqlite(c, rows) => {
+                rows.insert(user.as_str());
                 let user = user.as_str().to_owned();
                 let p = claims.clone();
                 with_sqlite(c, move |conn| {

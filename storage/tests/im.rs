@@ -149,6 +149,35 @@ async fn the_sqlite_store_keeps_the_contract_and_survives_a_reopen() {
     );
 }
 
+/// The SQLite store knows which users may be owed messages, so a connect of anyone else
+/// reads nothing: a message makes its recipient owed until all of theirs are delivered, and a
+/// reopened store knows again who is owed. Redis, which other gateways write, always reads.
+#[tokio::test]
+async fn only_users_with_pending_messages_are_read_for_at_connect() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = ImStore::sqlite(dir.path()).await.unwrap();
+    let (ann, bob) = (UserId::from("ann"), UserId::from("bob"));
+    assert!(!s.may_owe(&bob));
+    let m1 = new(send(&s, &ann, &bob, "one", "k1").await);
+    let m2 = new(send(&s, &ann, &bob, "two", "k2").await);
+    assert!(
+        s.may_owe(&bob) && !s.may_owe(&ann),
+        "the sender is owed nothing"
+    );
+    s.delivered(&bob, &[m1.id]).await.unwrap();
+    assert!(s.may_owe(&bob), "one still pending");
+    let again = ImStore::sqlite(dir.path()).await.unwrap();
+    assert!(again.may_owe(&bob), "known again after a reopen");
+    assert_eq!(again.undelivered(&bob).await.unwrap().len(), 1);
+    s.delivered(&bob, &[m2.id]).await.unwrap();
+    assert!(!s.may_owe(&bob));
+    assert!(s.undelivered(&bob).await.unwrap().is_empty());
+    assert!(!ImStore::sqlite(dir.path()).await.unwrap().may_owe(&bob));
+    let server = RedisServer::start().await.unwrap();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    assert!(ImStore::redis(&redis).may_owe(&bob));
+}
+
 #[tokio::test]
 async fn the_redis_store_keeps_the_contract() {
     let server = RedisServer::start().await.unwrap();

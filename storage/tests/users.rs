@@ -11,7 +11,7 @@ use kit::redis::RedisServer;
 use protocol::UserId;
 use protocol::client::Profile;
 use storage::follows::{Cursor, FollowStore, Followed, Side};
-use storage::profiles::ProfileStore;
+use storage::profiles::{ProfileStore, StoredProfile};
 use storage::redis::Redis;
 
 fn u(s: &str) -> UserId {
@@ -170,6 +170,37 @@ async fn profiles_on_sqlite_and_redis() {
     let redis = RedisServer::start().await.unwrap();
     let r = Redis::connect(&redis.url()).await.unwrap();
     profiles_contract(&ProfileStore::redis(&r)).await;
+}
+
+/// The SQLite profile store knows which users have a row, so a connect of anyone else reads
+/// nothing; a write (own fields or claims) adds the user, and a reopened store knows them
+/// again. Redis always reads.
+#[tokio::test]
+async fn only_users_with_a_stored_profile_are_read_for_at_connect() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = ProfileStore::sqlite(dir.path()).await.unwrap();
+    assert!(!s.may_have(&u("ann")) && !s.may_have(&u("bob")));
+    assert_eq!(s.get(&u("ann")).await.unwrap(), StoredProfile::default());
+    s.update(&u("ann"), &p(Some("Ann"), None, None))
+        .await
+        .unwrap();
+    s.set_claims(&u("bob"), &p(None, None, Some("eu")))
+        .await
+        .unwrap();
+    assert!(s.may_have(&u("ann")) && s.may_have(&u("bob")) && !s.may_have(&u("cy")));
+    let again = ProfileStore::sqlite(dir.path()).await.unwrap();
+    assert!(again.may_have(&u("ann")) && again.may_have(&u("bob")) && !again.may_have(&u("cy")));
+    // A page of several users reads those with rows and answers the others empty.
+    let all = again
+        .get_many(&[u("cy"), u("bob"), u("ann")])
+        .await
+        .unwrap();
+    assert_eq!(all[0], StoredProfile::default());
+    assert_eq!(all[1].claims.region.as_deref(), Some("eu"));
+    assert_eq!(all[2].own.name.as_deref(), Some("Ann"));
+    let redis = RedisServer::start().await.unwrap();
+    let r = Redis::connect(&redis.url()).await.unwrap();
+    assert!(ProfileStore::redis(&r).may_have(&u("cy")));
 }
 
 #[tokio::test]

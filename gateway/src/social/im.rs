@@ -278,6 +278,17 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
             Vec::new()
         }
     };
+    deliver_owed(core, session, user, owed);
+}
+
+/// Ends `session`'s catch-up: sends what `user` is owed (`owed`, then the live messages that
+/// arrived meanwhile) and marks it delivered.
+pub(super) fn deliver_owed(
+    core: &Arc<Core>,
+    session: SessionId,
+    user: &UserId,
+    owed: Vec<(u64, String)>,
+) {
     let mut sent = Vec::with_capacity(owed.len());
     let mut tracked = core.social.sessions();
     let Some(t) = tracked.get_mut(&session) else {

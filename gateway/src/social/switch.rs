@@ -15,9 +15,12 @@
 //! ends the away member at once with a `Leave(Switched)` in the closed session's name.
 
 use std::sync::Arc;
+use std::task::{Context, Waker};
 
 use protocol::link::{LeaveReason, RoomCmd};
 use protocol::{RoomId, SessionId, UserId};
+use storage::registry::Registry;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use super::Notice;
@@ -45,8 +48,14 @@ impl Core {
                 .swap_started();
             let core = self.clone();
             let (user, room) = (user.clone(), room.clone());
-            self.tracker
-                .spawn(async move { swap(&core, session, &user, &room).await });
+            let swap = async move { swap(&core, session, &user, &room).await };
+            if matches!(self.social.registry, Registry::InProcess(_)) {
+                // Standalone's registry answers at once: no task per join (a burst of joins
+                // would hold thousands of them).
+                run_or_spawn(&self.tracker, swap);
+            } else {
+                self.tracker.spawn(swap);
+            }
         } else if here.is_none() {
             let mut tracked = self.social.sessions();
             if let Some(t) = tracked.get_mut(&session) {
@@ -93,6 +102,16 @@ impl Core {
                 }
             });
         }
+    }
+}
+
+/// Runs `fut` now as far as it goes without waiting, and spawns the rest, if any, as a task
+/// (which polls it again at once, with a real waker).
+fn run_or_spawn(tracker: &TaskTracker, fut: impl Future<Output = ()> + Send + 'static) {
+    let mut fut = Box::pin(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    if fut.as_mut().poll(&mut cx).is_pending() {
+        tracker.spawn(fut);
     }
 }
 

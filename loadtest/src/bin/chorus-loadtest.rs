@@ -35,6 +35,9 @@ use serde::Serialize;
 #[path = "chorus-loadtest/compare.rs"]
 mod compare;
 use compare::{Ratio, ratios};
+#[path = "chorus-loadtest/sweep.rs"]
+mod sweep;
+use sweep::{SweepResult, sweep};
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -185,6 +188,10 @@ enum Cmd {
         /// connection and no token is asked for).
         #[arg(long, env = "CHORUS_JWT_SECRET", hide_env_values = true)]
         jwt_secret: Option<String>,
+        /// Serve the bare chat protocol: one task per connection, events encoded once and
+        /// shared, no tokens, ledger or admin port (the `rooms` and `fanout` baseline).
+        #[arg(long, conflicts_with_all = ["ledger", "admin_addr", "jwt_secret"])]
+        bare: bool,
     },
 }
 
@@ -315,14 +322,26 @@ struct Common {
     #[arg(long, default_value_t = 128)]
     connect_concurrency: usize,
     /// Raise the rate step by step until p99 exceeds --p99-limit-ms or anything is lost.
+    /// `rooms` and `fanout` go on until each server fails a step (bounded by
+    /// --sweep-max-steps and --sweep-max-secs) unless --sweep-steps is given.
     #[arg(long)]
     sweep: bool,
     /// Rate multiplier between sweep steps.
     #[arg(long, default_value_t = 1.5)]
     sweep_factor: f64,
-    /// Most sweep steps.
-    #[arg(long, default_value_t = 8)]
-    sweep_steps: usize,
+    /// A fixed number of sweep steps (a cap: the sweep may end with a server still holding);
+    /// default 8, except for `rooms` and `fanout`, which sweep until failure.
+    #[arg(long)]
+    sweep_steps: Option<usize>,
+    /// Sweep any scenario until each server fails a step (ignores --sweep-steps).
+    #[arg(long)]
+    until_fail: bool,
+    /// Most steps of a sweep until failure.
+    #[arg(long, default_value_t = sweep::DEFAULT_MAX_STEPS)]
+    sweep_max_steps: usize,
+    /// Longest sweep until failure, seconds (no new step starts after it).
+    #[arg(long, default_value_t = 1800.0)]
+    sweep_max_secs: f64,
     /// The p99 limit of a sustainable rate, ms.
     #[arg(long, default_value_t = 100.0)]
     p99_limit_ms: f64,
@@ -330,6 +349,11 @@ struct Common {
     /// --sweep the two step up together, both at each rate before the next.
     #[arg(long)]
     compare: bool,
+    /// The baseline of --compare: `bare` (the plain broadcast server, chat only; the default
+    /// for `rooms` and `fanout`) or `full` (the baseline with the other scenarios' ops, gift
+    /// ledger and tokens; the default for the rest).
+    #[arg(long, value_parser = ["bare", "full"])]
+    baseline: Option<String>,
     /// Rounds of --compare (at least 2).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
@@ -419,22 +443,12 @@ fn sustainable(s: &Scenario, r: &Report, p99_limit_ms: f64) -> bool {
         && r.conserved != Some(false)
 }
 
-#[derive(Serialize)]
-struct SweepResult {
-    target: String,
-    scenario: String,
-    p99_limit_ms: f64,
-    /// Highest rate that met the limit with nothing lost (`None`: not even the first).
-    best_rate: Option<f64>,
-    best_delivered_per_sec: Option<f64>,
-    best_settled_per_sec: Option<f64>,
-    best_cpu_us_per_delivery: Option<f64>,
-    steps: Vec<Report>,
-}
-
 #[derive(Serialize, Default)]
 struct Output {
     command: Vec<String>,
+    /// The baseline of `--compare`: `bare` or `full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline: Option<&'static str>,
     nproc: usize,
     runs: Vec<Report>,
     sweeps: Vec<SweepResult>,
@@ -493,109 +507,21 @@ async fn make_target(c: &Common) -> anyhow::Result<Target> {
     })
 }
 
-/// Sweeps `targets` together: at each rate every target still within the limit runs once, in
-/// the order given, before the rate goes up, so that with `--compare` the baseline and Chorus
-/// meet the same minutes of a noisy host (a whole sweep takes ~40 s; one step ~8 s). A target
-/// stops at its first step over the limit; the sweep ends when every target has stopped or
-/// after `steps` rates. `run` runs target `i` at a rate and says whether it held. Returns each
-/// target's steps, in order, and the index of its last held step.
-async fn sweep_together<F, Fut>(
-    targets: usize,
-    start: f64,
-    factor: f64,
-    steps: usize,
-    mut run: F,
-) -> anyhow::Result<Vec<(Vec<Report>, Option<usize>)>>
-where
-    F: FnMut(usize, f64) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<(Report, bool)>>,
-{
-    let mut out: Vec<(Vec<Report>, Option<usize>)> =
-        (0..targets).map(|_| (Vec::new(), None)).collect();
-    let mut live = vec![true; targets];
-    let mut rate = start;
-    for _ in 0..steps.max(1) {
-        for (i, (reports, best)) in out.iter_mut().enumerate() {
-            if !live[i] {
-                continue;
-            }
-            let (r, ok) = run(i, rate).await?;
-            reports.push(r);
-            if ok {
-                *best = Some(reports.len() - 1);
-            } else {
-                live[i] = false;
-            }
-        }
-        if !live.contains(&true) {
-            break;
-        }
-        rate *= factor.max(1.01);
-    }
-    Ok(out)
-}
-
-/// One round of `--sweep` over `targets`, stepped together ([`sweep_together`]).
-async fn sweep(
-    s: &Scenario,
-    targets: &[&Target],
-    p: &Params,
-    start: f64,
-    c: &Common,
-) -> anyhow::Result<Vec<SweepResult>> {
-    let swept = sweep_together(
-        targets.len(),
-        start,
-        c.sweep_factor,
-        c.sweep_steps,
-        |i, rate| async move {
-            let t = targets[i];
-            let r = s.run(t, p, rate).await?;
-            let ok = sustainable(s, &r, c.p99_limit_ms);
-            // A party's gift bursts and seat changes count too.
-            let side = r.side_p99_ms();
-            let sides = if side > 0.0 {
-                format!(" gifts/seats p99 {side:.2} ms")
-            } else {
-                String::new()
-            };
-            // How near its capacity the server ran at this step.
-            let cores = r
-                .server_cores
-                .map(|c| format!(" cores busy {c:.2}"))
-                .unwrap_or_default();
-            eprintln!(
-                "sweep {} {} rate {rate:.1}: delivered/s {:.0} p99 {:.2} ms reply p99 {:.2} ms{sides}{cores} lost {} errors {:?} -> {}",
-                t.name,
-                s.name(),
-                r.delivered_per_sec,
-                r.p99_ms,
-                r.reply.p99_ms,
-                r.lost,
-                r.errors,
-                if ok { "ok" } else { "over the limit" }
+/// Whether `--compare` runs the bare baseline: `--baseline`, else bare for `rooms` and
+/// `fanout` (chat only), full for the scenarios that need its other ops.
+fn bare_baseline(s: &Scenario, c: &Common) -> anyhow::Result<bool> {
+    let chat = matches!(s, Scenario::Rooms { .. } | Scenario::Fanout { .. });
+    match c.baseline.as_deref() {
+        None => Ok(chat),
+        Some("full") => Ok(false),
+        Some(_) => {
+            anyhow::ensure!(
+                chat,
+                "the bare baseline serves chat only: --baseline bare is for rooms and fanout"
             );
-            Ok((r, ok))
-        },
-    )
-    .await?;
-    Ok(targets
-        .iter()
-        .zip(swept)
-        .map(|(t, (steps, best))| {
-            let b = best.and_then(|i| steps.get(i));
-            SweepResult {
-                target: t.name.clone(),
-                scenario: s.name().to_owned(),
-                p99_limit_ms: c.p99_limit_ms,
-                best_rate: b.map(|r| r.rate),
-                best_delivered_per_sec: b.map(|r| r.delivered_per_sec),
-                best_settled_per_sec: b.and_then(|r| r.settled_per_sec),
-                best_cpu_us_per_delivery: b.and_then(|r| r.cpu_us_per_delivery),
-                steps,
-            }
-        })
-        .collect())
+            Ok(true)
+        }
+    }
 }
 
 async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
@@ -615,17 +541,34 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
         );
     }
     let rate = c.rate.unwrap_or_else(|| default_rate(&s));
+    let bare = bare_baseline(&s, &c)?;
     let chorus = make_target(&c).await?;
     // Gifts need the baseline's ledger, its admin port and users from tokens.
     let baseline_secret = s.needs_ledger().then_some(c.secret.as_bytes());
+    let spawn_baseline = || async {
+        if bare {
+            target::spawn_bare_baseline(c.pin).await
+        } else {
+            target::spawn_baseline(c.pin, baseline_secret).await
+        }
+    };
     let baseline = if c.compare {
-        Some(target::spawn_baseline(c.pin, baseline_secret).await?)
+        eprintln!(
+            "baseline: {}",
+            if bare {
+                "bare (baseline-server --bare)"
+            } else {
+                "full (baseline-server)"
+            }
+        );
+        Some(spawn_baseline().await?)
     } else {
         None
     };
     let mut out = Output {
         command: std::env::args().collect(),
         nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        baseline: c.compare.then_some(if bare { "bare" } else { "full" }),
         ..Output::default()
     };
     let rounds = if c.compare { c.rounds.max(2) } else { 1 };
@@ -638,7 +581,7 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     for round in 0..rounds {
         if fresh && round > 0 {
             if baseline.is_some() {
-                baseline = Some(target::spawn_baseline(c.pin, baseline_secret).await?);
+                baseline = Some(spawn_baseline().await?);
             }
             chorus = make_target(&c).await?;
         }
@@ -662,25 +605,14 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     // Summaries.
     let mut cols: Vec<&Report> = out.runs.iter().collect();
     for sw in &out.sweeps {
-        let best = sw
-            .best_rate
-            .and_then(|b| sw.steps.iter().find(|r| r.rate == b));
-        if let Some(r) = best.or(sw.steps.first()) {
+        if let Some(r) = sw.best().or(sw.steps.first()) {
             cols.push(r);
         }
     }
     println!("== {} ==", s.name());
     println!("{}", report::table(&cols));
     for sw in &out.sweeps {
-        println!(
-            "sweep {}: best rate {:?} (delivered/s {:?}, settled/s {:?}, cpu µs/delivery {:?}) at p99 ≤ {} ms",
-            sw.target,
-            sw.best_rate,
-            sw.best_delivered_per_sec.map(|v| v.round()),
-            sw.best_settled_per_sec.map(|v| v.round()),
-            sw.best_cpu_us_per_delivery,
-            sw.p99_limit_ms
-        );
+        println!("{}", sw.line());
     }
     if baseline.is_some() {
         let pick = |name: &str| -> Vec<Report> {
@@ -691,10 +623,7 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
                 .cloned()
                 .collect();
             for sw in out.sweeps.iter().filter(|s| s.target == name) {
-                let best = sw
-                    .best_rate
-                    .and_then(|b| sw.steps.iter().find(|r| r.rate == b));
-                v.extend(best.cloned());
+                v.extend(sw.best().cloned());
             }
             v
         };
@@ -704,6 +633,13 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
             println!(
                 "  {:<32} baseline {:>12.3}  chorus {:>12.3}  ratio {:>7.3}",
                 r.metric, r.baseline, r.chorus, r.ratio
+            );
+        }
+        // A best rate is a server's ceiling only if a later step failed; else it is a floor.
+        for sw in out.sweeps.iter().filter(|sw| sw.failed_rate.is_none()) {
+            println!(
+                "  note: {} held every step of one round's sweep: its best rate there is a floor, not its ceiling",
+                sw.target
             );
         }
     }
@@ -732,9 +668,17 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // The baseline server runs on the runtime a spawned `chorus` would (`CHORUS_RUNTIME`,
+    // inherited from the generator): a same-run comparison then changes only the server.
+    let current_thread = matches!(cli.cmd, Cmd::BaselineServer { .. })
+        && std::env::var("CHORUS_RUNTIME").is_ok_and(|v| v == "current-thread");
+    let rt = if current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()?;
     rt.block_on(async move {
         match cli.cmd {
             Cmd::BaselineServer {
@@ -742,12 +686,14 @@ fn main() -> anyhow::Result<()> {
                 ledger,
                 admin_addr,
                 jwt_secret,
+                bare,
             } => {
                 baseline::run(baseline::Options {
                     addr,
                     ledger,
                     admin: admin_addr,
                     jwt_secret: jwt_secret.map(String::into_bytes),
+                    bare,
                 })
                 .await
             }

@@ -93,6 +93,7 @@ async fn drive(
     // Read first: the scrape's own work stays out of the CPU window.
     let writes_before = super::server_writes(target).await;
     let cpu_before = super::server_cpu(target).await;
+    let own_before = super::own_cpu();
     let msg_bytes = p.msg_bytes;
     let (t0, _) = pace(shared, total_rate, p.duration, |i, due| {
         let (c, room) = &senders[(i % senders.len() as u64) as usize];
@@ -106,11 +107,13 @@ async fn drive(
         shared.ok.load(Ordering::Relaxed) * members
     })
     .await;
+    let own_after = super::own_cpu();
     let cpu_after = super::server_cpu(target).await;
     let writes_after = super::server_writes(target).await;
     progress.finish();
     let expected = shared.ok.load(Ordering::Relaxed) * members;
     let mut r = common_report(shared, t0, expected, cpu_before, cpu_after);
+    r.generator_cores = super::CpuUse::between(own_before, own_after).and_then(|u| u.cores);
     r.frames_per_write = super::frames_per_write(writes_before, writes_after);
     r.offered_per_sec = total_rate;
     r.duration_s = p.duration.as_secs_f64();

@@ -8,7 +8,6 @@ use protocol::client::{self, MemberCount};
 use protocol::link::{Audience, Command, Membership, Reply, ReplyError, RoomEvent, ToGateway};
 use protocol::{NodeId, SessionId};
 use smallvec::SmallVec;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -220,7 +219,7 @@ impl RoomActor {
         by_gateway(members.map(|(_, at)| at.clone()))
     }
 
-    pub(super) fn link(&mut self, gw: &NodeId) -> Option<mpsc::Sender<ToGateway>> {
+    pub(super) fn link(&mut self, gw: &NodeId) -> Option<crate::gateway_link::GatewayLink> {
         if let Some(tx) = self.gateways.get(gw)
             && !tx.is_closed()
         {

@@ -13,6 +13,7 @@ use super::{
     Blocked, IDS_PER_MS, IM_DB_FILE, KEEP_FOR, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored,
 };
 use crate::error::{Result, StorageError};
+use crate::key_set::KeySet;
 use crate::sqlite_cell::SqliteCell;
 
 const SCHEMA: &str = "
@@ -47,6 +48,10 @@ CREATE TABLE IF NOT EXISTS im_seq (
 #[derive(Clone)]
 pub struct SqliteIm {
     conn: SqliteCell,
+    /// The users that may have pending messages: a user without any is answered without a
+    /// turn on the file. Changed only under the connection's lock (in the closures), so that a
+    /// message stored and the last pending one delivered cannot cross.
+    pending: KeySet,
 }
 
 impl std::fmt::Debug for SqliteIm {
@@ -99,9 +104,22 @@ impl SqliteIm {
         })
         .await
         .map_err(backend)??;
+        let conn = SqliteCell::new(conn, "im store");
+        let owed = conn
+            .call(|c| {
+                let mut stmt = c.prepare("SELECT DISTINCT user FROM im_log WHERE pending = 1")?;
+                let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+                rows.collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .await?;
         Ok(Self {
-            conn: SqliteCell::new(conn, "im store"),
+            conn,
+            pending: KeySet::of(owed),
         })
+    }
+
+    pub(super) fn may_owe(&self, user: &UserId) -> bool {
+        self.pending.may_contain(user.as_str())
     }
 
     async fn with<T, F>(&self, f: F) -> Result<T>
@@ -118,6 +136,7 @@ impl SqliteIm {
         let req_id = m.req_id.to_owned();
         let record = super::req_record(m.to, m.text);
         let body = super::body_fragment(m);
+        let pending = self.pending.clone();
         self.with(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
@@ -178,6 +197,7 @@ impl SqliteIm {
                 "INSERT INTO im_log (user, id, msg, pending) VALUES (?1, ?2, ?3, 1)",
                 (&to, id, &json),
             )?;
+            pending.insert(&to);
             trim(&tx, &from, now)?;
             trim(&tx, &to, now)?;
             tx.execute(
@@ -196,6 +216,9 @@ impl SqliteIm {
     }
 
     pub(super) async fn undelivered(&self, user: &UserId) -> Result<Vec<(u64, String)>> {
+        if !self.may_owe(user) {
+            return Ok(Vec::new());
+        }
         let user = user.as_str().to_owned();
         self.with(move |conn| {
             let mut stmt = conn.prepare_cached(
@@ -210,6 +233,7 @@ impl SqliteIm {
     pub(super) async fn delivered(&self, user: &UserId, ids: &[u64]) -> Result<()> {
         let user = user.as_str().to_owned();
         let ids = ids.to_vec();
+        let pending = self.pending.clone();
         self.with(move |conn| {
             let tx = conn.transaction()?;
             for id in ids {
@@ -218,7 +242,19 @@ impl SqliteIm {
                     (&user, id as i64),
                 )?;
             }
-            tx.commit()
+            let more = tx
+                .query_row(
+                    "SELECT 1 FROM im_log WHERE user = ?1 AND pending = 1 LIMIT 1",
+                    [&user],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            tx.commit()?;
+            if !more {
+                pending.remove(&user);
+            }
+            Ok(())
         })
         .await
     }

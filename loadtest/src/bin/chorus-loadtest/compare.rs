@@ -31,11 +31,12 @@ pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
 
 pub(crate) fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Ratio> {
     type Get = fn(&Report) -> Option<f64>;
-    let metrics: [(&str, Get); 11] = [
+    let metrics: [(&str, Get); 12] = [
         ("delivered_per_sec", |r| Some(r.delivered_per_sec)),
         ("settled_per_sec", |r| r.settled_per_sec),
         ("cpu_us_per_delivery", |r| r.cpu_us_per_delivery),
         ("p99_ms", |r| (r.latency.count > 0).then_some(r.p99_ms)),
+        ("p999_ms", |r| (r.latency.count > 0).then_some(r.p999_ms)),
         ("rss_per_conn_bytes", |r| r.rss_per_conn_bytes),
         ("rss_marginal_per_conn_bytes", |r| {
             r.rss_marginal_per_conn_bytes

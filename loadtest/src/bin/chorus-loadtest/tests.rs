@@ -1,4 +1,5 @@
 use super::*;
+use sweep::{Bound, sweep_together};
 
 /// A gift storm is over the limit when its replies are, and when its events are, though
 /// its replies came in time; a chat scenario is judged by its deliveries alone.
@@ -112,7 +113,7 @@ async fn compared_sweeps_alternate_at_every_rate_and_stop_each_target_at_its_lim
     // Target 0 holds up to 200, target 1 up to 400.
     let limit = [200.0, 400.0];
     let calls = std::cell::RefCell::new(Vec::new());
-    let swept = sweep_together(2, 100.0, 2.0, 8, |i, rate| {
+    let swept = sweep_together(2, 100.0, 2.0, Bound::steps(8), |i, rate| {
         calls.borrow_mut().push((i, rate));
         let r = Report {
             rate,
@@ -136,17 +137,20 @@ async fn compared_sweeps_alternate_at_every_rate_and_stop_each_target_at_its_lim
     );
     let best: Vec<Option<f64>> = swept
         .iter()
-        .map(|(steps, best)| best.map(|b| steps[b].rate))
+        .map(|t| t.best.map(|b| t.steps[b].rate))
         .collect();
     assert_eq!(best, [Some(200.0), Some(400.0)]);
+    // Each target's ceiling lies between its best rate and the rate that failed.
+    let failed: Vec<Option<f64>> = swept.iter().map(|t| t.failed_at).collect();
+    assert_eq!(failed, [Some(400.0), Some(800.0)]);
     assert_eq!(
-        swept[1].0.len(),
+        swept[1].steps.len(),
         4,
         "the over-limit step is kept in the record"
     );
     // At most `steps` rates are run; a target that fails its first step has no best rate.
     for (holds, want) in [(true, (3, Some(2))), (false, (1, None))] {
-        let swept = sweep_together(1, 100.0, 2.0, 3, |_, rate| {
+        let swept = sweep_together(1, 100.0, 2.0, Bound::steps(3), |_, rate| {
             let r = Report {
                 rate,
                 ..Report::default()
@@ -155,8 +159,79 @@ async fn compared_sweeps_alternate_at_every_rate_and_stop_each_target_at_its_lim
         })
         .await
         .unwrap();
-        assert_eq!((swept[0].0.len(), swept[0].1), want, "holds {holds}");
+        let t = &swept[0];
+        assert_eq!((t.steps.len(), t.best), want, "holds {holds}");
+        // A target still holding at the bound has no ceiling.
+        assert_eq!(t.failed_at.is_some(), !holds, "holds {holds}");
     }
+}
+
+/// A sweep until failure keeps stepping while a target holds, but starts no rate after its
+/// deadline: a server that never fails cannot make it run forever.
+#[tokio::test]
+async fn a_sweep_until_failure_stops_at_its_deadline() {
+    let bound = Bound {
+        steps: 1000,
+        deadline: Some(tokio::time::Instant::now()),
+    };
+    let swept = sweep_together(2, 1.0, 2.0, bound, |_, rate| {
+        let r = Report {
+            rate,
+            ..Report::default()
+        };
+        std::future::ready(Ok((r, true)))
+    })
+    .await
+    .unwrap();
+    for t in &swept {
+        assert_eq!((t.steps.len(), t.best, t.failed_at), (1, Some(0), None));
+    }
+}
+
+/// `rooms` and `fanout` sweep until failure unless `--sweep-steps` fixes the steps; other
+/// scenarios take 8 steps, or sweep until failure with `--until-fail`.
+#[test]
+fn rooms_and_fanout_sweep_until_failure_unless_the_steps_are_fixed() {
+    let bound = |args: &[&str]| {
+        let mut all = vec!["chorus-loadtest"];
+        all.extend(args);
+        let cli = Cli::try_parse_from(all).unwrap();
+        let (s, c) = match cli.cmd {
+            Cmd::Rooms {
+                rooms,
+                members,
+                common,
+            } => (Scenario::Rooms { rooms, members }, common),
+            Cmd::Gifts { rooms, common, .. } => (
+                Scenario::Gifts {
+                    rooms,
+                    members: 2,
+                    order: Order::default(),
+                },
+                common,
+            ),
+            _ => panic!("rooms or gifts"),
+        };
+        let b = Bound::of(&s, &c);
+        (b.steps, b.deadline.is_some())
+    };
+    assert_eq!(
+        bound(&["rooms", "--sweep"]),
+        (sweep::DEFAULT_MAX_STEPS, true)
+    );
+    assert_eq!(
+        bound(&["rooms", "--sweep", "--sweep-max-steps", "12"]),
+        (12, true)
+    );
+    assert_eq!(
+        bound(&["rooms", "--sweep", "--sweep-steps", "4"]),
+        (4, false)
+    );
+    assert_eq!(bound(&["gifts", "--sweep"]), (8, false));
+    assert_eq!(
+        bound(&["gifts", "--sweep", "--sweep-steps", "3", "--until-fail"]),
+        (sweep::DEFAULT_MAX_STEPS, true)
+    );
 }
 
 /// A gift run plots its replies and, when they were timed, its events; chat its deliveries.

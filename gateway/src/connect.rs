@@ -1,0 +1,37 @@
+//! What a new session reads from the stores, off the socket's path: the direct messages its
+//! user is owed and the user's stored profile, in ONE task, and in none when the stores can
+//! tell without a read that there is nothing (standalone: no pending message and no stored
+//! profile for the user, and no profile claims to store). A burst of thousands of connects
+//! then queues no reads and holds no tasks for users with nothing stored, which is most of
+//! them; memory a burst of tasks would leave in the allocator's caches stays unspent.
+
+use std::sync::Arc;
+
+use protocol::SessionId;
+
+use crate::auth::Identity;
+use crate::shared::Core;
+
+impl Core {
+    /// A session of `who` opened (after its `hello`): its owed direct messages follow, then
+    /// its stored profile reaches it when read.
+    pub(crate) fn connected(self: &Arc<Self>, session: SessionId, who: &Identity) {
+        self.social_connected(session, &who.user);
+        let social = self.social_reads_at_connect(&who.user);
+        let profile = self.profile_read_needed(&who.user, &who.profile);
+        if !social && !profile {
+            return;
+        }
+        let core = self.clone();
+        let user = who.user.clone();
+        let claims = who.profile.clone();
+        self.tracker.spawn(async move {
+            if social {
+                core.social_catch_up(session, &user).await;
+            }
+            if profile {
+                core.apply_stored_profile(session, user, claims).await;
+            }
+        });
+    }
+}
