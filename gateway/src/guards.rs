@@ -125,10 +125,7 @@ pub const STANDING_MAX_AGE_MS: u64 = 30_000;
 
 /// The standing of `user` from the ledger now: the guards they hold and their lifetime spend.
 async fn standing_of(ledger: &Ledger, user: &UserId) -> storage::Result<Standing> {
-    let (guards, spent) = tokio::try_join!(
-        ledger.guards_of_buyer(user, now_ms()),
-        ledger.lifetime_spent(user)
-    )?;
+    let (guards, spent) = ledger.standing(user, now_ms()).await?;
     Ok(Standing {
         guards: guards
             .into_iter()
@@ -326,29 +323,41 @@ impl Core {
     /// older than [`STANDING_MAX_AGE_MS`] (the join goes on with the one held; a change follows
     /// it to the room).
     pub(crate) fn refresh_standing_if_stale(self: &Arc<Self>, session: SessionId, user: &UserId) {
-        let now = u64::try_from(now_ms()).unwrap_or(0);
-        if self.hub.standing_stale(session, now, STANDING_MAX_AGE_MS) {
+        if self.standing_read_needed(session, user) {
             self.refresh_standing(user);
         }
+    }
+
+    /// Whether `session`'s standing must be read: there is a ledger, the user is no robot,
+    /// and what the session holds is older than [`STANDING_MAX_AGE_MS`] (or absent).
+    pub(crate) fn standing_read_needed(&self, session: SessionId, user: &UserId) -> bool {
+        let now = u64::try_from(now_ms()).unwrap_or(0);
+        self.money.ledger.is_some()
+            && !user.is_robot()
+            && self.hub.standing_stale(session, now, STANDING_MAX_AGE_MS)
     }
 
     /// Reads `user`'s standing from the ledger in the background and applies it when it
     /// differs from what their sessions hold.
     pub(crate) fn refresh_standing(self: &Arc<Self>, user: &UserId) {
-        let Some(ledger) = self.money.ledger.clone() else {
-            return;
-        };
-        if user.is_robot() {
+        if self.money.ledger.is_none() || user.is_robot() {
             return;
         }
         let core = self.clone();
         let user = user.clone();
-        self.tracker.spawn(async move {
-            match standing_of(&ledger, &user).await {
-                Ok(s) => core.standing_applied(&user, s),
-                Err(e) => warn!(%user, error = %e, "Could not read a user's guards."),
-            }
-        });
+        self.tracker
+            .spawn(async move { core.read_standing(&user).await });
+    }
+
+    /// Reads `user`'s standing from the ledger and applies it (see [`Self::refresh_standing`]).
+    pub(crate) async fn read_standing(self: &Arc<Self>, user: &UserId) {
+        let Some(ledger) = &self.money.ledger else {
+            return;
+        };
+        match standing_of(ledger, user).await {
+            Ok(s) => self.standing_applied(user, s),
+            Err(e) => warn!(%user, error = %e, "Could not read a user's guards."),
+        }
     }
 
     /// Tells the other gateways holding `user`'s connections that their standing changed.

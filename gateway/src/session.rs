@@ -124,12 +124,11 @@ pub(crate) fn run(
     if let Some(t) = text(hello) {
         outbox.push(t);
     }
-    // After `hello`: the direct messages the user is owed, then the stored profile.
+    // After `hello`: the direct messages the user is owed, the stored profile, and the guards
+    // and lifetime spend the user's rooms show as badges, in one task.
     core.connected(session, &who);
     // The sign-up reward, credited on the user's first connection ever (once: by key).
     core.money.reward_signup(&core.tracker, &who.user);
-    // The guards the user holds and their lifetime spend, for the badges their rooms show.
-    core.refresh_standing_if_stale(session, &who.user);
     let mut s = Session {
         bucket: Bucket::new(core.config.rate_burst),
         core,

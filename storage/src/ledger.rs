@@ -535,6 +535,21 @@ impl Ledger {
         dispatch!(self.guards_of_buyer(buyer, now_ms))
     }
 
+    /// A user's standing: [`Self::guards_of_buyer`] and [`Self::lifetime_spent`] together
+    /// (on SQLite one read).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub async fn standing(&self, user: &UserId, now_ms: i64) -> Result<(Vec<Guard>, i64)> {
+        match self {
+            Self::Sqlite(l) => l.standing(user, now_ms).await,
+            _ => tokio::try_join!(
+                self.guards_of_buyer(user, now_ms),
+                self.lifetime_spent(user)
+            ),
+        }
+    }
+
     /// The user's debt (0 for none).
     ///
     /// # Errors

@@ -115,6 +115,12 @@ async fn a_guard_is_paid_once_per_request_and_extends_from_its_end(f: Fixture) {
         (&fan, e1 + 7 * DAY_MS)
     );
     assert_eq!(l.guards_of_buyer(&fan, now).await.unwrap(), listed);
+    // The standing a connecting session reads: the same guards and the lifetime spend.
+    let spent = l.lifetime_spent(&fan).await.unwrap();
+    assert_eq!(
+        l.standing(&fan, now).await.unwrap(),
+        (listed.clone(), spent)
+    );
     assert!(l.guards_of_host(&other, now).await.unwrap().is_empty());
     // The host earned half of each price; the platform kept the rest.
     assert_eq!(l.earnings(&host).await.unwrap(), 300);

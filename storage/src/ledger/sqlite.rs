@@ -269,6 +269,19 @@ impl SqliteLedger {
         Ok(out)
     }
 
+    /// Runs a read on the reader connection, off the async threads, and answers at once: for
+    /// reads only shown to users (badges), where waiting for the WAL's sync buys nothing.
+    async fn read_unsynced<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.reader).lock_owned().await;
+        tokio::task::spawn_blocking(move || f(&conn))
+            .await
+            .map_err(|e| StorageError::backend("ledger read task", e))?
+    }
+
     /// A grant with its statement line a `Grant` (the engine's own tests).
     #[cfg(test)]
     pub(super) async fn grant(

@@ -131,20 +131,23 @@ impl SqliteLedger {
     }
 
     pub(in crate::ledger) async fn lifetime_spent(&self, user: &UserId) -> Result<i64> {
-        let board = spend_board(user);
         let user = user.clone();
-        self.read(move |c| {
-            let spent: Option<i64> = c
-                .prepare_cached(
-                    "SELECT total FROM app_rank
-                     WHERE board = ?1 AND span = ?2 AND start = 0 AND user = ?3",
-                )
-                .map_err(db)?
-                .query_row(params![board, SPAN_ALL, user.as_str()], |r| r.get(0))
-                .optional()
-                .map_err(db)?;
-            Ok(spent.unwrap_or(0))
-        })
-        .await
+        self.read(move |c| spent_in(c, &user)).await
     }
+}
+
+/// `user`'s all-time spend on the reader connection `c` (0 for none).
+pub(super) fn spent_in(c: &rusqlite::Connection, user: &UserId) -> Result<i64> {
+    let spent: Option<i64> = c
+        .prepare_cached(
+            "SELECT total FROM app_rank
+             WHERE board = ?1 AND span = ?2 AND start = 0 AND user = ?3",
+        )
+        .map_err(db)?
+        .query_row(params![spend_board(user), SPAN_ALL, user.as_str()], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(db)?;
+    Ok(spent.unwrap_or(0))
 }

@@ -125,6 +125,11 @@ fn tx_buy(c: &Tx<'_, '_>, o: &GuardOrder) -> Result<GuardOutcome> {
     })
 }
 
+/// The guards a buyer holds in force, latest expiry first.
+const BUYER_GUARDS: &str =
+    "SELECT host, buyer, expires_ms FROM guard WHERE buyer = ?1 AND expires_ms > ?2
+ ORDER BY expires_ms DESC, host ASC LIMIT ?3";
+
 fn listed(c: &Connection, sql: &str, who: &str, now: i64) -> Result<Vec<Guard>> {
     let limit = i64::try_from(MAX_GUARDS_LISTED).unwrap_or(i64::MAX);
     let mut stmt = c.prepare_cached(sql).map_err(db)?;
@@ -170,14 +175,21 @@ impl SqliteLedger {
         now: i64,
     ) -> Result<Vec<Guard>> {
         let buyer = buyer.as_str().to_owned();
-        self.read(move |c| {
-            listed(
-                c,
-                "SELECT host, buyer, expires_ms FROM guard WHERE buyer = ?1 AND expires_ms > ?2
-                 ORDER BY expires_ms DESC, host ASC LIMIT ?3",
-                &buyer,
-                now,
-            )
+        self.read(move |c| listed(c, BUYER_GUARDS, &buyer, now))
+            .await
+    }
+
+    /// [`Self::guards_of_buyer`] and the user's lifetime spend in one read (one turn on the
+    /// reader), not waiting for the WAL's sync: what a connecting session shows as badges.
+    pub(in crate::ledger) async fn standing(
+        &self,
+        user: &UserId,
+        now: i64,
+    ) -> Result<(Vec<Guard>, i64)> {
+        let user = user.clone();
+        self.read_unsynced(move |c| {
+            let guards = listed(c, BUYER_GUARDS, user.as_str(), now)?;
+            Ok((guards, super::app_rank::spent_in(c, &user)?))
         })
         .await
     }
