@@ -4,12 +4,12 @@
 
 use bytes::Bytes;
 use protocol::ErrorCode;
-use protocol::client::{self, RankEntry, RankGet};
+use protocol::client::{self, RankGet};
 use serde_json::json;
 use storage::ledger::Ledger;
 use tracing::warn;
 
-use crate::money::{MAX_RANK_LIMIT, parse_board, parse_period};
+use crate::money::{MAX_RANK_LIMIT, board_and_period, rank_entries};
 
 /// `rank.get` with `scope: "app"`: the arguments checked (no room; board and period), then
 /// the board. Robots are listed (marked) unless `without_robots`.
@@ -21,12 +21,9 @@ pub(crate) async fn rank(ledger: &Ledger, id: u64, r: &RankGet, without_robots: 
             "an app board has no room (leave room out, or use scope room)",
         );
     }
-    let (Some(board), Some(period)) = (parse_board(&r.board), parse_period(&r.period)) else {
-        return client::encode_err(
-            Some(id),
-            ErrorCode::BadRequest,
-            "board is senders|receivers, period is day|week|all",
-        );
+    let (board, period) = match board_and_period(id, r) {
+        Ok(bp) => bp,
+        Err(answer) => return answer,
     };
     let limit = r.limit.clamp(1, MAX_RANK_LIMIT) as usize;
     match ledger
@@ -34,14 +31,7 @@ pub(crate) async fn rank(ledger: &Ledger, id: u64, r: &RankGet, without_robots: 
         .await
     {
         Ok(rows) => {
-            let entries: Vec<RankEntry> = rows
-                .into_iter()
-                .map(|(user, score)| RankEntry {
-                    robot: user.is_robot(),
-                    user,
-                    score,
-                })
-                .collect();
+            let entries = rank_entries(rows);
             client::encode_ok(
                 id,
                 &json!({ "scope": "app", "board": r.board, "period": r.period, "entries": entries }),

@@ -56,7 +56,7 @@ impl Money {
     }
 }
 
-pub(crate) fn parse_board(s: &str) -> Option<Board> {
+fn parse_board(s: &str) -> Option<Board> {
     match s {
         "senders" => Some(Board::Senders),
         "receivers" => Some(Board::Receivers),
@@ -64,7 +64,7 @@ pub(crate) fn parse_board(s: &str) -> Option<Board> {
     }
 }
 
-pub(crate) fn parse_period(s: &str) -> Option<Period> {
+fn parse_period(s: &str) -> Option<Period> {
     match s {
         "day" => Some(Period::Day),
         "week" => Some(Period::Week),
@@ -160,6 +160,29 @@ async fn room_exists(rooms: Option<&SnapshotStore>, id: u64, room: &RoomId) -> R
     }
 }
 
+/// A `rank.get`'s board and period, or the `BAD_REQUEST` answer to request `id`.
+pub(crate) fn board_and_period(id: u64, r: &RankGet) -> Result<(Board, Period), Bytes> {
+    match (parse_board(&r.board), parse_period(&r.period)) {
+        (Some(board), Some(period)) => Ok((board, period)),
+        _ => Err(client::encode_err(
+            Some(id),
+            ErrorCode::BadRequest,
+            "board is senders|receivers, period is day|week|all",
+        )),
+    }
+}
+
+/// A board's rows as `rank.get` entries (robots marked).
+pub(crate) fn rank_entries(rows: impl IntoIterator<Item = (UserId, i64)>) -> Vec<RankEntry> {
+    rows.into_iter()
+        .map(|(user, score)| RankEntry {
+            robot: user.is_robot(),
+            user,
+            score,
+        })
+        .collect()
+}
+
 /// `rank.get`: the scope (an app board is answered by [`crate::app_rank`]), the arguments
 /// checked, then the room's existence (with `rooms`), then the board.
 async fn rank(
@@ -179,12 +202,9 @@ async fn rank(
     let Some(room) = r.room.as_ref() else {
         return client::encode_err(Some(id), ErrorCode::BadRequest, "a room board needs a room");
     };
-    let (Some(board), Some(period)) = (parse_board(&r.board), parse_period(&r.period)) else {
-        return client::encode_err(
-            Some(id),
-            ErrorCode::BadRequest,
-            "board is senders|receivers, period is day|week|all",
-        );
+    let (board, period) = match board_and_period(id, r) {
+        Ok(bp) => bp,
+        Err(answer) => return answer,
     };
     match room_exists(rooms, id, room).await {
         Ok(true) => {}
@@ -199,16 +219,11 @@ async fn rank(
     };
     match ledger.leaderboard(room, board, period, rows).await {
         Ok(rows) => {
-            let entries: Vec<RankEntry> = rows
+            let rows = rows
                 .into_iter()
                 .filter(|(user, _)| !(without_robots && user.is_robot()))
-                .take(limit)
-                .map(|(user, score)| RankEntry {
-                    robot: user.is_robot(),
-                    user,
-                    score,
-                })
-                .collect();
+                .take(limit);
+            let entries = rank_entries(rows);
             client::encode_ok(
                 id,
                 &json!({ "room": room, "board": r.board, "period": r.period, "entries": entries }),

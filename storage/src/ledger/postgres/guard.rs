@@ -161,15 +161,13 @@ impl PostgresLedger {
         host: &UserId,
         now: i64,
     ) -> Result<Vec<Guard>> {
-        let limit = i64::try_from(MAX_GUARDS_LISTED).unwrap_or(i64::MAX);
-        let rows = self
-            .read(
-                "SELECT host, buyer, expires_ms FROM guard WHERE host = $1 AND expires_ms > $2
-                 ORDER BY expires_ms DESC, buyer ASC LIMIT $3",
-                &[&host.as_str(), &now, &limit],
-            )
-            .await?;
-        guards(&rows)
+        self.guards_in_force(
+            "SELECT host, buyer, expires_ms FROM guard WHERE host = $1 AND expires_ms > $2
+             ORDER BY expires_ms DESC, buyer ASC LIMIT $3",
+            host,
+            now,
+        )
+        .await
     }
 
     pub(in crate::ledger) async fn guards_of_buyer(
@@ -177,14 +175,19 @@ impl PostgresLedger {
         buyer: &UserId,
         now: i64,
     ) -> Result<Vec<Guard>> {
+        self.guards_in_force(
+            "SELECT host, buyer, expires_ms FROM guard WHERE buyer = $1 AND expires_ms > $2
+             ORDER BY expires_ms DESC, host ASC LIMIT $3",
+            buyer,
+            now,
+        )
+        .await
+    }
+
+    /// The guards `sql` lists for `who` in force at `now`, at most [`MAX_GUARDS_LISTED`].
+    async fn guards_in_force(&self, sql: &str, who: &UserId, now: i64) -> Result<Vec<Guard>> {
         let limit = i64::try_from(MAX_GUARDS_LISTED).unwrap_or(i64::MAX);
-        let rows = self
-            .read(
-                "SELECT host, buyer, expires_ms FROM guard WHERE buyer = $1 AND expires_ms > $2
-                 ORDER BY expires_ms DESC, host ASC LIMIT $3",
-                &[&buyer.as_str(), &now, &limit],
-            )
-            .await?;
+        let rows = self.read(sql, &[&who.as_str(), &now, &limit]).await?;
         guards(&rows)
     }
 }
