@@ -1,0 +1,302 @@
+//! Standalone connections end to end: rate limits and flood closes, token checks at the
+//! upgrade and on expiry, the per-user connection cap, control characters, heartbeats, pings,
+//! requests sharing one segment, and the shutdown close. A real server on loopback, real
+//! WebSocket clients.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::Duration;
+
+use kit::client::{self, Client, ClientError};
+use protocol::{ErrorCode, RoomId};
+use serde_json::json;
+
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
+
+#[path = "support/standalone.rs"]
+mod standalone;
+use standalone::{SECRET, WAIT, code};
+
+#[tokio::test]
+async fn floods_are_rate_limited_then_closed_with_1008() {
+    let s = Server::start_with(|g, _| {
+        g.rate_per_sec = 5;
+        g.rate_burst = 5;
+        g.flood_close_after = 20;
+    })
+    .await;
+    let mut watcher = s.connect("watcher").await;
+    let mut talker = s.connect("talker").await;
+    let room = RoomId::from("flood");
+    watcher.join(&room, false, None).await.unwrap();
+    talker.join(&room, false, None).await.unwrap();
+
+    let mut flood = s.connect("flooder").await;
+    for _ in 0..100 {
+        if flood.send("ping", json!({})).await.is_err() {
+            break;
+        }
+    }
+    let mut limited = 0;
+    let close = loop {
+        match flood.next_reply(WAIT).await {
+            Ok(r) => {
+                if matches!(&r.result, Err(e) if e.code == ErrorCode::RateLimited) {
+                    limited += 1;
+                }
+            }
+            Err(ClientError::Closed(f)) => break f,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    };
+    assert!(limited >= 1, "RATE_LIMITED came before the close");
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1008));
+
+    talker.chat(&room, "unaffected").await.unwrap();
+    assert_eq!(
+        watcher.next_event_named("chat", WAIT).await.unwrap().d["text"],
+        "unaffected"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn upgrades_without_a_valid_token_are_refused_with_401() {
+    let s = Server::start().await;
+    let mut watcher = s.connect("watcher").await;
+    let refused = |r: Result<Client, ClientError>| match r {
+        Err(ClientError::Refused(status)) => status,
+        Ok(_) => panic!("upgrade accepted"),
+        Err(e) => panic!("unexpected {e:?}"),
+    };
+    assert_eq!(refused(client::connect(&s.url, None).await), 401);
+    assert_eq!(refused(client::connect(&s.url, Some("garbage")).await), 401);
+    let wrong = client::mint_token(b"another-secret", "eve", Duration::from_secs(60)).unwrap();
+    assert_eq!(refused(client::connect(&s.url, Some(&wrong)).await), 401);
+    let expired = client::mint_expired_token(SECRET, "eve", Duration::from_secs(60)).unwrap();
+    assert_eq!(refused(client::connect(&s.url, Some(&expired)).await), 401);
+    // ?token= works for browsers.
+    let t = client::mint_token(SECRET, "browser", Duration::from_secs(60)).unwrap();
+    let mut c = client::connect(&format!("{}?token={t}", s.url), None)
+        .await
+        .unwrap();
+    c.request("ping", json!({})).await.unwrap();
+    // The node is up.
+    watcher.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn tokens_from_the_future_or_living_past_the_cap_are_refused_with_401() {
+    let s = Server::start().await;
+    let refused = |r: Result<Client, ClientError>| match r {
+        Err(ClientError::Refused(status)) => status,
+        Ok(_) => panic!("upgrade accepted"),
+        Err(e) => panic!("unexpected {e:?}"),
+    };
+    let now = jsonwebtoken::get_current_timestamp();
+    let signed = |claims: serde_json::Value| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap()
+    };
+    // Valid only in an hour; issued in an hour; living for 60 days (the cap is 30); forever.
+    for claims in [
+        json!({"sub": "eve", "exp": now + 7200, "nbf": now + 3600}),
+        json!({"sub": "eve", "exp": now + 7200, "iat": now + 3600}),
+        json!({"sub": "eve", "exp": now + 60 * 86_400}),
+        json!({"sub": "eve", "exp": i64::MAX}),
+    ] {
+        let t = signed(claims.clone());
+        assert_eq!(
+            refused(client::connect(&s.url, Some(&t)).await),
+            401,
+            "{claims}"
+        );
+    }
+    // A small clock skew is tolerated.
+    let t = signed(json!({"sub": "ann", "exp": now + 600, "nbf": now + 20, "iat": now + 20}));
+    let mut ann = client::connect(&s.url, Some(&t)).await.unwrap();
+    ann.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_users_connection_past_the_cap_closes_its_oldest_with_4001() {
+    let s = Server::start_with(|g, _| g.max_conns_per_user = 2).await;
+    let mut first = s.connect("ann").await;
+    let mut second = s.connect("ann").await;
+    let mut bob = s.connect("bob").await;
+    let mut third = s.connect("ann").await;
+    let close = first.closed(WAIT).await.unwrap();
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(4001));
+    // The newer two, and other users, are served.
+    for c in [&mut second, &mut third, &mut bob] {
+        c.request("ping", json!({})).await.unwrap();
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn control_and_bidi_characters_are_refused_in_chat_and_titles() {
+    let s = Server::start().await;
+    let mut a = s.connect("alice").await;
+    let err = a
+        .request(
+            "room.create",
+            json!({"room": "clean", "title": "\u{202E}gnp.exe"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    let room = a
+        .create_room(json!({"room": "clean", "title": "clean"}))
+        .await
+        .unwrap();
+    a.join(&room, false, None).await.unwrap();
+    let err = a
+        .request("chat.send", json!({"room": room, "text": "\u{1b}[2J gone"}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), ErrorCode::BadRequest);
+    let ok = a
+        .request(
+            "chat.send",
+            json!({"room": room, "text": "line one\nline two"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok["seq"], 1, "the refused message took no seq");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn silent_connections_are_closed_after_two_heartbeats() {
+    let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(200)).await;
+    let mut c = s.connect("quiet").await;
+    let mut listener = s.connect("listener").await;
+    assert_eq!(c.heartbeat_ms, 200);
+    // The client library answers pings only while it reads; a silent peer is one that does
+    // not. Send nothing and read nothing for 3 intervals, then read: the server has closed.
+    // Meanwhile a listener that only reads (answering the server's pings) stays connected.
+    let started = tokio::time::Instant::now();
+    let (_, heard) = tokio::join!(
+        tokio::time::sleep(Duration::from_millis(700)),
+        listener.next_event(Duration::from_millis(700))
+    );
+    assert!(matches!(heard, Err(ClientError::Timeout)), "{heard:?}");
+    let close = c.closed(WAIT).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1000));
+    listener.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn client_pings_are_answered_in_order_with_data_frames_intact() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let s = Server::start().await;
+    let t = client::mint_token(SECRET, "pinger", Duration::from_secs(60)).unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", s.url))
+        .await
+        .unwrap();
+    // Pings between requests: tungstenite queues each pong while the server reads, and the
+    // server's own (vectored) data writes must neither lose nor split them.
+    for i in 0..3u64 {
+        ws.send(Message::Ping(format!("p{i}").into_bytes().into()))
+            .await
+            .unwrap();
+        let req = json!({"id": i + 1, "op": "ping", "d": {}}).to_string();
+        ws.send(Message::text(req)).await.unwrap();
+    }
+    let (mut pongs, mut replies) = (Vec::new(), Vec::new());
+    while pongs.len() < 3 || replies.len() < 3 {
+        match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+            Some(Ok(Message::Pong(p))) => pongs.push(String::from_utf8(p.to_vec()).unwrap()),
+            Some(Ok(Message::Text(t))) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                if let Some(re) = v.get("re") {
+                    replies.push(re.as_u64().unwrap());
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(pongs, ["p0", "p1", "p2"]);
+    assert_eq!(replies, [1, 2, 3]);
+    s.stop().await;
+}
+
+/// Many requests in one TCP write: the server reads them all, though after the first read the
+/// rest wait in tungstenite's buffer and the socket has nothing more to say (the session only
+/// polls tungstenite once the socket is readable, which must count buffered frames).
+#[tokio::test]
+async fn requests_written_in_one_segment_are_all_answered() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    // No server pings during the test: a ping's pong would make the socket readable and hide
+    // frames stuck in tungstenite's buffer.
+    let s = Server::start_with(|g, _| g.heartbeat = Duration::from_secs(600)).await;
+    let t = client::mint_token(SECRET, "pipeliner", Duration::from_secs(60)).unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?token={t}", s.url))
+        .await
+        .unwrap();
+    const N: u64 = 50;
+    // `feed` only buffers: the one `flush` writes all 50 frames (~1.7 KB) with one write.
+    for i in 1..=N {
+        let req = json!({"id": i, "op": "ping", "d": {}}).to_string();
+        ws.feed(Message::text(req)).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    let mut replies = Vec::new();
+    while replies.len() < N as usize {
+        match tokio::time::timeout(WAIT, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                if let Some(re) = v.get("re") {
+                    replies.push(re.as_u64().unwrap());
+                }
+            }
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => panic!("only {} of {N} replies: {replies:?}", replies.len()),
+        }
+    }
+    assert_eq!(replies, (1..=N).collect::<Vec<_>>());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_whose_token_expires_is_closed_with_1008() {
+    let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(300)).await;
+    // Expires at the next whole second or the one after: the client keeps answering pings
+    // while it waits, so only the expiry can close it.
+    let t = client::mint_token(SECRET, "brief", Duration::from_secs(1)).unwrap();
+    let mut c = client::connect(&s.url, Some(&t)).await.unwrap();
+    let close = c.closed(WAIT).await.unwrap();
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1008));
+    // A connection with a long token is still served.
+    let mut other = s.connect("steady").await;
+    other.request("ping", json!({})).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn hello_comes_first_and_shutdown_sends_1001() {
+    let s = Server::start().await;
+    let mut c = s.connect("alice").await;
+    assert!(!c.session.is_empty());
+    let token = s.running.as_ref().unwrap().shutdown_token();
+    token.cancel();
+    let close = c.closed(WAIT).await.unwrap();
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
+    s.stop().await;
+}
