@@ -58,8 +58,25 @@ async fn direct_messages_cross_gateways_and_an_offline_one_arrives_through_the_o
     let again = send(&mut ann_elsewhere, "bob", "across", "k1").await;
     assert_eq!(again, ok);
 
-    // Bob goes offline; what Ann sends meanwhile arrives, in order, through gateway 0.
+    // Bob goes offline; what Ann sends meanwhile arrives, in order, through gateway 0. Offline
+    // means his gateway has let the connection go (a message queued to a connection in its
+    // last milliseconds counts as delivered to it): wait until the registry names no gateway.
     bob.close().await;
+    let redis = Redis::connect(&cluster.redis.url()).await.unwrap();
+    let registry = Registry::redis(&redis);
+    let deadline = Instant::now() + WAIT;
+    while !registry
+        .gateways_of(&UserId::from("bob"))
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "bob's connection still registered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut ids = Vec::new();
     for i in 0..3 {
         ids.push(
