@@ -11,7 +11,7 @@ use tracing_subscriber::EnvFilter;
 /// jemalloc serves every allocation of the process, SQLite's included, built with a small
 /// per-thread cache (`.cargo/config.toml`; `MALLOC_CONF` overrides it at start). Against glibc's
 /// malloc: less CPU per gift and per room delivery, and less memory per idle connection
-/// (BENCHMARKS.md, Changes 13 and 24).
+/// (docs/BENCHMARKS-LOG.md, Changes 13 and 24).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

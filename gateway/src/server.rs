@@ -148,7 +148,7 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
 /// The most an idle socket's connection future may take. tokio allocates a task as its header,
 /// scheduler handle, id, this future (wrapped for the task tracker) and trailer, aligned to 128
 /// bytes: up to 656 bytes of future (release build) it is a 768-byte allocation, a byte more
-/// makes it 896 (measured for the idle-connection target, BENCHMARKS.md). Unoptimized builds lay the same future out 8 bytes
+/// makes it 896 (measured for the idle-connection target, docs/BENCHMARKS-LOG.md). Unoptimized builds lay the same future out 8 bytes
 /// larger, so the bound checked there is 664: growth shows in both.
 #[cfg(test)]
 const MAX_CONNECTION_FUTURE_BYTES: usize = if cfg!(debug_assertions) { 664 } else { 656 };

@@ -1,6 +1,6 @@
 //! Top-ups per second through `POST /payments/webhook` on a standalone server (SQLite ledger),
 //! signature check, JSON, one ledger booking and its statement line per payment
-//! (BENCHMARKS.md, "Wallet top-ups"). By hand, in release:
+//! (docs/BENCHMARKS-LOG.md, "Wallet top-ups"). By hand, in release:
 //!
 //! `cargo test --release -p gateway --test payments_bench -- --ignored --nocapture`
 //!

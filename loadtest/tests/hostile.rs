@@ -1,5 +1,5 @@
 //! How much hostile clients raise a well-behaved client's latency: a measurement, run by
-//! hand against a release build, whose result is recorded in BENCHMARKS.md:
+//! hand against a release build, whose result is recorded in docs/BENCHMARKS-LOG.md:
 //!
 //! ```sh
 //! cargo build --release -p gateway

@@ -1,5 +1,5 @@
 //! App leaderboard read latency at 1,000 and at 10,000,000 gifts, on SQLite and PostgreSQL
-//! (BENCHMARKS.md, "App leaderboards"). By hand, in release:
+//! (docs/BENCHMARKS-LOG.md, "App leaderboards"). By hand, in release:
 //!
 //! `cargo test --release -p storage --test app_rank_bench -- --ignored --nocapture --test-threads 1`
 //!

@@ -1,5 +1,5 @@
 //! Statement page latency at 10 or at 10 million movements, on SQLite and PostgreSQL
-//! (BENCHMARKS.md, "Wallet statements"). By hand, in release:
+//! (docs/BENCHMARKS-LOG.md, "Wallet statements"). By hand, in release:
 //!
 //! `cargo test --release -p storage --test wallet_bench -- --ignored --nocapture --test-threads 1`
 //!

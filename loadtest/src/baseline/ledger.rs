@@ -1,5 +1,5 @@
 //! The baseline's gift ledger: the least a durable gift server does, so that `gifts --compare`
-//! has a same-run baseline (BENCHMARKS.md, the gifts target).
+//! has a same-run baseline (docs/BENCHMARKS-LOG.md, the gifts target).
 //!
 //! One SQLite file on the same bundled SQLite as Chorus, in WAL mode with `synchronous=FULL`
 //! (a gift is answered only after its commit is on disk), one writer thread that commits every

@@ -31,7 +31,7 @@ use loadtest::{baseline, procfs};
 use serde::Serialize;
 
 /// The same allocator as the `chorus` binary, so that the baseline server runs on the same
-/// stack as Chorus down to malloc (BENCHMARKS.md, method), and the generator gains too.
+/// stack as Chorus down to malloc (docs/BENCHMARKS-LOG.md, method), and the generator gains too.
 #[path = "chorus-loadtest/compare.rs"]
 mod compare;
 use compare::{Ratio, ratios};

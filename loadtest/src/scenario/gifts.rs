@@ -10,7 +10,7 @@
 //! The connections send in turn, room after room: a room takes `members` gifts in a row, so
 //! its members get them in one burst, which the node writes in few socket writes.
 //! `--interleave-rooms` sends each gift to another room than the one before, so every event
-//! is a socket write of its own until the node falls behind (BENCHMARKS.md, the gifts target).
+//! is a socket write of its own until the node falls behind (docs/BENCHMARKS-LOG.md, the gifts target).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

@@ -18,7 +18,7 @@ pub const LUCKY_ID_NAMESPACE: Uuid = Uuid::from_u128(0x93f4_1d7e_2c68_4a0b_8e35_
 /// `v5(ns, sender ‖ 0x00 ‖ req_id)`, except for a `req_id` that is a UUIDv7 (time-ordered):
 /// then a UUIDv8 whose first 48 bits are the `req_id`'s millisecond timestamp and whose other
 /// bits are the v5's. The ids of such requests sort by time, so the ledger appends them to its
-/// saga index instead of writing one random page of it per gift (BENCHMARKS.md: two thirds fewer WAL writes per gift).
+/// saga index instead of writing one random page of it per gift (docs/BENCHMARKS-LOG.md: two thirds fewer WAL writes per gift).
 /// Either form is a pure function of `(sender, req_id)`: a retry finds its first saga.
 pub fn gift_id(sender: &UserId, req_id: &str) -> Uuid {
     gift_ids(sender, req_id).id

@@ -8,7 +8,7 @@
 //! the syncer, which fsyncs the WAL once for every group committed since its last sync and only
 //! then answers their jobs, while the writer already runs the next group. An answer therefore
 //! always means "durable", as with `synchronous=FULL`, but the disk's wait is no longer part
-//! of the writer's cycle (measured: BENCHMARKS.md). Reads wait too: a read answers only
+//! of the writer's cycle (measured: docs/BENCHMARKS-LOG.md). Reads wait too: a read answers only
 //! after a sync that began once its query had ended, which covers every commit it may have
 //! seen, this process's or another's sharing the file, so nothing a crash could undo is ever
 //! shown (what `synchronous=FULL` gave, where a commit became visible only once synced).

@@ -103,7 +103,7 @@ impl PostgresLedger {
                AND xid < pg_snapshot_xmin(pg_current_snapshot())
                AND (xid, id) < ($2::TEXT::xid8, $3)";
         // By the table's columns: a bare `xid` would name the output `xid::TEXT` and sort text,
-        // with no index (a full scan per page: measured, BENCHMARKS.md).
+        // with no index (a full scan per page: measured, docs/BENCHMARKS-LOG.md).
         let order = "ORDER BY movement.xid DESC, movement.id DESC LIMIT $4";
         let rows = match q.kind {
             None => {

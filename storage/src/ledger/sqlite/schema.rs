@@ -28,7 +28,7 @@ pub(super) const PAGE_CACHE_KIB: i64 = 8 * 1024;
 /// tens of thousands of frames long that search walks one hash block per 4,096 frames. It was
 /// ~8 % of a gift storm's instructions in the ledger benchmark, while a page that misses the
 /// cache is rare (the storm's `pread` count is the same without the mapping). Without it a
-/// page in the cache costs no WAL lookup (measured: BENCHMARKS.md). Set explicitly, so a
+/// page in the cache costs no WAL lookup (measured: docs/BENCHMARKS-LOG.md). Set explicitly, so a
 /// SQLite built with another `SQLITE_DEFAULT_MMAP_SIZE` does not bring it back.
 pub(super) const MMAP_BYTES: i64 = 0;
 /// Prepared statements kept per connection: every statement the ledger uses, with room to spare.
@@ -36,7 +36,7 @@ pub(super) const STATEMENT_CACHE_CAPACITY: usize = 64;
 
 /// The ledger's tables. Write cost is mostly pages: every commit writes each page it dirtied to
 /// the WAL, and a row keyed by a random gift id dirties a random page (about 8 µs of CPU per
-/// gift each, measured: BENCHMARKS.md). So each gift touches as few randomly keyed
+/// gift each, measured: docs/BENCHMARKS-LOG.md). So each gift touches as few randomly keyed
 /// b-trees as its lookups need, one: `gift_saga` keeps its large row in a rowid table
 /// (appended, hot pages) with only the small `gift_id` index random.
 ///

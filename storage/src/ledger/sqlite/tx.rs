@@ -19,7 +19,7 @@ pub(super) const SQL_NEW_SAGA: &str =
 // Credits and leaderboard totals add to rows that almost always exist already: a plain
 // `UPDATE` finds the row with one b-tree search, where an upsert first searched for a place to
 // insert, met the conflict, and then ran its update (1.5 % of the ledger benchmark's
-// instructions, BENCHMARKS.md). The rare first row is inserted after it.
+// instructions, docs/BENCHMARKS-LOG.md). The rare first row is inserted after it.
 pub(super) const SQL_CREDIT: &str = "UPDATE account SET earnings = earnings + ?2 WHERE user = ?1";
 pub(super) const SQL_CREDIT_NEW: &str = "INSERT INTO account (user, earnings) VALUES (?1, ?2)";
 pub(super) const SQL_FACT: &str =
@@ -34,7 +34,7 @@ pub(super) const SQL_RANK_NEW: &str = "INSERT INTO gift_rank (room, board, day, 
 /// The gift path's statements, prepared once on the writer's connection and held for its life.
 /// Through the connection's statement cache, every execution also hashed its SQL text twice and
 /// moved the statement out of the cache's LRU list and back: ~1,100 instructions per statement,
-/// about a tenth of a gift's instructions on the writer (measured: BENCHMARKS.md). The cache
+/// about a tenth of a gift's instructions on the writer (measured: docs/BENCHMARKS-LOG.md). The cache
 /// still serves the colder statements.
 pub(super) struct Hot<'c> {
     pub(super) fence: RefCell<Statement<'c>>,

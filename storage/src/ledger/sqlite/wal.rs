@@ -29,7 +29,7 @@ pub const WAL_LIMIT_FRAMES: i32 = 64_000;
 /// the WAL's end; the next group's first write then restarts the WAL from its beginning (SQLite
 /// does, when a write begins on a WAL copied to its end), and the writer does not stop for
 /// its own RESTART at [`WAL_LIMIT_FRAMES`]: that took ~47 ms at 20,000 gifts/s, every ~10 s
-/// (measured: BENCHMARKS.md).
+/// (measured: docs/BENCHMARKS-LOG.md).
 pub const WAL_DRAIN_FROM_FRAMES: i32 = WAL_LIMIT_FRAMES - CHECKPOINT_AFTER_FRAMES;
 /// Counter: WAL restarts (the WAL's next commit written at its beginning again), whoever ran
 /// them: the writer's own RESTART, or a write that began on a WAL copied to its end.

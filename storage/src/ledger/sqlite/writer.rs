@@ -19,7 +19,7 @@ pub const MAX_JOBS_PER_COMMIT: usize = 1024;
 /// of its own whatever it holds (the pages every group dirties, such as the house account and
 /// each room's index tail, are written again; the page-cache walk after a b-tree split; the
 /// fsync), so fewer, larger groups cost less CPU per gift: measured 13 % less at 8,000 gifts/s
-/// with the same reply p99 (measured: BENCHMARKS.md). It is also the most a job waits for it.
+/// with the same reply p99 (measured: docs/BENCHMARKS-LOG.md). It is also the most a job waits for it.
 pub const COMMIT_PACE: Duration = Duration::from_millis(3);
 /// Jobs in the previous group from which the writer paces: below this the load is light, and
 /// a caller alone (a test, an operator's grant) is answered as soon as its fsync is done.
