@@ -386,8 +386,9 @@ fn on_event(shared: &Shared, inner: &Mutex<Inner>, ev: &str, f: &Lite<'_>) {
     let (Some(room), Some(epoch), Some(seq)) = (f.room.as_deref(), f.epoch, f.seq) else {
         return;
     };
+    // Parsed only where it is counted (a party's chat connections see gifts too).
     let gift = match ev {
-        "gift" => {
+        "gift" if shared.counted.gift => {
             f.d.and_then(|d| serde_json::from_str::<GiftD<'_>>(d.get()).ok())
         }
         _ => None,
