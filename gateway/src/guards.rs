@@ -13,7 +13,6 @@ use protocol::client::{
     is_valid_req_id,
 };
 use protocol::ids::is_valid_id;
-use protocol::link::{HeldGuard, RoomCmd, Standing};
 use protocol::{ErrorCode, RoomId, SessionId, UserId};
 use serde::Deserialize;
 use storage::ledger::{
@@ -118,26 +117,6 @@ fn unavailable(id: u64) -> Bytes {
     )
 }
 
-/// How long a session's standing is taken as fresh: a join reads it again (in the background)
-/// only after this, so the ledger sees at most two reads per user per this long from joins.
-/// Within a room the VIP level follows the member's gifts there without any read.
-pub const STANDING_MAX_AGE_MS: u64 = 30_000;
-
-/// The standing of `user` from the ledger now: the guards they hold and their lifetime spend.
-async fn standing_of(ledger: &Ledger, user: &UserId) -> storage::Result<Standing> {
-    let (guards, spent) = ledger.standing(user, now_ms()).await?;
-    Ok(Standing {
-        guards: guards
-            .into_iter()
-            .map(|g| HeldGuard {
-                host: g.host,
-                until: u64::try_from(g.expires_ms).unwrap_or(0),
-            })
-            .collect(),
-        spent,
-    })
-}
-
 /// The owner of `room`, from its stored snapshot (`None`: no such room).
 async fn owner_of(core: &Core, room: &RoomId) -> Result<Option<UserId>, ()> {
     #[derive(Deserialize)]
@@ -238,7 +217,7 @@ impl Core {
             }) => {
                 // Before the reply: a join the client sends next carries the new guard. The
                 // user's other gateways read it again themselves.
-                match standing_of(ledger, user).await {
+                match crate::standing::standing_of(ledger, user).await {
                     Ok(s) => self.standing_applied(user, s),
                     Err(e) => warn!(%user, error = %e, "Could not read a user's guards."),
                 }
@@ -316,79 +295,6 @@ impl Core {
                 warn!(error = %e, "Guard list read failed.");
                 unavailable(id)
             }
-        }
-    }
-
-    /// At connect and at each `room.join`: reads `user`'s standing again when `session`'s is
-    /// older than [`STANDING_MAX_AGE_MS`] (the join goes on with the one held; a change follows
-    /// it to the room).
-    pub(crate) fn refresh_standing_if_stale(self: &Arc<Self>, session: SessionId, user: &UserId) {
-        if self.standing_read_needed(session, user) {
-            self.refresh_standing(user);
-        }
-    }
-
-    /// Whether `session`'s standing must be read: there is a ledger, the user is no robot,
-    /// and what the session holds is older than [`STANDING_MAX_AGE_MS`] (or absent).
-    pub(crate) fn standing_read_needed(&self, session: SessionId, user: &UserId) -> bool {
-        let now = u64::try_from(now_ms()).unwrap_or(0);
-        self.money.ledger.is_some()
-            && !user.is_robot()
-            && self.hub.standing_stale(session, now, STANDING_MAX_AGE_MS)
-    }
-
-    /// Reads `user`'s standing from the ledger in the background and applies it when it
-    /// differs from what their sessions hold.
-    pub(crate) fn refresh_standing(self: &Arc<Self>, user: &UserId) {
-        if self.money.ledger.is_none() || user.is_robot() {
-            return;
-        }
-        let core = self.clone();
-        let user = user.clone();
-        self.tracker
-            .spawn(async move { core.read_standing(&user).await });
-    }
-
-    /// Reads `user`'s standing from the ledger and applies it (see [`Self::refresh_standing`]).
-    pub(crate) async fn read_standing(self: &Arc<Self>, user: &UserId) {
-        let Some(ledger) = &self.money.ledger else {
-            return;
-        };
-        match standing_of(ledger, user).await {
-            Ok(s) => self.standing_applied(user, s),
-            Err(e) => warn!(%user, error = %e, "Could not read a user's guards."),
-        }
-    }
-
-    /// Tells the other gateways holding `user`'s connections that their standing changed.
-    fn standing_changed_elsewhere(self: &Arc<Self>, user: &UserId) {
-        let core = self.clone();
-        let user = user.clone();
-        self.tracker.spawn(async move {
-            let gateways = match core.gateways_of(&user).await {
-                Ok(g) => g,
-                Err(e) => {
-                    warn!(%user, error = %e, "Registry unreachable; a guard shows on this gateway only.");
-                    return;
-                }
-            };
-            let notice = crate::social::Notice::Standing { user };
-            for gw in gateways.iter().filter(|g| **g != core.node) {
-                core.notify(gw, &notice).await;
-            }
-        });
-    }
-
-    /// `user`'s standing is now `s` on this gateway: their sessions send it with their joins
-    /// from now on, and each room they are in hears it (`RoomCmd::Standing`).
-    fn standing_applied(&self, user: &UserId, s: Standing) {
-        let s = Arc::new(s);
-        let mut rooms = self.hub.set_standing(user, &s);
-        rooms.sort_by(|a, b| a.1.cmp(&b.1));
-        rooms.dedup_by(|a, b| a.1 == b.1);
-        for (session, room) in rooms {
-            let cmd = RoomCmd::Standing((*s).clone());
-            self.send_command(session, user, None, room, cmd, None);
         }
     }
 }

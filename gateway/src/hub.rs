@@ -25,7 +25,7 @@ struct Slot {
     /// The user's profile as this session knows it: sent with its joins.
     profile: Arc<Profile>,
     /// The user's standing (guards held, lifetime gift spend), sent with its joins; `None`
-    /// until read.
+    /// until read, and when it holds nothing.
     standing: Option<Arc<Standing>>,
     /// When the standing was last asked for (unix ms; 0: never).
     standing_asked: u64,
@@ -220,21 +220,22 @@ impl Hub {
         true
     }
 
-    /// Gives every local session of `user` the standing `s`; returns the rooms of those whose
-    /// standing changed (session, room), for the caller to tell those rooms.
-    pub(crate) fn set_standing(
-        &self,
-        user: &UserId,
-        s: &Arc<Standing>,
-    ) -> Vec<(SessionId, RoomId)> {
+    /// Gives every local session of `user` the standing `s` (an empty one is kept as none:
+    /// most users hold nothing, and their sessions then hold no allocation for it); returns
+    /// the rooms of those whose standing changed (session, room), for the caller to tell them.
+    pub(crate) fn set_standing(&self, user: &UserId, s: &Standing) -> Vec<(SessionId, RoomId)> {
+        let held = (!s.is_empty()).then(|| Arc::new(s.clone()));
         let mut st = self.write();
         let sessions: SmallVec<[SessionId; 1]> = st.users.get(user).cloned().unwrap_or_default();
         let mut rooms = Vec::new();
         for id in sessions {
             if let Some(slot) = st.sessions.get_mut(&id) {
-                let had = slot.standing.as_deref().cloned().unwrap_or_default();
-                slot.standing = Some(s.clone());
-                if had == **s {
+                let same = slot
+                    .standing
+                    .as_deref()
+                    .map_or(s.is_empty(), |had| had == s);
+                slot.standing.clone_from(&held);
+                if same {
                     continue;
                 }
                 // The room it is in, and the one a join in flight goes to (the change

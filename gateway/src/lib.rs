@@ -46,6 +46,7 @@ mod shared;
 pub mod signal;
 mod social;
 pub mod standalone;
+mod standing;
 mod users;
 mod wallet;
 mod web;

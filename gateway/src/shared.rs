@@ -68,6 +68,8 @@ pub(crate) struct Core {
     pub(crate) hot: HotCounters,
     /// The room directory `room.list` reads (set once at start).
     pub(crate) directory: std::sync::OnceLock<Arc<crate::directory::Directory>>,
+    /// Users whose standing the next batched ledger read fetches.
+    pub(crate) standing_queue: crate::standing::StandingQueue,
 }
 
 /// Counter handles for the per-frame paths.
@@ -122,6 +124,7 @@ impl Core {
             users,
             rejoining: Mutex::new(std::collections::HashSet::new()),
             directory: std::sync::OnceLock::new(),
+            standing_queue: crate::standing::StandingQueue::default(),
             hot: HotCounters {
                 requests: ::metrics::counter!(crate::metrics::REQUESTS),
                 frames_out: ::metrics::counter!(crate::metrics::FRAMES_OUT),

@@ -99,6 +99,10 @@ use crate::{Result, StorageError};
 /// admin grant keys are printable ASCII without spaces, so none starts with it.
 pub const REWARD_KEY_PREFIX: &str = "reward ";
 
+/// Users whose standing [`Ledger::standings`] reads at once on an engine without a batched
+/// read (PostgreSQL, Scylla): a burst of connects takes that many of the pool's connections.
+pub const STANDING_READS_IN_FLIGHT: usize = 8;
+
 /// The ledger: a cheap-to-clone handle on one engine.
 #[derive(Clone)]
 pub enum Ledger {
@@ -541,13 +545,37 @@ impl Ledger {
     /// # Errors
     /// Engine errors.
     pub async fn standing(&self, user: &UserId, now_ms: i64) -> Result<(Vec<Guard>, i64)> {
-        match self {
-            Self::Sqlite(l) => l.standing(user, now_ms).await,
-            _ => tokio::try_join!(
-                self.guards_of_buyer(user, now_ms),
-                self.lifetime_spent(user)
-            ),
+        let mut one = self.standings(std::slice::from_ref(user), now_ms).await?;
+        Ok(one.pop().unwrap_or_default())
+    }
+
+    /// The standing ([`Self::standing`]) of each of `users`, in their order: on SQLite one
+    /// read for all of them, elsewhere [`STANDING_READS_IN_FLIGHT`] users' reads at a time.
+    ///
+    /// # Errors
+    /// Engine errors (the first one: no partial answer).
+    pub async fn standings(&self, users: &[UserId], now_ms: i64) -> Result<Vec<(Vec<Guard>, i64)>> {
+        if let Self::Sqlite(l) = self {
+            return l.standings(users, now_ms).await;
         }
+        let mut read = Vec::with_capacity(users.len());
+        for chunk in users.chunks(STANDING_READS_IN_FLIGHT) {
+            // Collected first: the future then holds no closure over a borrowed id.
+            let reads: Vec<_> = chunk
+                .iter()
+                .map(|u| self.standing_apart(u, now_ms))
+                .collect();
+            read.extend(futures_util::future::try_join_all(reads).await?);
+        }
+        Ok(read)
+    }
+
+    /// One user's standing on an engine without a batched read: its two reads at once.
+    async fn standing_apart(&self, user: &UserId, now_ms: i64) -> Result<(Vec<Guard>, i64)> {
+        tokio::try_join!(
+            self.guards_of_buyer(user, now_ms),
+            self.lifetime_spent(user)
+        )
     }
 
     /// The user's debt (0 for none).

@@ -179,17 +179,23 @@ impl SqliteLedger {
             .await
     }
 
-    /// [`Self::guards_of_buyer`] and the user's lifetime spend in one read (one turn on the
-    /// reader), not waiting for the WAL's sync: what a connecting session shows as badges.
-    pub(in crate::ledger) async fn standing(
+    /// [`Self::guards_of_buyer`] and the lifetime spend of each of `users`, in their order, in
+    /// one read (one turn on the reader), not waiting for the WAL's sync: what connecting
+    /// sessions show as badges.
+    pub(in crate::ledger) async fn standings(
         &self,
-        user: &UserId,
+        users: &[UserId],
         now: i64,
-    ) -> Result<(Vec<Guard>, i64)> {
-        let user = user.clone();
+    ) -> Result<Vec<(Vec<Guard>, i64)>> {
+        let users = users.to_vec();
         self.read_unsynced(move |c| {
-            let guards = listed(c, BUYER_GUARDS, user.as_str(), now)?;
-            Ok((guards, super::app_rank::spent_in(c, &user)?))
+            users
+                .iter()
+                .map(|u| {
+                    let guards = listed(c, BUYER_GUARDS, u.as_str(), now)?;
+                    Ok((guards, super::app_rank::spent_in(c, u)?))
+                })
+                .collect()
         })
         .await
     }
