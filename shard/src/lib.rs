@@ -294,7 +294,7 @@ impl Shard {
         for h in rooms {
             let gw = gw.clone();
             self.inner.tracker.spawn(async move {
-                let _ = h.tx.send(RoomMsg::GatewayGone(gw)).await;
+                let _ = h.tx.send(RoomMsg::GatewayGone(Box::new(gw))).await;
             });
         }
     }

@@ -17,6 +17,7 @@ pub(crate) mod snapshots;
 pub mod state;
 mod stop;
 mod storm;
+mod timers;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,15 +37,17 @@ use crate::owner::Claim;
 use log::{EventLog, Resume};
 use snapshots::{Snapshots, Written};
 use state::{Rejected, RoomState, SessionRef};
+use timers::Timers;
 
-/// A message in a room's inbox.
+/// A message in a room's inbox: 16 bytes (anything larger is boxed), because every room's
+/// inbox holds a block of 32 of them from its start.
 #[derive(Debug)]
 pub(crate) enum RoomMsg {
     /// A command from a gateway (boxed: the inbox's blocks of slots stay small in every
     /// room, however big a command's largest variant is).
     Command(Box<Command>),
     /// A gateway's link closed: its sessions leave the room.
-    GatewayGone(NodeId),
+    GatewayGone(Box<NodeId>),
     /// The owner's recovery settled a saga a previous runtime left unfinished, or took a
     /// settled gift's event a runtime owed (see [`gifts::owe_event`]): publish it.
     GiftRecovered(Box<storage::ledger::GiftOrder>),
@@ -52,19 +55,25 @@ pub(crate) enum RoomMsg {
     /// event) while the room runs: sweep now.
     Sweep,
     /// The placement moved the room to this shard: hand it off.
-    Handoff(NodeId),
+    Handoff(Box<NodeId>),
     /// The admin API asks what the room looks like now.
     Inspect(tokio::sync::oneshot::Sender<serde_json::Value>),
     /// The robot reconcile's configuration for this room (`None`: stop its robots).
     Robots(Option<Box<crate::robots::RobotConfig>>),
     /// The retention sweep: remove the room from durable storage if nobody joined it since
     /// `cutoff_ms` and nothing holds it (see [`lifecycle`]); `done` gets whether it did.
-    Expire {
-        cutoff_ms: u64,
-        done: tokio::sync::oneshot::Sender<bool>,
-    },
+    Expire(Box<Expire>),
     /// Every reward of the pending rocket launch with this number is booked: announce it.
     RocketPaid(u64),
+}
+
+/// The retention sweep's ask ([`RoomMsg::Expire`]).
+#[derive(Debug)]
+pub(crate) struct Expire {
+    /// Remove the room if nobody joined it since (unix ms).
+    pub(crate) cutoff_ms: u64,
+    /// Gets whether it did.
+    pub(crate) done: tokio::sync::oneshot::Sender<bool>,
 }
 
 /// A cheap handle to a running room: the sending side of its inbox.
@@ -96,14 +105,15 @@ const NOT_PUBLISHED: Rejected = state::rejected(ErrorCode::Unavailable, "room un
 /// Longest a handoff waits for the room's in-flight gift sagas.
 const HANDOFF_GIFT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Runs one room until it stops. Spawned by the registry with the room's first command queued.
-pub(crate) async fn run(
+/// Starts one room: claims it, loads it and builds its actor, ready for its loop (`None`: the
+/// room is not served here, and its queued commands were refused).
+async fn start(
     inner: Arc<Inner>,
     room: RoomId,
     generation: u64,
     rx: mpsc::Receiver<RoomMsg>,
     self_tx: mpsc::WeakSender<RoomMsg>,
-) {
+) -> Option<(Box<RoomActor>, mpsc::Receiver<RoomMsg>, CancellationToken)> {
     // The durable high-water mark: a new token must be above the last one that wrote.
     // The robot configuration is read beside the snapshot, not after it: a room's load costs
     // no extra round trip for it. Robots start only after the claim, below.
@@ -116,7 +126,7 @@ pub(crate) async fn run(
         Err(e) => {
             warn!(%room, error = %e, "Could not read the room snapshot.");
             refuse_all(&inner, &room, generation, rx, None).await;
-            return;
+            return None;
         }
     };
     let (fence, lease_token, valid) = match inner.owner.claim(&room, floor).await {
@@ -128,19 +138,19 @@ pub(crate) async fn run(
         Ok(Claim::HeldBy { owner }) => {
             debug!(%room, ?owner, "Room is owned elsewhere; refusing its commands.");
             refuse_all(&inner, &room, generation, rx, owner).await;
-            return;
+            return None;
         }
         Err(e) => {
             warn!(%room, error = %e, "Could not claim the room's lease.");
             refuse_all(&inner, &room, generation, rx, None).await;
-            return;
+            return None;
         }
     };
     // Install the fence in the ledger too, so the previous owner's saga moves are refused.
     let Ok(first_owner) = gifts::install_fence(&inner, &room, fence).await else {
         inner.owner.release(&room, fence).await;
         refuse_all(&inner, &room, generation, rx, None).await;
-        return;
+        return None;
     };
     // Read again under the lease, then install the new fence durably before serving
     // (docs/ARCHITECTURE.md, section 4): from now on the previous owner's writes are rejected.
@@ -155,7 +165,7 @@ pub(crate) async fn run(
                     warn!(%room, fence, error = %e, "Could not install the new fence.");
                     inner.owner.release(&room, fence).await;
                     refuse_all(&inner, &room, generation, rx, None).await;
-                    return;
+                    return None;
                 }
             }
         }
@@ -164,7 +174,7 @@ pub(crate) async fn run(
             warn!(%room, error = %e, "Could not load the room snapshot.");
             inner.owner.release(&room, fence).await;
             refuse_all(&inner, &room, generation, rx, None).await;
-            return;
+            return None;
         }
     };
     metrics::gauge!(m::ROOMS_RUNNING).increment(1.0);
@@ -226,6 +236,27 @@ pub(crate) async fn run(
         actor.set_robots(robot_config).await;
         actor.list_note(0, true);
     }
+    // Boxed: the room's task then holds a pointer to it beside its loop, not a second copy.
+    Some((Box::new(actor), rx, lease_token))
+}
+
+/// Runs one room until it stops. Spawned by the registry with the room's first command queued.
+///
+/// The start-up is boxed, and the loop boxes every handler it awaits: this future lives as
+/// long as the room, so its size is what every idle room costs. Inlined, the largest handler
+/// and the start-up's locals would size it (several KiB per room).
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    room: RoomId,
+    generation: u64,
+    rx: mpsc::Receiver<RoomMsg>,
+    self_tx: mpsc::WeakSender<RoomMsg>,
+) {
+    let started = Box::pin(start(inner.clone(), room, generation, rx, self_tx)).await;
+    let Some((mut actor, rx, lease_token)) = started else {
+        return;
+    };
+    let fence = actor.fence;
     let stop = actor.run_loop(rx, &lease_token, generation).await;
     metrics::gauge!(m::ROOMS_RUNNING).decrement(1.0);
     let why = match &stop {
@@ -336,7 +367,8 @@ struct RoomActor {
     /// Opens this runtime's gifts in the fenced store (cluster; started with the first gift).
     opener: Option<gifts::Opener>,
     /// The room's robots, when its configuration enables them.
-    robots: Option<robots::Robots>,
+    /// Boxed: most rooms run no robots, and the actor lives inside the room's task.
+    robots: Option<Box<robots::Robots>>,
     /// When this runtime last recorded a join in the store's touched time (retention).
     touched: Option<Instant>,
     /// What the room last handed to the room directory.
@@ -381,21 +413,21 @@ impl RoomActor {
                         | RoomMsg::RocketPaid(_),
                     ) => continue,
                     Ok(RoomMsg::Command(cmd)) => {
-                        self.handle(cmd).await;
+                        Box::pin(self.handle(cmd)).await;
                         if self.state.is_none() {
                             break Stop::Missing;
                         }
                         continue;
                     }
-                    Ok(RoomMsg::Expire { cutoff_ms, done }) => {
+                    Ok(RoomMsg::Expire(e)) => {
+                        let Expire { cutoff_ms, done } = *e;
                         // No state: only index entries can be left to clean up.
-                        let _ = done.send(self.expire(cutoff_ms).await);
+                        let _ = done.send(Box::pin(self.expire(cutoff_ms)).await);
                         continue;
                     }
                     Err(_) => break Stop::Missing,
                 }
             }
-            let count_at = self.last_count + self.inner.config.member_count_interval;
             // Deadlines are wall-clock times kept in the durable state (a new owner re-arms
             // them from it); the timer for the next one is made afresh each turn.
             if self.due_stale {
@@ -404,13 +436,22 @@ impl RoomActor {
                 self.due = self.state.as_ref().and_then(RoomState::next_deadline);
                 self.due_stale = false;
             }
-            let due = self.due;
-            let due_at = due.map_or(now_far(), instant_at);
-            let robot_at = self.robot_due();
-            let storm_at = self.state.as_ref().and_then(RoomState::next_storm_flush);
-            let rocket_at = self.rocket_progress_due();
-            let idle_at = self.idle_since + self.inner.config.idle_unload;
-            let idle = self.member_count() == 0;
+            let timers = Timers {
+                count: self
+                    .count_dirty
+                    .then(|| self.last_count + self.inner.config.member_count_interval),
+                deadline: self.due.map(instant_at),
+                storm: self
+                    .state
+                    .as_ref()
+                    .and_then(RoomState::next_storm_flush)
+                    .map(instant_at),
+                rocket: self.rocket_progress_due(),
+                robot: self.robot_due(),
+                idle: (self.member_count() == 0)
+                    .then(|| self.idle_since + self.inner.config.idle_unload),
+            };
+            let next = timers.next();
             tokio::select! {
                 biased;
                 () = &mut lease_lost => break Stop::LeaseLost,
@@ -418,7 +459,7 @@ impl RoomActor {
                 // Outcomes before new commands: answers go out first, and the sagas in
                 // flight stay bounded by the ledger's pace.
                 Some(done) = self.sagas.next(), if !self.sagas.is_empty() => {
-                    self.gift_done(done).await;
+                    Box::pin(self.gift_done(done)).await;
                 }
                 msg = rx.recv() => match msg {
                     Some(RoomMsg::Command(cmd)) => {
@@ -427,19 +468,24 @@ impl RoomActor {
                             self.deferred.push(*cmd);
                             break Stop::LeaseLost;
                         }
-                        self.handle(cmd).await;
+                        Box::pin(self.handle(cmd)).await;
                     }
-                    Some(RoomMsg::GatewayGone(gw)) => self.gateway_gone(&gw).await,
-                    Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
+                    Some(RoomMsg::GatewayGone(gw)) => Box::pin(self.gateway_gone(&gw)).await,
+                    Some(RoomMsg::GiftRecovered(order)) => {
+                        Box::pin(self.gift_recovered(*order)).await;
+                    }
                     Some(RoomMsg::Sweep) => self.sweep_now(),
-                    Some(RoomMsg::Handoff(to)) => break Stop::Handoff(to),
+                    Some(RoomMsg::Handoff(to)) => break Stop::Handoff(*to),
                     Some(RoomMsg::Inspect(tx)) => {
                         let _ = tx.send(self.inspect());
                     }
-                    Some(RoomMsg::Robots(config)) => self.set_robots(config.map(|c| *c)).await,
-                    Some(RoomMsg::RocketPaid(number)) => self.rocket_paid(number).await,
-                    Some(RoomMsg::Expire { cutoff_ms, done }) => {
-                        let expired = self.expire(cutoff_ms).await;
+                    Some(RoomMsg::Robots(config)) => {
+                        Box::pin(self.set_robots(config.map(|c| *c))).await;
+                    }
+                    Some(RoomMsg::RocketPaid(number)) => Box::pin(self.rocket_paid(number)).await,
+                    Some(RoomMsg::Expire(e)) => {
+                        let Expire { cutoff_ms, done } = *e;
+                        let expired = Box::pin(self.expire(cutoff_ms)).await;
                         let _ = done.send(expired);
                         if expired {
                             break Stop::Missing;
@@ -447,21 +493,31 @@ impl RoomActor {
                     }
                     None => break Stop::Shutdown,
                 },
-                () = sleep_until(count_at), if self.count_dirty => self.publish_count().await,
-                () = sleep_until(due_at), if due.is_some() => self.tick().await,
-                () = sleep_until(storm_at.map_or_else(now_far, instant_at)), if storm_at.is_some() => {
-                    self.flush_storm(false).await;
+                () = sleep_until(next.unwrap_or_else(now_far)), if next.is_some() => {
+                    let due = timers.due(Instant::now());
+                    if due.count.is_some() {
+                        Box::pin(self.publish_count()).await;
+                    }
+                    if due.deadline.is_some() {
+                        Box::pin(self.tick()).await;
+                    }
+                    if due.storm.is_some() {
+                        Box::pin(self.flush_storm(false)).await;
+                    }
+                    if due.rocket.is_some() {
+                        Box::pin(self.send_rocket_progress()).await;
+                    }
+                    if due.robot.is_some() {
+                        Box::pin(self.robot_tick()).await;
+                    }
+                    // Last, and only when the room is still empty after the others.
+                    if due.idle.is_some() && self.member_count() == 0 {
+                        break Stop::Idle;
+                    }
                 }
-                () = sleep_until(rocket_at.unwrap_or_else(now_far)), if rocket_at.is_some() => {
-                    self.send_rocket_progress().await;
-                }
-                () = sleep_until(robot_at.unwrap_or_else(now_far)), if robot_at.is_some() => {
-                    self.robot_tick().await;
-                }
-                () = sleep_until(idle_at), if idle => break Stop::Idle,
             }
         };
-        self.stop(stop.clone(), rx, generation).await;
+        Box::pin(self.stop(stop.clone(), rx, generation)).await;
         stop
     }
 
@@ -699,4 +755,12 @@ fn room_left(room: &RoomId, reason: &str) -> Bytes {
         reason: reason.into(),
     };
     client::encode_event("room.left", None, None, &left)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_inbox_message_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<super::RoomMsg>(), 16);
+    }
 }

@@ -232,7 +232,10 @@ async fn sweep_once(inner: &Arc<Inner>, cutoff_ms: u64) -> usize {
 /// running; returns whether the room was removed.
 async fn expire_room(inner: &Arc<Inner>, room: &RoomId, cutoff_ms: u64) -> bool {
     let (done, answer) = tokio::sync::oneshot::channel();
-    if !inner.start_for(room, RoomMsg::Expire { cutoff_ms, done }) {
+    if !inner.start_for(
+        room,
+        RoomMsg::Expire(Box::new(super::Expire { cutoff_ms, done })),
+    ) {
         return false;
     }
     matches!(

@@ -147,7 +147,7 @@ impl RoomActor {
                         }
                     }
                 }
-                self.robots = Some(Robots::new(c, Instant::now()));
+                self.robots = Some(Box::new(Robots::new(c, Instant::now())));
                 self.robot_tick().await;
             }
             (None, true) => {

@@ -40,7 +40,7 @@ impl RoomActor {
                 | RoomMsg::Inspect(_)
                 | RoomMsg::Robots(_)
                 | RoomMsg::RocketPaid(_)
-                | RoomMsg::Expire { .. } => {}
+                | RoomMsg::Expire(_) => {}
             }
         }
         // Save and release first: the new owner can claim the moment the gateways ask it.
