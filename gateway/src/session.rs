@@ -93,8 +93,11 @@ pub(crate) fn run(
     core: Arc<Core>,
     mut ws: WebSocketStream<TcpStream>,
     who: Identity,
+    im_ack: bool,
 ) -> impl Future<Output = ()> {
     let session: SessionId = core.next_session();
+    // Before the hub knows the session: a direct message for it waits for its backlog.
+    core.social_opening(session, im_ack);
     let outbox = Arc::new(Outbox::new(
         core.config.outbox_frames,
         core.config.outbox_bytes,
@@ -119,6 +122,7 @@ pub(crate) fn run(
             session: format!("{}-{session}", core.node),
             heartbeat_ms: core.config.heartbeat.as_millis() as u64,
             server: format!("chorus/{}", env!("CARGO_PKG_VERSION")),
+            im_ack,
         },
     );
     if let Some(t) = text(hello) {

@@ -26,9 +26,13 @@ pub(crate) use bus::Notice;
 use crate::shared::Core;
 
 /// What the gateway tracks per local session for the social features: only while the
-/// session reads its backlog or is in a room (an idle connection holds nothing here).
+/// session reads its backlog or is in a room, or for its life when it acknowledges its direct
+/// messages (an idle connection that does not holds nothing here).
 #[derive(Debug, Default)]
 struct Tracked {
+    /// The connection acknowledges its direct messages (`im.ack`): one queued to it stays
+    /// owed until acknowledged (`im.rs`).
+    acks: bool,
     /// Live direct messages that arrived while the session's backlog was being read: sent
     /// after it, those the backlog already held left out. `None` once caught up.
     catching_up: Option<Vec<(u64, String)>>,
@@ -85,7 +89,8 @@ impl Tracked {
 
     /// Whether nothing is tracked any more (the entry can go).
     fn is_idle(&self) -> bool {
-        self.catching_up.is_none()
+        !self.acks
+            && self.catching_up.is_none()
             && self.entry.is_none()
             && self.inflight == 0
             && self.deferred.is_empty()
@@ -219,17 +224,24 @@ async fn keep_alive(core: Arc<Core>) {
 }
 
 impl Core {
-    /// A session opened: its catch-up starts (live direct messages wait for the backlog).
-    /// With nothing to register or read it ends at once; else the caller runs
-    /// `social_catch_up` (see `Core::connected`).
-    pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
+    /// A session is opening, before the hub knows it: its catch-up starts (live direct
+    /// messages wait for the backlog, so none can reach it before `hello`). `acks`: the
+    /// connection acknowledges its direct messages.
+    pub(crate) fn social_opening(&self, session: SessionId, acks: bool) {
         self.social.sessions().insert(
             session,
             Tracked {
+                acks,
                 catching_up: Some(Vec::new()),
                 ..Tracked::default()
             },
         );
+    }
+
+    /// A session opened (after `social_opening` and its `hello`): with nothing to register or
+    /// read its catch-up ends at once; else the caller runs `social_catch_up` (see
+    /// `Core::connected`).
+    pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
         if !self.social_reads_at_connect(user) {
             // Nothing to register or read: caught up at once, with no task.
             im::deliver_owed(self, session, user, Vec::new());
