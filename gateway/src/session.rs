@@ -97,12 +97,11 @@ pub(crate) fn run(
 ) -> impl Future<Output = ()> {
     let session: SessionId = core.next_session();
     // Before the hub knows the session: a direct message for it waits for its backlog.
-    core.social_opening(session, im_ack);
-    let outbox = Arc::new(Outbox::new(
-        core.config.outbox_frames,
-        core.config.outbox_bytes,
-        who.exp,
-    ));
+    core.social_opening(session);
+    let outbox = Arc::new(
+        Outbox::new(core.config.outbox_frames, core.config.outbox_bytes, who.exp)
+            .with_im_ack(im_ack),
+    );
     let cap = core.config.max_conns_per_user;
     for old in core.hub.add(
         session,

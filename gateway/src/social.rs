@@ -26,13 +26,9 @@ pub(crate) use bus::Notice;
 use crate::shared::Core;
 
 /// What the gateway tracks per local session for the social features: only while the
-/// session reads its backlog or is in a room, or for its life when it acknowledges its direct
-/// messages (an idle connection that does not holds nothing here).
+/// session reads its backlog or is in a room (an idle connection holds nothing here).
 #[derive(Debug, Default)]
 struct Tracked {
-    /// The connection acknowledges its direct messages (`im.ack`): one queued to it stays
-    /// owed until acknowledged (`im.rs`).
-    acks: bool,
     /// Live direct messages that arrived while the session's backlog was being read: sent
     /// after it, those the backlog already held left out. `None` once caught up.
     catching_up: Option<Vec<(u64, String)>>,
@@ -89,8 +85,7 @@ impl Tracked {
 
     /// Whether nothing is tracked any more (the entry can go).
     fn is_idle(&self) -> bool {
-        !self.acks
-            && self.catching_up.is_none()
+        self.catching_up.is_none()
             && self.entry.is_none()
             && self.inflight == 0
             && self.deferred.is_empty()
@@ -225,13 +220,11 @@ async fn keep_alive(core: Arc<Core>) {
 
 impl Core {
     /// A session is opening, before the hub knows it: its catch-up starts (live direct
-    /// messages wait for the backlog, so none can reach it before `hello`). `acks`: the
-    /// connection acknowledges its direct messages.
-    pub(crate) fn social_opening(&self, session: SessionId, acks: bool) {
+    /// messages wait for the backlog, so none can reach it before `hello`).
+    pub(crate) fn social_opening(&self, session: SessionId) {
         self.social.sessions().insert(
             session,
             Tracked {
-                acks,
                 catching_up: Some(Vec::new()),
                 ..Tracked::default()
             },

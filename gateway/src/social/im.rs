@@ -262,9 +262,8 @@ pub(super) fn deliver_local(
             if Some(s) == except {
                 continue;
             }
-            let t = tracked.get_mut(&s);
-            acking |= t.as_ref().is_some_and(|t| t.acks);
-            match t.and_then(|t| t.catching_up.as_mut()) {
+            acking |= out.im_ack();
+            match tracked.get_mut(&s).and_then(|t| t.catching_up.as_mut()) {
                 Some(waiting) => waiting.push((id, json.to_owned())),
                 None => {
                     out.push(f.clone());
@@ -315,7 +314,6 @@ pub(super) fn deliver_owed(
         return;
     };
     let waiting = t.catching_up.take().unwrap_or_default();
-    let acks = t.acks;
     super::forget_if_idle(&mut tracked, session);
     let sessions = core.hub.sessions_of(user);
     let Some((_, out)) = sessions.iter().find(|(s, _)| *s == session) else {
@@ -331,6 +329,7 @@ pub(super) fn deliver_owed(
             sent.push(*id);
         }
     }
+    let acks = out.im_ack();
     drop(tracked);
     if !acks {
         mark_delivered(core, user, sent);
