@@ -169,6 +169,9 @@ pub(crate) struct Outbox {
     /// `session.expiring` was sent for the current expiry (a refresh that moves it clears
     /// this). Sits in the padding after `ping`.
     warned: AtomicBool,
+    /// The connection acknowledges its direct messages (`?im_ack=1`): one queued here stays
+    /// owed until acknowledged (`social/im.rs`). In the padding too: it costs nothing.
+    im_ack: bool,
 }
 
 /// What the socket's writer takes from its outbox.
@@ -196,7 +199,19 @@ impl Outbox {
             heard: AtomicU64::new(clock_ms()),
             expires: AtomicU64::new(expires),
             warned: AtomicBool::new(false),
+            im_ack: false,
         }
+    }
+
+    /// This outbox, for a connection that acknowledges its direct messages when `on`.
+    pub(crate) fn with_im_ack(mut self, on: bool) -> Self {
+        self.im_ack = on;
+        self
+    }
+
+    /// Whether the connection acknowledges its direct messages.
+    pub(crate) fn im_ack(&self) -> bool {
+        self.im_ack
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {

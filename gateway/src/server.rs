@@ -63,13 +63,14 @@ const RETRY_AFTER_SECS: u32 = 1;
 /// for the socket's whole life).
 fn connection(core: Arc<Core>, stream: TcpStream) -> impl Future<Output = ()> {
     Box::pin(upgrade(core, stream)).then(|upgraded| match upgraded {
-        Some((core, ws, who)) => Either::Left(crate::session::run(core, ws, who)),
+        Some((core, ws, who, im_ack)) => Either::Left(crate::session::run(core, ws, who, im_ack)),
         None => Either::Right(std::future::ready(())),
     })
 }
 
-/// An upgraded socket: the core handed back, the WebSocket, and who it authenticated as.
-type Upgraded = (Arc<Core>, WebSocketStream<TcpStream>, Identity);
+/// An upgraded socket: the core handed back, the WebSocket, who it authenticated as, and
+/// whether it acknowledges its direct messages (`?im_ack=1`).
+type Upgraded = (Arc<Core>, WebSocketStream<TcpStream>, Identity, bool);
 
 /// Checks the upgrade request and completes the WebSocket handshake; `None` when refused or
 /// failed.
@@ -88,6 +89,7 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
         }
     }
     let mut who: Option<Identity> = None;
+    let mut im_ack = false;
     let auth = &core.auth;
     let admission = &core.admission;
     // The callback's signature is tungstenite's; its error type is an HTTP response.
@@ -113,6 +115,7 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
         match auth.verify(&token) {
             Ok(id) => {
                 who = Some(id);
+                im_ack = crate::social::im::asks_to_ack(req.uri().query());
                 Ok(resp)
             }
             Err(e) => {
@@ -142,7 +145,7 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
         }
     };
     let who = who?;
-    Some((core, ws, who))
+    Some((core, ws, who, im_ack))
 }
 
 /// The most an idle socket's connection future may take. tokio allocates a task as its header,

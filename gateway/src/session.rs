@@ -93,13 +93,15 @@ pub(crate) fn run(
     core: Arc<Core>,
     mut ws: WebSocketStream<TcpStream>,
     who: Identity,
+    im_ack: bool,
 ) -> impl Future<Output = ()> {
     let session: SessionId = core.next_session();
-    let outbox = Arc::new(Outbox::new(
-        core.config.outbox_frames,
-        core.config.outbox_bytes,
-        who.exp,
-    ));
+    // Before the hub knows the session: a direct message for it waits for its backlog.
+    core.social_opening(session);
+    let outbox = Arc::new(
+        Outbox::new(core.config.outbox_frames, core.config.outbox_bytes, who.exp)
+            .with_im_ack(im_ack),
+    );
     let cap = core.config.max_conns_per_user;
     for old in core.hub.add(
         session,
@@ -119,6 +121,7 @@ pub(crate) fn run(
             session: format!("{}-{session}", core.node),
             heartbeat_ms: core.config.heartbeat.as_millis() as u64,
             server: format!("chorus/{}", env!("CARGO_PKG_VERSION")),
+            im_ack,
         },
     );
     if let Some(t) = text(hello) {

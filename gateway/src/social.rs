@@ -219,10 +219,9 @@ async fn keep_alive(core: Arc<Core>) {
 }
 
 impl Core {
-    /// A session opened: its catch-up starts (live direct messages wait for the backlog).
-    /// With nothing to register or read it ends at once; else the caller runs
-    /// `social_catch_up` (see `Core::connected`).
-    pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
+    /// A session is opening, before the hub knows it: its catch-up starts (live direct
+    /// messages wait for the backlog, so none can reach it before `hello`).
+    pub(crate) fn social_opening(&self, session: SessionId) {
         self.social.sessions().insert(
             session,
             Tracked {
@@ -230,6 +229,12 @@ impl Core {
                 ..Tracked::default()
             },
         );
+    }
+
+    /// A session opened (after `social_opening` and its `hello`): with nothing to register or
+    /// read its catch-up ends at once; else the caller runs `social_catch_up` (see
+    /// `Core::connected`).
+    pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
         if !self.social_reads_at_connect(user) {
             // Nothing to register or read: caught up at once, with no task.
             im::deliver_owed(self, session, user, Vec::new());

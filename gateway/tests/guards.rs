@@ -1,5 +1,5 @@
 //! Guards and VIP badges end to end on a standalone server, with real WebSocket clients:
-//! `guard.buy` paid once per request id, the `guard` badge on `member.join`, `member.update`,
+//! `guard.buy` paid once per request id, the `guard` badge on `member.join`, `member.update` (and again when it ends),
 //! `member.list`, chat and gift events in the host's room, `guard.list` by host or room, a
 //! refusal without coins, expiry by time, and the VIP level moving with a settled gift.
 #![allow(
@@ -217,8 +217,11 @@ async fn a_guard_bought_shows_its_badge_in_the_hosts_room_and_is_listed() {
         ("member.update", &json!(true))
     );
 
-    // The short guard ends by time: no longer listed (polled, bounded), and a rejoin shows
-    // no badge.
+    // The short guard ends by time: the room shows the badge gone (`member.update` without
+    // it), it is no longer listed (polled, bounded), and a rejoin shows no badge.
+    let u = presence_of(&mut w, "carol").await;
+    assert_eq!(u.ev, "member.update");
+    assert!(u.d.get("guard").is_none(), "the badge ended: {:?}", u.d);
     let deadline = Instant::now() + Duration::from_secs(20);
     while guards(&mut w, json!({"host": "hana"})).await.len() > 1 {
         assert!(Instant::now() < deadline, "carol's guard never ended");

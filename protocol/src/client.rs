@@ -42,8 +42,8 @@ pub use guard::{
     GuardBought, GuardBuy, GuardEntry, GuardList, GuardOp, GuardPage, GuardPlanInfo, GuardPlans,
 };
 pub use im::{
-    BlockList, ImBlocks, ImHistory, ImMessage, ImPage, ImSend, ImSent, ImUser, MAX_BLOCKS,
-    MAX_IM_TEXT_CHARS,
+    BlockList, ImAck, ImBlocks, ImHistory, ImMessage, ImPage, ImSend, ImSent, ImUser, MAX_BLOCKS,
+    MAX_IM_ACK_IDS, MAX_IM_TEXT_CHARS,
 };
 pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
 pub use members::{MemberEntry, MemberList, MemberPage, MemberUpdate};

@@ -1,7 +1,8 @@
 //! Direct messages: every message kept in its sender's and its recipient's log (bounded per
 //! user: the last [`KEEP_PER_USER`], none older than [`KEEP_FOR`]), the recipient's messages
-//! not yet delivered to any of their connections, idempotency by the sender's `req_id`, and
-//! block lists.
+//! not yet delivered (the gateway marks one delivered when it queued it to a connection that
+//! does not acknowledge, or when a client acknowledged it), idempotency by the sender's
+//! `req_id`, and block lists.
 //!
 //! A message is stored as the JSON of the client's `im` event `d` (`{"id","at",…}`): the
 //! backlog, history and live delivery send those bytes as they are. Ids are unique and grow

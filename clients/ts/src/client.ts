@@ -1,7 +1,8 @@
 import { Emitter } from "./emitter.js";
+import { ImInbox } from "./im.js";
 import { type EventFrame, Room } from "./room.js";
-import { Close, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
-import { ChorusError, backoff } from "./util.js";
+import { Close, type ImMessage, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
+import { ChorusError, backoff, uuidv7 } from "./util.js";
 
 /** A token, or a function that fetches a fresh one (called at every connect and refresh). */
 export type TokenSource = string | (() => string | Promise<string>);
@@ -30,6 +31,14 @@ export interface ClientOptions {
   reconnect?: { initialMs?: number; maxMs?: number };
   /** The WebSocket class; default the global one, else the `ws` package (Node < 22). */
   WebSocket?: SocketFactory;
+  /**
+   * Acknowledged direct messages (section 13.7, default on): the connection asks for them
+   * (`im_ack=1`), and the client acknowledges every `im` it hands to the application, so a
+   * message is never lost with a dropped connection; duplicates are dropped by `id`.
+   */
+  imAck?: boolean;
+  /** How long acknowledgements gather before one `im.ack` goes (default 200 ms). */
+  imAckDelayMs?: number;
 }
 
 export type ConnectionState = "idle" | "connecting" | "open" | "reconnecting" | "closed";
@@ -37,12 +46,14 @@ export type ConnectionState = "idle" | "connecting" | "open" | "reconnecting" | 
 export interface ClientEvents {
   /** The connection's state changed; `delayMs` is the wait before the next attempt. */
   state: { state: ConnectionState; reason?: string; delayMs?: number; attempt?: number };
-  hello: { session: string; heartbeat_ms: number; server: string };
+  hello: { session: string; heartbeat_ms: number; server: string; im_ack?: boolean };
+  /** A direct message (section 13), once per `id` even when the server sends it again. */
+  im: ImMessage;
   /** `session.expiring` arrived; the client refreshes by itself when its token is a function. */
   "session.expiring": { exp: number };
   /** `auth.refresh` succeeded: the connection now lives until `exp`. */
   refreshed: { exp: number };
-  /** Every event frame that belongs to no joined room (direct messages, notices). */
+  /** Every event frame that belongs to no joined room (direct messages, once each; notices). */
   event: EventFrame;
   /** A failure with no caller to report to (a refresh that failed, a refused reconnect). */
   error: Error;
@@ -81,6 +92,9 @@ export class Client extends Emitter<ClientEvents> {
   private urlIndex = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private refreshing = false;
+  /** Direct messages seen (to drop duplicates) and not acknowledged yet. */
+  private readonly im = new ImInbox();
+  private ackTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(opts: ClientOptions) {
     super();
@@ -88,6 +102,8 @@ export class Client extends Emitter<ClientEvents> {
       url: opts.url,
       token: opts.token,
       requestTimeoutMs: opts.requestTimeoutMs ?? 10_000,
+      imAck: opts.imAck ?? true,
+      imAckDelayMs: opts.imAckDelayMs ?? 200,
       reconnect: { initialMs: opts.reconnect?.initialMs ?? 300, maxMs: opts.reconnect?.maxMs ?? 10_000 },
     };
     this.Socket = opts.WebSocket;
@@ -200,15 +216,39 @@ export class Client extends Emitter<ClientEvents> {
   profiles(users: string[]): Promise<OpOk<"user.get">> {
     return this.request("user.get", { users });
   }
+  /**
+   * Acknowledges the direct messages handed to the application so far now, instead of after
+   * `imAckDelayMs`; resolves when the server answered (a failed batch is sent again on the next
+   * connection). `close()` sends them too, without waiting.
+   */
+  ackIms(): Promise<void> {
+    if (this.ackTimer) clearTimeout(this.ackTimer);
+    this.ackTimer = null;
+    return this.flushAcks();
+  }
+  /** Sends a direct message; a retry with the same `reqId` is the same message (section 13.1). */
+  sendIm(to: string, text: string, reqId: string = uuidv7()): Promise<OpOk<"im.send">> {
+    return this.request("im.send", { to, text, req_id: reqId });
+  }
+  /** One page of the caller's direct messages, newest first (section 13.2). */
+  imHistory(d: OpRequest<"im.history"> = {}): Promise<OpOk<"im.history">> {
+    return this.request("im.history", d);
+  }
 
   /** Closes the connection for good: no reconnect, pending requests fail with `CLOSED`. */
   close(): void {
     this.gen++;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    if (this.ackTimer) clearTimeout(this.ackTimer);
+    this.ackTimer = null;
     const ws = this.ws;
     this.ws = null;
     try {
+      // Acknowledgements still gathering go before the close (no reply is awaited).
+      while (ws && this.state === "open" && this.session?.im_ack && this.im.owing) {
+        ws.send(JSON.stringify({ id: this.nextId++, op: "im.ack", d: { ids: this.im.batch() } }));
+      }
       ws?.close(1000, "bye");
     } catch {
       /* already closed */
@@ -267,7 +307,8 @@ export class Client extends Emitter<ClientEvents> {
     }
     if (gen !== this.gen) return;
     const base = this.url();
-    const url = `${base}${base.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
+    const ack = this.opts.imAck ? "&im_ack=1" : "";
+    const url = `${base}${base.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}${ack}`;
     let ws: SocketLike;
     try {
       ws = new Socket(url);
@@ -324,6 +365,8 @@ export class Client extends Emitter<ClientEvents> {
         this.attempt = 0;
         this.setState("open");
         this.emit("hello", this.session);
+        // Acknowledgements a dropped connection could not send go on this one.
+        if (this.im.owing) this.scheduleAck();
         // Rule 4: after a reconnect every room rejoins with `since`.
         for (const r of this.rooms.values()) if (r.state === "rejoining") r.rejoin("reconnected");
         return;
@@ -332,6 +375,21 @@ export class Client extends Emitter<ClientEvents> {
         const r = d.room ? this.rooms.get(d.room) : undefined;
         if (r) r.onLeft(d.reason ?? "unavailable");
         else this.emit("event", frame);
+        return;
+      }
+      case "im": {
+        const d = frame.d as ImMessage | undefined;
+        if (typeof d?.id === "number") {
+          const fresh = this.im.take(d.id);
+          // Acknowledged again when sent again: the first acknowledgement may have been lost.
+          if (this.session?.im_ack) {
+            this.im.owe(d.id);
+            this.scheduleAck();
+          }
+          if (!fresh) return;
+          this.emit("im", d);
+        }
+        this.emit("event", frame);
         return;
       }
       case "session.expiring": {
@@ -344,6 +402,33 @@ export class Client extends Emitter<ClientEvents> {
     const r = frame.room ? this.rooms.get(frame.room) : undefined;
     if (r) r.onEvent(frame);
     else this.emit("event", frame);
+  }
+
+  /** Sends the gathered acknowledgements after `imAckDelayMs` (one timer at a time). */
+  private scheduleAck(): void {
+    if (this.ackTimer) return;
+    this.ackTimer = setTimeout(() => {
+      this.ackTimer = null;
+      void this.flushAcks();
+    }, this.opts.imAckDelayMs);
+  }
+
+  /** `im.ack` for every gathered id, 200 a request; a batch that fails waits for the next connection. */
+  private flushAcks(): Promise<void> {
+    if (this.state !== "open" || !this.session?.im_ack) return Promise.resolve();
+    const sent: Promise<void>[] = [];
+    while (this.im.owing) {
+      const ids = this.im.batch();
+      sent.push(
+        this.request("im.ack", { ids }).then(
+          () => undefined,
+          (e: unknown) => {
+            if (e instanceof ChorusError && e.retryable) this.im.giveBack(ids);
+          },
+        ),
+      );
+    }
+    return Promise.all(sent).then(() => undefined);
   }
 
   /** `auth.refresh` with a fresh token from the provider (section 14.2). */

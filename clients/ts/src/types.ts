@@ -130,6 +130,23 @@ export interface Ops {
   "auth.refresh": [{ token: string }, { exp: number }];
   "user.update": [Profile, { p: Profile }];
   "user.get": [{ users: string[] }, { profiles: Record<string, Profile> }];
+  "im.send": [{ to: string; text: string; req_id: string }, { id: number; at: number }];
+  "im.history": [{ with?: string; before?: number; limit?: number }, { messages: ImMessage[]; next: number | null }];
+  "im.ack": [{ ids: number[] }, Record<string, never>];
+  "im.block": [{ user: string }, Record<string, never>];
+  "im.unblock": [{ user: string }, Record<string, never>];
+  "im.blocks": [Record<string, never>, { blocks: string[] }];
+}
+
+/** A direct message: the `im` event's `d` and one entry of `im.history` (section 13.3). */
+export interface ImMessage {
+  /** Unique per message, growing with time: sort and deduplicate by it. */
+  id: number;
+  at: number;
+  from: string;
+  to: string;
+  text: string;
+  p?: Profile;
 }
 
 /** A leaderboard: top senders (contribution) or top receivers (charm). */

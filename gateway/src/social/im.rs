@@ -1,18 +1,23 @@
-//! Direct messages on the gateway: `im.send`, `im.history` and the block list, delivery to
-//! the recipient's connections on every gateway (and to the sender's other connections), and
-//! the backlog a connecting session is owed.
+//! Direct messages on the gateway: `im.send`, `im.history`, `im.ack` and the block list,
+//! delivery to the recipient's connections on every gateway (and to the sender's other
+//! connections), and the backlog a connecting session is owed.
 //!
-//! A message counts as delivered once it is queued to one of the recipient's connections; the
-//! store keeps it owed until then. A connecting session reads its backlog after registering,
-//! so a message is either in the backlog or delivered live, and live copies that arrive while
-//! the backlog is read wait and are sent after it, those the backlog held left out: no
-//! duplicate and no gap on one connection.
+//! The store keeps a message owed to its recipient until it is delivered. A connection opened
+//! with `?im_ack=1` acknowledges what it got (`im.ack`): a message queued to it stays owed until
+//! acknowledged, so one queued to a connection that dies before its client read it (a close
+//! answered while the gateway still holds the session, a kill, a lost network) reaches the
+//! next connection's backlog. For a connection that does not acknowledge, a message counts as
+//! delivered once queued to it (as before acknowledgements existed). A connecting session reads
+//! its backlog after registering, so a message is either in the backlog or delivered live, and
+//! live copies that arrive while the backlog is read wait and are sent after it, those the
+//! backlog held left out: no duplicate and no gap on one connection.
 
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError};
 
 use protocol::client::{
-    self, BlockList, ImHistory, ImOp, ImSend, ImSent, MAX_BLOCKS, MAX_IM_TEXT_CHARS,
+    self, BlockList, ImAck, ImHistory, ImOp, ImSend, ImSent, MAX_BLOCKS, MAX_IM_ACK_IDS,
+    MAX_IM_TEXT_CHARS,
 };
 use protocol::ids::is_valid_id;
 use protocol::{ErrorCode, SessionId, UserId};
@@ -66,6 +71,15 @@ fn err(core: &Core, session: SessionId, id: u64, code: ErrorCode, msg: &str) {
 
 const STORE_DOWN: &str = "messages unavailable; retry";
 
+/// Whether an upgrade request's query (`token=…&im_ack=1`) asks for acknowledged delivery.
+pub(crate) fn asks_to_ack(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .any(|(k, v)| k == "im_ack" && (v == "1" || v == "true"))
+    })
+}
+
 impl Core {
     /// Answers a direct-message op of `session` (of `user`), on a task of its own.
     pub(crate) fn im_request(
@@ -83,6 +97,7 @@ impl Core {
                 ImOp::History(a) => history(&core, session, &user, id, a).await,
                 ImOp::Block(a) => block(&core, session, &user, id, &a.user, true).await,
                 ImOp::Unblock(a) => block(&core, session, &user, id, &a.user, false).await,
+                ImOp::Ack(a) => ack(&core, session, &user, id, a).await,
                 ImOp::Blocks(_) => match core.social.im.blocks(&user).await {
                     Ok(blocks) => {
                         reply(&core, session, client::encode_ok(id, &BlockList { blocks }))
@@ -228,7 +243,8 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
 }
 
 /// Queues message `id` to `user`'s sessions here (but `except`); a session still reading its
-/// backlog gets it after the backlog. When `inbox` and a session got it, it is delivered.
+/// backlog gets it after the backlog. When `inbox` and a session that does not acknowledge got
+/// it, it is delivered; a session that acknowledges keeps it owed until its `im.ack`.
 pub(super) fn deliver_local(
     core: &Arc<Core>,
     user: &UserId,
@@ -239,12 +255,14 @@ pub(super) fn deliver_local(
 ) {
     let Some(f) = frame(json) else { return };
     let mut got = false;
+    let mut acking = false;
     {
         let mut tracked = core.social.sessions();
         for (s, out) in core.hub.sessions_of(user) {
             if Some(s) == except {
                 continue;
             }
+            acking |= out.im_ack();
             match tracked.get_mut(&s).and_then(|t| t.catching_up.as_mut()) {
                 Some(waiting) => waiting.push((id, json.to_owned())),
                 None => {
@@ -254,7 +272,7 @@ pub(super) fn deliver_local(
             }
         }
     }
-    if inbox && got {
+    if inbox && got && !acking {
         mark_delivered(core, user, vec![id]);
     }
 }
@@ -282,7 +300,8 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
 }
 
 /// Ends `session`'s catch-up: sends what `user` is owed (`owed`, then the live messages that
-/// arrived meanwhile) and marks it delivered.
+/// arrived meanwhile) and marks it delivered, unless the session acknowledges (its `im.ack`
+/// does).
 pub(super) fn deliver_owed(
     core: &Arc<Core>,
     session: SessionId,
@@ -310,8 +329,11 @@ pub(super) fn deliver_owed(
             sent.push(*id);
         }
     }
+    let acks = out.im_ack();
     drop(tracked);
-    mark_delivered(core, user, sent);
+    if !acks {
+        mark_delivered(core, user, sent);
+    }
 }
 
 /// Backlog reads after a re-subscribe that run at once: enough to finish a big gateway in
@@ -419,6 +441,26 @@ async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a
     reply(core, session, client::encode_ok_raw(id, body.as_bytes()));
 }
 
+/// `im.ack`: the messages `a.ids` (to `user`) reached a client; they are owed no more.
+async fn ack(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a: ImAck) {
+    if a.ids.is_empty() || a.ids.len() > MAX_IM_ACK_IDS {
+        return err(
+            core,
+            session,
+            id,
+            ErrorCode::BadRequest,
+            "ids must hold 1..=200 message ids",
+        );
+    }
+    match core.social.im.delivered(user, &a.ids).await {
+        Ok(()) => reply(core, session, client::encode_ok(id, &serde_json::json!({}))),
+        Err(e) => {
+            warn!(error = %e, "Could not mark direct messages acknowledged.");
+            err(core, session, id, ErrorCode::Unavailable, STORE_DOWN);
+        }
+    }
+}
+
 async fn block(
     core: &Arc<Core>,
     session: SessionId,
@@ -472,7 +514,17 @@ async fn block(
 
 #[cfg(test)]
 mod tests {
-    use super::Bucket;
+    use super::{Bucket, asks_to_ack};
+
+    #[test]
+    fn only_an_im_ack_of_1_or_true_asks_for_acknowledged_delivery() {
+        assert!(asks_to_ack(Some("token=x&im_ack=1")));
+        assert!(asks_to_ack(Some("im_ack=true&token=x")));
+        assert!(!asks_to_ack(Some("token=x")));
+        assert!(!asks_to_ack(Some("token=x&im_ack=0")));
+        assert!(!asks_to_ack(Some("xim_ack=1")));
+        assert!(!asks_to_ack(None));
+    }
 
     #[test]
     fn the_im_bucket_allows_its_burst_then_refills_per_minute() {

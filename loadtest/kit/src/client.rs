@@ -149,6 +149,8 @@ pub struct Client {
     pub session: String,
     /// The heartbeat interval from `hello`.
     pub heartbeat_ms: u64,
+    /// Whether `hello` says the connection acknowledges its direct messages (`?im_ack=1`).
+    pub im_ack: bool,
 }
 
 /// Connects to `url` (e.g. `ws://127.0.0.1:8080/ws`) with `token` in the Authorization header
@@ -179,10 +181,12 @@ pub async fn connect(url: &str, token: Option<&str>) -> Result<Client, ClientErr
         positions: HashMap::new(),
         session: String::new(),
         heartbeat_ms: 0,
+        im_ack: false,
     };
     let hello = c.next_event_named("hello", DEFAULT_REPLY_TIMEOUT).await?;
     c.session = hello.d["session"].as_str().unwrap_or_default().to_owned();
     c.heartbeat_ms = hello.d["heartbeat_ms"].as_u64().unwrap_or_default();
+    c.im_ack = hello.d["im_ack"].as_bool().unwrap_or_default();
     Ok(c)
 }
 

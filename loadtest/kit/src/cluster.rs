@@ -317,6 +317,26 @@ impl Cluster {
         Ok(crate::client::connect(url, Some(&token)).await?)
     }
 
+    /// Connects `user` to gateway number `g` (0-based) with acknowledged direct messages
+    /// (`?im_ack=1`: the client answers `im.ack`, PROTOCOL.md section 13.7).
+    ///
+    /// # Errors
+    /// Token or connection failures.
+    pub async fn connect_acking(
+        &self,
+        g: usize,
+        user: &str,
+    ) -> anyhow::Result<crate::client::Client> {
+        let token = self.token(user)?;
+        let url = &self
+            .gateways
+            .get(g)
+            .ok_or_else(|| anyhow::anyhow!("no gateway {g}"))?
+            .url;
+        let url = format!("{url}?im_ack=1");
+        Ok(crate::client::connect(&url, Some(&token)).await?)
+    }
+
     /// An admin call to the first gateway, with the cluster's admin token.
     ///
     /// # Errors

@@ -12,6 +12,8 @@ pub const MAX_IM_TEXT_CHARS: usize = 500;
 pub const DEFAULT_IM_HISTORY_LIMIT: u32 = 50;
 /// Most messages one `im.history` page may hold.
 pub const MAX_IM_HISTORY_LIMIT: u32 = 100;
+/// Most ids one `im.ack` may carry: a backlog holds at most 200 messages (section 9).
+pub const MAX_IM_ACK_IDS: usize = 200;
 /// Users one user may block: a block list is read whole (`im.blocks`), so it stays small.
 pub const MAX_BLOCKS: usize = 1_000;
 
@@ -81,6 +83,13 @@ pub struct ImPage {
 pub struct ImUser {
     /// The user to block or unblock.
     pub user: UserId,
+}
+
+/// `im.ack` arguments: direct messages the client has (PROTOCOL.md section 13.7).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ImAck {
+    /// The ids of the `im` events the client holds, 1..=200 of them.
+    pub ids: Vec<u64>,
 }
 
 /// `im.blocks` arguments (none).

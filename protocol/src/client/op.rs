@@ -12,7 +12,7 @@ use super::{
     SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp,
     WalletBalance, WalletOp, args,
 };
-use super::{ImBlocks, ImHistory, ImSend, ImUser};
+use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
 
 /// The arguments of an operation that addresses one room.
@@ -226,6 +226,8 @@ pub enum ImOp {
     Unblock(ImUser),
     /// `im.blocks`: the caller's block list.
     Blocks(ImBlocks),
+    /// `im.ack`: the client holds these messages (they are delivered).
+    Ack(ImAck),
 }
 
 impl ImOp {
@@ -237,6 +239,7 @@ impl ImOp {
             Self::Block(_) => "im.block",
             Self::Unblock(_) => "im.unblock",
             Self::Blocks(_) => "im.blocks",
+            Self::Ack(_) => "im.ack",
         }
     }
 }
@@ -298,6 +301,7 @@ impl Op {
             "im.block" => args(id, name, d).map(|a| Self::Im(ImOp::Block(a))),
             "im.unblock" => args(id, name, d).map(|a| Self::Im(ImOp::Unblock(a))),
             "im.blocks" => args(id, name, d).map(|a| Self::Im(ImOp::Blocks(a))),
+            "im.ack" => args(id, name, d).map(|a| Self::Im(ImOp::Ack(a))),
             _ => {
                 if let Some(u) = UserOp::decode(name, id, d) {
                     return Some(u.map(Self::User));

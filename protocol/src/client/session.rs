@@ -11,6 +11,10 @@ pub struct Hello {
     pub heartbeat_ms: u64,
     /// `chorus/<version>`.
     pub server: String,
+    /// `true` when the connection asked to acknowledge its direct messages (`?im_ack=1`,
+    /// PROTOCOL.md section 13.7); left out otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub im_ack: bool,
 }
 
 /// The `ok` of `ping`.

@@ -133,6 +133,9 @@ pub struct RoomState {
     members: HashMap<UserId, Member>,
     /// The away members by the end of their grace window.
     away: BTreeSet<(u64, UserId)>,
+    /// When members' guards end, with the member: the `guard` badge that ends is shown with
+    /// `member.update` (`standing.rs`). Entries of members who left go when their time comes.
+    guard_ends: BTreeSet<(u64, UserId)>,
     /// How many members are robots (kept with `members`: snapshots and the robots' own
     /// presence rule read it without scanning the room).
     robot_members: usize,
@@ -158,6 +161,7 @@ impl RoomState {
             rules,
             members: HashMap::new(),
             away: BTreeSet::new(),
+            guard_ends: BTreeSet::new(),
             robot_members: 0,
             gateways: HashMap::new(),
             rtc_ids: VecDeque::new(),
@@ -610,6 +614,7 @@ impl RoomState {
         let mutes = d.mutes.values().filter_map(|p| p.until);
         let bans = d.bans.values().filter_map(|p| p.until);
         let away = self.next_away_deadline();
+        let guard = self.guard_ends.first().map(|(t, _)| *t);
         let rtc = d
             .rtc
             .iter()
@@ -622,18 +627,20 @@ impl RoomState {
             .chain(bans)
             .chain(rtc)
             .chain(away)
+            .chain(guard)
             .min()
     }
 
     /// Everything due at `now`: seats whose user did not publish in time are freed, requests
     /// and invitations expire, chat mutes and bans end, old RTC reports go, members whose
-    /// grace window passed leave.
+    /// grace window passed leave, guard badges that ended are shown gone.
     pub fn tick(&mut self, now: u64) -> Applied {
         let mut applied = Applied::default();
         self.expire_away(&mut applied, now);
         self.expire_seats(&mut applied, now);
         self.expire_pending(&mut applied, now);
         self.expire_penalties(&mut applied, now);
+        self.expire_guards(&mut applied, now);
         let keep = self.rtc_keep_ms();
         let seated: Vec<UserId> = self
             .durable

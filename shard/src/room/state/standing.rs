@@ -118,6 +118,7 @@ impl RoomState {
     /// badges change, with `member.update`.
     pub fn joined_with(&mut self, joined: &mut Joined, user: &UserId, s: Standing, now: u64) {
         let before = self.badges(user, now);
+        joined.applied.rearm |= self.index_guards(user, &s, now);
         if let Some(m) = self.members.get_mut(user) {
             m.standing = s;
         }
@@ -173,11 +174,59 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         let before = self.badges(user, now);
-        let Some(m) = self.members.get_mut(user) else {
+        if !self.members.contains_key(user) {
             return Err(super::rejected(ErrorCode::NotInRoom, "not in this room"));
-        };
-        m.standing = s;
-        Ok(self.badges_changed(user, before, now))
+        }
+        let rearm = self.index_guards(user, &s, now);
+        if let Some(m) = self.members.get_mut(user) {
+            m.standing = s;
+        }
+        let mut applied = self.badges_changed(user, before, now);
+        applied.rearm |= rearm;
+        Ok(applied)
+    }
+
+    /// Notes when the guards in `s` (of `user`, a member) end, for [`Self::expire_guards`];
+    /// whether one ends before every end noted so far (the actor's next deadline moves).
+    fn index_guards(&mut self, user: &UserId, s: &Standing, now: u64) -> bool {
+        if !self.members.contains_key(user) {
+            return false;
+        }
+        let first = self.guard_ends.first().map(|(t, _)| *t);
+        let mut sooner = false;
+        for g in s.guards.iter().filter(|g| g.until > now) {
+            self.guard_ends.insert((g.until, user.clone()));
+            sooner |= first.is_none_or(|f| g.until < f);
+        }
+        sooner
+    }
+
+    /// Guards that ended at `now` leave their holders' standing; a member whose `guard` badge
+    /// (a guard of the owner) ended with them gets `member.update` without it, so rooms do not
+    /// keep showing it until the member's next event.
+    pub(super) fn expire_guards(&mut self, applied: &mut Applied, now: u64) {
+        while let Some((t, _)) = self.guard_ends.first()
+            && *t <= now
+        {
+            let Some((_, user)) = self.guard_ends.pop_first() else {
+                break;
+            };
+            let owner = &self.durable.owner;
+            let Some(m) = self.members.get_mut(&user) else {
+                continue;
+            };
+            let ended = m
+                .standing
+                .guards
+                .iter()
+                .any(|g| g.host == *owner && g.until <= now);
+            m.standing.guards.retain(|g| g.until > now);
+            if ended && !m.standing.guards_at(owner, now) {
+                let p = self.profile_of(&user).cloned();
+                let after = self.badges(&user, now);
+                applied.presence.push(Presence::Update(user, p, after));
+            }
+        }
     }
 
     /// `user` spent `coins` on a gift settled here: their VIP level is recomputed (one

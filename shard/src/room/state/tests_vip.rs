@@ -345,3 +345,45 @@ fn the_guard_badge_follows_the_rooms_owner() {
     assert!(r.badges(&u("fan"), 12).guard);
     assert!(!r.badges(&u("fan"), 1_000).guard, "and it ends at its time");
 }
+
+#[test]
+fn a_guard_that_ends_in_the_room_is_shown_gone_once() {
+    let mut r = party();
+    joined(&mut r, "fan", guarding("host", 500), 10);
+    joined(&mut r, "other", guarding("adm", 300), 10);
+    assert!(r.next_deadline().is_some_and(|t| t <= 300));
+    let updates = |a: super::super::Applied| -> Vec<Presence> {
+        a.presence
+            .into_iter()
+            .filter(|p| matches!(p, Presence::Update(..)))
+            .collect()
+    };
+    // A guard of someone else than the owner shows no badge: its end shows nothing.
+    assert!(updates(r.tick(300)).is_empty());
+    assert!(updates(r.tick(499)).is_empty());
+    assert!(r.badges(&u("fan"), 499).guard);
+    assert_eq!(
+        updates(r.tick(500)),
+        vec![Presence::Update(u("fan"), None, Badges::default())]
+    );
+    assert!(updates(r.tick(501)).is_empty(), "once");
+    assert!(
+        r.next_deadline().is_none_or(|t| t > 501),
+        "nothing left to wake for"
+    );
+    // A renewal before the end moves it: the first end shows nothing.
+    joined(&mut r, "fan", guarding("host", 900), 600);
+    let a = r
+        .set_standing(&u("fan"), guarding("host", 1_500), 700)
+        .unwrap();
+    assert!(!a.rearm, "a later end does not move the next deadline");
+    let a = r
+        .set_standing(&u("other"), guarding("adm", 800), 700)
+        .unwrap();
+    assert!(a.rearm, "an earlier end moves it");
+    assert!(updates(r.tick(900)).is_empty());
+    assert_eq!(
+        updates(r.tick(1_500)),
+        vec![Presence::Update(u("fan"), None, Badges::default())]
+    );
+}
