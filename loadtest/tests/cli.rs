@@ -295,6 +295,51 @@ fn rooms_compare_against_the_bare_baseline() {
     );
 }
 
+/// `--baseline standalone` alternates a standalone node and a spawned cluster in one run (the
+/// link hop's cost): both deliver everything, and CPU per delivery is compared.
+#[test]
+fn a_cluster_is_compared_against_a_standalone_node() {
+    let v = run_json(&[
+        "rooms",
+        "--spawn-cluster",
+        "1x1",
+        "--rooms",
+        "2",
+        "--members",
+        "3",
+        "--rate",
+        "2",
+        "--duration",
+        "1",
+        "--compare",
+        "--rounds",
+        "2",
+        "--baseline",
+        "standalone",
+    ]);
+    assert_eq!(v["baseline"], "standalone", "{v}");
+    let targets = field_of_each(&v["runs"], "target");
+    assert_eq!(
+        targets,
+        [
+            "standalone",
+            "chorus-cluster-1x1",
+            "standalone",
+            "chorus-cluster-1x1"
+        ]
+    );
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(
+            (r["lost"].as_u64(), r["received"].as_u64()),
+            (Some(0), Some(36)),
+            "{r}"
+        );
+        assert!(r["cpu_us_per_delivery"].as_f64().is_some(), "{r}");
+    }
+    let metrics = field_of_each(&v["ratios"], "metric");
+    assert!(metrics.contains(&"delivered_per_sec"), "{metrics:?}");
+}
+
 /// With `CHORUS_RUNTIME=current-thread` the spawned node and the bare baseline both run every
 /// task on one thread, and a compared run still loses nothing.
 #[test]

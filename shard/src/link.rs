@@ -47,6 +47,13 @@ pub async fn write_batch<T, S>(
 where
     S: Sink<Bytes> + Unpin,
 {
+    // Let the tasks woken together with the one that queued `first` queue theirs before the
+    // write: rooms answered by one Redis read, sessions read in one poll. Without it the
+    // runtime runs this task right after the first of them (its LIFO slot) and every frame
+    // goes out in a write of its own, each waking the peer process again.
+    if yield_before_write() {
+        tokio::task::yield_now().await;
+    }
     let mut next = Some(first);
     let mut n = 0;
     while let Some(msg) = next.take() {
@@ -57,6 +64,13 @@ where
         }
     }
     sink.flush().await
+}
+
+/// Whether link writers yield once before writing (on unless `CHORUS_LINK_YIELD=0`, the
+/// switch that lets one binary be measured both ways).
+fn yield_before_write() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CHORUS_LINK_YIELD").map_or(true, |v| v != "0"))
 }
 
 /// Accepts gateway links until `shutdown`.
@@ -154,4 +168,95 @@ async fn connection(
     shard.gateway_gone(&gateway, &tx);
     info!(%gateway, "Gateway link down.");
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// A sink that records how many frames each flush wrote.
+    #[derive(Default)]
+    struct Flushes {
+        fed: usize,
+        writes: Vec<usize>,
+    }
+
+    impl Sink<Bytes> for Flushes {
+        type Error = std::convert::Infallible;
+
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn start_send(mut self: Pin<&mut Self>, _: Bytes) -> Result<(), Self::Error> {
+            self.fed += 1;
+            Ok(())
+        }
+
+        fn poll_flush(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Result<(), Self::Error>> {
+            if self.fed > 0 {
+                let n = std::mem::take(&mut self.fed);
+                self.writes.push(n);
+            }
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    /// Frames queued by tasks woken together (rooms answered by one Redis read) go out in one
+    /// write, though the first of them wakes the writer, which the runtime then runs next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn frames_queued_by_tasks_woken_together_go_out_in_one_write() {
+        const TASKS: usize = 4;
+        let (tx, mut rx) = mpsc::channel::<usize>(16);
+        let writer = tokio::spawn(async move {
+            let mut sink = Flushes::default();
+            let mut got = 0;
+            while got < TASKS {
+                let Some(first) = rx.recv().await else { break };
+                let before: usize = sink.writes.iter().sum();
+                let hello = |i: usize| {
+                    LinkFrame::Hello(LinkHello {
+                        v: u16::try_from(i).unwrap_or(0),
+                        gateway: "g".into(),
+                    })
+                };
+                write_batch(&mut sink, &mut rx, first, hello).await.unwrap();
+                got += sink.writes.iter().sum::<usize>() - before;
+            }
+            sink.writes
+        });
+        let gate = Arc::new(tokio::sync::Barrier::new(TASKS + 1));
+        let producers: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let (tx, gate) = (tx.clone(), gate.clone());
+                tokio::spawn(async move {
+                    gate.wait().await;
+                    tx.send(i).await.unwrap();
+                })
+            })
+            .collect();
+        // One wake-up releases every producer at once.
+        tokio::spawn(async move { gate.wait().await })
+            .await
+            .unwrap();
+        for p in producers {
+            p.await.unwrap();
+        }
+        let writes = tokio::time::timeout(Duration::from_secs(10), writer)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(writes, [TASKS]);
+    }
 }

@@ -34,7 +34,7 @@ use serde::Serialize;
 /// stack as Chorus down to malloc (docs/BENCHMARKS-LOG.md, method), and the generator gains too.
 #[path = "chorus-loadtest/compare.rs"]
 mod compare;
-use compare::{Ratio, ratios};
+use compare::{Baseline, Ratio, ratios};
 #[path = "chorus-loadtest/sweep.rs"]
 mod sweep;
 use sweep::{SweepResult, sweep};
@@ -350,9 +350,10 @@ struct Common {
     #[arg(long)]
     compare: bool,
     /// The baseline of --compare: `bare` (the plain broadcast server, chat only; the default
-    /// for `rooms` and `fanout`) or `full` (the baseline with the other scenarios' ops, gift
-    /// ledger and tokens; the default for the rest).
-    #[arg(long, value_parser = ["bare", "full"])]
+    /// for `rooms` and `fanout`), `full` (the baseline with the other scenarios' ops, gift
+    /// ledger and tokens; the default for the rest) or `standalone` (a standalone node: with
+    /// --spawn-cluster, what the link hop costs).
+    #[arg(long, value_parser = ["bare", "full", "standalone"])]
     baseline: Option<String>,
     /// Rounds of --compare (at least 2).
     #[arg(long, default_value_t = 2)]
@@ -446,7 +447,7 @@ fn sustainable(s: &Scenario, r: &Report, p99_limit_ms: f64) -> bool {
 #[derive(Serialize, Default)]
 struct Output {
     command: Vec<String>,
-    /// The baseline of `--compare`: `bare` or `full`.
+    /// The baseline of `--compare`: `bare`, `full` or `standalone`.
     #[serde(skip_serializing_if = "Option::is_none")]
     baseline: Option<&'static str>,
     nproc: usize,
@@ -507,23 +508,6 @@ async fn make_target(c: &Common) -> anyhow::Result<Target> {
     })
 }
 
-/// Whether `--compare` runs the bare baseline: `--baseline`, else bare for `rooms` and
-/// `fanout` (chat only), full for the scenarios that need its other ops.
-fn bare_baseline(s: &Scenario, c: &Common) -> anyhow::Result<bool> {
-    let chat = matches!(s, Scenario::Rooms { .. } | Scenario::Fanout { .. });
-    match c.baseline.as_deref() {
-        None => Ok(chat),
-        Some("full") => Ok(false),
-        Some(_) => {
-            anyhow::ensure!(
-                chat,
-                "the bare baseline serves chat only: --baseline bare is for rooms and fanout"
-            );
-            Ok(true)
-        }
-    }
-}
-
 async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     let p = Params {
         duration: Duration::from_secs_f64(c.duration.max(0.1)),
@@ -541,34 +525,18 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
         );
     }
     let rate = c.rate.unwrap_or_else(|| default_rate(&s));
-    let bare = bare_baseline(&s, &c)?;
+    let kind = Baseline::of(&s, &c)?;
     let chorus = make_target(&c).await?;
-    // Gifts need the baseline's ledger, its admin port and users from tokens.
-    let baseline_secret = s.needs_ledger().then_some(c.secret.as_bytes());
-    let spawn_baseline = || async {
-        if bare {
-            target::spawn_bare_baseline(c.pin).await
-        } else {
-            target::spawn_baseline(c.pin, baseline_secret).await
-        }
-    };
     let baseline = if c.compare {
-        eprintln!(
-            "baseline: {}",
-            if bare {
-                "bare (baseline-server --bare)"
-            } else {
-                "full (baseline-server)"
-            }
-        );
-        Some(spawn_baseline().await?)
+        eprintln!("baseline: {}", kind.describe());
+        Some(kind.spawn(&s, &c).await?)
     } else {
         None
     };
     let mut out = Output {
         command: std::env::args().collect(),
         nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
-        baseline: c.compare.then_some(if bare { "bare" } else { "full" }),
+        baseline: c.compare.then_some(kind.label()),
         ..Output::default()
     };
     let rounds = if c.compare { c.rounds.max(2) } else { 1 };
@@ -581,7 +549,7 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     for round in 0..rounds {
         if fresh && round > 0 {
             if baseline.is_some() {
-                baseline = Some(spawn_baseline().await?);
+                baseline = Some(kind.spawn(&s, &c).await?);
             }
             chorus = make_target(&c).await?;
         }
@@ -627,8 +595,9 @@ async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
             }
             v
         };
-        out.ratios = ratios(&pick("baseline"), &pick(&chorus.name), &out.sweeps);
-        println!("chorus / baseline (medians over {rounds} rounds):");
+        let base = kind.target_name();
+        out.ratios = ratios(base, &pick(base), &pick(&chorus.name), &out.sweeps);
+        println!("{} / {base} (medians over {rounds} rounds):", chorus.name);
         for r in &out.ratios {
             println!(
                 "  {:<32} baseline {:>12.3}  chorus {:>12.3}  ratio {:>7.3}",

@@ -1,10 +1,90 @@
-//! Same-run comparison: the median of each metric over the rounds, and Chorus' ratio to the
-//! baseline.
+//! Same-run comparison: which server runs beside Chorus (the bare or full baseline, or a
+//! standalone node beside a cluster), the median of each metric over the rounds, and Chorus'
+//! ratio to it.
 
 use loadtest::report::Report;
+use loadtest::scenario::Scenario;
+use loadtest::target::{self, Target};
 use serde::Serialize;
 
-use crate::SweepResult;
+use crate::{Common, SweepResult};
+
+/// The server `--compare` alternates with Chorus (`--baseline`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Baseline {
+    /// `baseline-server --bare`: chat only (the default for `rooms` and `fanout`).
+    Bare,
+    /// `baseline-server`: every scenario's ops, a gift ledger and tokens (the default for the
+    /// rest).
+    Full,
+    /// A standalone `chorus` node, so that a cluster (`--spawn-cluster`) is measured against
+    /// the same code in one process: its ratios are the cost of the link hop.
+    Standalone,
+}
+
+impl Baseline {
+    /// `--baseline`, or the scenario's default.
+    pub(crate) fn of(s: &Scenario, c: &Common) -> anyhow::Result<Self> {
+        let chat = matches!(s, Scenario::Rooms { .. } | Scenario::Fanout { .. });
+        match c.baseline.as_deref() {
+            None if chat => Ok(Self::Bare),
+            None | Some("full") => Ok(Self::Full),
+            Some("standalone") => Ok(Self::Standalone),
+            Some(_) => {
+                anyhow::ensure!(
+                    chat,
+                    "the bare baseline serves chat only: --baseline bare is for rooms and fanout"
+                );
+                Ok(Self::Bare)
+            }
+        }
+    }
+
+    /// Its name in the JSON output (`baseline`).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Bare => "bare",
+            Self::Full => "full",
+            Self::Standalone => "standalone",
+        }
+    }
+
+    /// The name of its runs (`target` in each report).
+    pub(crate) fn target_name(self) -> &'static str {
+        match self {
+            Self::Bare | Self::Full => "baseline",
+            Self::Standalone => "standalone",
+        }
+    }
+
+    /// What the run prints when it starts.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Self::Bare => "bare (baseline-server --bare)",
+            Self::Full => "full (baseline-server)",
+            Self::Standalone => "standalone (chorus standalone: the same code without the link)",
+        }
+    }
+
+    /// Starts it (pinned with `--pin`, like Chorus).
+    pub(crate) async fn spawn(self, s: &Scenario, c: &Common) -> anyhow::Result<Target> {
+        match self {
+            Self::Bare => target::spawn_bare_baseline(c.pin).await,
+            // Gifts need the baseline's ledger, its admin port and users from tokens.
+            Self::Full => {
+                let secret = s.needs_ledger().then_some(c.secret.as_bytes());
+                target::spawn_baseline(c.pin, secret).await
+            }
+            Self::Standalone => {
+                let mut t =
+                    target::spawn_standalone(c.secret.as_bytes(), &c.admin_token, c.pin, false)
+                        .await?;
+                t.name = self.target_name().to_owned();
+                Ok(t)
+            }
+        }
+    }
+}
 
 #[derive(Serialize, Default)]
 pub(crate) struct Ratio {
@@ -29,7 +109,13 @@ pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-pub(crate) fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult]) -> Vec<Ratio> {
+/// Chorus' ratio to the baseline, whose runs and sweeps are named `base_name`, per metric.
+pub(crate) fn ratios(
+    base_name: &str,
+    base: &[Report],
+    chorus: &[Report],
+    sweeps: &[SweepResult],
+) -> Vec<Ratio> {
     type Get = fn(&Report) -> Option<f64>;
     let metrics: [(&str, Get); 12] = [
         ("delivered_per_sec", |r| Some(r.delivered_per_sec)),
@@ -99,7 +185,7 @@ pub(crate) fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult])
                     .collect(),
             )
         };
-        if let (Some(b), Some(c)) = (at("baseline"), at(&chorus_name))
+        if let (Some(b), Some(c)) = (at(base_name), at(&chorus_name))
             && b != 0.0
         {
             out.push(Ratio {
@@ -121,7 +207,7 @@ pub(crate) fn ratios(base: &[Report], chorus: &[Report], sweeps: &[SweepResult])
             s.best_cpu_us_per_delivery
         }),
     ] {
-        if let (Some(b), Some(c)) = (best("baseline", f), best(&chorus_name, f))
+        if let (Some(b), Some(c)) = (best(base_name, f), best(&chorus_name, f))
             && b != 0.0
         {
             out.push(Ratio {

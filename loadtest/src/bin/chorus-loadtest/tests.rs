@@ -90,6 +90,7 @@ fn a_party_compares_its_gift_bursts_and_its_cpu_for_the_same_work() {
         ..Report::default()
     };
     let got = ratios(
+        "baseline",
         &[run("baseline", 100.0, 20.0)],
         &[run("chorus", 80.0, 10.0)],
         &[],
@@ -101,7 +102,12 @@ fn a_party_compares_its_gift_bursts_and_its_cpu_for_the_same_work() {
         scenario: "rooms".into(),
         ..run(target, cpu, 1.0)
     };
-    let got = ratios(&[rooms("baseline", 100.0)], &[rooms("chorus", 80.0)], &[]);
+    let got = ratios(
+        "baseline",
+        &[rooms("baseline", 100.0)],
+        &[rooms("chorus", 80.0)],
+        &[],
+    );
     assert!(got.iter().all(|r| r.metric != "server_cpu_ms"));
 }
 
@@ -261,4 +267,104 @@ fn a_gift_run_plots_replies_and_timed_events() {
         members: 2,
     };
     assert_eq!(labels(&rooms, &r), ["chorus rate 100"]);
+}
+
+/// `--baseline standalone` compares a cluster with a standalone node of the same build: any
+/// scenario may use it; without `--baseline`, chat scenarios get the bare baseline and the
+/// rest the full one; the bare one is refused where it cannot serve.
+#[test]
+fn the_baseline_is_chosen_per_scenario_and_standalone_serves_any() {
+    let kind = |args: &[&str]| {
+        let mut all = vec!["chorus-loadtest"];
+        all.extend(args);
+        let (s, c) = match Cli::try_parse_from(all).unwrap().cmd {
+            Cmd::Rooms {
+                rooms,
+                members,
+                common,
+            } => (Scenario::Rooms { rooms, members }, common),
+            Cmd::Gifts { rooms, common, .. } => (
+                Scenario::Gifts {
+                    rooms,
+                    members: 2,
+                    order: Order::default(),
+                },
+                common,
+            ),
+            _ => panic!("rooms or gifts"),
+        };
+        Baseline::of(&s, &c).map_err(|e| e.to_string())
+    };
+    let cluster = ["--spawn-cluster", "2x3", "--compare"];
+    assert_eq!(kind(&["rooms"]), Ok(Baseline::Bare));
+    assert_eq!(kind(&["gifts"]), Ok(Baseline::Full));
+    assert_eq!(kind(&["rooms", "--baseline", "full"]), Ok(Baseline::Full));
+    for scenario in ["rooms", "gifts"] {
+        let mut args = vec![scenario];
+        args.extend(cluster);
+        args.extend(["--baseline", "standalone"]);
+        assert_eq!(kind(&args), Ok(Baseline::Standalone), "{scenario}");
+    }
+    assert!(kind(&["gifts", "--baseline", "bare"]).is_err_and(|e| e.contains("chat only")));
+    assert_eq!(
+        (
+            Baseline::Standalone.label(),
+            Baseline::Standalone.target_name()
+        ),
+        ("standalone", "standalone")
+    );
+    assert_eq!(Baseline::Bare.target_name(), "baseline");
+}
+
+/// Against a standalone baseline the ratios pair the runs named `standalone` with the
+/// cluster's, CPU per delivery at the rate both sweeps held included.
+#[test]
+fn a_cluster_is_compared_with_the_standalone_runs() {
+    let run = |target: &str, rate: f64, cpu: f64| Report {
+        scenario: "rooms".into(),
+        target: target.into(),
+        rate,
+        delivered_per_sec: rate * 1000.0,
+        cpu_us_per_delivery: Some(cpu),
+        ..Report::default()
+    };
+    let cluster = "chorus-cluster-2x3";
+    let got = ratios(
+        "standalone",
+        &[run("standalone", 1.0, 8.0), run("standalone", 1.0, 10.0)],
+        &[run(cluster, 1.0, 12.0), run(cluster, 1.0, 15.0)],
+        &[],
+    );
+    let cpu = got
+        .iter()
+        .find(|r| r.metric == "cpu_us_per_delivery")
+        .unwrap();
+    assert_eq!((cpu.baseline, cpu.chorus, cpu.ratio), (9.0, 13.5, 1.5));
+    let swept = |target: &str, steps: Vec<Report>, best: f64| SweepResult {
+        target: target.into(),
+        scenario: "rooms".into(),
+        p99_limit_ms: 100.0,
+        best_rate: Some(best),
+        best_delivered_per_sec: None,
+        best_settled_per_sec: None,
+        best_cpu_us_per_delivery: None,
+        best_p99_ms: None,
+        best_p999_ms: None,
+        failed_rate: None,
+        steps,
+    };
+    let sweeps = [
+        swept(
+            "standalone",
+            vec![run("standalone", 1.0, 8.0), run("standalone", 2.0, 7.0)],
+            2.0,
+        ),
+        swept(cluster, vec![run(cluster, 1.0, 10.0)], 1.0),
+    ];
+    let got = ratios("standalone", &[], &[run(cluster, 1.0, 10.0)], &sweeps);
+    let at = got
+        .iter()
+        .find(|r| r.metric == "cpu_us_per_delivery_at_rate_1")
+        .unwrap();
+    assert_eq!(at.ratio, 1.25);
 }
