@@ -763,4 +763,18 @@ mod tests {
     fn an_inbox_message_is_16_bytes() {
         assert_eq!(std::mem::size_of::<super::RoomMsg>(), 16);
     }
+
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, C, D, E, R>(_f: &impl FnOnce(A, B, C, D, E) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// A room's task lives as long as the room: its future is what every idle room costs
+    /// (1,040 bytes unoptimized when this was written; inlining the start-up or a handler
+    /// made it ~10 KiB, docs/BENCHMARKS-LOG.md, idle memory).
+    #[test]
+    fn a_rooms_task_stays_small() {
+        let size = returned_size(&super::run);
+        assert!(size <= 1_280, "a room's task future is {size} bytes");
+    }
 }
