@@ -308,13 +308,23 @@ impl Cluster {
     /// # Errors
     /// Token or connection failures.
     pub async fn connect(&self, g: usize, user: &str) -> anyhow::Result<crate::client::Client> {
+        self.connect_with(g, user, "").await
+    }
+
+    /// Connects `user` to gateway number `g` with `query` after the URL's path (`""`: none).
+    async fn connect_with(
+        &self,
+        g: usize,
+        user: &str,
+        query: &str,
+    ) -> anyhow::Result<crate::client::Client> {
         let token = self.token(user)?;
         let url = &self
             .gateways
             .get(g)
             .ok_or_else(|| anyhow::anyhow!("no gateway {g}"))?
             .url;
-        Ok(crate::client::connect(url, Some(&token)).await?)
+        Ok(crate::client::connect(&format!("{url}{query}"), Some(&token)).await?)
     }
 
     /// Connects `user` to gateway number `g` (0-based) with acknowledged direct messages
@@ -327,14 +337,7 @@ impl Cluster {
         g: usize,
         user: &str,
     ) -> anyhow::Result<crate::client::Client> {
-        let token = self.token(user)?;
-        let url = &self
-            .gateways
-            .get(g)
-            .ok_or_else(|| anyhow::anyhow!("no gateway {g}"))?
-            .url;
-        let url = format!("{url}?im_ack=1");
-        Ok(crate::client::connect(&url, Some(&token)).await?)
+        self.connect_with(g, user, "?im_ack=1").await
     }
 
     /// An admin call to the first gateway, with the cluster's admin token.

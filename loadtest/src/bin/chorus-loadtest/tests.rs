@@ -194,30 +194,34 @@ async fn a_sweep_until_failure_stops_at_its_deadline() {
     }
 }
 
+/// The scenario and common options of a `rooms` or `gifts` command line.
+fn rooms_or_gifts(args: &[&str]) -> (Scenario, Common) {
+    let mut all = vec!["chorus-loadtest"];
+    all.extend(args);
+    match Cli::try_parse_from(all).unwrap().cmd {
+        Cmd::Rooms {
+            rooms,
+            members,
+            common,
+        } => (Scenario::Rooms { rooms, members }, common),
+        Cmd::Gifts { rooms, common, .. } => (
+            Scenario::Gifts {
+                rooms,
+                members: 2,
+                order: Order::default(),
+            },
+            common,
+        ),
+        _ => panic!("rooms or gifts"),
+    }
+}
+
 /// `rooms` and `fanout` sweep until failure unless `--sweep-steps` fixes the steps; other
 /// scenarios take 8 steps, or sweep until failure with `--until-fail`.
 #[test]
 fn rooms_and_fanout_sweep_until_failure_unless_the_steps_are_fixed() {
     let bound = |args: &[&str]| {
-        let mut all = vec!["chorus-loadtest"];
-        all.extend(args);
-        let cli = Cli::try_parse_from(all).unwrap();
-        let (s, c) = match cli.cmd {
-            Cmd::Rooms {
-                rooms,
-                members,
-                common,
-            } => (Scenario::Rooms { rooms, members }, common),
-            Cmd::Gifts { rooms, common, .. } => (
-                Scenario::Gifts {
-                    rooms,
-                    members: 2,
-                    order: Order::default(),
-                },
-                common,
-            ),
-            _ => panic!("rooms or gifts"),
-        };
+        let (s, c) = rooms_or_gifts(args);
         let b = Bound::of(&s, &c);
         (b.steps, b.deadline.is_some())
     };
@@ -275,24 +279,7 @@ fn a_gift_run_plots_replies_and_timed_events() {
 #[test]
 fn the_baseline_is_chosen_per_scenario_and_standalone_serves_any() {
     let kind = |args: &[&str]| {
-        let mut all = vec!["chorus-loadtest"];
-        all.extend(args);
-        let (s, c) = match Cli::try_parse_from(all).unwrap().cmd {
-            Cmd::Rooms {
-                rooms,
-                members,
-                common,
-            } => (Scenario::Rooms { rooms, members }, common),
-            Cmd::Gifts { rooms, common, .. } => (
-                Scenario::Gifts {
-                    rooms,
-                    members: 2,
-                    order: Order::default(),
-                },
-                common,
-            ),
-            _ => panic!("rooms or gifts"),
-        };
+        let (s, c) = rooms_or_gifts(args);
         Baseline::of(&s, &c).map_err(|e| e.to_string())
     };
     let cluster = ["--spawn-cluster", "2x3", "--compare"];
