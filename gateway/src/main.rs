@@ -164,8 +164,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
             anyhow::bail!("CHORUS_RUNTIME must be multi-thread or current-thread, not {other:?}")
         }
     };
-    Ok(b.enable_all().build()?)
+    Ok(b.enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build()?)
 }
+
+/// Threads of the blocking pool (tokio's default: 512). Blocking work is SQLite, and each store
+/// takes its connection's lock before it hands a call to the pool, so no more than one call
+/// per store runs at once; but a burst of calls (thousands of connects, rooms starting) still
+/// made the pool start a thread for each call that found no idle one, ~25 threads whose stacks
+/// stayed resident until they idled out.
+const MAX_BLOCKING_THREADS: usize = 16;
 
 fn env_secret(name: &str, from_file: Option<&String>) -> Option<String> {
     std::env::var(name)
