@@ -2,9 +2,6 @@
 //! `wallet.checkin`, the sign-up reward), answered from the ledger for the caller's own wallet; the admin API reads any user's through the same
 //! calls.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use bytes::Bytes;
 use protocol::client::{
     self, CheckedIn, MovementEntry, Transferred, WalletHistory, WalletHistoryPage, WalletOp,
@@ -13,6 +10,7 @@ use protocol::client::{
 use protocol::ids::is_valid_id;
 use protocol::{ErrorCode, UserId};
 use storage::StorageError;
+use storage::key_set::KeySet;
 use storage::ledger::{
     HistoryPage, HistoryQuery, Ledger, MovementKind, TransferOrder, TransferOutcome, day_of, now_ms,
 };
@@ -184,29 +182,21 @@ const SIGNED_UP_MAX: usize = 100_000;
 
 /// The users whose sign-up reward this process has credited, found credited, or is crediting:
 /// their next connections make no ledger call. Bounded: when full it starts afresh, which
-/// costs each forgotten user one more (idempotent) call.
+/// costs each forgotten user one more (idempotent) call. It keeps an 8-byte hash of each id
+/// (a [`KeySet`]); a collision, about one lookup in 2^64 / 100,000, leaves a user's reward
+/// to a later process (the reward's key still credits it once).
 #[derive(Debug, Clone, Default)]
-pub struct SignedUp(Arc<Mutex<HashSet<UserId>>>);
+pub struct SignedUp(KeySet);
 
 impl SignedUp {
     /// Whether `user` still needs the ledger call; if so, it is claimed for this one.
     fn claim(&self, user: &UserId) -> bool {
-        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.contains(user) {
-            return false;
-        }
-        if seen.len() >= SIGNED_UP_MAX {
-            seen.clear();
-        }
-        seen.insert(user.clone())
+        self.0.insert_new(user.as_str(), SIGNED_UP_MAX)
     }
 
     /// A failed call: the user's next connection tries again.
     fn release(&self, user: &UserId) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(user);
+        self.0.remove(user.as_str());
     }
 }
 

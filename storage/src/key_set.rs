@@ -7,6 +7,10 @@
 //! It holds a 64-bit hash of each user id, not the id: 8 bytes a user, and a collision only
 //! makes a read that finds nothing. Only a single-process store can keep it (every write
 //! passes here); the Redis engines, which other gateways write, always read.
+//!
+//! It also serves as a bounded memo of users already handled ([`KeySet::insert_new`]), where
+//! a collision makes a user count as handled: fit only where that defers work to a later
+//! process (one chance in about 2^64 / the set's size per lookup), never where it loses it.
 
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -42,8 +46,23 @@ impl KeySet {
         self.set().insert(hash(user));
     }
 
-    /// Notes that `user` has no rows (the caller checked, under the store's lock).
-    pub(crate) fn remove(&self, user: &str) {
+    /// Adds `user` unless it is in the set; a full set (`max` users) starts afresh first.
+    /// Whether it was added (false: it was there already).
+    pub fn insert_new(&self, user: &str, max: usize) -> bool {
+        let h = hash(user);
+        let mut set = self.set();
+        if set.contains(&h) {
+            return false;
+        }
+        if set.len() >= max {
+            set.clear();
+        }
+        set.insert(h)
+    }
+
+    /// Notes that `user` has no rows (the caller checked, under the store's lock), or takes
+    /// it out of a memo.
+    pub fn remove(&self, user: &str) {
         self.set().remove(&hash(user));
     }
 
@@ -67,5 +86,20 @@ mod tests {
         s.remove("a");
         assert!(!s.may_contain("a"));
         assert!(s.clone().may_contain("b"), "clones share the set");
+    }
+
+    #[test]
+    fn insert_new_adds_each_user_once_and_starts_afresh_when_full() {
+        let s = KeySet::default();
+        assert!(s.insert_new("a", 2));
+        assert!(!s.insert_new("a", 2), "already there");
+        assert!(s.insert_new("b", 2));
+        assert!(!s.clone().insert_new("b", 2), "clones share the set");
+        // Full: the next new user clears the others out.
+        assert!(s.insert_new("c", 2));
+        assert!(s.may_contain("c"));
+        assert!(!s.may_contain("a") && !s.may_contain("b"));
+        s.remove("c");
+        assert!(s.insert_new("c", 2), "removed: added again");
     }
 }

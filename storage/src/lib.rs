@@ -14,7 +14,7 @@
 //! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 //! - [`sqlite_cell`]: one SQLite connection shared by async callers without parking threads.
 //! - [`key_set`]: which users may have rows in a standalone store (a connect skips the read
-//!   for the others).
+//!   for the others); also a bounded memo of users already handled.
 
 pub mod directory;
 pub mod error;

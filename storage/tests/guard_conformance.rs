@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use protocol::UserId;
 use storage::StorageError;
 use storage::ledger::{
-    GuardOrder, GuardOutcome, HistoryQuery, Ledger, MovementKind, Payment, now_ms,
+    GiftOutcome, Guard, GuardOrder, GuardOutcome, HistoryQuery, Ledger, MovementKind, Payment,
+    now_ms,
 };
 
 #[macro_use]
@@ -25,6 +26,7 @@ conformance!(
     a_guard_is_paid_once_per_request_and_extends_from_its_end,
     guards_never_overdraw_nor_sell_in_debt_and_refusals_change_nothing,
     an_ended_guard_is_not_listed_and_a_new_one_starts_from_now,
+    standings_answer_each_user_in_order_as_standing_does,
 );
 
 const DAY_MS: i64 = 86_400_000;
@@ -272,4 +274,54 @@ async fn an_ended_guard_is_not_listed_and_a_new_one_starts_from_now(f: Fixture) 
         "extended from now, not from the old end"
     );
     assert!(l.audit_totals().await.unwrap().is_conserved());
+}
+
+/// The batched read a room makes of its members' standing: each user's standing in the order
+/// asked, as the one-user read answers it: a guard who also sent a gift, a sender without a
+/// guard, a user the ledger never saw, and a user asked twice (answered twice).
+async fn standings_answer_each_user_in_order_as_standing_does(f: Fixture) {
+    let [fan, sender, stranger, host] = ["fan", "sender", "stranger", "host"].map(|n| f.user(n));
+    let room = f.room("r");
+    let l = &f.ledger;
+    for u in [&fan, &sender] {
+        l.grant(u, 1_000, "seed").await.unwrap();
+    }
+    let GuardOutcome::Bought { expires_ms, .. } = l
+        .buy_guard(&order(&fan, &host, "g1", 300, 7 * DAY_MS))
+        .await
+        .unwrap()
+    else {
+        panic!("the guard was not bought")
+    };
+    for (s, unit) in [(&fan, 20), (&sender, 35)] {
+        let gift = f.order(s, "gift-1", &room, unit, std::slice::from_ref(&host));
+        let out = l.send_gift(&gift, 1).await.unwrap();
+        assert!(matches!(out, GiftOutcome::Settled { .. }), "{out:?}");
+    }
+    let now = now_ms();
+    let users = [fan.clone(), sender.clone(), stranger.clone(), fan.clone()];
+    let batch = l.standings(&users, now).await.unwrap();
+    let mut one_by_one = Vec::new();
+    for u in &users {
+        one_by_one.push(l.standing(u, now).await.unwrap());
+    }
+    assert_eq!(batch, one_by_one);
+    // What each answer holds, so that equal answers cannot both be wrong.
+    let guard = Guard {
+        buyer: fan.clone(),
+        host: host.clone(),
+        expires_ms,
+    };
+    let fan_spent = l.lifetime_spent(&fan).await.unwrap();
+    assert!(fan_spent >= 20, "{fan_spent}");
+    assert_eq!(batch[0], (vec![guard], fan_spent));
+    assert_eq!(batch[1], (Vec::new(), 35));
+    assert_eq!(batch[2], (Vec::new(), 0));
+    assert_eq!(batch[3], batch[0]);
+    // The order asked is the order answered.
+    let reversed: Vec<UserId> = users.iter().rev().cloned().collect();
+    let mut expected = batch.clone();
+    expected.reverse();
+    assert_eq!(l.standings(&reversed, now).await.unwrap(), expected);
+    assert!(l.standings(&[], now).await.unwrap().is_empty());
 }

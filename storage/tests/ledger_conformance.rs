@@ -1,6 +1,9 @@
 //! One conformance suite for every ledger engine: SQLite and PostgreSQL always (a throwaway
 //! server per test, started from the installed binaries: a missing PostgreSQL fails the
 //! tests); Scylla when `CHORUS_SCYLLA_NODES` (e.g. `127.0.0.1:9042`) names a reachable cluster.
+//! Its subjects kept in files of their own: owed gift events (`ledger_owed_events.rs`), guards
+//! and standings (`guard_conformance.rs`), wallets (`wallet_conformance.rs`), app boards
+//! (`app_rank_conformance.rs`); the throughput benchmark is `ledger_bench.rs`.
 
 // The checks live in helper fns shared by both engines, not in #[test] fns themselves.
 #![allow(clippy::unwrap_used)]
@@ -13,10 +16,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::StorageError;
 use storage::ledger::{
-    Board, DebitOutcome, EntryKind, FenceInstall, GiftOrder, GiftOutcome, GiftResult, Ledger,
-    LuckyPrize, Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, saga,
+    Board, DebitOutcome, EntryKind, FenceInstall, GiftOrder, GiftOutcome, GiftResult, LuckyPrize,
+    Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, saga,
 };
-use uuid::Uuid;
 
 #[macro_use]
 #[path = "support/ledger.rs"]
@@ -34,9 +36,7 @@ conformance!(
     owner_voids_only_undebited_sagas,
     money_is_conserved_over_random_gifts,
     leaderboards_rank_settled_gifts,
-    an_owed_gift_event_is_listed_until_one_caller_takes_it,
     rewards_are_idempotent_by_key_and_apart_from_grants,
-    a_retry_that_finishes_an_open_saga_owes_its_event,
 );
 
 async fn concurrent_gifts_never_overdraw(f: Fixture) {
@@ -175,48 +175,6 @@ async fn grants_are_idempotent_by_key(f: Fixture) {
     assert_eq!(other.balance, 55);
     assert_eq!(f.ledger.balance(&u).await.unwrap(), 55);
     assert!(f.ledger.grant(&u, 0, "k3").await.is_err());
-}
-
-/// A retry that finishes a saga an earlier attempt left open (debited, never settled: its
-/// runtime died) owes the gift's event, since nobody published it; a retry of a gift settled
-/// before owes nothing (its first attempt published it).
-async fn a_retry_that_finishes_an_open_saga_owes_its_event(f: Fixture) {
-    let (s, host) = (f.user("s"), f.user("host"));
-    let room = f.room("r");
-    f.ledger.grant(&s, 100, "seed").await.unwrap();
-    let left_open = f.order(&s, "q1", &room, 10, std::slice::from_ref(&host));
-    f.ledger.begin(&left_open, 1).await.unwrap();
-    f.ledger.debit(&left_open, 1).await.unwrap();
-    let settled = f.order(&s, "q2", &room, 10, std::slice::from_ref(&host));
-    assert!(matches!(
-        f.ledger.send_gift(&settled, 1).await.unwrap(),
-        GiftOutcome::Settled { .. }
-    ));
-    for o in [&left_open, &settled] {
-        let again = f.ledger.send_gift(o, 1).await.unwrap();
-        assert!(
-            matches!(
-                again,
-                GiftOutcome::Duplicate {
-                    first: GiftResult::Settled { .. }
-                }
-            ),
-            "{again:?}"
-        );
-    }
-    let owed: Vec<_> = f
-        .ledger
-        .unpublished_gifts(&room, 0)
-        .await
-        .unwrap()
-        .iter()
-        .map(|o| o.gift_id)
-        .collect();
-    assert_eq!(owed, vec![left_open.gift_id]);
-    assert_eq!(f.ledger.balance(&s).await.unwrap(), 80);
-    // A second retry finds it settled: owed once, still.
-    f.ledger.send_gift(&left_open, 1).await.unwrap();
-    assert_eq!(f.ledger.unpublished_gifts(&room, 0).await.unwrap().len(), 1);
 }
 
 /// A room rocket's reward: paid once per key however often it is retried (a crash, a new
@@ -520,93 +478,6 @@ async fn owner_voids_only_undebited_sagas(f: Fixture) {
     );
 }
 
-/// A settled gift whose event its runtime could not publish is recorded once, listed for its
-/// room (and the room for the orphan sweep) until exactly one caller takes it. Nothing but a
-/// settled gift is ever recorded.
-async fn an_owed_gift_event_is_listed_until_one_caller_takes_it(f: Fixture) {
-    let sender = f.user("s");
-    let host = f.user("h");
-    let room = f.room("r");
-    let other = f.room("o");
-    let to = std::slice::from_ref(&host);
-    let l = &f.ledger;
-    l.grant(&sender, 100, "seed").await.unwrap();
-    let settled = f.order(&sender, "req-1", &room, 10, to);
-    assert!(matches!(
-        l.send_gift(&settled, 1).await.unwrap(),
-        GiftOutcome::Settled { .. }
-    ));
-    let refused = f.order(&sender, "req-2", &room, 1_000, to);
-    assert!(matches!(
-        l.send_gift(&refused, 1).await.unwrap(),
-        GiftOutcome::InsufficientFunds { .. }
-    ));
-    let pending = f.order(&sender, "req-3", &other, 10, to);
-    l.begin(&pending, 1).await.unwrap();
-    assert!(owed(l, &room, 0).await.is_empty());
-    assert!(!swept(l, &room, 0).await);
-
-    let unknown = Uuid::new_v4();
-    for id in [
-        settled.gift_id,
-        settled.gift_id,
-        refused.gift_id,
-        pending.gift_id,
-        unknown,
-    ] {
-        l.mark_unpublished(id).await.unwrap();
-    }
-    assert_eq!(
-        owed(l, &room, 0).await,
-        vec![settled.clone()],
-        "only the settled gift, once"
-    );
-    assert!(owed(l, &other, 0).await.is_empty());
-    assert!(
-        owed(l, &room, 60_000).await.is_empty(),
-        "recorded under a minute ago"
-    );
-    assert!(swept(l, &room, 0).await);
-    assert!(!swept(l, &room, 60_000).await);
-
-    let id = settled.gift_id;
-    assert!(
-        !l.take_unpublished(&other, id).await.unwrap(),
-        "another room's"
-    );
-    assert!(l.take_unpublished(&room, id).await.unwrap());
-    assert!(
-        !l.take_unpublished(&room, id).await.unwrap(),
-        "taken already"
-    );
-    assert!(owed(l, &room, 0).await.is_empty());
-    assert!(!swept(l, &room, 0).await);
-
-    // Two nodes take the same record at once: one of them gets it.
-    l.mark_unpublished(id).await.unwrap();
-    let second = f.second_handle().await;
-    let (a, b) = tokio::join!(
-        l.take_unpublished(&room, id),
-        second.take_unpublished(&room, id)
-    );
-    assert!(a.unwrap() ^ b.unwrap(), "taken by exactly one");
-    // The money is where the settled gift put it.
-    assert_eq!(l.balance(&sender).await.unwrap(), 90);
-}
-
-/// The room's owed gift events recorded at least `min_age_ms` ago.
-async fn owed(l: &Ledger, room: &RoomId, min_age_ms: i64) -> Vec<GiftOrder> {
-    l.unpublished_gifts(room, min_age_ms).await.unwrap()
-}
-
-/// Whether the orphan sweep's list (rooms with work at least `min_age_ms` old) holds `room`.
-async fn swept(l: &Ledger, room: &RoomId, min_age_ms: i64) -> bool {
-    l.rooms_with_open_sagas(min_age_ms)
-        .await
-        .unwrap()
-        .contains(room)
-}
-
 async fn money_is_conserved_over_random_gifts(f: Fixture) {
     const USERS: usize = 16;
     const GIFTS: usize = 3_000;
@@ -765,98 +636,4 @@ async fn leaderboards_rank_settled_gifts(f: Fixture) {
             .unwrap()
             .is_empty()
     );
-}
-
-/// Durable SQLite throughput under concurrency (group commit). Not a pass/fail timing test:
-/// run it by hand and read the figure:
-/// `CARGO_TARGET_DIR=/work/target-ledger cargo test --release -p storage --test ledger_conformance -- --ignored --nocapture sqlite_gift_throughput`
-/// Request ids are `b<i>` strings (v5 gift ids, random in the saga index) unless
-/// `CHORUS_BENCH_REQ_IDS` is `uuid7` (time-ordered ids) or `uuid4`; `CHORUS_BENCH_IN_FLIGHT`
-/// sets the gifts in flight (default 2,048) and `CHORUS_BENCH_GIFTS_PER_SENDER` the gifts per
-/// each of the 1,000 senders (default 100).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "benchmark: run by hand with --release"]
-async fn sqlite_gift_throughput() {
-    gift_throughput(sqlite().await, "sqlite").await;
-}
-
-/// [`sqlite_gift_throughput`] on a throwaway PostgreSQL server with its default durability
-/// (`synchronous_commit = on`, `fsync = on`), on the same machine.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "benchmark: run by hand with --release"]
-async fn postgres_gift_throughput() {
-    gift_throughput(postgres().await, "postgres").await;
-}
-
-/// `name` from the environment as a number, or `default`.
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-async fn gift_throughput(f: Fixture, engine: &str) {
-    const SENDERS: usize = 1_000;
-    let gifts_per_sender = env_usize("CHORUS_BENCH_GIFTS_PER_SENDER", 100);
-    let in_flight = env_usize("CHORUS_BENCH_IN_FLIGHT", 2_048);
-    let room = f.room("bench");
-    let host = f.user("host");
-    let senders: Vec<UserId> = (0..SENDERS).map(|i| f.user(&format!("s{i}"))).collect();
-    for s in &senders {
-        f.ledger.grant(s, 1_000_000, "seed").await.unwrap();
-    }
-    // Orders are built before the clock starts: the figure is the ledger's, not the harness's.
-    let req_ids = std::env::var("CHORUS_BENCH_REQ_IDS").unwrap_or_default();
-    let mut orders = Vec::with_capacity(SENDERS * gifts_per_sender);
-    for i in 0..gifts_per_sender {
-        for s in &senders {
-            let req = match req_ids.as_str() {
-                "uuid7" => uuid::Uuid::now_v7().to_string(),
-                "uuid4" => uuid::Uuid::new_v4().to_string(),
-                _ => format!("b{i}"),
-            };
-            let o = f.order(s, &req, &room, 3, std::slice::from_ref(&host));
-            orders.push(o);
-        }
-    }
-    let ledger = Arc::new(f.ledger.clone());
-    let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
-    let cpu_before = kit::procfs::cpu_ms(&[std::process::id()]);
-    let start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(orders.len());
-    for o in orders {
-        let ledger = Arc::clone(&ledger);
-        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
-        tasks.push(tokio::spawn(async move {
-            // A reply's latency from when its gift got a place in flight.
-            let sent = tokio::time::Instant::now();
-            let out = ledger.send_gift(&o, 1).await;
-            drop(permit);
-            (out, sent.elapsed())
-        }));
-    }
-    let mut settled = 0usize;
-    let mut latencies = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        let (out, took) = t.await.unwrap();
-        latencies.push(took);
-        if matches!(out.unwrap(), GiftOutcome::Settled { .. }) {
-            settled += 1;
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
-    latencies.sort_unstable();
-    let p99 = latencies[latencies.len() * 99 / 100].as_secs_f64() * 1e3;
-    // The whole test process: the writer and checkpointer threads plus the callers' tasks.
-    let cpu_us_per_gift = match (cpu_before, kit::procfs::cpu_ms(&[std::process::id()])) {
-        (Some(a), Some(b)) => format!("{:.1}", (b - a) * 1000.0 / settled as f64),
-        _ => "?".into(),
-    };
-    println!(
-        "{engine} ledger: {settled} settled gifts in {secs:.2} s = {:.0} gifts/s (durable, {in_flight} in flight, req ids {req_ids:?}), reply p99 {p99:.1} ms, process cpu {cpu_us_per_gift} us/gift",
-        settled as f64 / secs
-    );
-    assert_eq!(settled, SENDERS * gifts_per_sender);
-    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
 }

@@ -2,9 +2,11 @@
 //!
 //! No async, no clock, no I/O: the actor in `room.rs` receives, applies (passing the time in
 //! unix ms), persists and publishes. The rules are split by subject: seats (`seats`), room
-//! management (`manage`) and moderation (`moderation`); this file keeps membership, the
-//! rights every rule checks, and the dispatch of `RoomState::apply`.
+//! management (`manage`), moderation (`moderation`), what falls due when (`deadlines`) and a
+//! gift's recipients (`recipients`), among others; this file keeps membership, the rights
+//! every rule checks, and the dispatch of `RoomState::apply`.
 
+mod deadlines;
 mod directory;
 mod durable;
 mod manage;
@@ -12,6 +14,7 @@ mod members;
 mod moderation;
 mod offers;
 mod outcome;
+mod recipients;
 mod rocket;
 mod seats;
 mod standing;
@@ -22,10 +25,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use protocol::client::gift::{MAX_GIFT_COUNT, MAX_GIFT_RECIPIENTS};
 use protocol::client::{
-    self, Answered, ChatEvent, ChatSent, GiftTargets, InviteView, MAX_CHAT_TEXT_CHARS, Moderation,
-    Pending, Profile, RequestView, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
+    self, Answered, ChatEvent, ChatSent, InviteView, MAX_CHAT_TEXT_CHARS, Moderation, Pending,
+    Profile, RequestView, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
 };
 use protocol::link::{LeaveReason, Membership, RoomCmd, RtcEvent};
 use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
@@ -597,129 +599,6 @@ impl RoomState {
         }
         self.rtc_ids.push_back(ev.id.clone());
         self.rtc_report(user, ev.kind, ev.at_ms.min(now), seats::Cause::Server)
-    }
-
-    /// The earliest time (unix ms) at which [`RoomState::tick`] has something to do.
-    pub fn next_deadline(&self) -> Option<u64> {
-        let d = &self.durable;
-        let seats = d.seats.iter().filter_map(|s| s.publish_by);
-        let requests = d.requests.iter().map(|r| r.expires_at);
-        let invites = d.invites.iter().map(|i| {
-            if i.expired {
-                i.expires_at.saturating_add(durable::EXPIRED_INVITE_KEEP_MS)
-            } else {
-                i.expires_at
-            }
-        });
-        let mutes = d.mutes.values().filter_map(|p| p.until);
-        let bans = d.bans.values().filter_map(|p| p.until);
-        let away = self.next_away_deadline();
-        let guard = self.guard_ends.first().map(|(t, _)| *t);
-        let rtc = d
-            .rtc
-            .iter()
-            .filter(|(u, _)| self.seat_of(u).is_none())
-            .map(|(_, r)| r.at.saturating_add(self.rtc_keep_ms()));
-        seats
-            .chain(requests)
-            .chain(invites)
-            .chain(mutes)
-            .chain(bans)
-            .chain(rtc)
-            .chain(away)
-            .chain(guard)
-            .min()
-    }
-
-    /// Everything due at `now`: seats whose user did not publish in time are freed, requests
-    /// and invitations expire, chat mutes and bans end, old RTC reports go, members whose
-    /// grace window passed leave, guard badges that ended are shown gone.
-    pub fn tick(&mut self, now: u64) -> Applied {
-        let mut applied = Applied::default();
-        self.expire_away(&mut applied, now);
-        self.expire_seats(&mut applied, now);
-        self.expire_pending(&mut applied, now);
-        self.expire_penalties(&mut applied, now);
-        self.expire_guards(&mut applied, now);
-        let keep = self.rtc_keep_ms();
-        let seated: Vec<UserId> = self
-            .durable
-            .seats
-            .iter()
-            .filter_map(|s| s.user.clone())
-            .collect();
-        let before = self.durable.rtc.len();
-        self.durable
-            .rtc
-            .retain(|u, r| seated.contains(u) || r.at.saturating_add(keep) > now);
-        applied.durable_changed |= self.durable.rtc.len() != before;
-        applied
-    }
-
-    fn rtc_keep_ms(&self) -> u64 {
-        durable::RTC_KEEP_MS.max(self.rules.publish_deadline_ms)
-    }
-
-    /// Who receives a gift from `sender`: the listed members, or everyone seated (`"seats"`),
-    /// without the sender, each once.
-    ///
-    /// # Errors
-    /// `NOT_IN_ROOM` for a sender who is not a member; `BAD_REQUEST` for a bad count, an
-    /// unknown target word, a recipient who is not in the room, or no recipient at all.
-    pub fn gift_recipients(
-        &self,
-        sender: &UserId,
-        at: &SessionRef,
-        targets: &GiftTargets,
-        count: u32,
-    ) -> Result<Vec<UserId>, Rejected> {
-        self.check_member(sender, at)?;
-        if count == 0 || count > MAX_GIFT_COUNT {
-            return Err(rejected(ErrorCode::BadRequest, "count must be 1..=9999"));
-        }
-        let mut out: Vec<UserId> = Vec::new();
-        match targets {
-            GiftTargets::Users(users) => {
-                for u in users {
-                    if u == sender || out.contains(u) {
-                        continue;
-                    }
-                    if !self.members.contains_key(u) {
-                        return Err(rejected(
-                            ErrorCode::BadRequest,
-                            "a recipient is not in the room",
-                        ));
-                    }
-                    out.push(u.clone());
-                }
-            }
-            GiftTargets::Seated(word) if word == "seats" => {
-                for seat in &self.durable.seats {
-                    if let Some(u) = &seat.user
-                        && u != sender
-                        && !out.contains(u)
-                    {
-                        out.push(u.clone());
-                    }
-                }
-            }
-            GiftTargets::Seated(_) => {
-                return Err(rejected(
-                    ErrorCode::BadRequest,
-                    "`to` is a list of users or \"seats\"",
-                ));
-            }
-        }
-        if out.is_empty() {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "no recipient (the sender is not one)",
-            ));
-        }
-        if out.len() > MAX_GIFT_RECIPIENTS {
-            return Err(rejected(ErrorCode::BadRequest, "too many recipients"));
-        }
-        Ok(out)
     }
 
     /// Counts `coins` against robot `user`'s gift budget (durable, so a new owner's robots

@@ -1,4 +1,5 @@
 use super::*;
+use protocol::client::GiftTargets;
 
 fn at(session: SessionId) -> SessionRef {
     SessionRef {
