@@ -26,18 +26,19 @@ pub(crate) use bus::Notice;
 use crate::shared::Core;
 
 /// What the gateway tracks per local session for the social features: only while the
-/// session reads its backlog or is in a room (an idle connection holds nothing here).
+/// session reads its backlog or is in a room (an idle connection holds nothing here). The two
+/// lists are boxed: they are almost always absent, and every session in a room holds an entry.
 #[derive(Debug, Default)]
 struct Tracked {
     /// Live direct messages that arrived while the session's backlog was being read: sent
     /// after it, those the backlog already held left out. `None` once caught up.
-    catching_up: Option<Vec<(u64, String)>>,
+    catching_up: Option<Box<Vec<(u64, String)>>>,
     /// The room entry this session last wrote to the registry, with its version.
     entry: Option<(RoomId, u64)>,
     /// Registry writes of this session not answered yet.
     inflight: u32,
     /// "Take this session out" notices that arrived while a write was in flight.
-    deferred: Vec<(RoomId, u64)>,
+    deferred: Option<Box<Vec<(RoomId, u64)>>>,
 }
 
 impl Tracked {
@@ -59,7 +60,7 @@ impl Tracked {
         if self.inflight > 0 {
             return None;
         }
-        let deferred = std::mem::take(&mut self.deferred);
+        let deferred = self.deferred.take().map(|d| *d).unwrap_or_default();
         deferred
             .into_iter()
             .find(|(r, v)| {
@@ -75,7 +76,7 @@ impl Tracked {
     /// for its answer).
     fn switched(&mut self, room: RoomId, ver: u64) -> bool {
         if self.inflight > 0 {
-            self.deferred.push((room, ver));
+            self.deferred.get_or_insert_default().push((room, ver));
             return false;
         }
         self.entry
@@ -88,7 +89,7 @@ impl Tracked {
         self.catching_up.is_none()
             && self.entry.is_none()
             && self.inflight == 0
-            && self.deferred.is_empty()
+            && self.deferred.is_none()
     }
 }
 
@@ -225,7 +226,7 @@ impl Core {
         self.social.sessions().insert(
             session,
             Tracked {
-                catching_up: Some(Vec::new()),
+                catching_up: Some(Box::default()),
                 ..Tracked::default()
             },
         );
@@ -399,6 +400,12 @@ mod tests {
         );
     }
 
+    /// Every session in a room holds one: its size is paid per member.
+    #[test]
+    fn a_tracked_session_stays_small() {
+        assert!(std::mem::size_of::<Tracked>() <= 48);
+    }
+
     #[test]
     fn a_notice_kept_during_a_later_swap_of_the_session_is_dropped() {
         // In a (ver 5); replaced elsewhere (notice for 5); meanwhile the client joined a
@@ -408,7 +415,7 @@ mod tests {
         t.swap_started();
         assert!(!t.switched(RoomId::from("a"), 5));
         assert_eq!(t.swap_answered(&RoomId::from("a"), Some(7)), None);
-        assert!(t.deferred.is_empty());
+        assert!(t.deferred.is_none());
     }
 
     #[test]

@@ -313,7 +313,7 @@ pub(super) fn deliver_owed(
     let Some(t) = tracked.get_mut(&session) else {
         return;
     };
-    let waiting = t.catching_up.take().unwrap_or_default();
+    let waiting = t.catching_up.take().map(|w| *w).unwrap_or_default();
     super::forget_if_idle(&mut tracked, session);
     let sessions = core.hub.sessions_of(user);
     let Some((_, out)) = sessions.iter().find(|(s, _)| *s == session) else {
@@ -358,7 +358,7 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
         for (s, _) in &users {
             let t = tracked.entry(*s).or_default();
             if t.catching_up.is_none() {
-                t.catching_up = Some(Vec::new());
+                t.catching_up = Some(Box::default());
             }
         }
     }
