@@ -29,6 +29,10 @@ use crate::shared::Core;
 /// session reads its backlog or is in a room (an idle connection holds nothing here). The two
 /// lists are boxed: they are almost always absent, and every session in a room holds an entry.
 #[derive(Debug, Default)]
+#[allow(
+    clippy::box_collection,
+    reason = "a boxed list is one pointer in the entry every member holds; a Vec is three"
+)]
 struct Tracked {
     /// Live direct messages that arrived while the session's backlog was being read: sent
     /// after it, those the backlog already held left out. `None` once caught up.
