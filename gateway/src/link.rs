@@ -101,8 +101,8 @@ async fn run(
                 info!(shard = %link.node, %addr, "Shard link up.");
                 serve(owner.as_ref(), &link, stream, &mut rx).await;
                 link.up.store(false, Ordering::Relaxed);
-                // Messages still queued were for the old connection: their pending requests
-                // are retried or time out; drop them so nothing stale goes out later.
+                // Messages still queued were for the old connection: the owner answers their
+                // pending requests (`on_link_down`); drop them so nothing stale goes out later.
                 while rx.try_recv().is_ok() {}
                 owner.on_link_down(&link.node);
             }

@@ -148,14 +148,11 @@ impl Router {
         }
     }
 
-    /// Hands a command to the room's shard (or to `hint`, the owner a shard named); never
-    /// waits. False when no shard can take it now (the caller retries).
-    pub(crate) fn send(&self, cmd: Command, hint: Option<&NodeId>) -> bool {
+    /// The shard that takes `room`'s commands now (or `hint`, the owner a shard named); never
+    /// waits. `None` when no shard can take them now (the caller retries).
+    pub(crate) fn route(&self, room: &RoomId, hint: Option<&NodeId>) -> Option<Route<'_>> {
         match self {
-            Self::Local(shard) => {
-                shard.dispatch(cmd);
-                true
-            }
+            Self::Local(shard) => Some(Route::Local(shard)),
             Self::Cluster(routes) => {
                 // Follow a shard's hint only to a live member of the ring: a paused or dead
                 // ex-owner still named by its unexpired lease must not receive commands.
@@ -164,12 +161,39 @@ impl Router {
                     .filter(|h| placement.ring().nodes().iter().any(|(n, _)| n == *h))
                     .and_then(|h| routes.link(h))
                     .filter(|l| l.is_up());
-                let link = match hinted.or_else(|| routes.reachable_owner(&cmd.room)) {
-                    Some(l) => l,
-                    None => return false,
-                };
-                link.send(cmd)
+                hinted
+                    .or_else(|| routes.reachable_owner(room))
+                    .map(Route::Link)
             }
+        }
+    }
+}
+
+/// Where one command goes.
+pub(crate) enum Route<'a> {
+    /// The in-process shard.
+    Local(&'a Shard),
+    /// A shard over its link.
+    Link(Arc<ShardLink>),
+}
+
+impl Route<'_> {
+    /// The shard at the other end of a link (`None` in process: it cannot go down alone).
+    pub(crate) fn shard(&self) -> Option<&NodeId> {
+        match self {
+            Self::Local(_) => None,
+            Self::Link(l) => Some(&l.node),
+        }
+    }
+
+    /// Hands the command over; false when the link could not take it.
+    pub(crate) fn send(self, cmd: Command) -> bool {
+        match self {
+            Self::Local(shard) => {
+                shard.dispatch(cmd);
+                true
+            }
+            Self::Link(link) => link.send(cmd),
         }
     }
 }

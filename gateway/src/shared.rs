@@ -87,6 +87,9 @@ struct Pending {
     cmd: Command,
     started: Instant,
     attempt: u32,
+    /// The shard whose link carried the last attempt: if that link goes down before the
+    /// reply, the command's outcome is unknown (see `Core::lost_with_link`).
+    via: Option<NodeId>,
 }
 
 impl Core {
@@ -227,10 +230,11 @@ impl Core {
                     cmd: cmd.clone(),
                     started: Instant::now(),
                     attempt: 0,
+                    via: None,
                 },
             );
         }
-        let sent = self.router.send(cmd, hint.as_ref());
+        let sent = self.route(req, cmd, hint.as_ref());
         tracing::trace!(req, sent, "Command routed.");
         if !sent {
             self.retry_later(req, hint);
@@ -245,6 +249,58 @@ impl Core {
 
     fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends pending request `req` on its way, noting the link it takes first: a link that
+    /// goes down after this takes the command with it. False when no shard can take it now.
+    fn route(&self, req: u64, cmd: Command, hint: Option<&NodeId>) -> bool {
+        let Some(route) = self.router.route(&cmd.room, hint) else {
+            return false;
+        };
+        if let Some(p) = self.pending().get_mut(&req) {
+            p.via = route.shard().cloned();
+        }
+        route.send(cmd)
+    }
+
+    /// The link to `shard` went down with these commands unanswered: whether the shard ran
+    /// them is unknown. A client's request is answered `UNAVAILABLE` at once (the client may
+    /// retry; a gift's `req_id` makes that safe), a handoff rejoin becomes the client's own
+    /// `room.left`, as for the members the shard's eviction reached, and the gateway's own
+    /// commands (leaves, profile and standing updates), which are safe to repeat, are
+    /// routed again.
+    fn lost_with_link(&self, shard: &NodeId) {
+        let lost: Vec<(u64, Pending)> = {
+            let mut p = self.pending();
+            let reqs: Vec<u64> = p
+                .iter()
+                .filter(|(_, v)| v.via.as_ref() == Some(shard))
+                .map(|(k, _)| *k)
+                .collect();
+            reqs.into_iter()
+                .filter_map(|k| p.remove(&k).map(|v| (k, v)))
+                .collect()
+        };
+        for (req, mut p) in lost {
+            if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
+                self.rejoining_set()
+                    .remove(&(p.cmd.session, p.cmd.room.clone()));
+                self.rejoin_failed(&p.cmd);
+            } else if let Some(id) = p.cmd.client_id {
+                let frame = client::encode_err(
+                    Some(id),
+                    ErrorCode::Unavailable,
+                    "the room's shard went away before answering; retry",
+                );
+                if let Some(t) = text(frame) {
+                    self.hub.send_to(p.cmd.session, t);
+                }
+            } else {
+                p.via = None;
+                self.pending().insert(req, p);
+                self.retry_later(req, None);
+            }
+        }
     }
 
     /// Sends pending request `req` again after a backoff (to `hint` if given).
@@ -271,7 +327,7 @@ impl Core {
                 Some(p) => p.cmd.clone(),
                 None => return,
             };
-            if !core.router.send(cmd, hint.as_ref()) {
+            if !core.route(req, cmd, hint.as_ref()) {
                 core.retry_later(req, None);
             }
         });
@@ -499,6 +555,7 @@ impl crate::link::LinkOwner for Core {
 
     fn on_link_down(&self, shard: &NodeId) {
         let evicted = self.hub.evict_where(|_, via| via == shard);
+        self.lost_with_link(shard);
         tracing::warn!(%shard, evicted, "Shard link down.");
     }
 }

@@ -636,3 +636,38 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
         "followers saw different sequences"
     );
 }
+
+/// A request on its way to a shard whose link then goes down is answered `UNAVAILABLE` at
+/// once (whether the shard ran it is unknown), not after the gateway's 15 s retry budget.
+#[tokio::test]
+async fn a_request_lost_with_its_shards_link_is_answered_at_once() {
+    let mut cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let room = RoomId::from("lost");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    let (owner, _) = cluster.room_owner("lost").await.unwrap().unwrap();
+    // Stopped, the owner keeps its socket open: the chat waits there, unanswered.
+    cluster.shard(&owner).unwrap().node.pause().unwrap();
+    let chat = b
+        .send("chat.send", json!({"room": room, "text": "into the void"}))
+        .await
+        .unwrap();
+    // A connection's frames are handled in order: the ping's answer means the chat was routed.
+    b.request("ping", json!({})).await.unwrap();
+    let killed_at = Instant::now();
+    cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
+    let e = b.reply_to(chat, WAIT).await.unwrap_err();
+    assert_eq!(e.code(), Some(protocol::ErrorCode::Unavailable), "{e:?}");
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(5),
+        "answered {:?} after the link went down",
+        killed_at.elapsed()
+    );
+    // The members the shard served are told to rejoin, as before.
+    assert_eq!(wait_room_left(&mut a, WAIT).await["reason"], "unavailable");
+}

@@ -137,6 +137,8 @@ async fn a_mute_and_a_publish_deadline_survive_a_planned_move_and_a_failover() {
     }
     let e = bob.chat(&room, "after the move").await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+    // The host follows unnoticed too: a chat answered by the new owner shows its rejoin landed.
+    host.chat(&room, "after the move").await.unwrap();
 
     // A failover: the next owner loads both from the durable state.
     kill_owner(&mut cluster, "mic").await;
