@@ -5,7 +5,9 @@
 //! and the second half's delta divided by its connections is
 //! `rss_marginal_per_conn_bytes`, the cost of one more member. The two differ by what the
 //! server spends once, whatever its connections (its threads' allocation caches, the rooms'
-//! actors, tables grown to their size), shared out over the count measured.
+//! actors, tables grown to their size), shared out over the count measured. A few connections
+//! join and leave before the first reading, so the code the connection path runs once is not
+//! counted as the connections' memory (see `warm_up`).
 
 use super::{Params, connect_users, join_all, run_prefix};
 use crate::load::{Shared, close_all};
@@ -29,8 +31,9 @@ pub async fn run(
     let prefix = run_prefix("idle");
     let rooms = rooms.max(1);
     let users: Vec<String> = (0..conns).map(|i| format!("{prefix}-u{i}")).collect();
-    let before = super::server_rss_kib(target).await;
+    warm_up(target, p, &prefix).await?;
     let shared = Shared::new();
+    let before = super::server_rss_kib(target).await;
     let half = conns / 2;
     let mut cs = Vec::with_capacity(conns);
     let mut middle = None;
@@ -61,6 +64,22 @@ pub async fn run(
     };
     close_all(cs).await;
     Ok(r)
+}
+
+/// Connections that join and leave before the first reading.
+const WARM_UP_CONNS: usize = 10;
+
+/// Runs the connection path once before the first reading: what the server touches the first
+/// time any client connects and joins (its code's pages, tables built on first use) is then
+/// resident, so the readings count only what connections hold.
+async fn warm_up(target: &Target, p: &Params, prefix: &str) -> anyhow::Result<()> {
+    let users: Vec<String> = (0..WARM_UP_CONNS)
+        .map(|i| format!("{prefix}-warm{i}"))
+        .collect();
+    let cs = connect_users(target, &users, p, &Shared::new()).await?;
+    join_all(&cs, |_| format!("{prefix}-warm"), p.connect_concurrency).await?;
+    close_all(cs).await;
+    Ok(())
 }
 
 /// RSS growth from `from` to `to` KiB, in bytes per connection of `conns`.
