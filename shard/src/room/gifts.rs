@@ -50,25 +50,35 @@ type Saga = Pin<Box<dyn Future<Output = GiftDone> + Send>>;
 /// the work on its own thread, so a saga only needs polling to hand its job over and to take
 /// the answer. When the runtime stops, the sagas still running move to one task of their own
 /// ([`Sagas::finish_without_room`]): their coins may move, so their senders still get answers.
+/// The set is made by the room's first gift: a room nobody sends gifts in holds none.
 #[derive(Default)]
-pub(crate) struct Sagas(FuturesUnordered<Saga>);
+pub(crate) struct Sagas(Option<FuturesUnordered<Saga>>);
 
 impl Sagas {
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.as_ref().is_none_or(FuturesUnordered::is_empty)
     }
 
-    /// The next saga to finish (pending forever when there is none: guard with `is_empty`).
+    fn push(&mut self, saga: Saga) {
+        self.0.get_or_insert_with(FuturesUnordered::new).push(saga);
+    }
+
+    /// The next saga to finish; `None` at once when none is running.
     pub(crate) async fn next(&mut self) -> Option<GiftDone> {
-        self.0.next().await
+        match &mut self.0 {
+            Some(sagas) => sagas.next().await,
+            None => None,
+        }
     }
 
     /// Answers every saga still running once it finishes, on a task of its own.
     pub(crate) fn finish_without_room(&mut self, inner: &Arc<Inner>, in_flight: &InFlight) {
-        if self.0.is_empty() {
+        if self.is_empty() {
             return;
         }
-        let mut sagas = std::mem::take(&mut self.0);
+        let Some(mut sagas) = self.0.take() else {
+            return;
+        };
         let inner = inner.clone();
         let in_flight = in_flight.clone();
         inner.clone().tracker.spawn(async move {
@@ -82,7 +92,7 @@ impl Sagas {
 
 impl std::fmt::Debug for Sagas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Sagas({})", self.0.len())
+        write!(f, "Sagas({})", self.0.as_ref().map_or(0, FuturesUnordered::len))
     }
 }
 
@@ -415,7 +425,7 @@ impl RoomActor {
             open_in: config.durable_history.then(|| self.opener()),
             crash,
         };
-        self.sagas.0.push(Box::pin(saga(start)));
+        self.sagas.push(Box::pin(saga(start)));
     }
 
     /// The runtime's [`Opener`], started with its first gift.
