@@ -9,7 +9,7 @@ use protocol::client::{self, Hello, Op, Pong};
 use protocol::error::close;
 use protocol::ids::is_valid_id;
 use protocol::link::RoomCmd;
-use protocol::{ErrorCode, RoomId, SessionId};
+use protocol::{ErrorCode, RoomId, SessionId, UserId};
 use smallvec::SmallVec;
 use tokio::net::TcpStream;
 use tokio::time::timeout;
@@ -31,6 +31,17 @@ use crate::wire;
 const BATCH_INLINE: usize = 8;
 /// A batch of frames for one write.
 type Batch = SmallVec<[Utf8Bytes; BATCH_INLINE]>;
+/// What one turn of a socket's loop leaves to do.
+enum Step<'a> {
+    /// Nothing: wait for the next frame either way.
+    Go,
+    /// End the connection, with this close (`None`: the peer is gone).
+    End(Option<Closing>),
+    /// A write the socket could not take at once. Boxed, so that only a socket that waits
+    /// for its client holds the write's state; inline, it would grow every idle socket's task.
+    Wait(std::pin::Pin<Box<dyn Future<Output = Result<(), Option<Closing>>> + Send + 'a>>),
+}
+
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -136,7 +147,7 @@ pub(crate) fn run(
         bucket: Bucket::new(core.config.rate_burst),
         core,
         session,
-        who,
+        user: who.user,
         outbox,
         limited_in_a_row: 0,
         drained: false,
@@ -171,7 +182,7 @@ pub(crate) fn run(
         if let Some(leave) = s.core.hub.remove(s.session) {
             s.core.send_leaves(vec![leave]);
         }
-        s.core.social_disconnected(s.session, &s.who.user);
+        s.core.social_disconnected(s.session, &s.user);
         metrics::gauge!(m::CONNECTIONS).decrement(1.0);
     }
 }
@@ -179,7 +190,7 @@ pub(crate) fn run(
 struct Session {
     core: Arc<Core>,
     session: SessionId,
-    who: Identity,
+    user: UserId,
     outbox: Arc<Outbox>,
     bucket: Bucket,
     limited_in_a_row: u32,
@@ -201,53 +212,60 @@ impl Session {
     /// drain closes; the writes, which need more state, are boxed while they run.
     async fn serve(&mut self, ws: &mut WebSocketStream<TcpStream>) -> Option<Closing> {
         loop {
-            tokio::select! {
+            let step = tokio::select! {
                 biased;
                 out = self.outbox.recv() => match out {
-                    Outgoing::Frame(frame) => {
-                        if let Err(c) = self.write_batch(ws, frame).await {
-                            return c;
-                        }
-                    }
-                    Outgoing::Ping => {
-                        if let Err(c) = self.write_flush(ws, Message::Ping(Default::default())).await {
-                            return c;
-                        }
-                    }
-                    Outgoing::Close(kick) => return Some(Closing::new(kick.code(), kick.reason())),
+                    Outgoing::Frame(frame) => self.write_batch(ws, frame),
+                    Outgoing::Ping => self.write_flush(ws, Message::Ping(Default::default())),
+                    Outgoing::Close(kick) => Step::End(Some(Closing::new(kick.code(), kick.reason()))),
                 },
-                msg = next_message(ws, &mut self.drained) => {
-                    self.outbox.heard();
-                    match msg {
-                        None => return None,
-                        Some(Ok(Message::Text(t))) => {
-                            if let Some(c) = self.on_text(&t) {
-                                return Some(c);
-                            }
-                        }
-                        Some(Ok(Message::Binary(_))) => {
-                            self.reply_err(None, ErrorCode::BadFrame, "binary frames are not supported");
-                        }
-                        Some(Ok(Message::Close(_))) => return None,
-                        Some(Ok(Message::Ping(_))) => self.pong_owed = true,
-                        Some(Ok(_)) => {}
-                        Some(Err(WsError::Capacity(_))) => {
-                            return Some(Closing::new(close::TOO_BIG, "frame too large"));
-                        }
-                        // RFC 6455: answer a broken frame with its close code, then close.
-                        Some(Err(WsError::Utf8(_))) => {
-                            return Some(Closing::new(close::INVALID_DATA, "text is not UTF-8"));
-                        }
-                        Some(Err(WsError::Protocol(_))) => {
-                            return Some(Closing::new(close::PROTOCOL_ERROR, "protocol error"));
-                        }
-                        Some(Err(e)) => {
-                            debug!(session = self.session, error = %e, "Socket read failed.");
-                            return None;
-                        }
+                msg = next_message(ws, &mut self.drained) => self.on_message(msg),
+            };
+            match step {
+                Step::Go => {}
+                Step::End(c) => return c,
+                Step::Wait(write) => {
+                    if let Err(c) = write.await {
+                        return c;
                     }
                 }
             }
+        }
+    }
+
+    /// Handles what the client sent (or that it went away).
+    fn on_message(&mut self, msg: Option<Result<Message, WsError>>) -> Step<'static> {
+        self.outbox.heard();
+        let closing = match msg {
+            None | Some(Ok(Message::Close(_))) => return Step::End(None),
+            Some(Ok(Message::Text(t))) => self.on_text(&t),
+            Some(Ok(Message::Binary(_))) => {
+                self.reply_err(None, ErrorCode::BadFrame, "binary frames are not supported");
+                None
+            }
+            Some(Ok(Message::Ping(_))) => {
+                self.pong_owed = true;
+                None
+            }
+            Some(Ok(_)) => None,
+            Some(Err(WsError::Capacity(_))) => {
+                Some(Closing::new(close::TOO_BIG, "frame too large"))
+            }
+            // RFC 6455: answer a broken frame with its close code, then close.
+            Some(Err(WsError::Utf8(_))) => {
+                Some(Closing::new(close::INVALID_DATA, "text is not UTF-8"))
+            }
+            Some(Err(WsError::Protocol(_))) => {
+                Some(Closing::new(close::PROTOCOL_ERROR, "protocol error"))
+            }
+            Some(Err(e)) => {
+                debug!(session = self.session, error = %e, "Socket read failed.");
+                return Step::End(None);
+            }
+        };
+        match closing {
+            Some(c) => Step::End(Some(c)),
+            None => Step::Go,
         }
     }
 
@@ -255,45 +273,46 @@ impl Session {
     ///
     /// The batch is tried at once, without waiting (the socket almost always takes it whole);
     /// only a batch the socket cannot take yet, or one behind a pong tungstenite holds, waits,
-    /// under the write time-out. The waiting write is boxed: its state would otherwise grow
-    /// every idle socket's task.
-    async fn write_batch(
+    /// under the write time-out, as a boxed [`Step::Wait`].
+    fn write_batch<'a>(
         &mut self,
-        ws: &mut WebSocketStream<TcpStream>,
+        ws: &'a mut WebSocketStream<TcpStream>,
         first: Utf8Bytes,
-    ) -> Result<(), Option<Closing>> {
+    ) -> Step<'a> {
         // tungstenite holds bytes of its own only after a client's ping (the pong it queued
         // while reading); everything the session sends through it is flushed at once. Asking
         // it to flush costs a waker registration, so it is asked only then.
         let pong_owed = std::mem::take(&mut self.pong_owed);
         let mut written = 0usize;
-        let Some(frames) = self.write_now(ws, first, pong_owed, &mut written)? else {
-            return Ok(());
+        let frames = match self.write_now(ws, first, pong_owed, &mut written) {
+            Ok(Some(frames)) => frames,
+            Ok(None) => return Step::Go,
+            Err(c) => return Step::End(c),
         };
-        // The batch moves into the boxed write; `written` is read after it.
-        let counted = &mut written;
-        let write = async move {
-            // The pong goes first, so our frames never interleave with it.
-            if pong_owed {
-                ws.flush().await.map_err(|_| ())?;
+        let limit = self.core.config.write_timeout;
+        Step::Wait(Box::pin(async move {
+            let write = async {
+                // The pong goes first, so our frames never interleave with it.
+                if pong_owed {
+                    ws.flush().await.map_err(|_| ())?;
+                }
+                wire::write_text_frames(ws.get_ref(), &frames, &mut written)
+                    .await
+                    .map_err(|_| ())
+            };
+            match timeout(limit, write).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(())) => Err(None),
+                Err(_) => Err(Some(Closing {
+                    code: close::SLOW_CONSUMER,
+                    reason: "slow consumer",
+                    // Once bytes of this batch went out the stream may end inside a frame,
+                    // and no close frame may follow (PROTOCOL.md: a slow consumer may see
+                    // the connection end without 4000).
+                    with_frame: written == 0,
+                })),
             }
-            wire::write_text_frames(ws.get_ref(), &frames, counted)
-                .await
-                .map_err(|_| ())
-        };
-        let outcome = Box::pin(timeout(self.core.config.write_timeout, write)).await;
-        match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(())) => Err(None),
-            Err(_) => Err(Some(Closing {
-                code: close::SLOW_CONSUMER,
-                reason: "slow consumer",
-                // Once bytes of this batch went out the stream may end inside a frame, and
-                // no close frame may follow (PROTOCOL.md: a slow consumer may see the
-                // connection end without 4000).
-                with_frame: written == 0,
-            })),
-        }
+        }))
     }
 
     /// Takes a batch from the outbox behind `first` and writes what the socket takes now
@@ -326,16 +345,16 @@ impl Session {
         }
     }
 
-    async fn write_flush(
-        &self,
-        ws: &mut WebSocketStream<TcpStream>,
-        msg: Message,
-    ) -> Result<(), Option<Closing>> {
-        match Box::pin(timeout(self.core.config.write_timeout, ws.send(msg))).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(None),
-            Err(_) => Err(Some(Closing::new(close::SLOW_CONSUMER, "slow consumer"))),
-        }
+    /// Sends `msg` through tungstenite and flushes it, under the write time-out.
+    fn write_flush<'a>(&self, ws: &'a mut WebSocketStream<TcpStream>, msg: Message) -> Step<'a> {
+        let limit = self.core.config.write_timeout;
+        Step::Wait(Box::pin(async move {
+            match timeout(limit, ws.send(msg)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(None),
+                Err(_) => Err(Some(Closing::new(close::SLOW_CONSUMER, "slow consumer"))),
+            }
+        }))
     }
 
     fn reply_err(&self, id: Option<u64>, code: ErrorCode, msg: &str) {
@@ -391,27 +410,25 @@ impl Session {
             Op::Ping => self.reply_ok(id, &Pong { t: unix_ms() }),
             Op::WalletBalance(_) | Op::Wallet(_) | Op::GiftList(_) | Op::RankGet(_) => {
                 self.core
-                    .money_request(self.session, &self.who.user, id, req.op);
+                    .money_request(self.session, &self.user, id, req.op);
             }
-            Op::Im(op) => self.core.im_request(self.session, &self.who.user, id, op),
-            Op::Guard(op) => self
-                .core
-                .guard_request(self.session, &self.who.user, id, op),
+            Op::Im(op) => self.core.im_request(self.session, &self.user, id, op),
+            Op::Guard(op) => self.core.guard_request(self.session, &self.user, id, op),
             Op::User(op) => {
                 self.core
-                    .user_request(self.session, &self.who.user, &self.outbox, id, op);
+                    .user_request(self.session, &self.user, &self.outbox, id, op);
             }
             Op::RoomList(req) => self.core.room_list(self.session, id, req),
             Op::Room(op) => {
                 if let client::RoomOp::Join(_) = op {
                     self.core
-                        .refresh_standing_if_stale(self.session, &self.who.user);
+                        .refresh_standing_if_stale(self.session, &self.user);
                 }
                 // Only `room.create` may leave its room out: the server names the room.
                 let room = room.unwrap_or_else(new_room_id);
                 let cmd = RoomCmd::Op(op);
                 self.core
-                    .send_command(self.session, &self.who.user, Some(id), room, cmd, None);
+                    .send_command(self.session, &self.user, Some(id), room, cmd, None);
             }
         }
         None

@@ -92,7 +92,11 @@ impl Sagas {
 
 impl std::fmt::Debug for Sagas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Sagas({})", self.0.as_ref().map_or(0, FuturesUnordered::len))
+        write!(
+            f,
+            "Sagas({})",
+            self.0.as_ref().map_or(0, FuturesUnordered::len)
+        )
     }
 }
 
