@@ -98,8 +98,8 @@ impl Tracked {
 }
 
 /// Drops `session`'s tracking once it holds nothing.
-fn forget_if_idle(tracked: &mut HashMap<SessionId, Tracked>, session: SessionId) {
-    if tracked.get(&session).is_some_and(Tracked::is_idle) {
+fn forget_if_idle(tracked: &mut HashMap<SessionId, Box<Tracked>>, session: SessionId) {
+    if tracked.get(&session).is_some_and(|t| t.is_idle()) {
         tracked.remove(&session);
     }
 }
@@ -112,7 +112,9 @@ pub(crate) struct Social {
     pub(crate) im: ImStore,
     /// Redis, for the bus subscription (cluster only).
     redis: Option<Redis>,
-    sessions: Mutex<HashMap<SessionId, Tracked>>,
+    /// Boxed, like the hub's slots: a hash table keeps spare places (up to half of it after
+    /// it grows), and every joined session holds an entry.
+    sessions: Mutex<HashMap<SessionId, Box<Tracked>>>,
     /// Per-user `im.send` token buckets on this gateway.
     buckets: Mutex<HashMap<UserId, im::Bucket>>,
 }
@@ -153,7 +155,7 @@ impl Social {
         }
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Tracked>> {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Box<Tracked>>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -229,10 +231,10 @@ impl Core {
     pub(crate) fn social_opening(&self, session: SessionId) {
         self.social.sessions().insert(
             session,
-            Tracked {
+            Box::new(Tracked {
                 catching_up: Some(Box::default()),
                 ..Tracked::default()
-            },
+            }),
         );
     }
 

@@ -82,7 +82,9 @@ pub enum Registry {
 #[derive(Debug, Default)]
 pub struct LocalRegistry {
     conns: HashMap<UserId, Vec<SessionRef>>,
-    rooms: HashMap<UserId, RoomEntry>,
+    /// Boxed: a hash table keeps spare places (up to half of it after it grows), and every
+    /// joined user holds an entry; a spare place then costs a pointer, not a whole entry.
+    rooms: HashMap<UserId, Box<RoomEntry>>,
     ver: u64,
 }
 
@@ -214,8 +216,11 @@ impl Registry {
                     at: at.clone(),
                     ver,
                 };
-                let previous = l.rooms.insert(user.clone(), entry);
-                Ok(Swapped { ver, previous })
+                let previous = l.rooms.insert(user.clone(), Box::new(entry));
+                Ok(Swapped {
+                    ver,
+                    previous: previous.map(|e| *e),
+                })
             }
         }
     }
@@ -253,7 +258,7 @@ impl Registry {
                 let l = l.lock().unwrap_or_else(PoisonError::into_inner);
                 Ok(users
                     .iter()
-                    .filter_map(|u| l.rooms.get(u).map(|e| (u.clone(), e.clone())))
+                    .filter_map(|u| l.rooms.get(u).map(|e| (u.clone(), RoomEntry::clone(e))))
                     .collect())
             }
         }
