@@ -1,29 +1,16 @@
 // The client against a real standalone node: requests, typed events, errors, gifts through
 // the ledger, token refresh, resume with `since` after a dropped socket, reconnect after a
 // node restart (1001), and 503 Retry-After at connect.
-import { test, after, before } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import WebSocket from "ws";
 import { Client, ChorusError, backoff, uuidv7 } from "../dist/index.js";
-import { startNode, until } from "./node.mjs";
+import { startNode, until, useNode } from "./node.mjs";
 
-let node;
-const clients = [];
-function client(user, opts = {}) {
-  const c = new Client({ url: node.url, token: node.token(user), WebSocket, reconnect: { initialMs: 100, maxMs: 1000 }, ...opts });
-  clients.push(c);
-  return c;
-}
-
-before(async () => {
-  node = await startNode();
-});
-after(async () => {
-  for (const c of clients) c.close();
-  await node?.cleanup();
-});
+const fx = useNode({ initialMs: 100, maxMs: 1000 });
+const { client, clients } = fx;
 
 test("backoff grows, is capped and jittered; uuidv7 is a v7 UUID", () => {
   assert.equal(backoff(0, 100, 1000, () => 0), 50);
@@ -71,7 +58,7 @@ test("two clients join, chat, take seats and see each other's typed events", asy
 });
 
 test("a gift goes through the ledger once and both sides see it", async () => {
-  const granted = await node.admin("POST", "/admin/wallets/gina/grant", { amount: 100, key: "ts-gina-1" });
+  const granted = await fx.node.admin("POST", "/admin/wallets/gina/grant", { amount: 100, key: "ts-gina-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
   const g = client("gina");
   const h = client("hal");
@@ -109,7 +96,7 @@ test("a gift goes through the ledger once and both sides see it", async () => {
 });
 
 test("a guard bought shows its badge in the host's room and is listed", async () => {
-  const granted = await node.admin("POST", "/admin/wallets/gus/grant", { amount: 5000, key: "ts-gus-1" });
+  const granted = await fx.node.admin("POST", "/admin/wallets/gus/grant", { amount: 5000, key: "ts-gus-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
   const host = client("hera");
   const fan = client("gus");
@@ -139,7 +126,7 @@ test("a guard bought shows its badge in the host's room and is listed", async ()
 });
 
 test("without a WebSocket option the client finds one (Node's global, else the ws package)", async () => {
-  const c = new Client({ url: node.url, token: node.token("nia") });
+  const c = new Client({ url: fx.node.url, token: fx.node.token("nia") });
   clients.push(c);
   await c.connect();
   assert.equal(typeof (await c.ping()).t, "number");
@@ -161,7 +148,7 @@ test("a token provider answers session.expiring with auth.refresh", async () => 
     token: () => {
       calls++;
       // The first token expires in 40 s (session.expiring comes at once); later ones live an hour.
-      return node.token("ria", calls === 1 ? 40 : 3600);
+      return fx.node.token("ria", calls === 1 ? 40 : 3600);
     },
   });
   const refreshed = c.next("refreshed", () => true, 10_000);

@@ -3,14 +3,13 @@
 // after a dropped connection reaches the application once, and an acknowledged one is not owed
 // to the next connection. A spy socket counts the raw `im` frames, to show the server did send
 // the duplicate the client dropped.
-import { test, after, before } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
-import { Client } from "../dist/index.js";
-import { startNode, until } from "./node.mjs";
+import { until, useNode } from "./node.mjs";
 
-let node;
-const clients = [];
+const fx = useNode({ initialMs: 100, maxMs: 500 });
+const { client } = fx;
 
 /** A `ws` socket that records the ids of the `im` frames it receives. */
 function spySocket(frames) {
@@ -24,20 +23,6 @@ function spySocket(frames) {
     }
   };
 }
-
-function client(user, opts = {}) {
-  const c = new Client({ url: node.url, token: node.token(user), WebSocket, reconnect: { initialMs: 100, maxMs: 500 }, ...opts });
-  clients.push(c);
-  return c;
-}
-
-before(async () => {
-  node = await startNode();
-});
-after(async () => {
-  for (const c of clients) c.close();
-  await node?.cleanup();
-});
 
 test("a message sent again after a dropped connection reaches the application once, then is acknowledged", async () => {
   const ann = client("im-ann");
@@ -110,7 +95,7 @@ test("the client acknowledges on its own within imAckDelayMs", async () => {
   );
   // A raw acknowledging connection of bob's that never acknowledges shows what is still owed:
   // nothing, so the first `im` it gets is the next live message.
-  const probe = new WebSocket(`${node.url}?token=${node.token("ack-bob")}&im_ack=1`);
+  const probe = new WebSocket(`${fx.node.url}?token=${fx.node.token("ack-bob")}&im_ack=1`);
   const frames = [];
   probe.on("message", (data) => {
     const f = JSON.parse(String(data));

@@ -7,6 +7,9 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { after, before } from "node:test";
+import WebSocket from "ws";
+import { Client } from "../dist/index.js";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 
@@ -126,4 +129,26 @@ export async function until(cond, ms = 10_000, what = "condition") {
     if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * One node for a test file: started before its tests, stopped after them with every client
+ * made through `client(user, opts)` (or pushed to `clients`). `reconnect` is the clients'
+ * default backoff.
+ */
+export function useNode(reconnect) {
+  const fx = { node: undefined, clients: [] };
+  fx.client = (user, opts = {}) => {
+    const c = new Client({ url: fx.node.url, token: fx.node.token(user), WebSocket, reconnect, ...opts });
+    fx.clients.push(c);
+    return c;
+  };
+  before(async () => {
+    fx.node = await startNode();
+  });
+  after(async () => {
+    for (const c of fx.clients) c.close();
+    await fx.node?.cleanup();
+  });
+  return fx;
 }
