@@ -282,24 +282,29 @@ impl Core {
                 .collect()
         };
         for (req, mut p) in lost {
-            if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
-                self.rejoining_set()
-                    .remove(&(p.cmd.session, p.cmd.room.clone()));
-                self.rejoin_failed(&p.cmd);
-            } else if let Some(id) = p.cmd.client_id {
-                let frame = client::encode_err(
-                    Some(id),
-                    ErrorCode::Unavailable,
-                    "the room's shard went away before answering; retry",
-                );
-                if let Some(t) = text(frame) {
-                    self.hub.send_to(p.cmd.session, t);
-                }
-            } else {
+            let own = p.cmd.client_id.is_none() && !matches!(p.cmd.cmd, RoomCmd::Rejoin(_));
+            if own {
                 p.via = None;
                 self.pending().insert(req, p);
                 self.retry_later(req, None);
+            } else {
+                self.give_up(&p.cmd, "the room's shard went away before answering; retry");
             }
+        }
+    }
+
+    /// Gives up on a command: a handoff rejoin becomes the client's `room.left`, a client's
+    /// request is answered `UNAVAILABLE` with `msg`.
+    fn give_up(&self, cmd: &Command, msg: &str) {
+        if let RoomCmd::Rejoin(_) = &cmd.cmd {
+            self.rejoining_set()
+                .remove(&(cmd.session, cmd.room.clone()));
+            self.rejoin_failed(cmd);
+        }
+        if let Some(id) = cmd.client_id
+            && let Some(t) = text(client::encode_err(Some(id), ErrorCode::Unavailable, msg))
+        {
+            self.hub.send_to(cmd.session, t);
         }
     }
 
@@ -352,21 +357,7 @@ impl Core {
                 old.iter().filter_map(|k| p.remove(k)).collect()
             };
             for p in expired {
-                if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
-                    self.rejoining_set()
-                        .remove(&(p.cmd.session, p.cmd.room.clone()));
-                    self.rejoin_failed(&p.cmd);
-                }
-                if let Some(id) = p.cmd.client_id {
-                    let frame = client::encode_err(
-                        Some(id),
-                        ErrorCode::Unavailable,
-                        "room is moving or its shard is unreachable; retry",
-                    );
-                    if let Some(t) = text(frame) {
-                        self.hub.send_to(p.cmd.session, t);
-                    }
-                }
+                self.give_up(&p.cmd, "room is moving or its shard is unreachable; retry");
             }
         }
     }
