@@ -20,6 +20,7 @@
 //! - [`metrics`]: metric names.
 
 mod audit;
+mod boards;
 pub mod config;
 mod directory;
 pub mod gateway_link;
@@ -189,6 +190,7 @@ impl Shard {
         me.inner
             .tracker
             .spawn(room::sweep_retention(me.inner.clone()));
+        me.inner.tracker.spawn(boards::prune(me.inner.clone()));
         me
     }
 

@@ -64,6 +64,7 @@ use std::path::Path;
 use protocol::{RoomId, UserId};
 use uuid::Uuid;
 
+pub use self::app_rank::PRUNE_BATCH;
 pub use self::calendar::{MS_PER_DAY, day_of, now_ms, week_start};
 pub use self::guard::{
     GUARD_ID_NAMESPACE, Guard, GuardOrder, GuardOutcome, MAX_GUARD_REQ_ID_BYTES, MAX_GUARDS_LISTED,

@@ -27,6 +27,7 @@ conformance!(
     lifetime_spent_is_the_settled_spend,
     app_boards_equal_a_recount_of_settled_gifts,
     app_boards_break_ties_by_user_id_and_keep_the_limit,
+    pruning_drops_old_day_and_week_rows_and_keeps_what_reads_use,
 );
 
 /// A robot's id in the fixture's namespace (robots' ids start with `bot:`).
@@ -66,6 +67,53 @@ async fn lifetime_spent_is_the_settled_spend(f: Fixture) {
     assert_eq!(f.ledger.lifetime_spent(&b).await.unwrap(), 0);
     assert_eq!(f.ledger.lifetime_spent(&h).await.unwrap(), 0);
     assert_eq!(f.ledger.balance(&a).await.unwrap(), 1_000 - 170);
+}
+
+async fn pruning_drops_old_day_and_week_rows_and_keeps_what_reads_use(f: Fixture) {
+    let [a, h] = ["a", "h"].map(|n| f.user(n));
+    let bot = robot(&f, "r");
+    for u in [&a, &bot] {
+        f.ledger.grant(u, 100_000, "seed").await.unwrap();
+    }
+    let room = f.room("r");
+    // 400 days ago, far from the other gifts' weeks: a person's gift and a robot's.
+    for (i, s) in [&a, &bot].into_iter().enumerate() {
+        let mut old = f.order(s, &format!("old{i}"), &room, 10, std::slice::from_ref(&h));
+        old.created_ms -= 400 * MS_PER_DAY;
+        f.ledger.send_gift(&old, 1).await.unwrap();
+    }
+    let today = f.order(&a, "today", &room, 7, std::slice::from_ref(&h));
+    f.ledger.send_gift(&today, 1).await.unwrap();
+    let boards = |robots| {
+        let l = f.ledger.clone();
+        async move {
+            let mut all = Vec::new();
+            for board in [Board::Senders, Board::Receivers] {
+                for period in [Period::Day, Period::Week, Period::All] {
+                    all.push(l.app_leaderboard(board, period, 10, robots).await.unwrap());
+                }
+            }
+            all
+        }
+    };
+    let before = boards(true).await;
+    // Buckets before 390 days ago (the old gifts' week began before that day's week): each old
+    // gift's sender's day and week rows, and the receiver's two, which both gifts share.
+    let cutoff = day_of(now_ms()) - 390;
+    let gone = f.ledger.prune_app_boards(cutoff).await.unwrap();
+    if f.url().starts_with("scylla") {
+        assert_eq!(gone, 0, "Scylla keeps its rows");
+        return;
+    }
+    assert_eq!(
+        gone, 6,
+        "the day and week rows of a, the robot and h, 400 days ago"
+    );
+    assert_eq!(f.ledger.prune_app_boards(cutoff).await.unwrap(), 0);
+    // Today's, this week's and all-time boards read the same; lifetime spend holds.
+    assert_eq!(boards(true).await, before);
+    assert_eq!(f.ledger.lifetime_spent(&a).await.unwrap(), 17);
+    assert_eq!(f.ledger.lifetime_spent(&bot).await.unwrap(), 10);
 }
 
 /// What an app board must hold, recounted from settled orders: best first, ties by user id.

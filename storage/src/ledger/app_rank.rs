@@ -53,6 +53,37 @@ impl Ledger {
         }
     }
 
+    /// Deletes the app boards' day rows of days before `before_day` and week rows of weeks
+    /// that began before that day's week (unix days, UTC); all-time rows stay. A board is only
+    /// ever read in today's and this week's bucket, so older buckets are history no read
+    /// uses. At most [`PRUNE_BATCH`] rows go per statement, each statement a short write of its
+    /// own between gift settlements; returns how many rows went. Scylla keeps its rows (its
+    /// listing and per-gift rows would need a time-to-live at write; not done yet).
+    ///
+    /// # Errors
+    /// Engine errors (rows already deleted stay deleted).
+    pub async fn prune_app_boards(&self, before_day: i64) -> Result<u64> {
+        let mut gone = 0;
+        for (span, before) in [(SPAN_DAY, before_day), (SPAN_WEEK, week_start(before_day))] {
+            for board in APP_BOARDS {
+                loop {
+                    let n = match self {
+                        Self::Sqlite(l) => l.prune_app_board(board, span, before).await?,
+                        Self::Postgres(l) => {
+                            Box::pin(l.prune_app_board(board, span, before)).await?
+                        }
+                        Self::Scylla(_) => 0,
+                    };
+                    gone += n;
+                    if n < PRUNE_BATCH {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(gone)
+    }
+
     async fn app_board(
         &self,
         board: i16,
@@ -81,6 +112,15 @@ pub(crate) const APP_SENDERS: i16 = 0;
 pub(crate) const APP_RECEIVERS: i16 = 1;
 /// Added to a board's number for robots' rows.
 const ROBOT_BOARDS: i16 = 2;
+/// Every `app_rank.board` number: people's and robots' senders and receivers.
+const APP_BOARDS: [i16; 4] = [
+    APP_SENDERS,
+    APP_RECEIVERS,
+    APP_SENDERS + ROBOT_BOARDS,
+    APP_RECEIVERS + ROBOT_BOARDS,
+];
+/// Rows one prune statement deletes at most ([`Ledger::prune_app_boards`]).
+pub const PRUNE_BATCH: u64 = 1_000;
 
 /// The `app_rank.board` number of `board` for people (`robot == false`) or robots.
 pub(crate) fn app_board(board: Board, robot: bool) -> i16 {

@@ -276,6 +276,22 @@ impl PostgresLedger {
             .map_err(|_| StorageError::unavailable_msg("postgres: read timed out"))?
     }
 
+    /// Runs one write statement outside any explicit transaction; returns the rows it changed.
+    async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64> {
+        let run = async {
+            let client = self.client().await.map_err(into_storage)?;
+            let stmt = client.prepare_cached(sql).await.map_err(pg)?;
+            client.execute(&stmt, params).await.map_err(pg)
+        };
+        tokio::time::timeout(TX_TIMEOUT, run)
+            .await
+            .map_err(|_| StorageError::unavailable_msg("postgres: write timed out"))?
+    }
+
     /// `(batches, gifts)`: the gift batches committed since this handle connected and the new
     /// gifts they booked (see `batch`).
     pub fn gift_batches(&self) -> (u64, u64) {

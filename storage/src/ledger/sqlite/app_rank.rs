@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use protocol::UserId;
 use rusqlite::{OptionalExtension, Statement, params};
 
-use super::super::app_rank::{SPAN_ALL, app_rank_users, spend_board};
+use super::super::app_rank::{PRUNE_BATCH, SPAN_ALL, app_rank_users, spend_board};
 use super::super::{GiftOrder, day_of, week_start};
 use super::tx::Tx;
 use super::{SqliteLedger, db};
@@ -133,6 +133,30 @@ impl SqliteLedger {
     pub(in crate::ledger) async fn lifetime_spent(&self, user: &UserId) -> Result<i64> {
         let user = user.clone();
         self.read(move |c| spent_in(c, &user)).await
+    }
+
+    /// Deletes up to [`PRUNE_BATCH`] rows of `board`'s `span` buckets that start before
+    /// `before`; returns how many went.
+    pub(in crate::ledger) async fn prune_app_board(
+        &self,
+        board: i16,
+        span: i16,
+        before: i64,
+    ) -> Result<u64> {
+        let limit = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
+        self.write(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM app_rank WHERE (board, span, start, user) IN (
+                       SELECT board, span, start, user FROM app_rank
+                       WHERE board = ?1 AND span = ?2 AND start < ?3 LIMIT ?4)",
+                )
+                .map_err(db)?
+                .execute(params![board, span, before, limit])
+                .map_err(db)?;
+            Ok(n as u64)
+        })
+        .await
     }
 }
 
