@@ -1,8 +1,9 @@
 //! App-wide leaderboards and lifetime spend, on every engine (the shared conformance kit):
 //! the boards equal a recount of the ledger's settled gifts after a mix of gifts in several
 //! rooms, days and users (robots among them); ties go by user id; the limit holds; a user's
-//! lifetime spend is the sum of their settled gifts. Existing ledgers get their boards from
-//! the gifts booked before the migration (SQLite and PostgreSQL).
+//! lifetime spend is the sum of their settled gifts; pruning deletes old day and week rows and
+//! changes no board a read can see. Existing ledgers get their boards from the gifts booked
+//! before the migration (SQLite and PostgreSQL).
 
 #![allow(clippy::unwrap_used)]
 
