@@ -12,9 +12,15 @@ use std::process::Command;
 /// Runs `chorus-loadtest` with `args` and `--quiet --json <a temp file>`, requires it to
 /// succeed, and returns the JSON it wrote.
 fn run_json(args: &[&str]) -> serde_json::Value {
+    run_json_env(args, &[])
+}
+
+/// [`run_json`] with `env` set for the harness (and the nodes it spawns).
+fn run_json_env(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
     let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
+        .envs(env.iter().copied())
         .args(args)
         .args(["--quiet", "--json"])
         .arg(&json)
@@ -344,11 +350,8 @@ fn a_cluster_is_compared_against_a_standalone_node() {
 /// task on one thread, and a compared run still loses nothing.
 #[test]
 fn a_current_thread_node_and_baseline_lose_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_chorus-loadtest"))
-        .env("CHORUS_RUNTIME", "current-thread")
-        .args([
+    let v = run_json_env(
+        &[
             "rooms",
             "--spawn",
             "standalone",
@@ -356,8 +359,6 @@ fn a_current_thread_node_and_baseline_lose_nothing() {
             "2",
             "--members",
             "3",
-        ])
-        .args([
             "--rate",
             "2",
             "--duration",
@@ -365,17 +366,9 @@ fn a_current_thread_node_and_baseline_lose_nothing() {
             "--compare",
             "--rounds",
             "2",
-        ])
-        .args(["--quiet", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &[("CHORUS_RUNTIME", "current-thread")],
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 4, "{v}");
     for r in runs {
