@@ -36,6 +36,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::GatewayConfig;
 use crate::hub::{self, Hub, PendingLeave, text};
+use crate::router::Route;
 use crate::{auth, money, outbox, router};
 
 /// Everything a gateway's tasks share.
@@ -209,6 +210,8 @@ impl Core {
             profile,
             standing,
         };
+        // Routed before it is recorded, so the record names the link it takes (one lock).
+        let route = self.router.route(&cmd.room, hint.as_ref());
         {
             let mut pending = self.pending();
             if pending.len() >= MAX_PENDING_COMMANDS {
@@ -230,11 +233,11 @@ impl Core {
                     cmd: cmd.clone(),
                     started: Instant::now(),
                     attempt: 0,
-                    via: None,
+                    via: route.as_ref().and_then(Route::shard).cloned(),
                 },
             );
         }
-        let sent = self.route(req, cmd, hint.as_ref());
+        let sent = route.is_some_and(|r| r.send(cmd));
         tracing::trace!(req, sent, "Command routed.");
         if !sent {
             self.retry_later(req, hint);
@@ -251,9 +254,9 @@ impl Core {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sends pending request `req` on its way, noting the link it takes first: a link that
-    /// goes down after this takes the command with it. False when no shard can take it now.
-    fn route(&self, req: u64, cmd: Command, hint: Option<&NodeId>) -> bool {
+    /// Sends pending request `req` again, noting the link it takes first: a link that goes
+    /// down after this takes the command with it. False when no shard can take it now.
+    fn reroute(&self, req: u64, cmd: Command, hint: Option<&NodeId>) -> bool {
         let Some(route) = self.router.route(&cmd.room, hint) else {
             return false;
         };
@@ -332,7 +335,7 @@ impl Core {
                 Some(p) => p.cmd.clone(),
                 None => return,
             };
-            if !core.route(req, cmd, hint.as_ref()) {
+            if !core.reroute(req, cmd, hint.as_ref()) {
                 core.retry_later(req, None);
             }
         });
