@@ -764,6 +764,14 @@ mod tests {
         assert_eq!(std::mem::size_of::<super::RoomMsg>(), 16);
     }
 
+    /// A room's actor is boxed and lives as long as the room: it stays in jemalloc's
+    /// 1,280-byte class (1,376 bytes and the 1,536 class with the rocket inline).
+    #[test]
+    fn a_rooms_actor_stays_in_the_1280_byte_allocation() {
+        let size = std::mem::size_of::<super::RoomActor>();
+        assert!(size <= 1_280, "a room's actor is {size} bytes");
+    }
+
     /// The size of what `f` returns, without calling it.
     fn returned_size<A, B, C, D, E, R>(_f: &impl FnOnce(A, B, C, D, E) -> R) -> usize {
         std::mem::size_of::<R>()

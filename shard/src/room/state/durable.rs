@@ -184,9 +184,10 @@ pub struct Durable {
     /// directory's region filter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_region: Option<String>,
-    /// The room rocket (absent until a gift fuels it).
-    #[serde(default, skip_serializing_if = "super::rocket::Rocket::is_idle")]
-    pub rocket: super::rocket::Rocket,
+    /// The room rocket (absent until a gift fuels it). Boxed: most rooms never fuel one, and
+    /// every room's actor carries its durable state.
+    #[serde(default, skip_serializing_if = "super::rocket::is_idle")]
+    pub rocket: Option<Box<super::rocket::Rocket>>,
 }
 
 impl Durable {
@@ -225,7 +226,7 @@ impl Durable {
             robot_spent: BTreeMap::new(),
             roster: None,
             owner_region: None,
-            rocket: super::rocket::Rocket::default(),
+            rocket: None,
         })
     }
 

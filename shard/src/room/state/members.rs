@@ -27,8 +27,38 @@ pub(crate) struct Member {
     pub(crate) profile: Option<Arc<Profile>>,
     /// While away: when the window passes (unix ms); 0 otherwise.
     pub(crate) away_until: u64,
-    /// Guards held and lifetime gift spend, for the badges (`standing`).
-    pub(crate) standing: Standing,
+    /// Guards held and lifetime gift spend, for the badges: `None` while it holds nothing.
+    /// Boxed: most members hold no guard, and every place of the members table (the spare
+    /// ones too) would otherwise carry the 32 bytes of an empty one.
+    standing: Option<Box<Standing>>,
+}
+
+/// The standing of a member who holds nothing.
+static NO_STANDING: Standing = Standing {
+    guards: Vec::new(),
+    spent: 0,
+};
+
+impl Member {
+    /// The member's guards and lifetime spend.
+    pub(crate) fn standing(&self) -> &Standing {
+        self.standing.as_deref().unwrap_or(&NO_STANDING)
+    }
+
+    /// The member's standing, to change in place.
+    pub(crate) fn standing_mut(&mut self) -> &mut Standing {
+        self.standing.get_or_insert_with(Box::default)
+    }
+
+    /// Replaces the member's standing.
+    pub(crate) fn set_standing(&mut self, s: Standing) {
+        self.standing = boxed(s);
+    }
+}
+
+/// `s` as a member keeps it (nothing for an empty one).
+fn boxed(s: Standing) -> Option<Box<Standing>> {
+    (!s.is_empty()).then(|| Box::new(s))
 }
 
 /// The members a planned move hands to the next owner, inside the last snapshot the old owner
@@ -156,7 +186,7 @@ impl RoomState {
                 joined_at: now,
                 profile: profile.clone(),
                 away_until: 0,
-                standing: Standing::default(),
+                standing: None,
             };
             self.members.insert(user.clone(), member);
             let join = Presence::Join(user.clone(), profile, super::Badges::default());
@@ -305,7 +335,7 @@ impl RoomState {
                     joined_at: m.joined_at,
                     away_until: (m.away_until != 0).then_some(m.away_until),
                     p: m.profile.as_deref().cloned(),
-                    s: m.standing.clone(),
+                    s: m.standing().clone(),
                 })
                 .collect(),
         }
@@ -338,7 +368,7 @@ impl RoomState {
                     joined_at: e.joined_at,
                     profile: shared_profile(e.p),
                     away_until: until,
-                    standing: e.s,
+                    standing: boxed(e.s),
                 },
             );
         }

@@ -96,6 +96,22 @@ impl RocketRules {
     }
 }
 
+/// A rocket nothing ever fuelled.
+static IDLE: Rocket = Rocket {
+    level: 0,
+    fuel: 0,
+    launches: 0,
+    day: 0,
+    contrib: BTreeMap::new(),
+    rewarded: BTreeMap::new(),
+    pending: None,
+};
+
+/// Whether a room's rocket is absent or was never fuelled (not stored then).
+pub(super) fn is_idle(r: &Option<Box<Rocket>>) -> bool {
+    r.as_deref().is_none_or(Rocket::is_idle)
+}
+
 /// The rocket's durable state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rocket {
@@ -151,12 +167,12 @@ impl RoomState {
 
     /// The launch waiting for its rewards, if any.
     pub fn pending_launch(&self) -> Option<&Launch> {
-        self.durable.rocket.pending.as_ref()
+        self.durable.rocket.as_ref()?.pending.as_ref()
     }
 
     /// The rocket's progress, for `rocket.progress` (None without a rocket).
     pub fn rocket_progress(&self) -> Option<RocketProgress> {
-        let r = &self.durable.rocket;
+        let r = self.durable.rocket.as_deref().unwrap_or(&IDLE);
         let level = self.rocket_rules.levels.get(r.level as usize)?;
         Some(RocketProgress {
             level: r.level + 1,
@@ -177,7 +193,7 @@ impl RoomState {
         }
         let day = now / MS_PER_DAY;
         let rules = self.rocket_rules.clone();
-        let r = &mut self.durable.rocket;
+        let r = self.durable.rocket.get_or_insert_with(Box::default);
         if r.day != day {
             // A new day: the rocket starts again at its first level, the caps afresh.
             r.day = day;
@@ -267,7 +283,9 @@ impl RoomState {
     /// number that is not the pending launch's changes nothing (a late or repeated report).
     pub fn rocket_paid(&mut self, number: u64) -> Applied {
         let mut applied = Applied::default();
-        let r = &mut self.durable.rocket;
+        let Some(r) = self.durable.rocket.as_deref_mut() else {
+            return applied;
+        };
         let Some(launch) = r.pending.take_if(|l| l.number == number) else {
             return applied;
         };

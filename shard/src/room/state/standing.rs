@@ -104,10 +104,10 @@ impl RoomState {
         let Some(m) = self.members.get(user) else {
             return Badges::default();
         };
-        let vip = self.vip_rules.level(m.standing.spent);
+        let vip = self.vip_rules.level(m.standing().spent);
         let entrance = self.vip_rules.entrance_level > 0 && vip >= self.vip_rules.entrance_level;
         Badges {
-            guard: m.standing.guards_at(&self.durable.owner, now),
+            guard: m.standing().guards_at(&self.durable.owner, now),
             vip,
             entrance,
         }
@@ -120,7 +120,7 @@ impl RoomState {
         let before = self.badges(user, now);
         joined.applied.rearm |= self.index_guards(user, &s, now);
         if let Some(m) = self.members.get_mut(user) {
-            m.standing = s;
+            m.set_standing(s);
         }
         let after = self.badges(user, now);
         let mut shown = false;
@@ -179,7 +179,7 @@ impl RoomState {
         }
         let rearm = self.index_guards(user, &s, now);
         if let Some(m) = self.members.get_mut(user) {
-            m.standing = s;
+            m.set_standing(s);
         }
         let mut applied = self.badges_changed(user, before, now);
         applied.rearm |= rearm;
@@ -216,12 +216,15 @@ impl RoomState {
                 continue;
             };
             let ended = m
-                .standing
+                .standing()
                 .guards
                 .iter()
                 .any(|g| g.host == *owner && g.until <= now);
-            m.standing.guards.retain(|g| g.until > now);
-            if ended && !m.standing.guards_at(owner, now) {
+            let mut left = std::mem::take(m.standing_mut());
+            left.guards.retain(|g| g.until > now);
+            let still = left.guards_at(owner, now);
+            m.set_standing(left);
+            if ended && !still {
                 let p = self.profile_of(&user).cloned();
                 let after = self.badges(&user, now);
                 applied.presence.push(Presence::Update(user, p, after));
@@ -240,7 +243,8 @@ impl RoomState {
         let Some(m) = self.members.get_mut(user) else {
             return Applied::default();
         };
-        m.standing.spent = m.standing.spent.saturating_add(coins.max(0));
+        let s = m.standing_mut();
+        s.spent = s.spent.saturating_add(coins.max(0));
         self.badges_changed(user, before, now)
     }
 
@@ -273,7 +277,7 @@ impl RoomState {
         let level = self
             .members
             .get(target)
-            .map_or(0, |m| self.vip_rules.level(m.standing.spent));
+            .map_or(0, |m| self.vip_rules.level(m.standing().spent));
         if level >= protected {
             return Err(Rejected {
                 code: ErrorCode::VipProtected,
