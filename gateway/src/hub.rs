@@ -46,16 +46,66 @@ struct HubState {
     sessions: HashMap<SessionId, Box<Slot>>,
     /// room -> shard it was joined through -> sessions, with their outboxes: a room's fan-out
     /// walks this map alone, with no lookup per member in `sessions`.
-    rooms: HashMap<RoomId, HashMap<NodeId, HashMap<SessionId, Arc<Outbox>>>>,
+    rooms: HashMap<RoomId, ByShard>,
     /// Sessions in their room's fan-out only because the client asked to join it again right
     /// after leaving it (the leave's reply came first): if the room refuses that join, the
     /// session is out. Empty but for that moment, so it costs a connection nothing.
     kept: HashSet<SessionId>,
     /// A user's sessions on this gateway: almost always one, kept inline (no allocation).
     users: HashMap<UserId, SmallVec<[SessionId; 1]>>,
-    /// The last sequenced event delivered per (room, shard): every member session got it, so
-    /// a handoff rejoins them from there.
-    last: Mutex<HashMap<(RoomId, NodeId), (Epoch, Seq)>>,
+}
+
+/// A room's local sessions by the shard they joined through: one shard but while a handoff
+/// moves them, so a short list (one small allocation) rather than a hash table per room.
+#[derive(Debug, Default)]
+struct ByShard(Vec<Via>);
+
+/// A room's sessions joined through one shard.
+#[derive(Debug)]
+struct Via {
+    shard: NodeId,
+    /// The sessions, with their outboxes.
+    members: Members,
+    /// The last sequenced event delivered from the shard: every member session got it, so a
+    /// handoff rejoins them from there. Written on each event under the hub's read lock.
+    last: Mutex<Option<(Epoch, Seq)>>,
+}
+
+type Members = HashMap<SessionId, Arc<Outbox>>;
+
+impl ByShard {
+    fn via(&self, shard: &NodeId) -> Option<&Via> {
+        self.0.iter().find(|v| v.shard == *shard)
+    }
+
+    /// The sessions joined through `shard`, an empty set made for it if it had none.
+    fn entry(&mut self, shard: &NodeId) -> &mut Members {
+        let at = match self.0.iter().position(|v| v.shard == *shard) {
+            Some(at) => at,
+            None => {
+                // Exactly one more: a first push would make room for four.
+                self.0.reserve_exact(1);
+                self.0.push(Via {
+                    shard: shard.clone(),
+                    members: Members::default(),
+                    last: Mutex::new(None),
+                });
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].members
+    }
+
+    /// Takes `session` out of the sessions joined through `shard` (and the shard's entry with
+    /// its last position when it was the last one).
+    fn remove(&mut self, shard: &NodeId, session: SessionId) {
+        if let Some(at) = self.0.iter().position(|v| v.shard == *shard) {
+            self.0[at].members.remove(&session);
+            if self.0[at].members.is_empty() {
+                self.0.swap_remove(at);
+            }
+        }
+    }
 }
 
 /// A session the gateway moves to a room's new owner after a handoff.
@@ -484,8 +534,7 @@ impl Hub {
                 st.rooms
                     .entry(r.room.clone())
                     .or_default()
-                    .entry(from.clone())
-                    .or_default()
+                    .entry(from)
                     .insert(r.session, out);
                 if let Some((old, old_via)) = old {
                     if old != r.room || old_via != *from {
@@ -562,11 +611,8 @@ impl Hub {
             // The old owner says where its stream ended (every member was sent everything up
             // to there); the gateway's own record is the fallback.
             let since = e.position.or_else(|| {
-                st.last
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(&(e.room.clone(), from.clone()))
-                    .copied()
+                let via = st.rooms.get(&e.room)?.via(from)?;
+                *via.last.lock().unwrap_or_else(PoisonError::into_inner)
             });
             let mut out = Vec::new();
             for s in sessions {
@@ -609,13 +655,11 @@ impl Hub {
             return Vec::new();
         }
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        if let Some(pos) = e.position {
-            st.last
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert((e.room.clone(), from.clone()), pos);
+        let via = st.rooms.get(&e.room).and_then(|m| m.via(from));
+        if let (Some(pos), Some(via)) = (e.position, via) {
+            *via.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(pos);
         }
-        let members = st.rooms.get(&e.room).and_then(|m| m.get(from));
+        let members = via.map(|v| &v.members);
         let push = |out: &Arc<Outbox>| {
             out.push(frame.clone());
         };
@@ -638,26 +682,11 @@ impl Hub {
 
 fn remove_member(st: &mut HubState, room: &RoomId, via: &NodeId, session: SessionId) {
     if let Some(by_shard) = st.rooms.get_mut(room) {
-        if let Some(set) = by_shard.get_mut(via) {
-            set.remove(&session);
-            if set.is_empty() {
-                by_shard.remove(via);
-            }
-        }
-        if by_shard.is_empty() {
+        by_shard.remove(via, session);
+        if by_shard.0.is_empty() {
             st.rooms.remove(room);
         }
-        if !by_shard_has(st, room, via) {
-            st.last
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&(room.clone(), via.clone()));
-        }
     }
-}
-
-fn by_shard_has(st: &HubState, room: &RoomId, via: &NodeId) -> bool {
-    st.rooms.get(room).is_some_and(|m| m.contains_key(via))
 }
 
 #[cfg(test)]

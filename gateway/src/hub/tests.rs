@@ -213,3 +213,49 @@ fn taking_a_session_out_for_a_switch_elsewhere_tells_it_and_frees_its_place() {
     assert_eq!(hub.sessions_of(&UserId::from("ann")).len(), 1);
     assert_eq!(hub.session_users(), [(1, UserId::from("ann"))]);
 }
+
+/// Applies an event of `room` from `via` at `position`; returns the rejoins it asks for.
+fn event_at(
+    hub: &Hub,
+    room: &str,
+    via: &NodeId,
+    audience: Audience,
+    position: Option<(Epoch, Seq)>,
+) -> Vec<PendingRejoin> {
+    hub.apply(
+        via,
+        ToGateway::Event(RoomEvent {
+            room: RoomId::from(room),
+            audience,
+            position,
+            frame: Bytes::from_static(b"{}"),
+        }),
+    )
+    .rejoins
+}
+
+/// A handoff whose old owner gives no position rejoins the members from the last event the
+/// gateway delivered from that shard: another shard's events do not count, and a room its
+/// members all left forgets the position.
+#[test]
+fn a_move_without_a_position_rejoins_from_the_last_event_delivered_from_that_shard() {
+    let (hub, via, _a) = ann_in_r1();
+    let other = NodeId::from("shard-2");
+    let moved = || Audience::Moved {
+        sessions: vec![1],
+        to: NodeId::from("shard-3"),
+    };
+    for seq in 1..=3 {
+        assert!(event_at(&hub, "r1", &via, Audience::All, Some((7, seq))).is_empty());
+    }
+    assert!(event_at(&hub, "r1", &other, Audience::All, Some((9, 9))).is_empty());
+    let rejoins = event_at(&hub, "r1", &via, moved(), None);
+    assert_eq!(rejoins.len(), 1);
+    assert_eq!(rejoins[0].since, Some((7, 3)));
+
+    // The move took ann out; she joins again through shard-1, which has sent nothing since.
+    assert!(joined(&hub, 1, "ann", "r1", &via).is_empty());
+    let rejoins = event_at(&hub, "r1", &via, moved(), None);
+    assert_eq!(rejoins.len(), 1);
+    assert_eq!(rejoins[0].since, None);
+}
