@@ -42,7 +42,9 @@ impl Ord for Ranked {
 
 #[derive(Debug, Default)]
 struct State {
-    entries: HashMap<String, (Stored, Vec<String>)>,
+    /// room -> its entry and search tokens. Boxed: the table's spare places (up to half of
+    /// it after it grows) then cost a pointer each, not a whole entry.
+    entries: HashMap<String, Box<(Stored, Vec<String>)>>,
     ranked: HashMap<String, BTreeSet<Ranked>>,
     lex: BTreeSet<(String, String)>,
     by_node: HashMap<String, HashSet<String>>,
@@ -80,7 +82,7 @@ fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
 
 impl State {
     fn unindex(&mut self, room: &str) -> Option<Stored> {
-        let (stored, toks) = self.entries.remove(room)?;
+        let (stored, toks) = *self.entries.remove(room)?;
         let key = Ranked {
             score: stored.entry.score,
             room: room.to_owned(),
@@ -130,12 +132,12 @@ impl State {
             node: node.to_owned(),
             region,
         };
-        self.entries.insert(room, (stored, toks));
+        self.entries.insert(room, Box::new((stored, toks)));
     }
 
     fn remove(&mut self, node: &str, room: &str) -> bool {
         match self.entries.get(room) {
-            Some((s, _)) if node.is_empty() || s.node == node => {
+            Some(e) if node.is_empty() || e.0.node == node => {
                 self.unindex(room);
                 true
             }
@@ -296,7 +298,7 @@ impl MemoryDirectory {
         let s = self.lock();
         rooms
             .iter()
-            .map(|r| s.entries.get(r.as_str()).map(|(st, _)| st.clone()))
+            .map(|r| s.entries.get(r.as_str()).map(|e| e.0.clone()))
             .collect()
     }
 }
