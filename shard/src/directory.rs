@@ -113,7 +113,9 @@ impl Publisher {
         let updates: Vec<Update> = {
             let mut p = self.lock();
             if p.len() <= MAX_BATCH {
-                p.drain().map(|(_, u)| u).collect()
+                // Taken whole, not drained: a burst of changes (every room's joins) would
+                // otherwise leave its table's size behind for good.
+                std::mem::take(&mut *p).into_values().collect()
             } else {
                 let keys: Vec<RoomId> = p.keys().take(MAX_BATCH).cloned().collect();
                 keys.iter().filter_map(|k| p.remove(k)).collect()
