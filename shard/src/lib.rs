@@ -217,7 +217,7 @@ impl Shard {
     pub async fn inspect(&self, room: &RoomId) -> Option<serde_json::Value> {
         let handle = self.inner.room_handle(room)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        handle.tx.send(RoomMsg::Inspect(tx)).await.ok()?;
+        handle.tx.send(Box::new(RoomMsg::Inspect(tx))).await.ok()?;
         rx.await.ok().filter(|v| !v.is_null())
     }
 
@@ -296,7 +296,7 @@ impl Shard {
         for h in rooms {
             let gw = gw.clone();
             self.inner.tracker.spawn(async move {
-                let _ = h.tx.send(RoomMsg::GatewayGone(Box::new(gw))).await;
+                let _ = h.tx.send(Box::new(RoomMsg::GatewayGone(gw))).await;
             });
         }
     }
@@ -383,25 +383,28 @@ impl Inner {
         let mut rooms = lock(&self.rooms);
         loop {
             if let Some(h) = rooms.get(&cmd.room) {
-                match h.tx.try_send(RoomMsg::Command(Box::new(cmd))) {
+                let refused = match h.tx.try_send(Box::new(RoomMsg::Command(cmd))) {
                     Ok(()) => return,
-                    Err(TrySendError::Full(RoomMsg::Command(c))) => {
-                        drop(rooms);
-                        ::metrics::counter!(crate::metrics::ROOM_INBOX_FULL).increment(1);
-                        let err = ReplyError::new(ErrorCode::Unavailable, "room is busy; retry");
-                        let inner = self.clone();
-                        self.tracker
-                            .spawn(async move { inner.reply_direct(&c, Err(err), None).await });
-                        return;
-                    }
-                    Err(TrySendError::Closed(RoomMsg::Command(c))) => {
-                        rooms.remove(&c.room);
-                        cmd = *c;
-                        continue;
-                    }
-                    // Only commands are sent here.
-                    Err(TrySendError::Full(_) | TrySendError::Closed(_)) => return,
+                    Err(e) => e,
+                };
+                let full = matches!(refused, TrySendError::Full(_));
+                // Only commands are sent here.
+                let RoomMsg::Command(c) = *refused.into_inner() else {
+                    return;
+                };
+                if full {
+                    drop(rooms);
+                    ::metrics::counter!(crate::metrics::ROOM_INBOX_FULL).increment(1);
+                    let err = ReplyError::new(ErrorCode::Unavailable, "room is busy; retry");
+                    let inner = self.clone();
+                    self.tracker
+                        .spawn(async move { inner.reply_direct(&c, Err(err), None).await });
+                    return;
                 }
+                // Closed: the runtime stopped; start a fresh one.
+                rooms.remove(&c.room);
+                cmd = c;
+                continue;
             }
             // Not running here: start it only if this shard owns the room.
             if let Some(owner) = self.placed_elsewhere(&cmd.room) {
@@ -417,7 +420,7 @@ impl Inner {
                 return;
             }
             let room = cmd.room.clone();
-            self.start_runtime(&mut rooms, room, Some(RoomMsg::Command(Box::new(cmd))));
+            self.start_runtime(&mut rooms, room, Some(Box::new(RoomMsg::Command(cmd))));
             return;
         }
     }
@@ -434,7 +437,7 @@ impl Inner {
         self: &Arc<Self>,
         rooms: &mut HashMap<RoomId, RoomHandle>,
         room: RoomId,
-        first: Option<RoomMsg>,
+        first: Option<room::Inbox>,
     ) {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(self.config.room_inbox);
@@ -458,11 +461,11 @@ impl Inner {
 
     /// Starts `room`'s runtime with `first` as its first message, under the conditions of
     /// [`Inner::load_room`] (retention's check of a room: `room::lifecycle`).
-    pub(crate) fn start_for(self: &Arc<Self>, room: &RoomId, first: RoomMsg) -> bool {
+    pub(crate) fn start_for(self: &Arc<Self>, room: &RoomId, first: room::Inbox) -> bool {
         self.start_with(room, Some(first))
     }
 
-    fn start_with(self: &Arc<Self>, room: &RoomId, first: Option<RoomMsg>) -> bool {
+    fn start_with(self: &Arc<Self>, room: &RoomId, first: Option<room::Inbox>) -> bool {
         let mut rooms = lock(&self.rooms);
         if rooms.get(room).is_some_and(|h| !h.tx.is_closed()) {
             return false;
@@ -480,7 +483,7 @@ impl Inner {
     pub(crate) fn nudge_sweep(&self, room: &RoomId) {
         let tx = lock(&self.rooms).get(room).map(|h| h.tx.clone());
         if let Some(tx) = tx {
-            let _ = tx.try_send(RoomMsg::Sweep);
+            let _ = tx.try_send(Box::new(RoomMsg::Sweep));
         }
     }
 

@@ -185,7 +185,7 @@ fn start_next(inner: &Arc<Inner>) {
     let Some(handle) = inner.room_handle(&room) else {
         return;
     };
-    match handle.tx.try_send(RoomMsg::Handoff(Box::new(to.clone()))) {
+    match handle.tx.try_send(Box::new(RoomMsg::Handoff(to.clone()))) {
         Ok(()) => {
             info!(%room, %to, "Handing the room off.");
             let mut st = inner.rebalance.lock();

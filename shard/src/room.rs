@@ -39,30 +39,31 @@ use snapshots::{Snapshots, Written};
 use state::{Rejected, RoomState, SessionRef};
 use timers::Timers;
 
-/// A message in a room's inbox: 16 bytes (anything larger is boxed), because every room's
-/// inbox holds a block of 32 of them from its start.
+/// A message in a room's inbox. The inbox carries each one boxed ([`Inbox`]): every room's
+/// inbox holds a block of 32 slots from its start, and a slot of one pointer keeps that
+/// block in the 320-byte class, where 16-byte slots made it a 640-byte one.
 #[derive(Debug)]
 pub(crate) enum RoomMsg {
-    /// A command from a gateway (boxed: the inbox's blocks of slots stay small in every
-    /// room, however big a command's largest variant is).
-    Command(Box<Command>),
+    /// A command from a gateway (the largest message: boxing the message is one allocation
+    /// of a command's size, as boxing the command was).
+    Command(Command),
     /// A gateway's link closed: its sessions leave the room.
-    GatewayGone(Box<NodeId>),
+    GatewayGone(NodeId),
     /// The owner's recovery settled a saga a previous runtime left unfinished, or took a
     /// settled gift's event a runtime owed (see [`gifts::owe_event`]): publish it.
-    GiftRecovered(Box<storage::ledger::GiftOrder>),
+    GiftRecovered(storage::ledger::GiftOrder),
     /// The orphan sweep found work for the room's saga sweep (an unfinished saga, an owed
     /// event) while the room runs: sweep now.
     Sweep,
     /// The placement moved the room to this shard: hand it off.
-    Handoff(Box<NodeId>),
+    Handoff(NodeId),
     /// The admin API asks what the room looks like now.
     Inspect(tokio::sync::oneshot::Sender<serde_json::Value>),
     /// The robot reconcile's configuration for this room (`None`: stop its robots).
-    Robots(Option<Box<crate::robots::RobotConfig>>),
+    Robots(Option<crate::robots::RobotConfig>),
     /// The retention sweep: remove the room from durable storage if nobody joined it since
     /// `cutoff_ms` and nothing holds it (see [`lifecycle`]); `done` gets whether it did.
-    Expire(Box<Expire>),
+    Expire(Expire),
     /// Every reward of the pending rocket launch with this number is booked: announce it.
     RocketPaid(u64),
 }
@@ -76,10 +77,13 @@ pub(crate) struct Expire {
     pub(crate) done: tokio::sync::oneshot::Sender<bool>,
 }
 
+/// What a room's inbox carries: one pointer per slot (see [`RoomMsg`]).
+pub(crate) type Inbox = Box<RoomMsg>;
+
 /// A cheap handle to a running room: the sending side of its inbox.
 #[derive(Debug, Clone)]
 pub(crate) struct RoomHandle {
-    pub(crate) tx: mpsc::Sender<RoomMsg>,
+    pub(crate) tx: mpsc::Sender<Inbox>,
     pub(crate) generation: u64,
 }
 
@@ -111,9 +115,13 @@ async fn start(
     inner: Arc<Inner>,
     room: RoomId,
     generation: u64,
-    rx: mpsc::Receiver<RoomMsg>,
-    self_tx: mpsc::WeakSender<RoomMsg>,
-) -> Option<(Box<RoomActor>, mpsc::Receiver<RoomMsg>, CancellationToken)> {
+    rx: mpsc::Receiver<Box<RoomMsg>>,
+    self_tx: mpsc::WeakSender<Box<RoomMsg>>,
+) -> Option<(
+    Box<RoomActor>,
+    mpsc::Receiver<Box<RoomMsg>>,
+    CancellationToken,
+)> {
     // The durable high-water mark: a new token must be above the last one that wrote.
     // The robot configuration is read beside the snapshot, not after it: a room's load costs
     // no extra round trip for it. Robots start only after the claim, below.
@@ -249,8 +257,8 @@ pub(crate) async fn run(
     inner: Arc<Inner>,
     room: RoomId,
     generation: u64,
-    rx: mpsc::Receiver<RoomMsg>,
-    self_tx: mpsc::WeakSender<RoomMsg>,
+    rx: mpsc::Receiver<Box<RoomMsg>>,
+    self_tx: mpsc::WeakSender<Box<RoomMsg>>,
 ) {
     let started = Box::pin(start(inner.clone(), room, generation, rx, self_tx)).await;
     let Some((mut actor, rx, lease_token)) = started else {
@@ -316,13 +324,15 @@ async fn refuse_all(
     inner: &Arc<Inner>,
     room: &RoomId,
     generation: u64,
-    mut rx: mpsc::Receiver<RoomMsg>,
+    mut rx: mpsc::Receiver<Box<RoomMsg>>,
     owner_hint: Option<NodeId>,
 ) {
     inner.unregister(room, generation);
     rx.close();
     while let Some(msg) = rx.recv().await {
-        let RoomMsg::Command(cmd) = msg else { continue };
+        let RoomMsg::Command(cmd) = *msg else {
+            continue;
+        };
         let err = ReplyError {
             code: ErrorCode::Unavailable,
             msg: "room is not served here; retry".into(),
@@ -354,7 +364,7 @@ struct RoomActor {
     deferred: Vec<Command>,
     /// This room's own inbox, for outcomes of work it spawned (weak: it never keeps the room
     /// alive).
-    self_tx: mpsc::WeakSender<RoomMsg>,
+    self_tx: mpsc::WeakSender<Box<RoomMsg>>,
     /// Gift ids whose saga this runtime is driving now (recovery leaves them alone).
     in_flight: gifts::InFlight,
     /// Whether the sweep of unfinished sagas runs, and the sagas that ended in an error.
@@ -386,7 +396,7 @@ struct RoomActor {
 impl RoomActor {
     async fn run_loop(
         &mut self,
-        mut rx: mpsc::Receiver<RoomMsg>,
+        mut rx: mpsc::Receiver<Box<RoomMsg>>,
         lease: &CancellationToken,
         generation: u64,
     ) -> Stop {
@@ -402,30 +412,32 @@ impl RoomActor {
         let stop = loop {
             if self.state.is_none() {
                 // Only the first command can create a room; anything after it finds none.
-                match rx.try_recv() {
-                    Ok(
-                        RoomMsg::GatewayGone(_)
-                        | RoomMsg::GiftRecovered(_)
-                        | RoomMsg::Sweep
-                        | RoomMsg::Handoff(_)
-                        | RoomMsg::Inspect(_)
-                        | RoomMsg::Robots(_)
-                        | RoomMsg::RocketPaid(_),
-                    ) => continue,
-                    Ok(RoomMsg::Command(cmd)) => {
+                // Matched through the box, never as a value: a message held across the awaits
+                // below would put a command's size into every room's task.
+                let Ok(msg) = rx.try_recv() else {
+                    break Stop::Missing;
+                };
+                match *msg {
+                    RoomMsg::GatewayGone(_)
+                    | RoomMsg::GiftRecovered(_)
+                    | RoomMsg::Sweep
+                    | RoomMsg::Handoff(_)
+                    | RoomMsg::Inspect(_)
+                    | RoomMsg::Robots(_)
+                    | RoomMsg::RocketPaid(_) => continue,
+                    RoomMsg::Command(cmd) => {
                         Box::pin(self.handle(cmd)).await;
                         if self.state.is_none() {
                             break Stop::Missing;
                         }
                         continue;
                     }
-                    Ok(RoomMsg::Expire(e)) => {
-                        let Expire { cutoff_ms, done } = *e;
+                    RoomMsg::Expire(e) => {
+                        let Expire { cutoff_ms, done } = e;
                         // No state: only index entries can be left to clean up.
                         let _ = done.send(Box::pin(self.expire(cutoff_ms)).await);
                         continue;
                     }
-                    Err(_) => break Stop::Missing,
                 }
             }
             // Deadlines are wall-clock times kept in the durable state (a new owner re-arms
@@ -461,38 +473,46 @@ impl RoomActor {
                 Some(done) = self.sagas.next(), if !self.sagas.is_empty() => {
                     Box::pin(self.gift_done(done)).await;
                 }
-                msg = rx.recv() => match msg {
-                    Some(RoomMsg::Command(cmd)) => {
-                        if !self.inner.owner.proven(&self.valid) {
-                            // Not provably the owner any more: apply nothing (ARCHITECTURE.md, section 4).
-                            self.deferred.push(*cmd);
-                            break Stop::LeaseLost;
+                msg = rx.recv() => {
+                    // Through the box (see the start of the loop).
+                    let Some(msg) = msg else {
+                        break Stop::Shutdown;
+                    };
+                    match *msg {
+                        RoomMsg::Command(cmd) => {
+                            if !self.inner.owner.proven(&self.valid) {
+                                // Not provably the owner any more: apply nothing
+                                // (ARCHITECTURE.md, section 4).
+                                self.deferred.push(cmd);
+                                break Stop::LeaseLost;
+                            }
+                            Box::pin(self.handle(cmd)).await;
                         }
-                        Box::pin(self.handle(cmd)).await;
-                    }
-                    Some(RoomMsg::GatewayGone(gw)) => Box::pin(self.gateway_gone(&gw)).await,
-                    Some(RoomMsg::GiftRecovered(order)) => {
-                        Box::pin(self.gift_recovered(*order)).await;
-                    }
-                    Some(RoomMsg::Sweep) => self.sweep_now(),
-                    Some(RoomMsg::Handoff(to)) => break Stop::Handoff(*to),
-                    Some(RoomMsg::Inspect(tx)) => {
-                        let _ = tx.send(self.inspect());
-                    }
-                    Some(RoomMsg::Robots(config)) => {
-                        Box::pin(self.set_robots(config.map(|c| *c))).await;
-                    }
-                    Some(RoomMsg::RocketPaid(number)) => Box::pin(self.rocket_paid(number)).await,
-                    Some(RoomMsg::Expire(e)) => {
-                        let Expire { cutoff_ms, done } = *e;
-                        let expired = Box::pin(self.expire(cutoff_ms)).await;
-                        let _ = done.send(expired);
-                        if expired {
-                            break Stop::Missing;
+                        RoomMsg::GatewayGone(gw) => Box::pin(self.gateway_gone(&gw)).await,
+                        RoomMsg::GiftRecovered(order) => {
+                            Box::pin(self.gift_recovered(order)).await;
+                        }
+                        RoomMsg::Sweep => self.sweep_now(),
+                        RoomMsg::Handoff(to) => break Stop::Handoff(to),
+                        RoomMsg::Inspect(tx) => {
+                            let _ = tx.send(self.inspect());
+                        }
+                        RoomMsg::Robots(config) => {
+                            Box::pin(self.set_robots(config)).await;
+                        }
+                        RoomMsg::RocketPaid(number) => {
+                            Box::pin(self.rocket_paid(number)).await;
+                        }
+                        RoomMsg::Expire(e) => {
+                            let Expire { cutoff_ms, done } = e;
+                            let expired = Box::pin(self.expire(cutoff_ms)).await;
+                            let _ = done.send(expired);
+                            if expired {
+                                break Stop::Missing;
+                            }
                         }
                     }
-                    None => break Stop::Shutdown,
-                },
+                }
                 () = sleep_until(next.unwrap_or_else(now_far)), if next.is_some() => {
                     let due = timers.due(Instant::now());
                     if due.count.is_some() {
@@ -571,7 +591,7 @@ impl RoomActor {
         self.state.as_ref().map_or(0, RoomState::member_count)
     }
 
-    async fn handle(&mut self, cmd: Box<Command>) {
+    async fn handle(&mut self, cmd: Command) {
         self.inner.hot.room_commands.increment(1);
         if self.inner.owner.renews_on_traffic() {
             // The seed incident's bug, kept behind a test-only switch: quiet rooms lose their
@@ -584,7 +604,7 @@ impl RoomActor {
         };
         if let RoomCmd::Op(RoomOp::Gift(_)) = &cmd.cmd {
             // The saga keeps the command for its reply: moved there, not copied.
-            self.take_gift(cmd, &at).await;
+            self.take_gift(Box::new(cmd), &at).await;
             return;
         }
         let result = self.apply(&cmd, &at).await;
@@ -759,9 +779,12 @@ fn room_left(room: &RoomId, reason: &str) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    /// No message is larger than a command with its tag: boxing each message costs what
+    /// boxing the command did, and every other message stays in a command's size class.
     #[test]
-    fn an_inbox_message_is_16_bytes() {
-        assert_eq!(std::mem::size_of::<super::RoomMsg>(), 16);
+    fn no_inbox_message_is_larger_than_a_command() {
+        let command = std::mem::size_of::<protocol::link::Command>();
+        assert!(std::mem::size_of::<super::RoomMsg>() <= command + 8);
     }
 
     /// A room's actor is boxed and lives as long as the room: it stays in jemalloc's

@@ -52,7 +52,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             match inner.room_handle(&room) {
                 // Running without robots, or with another configuration: hand it over.
                 Some(h) if changed => {
-                    let handed = h.tx.try_send(RoomMsg::Robots(Some(Box::new(config))));
+                    let handed = h.tx.try_send(Box::new(RoomMsg::Robots(Some(config))));
                     if handed.is_ok() {
                         sent.insert(room, bytes);
                     }
@@ -71,7 +71,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             if !wanted.contains(&room)
                 && let Some(h) = inner.room_handle(&room)
             {
-                let _ = h.tx.try_send(RoomMsg::Robots(None));
+                let _ = h.tx.try_send(Box::new(RoomMsg::Robots(None)));
             }
         }
         sent.retain(|room, _| wanted.contains(room));

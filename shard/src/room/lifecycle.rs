@@ -234,7 +234,7 @@ async fn expire_room(inner: &Arc<Inner>, room: &RoomId, cutoff_ms: u64) -> bool 
     let (done, answer) = tokio::sync::oneshot::channel();
     if !inner.start_for(
         room,
-        RoomMsg::Expire(Box::new(super::Expire { cutoff_ms, done })),
+        Box::new(RoomMsg::Expire(super::Expire { cutoff_ms, done })),
     ) {
         return false;
     }

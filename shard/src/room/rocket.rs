@@ -124,7 +124,7 @@ impl RoomActor {
                 std::process::abort();
             }
             if let Some(tx) = weak.upgrade() {
-                let _ = tx.send(RoomMsg::RocketPaid(launch.number)).await;
+                let _ = tx.send(Box::new(RoomMsg::RocketPaid(launch.number))).await;
             }
         });
     }

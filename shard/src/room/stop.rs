@@ -8,7 +8,7 @@ impl RoomActor {
     pub(super) async fn stop(
         &mut self,
         stop: Stop,
-        mut rx: mpsc::Receiver<RoomMsg>,
+        mut rx: mpsc::Receiver<Box<RoomMsg>>,
         generation: u64,
     ) {
         let handoff_started = Instant::now();
@@ -28,8 +28,8 @@ impl RoomActor {
         // again, or answers UNAVAILABLE with the new owner), except when the node stops.
         let mut pending = std::mem::take(&mut self.deferred);
         while let Some(msg) = rx.recv().await {
-            match msg {
-                RoomMsg::Command(cmd) => pending.push(*cmd),
+            match *msg {
+                RoomMsg::Command(cmd) => pending.push(cmd),
                 // A settled gift's event this runtime will not publish now: the next one does.
                 RoomMsg::GiftRecovered(order) => {
                     gifts::owe_event(&self.inner, &self.room, order.gift_id).await;
@@ -120,18 +120,20 @@ impl RoomActor {
 
     /// Waits (bounded) for the gift sagas this runtime started, publishing their outcomes;
     /// commands that arrive meanwhile are kept for the stop.
-    async fn finish_in_flight_gifts(&mut self, rx: &mut mpsc::Receiver<RoomMsg>) {
+    async fn finish_in_flight_gifts(&mut self, rx: &mut mpsc::Receiver<Box<RoomMsg>>) {
         let deadline = Instant::now() + HANDOFF_GIFT_WAIT;
         while !self.sagas.is_empty() {
             tokio::select! {
                 () = sleep_until(deadline) => return,
                 Some(done) = self.sagas.next() => self.gift_done(done).await,
-                m = rx.recv() => match m {
-                    Some(RoomMsg::Command(cmd)) => self.deferred.push(*cmd),
-                    Some(RoomMsg::GiftRecovered(order)) => self.gift_recovered(*order).await,
-                    Some(_) => {}
-                    None => return,
-                },
+                m = rx.recv() => {
+                    let Some(m) = m else { return };
+                    match *m {
+                        RoomMsg::Command(cmd) => self.deferred.push(cmd),
+                        RoomMsg::GiftRecovered(order) => self.gift_recovered(order).await,
+                        _ => {}
+                    }
+                }
             }
         }
     }

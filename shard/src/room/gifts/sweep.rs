@@ -140,7 +140,7 @@ impl RoomActor {
                                     crate::audit::recover(&room, rec.order.gift_id, fence, inner.owner.owner_id(), "settled");
                                     let gift_id = rec.order.gift_id;
                                     let sent = match weak.upgrade() {
-                                        Some(tx) => tx.send(RoomMsg::GiftRecovered(Box::new(rec.order))).await.is_ok(),
+                                        Some(tx) => tx.send(Box::new(RoomMsg::GiftRecovered(rec.order))).await.is_ok(),
                                         None => false,
                                     };
                                     if !sent {
@@ -189,7 +189,7 @@ async fn publish_owed(
     ledger: &storage::ledger::Ledger,
     room: &RoomId,
     min_age: i64,
-    room_tx: &tokio::sync::mpsc::WeakSender<RoomMsg>,
+    room_tx: &tokio::sync::mpsc::WeakSender<Box<RoomMsg>>,
 ) -> bool {
     let owed = match ledger.unpublished_gifts(room, min_age).await {
         Ok(owed) => owed,
@@ -211,7 +211,7 @@ async fn publish_owed(
         let gift_id = order.gift_id;
         let sent = match room_tx.upgrade() {
             Some(tx) => tx
-                .send(RoomMsg::GiftRecovered(Box::new(order)))
+                .send(Box::new(RoomMsg::GiftRecovered(order)))
                 .await
                 .is_ok(),
             None => false,
