@@ -234,9 +234,9 @@ impl RoomState {
 
     /// `user` spent `coins` on a gift settled here: their VIP level is recomputed (one
     /// binary search over the levels), and shown with `member.update` when it changes.
-    /// Robots have no VIP level: their gifts change nothing here.
+    /// Robots have no VIP level: their gifts change nothing here, nor does a gift of no coins.
     pub fn add_spent(&mut self, user: &UserId, coins: i64, now: u64) -> Applied {
-        if user.is_robot() {
+        if user.is_robot() || coins <= 0 {
             return Applied::default();
         }
         let before = self.badges(user, now);
@@ -244,7 +244,7 @@ impl RoomState {
             return Applied::default();
         };
         let s = m.standing_mut();
-        s.spent = s.spent.saturating_add(coins.max(0));
+        s.spent = s.spent.saturating_add(coins);
         self.badges_changed(user, before, now)
     }
 
