@@ -38,6 +38,9 @@ pub(crate) trait LinkOwner: Send + Sync + 'static {
     fn on_shard_message(&self, from: &NodeId, msg: ToGateway);
     /// The link to shard `shard` went down: its sessions must rejoin.
     fn on_link_down(&self, shard: &NodeId);
+    /// Commands were queued to shard `shard` after its link went down (a sender that saw it
+    /// up an instant before) and are dropped unsent: their requests must be answered.
+    fn on_stranded(&self, shard: &NodeId);
 }
 
 /// The sending side of one shard link.
@@ -115,6 +118,13 @@ async fn run(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(backoff) => {}
         }
+        // A command queued after the drain above (its sender saw the link up an instant
+        // before) would wait for a connection that may never come: drop it and answer its
+        // request now, within one backoff, not at the end of the retry budget.
+        if !rx.is_empty() {
+            while rx.try_recv().is_ok() {}
+            owner.on_stranded(&link.node);
+        }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
@@ -170,5 +180,86 @@ async fn serve(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use protocol::link::RoomCmd;
+    use protocol::{RoomId, UserId};
+
+    use super::*;
+
+    /// Records what the link tells its owner.
+    struct Owner {
+        node: NodeId,
+        stop: CancellationToken,
+        stranded: Mutex<Vec<NodeId>>,
+        stranded_now: tokio::sync::Notify,
+    }
+
+    impl LinkOwner for Owner {
+        fn node(&self) -> &NodeId {
+            &self.node
+        }
+        fn shutdown(&self) -> &CancellationToken {
+            &self.stop
+        }
+        fn on_shard_message(&self, _: &NodeId, _: ToGateway) {}
+        fn on_link_down(&self, _: &NodeId) {}
+        fn on_stranded(&self, shard: &NodeId) {
+            self.stranded
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(shard.clone());
+            self.stranded_now.notify_one();
+        }
+    }
+
+    fn command() -> Command {
+        Command {
+            req: 1,
+            gateway: NodeId::from("g1"),
+            session: 1,
+            user: UserId::from("ann"),
+            client_id: Some(7),
+            room: RoomId::from("r1"),
+            cmd: RoomCmd::Leave(protocol::link::LeaveReason::Switched),
+            profile: None,
+            standing: None,
+        }
+    }
+
+    /// A command that reached a down link's queue (its sender saw the link up an instant
+    /// before it went down) is dropped and its owner told within a backoff, though the shard
+    /// never comes back.
+    #[tokio::test]
+    async fn a_command_queued_to_a_down_link_is_dropped_and_reported() {
+        // A port nothing listens on: every connect is refused.
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let owner = Arc::new(Owner {
+            node: NodeId::from("g1"),
+            stop: CancellationToken::new(),
+            stranded: Mutex::default(),
+            stranded_now: tokio::sync::Notify::new(),
+        });
+        let tracker = TaskTracker::new();
+        let link = start(owner.clone(), &tracker, NodeId::from("s1"), addr);
+        assert!(!link.send(command()), "a down link refuses a command");
+        // The race: queued past the `up` check.
+        link.tx.try_send(command()).unwrap();
+        timeout(Duration::from_secs(10), owner.stranded_now.notified())
+            .await
+            .expect("the stranded command is reported within a backoff");
+        assert_eq!(*owner.stranded.lock().unwrap(), [NodeId::from("s1")]);
+        assert_eq!(link.tx.capacity(), LINK_OUTBOX, "the queue is empty again");
+        owner.stop.cancel();
+        tracker.close();
+        tracker.wait().await;
     }
 }

@@ -240,6 +240,7 @@ impl Core {
         let sent = route.is_some_and(|r| r.send(cmd));
         tracing::trace!(req, sent, "Command routed.");
         if !sent {
+            self.not_carried(req);
             self.retry_later(req, hint);
         }
     }
@@ -263,7 +264,19 @@ impl Core {
         if let Some(p) = self.pending().get_mut(&req) {
             p.via = route.shard().cloned();
         }
-        route.send(cmd)
+        let sent = route.send(cmd);
+        if !sent {
+            self.not_carried(req);
+        }
+        sent
+    }
+
+    /// Pending request `req` could not be handed to the link it was routed to: no link carries
+    /// it, so a link that goes down meanwhile does not give up on it (its retry is due).
+    fn not_carried(&self, req: u64) {
+        if let Some(p) = self.pending().get_mut(&req) {
+            p.via = None;
+        }
     }
 
     /// The link to `shard` went down with these commands unanswered: whether the shard ran
@@ -551,5 +564,9 @@ impl crate::link::LinkOwner for Core {
         let evicted = self.hub.evict_where(|_, via| via == shard);
         self.lost_with_link(shard);
         tracing::warn!(%shard, evicted, "Shard link down.");
+    }
+
+    fn on_stranded(&self, shard: &NodeId) {
+        self.lost_with_link(shard);
     }
 }
