@@ -286,26 +286,32 @@ impl Core {
     /// commands (leaves, profile and standing updates), which are safe to repeat, are
     /// routed again.
     fn lost_with_link(&self, shard: &NodeId) {
-        let lost: Vec<(u64, Pending)> = {
+        // One pass under the lock: the gateway's own commands stay pending, carried by none;
+        // the others leave the map to be answered.
+        let mut again = Vec::new();
+        let mut lost = Vec::new();
+        {
             let mut p = self.pending();
             let reqs: Vec<u64> = p
                 .iter()
                 .filter(|(_, v)| v.via.as_ref() == Some(shard))
                 .map(|(k, _)| *k)
                 .collect();
-            reqs.into_iter()
-                .filter_map(|k| p.remove(&k).map(|v| (k, v)))
-                .collect()
-        };
-        for (req, mut p) in lost {
-            let own = p.cmd.client_id.is_none() && !matches!(p.cmd.cmd, RoomCmd::Rejoin(_));
-            if own {
-                p.via = None;
-                self.pending().insert(req, p);
-                self.retry_later(req, None);
-            } else {
-                self.give_up(&p.cmd, "the room's shard went away before answering; retry");
+            for req in reqs {
+                let Some(v) = p.get_mut(&req) else { continue };
+                if v.cmd.client_id.is_none() && !matches!(v.cmd.cmd, RoomCmd::Rejoin(_)) {
+                    v.via = None;
+                    again.push(req);
+                } else if let Some(v) = p.remove(&req) {
+                    lost.push(v);
+                }
             }
+        }
+        for p in lost {
+            self.give_up(&p.cmd, "the room's shard went away before answering; retry");
+        }
+        for req in again {
+            self.retry_later(req, None);
         }
     }
 
