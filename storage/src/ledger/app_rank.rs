@@ -64,13 +64,14 @@ impl Ledger {
     /// Engine errors (rows already deleted stay deleted).
     pub async fn prune_app_boards(&self, before_day: i64) -> Result<u64> {
         let mut gone = 0;
+        let limit = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
         for (span, before) in [(SPAN_DAY, before_day), (SPAN_WEEK, week_start(before_day))] {
             for board in APP_BOARDS {
                 loop {
                     let n = match self {
-                        Self::Sqlite(l) => l.prune_app_board(board, span, before).await?,
+                        Self::Sqlite(l) => l.prune_app_board(board, span, before, limit).await?,
                         Self::Postgres(l) => {
-                            Box::pin(l.prune_app_board(board, span, before)).await?
+                            Box::pin(l.prune_app_board(board, span, before, limit)).await?
                         }
                         Self::Scylla(_) => 0,
                     };

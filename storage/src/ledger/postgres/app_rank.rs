@@ -9,7 +9,7 @@ use deadpool_postgres::Transaction;
 use protocol::UserId;
 
 use super::super::GiftOrder;
-use super::super::app_rank::{AppRankRow, PRUNE_BATCH, SPAN_ALL, app_rank_rows, spend_board};
+use super::super::app_rank::{AppRankRow, SPAN_ALL, app_rank_rows, spend_board};
 use super::saga::col;
 use super::{PostgresLedger, TxResult};
 use crate::Result;
@@ -113,15 +113,15 @@ impl PostgresLedger {
             .collect()
     }
 
-    /// Deletes up to [`PRUNE_BATCH`] rows of `board`'s `span` buckets that start before
-    /// `before`; returns how many went.
+    /// Deletes up to `limit` rows of `board`'s `span` buckets that start before `before`;
+    /// returns how many went.
     pub(in crate::ledger) async fn prune_app_board(
         &self,
         board: i16,
         span: i16,
         before: i64,
+        limit: i64,
     ) -> Result<u64> {
-        let limit = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
         self.execute(
             "DELETE FROM app_rank WHERE (board, span, start, user_id) IN (
                SELECT board, span, start, user_id FROM app_rank

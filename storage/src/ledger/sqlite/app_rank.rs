@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use protocol::UserId;
 use rusqlite::{OptionalExtension, Statement, params};
 
-use super::super::app_rank::{PRUNE_BATCH, SPAN_ALL, app_rank_users, spend_board};
+use super::super::app_rank::{SPAN_ALL, app_rank_users, spend_board};
 use super::super::{GiftOrder, day_of, week_start};
 use super::tx::Tx;
 use super::{SqliteLedger, db};
@@ -135,15 +135,15 @@ impl SqliteLedger {
         self.read(move |c| spent_in(c, &user)).await
     }
 
-    /// Deletes up to [`PRUNE_BATCH`] rows of `board`'s `span` buckets that start before
-    /// `before`; returns how many went.
+    /// Deletes up to `limit` rows of `board`'s `span` buckets that start before `before`;
+    /// returns how many went.
     pub(in crate::ledger) async fn prune_app_board(
         &self,
         board: i16,
         span: i16,
         before: i64,
+        limit: i64,
     ) -> Result<u64> {
-        let limit = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
         self.write(move |c| {
             let n = c
                 .prepare_cached(
