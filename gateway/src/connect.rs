@@ -18,9 +18,8 @@ impl Core {
     /// its stored profile reaches it when read; its standing is queued for the next batched
     /// read.
     pub(crate) fn connected(self: &Arc<Self>, session: SessionId, who: &Identity) {
-        self.social_connected(session, &who.user);
+        let social = self.social_connected(session, &who.user);
         self.refresh_standing_if_stale(session, &who.user);
-        let social = self.social_reads_at_connect(&who.user);
         let profile = self.profile_read_needed(&who.user, &who.profile);
         if !social && !profile {
             return;

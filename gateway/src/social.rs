@@ -34,15 +34,27 @@ use crate::shared::Core;
     reason = "a boxed list is one pointer in the entry every member holds; a Vec is three"
 )]
 struct Tracked {
-    /// Live direct messages that arrived while the session's backlog was being read: sent
-    /// after it, those the backlog already held left out. `None` once caught up.
-    catching_up: Option<Box<Vec<(u64, String)>>>,
+    /// The session's direct-message catch-up; `None` once caught up and nothing is held.
+    im: Option<Box<CatchUp>>,
     /// The room entry this session last wrote to the registry, with its version.
     entry: Option<(RoomId, u64)>,
     /// Registry writes of this session not answered yet.
     inflight: u32,
     /// "Take this session out" notices that arrived while a write was in flight.
     deferred: Option<Box<Vec<(RoomId, u64)>>>,
+}
+
+/// Where a session's direct-message catch-up stands (see `im::deliver_owed`).
+#[derive(Debug)]
+enum CatchUp {
+    /// The backlog is being read: live messages that arrive meanwhile wait here, to follow it
+    /// (those the backlog holds left out).
+    Reading(Vec<(u64, String)>),
+    /// The backlog was sent: the ids of its recent messages whose live delivery has not come
+    /// yet. A message stored just before the read is in the backlog while its live delivery
+    /// may still be on its way; it is dropped when it comes, so no message reaches the
+    /// session twice.
+    Sent(Vec<u64>),
 }
 
 impl Tracked {
@@ -90,10 +102,7 @@ impl Tracked {
 
     /// Whether nothing is tracked any more (the entry can go).
     fn is_idle(&self) -> bool {
-        self.catching_up.is_none()
-            && self.entry.is_none()
-            && self.inflight == 0
-            && self.deferred.is_none()
+        self.im.is_none() && self.entry.is_none() && self.inflight == 0 && self.deferred.is_none()
     }
 }
 
@@ -232,31 +241,34 @@ impl Core {
         self.social.sessions().insert(
             session,
             Box::new(Tracked {
-                catching_up: Some(Box::default()),
+                im: Some(Box::new(CatchUp::Reading(Vec::new()))),
                 ..Tracked::default()
             }),
         );
     }
 
     /// A session opened (after `social_opening` and its `hello`): with nothing to register or
-    /// read its catch-up ends at once; else the caller runs `social_catch_up` (see
-    /// `Core::connected`).
-    pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) {
-        if !self.social_reads_at_connect(user) {
+    /// read its catch-up ends at once and this returns false; else it returns true and the
+    /// caller must run `social_catch_up` (see `Core::connected`). The answer is decided here,
+    /// once: asked twice, a delivery marked meanwhile could clear the user's pending mark
+    /// between the asks, and the session would wait for a catch-up nobody runs.
+    pub(crate) fn social_connected(self: &Arc<Self>, session: SessionId, user: &UserId) -> bool {
+        let reads = self.social_reads_at_connect(user);
+        if !reads {
             // Nothing to register or read: caught up at once, with no task.
             im::deliver_owed(self, session, user, Vec::new());
         }
+        reads
     }
 
     /// Whether a new session of `user` must wait on a store (see `social_connected`): a
     /// cluster registers every connection in Redis and reads its backlog there; standalone
     /// reads only for a user its store may owe messages.
-    pub(crate) fn social_reads_at_connect(&self, user: &UserId) -> bool {
+    fn social_reads_at_connect(&self, user: &UserId) -> bool {
         matches!(self.social.registry, Registry::Redis(_)) || self.social.im.may_owe(user)
     }
 
-    /// A new session's registration and catch-up, after `social_connected` when
-    /// `social_reads_at_connect`.
+    /// A new session's registration and catch-up, after `social_connected` returned true.
     pub(crate) async fn social_catch_up(self: &Arc<Self>, session: SessionId, user: &UserId) {
         let at = self.social.me(session);
         if let Err(e) = self.social.register(user, &at).await {

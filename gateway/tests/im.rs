@@ -103,6 +103,40 @@ async fn an_offline_user_gets_the_messages_on_connect_in_order_and_only_once() {
     s.stop().await;
 }
 
+/// A connection that opens while an earlier delivery is still being marked in the store must
+/// not wait for a catch-up forever: whether it reads a backlog is decided once, at connect.
+/// Each round opens a connection of the recipient at the same time as a message reaches the
+/// recipient's other one, so its connect meets that message's mark in flight.
+#[tokio::test]
+async fn connections_opened_while_deliveries_are_marked_get_the_next_live_message() {
+    let s = start(|g| {
+        g.im_rate_burst = 1_000;
+        g.rate_burst = 1_000;
+    })
+    .await;
+    let mut ann = s.connect("ann").await;
+    let mut bob = s.connect("bob").await;
+    for i in 0..60 {
+        let (text, key) = (format!("m{i}"), format!("k{i}"));
+        let (sent, mut next) = tokio::join!(send(&mut ann, "bob", &text, &key), s.connect("bob"));
+        sent.unwrap();
+        assert_eq!(next_im(&mut bob).await["text"], text.as_str());
+        let live = format!("live{i}");
+        send(&mut ann, "bob", &live, &format!("l{i}"))
+            .await
+            .unwrap();
+        // The new connection may also get m{i} as owed, if it connected before the mark.
+        let mut got = next_im(&mut next).await;
+        if got["text"] == text.as_str() {
+            got = next_im(&mut next).await;
+        }
+        assert_eq!(got["text"], live.as_str(), "round {i}");
+        assert_eq!(next_im(&mut bob).await["text"], live.as_str(), "round {i}");
+        bob = next;
+    }
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn a_retried_req_id_answers_the_first_message_and_delivers_once() {
     let s = start(|_| {}).await;

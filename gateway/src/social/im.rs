@@ -26,9 +26,9 @@ use serde_json::value::RawValue;
 use storage::im::{Blocked, Outgoing, Sent};
 use tracing::warn;
 
-use super::Notice;
+use super::{CatchUp, Notice};
 use crate::hub::text;
-use crate::outbox::clock_ms;
+use crate::outbox::{clock_ms, unix_ms};
 use crate::shared::Core;
 
 /// A per-user token bucket for `im.send`: `rate_per_min` tokens a minute, at most `burst`.
@@ -258,23 +258,57 @@ pub(super) fn deliver_local(
     let mut acking = false;
     {
         let mut tracked = core.social.sessions();
+        let now = unix_ms();
         for (s, out) in core.hub.sessions_of(user) {
             if Some(s) == except {
                 continue;
             }
             acking |= out.im_ack();
-            match tracked.get_mut(&s).and_then(|t| t.catching_up.as_mut()) {
-                Some(waiting) => waiting.push((id, json.to_owned())),
-                None => {
-                    out.push(f.clone());
-                    got = true;
+            if let Some(t) = tracked.get_mut(&s)
+                && let Some(catch_up) = t.im.as_deref_mut()
+            {
+                let skip = match catch_up {
+                    CatchUp::Reading(waiting) => {
+                        waiting.push((id, json.to_owned()));
+                        true
+                    }
+                    CatchUp::Sent(held) => release_held(held, id, now),
+                };
+                if matches!(catch_up, CatchUp::Sent(held) if held.is_empty()) {
+                    t.im = None;
+                    super::forget_if_idle(&mut tracked, s);
+                }
+                if skip {
+                    continue;
                 }
             }
+            out.push(f.clone());
+            got = true;
         }
     }
     if inbox && got && !acking {
         mark_delivered(core, user, vec![id]);
     }
+}
+
+/// How long after it was stored a backlog message's live delivery is still waited for (see
+/// `CatchUp::Sent`): a live delivery follows its store by a round trip or two.
+const HELD_FOR_MS: u64 = 60_000;
+
+/// Whether the message of `id` was stored within `HELD_FOR_MS` of `now` (ids are
+/// `at_ms * IDS_PER_MS + n`).
+fn recent(id: u64, now: u64) -> bool {
+    id / storage::im::IDS_PER_MS + HELD_FOR_MS >= now
+}
+
+/// Takes `id` out of a sent backlog's held ids (and the ids no longer recent): whether it was
+/// held, i.e. the session already got it.
+fn release_held(held: &mut Vec<u64>, id: u64, now: u64) -> bool {
+    let before = held.len();
+    held.retain(|h| *h != id);
+    let was_held = held.len() < before;
+    held.retain(|h| recent(*h, now));
+    was_held
 }
 
 fn mark_delivered(core: &Arc<Core>, user: &UserId, ids: Vec<u64>) {
@@ -313,7 +347,21 @@ pub(super) fn deliver_owed(
     let Some(t) = tracked.get_mut(&session) else {
         return;
     };
-    let waiting = t.catching_up.take().map(|w| *w).unwrap_or_default();
+    let waiting = match t.im.take().map(|c| *c) {
+        Some(CatchUp::Reading(waiting)) => waiting,
+        Some(CatchUp::Sent(_)) | None => Vec::new(),
+    };
+    // The backlog's recent messages whose live delivery has not come yet may still come.
+    let now = unix_ms();
+    let arrived: HashSet<u64> = waiting.iter().map(|(id, _)| *id).collect();
+    let held: Vec<u64> = owed
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| !arrived.contains(id) && recent(*id, now))
+        .collect();
+    if !held.is_empty() {
+        t.im = Some(Box::new(CatchUp::Sent(held)));
+    }
     super::forget_if_idle(&mut tracked, session);
     let sessions = core.hub.sessions_of(user);
     let Some((_, out)) = sessions.iter().find(|(s, _)| *s == session) else {
@@ -357,8 +405,8 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
         let mut tracked = social.sessions();
         for (s, _) in &users {
             let t = tracked.entry(*s).or_default();
-            if t.catching_up.is_none() {
-                t.catching_up = Some(Box::default());
+            if !matches!(t.im.as_deref(), Some(CatchUp::Reading(_))) {
+                t.im = Some(Box::new(CatchUp::Reading(Vec::new())));
             }
         }
     }
@@ -514,7 +562,25 @@ async fn block(
 
 #[cfg(test)]
 mod tests {
-    use super::{Bucket, asks_to_ack};
+    use super::{Bucket, HELD_FOR_MS, asks_to_ack, release_held};
+    use storage::im::IDS_PER_MS;
+
+    #[test]
+    fn a_held_backlog_id_drops_its_live_delivery_once_and_old_ids_expire() {
+        let now = 1_000_000_000;
+        let id_at = |ms: u64, n: u64| ms * IDS_PER_MS + n;
+        let (fresh, other, last) = (id_at(now - 5, 1), id_at(now - 5, 2), id_at(now - 1, 3));
+        let mut held = vec![fresh, other, last];
+        assert!(release_held(&mut held, fresh, now), "held: already sent");
+        assert!(
+            !release_held(&mut held, fresh, now),
+            "released: a second one is new"
+        );
+        assert_eq!(held, vec![other, last]);
+        // Past the hold, nothing more is waited for.
+        assert!(!release_held(&mut held, 7, now + HELD_FOR_MS + 10));
+        assert!(held.is_empty());
+    }
 
     #[test]
     fn only_an_im_ack_of_1_or_true_asks_for_acknowledged_delivery() {
