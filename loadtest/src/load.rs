@@ -352,7 +352,9 @@ fn on_frame(shared: &Arc<Shared>, inner: &Mutex<Inner>, forward: &OnceLock<Forwa
     }
     drop(g);
     let shared: &Shared = sink.as_deref().unwrap_or(shared);
-    if let Some(intended) = timed {
+    if let Some(intended) = timed
+        && shared.measured(intended)
+    {
         let us = shared.now_ns().saturating_sub(intended) / 1000;
         shared.note_slot(intended, us);
         let _ = lock(&shared.reply_latency).record(us.clamp(1, HIST_MAX_US));
@@ -755,6 +757,27 @@ mod tests {
         );
         // Past the kept stretches: counted in the histograms only, never a panic.
         s.note_slot(u64::MAX, 1);
+    }
+
+    /// A warm-up's deliveries count as received (a loss among them fails the run) but stay
+    /// out of the latency figures, the worst stretches, and the rate and CPU figures' count.
+    #[test]
+    fn a_warm_ups_deliveries_are_received_but_not_measured() {
+        let s = Shared::new();
+        let from = 1;
+        s.measure_from(from);
+        // Both arrive at least 2 ms after they were due: a latency every figure would show.
+        while s.now_ns() < 2_000_000 {
+            std::hint::spin_loop();
+        }
+        s.record_delivery(from - 1, 3);
+        assert!(s.latency().is_empty() && s.worst_slots(0, 5).is_empty());
+        s.begin_measure();
+        s.record_delivery(from, 2);
+        assert_eq!(s.received.load(Ordering::Relaxed), 5);
+        assert_eq!(s.received_before_measure(), 3);
+        assert_eq!(s.latency().len(), 1);
+        assert_eq!(s.worst_slots(0, 5).len(), 1);
     }
 
     /// The order id the server makes from a UUIDv7 `req_id` (PROTOCOL.md, `gift.send`): its

@@ -34,6 +34,10 @@ use crate::target::Target;
 pub struct Params {
     /// Length of the send schedule.
     pub duration: Duration,
+    /// Sending at the run's rate before the measured schedule (`rooms`, `fanout`): its
+    /// messages must arrive like any other, but its latency, CPU and rate stay out of the
+    /// report, so that a cold start does not decide a short run.
+    pub warmup: Duration,
     /// Chat text length in bytes.
     pub msg_bytes: usize,
     /// Handshakes in flight while connecting.
@@ -48,6 +52,7 @@ impl Default for Params {
     fn default() -> Self {
         Self {
             duration: Duration::from_secs(5),
+            warmup: Duration::ZERO,
             msg_bytes: 100,
             connect_concurrency: 128,
             drain: Duration::from_secs(5),
@@ -502,6 +507,9 @@ pub fn common_report(
     cpu_after: Option<CpuReading>,
 ) -> Report {
     let received = shared.received.load(Ordering::Relaxed);
+    // Deliveries of the measured schedule (all of them without a warm-up): what the rate and
+    // the CPU per delivery count.
+    let measured = received.saturating_sub(shared.received_before_measure());
     let mut r = Report {
         sent: shared.sent.load(Ordering::Relaxed),
         accepted: shared.ok.load(Ordering::Relaxed),
@@ -520,15 +528,15 @@ pub fn common_report(
         ..Report::default()
     };
     let last = shared.last_delivery_ns.load(Ordering::Relaxed);
-    if last > t0_ns && received > 0 {
-        r.delivered_per_sec = received as f64 / ((last - t0_ns) as f64 / 1e9);
+    if last > t0_ns && measured > 0 {
+        r.delivered_per_sec = measured as f64 / ((last - t0_ns) as f64 / 1e9);
     }
     r.set_latency(&shared.latency());
     r.economy = shared.economy.report();
     if let Some(cpu) = CpuUse::between(cpu_before, cpu_after) {
         cpu.record(&mut r);
-        if received > 0 {
-            r.cpu_us_per_delivery = Some(cpu.ms * 1000.0 / received as f64);
+        if measured > 0 {
+            r.cpu_us_per_delivery = Some(cpu.ms * 1000.0 / measured as f64);
         }
     }
     r

@@ -52,6 +52,43 @@ async fn fanout_against_the_baseline_loses_nothing() {
     assert_eq!(r.frames_per_write, None);
 }
 
+/// With a warm-up, its messages are sent and must all arrive (the loss check counts them),
+/// but only the measured schedule's are in the latency figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_is_delivered_in_full_and_left_out_of_the_latency() {
+    let (addr, server) = loadtest::baseline::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let target = Target {
+        name: "baseline".into(),
+        urls: vec![format!("ws://{addr}/ws")],
+        pids: vec![std::process::id()],
+        admin: None,
+        admin_token: None,
+        secret: None,
+        guard: Guard::None,
+    };
+    let params = Params {
+        duration: Duration::from_millis(1000),
+        warmup: Duration::from_millis(500),
+        drain: Duration::from_secs(5),
+        ..Params::default()
+    };
+    let scenario = Scenario::Fanout {
+        listeners: 20,
+        publishers: 1,
+    };
+    let r = scenario.run(&target, &params, 50.0).await.unwrap();
+    server.abort();
+    // 1.5 s at 50/s: 25 warm-up messages, then 50 measured.
+    assert_eq!((r.sent, r.accepted, r.unanswered), (75, 75, 0));
+    assert_eq!(r.expected, 75 * 21);
+    assert_eq!(r.received, r.expected, "{r:?}");
+    assert_eq!((r.lost, r.gaps, r.duplicates), (0, 0, 0));
+    assert_eq!(r.latency.count, 50 * 21, "{r:?}");
+    assert_eq!(r.reply.count, 50);
+}
+
 /// The bare baseline (`baseline-server --bare`, the plain broadcast server `rooms` and
 /// `fanout` compare against) numbers each room's events and delivers every message to every
 /// member, the sender too, in rooms side by side and in one large room.

@@ -312,6 +312,12 @@ struct Common {
     /// Seconds of scheduled sending per run.
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
+    /// Seconds of sending at the run's rate before each measured schedule (`rooms`,
+    /// `fanout`): its messages must arrive like the rest (a loss fails the run), but their
+    /// latency, the CPU and the rate are measured after it, so a cold start (fresh
+    /// connections' first buffers, the first burst after the joins) does not decide a run.
+    #[arg(long, default_value_t = 0.0)]
+    warmup: f64,
     /// Chat message size in bytes.
     #[arg(long, default_value_t = 100)]
     msg_bytes: usize,
@@ -511,6 +517,7 @@ async fn make_target(c: &Common) -> anyhow::Result<Target> {
 async fn run_scenario(s: Scenario, c: Common) -> anyhow::Result<()> {
     let p = Params {
         duration: Duration::from_secs_f64(c.duration.max(0.1)),
+        warmup: Duration::from_secs_f64(c.warmup.max(0.0)),
         msg_bytes: c.msg_bytes.max(24),
         connect_concurrency: c.connect_concurrency,
         drain: Duration::from_secs_f64(c.drain.max(0.0)),

@@ -90,6 +90,11 @@ pub struct Shared {
     pub closed: AtomicU64,
     /// Nanoseconds since `start` of the latest delivery.
     pub last_delivery_ns: AtomicU64,
+    /// Messages intended before this (ns since `start`) are a warm-up's: delivered and
+    /// counted, but in no latency figure (0: every message is measured).
+    measure_from_ns: AtomicU64,
+    /// Deliveries received when the measured schedule began (see `measure_from_ns`).
+    received_before_measure: AtomicU64,
     /// The most the schedule's sender ran behind it (ns): a late generator, not the server,
     /// when it is as large as the worst latency.
     pub send_lag_max_ns: AtomicU64,
@@ -137,6 +142,8 @@ impl Shared {
             room_left: AtomicU64::new(0),
             closed: AtomicU64::new(0),
             last_delivery_ns: AtomicU64::new(0),
+            measure_from_ns: AtomicU64::new(0),
+            received_before_measure: AtomicU64::new(0),
             send_lag_max_ns: AtomicU64::new(0),
             latency: Mutex::new(new_histogram()),
             reply_latency: Mutex::new(new_histogram()),
@@ -211,6 +218,29 @@ impl Shared {
         lock(&self.reply_latency).clone()
     }
 
+    /// Leaves the messages intended before `ns` (since `start`) out of the latency figures:
+    /// they are a warm-up's.
+    pub fn measure_from(&self, ns: u64) {
+        self.measure_from_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// Whether a message intended at `intended_ns` counts in the latency figures.
+    pub(super) fn measured(&self, intended_ns: u64) -> bool {
+        intended_ns >= self.measure_from_ns.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the measured schedule begins now: the deliveries received so far are the
+    /// warm-up's, out of the rate and CPU figures.
+    pub fn begin_measure(&self) {
+        let n = self.received.load(Ordering::Relaxed);
+        self.received_before_measure.store(n, Ordering::Relaxed);
+    }
+
+    /// Deliveries received before the measured schedule began (0 without a warm-up).
+    pub fn received_before_measure(&self) -> u64 {
+        self.received_before_measure.load(Ordering::Relaxed)
+    }
+
     /// Records a reply latency sample (µs).
     pub fn record_reply_us(&self, us: u64) {
         let _ = lock(&self.reply_latency).record(us.clamp(1, HIST_MAX_US));
@@ -251,9 +281,11 @@ impl Shared {
     /// several orders; it is timed from its last one's intended time).
     pub(super) fn record_delivery(&self, intended_ns: u64, messages: u64) {
         let now = self.now_ns();
-        let us = now.saturating_sub(intended_ns) / 1000;
-        self.note_slot(intended_ns, us);
-        let _ = lock(&self.latency).record(us.clamp(1, HIST_MAX_US));
+        if self.measured(intended_ns) {
+            let us = now.saturating_sub(intended_ns) / 1000;
+            self.note_slot(intended_ns, us);
+            let _ = lock(&self.latency).record(us.clamp(1, HIST_MAX_US));
+        }
         self.received.fetch_add(messages, Ordering::Relaxed);
         self.last_delivery_ns.fetch_max(now, Ordering::Relaxed);
     }

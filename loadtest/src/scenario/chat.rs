@@ -88,21 +88,40 @@ async fn drive(
     senders: &[(usize, String)],
     members: u64,
 ) -> Report {
-    let total = super::schedule_len(total_rate, p.duration);
+    // A warm-up runs first, on the same schedule: what it sends is measured from where it
+    // ends (set at the first send, from the schedule's own start), and so are the readings.
+    let warmup_ns = u64::try_from(p.warmup.as_nanos()).unwrap_or(u64::MAX);
+    let total = super::schedule_len(total_rate, p.warmup + p.duration);
     let progress = Progress::start(p.progress, &target.name, total, shared);
-    // Read first: the scrape's own work stays out of the CPU window.
-    let writes_before = super::server_writes(target).await;
-    let cpu_before = super::server_cpu(target).await;
-    let own_before = super::own_cpu();
+    let readings = async {
+        if !p.warmup.is_zero() {
+            tokio::time::sleep(p.warmup).await;
+        }
+        shared.begin_measure();
+        // Read first: the scrape's own work stays out of the CPU window.
+        let writes = super::server_writes(target).await;
+        let cpu = super::server_cpu(target).await;
+        (writes, cpu, super::own_cpu())
+    };
     let msg_bytes = p.msg_bytes;
-    let (t0, _) = pace(shared, total_rate, p.duration, |i, due| {
+    let schedule = pace(shared, total_rate, p.warmup + p.duration, |i, due| {
+        if i == 0 {
+            shared.measure_from(due.saturating_add(warmup_ns));
+        }
         let (c, room) = &senders[(i % senders.len() as u64) as usize];
         let conn = &conns[*c];
         async move {
             let _ = conn.send_chat(room, due, msg_bytes).await;
         }
-    })
-    .await;
+    });
+    // Without a warm-up the readings come before the first send, as they always did.
+    let ((t0, _), (writes_before, cpu_before, own_before)) = if p.warmup.is_zero() {
+        let before = readings.await;
+        (schedule.await, before)
+    } else {
+        tokio::join!(schedule, readings)
+    };
+    let t0 = t0.saturating_add(warmup_ns);
     drain(shared, p.drain, || {
         shared.ok.load(Ordering::Relaxed) * members
     })
