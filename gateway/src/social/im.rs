@@ -304,10 +304,11 @@ fn recent(id: u64, now: u64) -> bool {
 /// Takes `id` out of a sent backlog's held ids (and the ids no longer recent): whether it was
 /// held, i.e. the session already got it.
 fn release_held(held: &mut Vec<u64>, id: u64, now: u64) -> bool {
-    let before = held.len();
-    held.retain(|h| *h != id);
-    let was_held = held.len() < before;
-    held.retain(|h| recent(*h, now));
+    let mut was_held = false;
+    held.retain(|h| {
+        was_held |= *h == id;
+        *h != id && recent(*h, now)
+    });
     was_held
 }
 
