@@ -14,8 +14,9 @@ use loadtest::scenario::{self, Params, Scenario};
 use loadtest::target::{Guard, Target};
 use protocol::ErrorCode;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fanout_against_the_baseline_loses_nothing() {
+/// One second of a fanout (1 publisher, 20 listeners, 50 msgs/s) after a `warmup`, against the
+/// in-process baseline server.
+async fn fanout_on_the_baseline(warmup: Duration) -> Report {
     let (addr, server) = loadtest::baseline::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
         .unwrap();
@@ -30,6 +31,7 @@ async fn fanout_against_the_baseline_loses_nothing() {
     };
     let params = Params {
         duration: Duration::from_millis(1000),
+        warmup,
         drain: Duration::from_secs(5),
         ..Params::default()
     };
@@ -39,6 +41,12 @@ async fn fanout_against_the_baseline_loses_nothing() {
     };
     let r = scenario.run(&target, &params, 50.0).await.unwrap();
     server.abort();
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_against_the_baseline_loses_nothing() {
+    let r = fanout_on_the_baseline(Duration::ZERO).await;
     assert_eq!(r.sent, 50);
     assert_eq!(r.accepted, 50);
     assert_eq!(r.unanswered, 0);
@@ -56,30 +64,7 @@ async fn fanout_against_the_baseline_loses_nothing() {
 /// but only the measured schedule's are in the latency figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_up_is_delivered_in_full_and_left_out_of_the_latency() {
-    let (addr, server) = loadtest::baseline::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-        .await
-        .unwrap();
-    let target = Target {
-        name: "baseline".into(),
-        urls: vec![format!("ws://{addr}/ws")],
-        pids: vec![std::process::id()],
-        admin: None,
-        admin_token: None,
-        secret: None,
-        guard: Guard::None,
-    };
-    let params = Params {
-        duration: Duration::from_millis(1000),
-        warmup: Duration::from_millis(500),
-        drain: Duration::from_secs(5),
-        ..Params::default()
-    };
-    let scenario = Scenario::Fanout {
-        listeners: 20,
-        publishers: 1,
-    };
-    let r = scenario.run(&target, &params, 50.0).await.unwrap();
-    server.abort();
+    let r = fanout_on_the_baseline(Duration::from_millis(500)).await;
     // 1.5 s at 50/s: 25 warm-up messages, then 50 measured.
     assert_eq!((r.sent, r.accepted, r.unanswered), (75, 75, 0));
     assert_eq!(r.expected, 75 * 21);
