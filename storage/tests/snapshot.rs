@@ -361,6 +361,56 @@ async fn redis_token_below_high_water_is_rejected() {
     fenced(env.snaps.save(&room, f, b"v2").await, f);
 }
 
+/// A change without state raises the high-water mark to its token the first time that token
+/// writes (so an older token is refused after it), and leaves it alone after that.
+#[tokio::test]
+async fn redis_a_change_raises_the_high_water_mark() {
+    let (server, env) = redis_env().await;
+    let room = RoomId::from("hwm-change");
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let hwm = |admin: &mut redis::aio::MultiplexedConnection| {
+        let mut admin = admin.clone();
+        async move {
+            redis::cmd("HGET")
+                .arg("room:{hwm-change}:state")
+                .arg("hwm")
+                .query_async::<Option<u64>>(&mut admin)
+                .await
+                .unwrap()
+        }
+    };
+    let a = env.claim(&room, "a", SHORT_TTL).await;
+    env.snaps
+        .write_change(&room, a, change(&[(1, b"ev1")], None), 10)
+        .await
+        .unwrap();
+    assert_eq!(hwm(&mut admin).await, Some(a));
+    // The next owner's first change raises it; the old token is refused from then on.
+    env.let_expire(&room, SHORT_TTL).await;
+    let b = env.claim(&room, "b", LONG_TTL).await;
+    assert!(b > a);
+    env.snaps
+        .write_change(&room, b, change(&[(1, b"ev1b")], None), 10)
+        .await
+        .unwrap();
+    env.snaps
+        .write_change(&room, b, change(&[(2, b"ev2b")], None), 10)
+        .await
+        .unwrap();
+    assert_eq!(hwm(&mut admin).await, Some(b));
+    fenced(
+        env.snaps
+            .write_change(&room, a, change(&[(3, b"stale")], None), 10)
+            .await,
+        a,
+    );
+    assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 3);
+}
+
 // ---------- SQLite + in-process leases, paused time ----------
 
 async fn sqlite_env(dir: &std::path::Path) -> Env {

@@ -51,13 +51,15 @@ return 1
 
 /// CHANGE: `KEYS = [lease, state, history, open_gifts]`, `ARGV = [fence, max_len, has_state
 /// ('0' or '1'), data, closed_count, closed…, entry…]`: the state (when given), the entries and
-/// the closed gifts, in one script, so all or none.
+/// the closed gifts, in one script, so all or none. It runs for every chat line in a cluster,
+/// so it writes only what changes: `hwm` when this token raises it (every token is written as
+/// the same decimal text, so equal text is the equal token), and a trim only past `max_len`.
 const CHANGE_LUA: &str = concat!(
     fence_check!(),
     r"
 if ARGV[3] == '1' then
   redis.call('HSET', KEYS[2], 'hwm', ARGV[1], 'fence', ARGV[1], 'data', ARGV[4])
-else
+elseif hwm ~= ARGV[1] then
   redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
 end
 local closed = tonumber(ARGV[5])
@@ -65,8 +67,11 @@ if closed > 0 then
   redis.call('SREM', KEYS[4], unpack(ARGV, 6, 5 + closed))
 end
 if #ARGV > 5 + closed then
-  redis.call('RPUSH', KEYS[3], unpack(ARGV, 6 + closed))
-  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[2]), -1)
+  local len = redis.call('RPUSH', KEYS[3], unpack(ARGV, 6 + closed))
+  local max = tonumber(ARGV[2])
+  if len > max then
+    redis.call('LTRIM', KEYS[3], -max, -1)
+  end
 end
 return 1
 "
