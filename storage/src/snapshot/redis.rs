@@ -54,6 +54,9 @@ return 1
 /// the closed gifts, in one script, so all or none. It runs for every chat line in a cluster,
 /// so it writes only what changes: `hwm` when this token raises it (every token is written as
 /// the same decimal text, so equal text is the equal token), and a trim only past `max_len`.
+/// The events are pushed before the gifts are closed: a Redis over its memory limit refuses a
+/// script whose first write adds memory, and lets one go on once it wrote; so a change with
+/// events is refused whole when Redis is full, never written after a first `SREM`.
 const CHANGE_LUA: &str = concat!(
     fence_check!(),
     r"
@@ -63,15 +66,15 @@ elseif hwm ~= ARGV[1] then
   redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
 end
 local closed = tonumber(ARGV[5])
-if closed > 0 then
-  redis.call('SREM', KEYS[4], unpack(ARGV, 6, 5 + closed))
-end
 if #ARGV > 5 + closed then
   local len = redis.call('RPUSH', KEYS[3], unpack(ARGV, 6 + closed))
   local max = tonumber(ARGV[2])
   if len > max then
     redis.call('LTRIM', KEYS[3], -max, -1)
   end
+end
+if closed > 0 then
+  redis.call('SREM', KEYS[4], unpack(ARGV, 6, 5 + closed))
 end
 return 1
 "
@@ -194,6 +197,21 @@ impl RedisSnapshots {
                 expire: Script::new(EXPIRE_LUA),
             }),
         }
+    }
+
+    /// See [`super::SnapshotStore::preload`].
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn preload(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let s = &self.scripts;
+        for script in [
+            &s.save, &s.change, &s.open, &s.delete, &s.create, &s.touch, &s.expire,
+        ] {
+            script.load_async(&mut conn).await.map_err(map_err)?;
+        }
+        Ok(())
     }
 
     /// See [`super::SnapshotStore::load`].
