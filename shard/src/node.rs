@@ -128,13 +128,21 @@ pub async fn start(
     let redis = Redis::connect(&cfg.redis).await?;
     let (link_l, link_addr) = bind(cfg.link_addr).await?;
     let leases = LeaseStore::redis(&redis);
+    let snapshots = SnapshotStore::redis(&redis);
+    // Before any room is claimed: many rooms claimed at once would each load the scripts.
+    if let Err(e) = leases.preload().await {
+        warn!(error = %e, "Could not load the lease scripts into Redis; each loads on first use.");
+    }
+    if let Err(e) = snapshots.preload().await {
+        warn!(error = %e, "Could not load the room scripts into Redis; each loads on first use.");
+    }
     let ledger = open_ledger(cfg.ledger.as_ref()).await?;
     let shard = Shard::start_with(
         cfg.node_id.clone(),
         cfg.shard.clone(),
         Stores {
             leases: leases.clone(),
-            snapshots: SnapshotStore::redis(&redis),
+            snapshots,
             ledger,
             robots: storage::robots::RobotStore::redis(&redis),
             directory: storage::directory::DirectoryStore::redis(&redis),

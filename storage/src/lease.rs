@@ -130,6 +130,19 @@ impl LeaseStore {
         Self::Redis(RedisLeases::new(redis))
     }
 
+    /// Loads the Redis scripts into Redis' script cache (nothing to do in process). A node
+    /// does it before it claims rooms: otherwise every room claimed at once at start, or
+    /// after a Redis restart, finds the script missing and loads it itself.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn preload(&self) -> Result<()> {
+        match self {
+            Self::InProcess(_) => Ok(()),
+            Self::Redis(r) => r.preload().await,
+        }
+    }
+
     /// Claims `room` for `owner` for `ttl`. See the module's timing rule for the deadline.
     ///
     /// # Errors

@@ -79,6 +79,19 @@ impl SnapshotStore {
         Self::Redis(RedisSnapshots::new(redis))
     }
 
+    /// Loads the Redis scripts into Redis' script cache (nothing to do on SQLite). A node does
+    /// it before its rooms write: otherwise every room that writes first at once finds the
+    /// script missing and loads it itself.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn preload(&self) -> Result<()> {
+        match self {
+            Self::Redis(r) => r.preload().await,
+            Self::Sqlite(_) => Ok(()),
+        }
+    }
+
     /// A SQLite-backed store in `<data_dir>/rooms.db`, fenced by the in-process `leases`.
     ///
     /// # Errors

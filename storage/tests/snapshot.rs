@@ -411,6 +411,40 @@ async fn redis_a_change_raises_the_high_water_mark() {
     assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 3);
 }
 
+/// A node loads the lease and room scripts before its rooms run: they are in Redis' script
+/// cache at once, and loading them again adds nothing.
+#[tokio::test]
+async fn redis_preload_puts_the_scripts_in_the_cache() {
+    let (server, env) = redis_env().await;
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let cached = |admin: &mut redis::aio::MultiplexedConnection| {
+        let mut admin = admin.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap()
+        }
+    };
+    let before = cached(&mut admin).await;
+    env.leases.preload().await.unwrap();
+    env.snaps.preload().await.unwrap();
+    let after = cached(&mut admin).await;
+    assert_eq!(after - before, 3 + 7);
+    env.leases.preload().await.unwrap();
+    env.snaps.preload().await.unwrap();
+    assert_eq!(cached(&mut admin).await, after);
+}
+
 // ---------- SQLite + in-process leases, paused time ----------
 
 async fn sqlite_env(dir: &std::path::Path) -> Env {

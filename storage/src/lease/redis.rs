@@ -100,6 +100,19 @@ impl RedisLeases {
         }
     }
 
+    /// See [`super::LeaseStore::preload`].
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn preload(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let s = &self.scripts;
+        for script in [&s.acquire, &s.renew, &s.release] {
+            script.load_async(&mut conn).await.map_err(map_err)?;
+        }
+        Ok(())
+    }
+
     /// See [`super::LeaseStore::claim_above`].
     ///
     /// # Errors
