@@ -199,6 +199,9 @@ impl Social {
 /// `Unavailable` when Redis cannot be reached for the first liveness write.
 pub(crate) async fn start(core: &Arc<Core>) -> storage::Result<()> {
     let social = &core.social;
+    if let Err(e) = social.registry.preload().await {
+        warn!(error = %e, "Could not load the registry scripts into Redis; each loads on first use.");
+    }
     social
         .registry
         .keep_alive(&social.node, social.incarnation)

@@ -99,6 +99,19 @@ impl Registry {
         Self::Redis(RedisRegistry::new(redis))
     }
 
+    /// Loads the Redis scripts into Redis' script cache (nothing to do in process). A gateway
+    /// does it before it takes connections: otherwise a burst of connects and joins finds the
+    /// scripts missing, and each call in flight loads them itself.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn preload(&self) -> Result<()> {
+        match self {
+            Self::Redis(r) => r.preload().await,
+            Self::InProcess(_) => Ok(()),
+        }
+    }
+
     /// Marks `gateway` (incarnation `incarnation`) alive for [`ALIVE_TTL`]; a gateway calls it
     /// every [`ALIVE_REFRESH`].
     ///

@@ -158,6 +158,15 @@ impl RedisRegistry {
         }
     }
 
+    pub(super) async fn preload(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let s = &self.scripts;
+        for script in [&s.gateways, &s.set_room, &s.clear_room, &s.rooms, &s.gone] {
+            script.load_async(&mut conn).await.map_err(map_err)?;
+        }
+        Ok(())
+    }
+
     pub(super) async fn keep_alive(&self, gateway: &NodeId, incarnation: u64) -> Result<()> {
         let mut conn = self.conn.clone();
         ::redis::cmd("SET")
