@@ -199,8 +199,13 @@ impl Social {
 /// `Unavailable` when Redis cannot be reached for the first liveness write.
 pub(crate) async fn start(core: &Arc<Core>) -> storage::Result<()> {
     let social = &core.social;
-    if let Err(e) = social.registry.preload().await {
-        warn!(error = %e, "Could not load the registry scripts into Redis; each loads on first use.");
+    // Before connections come: a burst of connects and joins would each load them.
+    let loaded = match social.registry.preload().await {
+        Ok(()) => social.im.preload().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = loaded {
+        warn!(error = %e, "Could not load the social scripts into Redis; each loads on first use.");
     }
     social
         .registry

@@ -142,6 +142,19 @@ impl ImStore {
         Self::Redis(RedisIm::new(redis))
     }
 
+    /// Loads the Redis scripts into Redis' script cache (nothing to do on SQLite): every
+    /// cluster connection reads its backlog through one, and a burst of connects would each
+    /// load it.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn preload(&self) -> Result<()> {
+        match self {
+            Self::Redis(r) => r.preload().await,
+            Self::Sqlite(_) => Ok(()),
+        }
+    }
+
     /// A store in `<data_dir>/im.db`.
     ///
     /// # Errors

@@ -411,14 +411,17 @@ async fn redis_a_change_raises_the_high_water_mark() {
     assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 3);
 }
 
-/// A shard loads the lease and room scripts before its rooms run, a gateway the registry's
-/// before it takes connections: they are in Redis' script cache at once, and loading them
+/// A shard loads the lease and room scripts before its rooms run, a gateway the registry's and
+/// the direct messages' before it takes connections: they are in Redis' script cache at once, and loading them
 /// again adds nothing.
 #[tokio::test]
 async fn redis_preload_puts_the_scripts_in_the_cache() {
     let (server, env) = redis_env().await;
-    let registry =
-        storage::registry::Registry::redis(&Redis::connect(&server.url()).await.unwrap());
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let (registry, im) = (
+        storage::registry::Registry::redis(&redis),
+        storage::im::ImStore::redis(&redis),
+    );
     let mut admin = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -443,7 +446,8 @@ async fn redis_preload_puts_the_scripts_in_the_cache() {
         env.leases.preload().await.unwrap();
         env.snaps.preload().await.unwrap();
         registry.preload().await.unwrap();
-        assert_eq!(cached(&mut admin).await - before, 3 + 7 + 5);
+        im.preload().await.unwrap();
+        assert_eq!(cached(&mut admin).await - before, 3 + 7 + 5 + 3);
     }
 }
 

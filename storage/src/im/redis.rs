@@ -117,6 +117,15 @@ impl RedisIm {
         }
     }
 
+    pub(super) async fn preload(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let s = &self.scripts;
+        for script in [&s.send, &s.undelivered, &s.block] {
+            script.load_async(&mut conn).await.map_err(map_err)?;
+        }
+        Ok(())
+    }
+
     pub(super) async fn send(&self, m: &Outgoing<'_>) -> Result<Sent> {
         let mut conn = self.conn.clone();
         let record = super::req_record(m.to, m.text);
