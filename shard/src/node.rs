@@ -129,12 +129,14 @@ pub async fn start(
     let (link_l, link_addr) = bind(cfg.link_addr).await?;
     let leases = LeaseStore::redis(&redis);
     let snapshots = SnapshotStore::redis(&redis);
+    let directory = storage::directory::DirectoryStore::redis(&redis);
     // Before any room is claimed: many rooms claimed at once would each load the scripts.
-    if let Err(e) = leases.preload().await {
-        warn!(error = %e, "Could not load the lease scripts into Redis; each loads on first use.");
-    }
-    if let Err(e) = snapshots.preload().await {
-        warn!(error = %e, "Could not load the room scripts into Redis; each loads on first use.");
+    let loaded = match (leases.preload().await, snapshots.preload().await) {
+        (Ok(()), Ok(())) => directory.preload().await,
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    if let Err(e) = loaded {
+        warn!(error = %e, "Could not load the shard's scripts into Redis; each loads on first use.");
     }
     let ledger = open_ledger(cfg.ledger.as_ref()).await?;
     let shard = Shard::start_with(
@@ -145,7 +147,7 @@ pub async fn start(
             snapshots,
             ledger,
             robots: storage::robots::RobotStore::redis(&redis),
-            directory: storage::directory::DirectoryStore::redis(&redis),
+            directory,
         },
         shutdown.clone(),
         tracker.clone(),

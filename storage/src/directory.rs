@@ -245,6 +245,18 @@ impl DirectoryStore {
         Self::Redis(redis::RedisDirectory::new(redis.conn()))
     }
 
+    /// Loads the Redis script into Redis' script cache (nothing to do in process): a shard's
+    /// first publish sends every room's write in one pipeline, and each would find it missing.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot be reached.
+    pub async fn preload(&self) -> Result<()> {
+        match self {
+            Self::Redis(r) => r.preload().await,
+            Self::Memory(_) => Ok(()),
+        }
+    }
+
     /// An in-process store (pins in memory only).
     pub fn memory() -> Self {
         Self::Memory(memory::MemoryDirectory::default())

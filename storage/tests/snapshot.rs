@@ -411,16 +411,17 @@ async fn redis_a_change_raises_the_high_water_mark() {
     assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 3);
 }
 
-/// A shard loads the lease and room scripts before its rooms run, a gateway the registry's and
+/// A shard loads the lease, room and directory scripts before its rooms run, a gateway the registry's and
 /// the direct messages' before it takes connections: they are in Redis' script cache at once, and loading them
 /// again adds nothing.
 #[tokio::test]
 async fn redis_preload_puts_the_scripts_in_the_cache() {
     let (server, env) = redis_env().await;
     let redis = Redis::connect(&server.url()).await.unwrap();
-    let (registry, im) = (
+    let (registry, im, directory) = (
         storage::registry::Registry::redis(&redis),
         storage::im::ImStore::redis(&redis),
+        storage::directory::DirectoryStore::redis(&redis),
     );
     let mut admin = redis::Client::open(server.url())
         .unwrap()
@@ -447,7 +448,8 @@ async fn redis_preload_puts_the_scripts_in_the_cache() {
         env.snaps.preload().await.unwrap();
         registry.preload().await.unwrap();
         im.preload().await.unwrap();
-        assert_eq!(cached(&mut admin).await - before, 3 + 7 + 5 + 3);
+        directory.preload().await.unwrap();
+        assert_eq!(cached(&mut admin).await - before, 3 + 7 + 5 + 3 + 1);
     }
 }
 

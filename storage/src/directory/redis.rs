@@ -98,6 +98,12 @@ impl RedisDirectory {
         }
     }
 
+    pub(super) async fn preload(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        self.write.load_async(&mut conn).await.map_err(map_err)?;
+        Ok(())
+    }
+
     pub(super) async fn publish(
         &self,
         node: &NodeId,
