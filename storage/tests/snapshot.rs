@@ -296,6 +296,15 @@ async fn redis_env() -> (RedisServer, Env) {
     (server, env)
 }
 
+/// A connection of the test's own to `server`, to look at or change what the stores wrote.
+async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn redis_save_and_load() {
     let (_server, env) = redis_env().await;
@@ -339,11 +348,7 @@ async fn redis_token_below_high_water_is_rejected() {
     let f = env.claim(&room, "a", LONG_TTL).await;
     env.snaps.save(&room, f, b"v1").await.unwrap();
     // A higher token wrote while the lease key was lost (e.g. Redis regressed its counter).
-    let mut admin = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = admin(&server).await;
     redis::cmd("HSET")
         .arg("room:{hwm}:state")
         .arg("hwm")
@@ -367,11 +372,7 @@ async fn redis_token_below_high_water_is_rejected() {
 async fn redis_a_change_raises_the_high_water_mark() {
     let (server, env) = redis_env().await;
     let room = RoomId::from("hwm-change");
-    let mut admin = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = admin(&server).await;
     let hwm = |admin: &mut redis::aio::MultiplexedConnection| {
         let mut admin = admin.clone();
         async move {
@@ -423,11 +424,7 @@ async fn redis_preload_puts_the_scripts_in_the_cache() {
         storage::im::ImStore::redis(&redis),
         storage::directory::DirectoryStore::redis(&redis),
     );
-    let mut admin = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = admin(&server).await;
     let cached = |admin: &mut redis::aio::MultiplexedConnection| {
         let mut admin = admin.clone();
         async move {
