@@ -18,6 +18,10 @@ use tokio::time::Instant;
 mod support;
 use support::owner;
 
+#[path = "support/admin.rs"]
+mod admin_support;
+use admin_support::admin;
+
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
 /// Lease TTL for tests that wait for expiry: short, so Redis tests stay fast.
@@ -296,15 +300,6 @@ async fn redis_store() -> (RedisServer, Redis, LeaseStore) {
     let redis = Redis::connect(&server.url()).await.unwrap();
     let store = LeaseStore::redis(&redis);
     (server, redis, store)
-}
-
-/// A plain connection for admin commands (INFO, SCRIPT FLUSH, CONFIG RESETSTAT).
-async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 /// `calls` of `cmdstat_<cmd>` in INFO commandstats (0 when the command never ran).

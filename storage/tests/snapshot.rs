@@ -19,6 +19,10 @@ use uuid::Uuid;
 mod support;
 use support::owner;
 
+#[path = "support/admin.rs"]
+mod admin_support;
+use admin_support::admin;
+
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
 /// Lease TTL for tests that wait for expiry.
@@ -294,15 +298,6 @@ async fn redis_env() -> (RedisServer, Env) {
         paused: false,
     };
     (server, env)
-}
-
-/// A connection of the test's own to `server`, to look at or change what the stores wrote.
-async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
