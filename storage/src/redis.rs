@@ -131,6 +131,19 @@ pub(crate) async fn query_scripted_pipeline<T: redis::FromRedisValue>(
     }
 }
 
+/// Loads `scripts` into Redis' script cache, so that the first calls of a burst find them
+/// there (each store's `preload`; a call that still meets `NOSCRIPT` loads its script then).
+pub(crate) async fn load_scripts(
+    conn: &ConnectionManager,
+    scripts: &[&redis::Script],
+) -> Result<()> {
+    let mut conn = conn.clone();
+    for script in scripts {
+        script.load_async(&mut conn).await.map_err(map_err)?;
+    }
+    Ok(())
+}
+
 /// A TTL in whole milliseconds for `PEXPIRE`, at least 1 ms (0 would delete the key).
 pub(crate) fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)

@@ -10,7 +10,7 @@ use protocol::{NodeId, RoomId};
 
 use super::{Pin, Source, Stored, Update, index_line, parse_index};
 use crate::error::{Result, StorageError};
-use crate::redis::{map_err, query_scripted_pipeline};
+use crate::redis::{load_scripts, map_err, query_scripted_pipeline};
 
 const SUM: &str = "dir:sum";
 const IDX: &str = "dir:idx";
@@ -99,9 +99,7 @@ impl RedisDirectory {
     }
 
     pub(super) async fn preload(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
-        self.write.load_async(&mut conn).await.map_err(map_err)?;
-        Ok(())
+        load_scripts(&self.conn, &[&self.write]).await
     }
 
     pub(super) async fn publish(

@@ -8,7 +8,7 @@ use protocol::UserId;
 
 use super::{Blocked, IDS_PER_MS, KEEP_FOR, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored};
 use crate::error::{Result, StorageError};
-use crate::redis::{Redis, map_err, ttl_ms};
+use crate::redis::{Redis, load_scripts, map_err, ttl_ms};
 
 const SEQ_KEY: &str = "chorus:{im}:seq";
 
@@ -118,12 +118,8 @@ impl RedisIm {
     }
 
     pub(super) async fn preload(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
         let s = &self.scripts;
-        for script in [&s.send, &s.undelivered, &s.block] {
-            script.load_async(&mut conn).await.map_err(map_err)?;
-        }
-        Ok(())
+        load_scripts(&self.conn, &[&s.send, &s.undelivered, &s.block]).await
     }
 
     pub(super) async fn send(&self, m: &Outgoing<'_>) -> Result<Sent> {

@@ -12,7 +12,7 @@ use protocol::{FencingToken, RoomId};
 
 use super::{ClaimOutcome, fence_key, lease_key};
 use crate::error::{Result, StorageError};
-use crate::redis::{Redis, map_err, query_scripted_pipeline, ttl_ms};
+use crate::redis::{Redis, load_scripts, map_err, query_scripted_pipeline, ttl_ms};
 
 /// Leases per renew script call. All chunks of one renew go out in one pipeline (one round
 /// trip); chunking only bounds how long one script blocks Redis (~1 µs per lease, so ~1 ms).
@@ -105,12 +105,8 @@ impl RedisLeases {
     /// # Errors
     /// `Unavailable` when Redis cannot be reached.
     pub async fn preload(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
         let s = &self.scripts;
-        for script in [&s.acquire, &s.renew, &s.release] {
-            script.load_async(&mut conn).await.map_err(map_err)?;
-        }
-        Ok(())
+        load_scripts(&self.conn, &[&s.acquire, &s.renew, &s.release]).await
     }
 
     /// See [`super::LeaseStore::claim_above`].

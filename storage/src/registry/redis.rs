@@ -8,7 +8,7 @@ use protocol::{NodeId, RoomId, UserId};
 
 use super::{ALIVE_TTL, ENTRY_TTL, RoomEntry, SessionRef, Swapped};
 use crate::error::{Result, StorageError};
-use crate::redis::{Redis, map_err, ttl_ms};
+use crate::redis::{Redis, load_scripts, map_err, ttl_ms};
 
 const ALIVE_PREFIX: &str = "chorus:{reg}:alive:";
 const CONNS_PREFIX: &str = "chorus:{reg}:conns:";
@@ -159,12 +159,9 @@ impl RedisRegistry {
     }
 
     pub(super) async fn preload(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
         let s = &self.scripts;
-        for script in [&s.gateways, &s.set_room, &s.clear_room, &s.rooms, &s.gone] {
-            script.load_async(&mut conn).await.map_err(map_err)?;
-        }
-        Ok(())
+        let all = [&s.gateways, &s.set_room, &s.clear_room, &s.rooms, &s.gone];
+        load_scripts(&self.conn, &all).await
     }
 
     pub(super) async fn keep_alive(&self, gateway: &NodeId, incarnation: u64) -> Result<()> {

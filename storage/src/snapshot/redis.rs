@@ -25,7 +25,7 @@ use super::{
 };
 use crate::error::{Result, StorageError};
 use crate::lease::lease_key;
-use crate::redis::{Redis, map_err};
+use crate::redis::{Redis, load_scripts, map_err};
 
 /// Shared prologue of every fenced write: `KEYS[1]` = lease, `KEYS[2]` = state,
 /// `ARGV[1]` = token. Returns -1 when the live lease does not carry the token, -2 when a higher
@@ -204,14 +204,11 @@ impl RedisSnapshots {
     /// # Errors
     /// `Unavailable` when Redis cannot be reached.
     pub async fn preload(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
         let s = &self.scripts;
-        for script in [
+        let all = [
             &s.save, &s.change, &s.open, &s.delete, &s.create, &s.touch, &s.expire,
-        ] {
-            script.load_async(&mut conn).await.map_err(map_err)?;
-        }
-        Ok(())
+        ];
+        load_scripts(&self.conn, &all).await
     }
 
     /// See [`super::SnapshotStore::load`].
