@@ -249,6 +249,8 @@ pub struct FileConfig {
     pub history_events: Option<usize>,
     /// Resume history, ms.
     pub history_age_ms: Option<u64>,
+    /// Shortest time between two of a shard's history writes to Redis, µs.
+    pub history_write_interval_us: Option<u64>,
     /// Per-member presence up to this room size.
     pub presence_full_max: Option<usize>,
     /// member.count interval, ms.
@@ -544,6 +546,9 @@ pub fn shard_settings(
     }
     if let Some(v) = ms(f.history_age_ms) {
         s.history_age = v;
+    }
+    if let Some(v) = f.history_write_interval_us {
+        s.history_write_interval = Duration::from_micros(v);
     }
     if let Some(v) = f.presence_full_max {
         s.presence_full_max = v;

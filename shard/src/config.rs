@@ -64,6 +64,10 @@ pub struct ShardConfig {
     pub history_events: usize,
     /// Resume history bound by age.
     pub history_age: Duration,
+    /// In a cluster, the shortest time between two calls that write the rooms' changes to
+    /// Redis: what queues meanwhile, from all rooms, shares one call; a change waits at most
+    /// this long, and none after a quiet spell (zero: a call as soon as the last is answered).
+    pub history_write_interval: Duration,
     /// Room size up to which every member gets per-member presence.
     pub presence_full_max: usize,
     /// A member whose connection drops (or whose room moved) stays, away, this long before
@@ -145,6 +149,7 @@ impl Default for ShardConfig {
             idle_unload: DEFAULT_IDLE_UNLOAD,
             history_events: DEFAULT_HISTORY_EVENTS,
             history_age: DEFAULT_HISTORY_AGE,
+            history_write_interval: storage::snapshot::DEFAULT_WRITE_INTERVAL,
             presence_full_max: DEFAULT_PRESENCE_FULL_MAX,
             presence_grace: DEFAULT_PRESENCE_GRACE,
             member_count_interval: DEFAULT_MEMBER_COUNT_INTERVAL,

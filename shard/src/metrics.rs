@@ -120,6 +120,10 @@ pub fn describe() {
         "Rooms loaded by the orphan sweep to recover their unfinished sagas."
     );
     describe_counter!(ROCKET_LAUNCHES, "Room rocket launches announced.");
+    describe_histogram!(
+        storage::snapshot::METRIC_HISTORY_BATCH_ROOMS,
+        "Room changes written by each history write to Redis."
+    );
     metrics::describe_histogram!(
         ROCKET_PAYOUT_SECONDS,
         metrics::Unit::Seconds,

@@ -128,7 +128,7 @@ pub async fn start(
     let redis = Redis::connect(&cfg.redis).await?;
     let (link_l, link_addr) = bind(cfg.link_addr).await?;
     let leases = LeaseStore::redis(&redis);
-    let snapshots = SnapshotStore::redis(&redis);
+    let snapshots = SnapshotStore::redis_paced(&redis, cfg.shard.history_write_interval);
     let directory = storage::directory::DirectoryStore::redis(&redis);
     // Before any room is claimed: many rooms claimed at once would each load the scripts.
     let loaded = match (leases.preload().await, snapshots.preload().await) {

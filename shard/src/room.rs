@@ -220,6 +220,7 @@ async fn start(
         joined: false,
         due: None,
         due_stale: true,
+        more_waiting: false,
         rocket: rocket::RocketRun::default(),
         inner: inner.clone(),
     };
@@ -389,6 +390,9 @@ struct RoomActor {
     due: Option<u64>,
     /// Whether durable state changed since `due` was computed.
     due_stale: bool,
+    /// Whether more messages wait in the inbox behind the one being handled: the room's next
+    /// write then goes to the store without waiting for other rooms' (`Change::more_waiting`).
+    more_waiting: bool,
     /// The rocket's payout task and progress timer.
     rocket: rocket::RocketRun,
 }
@@ -471,6 +475,7 @@ impl RoomActor {
                 // Outcomes before new commands: answers go out first, and the sagas in
                 // flight stay bounded by the ledger's pace.
                 Some(done) = self.sagas.next(), if !self.sagas.is_empty() => {
+                    self.more_waiting = !rx.is_empty();
                     Box::pin(self.gift_done(done)).await;
                 }
                 msg = rx.recv() => {
@@ -478,6 +483,7 @@ impl RoomActor {
                     let Some(msg) = msg else {
                         break Stop::Shutdown;
                     };
+                    self.more_waiting = !rx.is_empty();
                     match *msg {
                         RoomMsg::Command(cmd) => {
                             if !self.inner.owner.proven(&self.valid) {
@@ -514,6 +520,7 @@ impl RoomActor {
                     }
                 }
                 () = sleep_until(next.unwrap_or_else(now_far)), if next.is_some() => {
+                    self.more_waiting = !rx.is_empty();
                     let due = timers.due(Instant::now());
                     if due.count.is_some() {
                         Box::pin(self.publish_count()).await;

@@ -40,7 +40,9 @@ use bytes::Bytes;
 use protocol::{FencingToken, RoomId, Seq, UserId};
 use uuid::Uuid;
 
-pub use self::redis::RedisSnapshots;
+pub use self::redis::{
+    DEFAULT_INTERVAL as DEFAULT_WRITE_INTERVAL, METRIC_HISTORY_BATCH_ROOMS, RedisSnapshots,
+};
 pub use self::sqlite::{ROOMS_DB_FILE, SqliteSnapshots};
 use crate::error::{Result, StorageError};
 
@@ -74,9 +76,17 @@ pub enum SnapshotStore {
 }
 
 impl SnapshotStore {
-    /// A Redis-backed store on `redis`'s shared connection.
+    /// A Redis-backed store on `redis`'s shared connection, writing changes at most once per
+    /// [`DEFAULT_WRITE_INTERVAL`].
     pub fn redis(redis: &crate::redis::Redis) -> Self {
-        Self::Redis(RedisSnapshots::new(redis))
+        Self::redis_paced(redis, DEFAULT_WRITE_INTERVAL)
+    }
+
+    /// A Redis-backed store whose room changes, from all its rooms, go to Redis in one script
+    /// call at most once per `interval`: a change waits at most `interval` for its call, and
+    /// none after a quiet spell (zero: a call goes as soon as the previous one is answered).
+    pub fn redis_paced(redis: &crate::redis::Redis, interval: std::time::Duration) -> Self {
+        Self::Redis(RedisSnapshots::new(redis, interval))
     }
 
     /// Loads the Redis scripts into Redis' script cache (nothing to do on SQLite). A node does
@@ -319,6 +329,10 @@ pub struct Change<'a> {
     pub state: Option<&'a [u8]>,
     /// Open gifts to close: those whose events are among `entries`, and refused ones.
     pub closed: &'a [Uuid],
+    /// The writer has more changes waiting behind this one (a busy room): a paced store
+    /// sends it without waiting for others to join its call, so that a busy room writes
+    /// as fast as Redis answers.
+    pub more_waiting: bool,
 }
 
 impl Change<'_> {

@@ -89,6 +89,7 @@ async fn quotas_touches_and_retention(leases: LeaseStore, snaps: SnapshotStore) 
         entries,
         state: None,
         closed: &[],
+        more_waiting: false,
     };
     snaps.write_change(&r1, f1, change, 10).await.unwrap();
     assert_eq!(snaps.expire(&r1, f1, 3000).await.unwrap(), Expired::Kept);
@@ -96,6 +97,7 @@ async fn quotas_touches_and_retention(leases: LeaseStore, snaps: SnapshotStore) 
         entries: &[],
         state: None,
         closed: &[gift],
+        more_waiting: false,
     };
     snaps.write_change(&r1, f1, close, 10).await.unwrap();
     // Only the lease's holder removes a room.

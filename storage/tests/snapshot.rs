@@ -73,6 +73,7 @@ fn change<'a>(entries: &'a [(u64, &'a [u8])], state: Option<&'a [u8]>) -> Change
         entries,
         state,
         closed: &[],
+        more_waiting: false,
     }
 }
 
@@ -241,6 +242,7 @@ async fn open_gifts_close_with_the_write_that_publishes_them(env: Env) {
         entries: &[(1, b"gift g1")],
         state: None,
         closed: &[g1, g2],
+        more_waiting: false,
     };
     env.snaps
         .write_change(&room, fa, published, 10)
@@ -274,6 +276,7 @@ async fn open_gifts_close_with_the_write_that_publishes_them(env: Env) {
         entries: &[(2, b"stale gift g1")],
         state: None,
         closed: &[g1],
+        more_waiting: false,
     };
     fenced(env.snaps.write_change(&room, fa, stale, 10).await, fa);
     assert_eq!(
@@ -405,6 +408,166 @@ async fn redis_a_change_raises_the_high_water_mark() {
         a,
     );
     assert_eq!(env.snaps.load_history(&room).await.unwrap().len(), 3);
+}
+
+/// Changes of many rooms made at once share one script call, and each room is fenced and
+/// written on its own inside it: a stale token refuses that room's change alone, and changes
+/// of every shape (events with a state, events that close gifts, a close alone) land whole.
+#[tokio::test]
+async fn redis_changes_made_at_once_share_a_call_and_are_fenced_room_by_room() {
+    let (_server, env) = redis_env().await;
+    let SnapshotStore::Redis(redis_snaps) = &env.snaps else {
+        unreachable!("a Redis env")
+    };
+    let rooms: Vec<RoomId> = (0..20)
+        .map(|i| RoomId::from(format!("batch-{i}")))
+        .collect();
+    let mut fences = Vec::new();
+    for room in &rooms {
+        let f = env.claim(room, "a", LONG_TTL).await;
+        env.snaps
+            .open_batch(room, f, &[Uuid::from_u128(1), Uuid::from_u128(2)])
+            .await
+            .unwrap();
+        fences.push(f);
+    }
+    let gifts = [Uuid::from_u128(1)];
+    let entries: &[(u64, &[u8])] = &[(1, b"first"), (2, b"second")];
+    // Room 0 writes a state with its events, room 1 closes a gift with its events, room 2
+    // only closes a gift, room 3 carries a stale token; the rest write one event each.
+    let shape = |i: usize| match i {
+        0 => (fences[0], change(entries, Some(b"state 0"))),
+        1 => (
+            fences[1],
+            Change {
+                entries: &entries[..1],
+                closed: &gifts,
+                ..Change::default()
+            },
+        ),
+        2 => (
+            fences[2],
+            Change {
+                closed: &gifts,
+                ..Change::default()
+            },
+        ),
+        3 => (
+            fences[3] + 1,
+            Change {
+                entries: &entries[..1],
+                state: Some(b"stale"),
+                closed: &gifts,
+                more_waiting: false,
+            },
+        ),
+        _ => (fences[i], change(&entries[1..], None)),
+    };
+    let results = futures_util::future::join_all(rooms.iter().enumerate().map(|(i, room)| {
+        let (fence, change) = shape(i);
+        env.snaps.write_change(room, fence, change, 10)
+    }))
+    .await;
+    for (i, r) in results.into_iter().enumerate() {
+        if i == 3 {
+            fenced(r, fences[3] + 1);
+        } else {
+            r.unwrap();
+        }
+    }
+    assert_eq!(
+        redis_snaps.change_batches(),
+        (1, 20),
+        "the twenty changes went in one call"
+    );
+    let history = |i: usize| env.snaps.load_history(&rooms[i]);
+    let open = |i: usize| env.snaps.open_gifts(&rooms[i]);
+    assert_eq!(history(0).await.unwrap().len(), 2);
+    let stored = env.snaps.load(&rooms[0]).await.unwrap().unwrap();
+    assert_eq!(&stored.bytes[..], b"state 0");
+    assert_eq!(open(0).await.unwrap().len(), 2);
+    assert_eq!(history(1).await.unwrap().len(), 1);
+    assert_eq!(open(1).await.unwrap(), vec![Uuid::from_u128(2)]);
+    assert!(history(2).await.unwrap().is_empty());
+    assert_eq!(open(2).await.unwrap(), vec![Uuid::from_u128(2)]);
+    assert!(
+        history(3).await.unwrap().is_empty(),
+        "the stale room wrote nothing"
+    );
+    assert!(env.snaps.load(&rooms[3]).await.unwrap().is_none());
+    assert_eq!(open(3).await.unwrap().len(), 2);
+    for i in 4..rooms.len() {
+        let h = history(i).await.unwrap();
+        assert_eq!((h.len(), h[0].seq, &h[0].bytes[..]), (1, 2, &b"second"[..]));
+    }
+}
+
+/// A store's calls are paced: a change within the interval of the last call waits out the
+/// rest of it, with whatever else queued meanwhile; a busy room's change (more wait behind it)
+/// and a change after a quiet spell go at once.
+#[tokio::test]
+async fn redis_changes_within_the_write_interval_wait_for_one_call() {
+    const INTERVAL: Duration = Duration::from_secs(1);
+    const EVENT: &[(u64, &[u8])] = &[(1, b"ev")];
+    let server = RedisServer::start().await.unwrap();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let env = Env {
+        leases: LeaseStore::redis(&redis),
+        snaps: SnapshotStore::redis_paced(&redis, INTERVAL),
+        paused: false,
+    };
+    let SnapshotStore::Redis(paced) = &env.snaps else {
+        unreachable!("a Redis env")
+    };
+    let rooms: Vec<RoomId> = (0..5).map(|i| RoomId::from(format!("paced-{i}"))).collect();
+    let mut fences = Vec::new();
+    for room in &rooms {
+        fences.push(env.claim(room, "a", LONG_TTL).await);
+    }
+    let write = |i: usize, more_waiting: bool| {
+        let change = Change {
+            more_waiting,
+            ..change(EVENT, None)
+        };
+        env.snaps.write_change(&rooms[i], fences[i], change, 10)
+    };
+    let first_queued = Instant::now();
+    write(0, false).await.unwrap();
+    assert_eq!(
+        paced.change_batches(),
+        (1, 1),
+        "the first change goes alone"
+    );
+    let (b, c) = tokio::join!(write(1, false), write(2, false));
+    b.unwrap();
+    c.unwrap();
+    assert!(
+        first_queued.elapsed() >= INTERVAL,
+        "the second call waited out the interval"
+    );
+    assert_eq!(
+        paced.change_batches(),
+        (2, 3),
+        "the two waited for one call"
+    );
+    let busy = Instant::now();
+    write(3, true).await.unwrap();
+    assert!(
+        busy.elapsed() < INTERVAL,
+        "a busy room's change goes at once"
+    );
+    assert_eq!(paced.change_batches(), (3, 4));
+    tokio::time::sleep(INTERVAL).await;
+    let quiet = Instant::now();
+    write(4, false).await.unwrap();
+    assert!(
+        quiet.elapsed() < INTERVAL,
+        "after a quiet spell a change goes at once"
+    );
+    assert_eq!(paced.change_batches(), (4, 5));
+    for room in &rooms {
+        assert_eq!(env.snaps.load_history(room).await.unwrap().len(), 1);
+    }
 }
 
 /// A shard loads the lease, room and directory scripts before its rooms run, a gateway the registry's and

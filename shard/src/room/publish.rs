@@ -69,14 +69,19 @@ impl RoomActor {
                 .collect();
             let durable = applied.durable_changed.then(|| state.durable());
             let closed = std::mem::take(&mut self.closing);
+            let change = storage::snapshot::Change {
+                entries: &entries,
+                state: None,
+                closed: &closed,
+                more_waiting: self.more_waiting,
+            };
             self.inner
                 .snapshots
                 .write_change(
                     &self.room,
                     self.fence,
-                    &entries,
+                    change,
                     durable,
-                    &closed,
                     self.inner.config.history_events,
                 )
                 .await

@@ -5,7 +5,6 @@ use std::hash::{DefaultHasher, Hasher};
 use protocol::{FencingToken, RoomId};
 use storage::StorageError;
 use storage::snapshot::{Change, Created, SnapshotStore};
-use uuid::Uuid;
 
 use super::state::Durable;
 
@@ -53,22 +52,21 @@ impl Snapshots {
     }
 
     /// Writes one change: its sequenced events to the fenced history, with `durable` the
-    /// room's state, and the open gifts it closes (`closed`), all or none. Returns the digest
+    /// room's state, and the open gifts it closes, all or none (`change` carries the events,
+    /// the gifts and whether more changes wait; its state is `durable`'s). Returns the digest
     /// of the state written, if any.
     pub(crate) async fn write_change(
         &self,
         room: &RoomId,
         fence: FencingToken,
-        entries: &[(protocol::Seq, &[u8])],
+        change: Change<'_>,
         durable: Option<&Durable>,
-        closed: &[Uuid],
         max_len: usize,
     ) -> Result<Option<Written>, StorageError> {
         let bytes = durable.map(encode).transpose()?;
         let change = Change {
-            entries,
             state: bytes.as_deref(),
-            closed,
+            ..change
         };
         self.store
             .write_change(room, fence, change, max_len)

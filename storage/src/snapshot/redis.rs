@@ -10,7 +10,8 @@
 //! Every write script first checks that the lease `room:{R}:lease` carries the write's token,
 //! then that the token is not below `hwm`, and only then writes and raises `hwm`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use ::redis::Script;
 use ::redis::aio::ConnectionManager;
@@ -26,6 +27,11 @@ use super::{
 use crate::error::{Result, StorageError};
 use crate::lease::lease_key;
 use crate::redis::{Redis, load_scripts, map_err};
+
+mod changes;
+
+use self::changes::{Batcher, CHANGES_LUA, Job};
+pub use self::changes::{DEFAULT_INTERVAL, METRIC_HISTORY_BATCH_ROOMS};
 
 /// Shared prologue of every fenced write: `KEYS[1]` = lease, `KEYS[2]` = state,
 /// `ARGV[1]` = token. Returns -1 when the live lease does not carry the token, -2 when a higher
@@ -45,37 +51,6 @@ const SAVE_LUA: &str = concat!(
     fence_check!(),
     r"
 redis.call('HSET', KEYS[2], 'hwm', ARGV[1], 'fence', ARGV[1], 'data', ARGV[2])
-return 1
-"
-);
-
-/// CHANGE: `KEYS = [lease, state, history, open_gifts]`, `ARGV = [fence, max_len, has_state
-/// ('0' or '1'), data, closed_count, closed…, entry…]`: the state (when given), the entries and
-/// the closed gifts, in one script, so all or none. It runs for every chat line in a cluster,
-/// so it writes only what changes: `hwm` when this token raises it (every token is written as
-/// the same decimal text, so equal text is the equal token), and a trim only past `max_len`.
-/// The events are pushed before the gifts are closed: a Redis over its memory limit refuses a
-/// script whose first write adds memory, and lets one go on once it wrote; so a change with
-/// events is refused whole when Redis is full, never written after a first `SREM`.
-const CHANGE_LUA: &str = concat!(
-    fence_check!(),
-    r"
-if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[2], 'hwm', ARGV[1], 'fence', ARGV[1], 'data', ARGV[4])
-elseif hwm ~= ARGV[1] then
-  redis.call('HSET', KEYS[2], 'hwm', ARGV[1])
-end
-local closed = tonumber(ARGV[5])
-if #ARGV > 5 + closed then
-  local len = redis.call('RPUSH', KEYS[3], unpack(ARGV, 6 + closed))
-  local max = tonumber(ARGV[2])
-  if len > max then
-    redis.call('LTRIM', KEYS[3], -max, -1)
-  end
-end
-if closed > 0 then
-  redis.call('SREM', KEYS[4], unpack(ARGV, 6, 5 + closed))
-end
 return 1
 "
 );
@@ -153,11 +128,15 @@ return 1
 pub struct RedisSnapshots {
     conn: ConnectionManager,
     scripts: Arc<Scripts>,
+    /// The history writer, started by the first change (a runtime is running by then).
+    changes: Arc<OnceLock<Batcher>>,
+    /// Shortest time between two of its calls.
+    interval: Duration,
 }
 
 struct Scripts {
     save: Script,
-    change: Script,
+    changes: Script,
     open: Script,
     delete: Script,
     create: Script,
@@ -172,7 +151,7 @@ impl std::fmt::Debug for RedisSnapshots {
 }
 
 /// Turns a fenced script's status into a result.
-fn fenced_status(status: i64, fence: FencingToken) -> Result<()> {
+pub(super) fn fenced_status(status: i64, fence: FencingToken) -> Result<()> {
     match status {
         1 => Ok(()),
         -1 | -2 => Err(StorageError::Fenced { token: fence }),
@@ -183,19 +162,22 @@ fn fenced_status(status: i64, fence: FencingToken) -> Result<()> {
 }
 
 impl RedisSnapshots {
-    /// Snapshots on `redis`'s shared connection.
-    pub fn new(redis: &Redis) -> Self {
+    /// Snapshots on `redis`'s shared connection, whose changes go to Redis at most once per
+    /// `interval` (see the `changes` module).
+    pub fn new(redis: &Redis, interval: Duration) -> Self {
         Self {
             conn: redis.conn(),
             scripts: Arc::new(Scripts {
                 save: Script::new(SAVE_LUA),
-                change: Script::new(CHANGE_LUA),
+                changes: Script::new(CHANGES_LUA),
                 open: Script::new(OPEN_LUA),
                 delete: Script::new(DELETE_LUA),
                 create: Script::new(CREATE_LUA),
                 touch: Script::new(TOUCH_LUA),
                 expire: Script::new(EXPIRE_LUA),
             }),
+            changes: Arc::new(OnceLock::new()),
+            interval,
         }
     }
 
@@ -206,7 +188,7 @@ impl RedisSnapshots {
     pub async fn preload(&self) -> Result<()> {
         let s = &self.scripts;
         let all = [
-            &s.save, &s.change, &s.open, &s.delete, &s.create, &s.touch, &s.expire,
+            &s.save, &s.changes, &s.open, &s.delete, &s.create, &s.touch, &s.expire,
         ];
         load_scripts(&self.conn, &all).await
     }
@@ -266,25 +248,36 @@ impl RedisSnapshots {
         change: Change<'_>,
         max_len: usize,
     ) -> Result<()> {
-        let mut conn = self.conn.clone();
-        let mut call = self.scripts.change.prepare_invoke();
-        call.key(lease_key(room))
-            .key(state_key(room))
-            .key(history_key(room))
-            .key(open_gifts_key(room))
-            .arg(fence)
-            .arg(max_len)
-            .arg(if change.state.is_some() { "1" } else { "0" })
-            .arg(change.state.unwrap_or_default())
-            .arg(change.closed.len());
-        for gift in change.closed {
-            call.arg(gift.as_bytes().as_slice());
-        }
-        for &(seq, bytes) in change.entries {
-            call.arg(encode_entry(fence, seq, bytes));
-        }
-        let status: i64 = call.invoke_async(&mut conn).await.map_err(map_err)?;
-        fenced_status(status, fence)
+        let job = Job {
+            room: room.clone(),
+            fence,
+            max_len,
+            more_waiting: change.more_waiting,
+            state: change.state.map(<[u8]>::to_vec),
+            closed: change.closed.to_vec(),
+            entries: change
+                .entries
+                .iter()
+                .map(|&(seq, bytes)| encode_entry(fence, seq, bytes))
+                .collect(),
+        };
+        self.writer().write(job).await
+    }
+
+    /// The history writer, started on first use.
+    fn writer(&self) -> &Batcher {
+        self.changes.get_or_init(|| {
+            Batcher::start(
+                self.conn.clone(),
+                self.scripts.changes.clone(),
+                self.interval,
+            )
+        })
+    }
+
+    /// `(script calls, changes)` the history writer has answered: how well changes share calls.
+    pub fn change_batches(&self) -> (u64, u64) {
+        self.changes.get().map_or((0, 0), Batcher::stats)
     }
 
     /// See [`super::SnapshotStore::open_batch`].
