@@ -87,6 +87,53 @@ async fn users_on_two_gateways_chat_in_order_through_three_shards() {
     assert_eq!(r.status, 401);
 }
 
+/// A busy room's changes do not wait for the shard's history write interval: with a 250 ms
+/// interval, 100 chat lines sent at once are all stored and answered well inside the 25 s that
+/// one call per interval would take (each change after the first has more behind it).
+#[tokio::test]
+async fn a_busy_room_writes_without_waiting_for_the_write_interval() {
+    const LINES: u64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chorus.toml");
+    std::fs::write(&config, "history_write_interval_us = 250000\n").unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        env: vec![
+            ("CHORUS_CONFIG".into(), config.display().to_string()),
+            ("CHORUS_RATE_PER_SEC".into(), "10000".into()),
+            ("CHORUS_RATE_BURST".into(), "10000".into()),
+        ],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let room = RoomId::from("busy");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    for i in 0..LINES {
+        let d = json!({"room": room.as_str(), "text": format!("m{i}")});
+        ids.push(a.send("chat.send", d).await.unwrap());
+    }
+    for id in ids {
+        a.reply_to(id, WAIT).await.unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "{LINES} lines took {took:?}: the busy room waited for the interval"
+    );
+    let mut chats = 0;
+    while chats < LINES {
+        if b.next_event(WAIT).await.unwrap().ev == "chat" {
+            chats += 1;
+        }
+    }
+    let p = b.position(&room).unwrap();
+    assert_eq!((p.gaps, p.duplicates), (0, 0));
+}
+
 /// Watches a room with members and no traffic for 3×TTL; returns the number of samples in
 /// which its owner or fence differed from the first (an ownership change or lease steal).
 async fn quiet_room_ownership_changes(renew_on_traffic: bool) -> usize {
