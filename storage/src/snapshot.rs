@@ -329,9 +329,9 @@ pub struct Change<'a> {
     pub state: Option<&'a [u8]>,
     /// Open gifts to close: those whose events are among `entries`, and refused ones.
     pub closed: &'a [Uuid],
-    /// The writer has more changes waiting behind this one (a busy room): a paced store
-    /// sends it without waiting for others to join its call, so that a busy room writes
-    /// as fast as Redis answers.
+    /// The room making this change has more work waiting behind it (a busy room): a paced
+    /// store sends it without waiting for other rooms' changes to join its call, so that a
+    /// busy room writes as fast as Redis answers.
     pub more_waiting: bool,
 }
 
