@@ -35,7 +35,7 @@ pub(super) const MAX_BATCH: usize = 64;
 /// Changes that may wait for a call before their rooms wait to queue theirs.
 const QUEUE: usize = 8 * MAX_BATCH;
 /// The write interval unless configured: a millisecond is nothing next to a chat line's
-/// delivery budget, and under load it puts several changes in each call (docs/BENCHMARKS.md,
+/// delivery budget, and under load it puts several changes in each call (BENCHMARKS.md,
 /// K1 and K2).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(1);
 /// Histogram of the rooms each answered call held.
