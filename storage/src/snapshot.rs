@@ -140,8 +140,10 @@ impl SnapshotStore {
     /// `state`, replaces the room's state, and closes the open gifts `closed` (those whose
     /// event this change publishes, and refused ones), in one write: all of it or none (a
     /// change half written would replay events the saved state does not hold, or the reverse;
-    /// a gift event written with its gift still open would be published twice). Keeps only
-    /// the newest `max_len` history entries (at least one). Fenced like [`SnapshotStore::save`].
+    /// a gift event written with its gift still open would be published twice). Keeps the
+    /// newest `max_len` history entries (at least one); Redis trims in steps and may keep up
+    /// to `max_len / 8` older ones besides, which [`SnapshotStore::load_history`] returns too
+    /// (a reader keeps what it needs). Fenced like [`SnapshotStore::save`].
     /// No events, no state and no gift is a no-op.
     ///
     /// # Errors
@@ -196,7 +198,8 @@ impl SnapshotStore {
         }
     }
 
-    /// The room's history, oldest first.
+    /// The room's history, oldest first: at least the newest `max_len` entries of the last
+    /// [`SnapshotStore::write_change`] (see there).
     ///
     /// # Errors
     /// `Unavailable` when the backend cannot be reached; `Corrupt` for unreadable entries.

@@ -20,7 +20,7 @@ use support::owner;
 
 #[path = "support/admin.rs"]
 mod admin_support;
-use admin_support::admin;
+use admin_support::{admin, command_calls};
 
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
@@ -300,20 +300,6 @@ async fn redis_store() -> (RedisServer, Redis, LeaseStore) {
     let redis = Redis::connect(&server.url()).await.unwrap();
     let store = LeaseStore::redis(&redis);
     (server, redis, store)
-}
-
-/// `calls` of `cmdstat_<cmd>` in INFO commandstats (0 when the command never ran).
-async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{cmd}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[tokio::test]

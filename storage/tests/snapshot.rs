@@ -21,7 +21,7 @@ use support::owner;
 
 #[path = "support/admin.rs"]
 mod admin_support;
-use admin_support::admin;
+use admin_support::{admin, command_calls};
 
 /// Lease TTL for tests that never let a lease expire.
 const LONG_TTL: Duration = Duration::from_secs(30);
@@ -331,6 +331,46 @@ async fn redis_released_lease_cannot_write() {
 async fn redis_history_is_bounded_and_fenced() {
     let (_server, env) = redis_env().await;
     history_is_bounded_and_fenced(env).await;
+}
+
+/// A full history is trimmed in steps: Redis keeps at least the newest `max_len` entries and
+/// at most `max_len / 8` more, so a busy room trims once per `max_len / 8 + 1` pushes rather
+/// than on every push.
+#[tokio::test]
+async fn redis_a_full_history_is_trimmed_in_steps() {
+    const MAX: u64 = 16;
+    let (server, env) = redis_env().await;
+    let mut admin = admin(&server).await;
+    let room = RoomId::from("steps");
+    let f = env.claim(&room, "a", LONG_TTL).await;
+    for seq in 1..=64u64 {
+        let ev = format!("ev{seq}");
+        env.snaps
+            .write_change(
+                &room,
+                f,
+                change(&[(seq, ev.as_bytes())], None),
+                MAX as usize,
+            )
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = env
+            .snaps
+            .load_history(&room)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        let kept = seqs.len() as u64;
+        assert!(
+            kept >= seq.min(MAX) && kept <= MAX + MAX / 8,
+            "{kept} entries kept after {seq} pushes"
+        );
+        assert_eq!(seqs, (seq + 1 - kept..=seq).collect::<Vec<_>>());
+    }
+    // Past 18 entries, back to 16: at the 19th push, the 22nd, … the 64th.
+    assert_eq!(command_calls(&mut admin, "ltrim").await, 16);
 }
 
 #[tokio::test]

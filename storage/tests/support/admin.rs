@@ -11,3 +11,17 @@ pub(crate) async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnec
         .await
         .unwrap()
 }
+
+/// `calls` of `cmdstat_<cmd>` in INFO commandstats (0 when the command never ran).
+pub(crate) async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}

@@ -46,7 +46,9 @@ pub const METRIC_HISTORY_BATCH_ROOMS: &str = "chorus_history_batch_rooms";
 /// entry…]`. Answers one status per room: 1 written, -1 the lease does not carry the fence,
 /// -2 a higher token already wrote. Per room it writes only what changes: `hwm` when the fence
 /// raises it (every token is written as the same decimal text, so equal text is the equal
-/// token), and a trim only past `max_len`. Every room's state and events are written before any
+/// token), and a trim only past `max_len + max_len / 8`, back to `max_len`: a full history
+/// is trimmed once per `max_len / 8 + 1` pushes, not on every push (a trim per push was
+/// a third of the script's time; docs/BENCHMARKS-LOG.md). Every room's state and events are written before any
 /// gift is closed: a Redis over its memory limit refuses a script whose first write adds
 /// memory and lets one go on once it wrote, so a call with events is refused whole when Redis
 /// is full, never written after a first `SREM`.
@@ -74,7 +76,7 @@ for r = 1, #KEYS / 4 do
         local from = first + closed
         local len = redis.call('RPUSH', KEYS[k + 3], unpack(ARGV, from, from + entries - 1))
         local max = tonumber(ARGV[a + 1])
-        if len > max then
+        if len > max + math.floor(max / 8) then
           redis.call('LTRIM', KEYS[k + 3], -max, -1)
         end
       end
