@@ -47,11 +47,11 @@ pub const METRIC_HISTORY_BATCH_ROOMS: &str = "chorus_history_batch_rooms";
 /// -2 a higher token already wrote. Per room it writes only what changes: `hwm` when the fence
 /// raises it (every token is written as the same decimal text, so equal text is the equal
 /// token), and a trim only past `max_len + max_len / 8`, back to `max_len`: a full history
-/// is trimmed once per `max_len / 8 + 1` pushes, not on every push (a trim per push was
-/// a third of the script's time; docs/BENCHMARKS-LOG.md). Every room's state and events are written before any
-/// gift is closed: a Redis over its memory limit refuses a script whose first write adds
-/// memory and lets one go on once it wrote, so a call with events is refused whole when Redis
-/// is full, never written after a first `SREM`.
+/// is trimmed once per `max_len / 8 + 1` pushes, not on every push (on an idle Redis a trim
+/// per push was a third of the script's time; docs/BENCHMARKS-LOG.md). Every room's state and
+/// events are written before any gift is closed: a Redis over its memory limit refuses a
+/// script whose first write adds memory and lets one go on once it wrote, so a call with
+/// events is refused whole when Redis is full, never written after a first `SREM`.
 pub(super) const CHANGES_LUA: &str = r"
 local statuses, closing, a = {}, {}, 1
 for r = 1, #KEYS / 4 do
