@@ -8,10 +8,11 @@
 //! calls are paced, one per interval, and a change waits at most that long for its call. A
 //! busy room's change (its room has more waiting behind it) does not wait: a room writes one
 //! change at a time, so pacing would hold a busy room to one change per interval. With a zero
-//! interval a call goes as soon as the previous one is answered. Every room is fenced on its own inside the script: a stale token
-//! refuses that room's change alone, and each room's change is still all or none. A failed call
-//! (a lost connection, a time-out, Redis out of memory) fails every change of its batch with
-//! the same error; each room then stops as it would after its own failed write.
+//! interval a call goes as soon as the previous one is answered. Every room is fenced on its
+//! own inside the script: a stale token refuses that room's change alone, and each room's
+//! change is still all or none. A failed call (a lost connection, a time-out, Redis out of
+//! memory) fails every change of its batch with the same error; each room then stops as it
+//! would after its own failed write.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
