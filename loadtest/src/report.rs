@@ -12,6 +12,18 @@ const PLOT_PERCENTILES: [f64; 13] = [
     0.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.995, 99.999, 100.0,
 ];
 
+/// A spawned cluster's CPU per delivery by part, µs: what the hop adds over one process is
+/// the gateways' and shards' work beyond it plus the shards' Redis writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CpuParts {
+    /// The gateways'.
+    pub gateways: f64,
+    /// The shards'.
+    pub shards: f64,
+    /// Redis'.
+    pub redis: f64,
+}
+
 /// Latency summary in milliseconds.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Latency {
@@ -133,6 +145,9 @@ pub struct Report {
     /// Server CPU per delivery, µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_us_per_delivery: Option<f64>,
+    /// A spawned cluster's `cpu_us_per_delivery` by part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_parts_us_per_delivery: Option<CpuParts>,
     /// Server CPU per settled gift, µs (gifts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_us_per_gift: Option<f64>,
@@ -320,11 +335,16 @@ impl Report {
                 .filter_map(|(k, l)| l.as_ref().map(|l| (k, l.row()))),
         );
         let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}"));
-        let extra: [(&'static str, Option<String>); 20] = [
+        let extra: [(&'static str, Option<String>); 21] = [
             ("server cpu ms", opt(self.server_cpu_ms, 0)),
             ("server cores busy", opt(self.server_cores, 2)),
             ("generator cores busy", opt(self.generator_cores, 2)),
             ("cpu µs/delivery", opt(self.cpu_us_per_delivery, 3)),
+            (
+                "cpu µs/delivery gateways/shards/redis",
+                self.cpu_parts_us_per_delivery
+                    .map(|p| format!("{:.3} / {:.3} / {:.3}", p.gateways, p.shards, p.redis)),
+            ),
             ("cpu µs/gift", opt(self.cpu_us_per_gift, 1)),
             ("frames/write", opt(self.frames_per_write, 2)),
             ("rss before KiB", self.rss_before_kib.map(|v| v.to_string())),

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::load::{self, Conn, Shared};
 use crate::procfs;
-use crate::report::{Latency, Report};
+use crate::report::{CpuParts, Latency, Report};
 use crate::target::Target;
 
 /// Knobs every scenario shares.
@@ -388,6 +388,8 @@ const ADMIN_RSS_BYTES: &str = "process_resident_memory_bytes";
 pub struct CpuReading {
     /// CPU time so far, ms.
     pub ms: f64,
+    /// A spawned cluster's share of `ms` by part: gateways, shards, Redis.
+    pub parts: Option<[f64; 3]>,
     /// When it was read.
     pub at: Instant,
 }
@@ -401,6 +403,8 @@ pub struct CpuUse {
     /// near its capacity the server ran, which decides how long its queues get: on this shared
     /// host the same work takes more or less CPU from one minute to the next.
     pub cores: Option<f64>,
+    /// A spawned cluster's CPU time by part (gateways, shards, Redis), ms.
+    pub parts: Option<[f64; 3]>,
 }
 
 impl CpuUse {
@@ -409,9 +413,14 @@ impl CpuUse {
         let (a, b) = before.zip(after)?;
         let wall_ms = b.at.saturating_duration_since(a.at).as_secs_f64() * 1000.0;
         let ms = b.ms - a.ms;
+        let parts = a
+            .parts
+            .zip(b.parts)
+            .map(|(a, b)| std::array::from_fn(|i| b[i] - a[i]));
         Some(Self {
             ms,
             cores: (wall_ms > 0.0).then(|| ms / wall_ms),
+            parts,
         })
     }
 
@@ -431,8 +440,16 @@ pub async fn server_cpu(target: &Target) -> Option<CpuReading> {
     } else {
         procfs::cpu_ms(&target.pids)?
     };
+    let parts = target.parts.as_ref().and_then(|p| {
+        Some([
+            procfs::cpu_ms(&p.gateways)?,
+            procfs::cpu_ms(&p.shards)?,
+            procfs::cpu_ms(&p.redis)?,
+        ])
+    });
     Some(CpuReading {
         ms,
+        parts,
         at: Instant::now(),
     })
 }
@@ -441,6 +458,7 @@ pub async fn server_cpu(target: &Target) -> Option<CpuReading> {
 pub fn own_cpu() -> Option<CpuReading> {
     Some(CpuReading {
         ms: procfs::cpu_ms(&[std::process::id()])?,
+        parts: None,
         at: Instant::now(),
     })
 }
@@ -536,7 +554,13 @@ pub fn common_report(
     if let Some(cpu) = CpuUse::between(cpu_before, cpu_after) {
         cpu.record(&mut r);
         if measured > 0 {
-            r.cpu_us_per_delivery = Some(cpu.ms * 1000.0 / measured as f64);
+            let per = |ms: f64| ms * 1000.0 / measured as f64;
+            r.cpu_us_per_delivery = Some(per(cpu.ms));
+            r.cpu_parts_us_per_delivery = cpu.parts.map(|[gateways, shards, redis]| CpuParts {
+                gateways: per(gateways),
+                shards: per(shards),
+                redis: per(redis),
+            });
         }
     }
     r
@@ -553,17 +577,20 @@ mod tests {
     use crate::load::Shared;
     use crate::report::Report;
 
-    /// 500 ms of CPU over 2 s of wall time is a quarter of a core; without both readings there
-    /// is no figure, and without wall time no share.
+    /// 500 ms of CPU over 2 s of wall time is a quarter of a core, split by a cluster's parts
+    /// as each part used it; without both readings there is no figure, and without wall time
+    /// no share.
     #[tokio::test(start_paused = true)]
     async fn cpu_use_is_the_cpu_time_and_its_share_of_the_wall_time() {
         let before = CpuReading {
             ms: 1_000.0,
+            parts: Some([600.0, 300.0, 100.0]),
             at: Instant::now(),
         };
         tokio::time::advance(Duration::from_secs(2)).await;
         let after = CpuReading {
             ms: 1_500.0,
+            parts: Some([900.0, 450.0, 150.0]),
             at: Instant::now(),
         };
         let used = CpuUse::between(Some(before), Some(after)).unwrap();
@@ -571,8 +598,17 @@ mod tests {
             used,
             CpuUse {
                 ms: 500.0,
-                cores: Some(0.25)
+                cores: Some(0.25),
+                parts: Some([300.0, 150.0, 50.0]),
             }
+        );
+        let one = CpuReading {
+            parts: None,
+            ..after
+        };
+        assert_eq!(
+            CpuUse::between(Some(before), Some(one)).unwrap().parts,
+            None
         );
         let mut r = Report::default();
         used.record(&mut r);

@@ -84,6 +84,8 @@ pub struct Target {
     pub urls: Vec<String>,
     /// Server process ids (CPU and RSS are summed over them).
     pub pids: Vec<u32>,
+    /// A spawned cluster's process ids by part, for CPU per part (`None` for one process).
+    pub parts: Option<ClusterPids>,
     /// Admin address (gifts).
     pub admin: Option<SocketAddr>,
     /// Admin bearer token.
@@ -92,6 +94,17 @@ pub struct Target {
     pub secret: Option<Vec<u8>>,
     /// Keeps spawned processes alive.
     pub guard: Guard,
+}
+
+/// A spawned cluster's process ids by part.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterPids {
+    /// The gateways'.
+    pub gateways: Vec<u32>,
+    /// The shards'.
+    pub shards: Vec<u32>,
+    /// Redis'.
+    pub redis: Vec<u32>,
 }
 
 fn command(bin: &std::path::Path, pin: bool) -> Command {
@@ -223,6 +236,7 @@ pub async fn spawn_standalone(
         name: "chorus".into(),
         urls: vec![format!("ws://{ws}/ws")],
         pids: vec![spawned.pid()],
+        parts: None,
         admin: Some(admin),
         admin_token: Some(admin_token.to_owned()),
         secret: Some(secret.to_vec()),
@@ -298,6 +312,7 @@ async fn spawn_baseline_server(
         name: "baseline".into(),
         urls: vec![format!("ws://{addr}/ws")],
         pids: vec![spawned.pid()],
+        parts: None,
         admin,
         admin_token: None,
         secret: ledger.map(|(_, s)| s),
@@ -322,9 +337,16 @@ pub async fn spawn_cluster(gateways: usize, shards: usize, pin: bool) -> anyhow:
         ],
     })
     .await?;
-    let mut pids: Vec<u32> = c.gateways.iter().map(|g| g.node.pid()).collect();
-    pids.extend(c.shards.iter().map(|s| s.node.pid()));
-    pids.extend(c.redis.pid());
+    let parts = ClusterPids {
+        gateways: c.gateways.iter().map(|g| g.node.pid()).collect(),
+        shards: c.shards.iter().map(|s| s.node.pid()).collect(),
+        redis: c.redis.pid().into_iter().collect(),
+    };
+    let pids = [&parts.gateways, &parts.shards, &parts.redis]
+        .into_iter()
+        .flatten()
+        .copied()
+        .collect::<Vec<u32>>();
     if pin {
         for p in &pids {
             pin_pid(*p)?;
@@ -334,6 +356,7 @@ pub async fn spawn_cluster(gateways: usize, shards: usize, pin: bool) -> anyhow:
         name: format!("chorus-cluster-{gateways}x{shards}"),
         urls: c.gateways.iter().map(|g| g.url.clone()).collect(),
         pids,
+        parts: Some(parts),
         admin: c.gateways.first().map(|g| g.admin),
         admin_token: Some(c.admin_token.clone()),
         secret: Some(c.secret.clone()),

@@ -507,6 +507,7 @@ async fn make_target(c: &Common) -> anyhow::Result<Target> {
         name: "chorus".into(),
         urls: c.url.clone(),
         pids,
+        parts: None,
         admin: c.admin,
         admin_token: Some(c.admin_token.clone()),
         secret: Some(c.secret.as_bytes().to_vec()),
