@@ -383,6 +383,17 @@ mod tests {
         assert_eq!(decode(encode(&f)).unwrap(), f);
     }
 
+    /// PROTOCOL.md, section 12, names the link version the code speaks, in its text and in
+    /// the hello's example.
+    #[test]
+    fn the_protocol_doc_names_this_link_version() {
+        let doc = include_str!("../PROTOCOL.md");
+        let named = format!("**`LINK_VERSION` = {LINK_VERSION}**");
+        let hello = format!("`{{\"v\":{LINK_VERSION},\"gateway\":\"<node id>\"}}`");
+        assert!(doc.contains(&named), "PROTOCOL.md does not say {named}");
+        assert!(doc.contains(&hello), "PROTOCOL.md does not show {hello}");
+    }
+
     #[test]
     fn every_kind_round_trips() {
         round_trip(LinkFrame::Hello(LinkHello {
