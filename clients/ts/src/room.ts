@@ -11,7 +11,6 @@ import {
   type SequencedEvents,
   type Snapshot,
   type VolatileEvents,
-  SEQUENCED_EVENTS,
 } from "./types.js";
 import { ChorusError, backoff, sleep, uuidv7 } from "./util.js";
 
@@ -167,7 +166,8 @@ export class Room extends Emitter<RoomEvents> {
   onEvent(f: EventFrame): void {
     if (this.state === "left") return;
     const d = (f.d ?? {}) as Record<string, unknown>;
-    if (SEQUENCED_EVENTS.has(f.ev) && typeof f.epoch === "number" && typeof f.seq === "number") {
+    // Sequenced: it has a position (section 3.3), whether or not this client knows its name.
+    if (typeof f.epoch === "number" && typeof f.seq === "number") {
       const p = this.position;
       if (!p) {
         this.early.push(f);

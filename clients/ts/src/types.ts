@@ -204,6 +204,18 @@ export interface SequencedEvents {
   "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: string; host_seat?: boolean; seats?: number; locked?: boolean };
   "room.role": { user: string; role: "owner" | "admin" | "member"; by: string };
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
+  "rocket.launch": RocketLaunch;
+}
+
+/** The room rocket launched (section 16.2): every reward listed was credited. */
+export interface RocketLaunch {
+  launch: number;
+  level: number;
+  fuel: number;
+  rewards: { user: string; coins: number; why: "top" | "present" }[];
+  /** The gift order whose coins filled the level, and its sender. */
+  order?: string;
+  by?: string;
 }
 
 /** Volatile room events (sections 7.2, 7.4): no position, never replayed. */
@@ -212,6 +224,7 @@ export interface VolatileEvents {
   "member.leave": { user: string; reason: string };
   "member.update": Badges & { user: string; p?: Profile };
   "member.count": { count: number };
+  "rocket.progress": { level: number; fuel: number; target: number; launches: number };
   "seat.request": { user: string; seat: number | null; expires_at: number };
   "seat.request.update": { user: string; state: string; by?: string; seat?: number };
   "seat.invite": { user: string; by: string; seat: number | null; expires_at: number };
@@ -221,6 +234,10 @@ export interface VolatileEvents {
 /** A room event as delivered to listeners: its data plus where it sits in the stream. */
 export type RoomEvent<D> = D & { readonly room: string; readonly epoch?: number; readonly seq?: number };
 
+/**
+ * The sequenced events this client knows. A room tells them apart by their `epoch` and `seq`
+ * (section 3.3), so a sequenced event added later still moves the position.
+ */
 export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
   "chat",
   "seat.update",
@@ -229,6 +246,7 @@ export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
   "room.update",
   "room.role",
   "moderation",
+  "rocket.launch",
 ]);
 
 /** Close codes the client acts on (section 11). */

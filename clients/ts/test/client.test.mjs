@@ -205,6 +205,51 @@ test("a gap in the sequence is repaired by a rejoin with since on the same conne
   assert.deepEqual(texts, ["one", "two"], "the missed event replayed first, then the rest, each once");
 });
 
+test("a rocket launch moves the room's position like any sequenced event: no gap follows it", async () => {
+  // Its own node, with a rocket level that two hearts fill.
+  const { mkdtempSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const config = join(mkdtempSync(join(tmpdir(), "chorus-ts-rocket-")), "rocket.toml");
+  writeFileSync(config, "[[rocket_levels]]\nfuel = 100\ntop = [30]\npresent = 1\npresent_coins = 10\n");
+  const n = await startNode({ args: ["--config", config] });
+  try {
+    const granted = await n.admin("POST", "/admin/wallets/rita/grant", { amount: 100, key: "ts-rita-1" });
+    assert.equal(granted.status, 200, JSON.stringify(granted.body));
+    const mk = (u) => {
+      const c = new Client({ url: n.url, token: () => n.token(u), WebSocket, reconnect: { initialMs: 100, maxMs: 500 } });
+      clients.push(c);
+      return c;
+    };
+    const [r, s] = [mk("rita"), mk("sam")];
+    await Promise.all([r.connect(), s.connect()]);
+    const rr = await r.join("t-rocket");
+    const rs = await s.join("t-rocket");
+    await until(() => rr.snapshot.members === 2, 5000, "both in");
+    const rejoins = [];
+    rs.on("rejoining", (e) => rejoins.push(e.reason));
+    const launches = [];
+    rs.on("rocket.launch", (e) => launches.push(e));
+    await rr.sendGift("heart", ["sam"]);
+    await rr.sendGift("heart", ["sam"]);
+    await until(() => launches.length === 1, 5000, "the launch");
+    const launch = launches[0];
+    assert.equal(typeof launch.seq, "number", JSON.stringify(launch));
+    assert.equal(launch.by, "rita");
+    assert.deepEqual(launch.rewards.find((w) => w.why === "top"), { user: "rita", coins: 30, why: "top" });
+    const texts = [];
+    rs.on("chat", (e) => texts.push(e));
+    const ok = await rr.chat("after the launch");
+    await until(() => texts.length === 1, 5000, "the chat after the launch");
+    assert.equal(texts[0].seq, ok.seq);
+    assert.ok(ok.seq > launch.seq);
+    assert.deepEqual(rs.position, { epoch: launch.epoch, seq: ok.seq });
+    assert.deepEqual(rejoins, [], "no gap, so no rejoin");
+    assert.equal(launches.length, 1, "the launch was seen once");
+  } finally {
+    await n.cleanup();
+  }
+});
+
 test("a node restart (1001) shows reconnecting, then the client resumes (resync) and works", async () => {
   // Its own node: the restart reuses the data dir and the ports.
   const n = await startNode();
