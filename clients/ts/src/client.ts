@@ -195,6 +195,40 @@ export class Client extends Emitter<ClientEvents> {
     return this.request("wallet.balance", {});
   }
   /** An app-wide leaderboard (`rank.get` with `scope: "app"`): every room's gifts, no room needed. */
+  walletHistory(d: OpRequest<"wallet.history"> = {}): Promise<OpOk<"wallet.history">> {
+    return this.request("wallet.history", d);
+  }
+  /** `wallet.transfer` (a seller's): idempotent by `reqId`, like a gift. */
+  transferCoins(to: string, amount: number, reqId: string = uuidv7()): Promise<OpOk<"wallet.transfer">> {
+    return this.request("wallet.transfer", { to, amount, req_id: reqId });
+  }
+  checkin(): Promise<OpOk<"wallet.checkin">> {
+    return this.request("wallet.checkin", {});
+  }
+  /** The room directory (`room.list`): one page of live rooms. */
+  listRooms(d: OpRequest<"room.list"> = {}): Promise<OpOk<"room.list">> {
+    return this.request("room.list", d);
+  }
+  /** `room.open`: the owner reopens a closed room (no membership needed). */
+  openRoom(room: string): Promise<OpOk<"room.open">> {
+    return this.request("room.open", { room });
+  }
+  follow(user: string): Promise<OpOk<"follow.add">> {
+    return this.request("follow.add", { user });
+  }
+  unfollow(user: string): Promise<OpOk<"follow.remove">> {
+    return this.request("follow.remove", { user });
+  }
+  followCounts(user?: string): Promise<OpOk<"follow.counts">> {
+    return this.request("follow.counts", user === undefined ? {} : { user });
+  }
+  follows(d: OpRequest<"follow.list">): Promise<OpOk<"follow.list">> {
+    return this.request("follow.list", d);
+  }
+  /** The rooms the users one follows are in now. */
+  followedRooms(limit?: number): Promise<OpOk<"follow.rooms">> {
+    return this.request("follow.rooms", limit === undefined ? {} : { limit });
+  }
   appRanks(board: RankBoard, period: RankPeriod = "all", limit?: number): Promise<OpOk<"rank.get">> {
     return this.request("rank.get", { scope: "app", board, period, ...(limit ? { limit } : {}) });
   }

@@ -4,6 +4,7 @@ import {
   type JoinOk,
   type Member,
   type OpOk,
+  type OpRequest,
   type Position,
   type RankBoard,
   type RankPeriod,
@@ -94,6 +95,76 @@ export class Room extends Emitter<RoomEvents> {
   publishing(on: boolean): Promise<OpOk<"mic.publishing">> {
     return this.client.request("mic.publishing", { room: this.id, on });
   }
+  /** `room.update` (owner or admin): only the fields given change. */
+  update(d: Omit<OpRequest<"room.update">, "room">): Promise<OpOk<"room.update">> {
+    return this.client.request("room.update", { ...d, room: this.id });
+  }
+
+  // Seats in apply mode: requests (members ask, staff answer) and invitations (sections 5.14–5.21).
+  requestSeat(seat?: number): Promise<OpOk<"seat.request">> {
+    return this.client.request("seat.request", seat === undefined ? { room: this.id } : { room: this.id, seat });
+  }
+  cancelSeatRequest(): Promise<OpOk<"seat.request.cancel">> {
+    return this.client.request("seat.request.cancel", { room: this.id });
+  }
+  seatRequests(): Promise<OpOk<"seat.requests">> {
+    return this.client.request("seat.requests", { room: this.id });
+  }
+  approveSeat(user: string): Promise<OpOk<"seat.approve">> {
+    return this.client.request("seat.approve", { room: this.id, user });
+  }
+  rejectSeat(user: string): Promise<OpOk<"seat.reject">> {
+    return this.client.request("seat.reject", { room: this.id, user });
+  }
+  inviteToSeat(user: string, seat?: number): Promise<OpOk<"seat.invite">> {
+    return this.client.request("seat.invite", seat === undefined ? { room: this.id, user } : { room: this.id, user, seat });
+  }
+  acceptSeatInvite(): Promise<OpOk<"seat.invite.accept">> {
+    return this.client.request("seat.invite.accept", { room: this.id });
+  }
+  rejectSeatInvite(): Promise<OpOk<"seat.invite.reject">> {
+    return this.client.request("seat.invite.reject", { room: this.id });
+  }
+
+  // Room management (owner, some admin).
+  /** Sets or changes the password; without one, unlocks. */
+  lock(password?: string): Promise<OpOk<"room.lock">> {
+    return this.client.request("room.lock", password === undefined ? { room: this.id } : { room: this.id, password });
+  }
+  setAdmin(user: string, admin: boolean): Promise<OpOk<"room.admin">> {
+    return this.client.request("room.admin", { room: this.id, user, admin });
+  }
+  transfer(user: string): Promise<OpOk<"room.transfer">> {
+    return this.client.request("room.transfer", { room: this.id, user });
+  }
+  /** `room.close`: every member is taken out (`left` with reason `closed`). */
+  closeRoom(): Promise<OpOk<"room.close">> {
+    return this.client.request("room.close", { room: this.id });
+  }
+
+  // Moderation (owner or admin).
+  muteChat(user: string, seconds?: number): Promise<OpOk<"chat.mute">> {
+    return this.client.request("chat.mute", seconds === undefined ? { room: this.id, user } : { room: this.id, user, seconds });
+  }
+  unmuteChat(user: string): Promise<OpOk<"chat.unmute">> {
+    return this.client.request("chat.unmute", { room: this.id, user });
+  }
+  kick(user: string, banSeconds?: number): Promise<OpOk<"room.kick">> {
+    return this.client.request(
+      "room.kick",
+      banSeconds === undefined ? { room: this.id, user } : { room: this.id, user, ban_seconds: banSeconds },
+    );
+  }
+  ban(user: string, seconds?: number): Promise<OpOk<"room.ban">> {
+    return this.client.request("room.ban", seconds === undefined ? { room: this.id, user } : { room: this.id, user, seconds });
+  }
+  unban(user: string): Promise<OpOk<"room.unban">> {
+    return this.client.request("room.unban", { room: this.id, user });
+  }
+  bans(cursor?: string, limit?: number): Promise<OpOk<"room.bans">> {
+    return this.client.request("room.bans", { room: this.id, ...(cursor ? { cursor } : {}), ...(limit ? { limit } : {}) });
+  }
+
   members(cursor?: string, limit?: number): Promise<{ members: Member[]; count: number; cursor?: string }> {
     return this.client.request("member.list", { room: this.id, ...(cursor ? { cursor } : {}), ...(limit ? { limit } : {}) });
   }

@@ -24,6 +24,8 @@ export interface Seat {
   admin_muted: boolean;
   publishing: boolean;
   publish_by?: number;
+  /** The seated user is a robot (present only then). */
+  robot?: boolean;
 }
 
 /** The room now, as `room.join` answers it. */
@@ -39,6 +41,8 @@ export interface Snapshot {
   host_seat: boolean;
   seats: Seat[];
   members: number;
+  /** How many of the members are robots (absent when none). */
+  robots?: number;
   epoch: number;
   seq: number;
 }
@@ -98,10 +102,37 @@ export interface Ops {
   "seat.mute": [{ room: string; seat: number; muted: boolean }, Record<string, never>];
   "seat.kick": [{ room: string; user: string }, Record<string, never>];
   "seat.count": [{ room: string; seats: number }, Record<string, never>];
+  "seat.request": [{ room: string; seat?: number }, { expires_at: number }];
+  "seat.request.cancel": [{ room: string }, Record<string, never>];
+  "seat.requests": [{ room: string }, { requests: { user: string; seat: number | null; expires_at: number }[] }];
+  "seat.approve": [{ room: string; user: string }, { seat: number }];
+  "seat.reject": [{ room: string; user: string }, Record<string, never>];
+  "seat.invite": [{ room: string; user: string; seat?: number }, { expires_at: number }];
+  "seat.invite.accept": [{ room: string }, { seat: number }];
+  "seat.invite.reject": [{ room: string }, Record<string, never>];
   "mic.publishing": [{ room: string; on: boolean }, Record<string, never>];
   "room.update": [
     { room: string; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean },
     Record<string, never>,
+  ];
+  /** `password` sets or changes it; absent (or null) unlocks. */
+  "room.lock": [{ room: string; password?: string | null }, Record<string, never>];
+  "room.admin": [{ room: string; user: string; admin: boolean }, Record<string, never>];
+  "room.transfer": [{ room: string; user: string }, Record<string, never>];
+  "room.close": [{ room: string }, Record<string, never>];
+  "room.open": [{ room: string }, Record<string, never>];
+  "chat.mute": [{ room: string; user: string; seconds?: number }, Record<string, never>];
+  "chat.unmute": [{ room: string; user: string }, Record<string, never>];
+  "room.kick": [{ room: string; user: string; ban_seconds?: number }, Record<string, never>];
+  "room.ban": [{ room: string; user: string; seconds?: number }, Record<string, never>];
+  "room.unban": [{ room: string; user: string }, Record<string, never>];
+  "room.bans": [
+    { room: string; cursor?: string; limit?: number },
+    { bans: { user: string; until: number | null; by: string }[]; next: string | null },
+  ];
+  "room.list": [
+    { cursor?: string; limit?: number; region?: string; query?: string },
+    { rooms: RoomListEntry[]; cursor?: string },
   ];
   "member.list": [
     { room: string; cursor?: string; limit?: number },
@@ -118,6 +149,12 @@ export interface Ops {
     { scope?: "app"; room?: string; board: string; period: string; entries: RankEntry[] },
   ];
   "wallet.balance": [Record<string, never>, { balance: number; earnings: number }];
+  "wallet.history": [
+    { cursor?: string; limit?: number; kind?: string },
+    { movements: Movement[]; next?: string },
+  ];
+  "wallet.transfer": [{ to: string; amount: number; req_id: string }, { balance: number; applied: boolean }];
+  "wallet.checkin": [Record<string, never>, { reward: number; applied: boolean; balance: number }];
   "guard.plans": [Record<string, never>, { plans: GuardPlan[] }];
   "guard.buy": [
     { host: string; plan: string; req_id: string },
@@ -130,12 +167,45 @@ export interface Ops {
   "auth.refresh": [{ token: string }, { exp: number }];
   "user.update": [Profile, { p: Profile }];
   "user.get": [{ users: string[] }, { profiles: Record<string, Profile> }];
+  "follow.add": [{ user: string }, { added: boolean }];
+  "follow.remove": [{ user: string }, { removed: boolean }];
+  "follow.counts": [{ user?: string }, { following: number; followers: number }];
+  "follow.list": [
+    { user?: string; dir: "following" | "followers"; cursor?: string; limit?: number },
+    { users: { user: string; at: number; p?: Profile }[]; next?: string },
+  ];
+  "follow.rooms": [{ limit?: number }, { rooms: { room: string; users: string[] }[] }];
   "im.send": [{ to: string; text: string; req_id: string }, { id: number; at: number }];
   "im.history": [{ with?: string; before?: number; limit?: number }, { messages: ImMessage[]; next: number | null }];
   "im.ack": [{ ids: number[] }, Record<string, never>];
   "im.block": [{ user: string }, Record<string, never>];
   "im.unblock": [{ user: string }, Record<string, never>];
   "im.blocks": [Record<string, never>, { blocks: string[] }];
+}
+
+/** One room of the directory (`room.list`, section 5.36). */
+export interface RoomListEntry {
+  room: string;
+  title: string;
+  owner: string;
+  members: number;
+  seated: number;
+  score: number;
+  robots: boolean;
+  locked: boolean;
+  region?: string;
+  pinned?: boolean;
+}
+
+/** One movement of the caller's statement (`wallet.history`, section 6.5). */
+export interface Movement {
+  kind: string;
+  account: "coins" | "earnings";
+  amount: number;
+  balance_after?: number;
+  counterparty?: string;
+  key: string;
+  at: number;
 }
 
 /** A direct message: the `im` event's `d` and one entry of `im.history` (section 13.3). */
@@ -181,6 +251,8 @@ export interface ChatEvent extends Badges {
   from: string;
   text: string;
   p?: Profile;
+  /** The sender is a robot (present only then). */
+  robot?: boolean;
 }
 
 export interface GiftEvent extends Badges {
@@ -193,6 +265,19 @@ export interface GiftEvent extends Badges {
   lucky_multiplier?: number;
   p?: Profile;
   to_p?: Record<string, Profile>;
+  /** The sender is a robot (present only then). */
+  robot?: boolean;
+  /**
+   * The combo streak (section 16.1), set by the room: this event's (last) order's number in
+   * the streak; a storm event carries `merged` orders (absent: 1), and its `count` and
+   * `coins` are their sums.
+   */
+  combo?: number;
+  merged?: number;
+  /** The streak's id (its first order's id), and its gifts and coins so far. */
+  streak?: string;
+  streak_count?: number;
+  streak_coins?: number;
 }
 
 /** Sequenced room events (section 7.1): each carries `epoch` and `seq`. */
@@ -201,7 +286,7 @@ export interface SequencedEvents {
   "seat.update": SeatUpdate;
   gift: GiftEvent;
   "gift.lucky": { order: string; user: string; multiplier: number; coins: number };
-  "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: string; host_seat?: boolean; seats?: number; locked?: boolean };
+  "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; seats?: number; locked?: boolean };
   "room.role": { user: string; role: "owner" | "admin" | "member"; by: string };
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
   "rocket.launch": RocketLaunch;

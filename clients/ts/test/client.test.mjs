@@ -205,6 +205,46 @@ test("a gap in the sequence is repaired by a rejoin with since on the same conne
   assert.deepEqual(texts, ["one", "two"], "the missed event replayed first, then the rest, each once");
 });
 
+test("the room vocabulary through the typed API: apply-mode seats, moderation, the directory, the wallet, follows", async () => {
+  const granted = await fx.node.admin("POST", "/admin/wallets/olga/grant", { amount: 70, key: "ts-olga-1" });
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  const o = client("olga");
+  const m = client("max");
+  await Promise.all([o.connect(), m.connect()]);
+  await o.createRoom({ room: "t-apply", title: "Apply", seat_mode: "apply" });
+  const ro = await o.join("t-apply");
+  const rm = await m.join("t-apply");
+  // A seat asked for, seen by the owner, listed and approved.
+  const asked = ro.next("seat.request");
+  const { expires_at } = await rm.requestSeat();
+  assert.ok(expires_at > Date.now());
+  assert.equal((await asked).user, "max");
+  assert.deepEqual((await ro.seatRequests()).requests.map((r) => r.user), ["max"]);
+  const { seat } = await ro.approveSeat("max");
+  await until(() => rm.snapshot.seats[seat]?.user === "max", 5000, "max seated");
+  // Chat muted and unmuted.
+  await ro.muteChat("max", 60);
+  await assert.rejects(rm.chat("muted?"), (e) => e.code === "CHAT_MUTED");
+  await ro.unmuteChat("max");
+  assert.ok((await rm.chat("back")).seq > 0);
+  // Kicked with a ban: out of the room, on the ban list, and let back in.
+  const left = rm.next("left");
+  await ro.kick("max", 60);
+  assert.equal((await left).reason, "kicked");
+  assert.deepEqual((await ro.bans()).bans.map((b) => [b.user, b.by]), [["max", "olga"]]);
+  await assert.rejects(m.join("t-apply"), (e) => e.code === "BANNED");
+  await ro.unban("max");
+  // The directory lists the room; the statement shows the grant; a follow shows where olga is.
+  const listed = await until(async () => (await m.listRooms()).rooms.find((r) => r.room === "t-apply"), 10_000, "t-apply listed");
+  assert.deepEqual([listed.title, listed.owner], ["Apply", "olga"]);
+  const { movements } = await o.walletHistory();
+  assert.deepEqual(movements.map((x) => [x.kind, x.account, x.amount]), [["grant", "coins", 70]]);
+  assert.deepEqual(await m.follow("olga"), { added: true });
+  assert.equal((await m.followCounts("olga")).followers, 1);
+  assert.deepEqual((await m.followedRooms()).rooms, [{ room: "t-apply", users: ["olga"] }]);
+  assert.deepEqual(await m.unfollow("olga"), { removed: true });
+});
+
 test("a rocket launch moves the room's position like any sequenced event: no gap follows it", async () => {
   // Its own node, with a rocket level that two hearts fill.
   const { mkdtempSync } = await import("node:fs");
