@@ -111,7 +111,7 @@ impl Money {
             Op::WalletBalance(_) => match (ledger.balance(user).await, ledger.earnings(user).await)
             {
                 (Ok(balance), Ok(earnings)) => {
-                    client::encode_ok(id, &json!({ "balance": balance, "earnings": earnings }))
+                    client::encode_ok(id, &client::Balance { balance, earnings })
                 }
                 (Err(e), _) | (_, Err(e)) => {
                     warn!(error = %e, "Balance read failed.");

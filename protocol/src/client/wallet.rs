@@ -13,6 +13,8 @@ pub struct WalletBalance {}
 pub struct Balance {
     /// Coins the user can spend.
     pub balance: i64,
+    /// Earnings received as a recipient (gifts, guard income, settlements).
+    pub earnings: i64,
 }
 
 /// The wallet operations beyond `wallet.balance`, answered by the gateway from the ledger.
