@@ -1,0 +1,92 @@
+//! The repository's documents name the tests that guard each rule as `path.rs::test_name`
+//! (docs/ARCHITECTURE.md's invariant table, the README, the benchmark pages). Every such name
+//! must still be a function in that file: a test moved or renamed without its document fails
+//! here rather than leaving the document pointing at nothing.
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root (this crate lives one level below it).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate has a parent directory")
+        .to_path_buf()
+}
+
+/// Every Markdown file of the repository, outside build output, dependencies and VCS data.
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if path.is_dir() {
+            if !matches!(name.as_ref(), "target" | "node_modules" | ".git" | "dist") {
+                markdown_files(&path, out);
+            }
+        } else if name.ends_with(".md") {
+            out.push(path);
+        }
+    }
+}
+
+/// The `path.rs::name` references inside backticks in `text`.
+fn test_refs(text: &str) -> Vec<(String, String)> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|span| {
+            let (file, name) = span.split_once(".rs::")?;
+            let file_ok = !file.is_empty()
+                && file
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_/".contains(c));
+            let name_ok = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            (file_ok && name_ok).then(|| (format!("{file}.rs"), name.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_test_a_document_names_exists() {
+    let root = root();
+    let mut docs = Vec::new();
+    markdown_files(&root, &mut docs);
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for (file, name) in test_refs(&text) {
+            checked += 1;
+            let source = std::fs::read_to_string(root.join(&file)).unwrap_or_default();
+            let defines = source.match_indices(&format!("fn {name}")).any(|(at, m)| {
+                source[at + m.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c == '(' || c == '<')
+            });
+            if !defines {
+                let doc = doc.strip_prefix(&root).unwrap_or(doc).display().to_string();
+                missing.push(format!("{doc}: {file}::{name}"));
+            }
+        }
+    }
+    // The invariant table alone names dozens; finding none means the scan is broken.
+    assert!(checked > 50, "only {checked} references found");
+    assert!(
+        missing.is_empty(),
+        "named but not found:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn references_are_found_inside_backticks_only() {
+    let refs = test_refs("see `a/b.rs::c_d` and a/x.rs::y and `crate::z` and `e.rs::F`");
+    assert_eq!(refs, [("a/b.rs".to_owned(), "c_d".to_owned())]);
+}
