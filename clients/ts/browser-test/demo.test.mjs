@@ -1,5 +1,6 @@
 // The demo room in a real browser: two users join, take seats, chat and send a gift, each
-// seeing the other's events; a node restart shows "reconnecting", then both resume.
+// seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
+// switched to apply mode a member asks for a seat and the owner approves it.
 import { test, after, before } from "node:test";
 import { rmSync } from "node:fs";
 import { startNode } from "../test/node.mjs";
@@ -78,4 +79,26 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await alice.locator("#chat-log li", { hasText: "bob: still here?" }).waitFor({ timeout: T });
   await shot(alice, "06-resumed");
   console.log(`demo browser test: ${((Date.now() - started) / 1000).toFixed(1)} s`);
+});
+
+test("two browsers: in apply mode a member asks for a seat and the owner approves it", async () => {
+  const room = "browser-apply";
+  // The first to join a missing room creates it and owns it.
+  const olga = await open("olga", room);
+  const max = await open("max", room);
+  await olga.locator("#members li", { hasText: "max" }).waitFor({ timeout: T });
+  await olga.locator("#staff").waitFor({ state: "visible", timeout: T });
+  await olga.locator("#seat-mode").click();
+  await olga.locator('#seat-mode[data-mode="apply"]').waitFor({ timeout: T });
+  // The member sees "Ask" where a free seat said "Take", and asks for seat 2.
+  await seat(max, 2).locator('button[data-action="ask"]').click();
+  await max.locator("#chat-log li", { hasText: "you asked for seat #2" }).waitFor({ timeout: T });
+  await olga.locator('#requests li[data-user="max"]').waitFor({ timeout: T });
+  await shot(olga, "07-owner-sees-request");
+  await olga.locator('#requests li[data-user="max"] button[data-action="approve"]').click();
+  await max.locator('#seats .seat[data-index="2"][data-user="max"]').waitFor({ timeout: T });
+  await olga.locator('#seats .seat[data-index="2"][data-user="max"]').waitFor({ timeout: T });
+  await max.locator("#chat-log li", { hasText: "your seat request was approved" }).waitFor({ timeout: T });
+  await olga.locator('#requests li[data-user="max"]').waitFor({ state: "detached", timeout: T });
+  await shot(max, "08-member-seated");
 });

@@ -1,6 +1,6 @@
 // The demo room served by a Chorus node at `/`: join a room with a user name (demo tokens) or
-// a pasted token, the seat grid, chat, gifts with an animation, the wallet, the members and
-// the connection's state. Built with the client package (`node build.mjs --web ...`).
+// a pasted token, the seat grid (in apply mode members ask and staff approve), chat, gifts
+// with an animation, the wallet, the members and the connection's state. Built with the client package (`node build.mjs --web ...`).
 import { Client, ChorusError, type Gift, type Room, type Seat } from "../src/index.js";
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
@@ -11,6 +11,8 @@ let room: Room | null = null;
 let me = "";
 let gifts: Gift[] = [];
 const members = new Set<string>();
+/** Pending seat requests (staff only): requester → the seat asked for (null: any). */
+const requests = new Map<string, number | null>();
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, cls?: string): HTMLElementTagNameMap[K] {
   const e = document.createElement(tag);
@@ -64,10 +66,50 @@ function renderSeats(): void {
   const s = room?.snapshot;
   if (!s || !room) return;
   const staff = s.owner === me || s.admins.includes(me);
-  for (const seat of s.seats) grid.append(seatCard(seat, staff));
+  for (const seat of s.seats) grid.append(seatCard(seat, staff, s.seat_mode === "apply"));
+  // A requester seated another way (approved, or by an admin's move) has no request left.
+  for (const seat of s.seats) if (seat.user) requests.delete(seat.user);
+  renderStaff(staff, s.seat_mode);
 }
 
-function seatCard(seat: Seat, staff: boolean): HTMLElement {
+/** The staff's tools: the seat mode and, in apply mode, the pending requests to answer. */
+function renderStaff(staff: boolean, mode: "free" | "apply"): void {
+  $("staff").hidden = !staff;
+  if (!staff || !room) return;
+  const r = room;
+  const toggle = $<HTMLButtonElement>("seat-mode");
+  toggle.textContent = mode === "apply" ? "Let members take seats" : "Make members ask for seats";
+  toggle.dataset.mode = mode;
+  toggle.onclick = () => run("seat-error", () => r.update({ seat_mode: mode === "apply" ? "free" : "apply" }));
+  $("seat-mode-note").textContent = mode === "apply" ? "apply mode: members ask, staff approve" : "free mode: members take seats";
+  const list = $("requests");
+  list.replaceChildren();
+  for (const [user, seat] of [...requests].sort()) {
+    const li = el("li", `${user} asks for ${seat === null ? "any seat" : `seat #${seat}`} `);
+    li.dataset.user = user;
+    const answer = (label: string, f: () => Promise<unknown>) => {
+      const b = el("button", label, "secondary");
+      b.dataset.action = label.toLowerCase();
+      b.onclick = () => run("seat-error", f);
+      li.append(b);
+    };
+    answer("Approve", () => r.approveSeat(user));
+    answer("Reject", () => r.rejectSeat(user));
+    list.append(li);
+  }
+}
+
+/** Staff read the pending requests when they arrive (events reach only those present). */
+async function refreshRequests(): Promise<void> {
+  const s = room?.snapshot;
+  if (!room || !s || !(s.owner === me || s.admins.includes(me))) return;
+  const { requests: pending } = await room.seatRequests();
+  requests.clear();
+  for (const q of pending) requests.set(q.user, q.seat);
+  renderSeats();
+}
+
+function seatCard(seat: Seat, staff: boolean, apply: boolean): HTMLElement {
   const r = room!;
   const card = el("div", undefined, "seat" + (seat.user === me ? " mine" : ""));
   card.dataset.index = String(seat.index);
@@ -83,7 +125,14 @@ function seatCard(seat: Seat, staff: boolean): HTMLElement {
     b.onclick = () => run("seat-error", f);
     row.append(b);
   };
-  if (!seat.user && !seat.locked) btn("Take", () => r.takeSeat(seat.index));
+  if (!seat.user && !seat.locked) {
+    // In apply mode members ask; staff still take seats themselves.
+    if (apply && !staff) btn("Ask", async () => {
+      await r.requestSeat(seat.index);
+      log(`you asked for seat #${seat.index}`, "sys");
+    });
+    else btn("Take", () => r.takeSeat(seat.index));
+  }
   if (seat.user === me) {
     btn("Leave", () => r.leaveSeat(), "secondary");
     btn(seat.muted ? "Unmute" : "Mute", () => r.muteSeat(seat.index, !seat.muted), "secondary");
@@ -157,6 +206,7 @@ function wire(r: Room): void {
   r.on("room.role", (e) => {
     log(`${e.user} is now ${e.role}`, "sys");
     renderSeats();
+    void refreshRequests().catch(() => {});
   });
   r.on("gift", (e) => {
     const name = gifts.find((g) => g.id === e.gift)?.name ?? e.gift;
@@ -175,6 +225,16 @@ function wire(r: Room): void {
     renderMembers();
   });
   r.on("member.count", () => renderMembers());
+  r.on("seat.request", (e) => {
+    requests.set(e.user, e.seat);
+    log(`${e.user} asks for a seat`, "sys");
+    renderSeats();
+  });
+  r.on("seat.request.update", (e) => {
+    requests.delete(e.user);
+    if (e.user === me) log(`your seat request was ${e.state}`, "sys");
+    renderSeats();
+  });
   r.on("snapshot", (s) => {
     $("room-title").textContent = s.title;
     renderSeats();
@@ -185,6 +245,7 @@ function wire(r: Room): void {
     log(e.resync ? "resumed: the room was reloaded, missed chat is gone" : "resumed: nothing missed", "sys");
     void refreshMembers().catch(() => {});
     void refreshWallet().catch(() => {});
+    void refreshRequests().catch(() => {});
   });
   r.on("left", (e) => {
     log(`you left the room (${e.reason})`, "sys");
@@ -224,7 +285,7 @@ async function join(): Promise<void> {
   $("room-title").textContent = r.snapshot?.title ?? "";
   renderSeats();
   renderGifts();
-  await Promise.all([refreshMembers(), refreshWallet()]);
+  await Promise.all([refreshMembers(), refreshWallet(), refreshRequests()]);
   log(`joined ${roomId} as ${me}`, "sys");
 }
 
