@@ -1,6 +1,7 @@
 // The demo room in a real browser: two users join, take seats, chat and send a gift, each
 // seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
-// switched to apply mode a member asks for a seat and the owner approves it.
+// switched to apply mode a member asks for a seat and the owner approves it; the owner invites
+// the member back to a seat, mutes and unmutes their chat, and kicks them.
 import { test, after, before } from "node:test";
 import { rmSync } from "node:fs";
 import { startNode } from "../test/node.mjs";
@@ -81,7 +82,7 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   console.log(`demo browser test: ${((Date.now() - started) / 1000).toFixed(1)} s`);
 });
 
-test("two browsers: in apply mode a member asks for a seat and the owner approves it", async () => {
+test("two browsers: apply mode, an invitation, a chat mute and a kick from the owner's page", async () => {
   const room = "browser-apply";
   // The first to join a missing room creates it and owns it.
   const olga = await open("olga", room);
@@ -101,4 +102,33 @@ test("two browsers: in apply mode a member asks for a seat and the owner approve
   await max.locator("#chat-log li", { hasText: "your seat request was approved" }).waitFor({ timeout: T });
   await olga.locator('#requests li[data-user="max"]').waitFor({ state: "detached", timeout: T });
   await shot(max, "08-member-seated");
+
+  // Off the seat, then invited back by the owner from the member list.
+  await seat(max, 2).locator('button[data-action="leave"]').click();
+  await olga.locator('#seats .seat[data-index="2"][data-user=""]').waitFor({ timeout: T });
+  await olga.locator('#members li[data-user="max"] button[data-action="invite"]').click();
+  await max.locator("#invite", { hasText: "olga invites you" }).waitFor({ timeout: T });
+  await shot(max, "09-invited");
+  await max.locator('#invite button[data-action="accept"]').click();
+  await olga.locator('#seats .seat[data-user="max"]').waitFor({ timeout: T });
+  await olga.locator("#chat-log li", { hasText: "max accepted the invitation" }).waitFor({ timeout: T });
+
+  // Chat muted: max's line is refused; unmuted: it goes through.
+  await olga.locator('#members li[data-user="max"] button[data-action="mute-chat"]').click();
+  await max.locator("#chat-log li", { hasText: "the staff muted your chat" }).waitFor({ timeout: T });
+  await olga.locator('#members li[data-user="max"]', { hasText: "(chat muted)" }).waitFor({ timeout: T });
+  await max.fill("#chat-input", "can I talk?");
+  await max.click("#chat-send");
+  await max.locator("#gift-error", { hasText: "CHAT_MUTED" }).waitFor({ timeout: T });
+  await olga.locator('#members li[data-user="max"] button[data-action="unmute-chat"]').click();
+  await max.locator("#chat-log li", { hasText: "you may chat again" }).waitFor({ timeout: T });
+  await max.fill("#chat-input", "thanks");
+  await max.click("#chat-send");
+  await olga.locator("#chat-log li", { hasText: "max: thanks" }).waitFor({ timeout: T });
+
+  // Kicked: max's page says so and the member list drops him.
+  await olga.locator('#members li[data-user="max"] button[data-action="kick"]').click();
+  await max.locator('#conn[data-state="closed"]', { hasText: "kicked" }).waitFor({ timeout: T });
+  await olga.locator('#members li[data-user="max"]').waitFor({ state: "detached", timeout: T });
+  await shot(olga, "10-member-kicked");
 });

@@ -1,6 +1,7 @@
 // The demo room served by a Chorus node at `/`: join a room with a user name (demo tokens) or
 // a pasted token, the seat grid (in apply mode members ask and staff approve), chat, gifts
-// with an animation, the wallet, the members and the connection's state. Built with the client package (`node build.mjs --web ...`).
+// with an animation, the wallet, the members (staff invite to a seat, mute chat and kick) and
+// the connection's state. Built with the client package (`node build.mjs --web ...`).
 import { Client, ChorusError, type Gift, type Room, type Seat } from "../src/index.js";
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
@@ -13,6 +14,8 @@ let gifts: Gift[] = [];
 const members = new Set<string>();
 /** Pending seat requests (staff only): requester → the seat asked for (null: any). */
 const requests = new Map<string, number | null>();
+/** Members whose chat is muted, as the room's `moderation` events said. */
+const chatMuted = new Set<string>();
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, cls?: string): HTMLElementTagNameMap[K] {
   const e = document.createElement(tag);
@@ -148,7 +151,7 @@ function seatCard(seat: Seat, staff: boolean, apply: boolean): HTMLElement {
 
 function renderMembers(): void {
   const list = $("members");
-  list.replaceChildren(...[...members].sort().map((u) => el("li", u === me ? `${u} (you)` : u)));
+  list.replaceChildren(...[...members].sort().map(memberItem));
   $("members-count").textContent = String(room?.snapshot?.members ?? members.size);
   const to = $<HTMLSelectElement>("gift-to");
   const keep = to.value;
@@ -156,6 +159,46 @@ function renderMembers(): void {
   for (const u of [...members].filter((u) => u !== me).sort()) to.append(new Option(u, u));
   to.append(new Option("everyone seated", "seats"));
   if ([...to.options].some((o) => o.value === keep)) to.value = keep;
+}
+
+/** One member; staff get the moderation tools for plain members. */
+function memberItem(u: string): HTMLElement {
+  const li = el("li", u === me ? `${u} (you)` : u + (chatMuted.has(u) ? " (chat muted)" : ""));
+  li.dataset.user = u;
+  const s = room?.snapshot;
+  const r = room;
+  if (!s || !r || u === me || u === s.owner || s.admins.includes(u)) return li;
+  if (!(s.owner === me || s.admins.includes(me))) return li;
+  const btn = (label: string, f: () => Promise<unknown>) => {
+    const b = el("button", label, "secondary");
+    b.dataset.action = label.toLowerCase().replace(/ /g, "-");
+    b.onclick = () => run("member-error", f);
+    li.append(" ", b);
+  };
+  if (!s.seats.some((x) => x.user === u)) btn("Invite", () => r.inviteToSeat(u));
+  if (chatMuted.has(u)) btn("Unmute chat", () => r.unmuteChat(u));
+  else btn("Mute chat", () => r.muteChat(u));
+  btn("Kick", () => r.kick(u));
+  return li;
+}
+
+/** An invitation to a seat, with its answers, until answered. */
+function showInvite(by: string, seat: number | null): void {
+  const box = $("invite");
+  box.replaceChildren(el("span", `${by} invites you to ${seat === null ? "a seat" : `seat #${seat}`} `));
+  const answer = (label: string, f: () => Promise<unknown>) => {
+    const b = el("button", label, label === "Accept" ? "" : "secondary");
+    b.dataset.action = label.toLowerCase();
+    b.onclick = () =>
+      run("member-error", async () => {
+        box.hidden = true;
+        await f();
+      });
+    box.append(b, " ");
+  };
+  answer("Accept", () => room!.acceptSeatInvite());
+  answer("Decline", () => room!.rejectSeatInvite());
+  box.hidden = false;
 }
 
 async function refreshMembers(): Promise<void> {
@@ -201,11 +244,15 @@ function renderGifts(): void {
 
 function wire(r: Room): void {
   r.on("chat", (e) => log(`${e.from}: ${e.text}`));
-  r.on("seat.update", () => renderSeats());
+  r.on("seat.update", () => {
+    renderSeats();
+    renderMembers();
+  });
   r.on("room.update", () => renderSeats());
   r.on("room.role", (e) => {
     log(`${e.user} is now ${e.role}`, "sys");
     renderSeats();
+    renderMembers();
     void refreshRequests().catch(() => {});
   });
   r.on("gift", (e) => {
@@ -229,6 +276,17 @@ function wire(r: Room): void {
     requests.set(e.user, e.seat);
     log(`${e.user} asks for a seat`, "sys");
     renderSeats();
+  });
+  r.on("seat.invite", (e) => {
+    if (e.user === me) showInvite(e.by, e.seat);
+  });
+  r.on("seat.invite.update", (e) => log(`${e.user} ${e.state} the invitation`, "sys"));
+  r.on("moderation", (e) => {
+    if (e.action === "chat_mute" && e.user) chatMuted.add(e.user);
+    if (e.action === "chat_unmute" && e.user) chatMuted.delete(e.user);
+    if (e.user === me && e.action === "chat_mute") log("the staff muted your chat", "sys");
+    if (e.user === me && e.action === "chat_unmute") log("you may chat again", "sys");
+    renderMembers();
   });
   r.on("seat.request.update", (e) => {
     requests.delete(e.user);
