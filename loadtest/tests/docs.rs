@@ -1,7 +1,7 @@
-//! The repository's documents name the tests that guard each rule as `path.rs::test_name`
-//! (docs/ARCHITECTURE.md's invariant table, the README, the benchmark pages). Every such name
-//! must still be a function in that file: a test moved or renamed without its document fails
-//! here rather than leaving the document pointing at nothing.
+//! What other parts of the repository say about the code must stay true: the tests the
+//! documents name as `path.rs::test_name` (docs/ARCHITECTURE.md's invariant table, the README,
+//! the benchmark pages) must still be functions in those files, and the TypeScript client must
+//! know every error code the server sends.
 
 use std::path::{Path, PathBuf};
 
@@ -89,4 +89,31 @@ fn every_test_a_document_names_exists() {
 fn references_are_found_inside_backticks_only() {
     let refs = test_refs("see `a/b.rs::c_d` and a/x.rs::y and `crate::z` and `e.rs::F`");
     assert_eq!(refs, [("a/b.rs".to_owned(), "c_d".to_owned())]);
+}
+
+/// The quoted codes in `text` between `start` and the next `end`.
+fn quoted_between<'a>(text: &'a str, start: &str, end: &str) -> Vec<&'a str> {
+    let Some(from) = text.find(start) else {
+        return Vec::new();
+    };
+    let rest = &text[from + start.len()..];
+    let body = &rest[..rest.find(end).unwrap_or(rest.len())];
+    body.split('"').skip(1).step_by(2).collect()
+}
+
+#[test]
+fn the_ts_client_types_every_error_code() {
+    let root = root();
+    let rust = std::fs::read_to_string(root.join("protocol/src/error.rs")).unwrap();
+    let ts = std::fs::read_to_string(root.join("clients/ts/src/types.ts")).unwrap();
+    // `ErrorCode::as_str`, the one place that names each code on the wire.
+    let mut server = quoted_between(&rust, "pub fn as_str(self) -> &'static str {", "\n    }\n");
+    let mut client = quoted_between(&ts, "export type ErrorCode =", ";");
+    assert!(server.len() >= 30, "{server:?}");
+    server.sort_unstable();
+    client.sort_unstable();
+    assert_eq!(
+        client, server,
+        "clients/ts/src/types.ts `ErrorCode` against protocol/src/error.rs"
+    );
 }

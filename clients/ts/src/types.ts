@@ -334,6 +334,42 @@ export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
   "rocket.launch",
 ]);
 
+/** The protocol's error codes (section 10); a server may add codes: accept unknown ones. */
+export type ErrorCode =
+  | "BAD_FRAME"
+  | "UNKNOWN_OP"
+  | "BAD_REQUEST"
+  | "UNAUTHORIZED"
+  | "FORBIDDEN"
+  | "NOT_IN_ROOM"
+  | "ROOM_NOT_FOUND"
+  | "ROOM_EXISTS"
+  | "ROOM_LOCKED"
+  | "SEAT_TAKEN"
+  | "SEAT_LOCKED"
+  | "NO_FREE_SEAT"
+  | "NO_SUCH_SEAT"
+  | "USER_NOT_IN_ROOM"
+  | "NOT_SEATED"
+  | "NO_SUCH_REQUEST"
+  | "REQUEST_EXPIRED"
+  | "ROOM_CLOSED"
+  | "BANNED"
+  | "CHAT_MUTED"
+  | "BLOCKED"
+  | "IDEMPOTENCY_CONFLICT"
+  | "INSUFFICIENT_FUNDS"
+  | "GIFT_VOIDED"
+  | "RATE_LIMITED"
+  | "QUOTA_EXCEEDED"
+  | "NOT_A_SELLER"
+  | "VIP_PROTECTED"
+  | "UNAVAILABLE"
+  | "INTERNAL";
+
+/** The client's own failures of a request (see `ChorusError`). */
+export type ClientErrorCode = "TIMEOUT" | "DISCONNECTED" | "CLOSED";
+
 /** Close codes the client acts on (section 11). */
 export const Close = {
   Normal: 1000,

@@ -1,3 +1,5 @@
+import type { ClientErrorCode, ErrorCode } from "./types.js";
+
 /** An error answer (`err` of a reply, section 3.2) or a client-side failure of a request. */
 export class ChorusError extends Error {
   /**
@@ -5,7 +7,7 @@ export class ChorusError extends Error {
    * time), `DISCONNECTED` (the connection closed before the reply), `CLOSED` (the client was
    * closed).
    */
-  readonly code: string;
+  readonly code: ErrorCode | ClientErrorCode | (string & {});
   readonly op: string;
 
   constructor(code: string, message: string, op = "") {
