@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use kit::admin::{self, AdminResponse};
 use kit::cluster::{Cluster, ClusterOptions};
+use kit::postgres::PgServer;
 use kit::standalone::Server;
 use tokio::time::Instant;
 
@@ -90,4 +91,40 @@ async fn a_standalone_node_is_ready_when_its_ledger_takes_writes() {
     let r = readyz(admin).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json(), serde_json::json!({ "ready": true }));
+}
+
+/// A cluster on a PostgreSQL ledger: the shard (which books the gifts) and the gateway (which
+/// reads wallets) are unready while the ledger's server is down, and ready again once it is
+/// back, live all along.
+#[tokio::test]
+async fn cluster_nodes_are_unready_while_their_ledger_is_down() {
+    let mut pg = PgServer::start().await.unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        env: vec![("CHORUS_LEDGER".into(), pg.url("postgres"))],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let nodes = [cluster.shards[0].admin, cluster.gateways[0].admin];
+    for addr in nodes {
+        ready_becomes(addr, 200).await;
+    }
+    pg.stop();
+    for addr in nodes {
+        let v = ready_becomes(addr, 503).await.json();
+        let problems = v["problems"].as_array().unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.as_str().unwrap().starts_with("ledger")),
+            "{addr}: {v}"
+        );
+        live(addr).await;
+    }
+    pg.restart().await.unwrap();
+    for addr in nodes {
+        ready_becomes(addr, 200).await;
+    }
 }

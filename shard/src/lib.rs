@@ -257,6 +257,11 @@ impl Shard {
         &self.inner.robots
     }
 
+    /// The money ledger this shard books gifts in (`None`: gifts are refused).
+    pub fn ledger(&self) -> Option<&Ledger> {
+        self.inner.ledger.as_ref()
+    }
+
     /// The membership version of the placement this shard routes by (`None` in standalone).
     pub fn placement_version(&self) -> Option<u64> {
         self.inner.placement().map(|p| p.ring().version())

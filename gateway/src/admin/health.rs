@@ -32,7 +32,13 @@ pub(super) async fn readyz(admin: &Admin) -> Resp {
             Err(_) => problems.push("redis: no answer within 1 s".into()),
         }
     }
-    if let Some(ledger) = admin.core.as_ref().and_then(|c| c.money.ledger.as_ref()) {
+    // The gateway's ledger (wallets, gift lists) or, on a shard, the one it books gifts in.
+    let ledger = match (&admin.core, &admin.shard) {
+        (Some(core), _) => core.money.ledger.as_ref(),
+        (None, Some(shard)) => shard.ledger(),
+        (None, None) => None,
+    };
+    if let Some(ledger) = ledger {
         match tokio::time::timeout(CHECK_TIMEOUT, ledger.check_writable()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => problems.push(format!("ledger: {e}")),
