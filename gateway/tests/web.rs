@@ -116,6 +116,9 @@ async fn the_dashboard_and_the_leases_are_on_the_admin_port() {
     let own = get(s.admin, "/admin/metrics?node=standalone", Some(ADMIN)).await;
     assert_eq!(own.status, 200);
     assert!(own.body.contains("chorus_"), "{}", own.body);
+    // The id is decoded as the page encodes it (`encodeURIComponent`).
+    let encoded = get(s.admin, "/admin/metrics?node=stand%61lone", Some(ADMIN)).await;
+    assert_eq!(encoded.status, 200, "{}", encoded.body);
     let missing = get(s.admin, "/admin/metrics?node=nope", Some(ADMIN)).await;
     assert_eq!(missing.status, 404);
     s.stop().await;

@@ -15,8 +15,9 @@
 //! Enabling and disabling flip `enabled` and check nothing else: a robot that already spent
 //! part of its budget may be re-enabled.
 //!
-//! Creation reads, then writes: two concurrent creates of one room may both succeed (the last
-//! one stays), like two concurrent replaces.
+//! Creation writes only if the room has no robot configuration yet: of two concurrent creates
+//! of one room exactly one wins and the other is answered 409. Two concurrent replaces both
+//! succeed, and the last one stays.
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
