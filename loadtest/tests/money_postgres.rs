@@ -115,6 +115,17 @@ async fn a_postgres_ledger_cluster_books_gifts_once_and_settles_a_crashed_saga_o
         );
     }
     assert_conserved(admin, &token).await;
+    // The batches' commit times reach the shards' metrics (the dashboard's ledger chart).
+    let mut commits = 0.0;
+    for shard in &cluster.shards {
+        commits += kit::admin::metric(shard.admin, "chorus_ledger_group_commit_seconds_count")
+            .await
+            .unwrap();
+    }
+    assert!(
+        commits >= 1.0,
+        "{commits} batch commits in the shards' metrics"
+    );
     for c in [alice, bob, carol, dave] {
         c.close().await;
     }

@@ -65,6 +65,12 @@ use protocol::{RoomId, UserId};
 use uuid::Uuid;
 
 pub use self::app_rank::PRUNE_BATCH;
+
+/// Histogram: seconds from a write group's first statement to its answers, which every write
+/// of the group waited at least. SQLite: a group commit, any WAL restart after it and the sync
+/// that made it durable; PostgreSQL: a gift batch's transaction. (The dashboard's "ledger commit
+/// p99".)
+pub const METRIC_GROUP_COMMIT_SECONDS: &str = "chorus_ledger_group_commit_seconds";
 pub use self::calendar::{MS_PER_DAY, day_of, now_ms, week_start};
 pub use self::guard::{
     GUARD_ID_NAMESPACE, Guard, GuardOrder, GuardOutcome, MAX_GUARD_REQ_ID_BYTES, MAX_GUARDS_LISTED,

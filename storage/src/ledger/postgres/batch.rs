@@ -145,10 +145,13 @@ async fn dispatch(db: Db, mut rx: mpsc::Receiver<Job>, stats: Arc<Stats>) {
 /// Books one batch and answers each of its gifts.
 async fn run(db: &Db, jobs: Vec<Job>, row: i16, stats: &Stats) {
     let gifts: Vec<(&GiftOrder, u64)> = jobs.iter().map(|j| (&j.order, j.fence)).collect();
+    let started = tokio::time::Instant::now();
     let booked = transact!(db, |tx| book(&tx, &gifts, row).await);
     drop(gifts);
     match booked {
         Ok(results) => {
+            metrics::histogram!(crate::ledger::METRIC_GROUP_COMMIT_SECONDS)
+                .record(started.elapsed().as_secs_f64());
             stats.batches.fetch_add(1, Ordering::Relaxed);
             stats.gifts.fetch_add(jobs.len() as u64, Ordering::Relaxed);
             metrics::histogram!(METRIC_BATCH_GIFTS).record(jobs.len() as f64);

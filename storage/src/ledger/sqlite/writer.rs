@@ -30,10 +30,7 @@ pub const WRITE_QUEUE_CAPACITY: usize = 8192;
 pub const METRIC_GROUP_COMMITS: &str = "chorus_ledger_group_commits_total";
 /// Histogram: jobs folded into one group commit (how well the fsync is shared).
 pub const METRIC_GROUP_COMMIT_JOBS: &str = "chorus_ledger_group_commit_jobs";
-/// Histogram: seconds from a group's first statement to its answers (its commit, any WAL
-/// restart the writer ran after it, and the sync that made it durable): every job of the group
-/// waited at least this long.
-pub const METRIC_GROUP_COMMIT_SECONDS: &str = "chorus_ledger_group_commit_seconds";
+pub use crate::ledger::METRIC_GROUP_COMMIT_SECONDS;
 /// Counter: groups run a second time with a savepoint per job because a job failed.
 pub const METRIC_SLOW_GROUPS: &str = "chorus_ledger_slow_groups_total";
 
