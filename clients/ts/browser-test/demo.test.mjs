@@ -119,7 +119,7 @@ test("two browsers: apply mode, an invitation, a chat mute and a kick from the o
   await olga.locator('#members li[data-user="max"]', { hasText: "(chat muted)" }).waitFor({ timeout: T });
   await max.fill("#chat-input", "can I talk?");
   await max.click("#chat-send");
-  await max.locator("#gift-error", { hasText: "CHAT_MUTED" }).waitFor({ timeout: T });
+  await max.locator("#chat-error", { hasText: "CHAT_MUTED" }).waitFor({ timeout: T });
   await olga.locator('#members li[data-user="max"] button[data-action="unmute-chat"]').click();
   await max.locator("#chat-log li", { hasText: "you may chat again" }).waitFor({ timeout: T });
   await max.fill("#chat-input", "thanks");

@@ -362,7 +362,7 @@ async function main(): Promise<void> {
     const input = $<HTMLInputElement>("chat-input");
     const text = input.value.trim();
     if (!text || !room) return;
-    void run("gift-error", async () => {
+    void run("chat-error", async () => {
       await room!.chat(text);
       input.value = "";
     });
