@@ -161,7 +161,8 @@ export interface Ops {
     { host: string; plan: string; expires_at: number; balance: number; applied: boolean },
   ];
   "guard.list": [
-    ({ host: string } | { room: string }) & { limit?: number },
+    /** Exactly one of `host` and `room` (the room's owner). */
+    { host: string; room?: never; limit?: number } | { room: string; host?: never; limit?: number },
     { host: string; guards: { user: string; expires_at: number }[] },
   ];
   "auth.refresh": [{ token: string }, { exp: number }];
