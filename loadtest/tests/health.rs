@@ -44,6 +44,21 @@ async fn live(addr: SocketAddr) {
     assert_eq!((r.status, r.body.as_str()), (200, "ok\n"), "{addr}");
 }
 
+/// Waits for `/readyz` to turn `503` with a problem naming `what`, and checks that the node
+/// stays live: not ready is not dead, and an orchestrator must not restart it for this.
+async fn unready_for(addr: SocketAddr, what: &str) {
+    let v = ready_becomes(addr, 503).await.json();
+    assert_eq!(v["ready"], false, "{addr}: {v}");
+    let problems = v["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.as_str().unwrap().starts_with(what)),
+        "{addr}: {v}"
+    );
+    live(addr).await;
+}
+
 #[tokio::test]
 async fn cluster_nodes_are_unready_while_redis_is_frozen_and_stay_live() {
     let cluster = Cluster::start(ClusterOptions {
@@ -61,18 +76,7 @@ async fn cluster_nodes_are_unready_while_redis_is_frozen_and_stay_live() {
     }
     cluster.redis.pause().unwrap();
     for addr in nodes {
-        let r = ready_becomes(addr, 503).await;
-        let v = r.json();
-        assert_eq!(v["ready"], false, "{addr}: {v}");
-        let problems = v["problems"].as_array().unwrap();
-        assert!(
-            problems
-                .iter()
-                .any(|p| p.as_str().unwrap().starts_with("redis")),
-            "{addr}: {v}"
-        );
-        // Not ready is not dead: an orchestrator must not restart it for this.
-        live(addr).await;
+        unready_for(addr, "redis").await;
     }
     cluster.redis.resume().unwrap();
     for addr in nodes {
@@ -113,15 +117,7 @@ async fn cluster_nodes_are_unready_while_their_ledger_is_down() {
     }
     pg.stop();
     for addr in nodes {
-        let v = ready_becomes(addr, 503).await.json();
-        let problems = v["problems"].as_array().unwrap();
-        assert!(
-            problems
-                .iter()
-                .any(|p| p.as_str().unwrap().starts_with("ledger")),
-            "{addr}: {v}"
-        );
-        live(addr).await;
+        unready_for(addr, "ledger").await;
     }
     pg.restart().await.unwrap();
     for addr in nodes {
