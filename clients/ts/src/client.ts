@@ -194,7 +194,7 @@ export class Client extends Emitter<ClientEvents> {
   balance(): Promise<OpOk<"wallet.balance">> {
     return this.request("wallet.balance", {});
   }
-  /** An app-wide leaderboard (`rank.get` with `scope: "app"`): every room's gifts, no room needed. */
+  /** One page of the caller's statement, newest first (section 6.5). */
   walletHistory(d: OpRequest<"wallet.history"> = {}): Promise<OpOk<"wallet.history">> {
     return this.request("wallet.history", d);
   }
@@ -229,6 +229,7 @@ export class Client extends Emitter<ClientEvents> {
   followedRooms(limit?: number): Promise<OpOk<"follow.rooms">> {
     return this.request("follow.rooms", limit === undefined ? {} : { limit });
   }
+  /** An app-wide leaderboard (`rank.get` with `scope: "app"`): every room's gifts, no room needed. */
   appRanks(board: RankBoard, period: RankPeriod = "all", limit?: number): Promise<OpOk<"rank.get">> {
     return this.request("rank.get", { scope: "app", board, period, ...(limit ? { limit } : {}) });
   }
@@ -267,6 +268,16 @@ export class Client extends Emitter<ClientEvents> {
   /** One page of the caller's direct messages, newest first (section 13.2). */
   imHistory(d: OpRequest<"im.history"> = {}): Promise<OpOk<"im.history">> {
     return this.request("im.history", d);
+  }
+  /** Refuses direct messages from `user` (section 13). */
+  blockIm(user: string): Promise<OpOk<"im.block">> {
+    return this.request("im.block", { user });
+  }
+  unblockIm(user: string): Promise<OpOk<"im.unblock">> {
+    return this.request("im.unblock", { user });
+  }
+  imBlocks(): Promise<OpOk<"im.blocks">> {
+    return this.request("im.blocks", {});
   }
 
   /** Closes the connection for good: no reconnect, pending requests fail with `CLOSED`. */

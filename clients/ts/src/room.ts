@@ -19,7 +19,7 @@ import { ChorusError, backoff, sleep, uuidv7 } from "./util.js";
 export type RoomEvents = { [K in keyof SequencedEvents]: RoomEvent<SequencedEvents[K]> } & {
   [K in keyof VolatileEvents]: RoomEvent<VolatileEvents[K]>;
 } & {
-  /** The room's state was replaced from a snapshot (the first join, or a resync). */
+  /** The room's state was replaced from a snapshot (the first join, and every rejoin's reply). */
   snapshot: Snapshot;
   /** A rejoin started (after a gap, `room.left` `unavailable` or a reconnect). */
   rejoining: { reason: string };
@@ -82,6 +82,14 @@ export class Room extends Emitter<RoomEvents> {
   }
   lockSeat(seat: number, locked: boolean): Promise<OpOk<"seat.lock">> {
     return this.client.request("seat.lock", { room: this.id, seat, locked });
+  }
+  /** Locks or unlocks every seat at once (whoever sits stays). */
+  lockAllSeats(locked: boolean): Promise<OpOk<"seat.lock_all">> {
+    return this.client.request("seat.lock_all", { room: this.id, locked });
+  }
+  /** Changes the number of seats (owner or admin). */
+  setSeatCount(seats: number): Promise<OpOk<"seat.count">> {
+    return this.client.request("seat.count", { room: this.id, seats });
   }
   muteSeat(seat: number, muted: boolean): Promise<OpOk<"seat.mute">> {
     return this.client.request("seat.mute", { room: this.id, seat, muted });

@@ -234,8 +234,25 @@ test("the room vocabulary through the typed API: apply-mode seats, moderation, t
   assert.deepEqual((await ro.bans()).bans.map((b) => [b.user, b.by]), [["max", "olga"]]);
   await assert.rejects(m.join("t-apply"), (e) => e.code === "BANNED");
   await ro.unban("max");
+  // Seats: all locked and unlocked at once, their number changed.
+  await ro.lockAllSeats(true);
+  await until(() => ro.snapshot.seats.every((x) => x.locked), 5000, "every seat locked");
+  await ro.lockAllSeats(false);
+  await ro.setSeatCount(6);
+  await until(() => ro.snapshot.seats.length === 6, 5000, "six seats");
+  // Direct messages from olga blocked, listed, unblocked.
+  await m.blockIm("olga");
+  assert.deepEqual((await m.imBlocks()).blocks, ["olga"]);
+  await m.unblockIm("olga");
+  assert.deepEqual((await m.imBlocks()).blocks, []);
   // The directory lists the room; the statement shows the grant; a follow shows where olga is.
-  const listed = await until(async () => (await m.listRooms()).rooms.find((r) => r.room === "t-apply"), 10_000, "t-apply listed");
+  // Polled every 250 ms, within the connection's request rate.
+  let listed;
+  for (let i = 0; i < 40 && !listed; i++) {
+    listed = (await m.listRooms()).rooms.find((r) => r.room === "t-apply");
+    if (!listed) await new Promise((r) => setTimeout(r, 250));
+  }
+  assert.ok(listed, "t-apply listed within 10 s");
   assert.deepEqual([listed.title, listed.owner], ["Apply", "olga"]);
   const { movements } = await o.walletHistory();
   assert.deepEqual(movements.map((x) => [x.kind, x.account, x.amount]), [["grant", "coins", 70]]);
