@@ -181,8 +181,12 @@ fn authorized(admin: &Admin, req: &Request<Incoming>) -> bool {
     admin.token.as_deref().is_some_and(|want| bears(req, want))
 }
 
-/// Whether `req` bears `Authorization: Bearer <want>` (compared in constant time).
+/// Whether `req` bears `Authorization: Bearer <want>` (compared in constant time). An empty
+/// `want` is no token: nothing bears it, not even a request without the header.
 fn bears(req: &Request<Incoming>, want: &str) -> bool {
+    if want.is_empty() {
+        return false;
+    }
     let got = req
         .headers()
         .get(http::header::AUTHORIZATION)

@@ -369,7 +369,7 @@ pub fn secret(
     {
         return Ok(Some((v, false)));
     }
-    if let Some(v) = from_file {
+    if let Some(v) = from_file.filter(|v| !v.is_empty()) {
         return Ok(Some((v.clone(), false)));
     }
     let path = data_dir.join(file_name);
@@ -408,7 +408,9 @@ fn ms(v: Option<u64>) -> Option<Duration> {
 
 /// A secret from the environment variable `env`, else from the file; empty counts as unset
 /// (an empty HMAC key is one anybody knows).
-fn env_or_file(env: &str, from_file: Option<&String>) -> Option<String> {
+/// `env`'s value, else the file's; an empty value counts as unset (an empty secret would
+/// match an empty `Authorization` or sign tokens with an empty key).
+pub fn env_or_file(env: &str, from_file: Option<&String>) -> Option<String> {
     std::env::var(env)
         .ok()
         .filter(|v| !v.is_empty())

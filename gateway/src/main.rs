@@ -176,13 +176,6 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// stayed resident until they idled out.
 const MAX_BLOCKING_THREADS: usize = 16;
 
-fn env_secret(name: &str, from_file: Option<&String>) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .or_else(|| from_file.cloned())
-}
-
 fn run_until_signal(
     start: impl std::future::Future<Output = Result<gateway::node::Running, gateway::node::StartError>>,
     what: &str,
@@ -238,7 +231,8 @@ fn test_switch(name: &str) -> bool {
 
 fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
     let file = cli::load_file(a.config.as_deref())?;
-    let lucky = env_secret("CHORUS_LUCKY_SECRET", file.lucky_secret.as_ref()).unwrap_or_default();
+    let lucky =
+        cli::env_or_file("CHORUS_LUCKY_SECRET", file.lucky_secret.as_ref()).unwrap_or_default();
     let mut shard = cli::shard_settings(a.idle_unload_ms, a.lease_ttl_ms, &file);
     shard.durable_history = true;
     shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes()).map_err(|e| {
@@ -268,7 +262,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
             renew_on_traffic: a.test_renew_on_traffic,
             ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
         },
-        admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
+        admin_token: cli::env_or_file("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
         metrics_token: cli::metrics_token(&file),
     };
     run_until_signal(gateway::node::start_shard(cfg), "shard")
@@ -276,7 +270,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
 
 fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
     let file = cli::load_file(a.config.as_deref())?;
-    let Some(secret) = env_secret("CHORUS_JWT_SECRET", file.jwt_secret.as_ref()) else {
+    let Some(secret) = cli::env_or_file("CHORUS_JWT_SECRET", file.jwt_secret.as_ref()) else {
         anyhow::bail!("a gateway needs CHORUS_JWT_SECRET (or jwt_secret in the config)");
     };
     let cfg = gateway::node::GatewayNodeConfig {
@@ -284,7 +278,7 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
         redis: a.redis.clone(),
         ws_addr: a.ws_addr,
         admin_addr: a.admin_addr,
-        admin_token: env_secret("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
+        admin_token: cli::env_or_file("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
         jwt_secret: secret.into_bytes(),
         gateway: cli::gateway_settings(&a.socket, &file)?,
         ledger: a.ledger.clone().or_else(|| file.ledger.clone()),

@@ -123,3 +123,15 @@ async fn the_dashboard_and_the_leases_are_on_the_admin_port() {
     assert_eq!(missing.status, 404);
     s.stop().await;
 }
+
+/// A node given an empty admin token has no admin token: every `/admin/*` call is refused,
+/// with or without an `Authorization` header (an empty token must not match an absent one).
+#[tokio::test]
+async fn an_empty_admin_token_opens_nothing() {
+    let s = Server::launch(SECRET, "", GatewayConfig::default(), ShardConfig::default()).await;
+    for token in [None, Some("")] {
+        let r = get(s.admin, "/admin/ledger/totals", token).await;
+        assert_eq!(r.status, 401, "{token:?}: {}", r.body);
+    }
+    s.stop().await;
+}

@@ -181,3 +181,25 @@ fn guard_plans_and_vip_levels_come_from_the_file_and_bad_ones_are_refused() {
     assert!(gateway_settings(&no_flags(), &f).is_err());
     assert!(toml::from_str::<FileConfig>("[vip]\nlevels = [1]\n").is_err());
 }
+
+/// An empty secret in the config file counts as unset, like an empty environment variable:
+/// an empty admin token would match a request without `Authorization`, an empty JWT secret
+/// would sign with an empty key.
+#[test]
+fn an_empty_file_secret_is_unset() {
+    let empty = String::new();
+    let set = "s3".to_owned();
+    let env = "CHORUS_TEST_UNSET_SECRET_FOR_CLI_TESTS";
+    assert_eq!(env_or_file(env, Some(&empty)), None);
+    assert_eq!(env_or_file(env, Some(&set)).as_deref(), Some("s3"));
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(
+        secret(env, Some(&empty), dir.path(), "t", false).unwrap(),
+        None
+    );
+    // With generation on, an empty one is replaced by a generated secret.
+    let (made, fresh) = secret(env, Some(&empty), dir.path(), "t", true)
+        .unwrap()
+        .unwrap();
+    assert!(fresh && !made.is_empty());
+}
