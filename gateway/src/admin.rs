@@ -121,7 +121,7 @@ fn respond(status: StatusCode, body: impl Into<Bytes>, content_type: &str) -> Re
 
 /// A query string's `name=value` pairs, `%XX` and `+` decoded (bytes that are not UTF-8 read
 /// as U+FFFD, so a bad escape is a value that matches nothing rather than an error).
-pub(super) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .into_owned()
         .collect()
@@ -241,7 +241,19 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
     if !authorized(admin, &req) {
         return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     }
-    let parts: Vec<&str> = path.trim_start_matches("/admin/").split('/').collect();
+    // Segments are percent-decoded: a client (the dashboard) encodes ids, and `:` is valid in
+    // one. A decoded `/` stays inside its segment and fails the id check.
+    let segments: Vec<String> = path
+        .strip_prefix("/admin/")
+        .unwrap_or_default()
+        .split('/')
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect();
+    let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
     let req_query_has_local = req
         .uri()
         .query()

@@ -86,6 +86,9 @@ async fn the_demo_flag_mints_tokens_and_grants_demo_coins_once() {
         balance = w["balance"].as_i64().unwrap();
     }
     assert_eq!(balance, 1000, "the demo coins are granted once per user");
+    // The name arrives encoded as the page sends it; `:` is valid in one.
+    let r = get(ws, "/demo/token?user=dora%3A2", None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
     s.stop().await;
 }
 
@@ -121,6 +124,13 @@ async fn the_dashboard_and_the_leases_are_on_the_admin_port() {
     assert_eq!(encoded.status, 200, "{}", encoded.body);
     let missing = get(s.admin, "/admin/metrics?node=nope", Some(ADMIN)).await;
     assert_eq!(missing.status, 404);
+    // Path segments are decoded too: the page encodes a room id, and `:` is valid in one.
+    c.request("room.join", json!({"room": "party:1"}))
+        .await
+        .unwrap();
+    let room = get(s.admin, "/admin/rooms/party%3A1", Some(ADMIN)).await;
+    assert_eq!(room.status, 200, "{}", room.body);
+    assert_eq!(room.json()["room"], "party:1", "{}", room.body);
     s.stop().await;
 }
 

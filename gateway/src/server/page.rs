@@ -59,10 +59,12 @@ async fn demo_token(core: &Core, query: &str) -> (u16, serde_json::Value) {
             json!({ "error": "demo tokens are off: start a standalone node with --demo to mint them here" }),
         );
     }
-    let user = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("user="))
+    // Decoded: the demo page sends `encodeURIComponent(name)`, and `:` is valid in a name.
+    let user = crate::admin::query_pairs(Some(query))
+        .into_iter()
+        .find_map(|(k, v)| (k == "user").then_some(v))
         .unwrap_or_default();
+    let user = user.as_str();
     if !is_valid_id(user) || user.starts_with("bot:") {
         return (
             400,
