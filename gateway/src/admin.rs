@@ -51,6 +51,10 @@ const ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// port cannot take the file descriptors the WebSocket port needs. Monitoring and operators
 /// need a handful.
 const ADMIN_MAX_CONNECTIONS: usize = 256;
+/// Longest an admin connection lives: then it answers the request in hand and closes, so
+/// clients that keep connections busy with cheap requests cannot hold every place (and lock
+/// out the orchestrator's probes). Keep-alive clients reconnect transparently.
+const ADMIN_CONNECTION_LIFETIME: Duration = Duration::from_secs(20);
 
 /// Largest admin request body accepted.
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
@@ -136,7 +140,8 @@ pub(crate) fn error(status: StatusCode, msg: &str) -> Resp {
 }
 
 /// Serves the admin port until shutdown: at most [`ADMIN_MAX_CONNECTIONS`] connections, each
-/// closed when its headers take longer than [`ADMIN_HEADER_TIMEOUT`] or it idles that long.
+/// closed when its headers take longer than [`ADMIN_HEADER_TIMEOUT`] or it idles that long, and
+/// at the latest after [`ADMIN_CONNECTION_LIFETIME`].
 pub(crate) async fn serve(
     admin: Arc<Admin>,
     listener: TcpListener,
@@ -171,7 +176,15 @@ pub(crate) async fn serve(
                 let admin = admin.clone();
                 async move { Ok::<_, Infallible>(handle(&admin, req).await) }
             });
-            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+            let conn = http.serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = tokio::time::sleep(ADMIN_CONNECTION_LIFETIME) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
             drop(permit);
         });
     }

@@ -1,6 +1,7 @@
 //! The admin port against clients that hold connections open: idle sockets, headers that never
-//! finish and bodies that trickle are closed within the deadline, and connections past the cap
-//! are closed at once, so the admin port cannot starve the node of file descriptors.
+//! finish and bodies that trickle are closed within the deadline, a connection kept busy with
+//! cheap requests is closed when its lifetime ends, and connections past the cap are closed at
+//! once, so the admin port cannot starve the node of file descriptors or lock out its probes.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -135,4 +136,42 @@ async fn connections_past_the_cap_are_closed_at_once_and_the_port_recovers() {
         assert!(Instant::now() < deadline, "the admin port never recovered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A keep-alive connection that sends a cheap request every 2 s (so it never idles) is closed
+/// when its 20 s lifetime ends, after its last request was answered.
+#[tokio::test]
+async fn a_connection_kept_busy_is_closed_at_the_end_of_its_lifetime() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = node(dir.path()).await;
+    let mut s = TcpStream::connect(server.admin).await.unwrap();
+    let started = Instant::now();
+    let mut answered = 0;
+    let closed_after = loop {
+        assert!(started.elapsed() < Duration::from_secs(40), "never closed");
+        if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: chorus\r\n\r\n")
+            .await
+            .is_err()
+        {
+            break started.elapsed();
+        }
+        let mut buf = [0u8; 256];
+        match timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break started.elapsed(),
+            Ok(Ok(n)) => {
+                assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+                answered += 1;
+            }
+            Err(_) => panic!("no answer within 5 s"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    assert!(
+        answered >= 8,
+        "{answered} requests answered before the close"
+    );
+    assert!(
+        closed_after >= Duration::from_secs(18) && closed_after < Duration::from_secs(30),
+        "closed after {closed_after:?}"
+    );
 }
