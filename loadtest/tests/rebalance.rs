@@ -461,6 +461,18 @@ async fn admin_calls_without_the_token_are_refused() {
             }
         }
     }
+    // With the token, a join under an id no other call could name, or with an address that
+    // does not parse, is refused.
+    for body in [
+        json!({"id": "shard 3", "weight": 1, "link_addr": "127.0.0.1:1"}),
+        json!({"id": "s9", "weight": 1, "link_addr": "nowhere"}),
+    ] {
+        let r = cluster
+            .admin("POST", "/admin/nodes", Some(body.clone()))
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400, "{body}: {}", r.body);
+    }
     // And the ring is unchanged.
     let ring = cluster
         .admin("GET", "/admin/ring", None)
@@ -468,4 +480,5 @@ async fn admin_calls_without_the_token_are_refused() {
         .unwrap()
         .json();
     assert_eq!(ring["nodes"][0]["weight"], 1);
+    assert_eq!(ring["nodes"].as_array().map(Vec::len), Some(1), "{ring}");
 }

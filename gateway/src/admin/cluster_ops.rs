@@ -168,6 +168,22 @@ pub(super) async fn join(admin: &Admin, body: &Bytes) -> Resp {
         Ok(b) => b,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
     };
+    // A node that joined under an id the other calls cannot name could never be drained,
+    // re-weighted or removed; an address that does not parse could never be reached.
+    if !protocol::ids::is_valid_id(&b.id) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "node ids are 1..=64 of [A-Za-z0-9-_.:]",
+        );
+    }
+    for addr in [&b.link_addr, &b.admin_addr].into_iter().flatten() {
+        if addr.parse::<SocketAddr>().is_err() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("{addr:?} is not an address (host:port)"),
+            );
+        }
+    }
     let id = NodeId::from(b.id.as_str());
     let existing = match m.list().await {
         Ok(view) => view.get(&id).cloned(),
