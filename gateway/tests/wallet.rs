@@ -119,6 +119,11 @@ async fn a_user_pages_their_statement_and_an_operator_reads_anyones() {
     assert_eq!(page["movements"].as_array().unwrap().len(), 2);
     let (status, _) = admin_get(&s, "/admin/wallets/alice/history?kind=nope").await;
     assert_eq!(status, 400);
+    // The contract's bounds: a limit outside 1..=100 is refused, not clamped.
+    for limit in ["0", "101", "x"] {
+        let path = format!("/admin/wallets/alice/history?limit={limit}");
+        assert_eq!(admin_get(&s, &path).await.0, 400, "limit={limit}");
+    }
     let refused = kit::admin::call(s.admin, "GET", "/admin/wallets/bob/history", None, None)
         .await
         .unwrap();

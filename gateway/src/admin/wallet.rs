@@ -27,9 +27,10 @@ pub(super) async fn history(money: &Money, user: &str, query: Option<&str>) -> R
     for (k, v) in query_pairs(query) {
         match k.as_str() {
             "cursor" => h.cursor = Some(v),
+            // The contract's bounds (admin-openapi.yaml); the client op clamps instead.
             "limit" => match v.parse() {
-                Ok(l) => h.limit = Some(l),
-                Err(_) => return error(StatusCode::BAD_REQUEST, "limit: 1..=100"),
+                Ok(l @ 1..=100) => h.limit = Some(l),
+                _ => return error(StatusCode::BAD_REQUEST, "limit: 1..=100"),
             },
             "kind" => h.kind = Some(v),
             _ => {}
