@@ -358,7 +358,11 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, Resp> {
     let body = Limited::new(body, limit).collect();
     match tokio::time::timeout(ADMIN_BODY_TIMEOUT, body).await {
         Ok(Ok(b)) => Ok(b.to_bytes()),
-        Ok(Err(_)) => Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body too large")),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body too large"))
+        }
+        // A body that breaks off or does not parse (bad chunked framing).
+        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, &format!("body: {e}"))),
         Err(_) => Err(error(StatusCode::REQUEST_TIMEOUT, "body too slow")),
     }
 }

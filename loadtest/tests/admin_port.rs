@@ -175,3 +175,29 @@ async fn a_connection_kept_busy_is_closed_at_the_end_of_its_lifetime() {
         "closed after {closed_after:?}"
     );
 }
+
+/// A body too large is `413`; a body whose framing is broken (a chunk size that is not hex) is
+/// `400`, not taken for a large one.
+#[tokio::test]
+async fn a_broken_body_is_400_and_a_large_one_413() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = node(dir.path()).await;
+    let head = "POST /admin/wallets/alice/grant HTTP/1.1\r\nHost: chorus\r\n\
+                Authorization: Bearer admin-port-token\r\n";
+    let mut broken = TcpStream::connect(server.admin).await.unwrap();
+    broken
+        .write_all(format!("{head}Transfer-Encoding: chunked\r\n\r\nzz\r\n").as_bytes())
+        .await
+        .unwrap();
+    let answer = read_until_closed(broken, CLOSED_WITHIN).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let mut large = TcpStream::connect(server.admin).await.unwrap();
+    // One byte over the 64 KiB bound: the node reads it all, so its close resets nothing.
+    let big = "x".repeat(64 * 1024 + 1);
+    large
+        .write_all(format!("{head}Content-Length: {}\r\n\r\n{big}", big.len()).as_bytes())
+        .await
+        .unwrap();
+    let answer = read_until_closed(large, CLOSED_WITHIN).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
