@@ -204,9 +204,16 @@ fn bears(req: &Request<Incoming>, want: &str) -> bool {
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .unwrap_or("");
     got.as_bytes().ct_eq(want.as_bytes()).into()
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme's case does not matter
+/// (RFC 9110, section 11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// Whether `req` may read `/metrics`: always on a node without a metrics token, else only
@@ -455,6 +462,15 @@ async fn room(admin: &Admin, room: RoomId, local_only: bool) -> Resp {
 
 #[cfg(test)]
 mod query_tests {
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(super::bearer_token("Bearer t1"), Some("t1"));
+        assert_eq!(super::bearer_token("bearer t1"), Some("t1"));
+        assert_eq!(super::bearer_token("BEARER t1"), Some("t1"));
+        assert_eq!(super::bearer_token("Basic t1"), None);
+        assert_eq!(super::bearer_token("Bearer"), None);
+    }
+
     #[test]
     fn query_pairs_are_decoded() {
         let pairs = super::query_pairs(Some("query=late+night%20jazz&region=caf%C3%A9&x"));
