@@ -60,6 +60,11 @@ async fn the_demo_page_is_served_and_tokens_need_the_demo_flag() {
     // What is not a page is still answered as before: 426 for a plain GET.
     let plain = get(ws, "/ws", None).await;
     assert_eq!(plain.status, 426);
+    // The whole text, as long as its Content-Length says.
+    assert_eq!(
+        plain.body,
+        "this is a WebSocket endpoint: open a WebSocket to /ws\n"
+    );
     assert_eq!(get(ws, "/dashboard", None).await.status, 426);
     // The WebSocket endpoint works as ever beside the pages.
     let mut c = s.connect("wendy").await;

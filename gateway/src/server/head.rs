@@ -37,7 +37,7 @@ impl Refusal {
                 b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 24\r\n\r\nnot an HTTP/1.1 request\n"
             }
             Self::UpgradeRequired => {
-                b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nContent-Type: text/plain\r\nContent-Length: 50\r\n\r\nthis is a WebSocket endpoint: connect to /ws with\n"
+                b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nContent-Type: text/plain\r\nContent-Length: 54\r\n\r\nthis is a WebSocket endpoint: open a WebSocket to /ws\n"
             }
             Self::HeadTooLarge => {
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 30\r\n\r\nrequest head over 16384 bytes\n"
