@@ -407,9 +407,8 @@ fn ms(v: Option<u64>) -> Option<Duration> {
 }
 
 /// A secret from the environment variable `env`, else from the file; empty counts as unset
-/// (an empty HMAC key is one anybody knows).
-/// `env`'s value, else the file's; an empty value counts as unset (an empty secret would
-/// match an empty `Authorization` or sign tokens with an empty key).
+/// (an empty HMAC key is one anybody knows, and an empty admin token would match a request
+/// without `Authorization`).
 pub fn env_or_file(env: &str, from_file: Option<&String>) -> Option<String> {
     std::env::var(env)
         .ok()
