@@ -90,8 +90,8 @@ use self::wal::{
     ToSync, WAL_BOUNDS, WalBounds, WalState, WalSyncer, after_commit, checkpointer_loop,
 };
 pub use self::writer::{
-    COMMIT_PACE, MAX_JOBS_PER_COMMIT, METRIC_GROUP_COMMIT_JOBS, METRIC_GROUP_COMMIT_SECONDS,
-    METRIC_GROUP_COMMITS, METRIC_SLOW_GROUPS, PACE_FROM_JOBS, WRITE_QUEUE_CAPACITY,
+    COMMIT_PACE, MAX_JOBS_PER_COMMIT, METRIC_GROUP_COMMIT_JOBS, METRIC_GROUP_COMMITS,
+    METRIC_SLOW_GROUPS, PACE_FROM_JOBS, WRITE_QUEUE_CAPACITY,
 };
 use self::writer::{Job, Pending, SYNCER_STOPPED, writer_loop};
 use super::movement::single;

@@ -10,7 +10,8 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 use tracing::error;
 
-use super::writer::{Job, METRIC_GROUP_COMMIT_SECONDS, SYNCER_STOPPED, answer};
+use super::writer::{Job, SYNCER_STOPPED, answer};
+use crate::ledger::METRIC_GROUP_COMMIT_SECONDS;
 
 /// Counter: syncs of the WAL by the syncer thread (each covers every group committed since the
 /// one before).

@@ -30,7 +30,6 @@ pub const WRITE_QUEUE_CAPACITY: usize = 8192;
 pub const METRIC_GROUP_COMMITS: &str = "chorus_ledger_group_commits_total";
 /// Histogram: jobs folded into one group commit (how well the fsync is shared).
 pub const METRIC_GROUP_COMMIT_JOBS: &str = "chorus_ledger_group_commit_jobs";
-pub use crate::ledger::METRIC_GROUP_COMMIT_SECONDS;
 /// Counter: groups run a second time with a savepoint per job because a job failed.
 pub const METRIC_SLOW_GROUPS: &str = "chorus_ledger_slow_groups_total";
 
