@@ -364,13 +364,8 @@ pub fn secret(
     file_name: &str,
     generate: bool,
 ) -> anyhow::Result<Option<(String, bool)>> {
-    if let Ok(v) = std::env::var(env)
-        && !v.is_empty()
-    {
+    if let Some(v) = env_or_file(env, from_file) {
         return Ok(Some((v, false)));
-    }
-    if let Some(v) = from_file.filter(|v| !v.is_empty()) {
-        return Ok(Some((v.clone(), false)));
     }
     let path = data_dir.join(file_name);
     match std::fs::read_to_string(&path) {
