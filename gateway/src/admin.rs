@@ -125,10 +125,18 @@ fn respond(status: StatusCode, body: impl Into<Bytes>, content_type: &str) -> Re
 
 /// A query string's `name=value` pairs, `%XX` and `+` decoded (bytes that are not UTF-8 read
 /// as U+FFFD, so a bad escape is a value that matches nothing rather than an error).
-pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+pub(super) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .into_owned()
         .collect()
+}
+
+/// The decoded value of the first `name` in a query string (`""` when absent).
+pub(crate) fn query_value(query: Option<&str>, name: &str) -> String {
+    query_pairs(query)
+        .into_iter()
+        .find_map(|(k, v)| (k == name).then_some(v))
+        .unwrap_or_default()
 }
 
 pub(crate) fn json_resp(status: StatusCode, v: &serde_json::Value) -> Resp {
@@ -274,10 +282,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         })
         .collect();
     let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
-    let req_query_has_local = req
-        .uri()
-        .query()
-        .is_some_and(|q| q.split('&').any(|kv| kv == "local=1"));
+    let req_query_has_local = query_value(req.uri().query(), "local") == "1";
     let req_query = req.uri().query().map(str::to_owned);
     let body = match read_body(req.into_body(), MAX_ADMIN_BODY_BYTES).await {
         Ok(b) => b,
@@ -481,5 +486,11 @@ mod query_tests {
             .collect();
         assert_eq!(pairs, want);
         assert!(super::query_pairs(None).is_empty());
+        assert_eq!(
+            super::query_value(Some("a=1&node=s%3A1&node=x"), "node"),
+            "s:1"
+        );
+        assert_eq!(super::query_value(Some("local=10"), "local"), "10");
+        assert_eq!(super::query_value(None, "node"), "");
     }
 }

@@ -82,10 +82,7 @@ const PEER_METRICS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// `GET /admin/metrics?node=<id>`: the Prometheus text of node `id` (this node's own when `id`
 /// is this node or left out), fetched from its admin port with this node's metrics token.
 pub(super) async fn metrics(admin: &Admin, query: Option<&str>) -> Resp {
-    let want = super::query_pairs(query)
-        .into_iter()
-        .find_map(|(k, v)| (k == "node").then_some(v))
-        .unwrap_or_default();
+    let want = super::query_value(query, "node");
     let want = want.as_str();
     if want.is_empty() || want == admin.node.as_str() {
         let body = tokio::task::spawn_blocking(render_metrics)

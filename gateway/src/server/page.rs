@@ -60,10 +60,7 @@ async fn demo_token(core: &Core, query: &str) -> (u16, serde_json::Value) {
         );
     }
     // Decoded: the demo page sends `encodeURIComponent(name)`, and `:` is valid in a name.
-    let user = crate::admin::query_pairs(Some(query))
-        .into_iter()
-        .find_map(|(k, v)| (k == "user").then_some(v))
-        .unwrap_or_default();
+    let user = crate::admin::query_value(Some(query), "user");
     let user = user.as_str();
     if !is_valid_id(user) || user.starts_with("bot:") {
         return (
