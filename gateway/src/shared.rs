@@ -321,7 +321,7 @@ impl Core {
         if let RoomCmd::Rejoin(_) = &cmd.cmd {
             self.rejoining_set()
                 .remove(&(cmd.session, cmd.room.clone()));
-            self.rejoin_failed(cmd);
+            self.rejoin_failed(cmd, None);
         }
         if let Some(id) = cmd.client_id
             && let Some(t) = text(client::encode_err(Some(id), ErrorCode::Unavailable, msg))
@@ -467,7 +467,7 @@ impl Core {
                     return;
                 }
                 if let RoomCmd::Rejoin(_) = &p.cmd.cmd {
-                    self.rejoin_failed(&p.cmd);
+                    self.rejoin_failed(&p.cmd, Some(e.code));
                 }
             }
         }
@@ -519,10 +519,11 @@ impl Core {
         }
     }
 
-    /// A handoff rejoin could not be completed: tell the client to rejoin by itself.
-    fn rejoin_failed(&self, cmd: &Command) {
-        tracing::warn!(room = %cmd.room, session = cmd.session, "Handoff rejoin failed; telling the client.");
-        if let Some(t) = hub::room_left(&cmd.room, "unavailable") {
+    /// A handoff rejoin could not be completed (`refused`: the new owner's answer, if any):
+    /// the client is told why it is out of the room.
+    fn rejoin_failed(&self, cmd: &Command, refused: Option<ErrorCode>) {
+        tracing::warn!(room = %cmd.room, session = cmd.session, ?refused, "Handoff rejoin failed; telling the client.");
+        if let Some(t) = hub::room_left(&cmd.room, rejoin_left_reason(refused)) {
             self.hub.send_to(cmd.session, t);
         }
     }
@@ -574,5 +575,29 @@ impl crate::link::LinkOwner for Core {
 
     fn on_stranded(&self, shard: &NodeId) {
         self.lost_with_link(shard);
+    }
+}
+
+/// The `room.left` reason for a handoff rejoin the gateway could not complete: a ban or a
+/// `room.close` made during the move says so (the client must not rejoin by itself); anything
+/// else is `unavailable` (rejoin with `since`).
+fn rejoin_left_reason(refused: Option<ErrorCode>) -> &'static str {
+    match refused {
+        Some(ErrorCode::Banned) => "kicked",
+        Some(ErrorCode::RoomClosed) => "closed",
+        _ => "unavailable",
+    }
+}
+
+#[cfg(test)]
+mod rejoin_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_rejoin_says_why() {
+        assert_eq!(rejoin_left_reason(Some(ErrorCode::Banned)), "kicked");
+        assert_eq!(rejoin_left_reason(Some(ErrorCode::RoomClosed)), "closed");
+        assert_eq!(rejoin_left_reason(Some(ErrorCode::Internal)), "unavailable");
+        assert_eq!(rejoin_left_reason(None), "unavailable");
     }
 }

@@ -711,7 +711,7 @@ impl RoomActor {
         let profile = state::shared_profile(cmd.profile.clone());
         let now = now_ms();
         let mut joined = if trusted {
-            state.rejoin(&cmd.user, at.clone(), profile, now)
+            state.rejoin(&cmd.user, at.clone(), profile, now)?
         } else {
             state.join_as(&cmd.user, at.clone(), j.password.as_deref(), profile, now)?
         };

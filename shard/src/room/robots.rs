@@ -240,15 +240,11 @@ impl RoomActor {
             };
             let present = state.member(&r.id).is_some();
             if wanted && !present {
-                if state
-                    .durable()
-                    .bans
-                    .get(&r.id)
-                    .is_some_and(|b| b.holds(now))
-                {
+                // A banned robot stays out, as anyone would.
+                let Ok(joined) = state.rejoin(&r.id, robot_at(i), robot_profile(&r.name), now)
+                else {
                     continue;
-                }
-                let joined = state.rejoin(&r.id, robot_at(i), robot_profile(&r.name), now);
+                };
                 action("join");
                 let _ = self.publish(joined.applied, None).await;
             } else if !wanted && present {

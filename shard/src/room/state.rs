@@ -336,9 +336,8 @@ impl RoomState {
     /// away within its grace window comes back silently.
     ///
     /// # Errors
-    /// `ROOM_CLOSED` when the owner closed the room; `BANNED` while a ban holds;
-    /// `ROOM_LOCKED` when the room has a password and `password` is not it (the owner and
-    /// admins need none).
+    /// As [`RoomState::admits`]; then `ROOM_LOCKED` when the room has a password and
+    /// `password` is not it (the owner and admins need none).
     pub fn join_as(
         &mut self,
         user: &UserId,
@@ -347,6 +346,42 @@ impl RoomState {
         profile: Option<Arc<Profile>>,
         now: u64,
     ) -> Result<Joined, Rejected> {
+        self.admits(user, now)?;
+        if let Some(p) = &self.durable.password
+            && self.role(user) == Role::Member
+            && password != Some(p.as_str())
+        {
+            return Err(rejected(
+                ErrorCode::RoomLocked,
+                "room is locked: wrong password",
+            ));
+        }
+        Ok(self.add(user, at, profile, now))
+    }
+
+    /// Adds `user` back after a handoff: a trusted join (the gateway vouches the user was a
+    /// member at the previous owner), so no password check. A member of the roster the
+    /// previous owner handed over comes back silently.
+    ///
+    /// # Errors
+    /// As [`RoomState::admits`]: a ban or a `room.close` made while the user was away (during
+    /// the move) holds against its rejoin as against any join.
+    pub fn rejoin(
+        &mut self,
+        user: &UserId,
+        at: SessionRef,
+        profile: Option<Arc<Profile>>,
+        now: u64,
+    ) -> Result<Joined, Rejected> {
+        self.admits(user, now)?;
+        Ok(self.add(user, at, profile, now))
+    }
+
+    /// Whether `user` may join at `now`, password aside.
+    ///
+    /// # Errors
+    /// `ROOM_CLOSED` when the owner closed the room; `BANNED` while a ban holds.
+    fn admits(&self, user: &UserId, now: u64) -> Result<(), Rejected> {
         if self.durable.closed {
             return Err(rejected(
                 ErrorCode::RoomClosed,
@@ -364,29 +399,7 @@ impl RoomState {
                 }),
             });
         }
-        if let Some(p) = &self.durable.password
-            && self.role(user) == Role::Member
-            && password != Some(p.as_str())
-        {
-            return Err(rejected(
-                ErrorCode::RoomLocked,
-                "room is locked: wrong password",
-            ));
-        }
-        Ok(self.add(user, at, profile, now))
-    }
-
-    /// Adds `user` back after a handoff: a trusted join (the gateway vouches the user was a
-    /// member at the previous owner), so no password check. A member of the roster the
-    /// previous owner handed over comes back silently.
-    pub fn rejoin(
-        &mut self,
-        user: &UserId,
-        at: SessionRef,
-        profile: Option<Arc<Profile>>,
-        now: u64,
-    ) -> Joined {
-        self.add(user, at, profile, now)
+        Ok(())
     }
 
     /// Removes `user` if its membership is the connection `at` (a stale connection's leave

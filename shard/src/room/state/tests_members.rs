@@ -312,7 +312,7 @@ fn a_planned_move_hands_the_roster_over() {
     assert!(new.is_away(&u("a")) && new.is_away(&u("b")));
     assert_eq!(new.gateways().count(), 0);
     // a rejoins silently, keeping its join time and profile.
-    let j = new.rejoin(&u("a"), at(5), named("A"), 1_100);
+    let j = new.rejoin(&u("a"), at(5), named("A"), 1_100).unwrap();
     assert!(j.applied.presence.is_empty());
     let p = new.member_list(None, None, 0).unwrap();
     let a = p.members.iter().find(|m| m.user == u("a")).unwrap();
@@ -325,6 +325,31 @@ fn a_planned_move_hands_the_roster_over() {
     assert_eq!(new.seat_of(&u("b")), None);
     // Nobody else is pending.
     assert_eq!(new.next_deadline(), None);
+}
+
+/// A ban or a close made during a planned move, while the members are away, holds against
+/// the gateways' rejoins that come after it, as against any join.
+#[test]
+fn a_ban_or_close_during_a_move_holds_against_the_rejoin() {
+    let mut old = room(5_000);
+    old.join(&u("a"), at(1), None, 0).unwrap();
+    old.join(&u("b"), at(2), None, 0).unwrap();
+    let roster = old.roster();
+    let mut new = room(5_000);
+    new.restore(roster.clone(), 100);
+    new.rejoin(&u("host"), at(3), None, 110).unwrap();
+    new.room_ban(&u("host"), &u("a"), None, 120).unwrap();
+    let refused = new.rejoin(&u("a"), at(4), None, 130).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Banned);
+    assert!(new.member(&u("a")).is_none());
+    // b is not banned: back silently.
+    assert!(new.rejoin(&u("b"), at(5), None, 130).is_ok());
+    let mut closed = room(5_000);
+    closed.restore(roster, 100);
+    closed.rejoin(&u("host"), at(3), None, 110).unwrap();
+    closed.room_close(&u("host"), 120).unwrap();
+    let refused = closed.rejoin(&u("b"), at(5), None, 130).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::RoomClosed);
 }
 
 #[test]

@@ -548,14 +548,14 @@ fn robots_are_counted_as_they_come_and_go() {
         gateway: NodeId::from(ROBOT_GATEWAY),
         session: 1,
     };
-    r.rejoin(&u("bot:amy"), bot.clone(), None, 0);
+    r.rejoin(&u("bot:amy"), bot.clone(), None, 0).unwrap();
     // The same robot again, on the same connection, is not a second robot.
-    r.rejoin(&u("bot:amy"), bot.clone(), None, 0);
+    r.rejoin(&u("bot:amy"), bot.clone(), None, 0).unwrap();
     assert_eq!((r.robot_count(), r.snapshot().robots), (1, 1));
     r.leave(&u("bot:amy"), &bot, "left").unwrap();
     r.leave(&u("mem"), &at(2), "left").unwrap();
     assert_eq!((r.robot_count(), r.member_count()), (0, 5));
     // Robots are members through no gateway a room sends to.
-    r.rejoin(&u("bot:bo"), bot, None, 0);
+    r.rejoin(&u("bot:bo"), bot, None, 0).unwrap();
     assert!(r.gateways().all(|g| g.as_str() != ROBOT_GATEWAY));
 }
