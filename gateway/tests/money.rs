@@ -200,6 +200,72 @@ async fn a_uuid7_request_gets_a_time_ordered_order_id_and_its_retries_the_same_o
     s.stop().await;
 }
 
+/// The fence of `room`'s running runtime (the admin API's room view).
+async fn fence_of(s: &Server, room: &str) -> Option<u64> {
+    let r = kit::admin::get(s.admin, &format!("/admin/rooms/{room}"), Some(ADMIN))
+        .await
+        .unwrap();
+    (r.status == 200).then(|| r.json()["fence"].as_u64().unwrap())
+}
+
+/// A client may use one `req_id` in two rooms. The second room's gift is a conflict, whatever
+/// the rooms' fences: a second room whose fence is below the first room's must not read the
+/// stored saga's fence as a newer owner and stop its runtime (every retry would stop it again).
+#[tokio::test]
+async fn a_req_id_reused_in_a_room_with_a_lower_fence_is_a_conflict_that_stops_nothing() {
+    let s = Server::start_with(|sh| sh.idle_unload = Duration::from_millis(200)).await;
+    s.grant("alice", 100, "g").await;
+    let mut a = s.connect("alice").await;
+    let (first, second) = (RoomId::from("first"), RoomId::from("second"));
+    // The first room's second runtime (it wrote under its first fence, then unloaded).
+    a.join(&first, false, None).await.unwrap();
+    a.request("chat.send", json!({"room": first, "text": "hi"}))
+        .await
+        .unwrap();
+    a.request("room.leave", json!({"room": first}))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while fence_of(&s, "first").await.is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "never unloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.join(&first, false, None).await.unwrap();
+    let mut b = s.connect("bob").await;
+    b.join(&first, false, None).await.unwrap();
+    let ok = a
+        .request("gift.send", gift(&first, "same", "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    assert_eq!(ok["balance"], 90);
+    a.join(&second, false, None).await.unwrap();
+    b.join(&second, false, None).await.unwrap();
+    let fences = (fence_of(&s, "first").await, fence_of(&s, "second").await);
+    let (Some(f1), Some(f2)) = fences else {
+        panic!("both rooms run: {fences:?}");
+    };
+    assert!(
+        f2 < f1,
+        "the second room's fence {f2} is below the first's {f1}"
+    );
+    for _ in 0..2 {
+        let err = a
+            .request("gift.send", gift(&second, "same", "rose", json!(["bob"])))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::IdempotencyConflict));
+    }
+    // The second room kept its runtime, and nothing more was debited.
+    assert_eq!(fence_of(&s, "second").await, Some(f2));
+    let ok = a
+        .request("gift.send", gift(&second, "new", "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    assert_eq!(ok["balance"], 80);
+    assert_eq!(fence_of(&s, "second").await, Some(f2));
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn twenty_concurrent_gifts_over_a_balance_for_ten() {
     let s = Server::start().await;

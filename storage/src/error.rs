@@ -55,6 +55,13 @@ pub enum StorageError {
         #[source]
         source: Option<Source>,
     },
+    /// A request id the store had booked for another request (another room's gift, other
+    /// amounts): nothing was done, and the stored request was left alone.
+    #[error("request id reused: {context}")]
+    Reused {
+        /// What the id is already booked for.
+        context: String,
+    },
     /// Any other backend error.
     #[error("backend: {context}{}", Detail(.source))]
     Backend {
@@ -159,6 +166,13 @@ impl StorageError {
         }
     }
 
+    /// `Reused`: the request id is booked for `context`.
+    pub fn reused(context: impl Into<String>) -> Self {
+        Self::Reused {
+            context: context.into(),
+        }
+    }
+
     /// Whether the same operation may succeed if retried.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Conflict(_) | Self::Unavailable { .. })
@@ -172,6 +186,7 @@ impl StorageError {
                 ErrorCode::Unavailable
             }
             Self::Invalid { .. } => ErrorCode::BadRequest,
+            Self::Reused { .. } => ErrorCode::IdempotencyConflict,
             Self::Corrupt { .. } | Self::Backend { .. } => ErrorCode::Internal,
         }
     }

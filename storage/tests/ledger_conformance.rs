@@ -28,6 +28,7 @@ use fixture::{Fixture, postgres, scylla, sqlite};
 conformance!(
     concurrent_gifts_never_overdraw,
     same_request_debits_once,
+    a_request_id_reused_elsewhere_is_refused_and_changes_nothing,
     grants_are_idempotent_by_key,
     stale_fence_is_rejected_and_changes_nothing,
     a_fence_installed_by_another_node_fences_this_ones_writes,
@@ -152,6 +153,55 @@ async fn same_request_debits_once(f: Fixture) {
     );
     assert_eq!(f.ledger.balance(&sender).await.unwrap(), 2_040);
     assert_eq!(f.ledger.earnings(&host).await.unwrap(), 30);
+    assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
+}
+
+/// A client may use one request id in two rooms (the gift id is the sender's request id): the
+/// second room's send is refused as `Reused` before any fence is compared, so it neither looks
+/// like a newer owner's write (the second room's fence below the first's is no `Fenced`) nor
+/// touches the first room's saga. The same holds for another gift under one id in one room.
+async fn a_request_id_reused_elsewhere_is_refused_and_changes_nothing(f: Fixture) {
+    let sender = f.user("s");
+    let host = f.user("h");
+    let (a, b) = (f.room("a"), f.room("b"));
+    let to = std::slice::from_ref(&host);
+    f.ledger.grant(&sender, 100, "seed").await.unwrap();
+    f.ledger.install_fence(&a, 7, "n1/a").await.unwrap();
+    f.ledger.install_fence(&b, 2, "n1/b").await.unwrap();
+    let mut in_a = f.order(&sender, "req-1", &a, 10, to);
+    in_a.request = 0xa;
+    assert!(matches!(
+        f.ledger.send_gift(&in_a, 7).await.unwrap(),
+        GiftOutcome::Settled { balance: 90, .. }
+    ));
+    let mut in_b = f.order(&sender, "req-1", &b, 50, to);
+    in_b.request = 0xb;
+    for fence in [2, 9] {
+        let err = f.ledger.send_gift(&in_b, fence).await.unwrap_err();
+        assert!(matches!(err, StorageError::Reused { .. }), "{err:?}");
+        assert_eq!(err.code(), protocol::ErrorCode::IdempotencyConflict);
+        let err = f.ledger.begin(&in_b, fence).await.unwrap_err();
+        assert!(matches!(err, StorageError::Reused { .. }), "{err:?}");
+    }
+    // Another gift under the same id in room a: refused too; a retry of the first is not.
+    let mut other = f.order(&sender, "req-1", &a, 20, to);
+    other.request = 0xc;
+    let err = f.ledger.send_gift(&other, 7).await.unwrap_err();
+    assert!(matches!(err, StorageError::Reused { .. }), "{err:?}");
+    assert!(matches!(
+        f.ledger.send_gift(&in_a, 7).await.unwrap(),
+        GiftOutcome::Duplicate { .. }
+    ));
+    let stored = f.ledger.saga(in_a.gift_id).await.unwrap().unwrap();
+    assert_eq!((stored.order.room, stored.fence), (a.clone(), 7));
+    assert_eq!(f.ledger.balance(&sender).await.unwrap(), 90);
+    assert_eq!(f.ledger.earnings(&host).await.unwrap(), 5);
+    // Room a's owner still writes with its fence: nothing raised it.
+    let next = f.order(&sender, "req-2", &a, 10, to);
+    assert!(matches!(
+        f.ledger.send_gift(&next, 7).await.unwrap(),
+        GiftOutcome::Settled { balance: 80, .. }
+    ));
     assert!(f.ledger.audit_totals().await.unwrap().is_conserved());
 }
 

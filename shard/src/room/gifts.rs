@@ -283,6 +283,7 @@ fn outcome_reply(
             ErrorCode::Unavailable,
             "room ownership moved; retry with the same req_id",
         )),
+        Err(StorageError::Reused { .. }) => Err(conflict_error()),
         Err(e) if e.is_retryable() => Err(ReplyError::new(
             ErrorCode::Unavailable,
             "ledger busy; retry with the same req_id",
@@ -499,10 +500,11 @@ impl RoomActor {
                 self.inner.hot.gifts_settled.increment(1);
                 self.publish_gift(order, opened).await;
             }
-            // Refused, or a retry of an order settled before: no event of this saga's to
-            // publish. Its open record goes with the room's next write. An error leaves it
+            // Refused, a retry of an order settled before, or a request id the ledger holds
+            // for another gift (maybe another room's): no event of this call's to publish.
+            // Its open record goes with the room's next write. Any other error leaves it
             // open: the next runtime asks the ledger how the gift ended.
-            Ok(_) if opened => {
+            Ok(_) | Err(StorageError::Reused { .. }) if opened => {
                 self.closing.push(order.gift_id);
                 if self.closing.len() >= CLOSE_BATCH {
                     self.flush_closing().await;
@@ -663,6 +665,9 @@ impl RoomActor {
         };
         for gift_id in open.into_iter().filter(|g| !owed.contains(g)) {
             match ledger.saga(gift_id).await {
+                // Another room's gift under a request id reused here: not this room's to
+                // publish (older builds left such records open).
+                Ok(Some(rec)) if rec.order.room != self.room => self.closing.push(gift_id),
                 Ok(Some(rec)) => match rec.state {
                     SagaState::Settled => {
                         metrics::counter!(m::GIFT_EVENTS_FOUND_OPEN).increment(1);

@@ -77,6 +77,25 @@ pub enum OrderError {
 }
 
 impl GiftOrder {
+    /// `Reused` when the saga stored under this order's gift id was booked for another
+    /// request: another room's (the gift id is the sender's request id, which a client may use
+    /// in two rooms) or another gift. A retry of the stored request passes. The ledger checks
+    /// this before the stored saga's fence, so such a request neither touches the saga nor
+    /// looks like a newer owner's write to the room that sent it.
+    ///
+    /// # Errors
+    /// `Reused`, naming the stored order's room.
+    pub fn same_request_as(&self, stored: &GiftOrder) -> crate::Result<()> {
+        let other_gift = self.request != 0 && stored.request != 0 && self.request != stored.request;
+        if self.room != stored.room || other_gift {
+            return Err(crate::StorageError::reused(format!(
+                "gift {} in room {}",
+                stored.gift_id, stored.room
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks the order's numbers. The room actor should call this before booking and answer
     /// `BAD_REQUEST`; the ledger checks again and refuses an invalid order with `Invalid`.
     ///

@@ -418,6 +418,7 @@ async fn begin_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResu
     let Some(rec) = lock_saga(tx, order.gift_id).await? else {
         return Err(StorageError::corrupt_msg("a saga refused as a duplicate is missing").into());
     };
+    order.same_request_as(&rec.order)?;
     ensure_fence(tx, &rec.order.room, fence, rec.fence).await?;
     Ok(BeginOutcome::Existing(rec))
 }

@@ -152,6 +152,7 @@ impl ScyllaLedger {
                 return Ok(BeginOutcome::Started);
             }
             if let Some(rec) = self.read_back(|| self.read_saga(order.gift_id)).await? {
+                order.same_request_as(&rec.order)?;
                 if rec.fence > fence {
                     return Err(StorageError::Fenced { token: fence });
                 }

@@ -27,6 +27,7 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
             "a saga refused as a duplicate is missing",
         ));
     };
+    order.same_request_as(&rec.order)?;
     ensure_fence(c, &order.room, fence, rec.fence)?;
     if let Some(first) = rec.result() {
         return Ok(GiftOutcome::Duplicate { first });
@@ -145,6 +146,7 @@ pub(super) fn insert_saga(
 
 pub(super) fn tx_begin(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<BeginOutcome> {
     if let Some(rec) = load_saga(c, order.gift_id)? {
+        order.same_request_as(&rec.order)?;
         ensure_fence(c, &order.room, fence, rec.fence)?;
         return Ok(BeginOutcome::Existing(rec));
     }
