@@ -22,6 +22,8 @@ pub(crate) const MAX_BANS: usize = 1000;
 pub(crate) const MAX_MUTES: usize = 1000;
 /// Most pending seat requests a room holds.
 pub(crate) const MAX_REQUESTS: usize = 100;
+/// Most seat invitations a room holds (expired ones kept for their answer included).
+pub(crate) const MAX_INVITES: usize = 100;
 /// How long an expired invitation is kept, so that accepting it says `REQUEST_EXPIRED`.
 pub(crate) const EXPIRED_INVITE_KEEP_MS: u64 = 10 * 60 * 1000;
 /// How long an RTC report about a user without a seat is kept (at least the publish

@@ -132,8 +132,9 @@ impl RoomState {
                 ));
             }
             self.durable.admins.push(target.clone());
-            // Staff are not muted in chat.
+            // Staff are not muted in chat, and take seats directly: no request of theirs waits.
             self.durable.mutes.remove(target);
+            self.durable.requests.retain(|r| r.user != *target);
         } else {
             self.durable.admins.retain(|a| a != target);
         }
@@ -172,6 +173,7 @@ impl RoomState {
         self.durable.admins.retain(|a| a != target);
         self.durable.mutes.remove(target);
         self.durable.bans.remove(target);
+        self.durable.requests.retain(|r| r.user != *target);
         self.durable.owner = target.clone();
         let mut applied = Applied::changed();
         for (who, role) in [(target, "owner"), (user, "member")] {

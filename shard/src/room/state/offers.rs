@@ -4,7 +4,7 @@
 use protocol::client::{RequestList, SeatMode};
 use protocol::{ErrorCode, UserId};
 
-use super::durable::{Invite, MAX_REQUESTS, SeatReq};
+use super::durable::{Invite, MAX_INVITES, MAX_REQUESTS, SeatReq};
 use super::seats::{Act, Cause};
 use super::{Applied, Rejected, Role, RoomState, answered, invite_view, rejected, request_view};
 
@@ -122,7 +122,9 @@ impl RoomState {
     /// The first answer wins; a second finds no request.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `NO_SUCH_REQUEST`; `REQUEST_EXPIRED`; the seat checks (the request stays).
+    /// `FORBIDDEN`; `NO_SUCH_REQUEST`; `REQUEST_EXPIRED`; `USER_NOT_IN_ROOM` for a requester
+    /// who is not in the room (a request saved before an unplanned stop outlives its
+    /// membership until it expires); the seat checks (the request stays).
     pub fn seat_approve(
         &mut self,
         actor: &UserId,
@@ -131,6 +133,7 @@ impl RoomState {
     ) -> Result<(u32, Applied), Rejected> {
         self.require_staff(actor, "only the owner or an admin approves seat requests")?;
         let req = self.live_request(target, now)?;
+        self.check_target_member(target)?;
         let seat = self.choose_seat(target, req.seat)?;
         let mut applied = Applied::default();
         self.place(
@@ -202,6 +205,16 @@ impl RoomState {
             self.check_seat_for(target, i)?;
         }
         self.durable.invites.retain(|i| i.user != *target);
+        if self.durable.invites.len() >= MAX_INVITES {
+            // Expired invitations are kept only to answer `REQUEST_EXPIRED`: they go first.
+            self.durable.invites.retain(|i| !i.expired);
+        }
+        if self.durable.invites.len() >= MAX_INVITES {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "too many pending seat invitations; try later",
+            ));
+        }
         let invite = Invite {
             user: target.clone(),
             by: actor.clone(),

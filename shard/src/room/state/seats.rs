@@ -298,7 +298,10 @@ impl RoomState {
                 && holder != user
             {
                 self.require_over(user, holder)?;
-                self.require_unprotected(user, holder)?;
+                // Lifting a mute is not protected against; imposing one is.
+                if muted {
+                    self.require_unprotected(user, holder)?;
+                }
             }
         } else if !muted && s.admin_muted {
             return Err(rejected(
@@ -358,10 +361,13 @@ impl RoomState {
     }
 
     /// The owner or an admin sets the number of seats; shrinking frees the removed seats
-    /// (cause `admin`, reason `seat_removed`) before they go.
+    /// (cause `admin`, reason `seat_removed`) before they go. Freeing a seat is taking its
+    /// holder off it, so an admin's shrink may only remove seats of users the admin could
+    /// `seat.kick`.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `BAD_REQUEST` outside 1..=20.
+    /// `FORBIDDEN`; `BAD_REQUEST` outside 1..=20; for an admin removing the seat of the owner
+    /// or another admin `FORBIDDEN`, of a protected VIP `VIP_PROTECTED`.
     pub fn seat_count(&mut self, user: &UserId, seats: u32) -> Result<Applied, Rejected> {
         self.require_staff(user, "only the owner or an admin changes the seat count")?;
         super::durable::check_seat_count(seats)?;
@@ -369,6 +375,13 @@ impl RoomState {
         let mut applied = Applied::default();
         if n == self.durable.seats.len() {
             return Ok(applied);
+        }
+        let removed = self.durable.seats.get(n..).unwrap_or_default();
+        for holder in removed.iter().filter_map(|s| s.user.as_ref()) {
+            if holder != user {
+                self.require_over(user, holder)?;
+                self.require_unprotected(user, holder)?;
+            }
         }
         for i in n..self.durable.seats.len() {
             if self.durable.seats[i].user.is_some() {

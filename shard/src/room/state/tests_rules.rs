@@ -202,6 +202,99 @@ fn seat_count_lock_all_move_and_host_seat() {
     assert_eq!(r.seat_take(&u("host"), None, 1).unwrap().0, 0);
 }
 
+/// Removing a seat takes its holder off it: an admin's shrink may remove only seats an admin
+/// could `seat.kick` from, never the owner's or another admin's; the owner's may remove any.
+#[test]
+fn an_admins_seat_count_spares_the_owner_and_other_admins() {
+    let count = |n: u32| serde_json::json!({"op":"seat.count","d":{"room":"r1","seats":n}});
+    for (holder, actor, want) in [
+        ("host", "adm", Some(ErrorCode::Forbidden)),
+        ("adm2", "adm", Some(ErrorCode::Forbidden)),
+        ("adm", "adm", None),
+        ("adm", "host", None),
+    ] {
+        let mut r = party();
+        r.join(&u("adm2"), at(20), None, 0).unwrap();
+        r.durable.admins.push(u("adm2"));
+        r.durable.seats[6].user = Some(u(holder));
+        let before = r.durable().clone();
+        let got = run(&mut r, actor, count(5), 1);
+        match want {
+            Some(code) => {
+                assert_eq!(
+                    got.unwrap_err().code,
+                    code,
+                    "{actor} removing {holder}'s seat"
+                );
+                assert_eq!(r.durable(), &before, "a refusal changed nothing");
+            }
+            None => {
+                got.unwrap();
+                assert_eq!(r.seat_of(&u(holder)), None);
+                assert_eq!(r.durable().seats.len(), 5);
+            }
+        }
+    }
+}
+
+/// A room holds at most 100 invitations; expired ones (kept to answer `REQUEST_EXPIRED`) make
+/// way for new ones, pending ones do not.
+#[test]
+fn invitations_are_bounded() {
+    let mut r = party();
+    for i in 0..100 {
+        let name = format!("m{i}");
+        r.join(&u(&name), at(100 + i), None, 0).unwrap();
+        r.seat_invite(&u("host"), &u(&name), None, 0).unwrap();
+    }
+    r.join(&u("late"), at(300), None, 0).unwrap();
+    let full = r.seat_invite(&u("host"), &u("late"), None, 0).unwrap_err();
+    assert_eq!(full.code, ErrorCode::BadRequest);
+    // A new invitation for someone invited already replaces theirs.
+    r.seat_invite(&u("host"), &u("m0"), None, 0).unwrap();
+    // Once they expired and were swept, there is room again.
+    let ttl = r.rules.invite_ttl_ms;
+    r.tick(ttl + 1);
+    r.seat_invite(&u("host"), &u("late"), None, ttl + 2)
+        .unwrap();
+    assert!(r.durable().invites.len() <= 100);
+}
+
+/// Staff take seats directly: a member's pending request goes when the owner makes them an
+/// admin or the owner. A request whose user is not in the room (saved before an unplanned
+/// stop) cannot be approved.
+#[test]
+fn requests_end_with_promotion_and_need_a_member_to_approve() {
+    let mut r = party();
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.admin","d":{"room":"r1","user":"req","admin":true}}),
+        1,
+    )
+    .unwrap();
+    assert!(r.durable().requests.is_empty());
+    let mut r = party();
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"req"}}),
+        1,
+    )
+    .unwrap();
+    assert!(r.durable().requests.is_empty());
+    let mut r = party();
+    r.members.remove(&u("req"));
+    let got = run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"seat.approve","d":{"room":"r1","user":"req"}}),
+        1,
+    );
+    assert_eq!(got.unwrap_err().code, ErrorCode::UserNotInRoom);
+    assert_eq!(r.seat_of(&u("req")), None);
+}
+
 #[test]
 fn chat_mutes_hold_until_their_end_and_the_server_announces_it() {
     let mut r = party();

@@ -68,9 +68,18 @@ fn rights_matrix_role_by_vip_level_by_action() {
             serde_json::json!({"op":"seat.mute","d":{"room":"r1","seat":2,"muted":true}}),
             [[O, O, O, O], [O, O, P, P], [F, F, F, F]],
         ),
+        // Removing the seat takes its holder off it, as a seat.kick does.
+        (
+            serde_json::json!({"op":"seat.count","d":{"room":"r1","seats":2}}),
+            [[O, O, O, O], [O, O, P, P], [F, F, F, F]],
+        ),
         // Lifting a penalty and moving a seat are not protected against.
         (
             serde_json::json!({"op":"chat.unmute","d":{"room":"r1","user":"t"}}),
+            [[O, O, O, O], [O, O, O, O], [F, F, F, F]],
+        ),
+        (
+            serde_json::json!({"op":"seat.mute","d":{"room":"r1","seat":2,"muted":false}}),
             [[O, O, O, O], [O, O, O, O], [F, F, F, F]],
         ),
         (
