@@ -24,6 +24,7 @@ use fixture::{Fixture, postgres, scylla, sqlite};
 
 conformance!(
     a_guard_is_paid_once_per_request_and_extends_from_its_end,
+    a_request_id_reused_at_once_books_one_guard,
     guards_never_overdraw_nor_sell_in_debt_and_refusals_change_nothing,
     an_ended_guard_is_not_listed_and_a_new_one_starts_from_now,
     standings_answer_each_user_in_order_as_standing_does,
@@ -146,6 +147,90 @@ async fn a_guard_is_paid_once_per_request_and_extends_from_its_end(f: Fixture) {
     let t = l.audit_totals().await.unwrap();
     assert_eq!(t.platform_revenue, 300, "{t:?}");
     assert!(t.is_conserved(), "{t:?}");
+}
+
+/// Two purchases under one request id at once, for another host or plan and price: one is
+/// booked, the other answers `KeyReused`; one price paid, one guard, one host's earnings.
+async fn a_request_id_reused_at_once_books_one_guard(f: Fixture) {
+    let l = &f.ledger;
+    let mut platform = 0;
+    for round in 0..4 {
+        let fan = f.user(&format!("fan{round}"));
+        let (h1, h2) = (
+            f.user(&format!("h1-{round}")),
+            f.user(&format!("h2-{round}")),
+        );
+        l.grant(&fan, 1_000, "seed").await.unwrap();
+        let week = order(&fan, &h1, "g", 300, 7 * DAY_MS);
+        // Even rounds: another host; odd rounds: the same host, another plan and price.
+        let other_host = if round % 2 == 0 { &h2 } else { &h1 };
+        let mut month = order(&fan, other_host, "g", 500, 30 * DAY_MS);
+        month.plan = "month".into();
+        let before = now_ms();
+        let (a, b) = tokio::join!(l.buy_guard(&week), l.buy_guard(&month));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let (won, lost, expires_ms) = match (a, b) {
+            (
+                GuardOutcome::Bought {
+                    applied: true,
+                    expires_ms,
+                    ..
+                },
+                GuardOutcome::KeyReused,
+            ) => (&week, &month, expires_ms),
+            (
+                GuardOutcome::KeyReused,
+                GuardOutcome::Bought {
+                    applied: true,
+                    expires_ms,
+                    ..
+                },
+            ) => (&month, &week, expires_ms),
+            other => panic!("round {round}: {other:?}"),
+        };
+        platform += won.platform_share();
+        assert_eq!(l.balance(&fan).await.unwrap(), 1_000 - won.price);
+        assert!(expires_ms >= before + won.duration_ms, "round {round}");
+        assert!(expires_ms <= now_ms() + won.duration_ms, "round {round}");
+        // One guard, of the winner's host, for the winner's duration.
+        let now = now_ms();
+        let held = l.guards_of_buyer(&fan, now).await.unwrap();
+        assert_eq!(held.len(), 1, "round {round}: {held:?}");
+        assert_eq!((&held[0].host, held[0].expires_ms), (&won.host, expires_ms));
+        assert_eq!(l.guards_of_host(&won.host, now).await.unwrap(), held);
+        if lost.host != won.host {
+            assert!(l.guards_of_host(&lost.host, now).await.unwrap().is_empty());
+            assert_eq!(l.earnings(&lost.host).await.unwrap(), 0);
+            assert!(kinds(l, &lost.host).await.is_empty());
+        }
+        assert_eq!(l.earnings(&won.host).await.unwrap(), won.host_share);
+        assert_eq!(
+            kinds(l, &won.host).await,
+            vec![(MovementKind::GuardIncome, won.host_share)]
+        );
+        // One debit: the winner's price.
+        let paid: Vec<i64> = kinds(l, &fan)
+            .await
+            .into_iter()
+            .filter(|(k, _)| *k == MovementKind::Guard)
+            .map(|(_, a)| a)
+            .collect();
+        assert_eq!(paid, vec![-won.price], "round {round}");
+        // Asked again: the loser is still refused, the winner is a repeat.
+        assert_eq!(l.buy_guard(lost).await.unwrap(), GuardOutcome::KeyReused);
+        assert_eq!(
+            l.buy_guard(won).await.unwrap(),
+            GuardOutcome::Bought {
+                expires_ms,
+                balance: 1_000 - won.price,
+                applied: false
+            }
+        );
+    }
+    let t = l.audit_totals().await.unwrap();
+    assert_eq!(t.platform_revenue, platform, "{t:?}");
+    assert!(t.is_conserved(), "{t:?}");
+    assert_eq!(t.negative_accounts, 0);
 }
 
 async fn guards_never_overdraw_nor_sell_in_debt_and_refusals_change_nothing(f: Fixture) {

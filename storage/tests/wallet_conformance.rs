@@ -25,9 +25,11 @@ conformance!(
     statement_pages_never_skip_or_repeat_while_bookings_land,
     only_sellers_transfer_once_per_request_within_the_daily_limit,
     a_transfer_racing_the_sellers_gifts_never_overdraws,
+    a_request_id_reused_at_once_books_one_transfer,
     a_payment_credits_once_however_often_it_is_notified,
     a_refund_after_spending_is_a_debt_that_blocks_gifts_until_covered,
     a_host_settles_earnings_once_and_never_more_than_earned,
+    a_settlement_id_reused_at_once_settles_once,
     a_reward_credits_once_per_user_and_period_under_concurrent_calls,
 );
 
@@ -356,6 +358,71 @@ async fn a_transfer_racing_the_sellers_gifts_never_overdraws(f: Fixture) {
     assert!(totals.is_conserved(), "{totals:?}");
 }
 
+/// Two transfers under one request id, to different receivers for different amounts, at once:
+/// one is booked, the other answers `KeyReused`; only the booked one's coins moved (one debit,
+/// one credit) and the audit counts it alone.
+async fn a_request_id_reused_at_once_books_one_transfer(f: Fixture) {
+    let seller = f.user("seller");
+    let l = &f.ledger;
+    l.grant(&seller, 10_000, "stock").await.unwrap();
+    l.set_seller(&seller, true).await.unwrap();
+    let (mut left, mut transferred) = (10_000, 0);
+    for round in 0..4 {
+        let (x, y) = (f.user(&format!("x{round}")), f.user(&format!("y{round}")));
+        let req = format!("t{round}");
+        let small = transfer(&seller, &x, 1, &req, 1_000_000);
+        let big = transfer(&seller, &y, 1_000, &req, 1_000_000);
+        let (a, b) = tokio::join!(l.transfer(&small), l.transfer(&big));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let (won, lost, balance) = match (a, b) {
+            (
+                TransferOutcome::Done {
+                    applied: true,
+                    balance,
+                },
+                TransferOutcome::KeyReused,
+            ) => (&small, &big, balance),
+            (
+                TransferOutcome::KeyReused,
+                TransferOutcome::Done {
+                    applied: true,
+                    balance,
+                },
+            ) => (&big, &small, balance),
+            other => panic!("round {round}: {other:?}"),
+        };
+        left -= won.amount;
+        transferred += won.amount;
+        assert_eq!(balance, left, "round {round}");
+        assert_eq!(l.balance(&seller).await.unwrap(), left);
+        assert_eq!(l.balance(&won.to).await.unwrap(), won.amount);
+        assert_eq!(l.balance(&lost.to).await.unwrap(), 0);
+        assert!(walk(l, &lost.to, 10, 2).await.is_empty());
+        // Asked again: the loser is still refused, the winner is a repeat.
+        assert_eq!(l.transfer(lost).await.unwrap(), TransferOutcome::KeyReused);
+        assert_eq!(
+            l.transfer(won).await.unwrap(),
+            TransferOutcome::Done {
+                balance: left,
+                applied: false
+            }
+        );
+    }
+    // One debit per round on the seller's statement.
+    let debits: Vec<i64> = walk(l, &seller, 20, 5)
+        .await
+        .iter()
+        .filter(|m| m.kind == MovementKind::Transfer)
+        .map(|m| m.amount)
+        .collect();
+    assert_eq!(debits.len(), 4, "{debits:?}");
+    assert_eq!(-debits.iter().sum::<i64>(), transferred);
+    let t = l.audit_totals().await.unwrap();
+    assert_eq!(t.transferred, transferred, "{t:?}");
+    assert!(t.is_conserved(), "{t:?}");
+    assert_eq!(t.negative_accounts, 0);
+}
+
 fn payment(id: &str, user: &UserId, coins: i64) -> Payment {
     Payment {
         id: id.into(),
@@ -565,6 +632,74 @@ async fn a_host_settles_earnings_once_and_never_more_than_earned(f: Fixture) {
     assert_eq!((lines[0].amount, lines[0].key.as_str()), (-150, "s1"));
     let t = l.audit_totals().await.unwrap();
     assert_eq!(t.settled, 150);
+    assert!(t.is_conserved(), "{t:?}");
+}
+
+/// Two settlements under one id at once, for different amounts of one host and then for two
+/// hosts: one is settled, the other answers `KeyReused`; only the settled one left earnings.
+async fn a_settlement_id_reused_at_once_settles_once(f: Fixture) {
+    let (fan, host, other) = (f.user("fan"), f.user("host"), f.user("other"));
+    let room = f.room("r");
+    let l = &f.ledger;
+    l.install_fence(&room, 1, "n1").await.unwrap();
+    l.grant(&fan, 1_000, "g").await.unwrap();
+    // 50 % to the recipient: the host earns 300, the other 100.
+    for (i, (to, unit)) in [(&host, 200), (&host, 200), (&host, 200), (&other, 200)]
+        .into_iter()
+        .enumerate()
+    {
+        let o = f.order(
+            &fan,
+            &format!("g{i}"),
+            &room,
+            unit,
+            std::slice::from_ref(to),
+        );
+        l.send_gift(&o, 1).await.unwrap();
+    }
+    let mut earned = [(host.clone(), 300), (other.clone(), 100)];
+    let mut settled = 0;
+    let rounds = [
+        (settlement("s1", &host, 100), settlement("s1", &host, 30)),
+        (settlement("s2", &host, 50), settlement("s2", &other, 60)),
+    ];
+    for (a, b) in &rounds {
+        let (ra, rb) = tokio::join!(l.settle_earnings(a), l.settle_earnings(b));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        let (won, lost) = match (ra, rb) {
+            (SettlementOutcome::Settled { applied: true, .. }, SettlementOutcome::KeyReused) => {
+                (a, b)
+            }
+            (SettlementOutcome::KeyReused, SettlementOutcome::Settled { applied: true, .. }) => {
+                (b, a)
+            }
+            other => panic!("{}: {other:?}", a.id),
+        };
+        settled += won.amount;
+        for (who, have) in &mut earned {
+            if *who == won.user {
+                *have -= won.amount;
+            }
+            assert_eq!(l.earnings(who).await.unwrap(), *have, "{}", a.id);
+        }
+        assert_eq!(
+            l.settle_earnings(lost).await.unwrap(),
+            SettlementOutcome::KeyReused
+        );
+    }
+    // One settlement line per settled id, on its host's statement.
+    let q = HistoryQuery {
+        cursor: None,
+        limit: 10,
+        kind: Some(MovementKind::Settlement),
+    };
+    let mut lines = 0;
+    for u in [&host, &other] {
+        lines += l.history(u, &q).await.unwrap().movements.len();
+    }
+    assert_eq!(lines, 2);
+    let t = l.audit_totals().await.unwrap();
+    assert_eq!(t.settled, settled, "{t:?}");
     assert!(t.is_conserved(), "{t:?}");
 }
 

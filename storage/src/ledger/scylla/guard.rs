@@ -1,11 +1,15 @@
-//! Guards on Scylla. The buyer's debit is a wallet change under the purchase id (it refuses
-//! to overdraw, racing gifts included); the purchase row is then claimed with an LWT (`IF NOT
-//! EXISTS`), which fixes its time once; the pair's purchase facts, the host's earnings row and
-//! the platform's share (a `settled_house` row keyed by the purchase id) are plain idempotent
-//! writes after it. A retry with the same request id after a crash anywhere in between finds
-//! the debit held and finishes the rest, never debiting twice. The expiry is not stored: it is
-//! folded from the pair's purchases in time order ([`folded`]), so two purchases at once both
-//! count whatever order their writes land in.
+//! Guards on Scylla. The purchase row is claimed first, with the order's parameters and no
+//! time yet (`at_ms` 0), by an LWT (`IF NOT EXISTS`): a request reusing the id of another
+//! purchase (host, plan or price) finds that row and stops before any coin moves, as on the
+//! SQL engines. Then the buyer's debit, a wallet change under the purchase id (it refuses to
+//! overdraw, racing gifts included); then the purchase's time, fixed once by an LWT (`IF at_ms
+//! = 0`); the pair's purchase facts, the host's earnings row and the platform's share (a
+//! `settled_house` row keyed by the purchase id) are plain idempotent writes after it, from the
+//! row as claimed. A retry with the same request id after a crash anywhere in between finds the
+//! claim and the debit held and finishes the rest, never debiting twice. A refusal (debt,
+//! coins) leaves the claim: the id stays that order's, which the same order may book later. The
+//! expiry is not stored: it is folded from the pair's purchases in time order ([`folded`]), so
+//! two purchases at once both count whatever order their writes land in.
 
 use std::collections::HashMap;
 
@@ -46,6 +50,7 @@ pub(super) fn schema(ks: &str) -> Vec<String> {
 /// The guard statements.
 pub(super) struct GuardStatements {
     claim: PreparedStatement,
+    fix_time: PreparedStatement,
     get: PreparedStatement,
     by_host_add: PreparedStatement,
     by_buyer_add: PreparedStatement,
@@ -64,19 +69,28 @@ pub(super) async fn prepare(session: &Session, ks: &str) -> Result<GuardStatemen
     let mut claim = prep(format!(
         "INSERT INTO {ks}.guard_purchases
            (id, buyer, host, plan, price, host_share, duration_ms, at_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+         VALUES (?, ?, ?, ?, ?, ?, ?, 0) IF NOT EXISTS"
     ))
     .await?;
     claim.set_consistency(Consistency::LocalQuorum);
     claim.set_serial_consistency(Some(SerialConsistency::LocalSerial));
     claim.set_retry_policy(Some(std::sync::Arc::new(FallthroughRetryPolicy::new())));
+    let mut fix_time = prep(format!(
+        "UPDATE {ks}.guard_purchases SET at_ms = ? WHERE id = ? IF at_ms = 0"
+    ))
+    .await?;
+    fix_time.set_consistency(Consistency::LocalQuorum);
+    fix_time.set_serial_consistency(Some(SerialConsistency::LocalSerial));
+    fix_time.set_retry_policy(Some(std::sync::Arc::new(FallthroughRetryPolicy::new())));
     let mut get = prep(format!(
-        "SELECT host, plan, price, at_ms FROM {ks}.guard_purchases WHERE id = ?"
+        "SELECT host, plan, price, host_share, duration_ms, at_ms
+         FROM {ks}.guard_purchases WHERE id = ?"
     ))
     .await?;
     get.set_consistency(Consistency::LocalSerial);
     Ok(GuardStatements {
         claim,
+        fix_time,
         get,
         by_host_add: plain(
             prep(format!(
@@ -113,8 +127,16 @@ pub(super) async fn prepare(session: &Session, ks: &str) -> Result<GuardStatemen
     })
 }
 
-/// `host, plan, price, at_ms` of a purchase row.
-type PurchaseRow = (Option<String>, Option<String>, Option<i64>, Option<i64>);
+/// `host, plan, price, host_share, duration_ms, at_ms` of a purchase row (`at_ms` 0 until the
+/// debit is booked).
+type PurchaseRow = (
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
 
 /// The guards in force at `now` from `(other side, at_ms, duration_ms)` rows of one user.
 fn in_force(
@@ -159,18 +181,56 @@ impl ScyllaLedger {
         Ok(folded(&mut p))
     }
 
+    /// Claims the purchase row with `o`'s parameters, or reads who holds it: `None` when it
+    /// holds another purchase (host, plan or price), else the order as claimed (a repeat's share
+    /// and duration are the first call's). Nothing is written but the claim.
+    async fn claim_purchase(&self, o: &GuardOrder) -> Result<Option<GuardOrder>> {
+        let id = o.id();
+        let claimed = self
+            .lwt(
+                &self.st.guards.claim,
+                (
+                    id,
+                    o.buyer.as_str(),
+                    o.host.as_str(),
+                    o.plan.as_str(),
+                    o.price,
+                    o.host_share,
+                    o.duration_ms,
+                ),
+            )
+            .await;
+        if claimed == Ok(true) {
+            return Ok(Some(o.clone()));
+        }
+        // Lost or unknown: the row read back says whose it is (ours, a twin's, or another's).
+        let Some((host, plan, price, share, duration, _)) =
+            self.read_back(|| self.purchase(id)).await?
+        else {
+            return Err(unknown("guard claim outcome unknown"));
+        };
+        if host.as_deref() != Some(o.host.as_str())
+            || plan.as_deref() != Some(o.plan.as_str())
+            || price != Some(o.price)
+        {
+            return Ok(None);
+        }
+        Ok(Some(GuardOrder {
+            host_share: share.unwrap_or(o.host_share),
+            duration_ms: duration.unwrap_or(o.duration_ms),
+            ..o.clone()
+        }))
+    }
+
     pub(in crate::ledger) async fn buy_guard(&self, o: &GuardOrder) -> Result<GuardOutcome> {
         let st = &self.st.guards;
         let id = o.id();
         let (buyer, host) = (o.buyer.as_str(), o.host.as_str());
-        if let Some((h, plan, price, _)) = self.purchase(id).await? {
-            if h.as_deref() != Some(host)
-                || plan.as_deref() != Some(o.plan.as_str())
-                || price != Some(o.price)
-            {
-                return Ok(GuardOutcome::KeyReused);
-            }
-        } else if self.read_entry(buyer, id).await?.is_none() {
+        // The claim before any coin moves: another purchase's id stops here, writing nothing.
+        let Some(o) = self.claim_purchase(o).await? else {
+            return Ok(GuardOutcome::KeyReused);
+        };
+        if self.read_entry(buyer, id).await?.is_none() {
             let debt = self.debt_sum(buyer).await?;
             if debt > 0 {
                 return Ok(GuardOutcome::InDebt { debt });
@@ -196,26 +256,19 @@ impl ScyllaLedger {
                 )));
             }
         };
-        let now = now_ms();
-        let claimed = self
-            .lwt(
-                &st.claim,
-                (
-                    id,
-                    buyer,
-                    host,
-                    o.plan.as_str(),
-                    o.price,
-                    o.host_share,
-                    o.duration_ms,
-                    now,
-                ),
-            )
-            .await;
-        let at_ms = match self.purchase(id).await? {
-            Some((_, _, _, Some(at))) => at,
-            _ if claimed.is_err() => return Err(unknown("guard claim outcome unknown")),
-            _ => return Err(StorageError::corrupt_msg("guard purchase row missing")),
+        // Only this claim's order debits under its id; another amount there is no booking of it.
+        if !ours && self.read_entry_amount(buyer, id).await? != o.price {
+            return Err(StorageError::corrupt_msg(format!(
+                "guard {id}: the buyer's debit is not the claimed price"
+            )));
+        }
+        // The time, fixed once now that the debit is held (a claim a refusal or a crash left
+        // carries none, so a later booking of it runs from its own time).
+        let fixed = self.lwt(&st.fix_time, (now_ms(), id)).await;
+        let at_ms = match self.read_back(|| self.purchase(id)).await? {
+            Some((.., Some(at))) if at > 0 => at,
+            _ if fixed.is_err() => return Err(unknown("guard time outcome unknown")),
+            _ => return Err(StorageError::corrupt_msg("guard purchase time missing")),
         };
         self.write(&st.by_host_add, (host, buyer, at_ms, id, o.duration_ms))
             .await?;
@@ -228,7 +281,7 @@ impl ScyllaLedger {
         self.write(&self.st.house_add, (id, o.platform_share(), 0_i64))
             .await?;
         if ours {
-            self.write_movements(&lines(o, balance, at_ms)).await?;
+            self.write_movements(&lines(&o, balance, at_ms)).await?;
         }
         let balance = if ours {
             balance

@@ -77,7 +77,7 @@ pub(super) async fn prepare(session: &Session, ks: &str) -> Result<PaymentStatem
         ),
         scan_payments: scan(prep(format!("SELECT coins, refunded FROM {ks}.payments")).await?),
         scan_debts: scan(prep(format!("SELECT amount FROM {ks}.debts")).await?),
-        scan_transfers: scan(prep(format!("SELECT amount FROM {ks}.transfers")).await?),
+        scan_transfers: scan(prep(format!("SELECT amount, at_ms FROM {ks}.transfers")).await?),
     })
 }
 
@@ -261,8 +261,13 @@ impl ScyllaLedger {
         }
         let debts: Vec<(Option<i64>,)> = self.scan(&st.scan_debts, ()).await?;
         let debt = debts.iter().filter_map(|r| r.0).sum();
-        let transfers: Vec<(Option<i64>,)> = self.scan(&st.scan_transfers, ()).await?;
-        let transferred = transfers.iter().filter_map(|r| r.0).sum();
+        // Booked transfers only: a claim a refusal left (`at_ms` 0) moved nothing.
+        let transfers: Vec<(Option<i64>, Option<i64>)> = self.scan(&st.scan_transfers, ()).await?;
+        let transferred = transfers
+            .iter()
+            .filter(|r| r.1.unwrap_or(0) > 0)
+            .filter_map(|r| r.0)
+            .sum();
         Ok((topped_up, refunded, debt, transferred))
     }
 }

@@ -1,7 +1,9 @@
 //! Host settlements on Scylla: the settlement row is claimed with an LWT (`IF NOT EXISTS`) and
 //! the settled amount leaves the host's earnings as a negative `earnings_entries` row keyed by
-//! the settlement (a plain idempotent write, like every earnings fact). The cover check reads
-//! the earnings sum before the claim: two different settlements of one host at the same
+//! the settlement (a plain idempotent write, like every earnings fact), only once the row is
+//! known to hold this settlement: a claim lost to another host or amount answers `KeyReused`
+//! and writes nothing, as on the SQL engines. The cover check reads the earnings sum before the
+//! claim, so a refusal leaves no row: two different settlements of one host at the same
 //! instant could both pass it (settlements are an operator's serial work; the amounts stay
 //! exact and visible in the totals).
 
@@ -23,6 +25,9 @@ pub(super) fn schema(ks: &str) -> Vec<String> {
            at_ms bigint)"
     )]
 }
+
+/// `user_id, amount, payout` of a settlement row.
+type SettlementRow = (Option<String>, Option<i64>, Option<i64>);
 
 /// The settlement statements.
 pub(super) struct SettlementStatements {
@@ -54,49 +59,62 @@ pub(super) async fn prepare(session: &Session, ks: &str) -> Result<SettlementSta
 }
 
 impl ScyllaLedger {
+    /// The settlement row `id` holds: `user_id, amount, payout`.
+    async fn settlement_row(&self, id: &str) -> Result<Option<SettlementRow>> {
+        let rows: Vec<SettlementRow> = self.rows(&self.st.settlements.get, (id,)).await?;
+        Ok(rows.into_iter().next())
+    }
+
     pub(in crate::ledger) async fn settle_earnings(
         &self,
         o: &SettlementOrder,
     ) -> Result<SettlementOutcome> {
         let st = &self.st.settlements;
         let user = o.user.as_str();
-        type Row = (Option<String>, Option<i64>, Option<i64>);
-        let first: Vec<Row> = self.rows(&st.get, (o.id.as_str(),)).await?;
-        let retry = if let Some((who, amount, _)) = first.into_iter().next() {
-            if who.as_deref() != Some(user) || amount != Some(o.amount) {
-                return Ok(SettlementOutcome::KeyReused);
-            }
-            true
-        } else {
-            let have = self.earnings(&o.user).await?;
-            if have < o.amount {
-                return Ok(SettlementOutcome::InsufficientEarnings { earnings: have });
-            }
-            false
-        };
         let now = now_ms();
-        let claimed = self
-            .lwt(
-                &st.claim,
-                (
-                    o.id.as_str(),
-                    user,
-                    o.amount,
-                    o.payout,
-                    o.period.as_str(),
-                    now,
-                ),
-            )
-            .await;
-        if claimed.is_err() && !retry {
-            // Unknown: read it back; a row that is ours carries on idempotently below.
-            let rows: Vec<Row> = self.rows(&st.get, (o.id.as_str(),)).await?;
-            if rows.is_empty() {
-                return Err(unknown("settlement claim outcome unknown"));
+        // `None`: this call's claim landed; else the row holding the id (found first, or read
+        // back after a claim lost or unknown).
+        let held = match self.settlement_row(&o.id).await? {
+            Some(row) => Some(row),
+            None => {
+                let have = self.earnings(&o.user).await?;
+                if have < o.amount {
+                    return Ok(SettlementOutcome::InsufficientEarnings { earnings: have });
+                }
+                let claimed = self
+                    .lwt(
+                        &st.claim,
+                        (
+                            o.id.as_str(),
+                            user,
+                            o.amount,
+                            o.payout,
+                            o.period.as_str(),
+                            now,
+                        ),
+                    )
+                    .await;
+                if claimed == Ok(true) {
+                    None
+                } else {
+                    match self.read_back(|| self.settlement_row(&o.id)).await? {
+                        Some(row) => Some(row),
+                        None => return Err(unknown("settlement claim outcome unknown")),
+                    }
+                }
             }
-        }
-        let applied = claimed == Ok(true);
-        // The earnings fact and the line are idempotent rewrites for a repeat.
+        };
+        // Another host's or amount's settlement under this id: nothing is written.
+        let (applied, payout) = match held {
+            None => (true, o.payout),
+            Some((who, amount, payout)) => {
+                if who.as_deref() != Some(user) || amount != Some(o.amount) {
+                    return Ok(SettlementOutcome::KeyReused);
+                }
+                (false, payout.unwrap_or(o.payout))
+            }
+        };
+        // The earnings fact is an idempotent rewrite for a repeat.
         let key = settlement_key(&o.id);
         self.write(&self.st.earn_add, (user, key, -o.amount, "settlement"))
             .await?;
@@ -114,7 +132,7 @@ impl ScyllaLedger {
         }
         Ok(SettlementOutcome::Settled {
             earnings: self.earnings(&o.user).await?,
-            payout: o.payout,
+            payout,
             applied,
         })
     }
