@@ -155,6 +155,9 @@ pub(crate) fn run(
     };
     async move {
         let closing = s.serve(&mut ws).await;
+        // `None`: the client closed (or went away); its close is answered after the clean-up
+        // below, so a client that waits for the answer finds the server done with it.
+        let by_client = closing.is_none();
         if let Some(c) = closing {
             metrics::counter!(m::CLOSES, "code" => c.code.to_string()).increment(1);
             debug!(
@@ -184,6 +187,11 @@ pub(crate) fn run(
         }
         s.core.social_disconnected(s.session, &s.user);
         metrics::gauge!(m::CONNECTIONS).decrement(1.0);
+        if by_client {
+            // The close frame the protocol library queued in answer to the client's (a clean
+            // close for the client, not a dropped connection); an error means it went away.
+            let _ = Box::pin(timeout(CLOSE_WRITE_TIMEOUT, ws.flush())).await;
+        }
     }
 }
 

@@ -288,13 +288,8 @@ impl Core {
     /// A session closed: forget it here and in the registry.
     pub(crate) fn social_disconnected(self: &Arc<Self>, session: SessionId, user: &UserId) {
         self.social.sessions().remove(&session);
-        if self.hub.sessions_of(user).is_empty() {
-            self.social
-                .buckets
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(user);
-        }
+        // The user's direct-message bucket stays (a reconnect must not refill it) until it is
+        // full again; sends sweep full ones (`im::check`).
         let core = self.clone();
         let user = user.clone();
         let grace = self.config.presence_grace;

@@ -274,5 +274,18 @@ async fn limits_have_their_codes() {
         code(send(&mut ann, "bob", "four", "k3").await),
         ErrorCode::RateLimited
     );
+    // Reconnecting does not refill the bucket. The server answers a client's close once it
+    // has cleaned the connection up, so the next one is new to it.
+    let answer = ann.close_and_wait(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        answer.map(|f| u16::from(f.code)),
+        Some(1000),
+        "the server answers a client's close"
+    );
+    let mut ann = s.connect("ann").await;
+    assert_eq!(
+        code(send(&mut ann, "bob", "five", "k4").await),
+        ErrorCode::RateLimited
+    );
     s.stop().await;
 }

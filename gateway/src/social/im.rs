@@ -50,7 +50,19 @@ impl Bucket {
             false
         }
     }
+
+    /// Whether the bucket has refilled to `burst` by `now_ms`: then it is as good as a fresh
+    /// one, and forgetting it loses nothing.
+    pub(crate) fn is_full(&self, now_ms: u64, rate_per_min: u32, burst: u32) -> bool {
+        let dt = now_ms.saturating_sub(self.at_ms) as f64 / 60_000.0;
+        self.tokens + dt * f64::from(rate_per_min) >= f64::from(burst)
+    }
 }
+
+/// Past this many buckets, full ones (users who have sent nothing lately) are swept before
+/// the table grows: a bucket outlives its user's connections, so that reconnecting does not
+/// refill it, and the sweep bounds them by the users sending now.
+const BUCKET_SWEEP_AT: usize = 4096;
 
 /// The `im` event frame for a stored message.
 fn frame(json: &str) -> Option<tokio_tungstenite::tungstenite::Utf8Bytes> {
@@ -148,11 +160,16 @@ fn check(core: &Core, from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'sta
         .buckets
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
+    let now = clock_ms();
+    // Only when the table is about to grow: a sweep per growth keeps sends O(1) on average.
+    if buckets.len() >= BUCKET_SWEEP_AT.max(buckets.capacity()) {
+        buckets.retain(|_, b| !b.is_full(now, cfg.im_rate_per_min, cfg.im_rate_burst));
+    }
     let bucket = buckets.entry(from.clone()).or_insert_with(|| Bucket {
         tokens: f64::from(cfg.im_rate_burst),
-        at_ms: clock_ms(),
+        at_ms: now,
     });
-    if !bucket.take(clock_ms(), cfg.im_rate_per_min, cfg.im_rate_burst) {
+    if !bucket.take(now, cfg.im_rate_per_min, cfg.im_rate_burst) {
         return Err((
             ErrorCode::RateLimited,
             "too many direct messages; slow down",
@@ -565,6 +582,21 @@ async fn block(
 mod tests {
     use super::{Bucket, HELD_FOR_MS, asks_to_ack, release_held};
     use storage::im::IDS_PER_MS;
+
+    /// A bucket is as good as new (and may be forgotten) only once it has refilled.
+    #[test]
+    fn a_bucket_is_full_only_once_refilled() {
+        let mut b = Bucket {
+            tokens: 3.0,
+            at_ms: 0,
+        };
+        assert!(b.is_full(0, 30, 3));
+        assert!(b.take(0, 30, 3));
+        assert!(!b.is_full(0, 30, 3));
+        // 30 a minute: one token back after 2 s.
+        assert!(!b.is_full(1_999, 30, 3));
+        assert!(b.is_full(2_000, 30, 3));
+    }
 
     #[test]
     fn a_held_backlog_id_drops_its_live_delivery_once_and_old_ids_expire() {

@@ -374,6 +374,23 @@ impl Client {
         let _ = self.ws.close(None).await;
     }
 
+    /// Closes the connection from the client side (code 1000) and waits for the server's
+    /// answering close frame (`None` if the connection ended without one).
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] when no answer came within `wait`.
+    pub async fn close_and_wait(
+        mut self,
+        wait: Duration,
+    ) -> Result<Option<CloseFrame>, ClientError> {
+        let normal = CloseFrame {
+            code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = self.ws.close(Some(normal)).await;
+        self.closed(wait).await
+    }
+
     /// The delivery bookkeeping of `room`.
     pub fn position(&self, room: &RoomId) -> Option<&Position> {
         self.positions.get(room)
