@@ -49,6 +49,8 @@ const READ_AHEAD: usize = 8;
 const MAX_ROUNDS: usize = 4;
 /// Most directory pins at once.
 pub const MAX_PINS: usize = 100;
+/// The highest ranked position a cursor may name.
+const MAX_POSITION: usize = 1 << 31;
 
 /// A change to publish for one room.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,8 +163,10 @@ impl Cursor {
         let (kind, n) = s.split_at_checked(1).ok_or_else(bad)?;
         let n: usize = n.parse().map_err(|_| bad())?;
         match kind {
-            "p" => Ok(Self::Pins(n)),
-            "r" => Ok(Self::Ranked(n)),
+            "p" if n <= MAX_PINS => Ok(Self::Pins(n)),
+            // Past any directory's length: a position no page ever gave, which an engine's
+            // range arithmetic must not see.
+            "r" if n <= MAX_POSITION => Ok(Self::Ranked(n)),
             _ => Err(bad()),
         }
     }
@@ -505,6 +509,13 @@ mod tests {
             assert_eq!(Cursor::parse(Some(&c.encode())).unwrap(), c);
         }
         assert!(Cursor::parse(Some("x1")).is_err());
+        assert!(Cursor::parse(Some("r9223372036854775807")).is_err());
+        assert!(Cursor::parse(Some("r18446744073709551615")).is_err());
+        assert!(Cursor::parse(Some("p101")).is_err());
+        assert_eq!(
+            Cursor::parse(Some("r2147483648")).unwrap(),
+            Cursor::Ranked(1 << 31)
+        );
         assert!(Cursor::parse(Some("r")).is_err());
         assert!(Cursor::parse(Some("")).is_err());
         assert_eq!(Cursor::parse(None).unwrap(), Cursor::Pins(0));
