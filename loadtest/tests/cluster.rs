@@ -206,6 +206,16 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
         .await
         .unwrap();
     b.join(&room, false, Some("pw")).await.unwrap();
+    // Carol sits, and will not come back after the failover.
+    let mut c = cluster.connect(0, "carol").await.unwrap();
+    c.join(&room, false, Some("pw")).await.unwrap();
+    c.request("seat.take", json!({"room": room, "seat": 3}))
+        .await
+        .unwrap();
+    // Publishing audio: no publish deadline will free the seat.
+    c.request("mic.publishing", json!({"room": room, "on": true}))
+        .await
+        .unwrap();
     for i in 0..10 {
         a.chat(&room, &format!("before {i}")).await.unwrap();
     }
@@ -233,6 +243,22 @@ async fn killing_the_owner_fails_over_within_ttl_plus_two_seconds() {
     let s1 = a.chat(&room, "after").await.unwrap();
     let s2 = b.chat(&room, "after 2").await.unwrap();
     assert_eq!(s2, s1 + 1);
+    // No member list came over with the crash, but the seats did: carol is an away member of
+    // the new runtime, so her seat is freed when her connection closes (or, at the latest,
+    // when the grace window passes), not held by nobody for ever.
+    assert_eq!(snap["seats"][3]["user"], "carol", "seats restored");
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = a.next_event_named("seat.update", left).await.unwrap();
+        if e.d["index"] == 3 && e.d["user"].is_null() {
+            // Her gateway's leave when her connection closed, or the window's end.
+            let reason = e.d["reason"].as_str().unwrap_or_default();
+            assert!(["left_room", "disconnected"].contains(&reason), "{e:?}");
+            break;
+        }
+    }
     eprintln!(
         "FAILOVER kill -9: {} ms (TTL {} ms)",
         failover.as_millis(),

@@ -225,10 +225,14 @@ async fn start(
         inner: inner.clone(),
     };
     if let Some(state) = actor.state.as_mut() {
+        let now = now_ms();
         if let Some(roster) = roster {
             // The members of a planned move are away until they rejoin: no presence.
-            state.restore(roster, now_ms());
+            state.restore(roster, now);
         }
+        // Seat holders nobody handed over (an unplanned stop) are away too, until the window
+        // passes.
+        state.adopt_seated(now);
         debug!(room = %actor.room, fence, "Room runtime started.");
     }
     actor.publish_left_open().await;

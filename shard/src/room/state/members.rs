@@ -374,6 +374,37 @@ impl RoomState {
         }
     }
 
+    /// Seat holders who are no members at `now`: after an unplanned stop (no roster handed
+    /// over), or members the roster lacked, the saved seats name users this runtime has not
+    /// seen. Each becomes an away member for the grace window, as a handed-over member would,
+    /// so that one who never comes back leaves when the window passes and frees the seat (a
+    /// seat must not stay held by nobody); one who rejoins within it keeps the seat.
+    pub fn adopt_seated(&mut self, now: u64) {
+        // Never 0, which stands for "not away" (with no window: due at once).
+        let until = now.saturating_add(self.rules.presence_grace_ms).max(1);
+        let strays: SmallVec<[UserId; 4]> = self
+            .durable
+            .seats
+            .iter()
+            .filter_map(|s| s.user.clone())
+            .filter(|u| !self.members.contains_key(u))
+            .collect();
+        for user in strays {
+            self.robot_members += usize::from(user.is_robot());
+            self.away.insert((until, user.clone()));
+            self.members.insert(
+                user,
+                Member {
+                    at: None,
+                    joined_at: now,
+                    profile: None,
+                    away_until: until,
+                    standing: None,
+                },
+            );
+        }
+    }
+
     /// One page of `member.list` for a member: owner, admins, seated, everyone else, each
     /// group by join time, after `cursor`.
     ///

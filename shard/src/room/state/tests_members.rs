@@ -352,6 +352,35 @@ fn a_ban_or_close_during_a_move_holds_against_the_rejoin() {
     assert_eq!(refused.code, ErrorCode::RoomClosed);
 }
 
+/// After an unplanned stop no roster comes over, but the saved seats do: their holders are
+/// away for the window. One who never comes back leaves then, and the seat is free; one who
+/// rejoins within it keeps the seat, silently.
+#[test]
+fn seat_holders_nobody_handed_over_are_away_for_the_window() {
+    let mut old = room(5_000);
+    old.join(&u("a"), at(1), None, 0).unwrap();
+    old.join(&u("b"), at(2), None, 0).unwrap();
+    old.seat_take(&u("a"), Some(0), 0).unwrap();
+    old.seat_take(&u("b"), Some(1), 0).unwrap();
+    // The saved state alone: the members were never handed over.
+    let d = old.durable().clone();
+    let mut new = RoomState::new(RoomId::from("r1"), d, 2, old.rules);
+    new.adopt_seated(100);
+    assert!(new.is_away(&u("a")) && new.is_away(&u("b")));
+    assert_eq!(new.next_deadline(), Some(5_100));
+    let back = new.rejoin(&u("a"), at(5), None, 200).unwrap();
+    assert!(back.returned && back.applied.presence.is_empty());
+    let t = new.tick(5_100);
+    assert_eq!(t.presence, vec![Presence::Leave(u("b"), "disconnected")]);
+    assert_eq!(
+        (new.seat_of(&u("a")), new.seat_of(&u("b"))),
+        (Some(0), None)
+    );
+    // Adopting again finds nobody new.
+    new.adopt_seated(6_000);
+    assert_eq!(new.member_count(), 1);
+}
+
 #[test]
 fn a_roster_member_who_never_returns_leaves_after_the_window() {
     let mut old = room(5_000);
