@@ -144,6 +144,33 @@ async fn a_robot_room_is_made_and_run_by_its_owner_and_follows_its_configuration
     s.stop().await;
 }
 
+/// A new configuration that drops a robot makes it leave, and the robots that stay keep
+/// acting though their places in the list changed.
+#[tokio::test]
+async fn robots_that_stay_keep_acting_when_the_list_changes() {
+    let s = start().await;
+    let mut config = json!({
+        "room": "reorder",
+        "robots": [{"id": "bot:amy"}, {"id": "bot:bo"}],
+        "chat": {"every_s": 0.3, "phrases": ["still here"]},
+    });
+    configure(&s, &config).await;
+    let room = RoomId::from("reorder");
+    running(&s, &room).await;
+    let mut alice = s.connect("alice").await;
+    alice.join(&room, false, None).await.unwrap();
+    event_where(&mut alice, "chat", "from", &json!("bot:bo")).await;
+    config["robots"] = json!([{"id": "bot:bo"}]);
+    configure(&s, &config).await;
+    event_where(&mut alice, "member.leave", "user", &json!("bot:amy")).await;
+    // Bo, first in the list now, still chats (it is the only robot left).
+    let chat = event_where(&mut alice, "chat", "from", &json!("bot:bo")).await;
+    assert_eq!(chat["robot"], true);
+    let snap = alice.join(&room, false, None).await.unwrap();
+    assert_eq!(snap["snapshot"]["robots"], 1);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn robots_fill_a_human_room_only_below_its_threshold() {
     let s = start().await;

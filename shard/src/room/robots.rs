@@ -71,6 +71,29 @@ impl Robots {
         Duration::from_secs_f64((mean_s * f).max(0.0))
     }
 
+    /// Robot `i` is not in the room at `now` (a `fill_below` room full of humans, a ban, a
+    /// closed room): each of its actions that fell due waits one more of its intervals, as if
+    /// it had acted, so that its timers never stay in the past (the actor would wake at once,
+    /// again and again).
+    fn skip_absent(&mut self, i: usize, now: Instant) {
+        let chat = self.config.chat.as_ref().map(|c| c.every_s);
+        let seat = self.config.seat.as_ref().map(|s| s.every_s);
+        let gift = self.config.gift.as_ref().map(|g| g.every_s);
+        let mut t = self.timers[i];
+        for (due, every) in [
+            (&mut t.chat, chat),
+            (&mut t.seat, seat),
+            (&mut t.gift, gift),
+        ] {
+            if let (Some(d), Some(every)) = (due.as_mut(), every)
+                && *d <= now
+            {
+                *d = now + self.jittered(every).max(PRESENCE_CHECK);
+            }
+        }
+        self.timers[i] = t;
+    }
+
     /// When the actor should next call [`RoomActor::robot_tick`].
     pub(super) fn next_due(&self, now: Instant) -> Instant {
         let due = self
@@ -89,11 +112,15 @@ impl Robots {
     }
 }
 
-/// Robot `i`'s connection: on the robot gateway, which nothing is ever sent to.
-fn robot_at(i: usize) -> SessionRef {
+/// Robot `id`'s connection: on the robot gateway, which nothing is ever sent to. Drawn from
+/// the robot's id, not its place in the configuration, so a new configuration that reorders
+/// or drops robots still names the connection each robot joined with.
+fn robot_at(id: &UserId) -> SessionRef {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(id.as_str());
     SessionRef {
         gateway: NodeId::from(ROBOT_GATEWAY),
-        session: i as u64 + 1,
+        session: hash | 1,
     }
 }
 
@@ -141,9 +168,9 @@ impl RoomActor {
                 }
                 // Robots a new configuration drops leave.
                 if let Some(old) = self.robots.take() {
-                    for (i, r) in old.config.robots.iter().enumerate() {
+                    for r in &old.config.robots {
                         if !c.has(&r.id) {
-                            self.robot_leave(&r.id, i).await;
+                            self.robot_leave(&r.id).await;
                         }
                     }
                 }
@@ -152,8 +179,8 @@ impl RoomActor {
             }
             (None, true) => {
                 if let Some(old) = self.robots.take() {
-                    for (i, r) in old.config.robots.iter().enumerate() {
-                        self.robot_leave(&r.id, i).await;
+                    for r in &old.config.robots {
+                        self.robot_leave(&r.id).await;
                     }
                 }
                 self.stop_robots();
@@ -178,11 +205,11 @@ impl RoomActor {
         }
     }
 
-    async fn robot_leave(&mut self, id: &UserId, i: usize) {
+    async fn robot_leave(&mut self, id: &UserId) {
         let Some(state) = self.state.as_mut() else {
             return;
         };
-        if let Ok(applied) = state.leave(id, &robot_at(i), LeaveReason::Left.as_str()) {
+        if let Ok(applied) = state.leave(id, &robot_at(id), LeaveReason::Left.as_str()) {
             action("leave");
             let _ = self.publish(applied, None).await;
         }
@@ -205,6 +232,7 @@ impl RoomActor {
         for i in 0..n {
             let id = robots.config.robots[i].id.clone();
             if self.state.as_ref().and_then(|s| s.member(&id)).is_none() {
+                robots.skip_absent(i, now);
                 continue;
             }
             let t = robots.timers[i];
@@ -234,31 +262,31 @@ impl RoomActor {
         let wanted =
             !state.durable().closed && robots.config.fill_below.is_none_or(|n| humans < n as usize);
         let now = now_ms();
-        for (i, r) in robots.config.robots.iter().enumerate() {
+        for r in &robots.config.robots {
             let Some(state) = self.state.as_mut() else {
                 return;
             };
             let present = state.member(&r.id).is_some();
             if wanted && !present {
                 // A banned robot stays out, as anyone would.
-                let Ok(joined) = state.rejoin(&r.id, robot_at(i), robot_profile(&r.name), now)
+                let Ok(joined) = state.rejoin(&r.id, robot_at(&r.id), robot_profile(&r.name), now)
                 else {
                     continue;
                 };
                 action("join");
                 let _ = self.publish(joined.applied, None).await;
             } else if !wanted && present {
-                self.robot_leave(&r.id, i).await;
+                self.robot_leave(&r.id).await;
             }
         }
     }
 
     /// Applies `op` for robot `id`; whether the room's rules took it.
-    async fn robot_op(&mut self, id: &UserId, i: usize, op: RoomOp, kind: &'static str) -> bool {
+    async fn robot_op(&mut self, id: &UserId, op: RoomOp, kind: &'static str) -> bool {
         let Some(state) = self.state.as_mut() else {
             return false;
         };
-        match state.apply(id, &robot_at(i), &op, now_ms()) {
+        match state.apply(id, &robot_at(id), &op, now_ms()) {
             Ok(out) => {
                 action(kind);
                 self.publish(out.applied, None).await.is_ok()
@@ -281,7 +309,7 @@ impl RoomActor {
             room: self.room.clone(),
             text,
         });
-        self.robot_op(id, i, op, "chat").await;
+        self.robot_op(id, op, "chat").await;
         robots.timers[i].chat = Some(Instant::now() + robots.jittered(chat.every_s));
     }
 
@@ -292,7 +320,7 @@ impl RoomActor {
         let seated = self.state.as_ref().and_then(|s| s.seat_of(id)).is_some();
         let room = self.room.clone();
         let next = if seated {
-            self.robot_op(id, i, RoomOp::SeatLeave(SeatLeave { room }), "seat_leave")
+            self.robot_op(id, RoomOp::SeatLeave(SeatLeave { room }), "seat_leave")
                 .await;
             seat.every_s
         } else {
@@ -300,10 +328,10 @@ impl RoomActor {
                 room: room.clone(),
                 seat: None,
             });
-            if self.robot_op(id, i, take, "seat_take").await {
+            if self.robot_op(id, take, "seat_take").await {
                 // A robot's audio is the operator's business: it counts as published.
                 let on = RoomOp::MicPublishing(MicPublishing { room, on: true });
-                self.robot_op(id, i, on, "mic").await;
+                self.robot_op(id, on, "mic").await;
                 seat.stay_s
             } else {
                 seat.every_s
@@ -361,7 +389,7 @@ impl RoomActor {
         }
         action("gift");
         metrics::counter!(m::ROBOT_GIFT_COINS).increment(cost.unsigned_abs());
-        let at = robot_at(i);
+        let at = robot_at(id);
         let cmd = Command {
             req: 0,
             gateway: at.gateway.clone(),
@@ -385,7 +413,29 @@ impl RoomActor {
 
 #[cfg(test)]
 mod tests {
-    use super::robot_profile;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{Robots, robot_profile};
+    use crate::robots::RobotConfig;
+
+    /// An absent robot's due actions move to a later time, so the room's next wake-up is never
+    /// in the past (the actor would spin); the present robots' timers are left alone.
+    #[test]
+    fn an_absent_robots_due_actions_wait_another_interval() {
+        let json = r#"{"room":"party","robots":[{"id":"bot:amy"},{"id":"bot:bo"}],
+            "chat":{"every_s":10,"phrases":["hi"]},"seat":{"every_s":5,"stay_s":30},"jitter":0}"#;
+        let config = RobotConfig::parse(json.as_bytes()).unwrap();
+        let start = Instant::now();
+        let mut robots = Robots::new(config, start);
+        let later = start + Duration::from_secs(60);
+        assert!(robots.next_due(later) <= later, "both robots are due");
+        robots.skip_absent(0, later);
+        robots.skip_absent(1, later);
+        // The seat's 5 s comes first (no jitter).
+        assert_eq!(robots.next_due(later), later + Duration::from_secs(5));
+    }
 
     #[test]
     fn a_robot_shows_its_configured_name_when_it_is_a_valid_one() {
