@@ -25,7 +25,7 @@ export interface ClientOptions {
   /** `ws://host:port/ws`, or several gateways: a 1001 moves the client to the next one. */
   url: string | string[];
   token: TokenSource;
-  /** How long a request waits for its reply (default 10 s; room ops may take 15 s to route). */
+  /** How long a request waits for its reply (default 20 s: a room op may take 15 s to route). */
   requestTimeoutMs?: number;
   /** Reconnect backoff: first wait and cap (default 300 ms doubling to 10 s), with jitter. */
   reconnect?: { initialMs?: number; maxMs?: number };
@@ -101,7 +101,7 @@ export class Client extends Emitter<ClientEvents> {
     this.opts = {
       url: opts.url,
       token: opts.token,
-      requestTimeoutMs: opts.requestTimeoutMs ?? 10_000,
+      requestTimeoutMs: opts.requestTimeoutMs ?? 20_000,
       imAck: opts.imAck ?? true,
       imAckDelayMs: opts.imAckDelayMs ?? 200,
       reconnect: { initialMs: opts.reconnect?.initialMs ?? 300, maxMs: opts.reconnect?.maxMs ?? 10_000 },
@@ -165,17 +165,29 @@ export class Client extends Emitter<ClientEvents> {
     });
   }
 
-  /** Joins a room and returns it; its events and resume are handled from then on. */
+  /**
+   * Joins a room and returns it; its events and resume are handled from then on. A connection
+   * is in one room at a time (section 4.3): a successful join moves it out of the room it was
+   * in, which then ends with `left` reason `switched`. A join of a room being joined already
+   * waits for that join.
+   */
   async join(room: string, opts: { password?: string } = {}): Promise<Room> {
     const existing = this.rooms.get(room);
-    if (existing && existing.state !== "left") return existing;
+    if (existing && existing.state !== "left") {
+      await existing.firstJoin;
+      return existing;
+    }
     const r = new Room(this, room, opts.password);
     this.rooms.set(room, r);
     try {
-      await r.join();
+      r.firstJoin = r.join().then(() => undefined);
+      await r.firstJoin;
     } catch (e) {
       if (this.rooms.get(room) === r) this.rooms.delete(room);
       throw e;
+    }
+    for (const other of [...this.rooms.values()]) {
+      if (other !== r) other.onLeft("switched");
     }
     return r;
   }

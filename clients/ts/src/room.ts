@@ -228,6 +228,9 @@ export class Room extends Emitter<RoomEvents> {
 
   // ---- what the client feeds in ----
 
+  /** @internal The first join while it is under way (settled once it ended). */
+  firstJoin: Promise<void> = Promise.resolve();
+
   /** @internal The first join. */
   async join(): Promise<JoinOk> {
     const ok = await this.client.request("room.join", { room: this.id, ...(this.password ? { password: this.password } : {}) });

@@ -57,6 +57,26 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(members.map((m) => m.user).sort(), ["alice", "bob"]);
 });
 
+test("a connection is in one room: joining another ends the first (switched), and joining it again really joins", async () => {
+  const a = client("sw-alice");
+  await a.connect();
+  const [r1, again] = await Promise.all([a.join("t-sw-1"), a.join("t-sw-1")]);
+  assert.equal(again, r1, "a join of a room being joined waits for that join");
+  assert.ok(r1.snapshot, "and the room it returns is joined");
+  const left = r1.next("left");
+  const r2 = await a.join("t-sw-2");
+  assert.equal((await left).reason, "switched");
+  assert.equal(r1.state, "left");
+  // Back to the first room: a new join, and the second room ends in turn.
+  const left2 = r2.next("left");
+  const back = await a.join("t-sw-1");
+  assert.notEqual(back, r1);
+  assert.equal((await left2).reason, "switched");
+  const heard = back.next("chat", (e) => e.text === "here");
+  await back.chat("here");
+  assert.equal((await heard).from, "sw-alice");
+});
+
 test("a gift goes through the ledger once and both sides see it", async () => {
   const granted = await fx.node.admin("POST", "/admin/wallets/gina/grant", { amount: 100, key: "ts-gina-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
