@@ -515,10 +515,14 @@ export class Client extends Emitter<ClientEvents> {
       this.setState("closed", `closed ${code}: ${reason}`);
       return;
     }
-    if (refusal?.status === 401 && typeof this.opts.token !== "function") {
+    // A static token that was refused, or expired under a connection (1008 `token expired`;
+    // browsers do not show the upgrade's 401 at all, so this is their only sign), would only be
+    // refused again: stop, and let the app connect with a new one.
+    const expired = code === 1008 && reason === "token expired";
+    if ((refusal?.status === 401 || expired) && typeof this.opts.token !== "function") {
       this.gen++;
       this.emit("error", new ChorusError("UNAUTHORIZED", "the token was refused and cannot be renewed"));
-      this.setState("closed", "token refused (401)");
+      this.setState("closed", expired ? "token expired (1008)" : "token refused (401)");
       return;
     }
     if (code === Close.GoingAway) {

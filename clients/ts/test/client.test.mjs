@@ -152,6 +152,31 @@ test("without a WebSocket option the client finds one (Node's global, else the w
   assert.equal(typeof (await c.ping()).t, "number");
 });
 
+test("a static token that expires under the connection (1008) stops the client: no reconnect loop", async () => {
+  // A token the server accepts now and that expires within 2 s; the heartbeat's tick closes
+  // the connection with 1008 `token expired` shortly after.
+  // As a browser sees it: no `on` to read a refused upgrade's status with.
+  class BrowserLike {
+    constructor(url) {
+      this.ws = new WebSocket(url);
+    }
+    get readyState() { return this.ws.readyState; }
+    send(d) { this.ws.send(d); }
+    close(code, reason) { this.ws.close(code, reason); }
+    set onopen(f) { this.ws.onopen = f; }
+    set onmessage(f) { this.ws.onmessage = f; }
+    set onclose(f) { this.ws.onclose = f; }
+    set onerror(f) { this.ws.onerror = f; }
+  }
+  const c = new Client({ url: fx.node.url, token: fx.node.token("exp-ida", 2), WebSocket: BrowserLike });
+  clients.push(c);
+  const errors = [];
+  c.on("error", (e) => errors.push(e));
+  await c.connect();
+  await until(() => c.state === "closed", 15_000, "the client stops");
+  assert.equal(errors[0]?.code, "UNAUTHORIZED");
+});
+
 test("a request that gets no reply in time fails with TIMEOUT", async () => {
   const c = client("tim");
   await c.connect();
