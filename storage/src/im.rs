@@ -97,6 +97,21 @@ pub enum Blocked {
 }
 
 /// The JSON fragment `"from":…,"to":…,"text":…[,"p":…]` of a message (without braces).
+/// The wall clock in unix milliseconds (message ids and times come from it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The lowest message id still kept at `now_ms`: ids are times ([`IDS_PER_MS`] a
+/// millisecond), so anything below is older than [`KEEP_FOR`]. Reads stop there, whatever an
+/// engine has not yet deleted.
+pub(crate) fn oldest_kept_id(now_ms: u64) -> u64 {
+    let keep = u64::try_from(KEEP_FOR.as_millis()).unwrap_or(u64::MAX);
+    now_ms.saturating_sub(keep).saturating_mul(IDS_PER_MS)
+}
+
 pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
     #[derive(Serialize)]
     struct Body<'a> {

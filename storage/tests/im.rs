@@ -184,3 +184,83 @@ async fn the_redis_store_keeps_the_contract() {
     let redis = Redis::connect(&server.url()).await.unwrap();
     contract(ImStore::redis(&redis)).await;
 }
+
+/// A message id of `days_ago` days ago, as the stores make them (a time, 1,024 a millisecond).
+fn id_days_ago(days_ago: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    (now - days_ago * 24 * 3600 * 1000) * storage::im::IDS_PER_MS
+}
+
+/// After `plant` put a message of 8 days ago in bob's log, pending: neither delivered at
+/// connect nor listed, since nothing older than 7 days is kept, whatever the engine has not
+/// deleted yet.
+async fn an_old_message_is_neither_delivered_nor_listed(s: &ImStore) {
+    let (ann, bob) = (UserId::from("ann"), UserId::from("bob"));
+    let pending: Vec<u64> = s
+        .undelivered(&bob)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    let fresh = pending.iter().copied().max().unwrap();
+    assert_eq!(pending, vec![fresh], "only the fresh message is owed");
+    let listed = s.history(&bob, None).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(parse(&listed[0]).from, ann);
+}
+
+#[tokio::test]
+async fn messages_past_seven_days_are_gone_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = ImStore::sqlite(dir.path()).await.unwrap();
+    let (ann, bob) = (UserId::from("ann"), UserId::from("bob"));
+    new(send(&s, &ann, &bob, "fresh", "k1").await);
+    let old = id_days_ago(8);
+    let file = dir.path().join(storage::im::IM_DB_FILE);
+    let c = rusqlite::Connection::open(file).unwrap();
+    let json = format!(
+        r#"{{"id":{old},"at":{},"from":"ann","to":"bob","text":"old"}}"#,
+        old / 1024
+    );
+    c.execute(
+        "INSERT INTO im_log (user, id, msg, pending) VALUES ('bob', ?1, ?2, 1)",
+        (old as i64, &json),
+    )
+    .unwrap();
+    an_old_message_is_neither_delivered_nor_listed(&s).await;
+}
+
+#[tokio::test]
+async fn messages_past_seven_days_are_gone_on_redis() {
+    let server = RedisServer::start().await.unwrap();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let s = ImStore::redis(&redis);
+    let (ann, bob) = (UserId::from("ann"), UserId::from("bob"));
+    new(send(&s, &ann, &bob, "fresh", "k1").await);
+    let old = id_days_ago(8);
+    let json = format!(
+        r#"{{"id":{old},"at":{},"from":"ann","to":"bob","text":"old"}}"#,
+        old / 1024
+    );
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = ::redis::pipe()
+        .cmd("ZADD")
+        .arg("chorus:{im}:log:bob")
+        .arg(old)
+        .arg(&json)
+        .ignore()
+        .cmd("ZADD")
+        .arg("chorus:{im}:pending:bob")
+        .arg(old)
+        .arg(old)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    an_old_message_is_neither_delivered_nor_listed(&s).await;
+}

@@ -188,10 +188,14 @@ impl RedisIm {
             .await
             .map_err(map_err)?;
         let mut out = Vec::with_capacity(flat.len() / 2);
+        // A log key lives 7 days past its last write, so older messages may still be there.
+        let floor = super::oldest_kept_id(super::now_ms());
         for pair in flat.chunks(2) {
             if let [id, json] = pair {
-                let id = id.parse().map_err(|_| corrupt("pending id"))?;
-                out.push((id, json.clone()));
+                let id: u64 = id.parse().map_err(|_| corrupt("pending id"))?;
+                if id >= floor {
+                    out.push((id, json.clone()));
+                }
             }
         }
         Ok(out)
@@ -214,7 +218,7 @@ impl RedisIm {
         ::redis::cmd("ZRANGE")
             .arg(log_key(user))
             .arg(max)
-            .arg("-inf")
+            .arg(super::oldest_kept_id(super::now_ms()))
             .arg("BYSCORE")
             .arg("REV")
             .query_async(&mut conn)

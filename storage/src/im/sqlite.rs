@@ -3,14 +3,15 @@
 //! user's log is bounded on its own, as in Redis.
 
 use std::path::Path;
-
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use protocol::UserId;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use super::{
     Blocked, IDS_PER_MS, IM_DB_FILE, KEEP_FOR, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored,
+    now_ms,
 };
 use crate::error::{Result, StorageError};
 use crate::key_set::KeySet;
@@ -52,6 +53,8 @@ pub struct SqliteIm {
     /// turn on the file. Changed only under the connection's lock (in the closures), so that a
     /// message stored and the last pending one delivered cannot cross.
     pending: KeySet,
+    /// When a send last swept every user's old messages (unix ms; 0: not yet).
+    last_sweep: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for SqliteIm {
@@ -64,11 +67,14 @@ fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
     StorageError::backend("im store", e)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// [`super::oldest_kept_id`] now, as SQLite stores ids.
+fn kept_floor() -> i64 {
+    i64::try_from(super::oldest_kept_id(now_ms())).unwrap_or(i64::MAX)
 }
+
+/// How often a send also deletes every user's messages past [`KEEP_FOR`] (a user who neither
+/// sends nor receives is otherwise never trimmed).
+const SWEEP_EVERY_MS: i64 = 3_600_000;
 
 fn ms(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -115,6 +121,7 @@ impl SqliteIm {
         Ok(Self {
             conn,
             pending: KeySet::of(owed),
+            last_sweep: Arc::new(AtomicI64::new(0)),
         })
     }
 
@@ -137,6 +144,7 @@ impl SqliteIm {
         let record = super::req_record(m.to, m.text);
         let body = super::body_fragment(m);
         let pending = self.pending.clone();
+        let last_sweep = self.last_sweep.clone();
         self.with(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
@@ -200,6 +208,11 @@ impl SqliteIm {
             pending.insert(&to);
             trim(&tx, &from, now)?;
             trim(&tx, &to, now)?;
+            if now.saturating_sub(last_sweep.load(Ordering::Relaxed)) >= SWEEP_EVERY_MS {
+                last_sweep.store(now, Ordering::Relaxed);
+                tx.execute("DELETE FROM im_log WHERE id < ?1", [kept_floor()])?;
+                tx.execute("DELETE FROM im_reqs WHERE expires < ?1", [now])?;
+            }
             tx.execute(
                 "INSERT INTO im_reqs (user, req_id, id, at, record, expires)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -220,11 +233,15 @@ impl SqliteIm {
             return Ok(Vec::new());
         }
         let user = user.as_str().to_owned();
+        let floor = kept_floor();
         self.with(move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT id, msg FROM im_log WHERE user = ?1 AND pending = 1 ORDER BY id",
+                "SELECT id, msg FROM im_log WHERE user = ?1 AND pending = 1 AND id >= ?2
+                 ORDER BY id",
             )?;
-            let rows = stmt.query_map([user], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
+            let rows = stmt.query_map((user, floor), |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
+            })?;
             rows.collect()
         })
         .await
@@ -262,11 +279,13 @@ impl SqliteIm {
     pub(super) async fn history(&self, user: &UserId, before: Option<u64>) -> Result<Vec<String>> {
         let user = user.as_str().to_owned();
         let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        let floor = kept_floor();
         self.with(move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT msg FROM im_log WHERE user = ?1 AND id < ?2 ORDER BY id DESC",
+                "SELECT msg FROM im_log WHERE user = ?1 AND id < ?2 AND id >= ?3
+                 ORDER BY id DESC",
             )?;
-            let rows = stmt.query_map((user, before), |r| r.get(0))?;
+            let rows = stmt.query_map((user, before, floor), |r| r.get(0))?;
             rows.collect()
         })
         .await
