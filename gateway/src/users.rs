@@ -35,6 +35,11 @@ pub(crate) const PROFILE_CHANGE_INTERVAL: Duration = Duration::from_secs(1);
 /// Users remembered by the change gate before those outside the interval are swept.
 const GATE_SWEEP_AT: usize = 4096;
 
+/// How long a user's `follow.rooms` answer is reused on this gateway: each fresh answer reads
+/// up to 5,000 registry entries (in a cluster, Redis scripts), so a client looping on it must
+/// not become that many reads a second. Where people are is a second old at most.
+const FOLLOW_ROOMS_FRESH_MS: u64 = 1_000;
+
 /// The stores behind the user operations.
 #[derive(Debug)]
 pub(crate) struct Users {
@@ -44,6 +49,8 @@ pub(crate) struct Users {
     pub(crate) follows: FollowStore,
     /// When each user last changed their profile here ([`clock_ms`]).
     gate: Mutex<HashMap<UserId, u64>>,
+    /// Each user's last `follow.rooms` answer, whole (every room), and when it was read.
+    followed: Mutex<HashMap<UserId, (u64, Arc<Vec<FollowedRoom>>)>>,
 }
 
 impl Users {
@@ -52,6 +59,7 @@ impl Users {
             profiles,
             follows,
             gate: Mutex::new(HashMap::new()),
+            followed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -345,6 +353,39 @@ impl Core {
         if !(1..=MAX_FOLLOW_ROOMS).contains(&limit) {
             return Err(bad("limit: 1..=50"));
         }
+        let now = clock_ms();
+        let fresh = self
+            .users
+            .followed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(user)
+            .filter(|(at, _)| now < at.saturating_add(FOLLOW_ROOMS_FRESH_MS))
+            .map(|(_, rooms)| rooms.clone());
+        let all = match fresh {
+            Some(rooms) => rooms,
+            None => {
+                let rooms = Arc::new(self.read_followed_rooms(user).await?);
+                let mut cache = self
+                    .users
+                    .followed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                // Swept of stale answers before the table grows: it holds the users asking now.
+                if cache.len() >= GATE_SWEEP_AT.max(cache.capacity()) {
+                    cache.retain(|_, (at, _)| now < at.saturating_add(FOLLOW_ROOMS_FRESH_MS));
+                }
+                cache.insert(user.clone(), (now, rooms.clone()));
+                rooms
+            }
+        };
+        let rooms = all.iter().take(limit as usize).cloned().collect();
+        Ok(FollowedRooms { rooms })
+    }
+
+    /// Every room the users `user` follows are in now, from the user registry, rooms with
+    /// more followed users first (then by room id).
+    async fn read_followed_rooms(&self, user: &UserId) -> Result<Vec<FollowedRoom>, Refusal> {
         let followees = self
             .users
             .follows
@@ -374,8 +415,7 @@ impl Core {
                 .cmp(&a.users.len())
                 .then_with(|| a.room.cmp(&b.room))
         });
-        rooms.truncate(limit as usize);
-        Ok(FollowedRooms { rooms })
+        Ok(rooms)
     }
 
     /// `user.get`: the profiles others see of 1..=100 users.

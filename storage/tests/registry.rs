@@ -58,6 +58,19 @@ async fn contract(reg: Registry) {
             .is_empty()
     );
 
+    // A list as long as a user may follow is read whole (on Redis, in several calls).
+    let many: Vec<UserId> = (0..1_200).map(|i| UserId::from(format!("m{i}"))).collect();
+    for u in many.iter().step_by(100) {
+        reg.add_connection(u, &g1).await.unwrap();
+        reg.set_room(u, &r1, &g1).await.unwrap();
+    }
+    let found = reg.rooms_of(&many).await.unwrap();
+    let users: Vec<&UserId> = found.iter().map(|(u, _)| u).collect();
+    assert_eq!(users, many.iter().step_by(100).collect::<Vec<_>>());
+    for u in many.iter().step_by(100) {
+        reg.clear_room(u, &r1, &g1).await.unwrap();
+    }
+
     // A closed connection keeps its room entry (the room keeps the member away for its grace
     // window) until `clear_room_of`, which clears it whatever the room, and only its own.
     reg.set_room(&ann, &r1, &g1).await.unwrap();

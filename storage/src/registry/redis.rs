@@ -14,6 +14,8 @@ const ALIVE_PREFIX: &str = "chorus:{reg}:alive:";
 const CONNS_PREFIX: &str = "chorus:{reg}:conns:";
 const ROOM_PREFIX: &str = "chorus:{reg}:room:";
 const VER_KEY: &str = "chorus:{reg}:ver";
+/// Users whose rooms one script call reads: a short hold of Redis each.
+const ROOMS_OF_CHUNK: usize = 500;
 
 /// Lua: whether `<gateway>|<incarnation>|…` names a live gateway (`ARGV[1]`: alive prefix).
 macro_rules! alive_lua {
@@ -289,20 +291,21 @@ impl RedisRegistry {
     }
 
     pub(super) async fn rooms_of(&self, users: &[UserId]) -> Result<Vec<(UserId, RoomEntry)>> {
-        if users.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.conn.clone();
-        let mut call = self.scripts.rooms.prepare_invoke();
-        for u in users {
-            call.key(format!("{ROOM_PREFIX}{u}"));
-        }
-        call.arg(ALIVE_PREFIX);
-        let entries: Vec<String> = call.invoke_async(&mut conn).await.map_err(map_err)?;
         let mut out = Vec::new();
-        for (u, e) in users.iter().zip(entries) {
-            if !e.is_empty() {
-                out.push((u.clone(), parse_entry(&e)?));
+        let mut conn = self.conn.clone();
+        // A script holds Redis while it runs: a list as long as a user may follow (5,000) goes
+        // in several short calls, so other clients' commands run between them.
+        for chunk in users.chunks(ROOMS_OF_CHUNK) {
+            let mut call = self.scripts.rooms.prepare_invoke();
+            for u in chunk {
+                call.key(format!("{ROOM_PREFIX}{u}"));
+            }
+            call.arg(ALIVE_PREFIX);
+            let entries: Vec<String> = call.invoke_async(&mut conn).await.map_err(map_err)?;
+            for (u, e) in chunk.iter().zip(entries) {
+                if !e.is_empty() {
+                    out.push((u.clone(), parse_entry(&e)?));
+                }
             }
         }
         Ok(out)
