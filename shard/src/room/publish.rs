@@ -43,6 +43,13 @@ impl RoomActor {
         let Some(state) = &self.state else {
             return Ok(());
         };
+        if self.lease.is_cancelled() {
+            // An earlier write of this runtime failed or was fenced (or its lease is gone):
+            // its change is in no history, so nothing after it may be written or broadcast,
+            // or the members would see the next position with that one missing. The runtime
+            // stops at its next turn; the next one starts a new epoch from the stored state.
+            return Err(NOT_PUBLISHED);
+        }
         self.due_stale |= applied.durable_changed || applied.rearm;
         let (gift_coins, durable_changed) = (
             super::directory::gift_coins(&applied),

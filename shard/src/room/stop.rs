@@ -19,7 +19,22 @@ impl RoomActor {
             self.finish_in_flight_gifts(&mut rx).await;
         }
         // Gift orders a storm held back: their merged events go out now, or are owed.
-        self.end_storm(stop == Stop::LeaseLost).await;
+        self.end_storm(stop == Stop::LeaseLost || self.lease.is_cancelled())
+            .await;
+        // A write of this runtime failed, was fenced or withheld its broadcast (the lease is
+        // cancelled): the stored state and the history may hold what members never saw, so
+        // no handoff at the last position and no final save; the members rejoin on their own,
+        // from their own positions, as after a lost lease.
+        let stop = match stop {
+            Stop::Handoff(_) | Stop::Idle | Stop::Shutdown if self.lease.is_cancelled() => {
+                warn!(room = %self.room, ?stop, "A write of this runtime did not hold: stopping as with a lost lease.");
+                if let Stop::Handoff(_) = &stop {
+                    self.inner.rebalance.done(&self.room);
+                }
+                Stop::LeaseLost
+            }
+            other => other,
+        };
         // The sagas still running finish on their own task; their senders get answers there.
         self.sagas.finish_without_room(&self.inner, &self.in_flight);
         self.inner.unregister(&self.room, generation);
