@@ -30,9 +30,17 @@ pub(super) struct RocketRun {
     last: Option<Instant>,
 }
 
-/// The ledger key of a launch's reward to `user`.
-pub(crate) fn reward_key(room: &protocol::RoomId, launch: u64, user: &protocol::UserId) -> String {
-    format!("rocket:{room}:{launch}:{user}")
+/// The ledger key of `launch`'s reward to `user`: the room, the launch's day and number, the
+/// user (a launch without a day, decided by an older build, keeps the key it was paid under).
+pub(crate) fn reward_key(
+    room: &protocol::RoomId,
+    launch: &super::state::Launch,
+    user: &protocol::UserId,
+) -> String {
+    match launch.day {
+        Some(day) => format!("rocket:{room}:d{day}:{}:{user}", launch.number),
+        None => format!("rocket:{room}:{}:{user}", launch.number),
+    }
 }
 
 impl RoomActor {
@@ -91,7 +99,7 @@ impl RoomActor {
         let started = Instant::now();
         self.inner.tracker.spawn(async move {
             for w in &launch.rewards {
-                let key = reward_key(&room, launch.number, &w.user);
+                let key = reward_key(&room, &launch, &w.user);
                 let mut pause = PAY_RETRY;
                 loop {
                     // Owner-only: a runtime that cannot prove its lease pays nothing; the
@@ -146,5 +154,29 @@ impl RoomActor {
         if self.publish(applied, None).await.is_ok() {
             self.rocket.dirty = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reward_key;
+    use crate::room::state::Launch;
+
+    /// A launch's day is in its rewards' keys; a launch decided before days were recorded
+    /// keeps the key it may already have been paid under.
+    #[test]
+    fn a_reward_key_names_the_launch_day_when_it_has_one() {
+        let (room, user) = (protocol::RoomId::from("r1"), protocol::UserId::from("u"));
+        let mut launch = Launch {
+            number: 3,
+            level: 1,
+            fuel: 100,
+            rewards: Vec::new(),
+            order: None,
+            day: Some(20_428),
+        };
+        assert_eq!(reward_key(&room, &launch, &user), "rocket:r1:d20428:3:u");
+        launch.day = None;
+        assert_eq!(reward_key(&room, &launch, &user), "rocket:r1:3:u");
     }
 }

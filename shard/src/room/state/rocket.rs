@@ -152,6 +152,11 @@ pub struct Launch {
     /// The gift order whose coins filled the level, and its sender.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<(uuid::Uuid, UserId)>,
+    /// The UTC day of the launch, also part of its rewards' ledger keys: a room id made again
+    /// after its room expired counts launches from 1 again, on a later day. `None` for a
+    /// launch decided before the day was recorded (its keys stay as they were paid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub day: Option<u64>,
 }
 
 impl RoomState {
@@ -270,6 +275,7 @@ impl RoomState {
             fuel: level.fuel,
             rewards,
             order: Some((order, sender.clone())),
+            day: Some(r.day),
         });
         r.launches = number;
         r.fuel -= level.fuel;

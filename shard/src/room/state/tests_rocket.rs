@@ -86,6 +86,8 @@ fn filling_a_level_decides_a_launch_paid_to_top_contributors_and_present_members
     assert!(applied.events.is_empty(), "announced only once paid");
     let l = r.pending_launch().unwrap().clone();
     assert_eq!((l.number, l.level, l.fuel), (1, 1, 100));
+    // The launch's day goes into its rewards' keys (a room id made again counts from 1).
+    assert_eq!(l.day, r.durable().rocket.as_ref().map(|k| k.day));
     let top: Vec<(&str, i64, &str)> = l
         .rewards
         .iter()
