@@ -182,7 +182,8 @@ export class Room extends Emitter<RoomEvents> {
 
   /**
    * Sends a gift. The order is idempotent by `reqId` (a fresh UUIDv7 unless given): a reply
-   * lost to a reconnect or an `UNAVAILABLE` is retried with the same `reqId`, so it is paid
+   * lost to a reconnect, an `UNAVAILABLE`, or a `NOT_IN_ROOM` met while the room was being
+   * rejoined is retried with the same `reqId` once the room is joined again, so it is paid
    * once (section 6.1).
    */
   async sendGift(
@@ -197,7 +198,10 @@ export class Room extends Emitter<RoomEvents> {
       try {
         return await this.client.request("gift.send", d);
       } catch (e) {
-        if (!(e instanceof ChorusError) || !e.retryable || i + 1 >= attempts) throw e;
+        // `NOT_IN_ROOM` too: the gateway's retry may reach the room's next runtime before this
+        // client rejoined it (protocol section 5); once rejoined, the same order goes again.
+        const again = e instanceof ChorusError && (e.retryable || e.code === "NOT_IN_ROOM");
+        if (!again || i + 1 >= attempts || this.state === "left") throw e;
         await sleep(backoff(i, 250, 4000));
         // The sender must be a member again (after a reconnect) before the retry.
         await this.joined();
