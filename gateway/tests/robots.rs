@@ -28,15 +28,20 @@ async fn start() -> Server {
 }
 
 async fn start_with(ranks_without_robots: bool) -> Server {
+    start_tuned(ranks_without_robots, |_| {}).await
+}
+
+async fn start_tuned(ranks_without_robots: bool, tune: impl FnOnce(&mut ShardConfig)) -> Server {
     let gateway = GatewayConfig {
         drain_window: Duration::from_millis(100),
         ranks_without_robots,
         ..GatewayConfig::default()
     };
-    let shard = ShardConfig {
+    let mut shard = ShardConfig {
         robot_reconcile: Duration::from_millis(100),
         ..ShardConfig::default()
     };
+    tune(&mut shard);
     Server::launch(SECRET, ADMIN, gateway, shard).await
 }
 
@@ -168,6 +173,44 @@ async fn robots_that_stay_keep_acting_when_the_list_changes() {
     assert_eq!(chat["robot"], true);
     let snap = alice.join(&room, false, None).await.unwrap();
     assert_eq!(snap["snapshot"]["robots"], 1);
+    s.stop().await;
+}
+
+/// The fence of `room`'s running runtime, if it runs.
+async fn fence_of(s: &Server, room: &RoomId) -> Option<u64> {
+    let r = kit::admin::get(s.admin, &format!("/admin/rooms/{room}"), Some(ADMIN))
+        .await
+        .unwrap();
+    (r.status == 200).then(|| r.json()["fence"].as_u64().unwrap())
+}
+
+/// A closed room with robots configured keeps its runtime though nobody is in it: unloading it
+/// when idle would only have the reconcile load it again, over and over.
+#[tokio::test]
+async fn a_closed_robot_room_stays_loaded_rather_than_reloading() {
+    let s = start_tuned(false, |sh| sh.idle_unload = Duration::from_millis(200)).await;
+    let mut host = s.connect("host").await;
+    let room = host
+        .create_room(json!({"room": "shut", "seats": 4}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    configure(
+        &s,
+        &json!({"room": "shut", "create": false, "robots": [{"id": "bot:amy"}]}),
+    )
+    .await;
+    event_where(&mut host, "member.join", "user", &json!("bot:amy")).await;
+    host.request("room.close", json!({"room": room}))
+        .await
+        .unwrap();
+    let fence = fence_of(&s, &room).await.expect("running");
+    // Five idle periods and more than ten reconciles: the same runtime throughout.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1_500);
+    while tokio::time::Instant::now() < until {
+        assert_eq!(fence_of(&s, &room).await, Some(fence), "reloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     s.stop().await;
 }
 

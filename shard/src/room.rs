@@ -468,7 +468,9 @@ impl RoomActor {
                     .map(instant_at),
                 rocket: self.rocket_progress_due(),
                 robot: self.robot_due(),
-                idle: (self.member_count() == 0)
+                // A room running robots stays while they are configured, even with nobody in
+                // it (closed, or every robot banned): the reconcile would only load it again.
+                idle: (self.member_count() == 0 && self.robots.is_none())
                     .then(|| self.idle_since + self.inner.config.idle_unload),
             };
             let next = timers.next();
