@@ -319,8 +319,21 @@ async function join(): Promise<void> {
   const token = pasted ? pasted : () => fetchToken(user);
   if (!pasted) await fetchToken(user); // fail early on a bad name
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+  // A previous attempt that failed (a refused token, a locked or closed room) is closed, not
+  // left reconnecting beside this one.
+  client?.close();
   const c = new Client({ url, token, reconnect: { initialMs: 300, maxMs: 5000 } });
   client = c;
+  try {
+    await enter(c, user, pasted, roomId);
+  } catch (e) {
+    c.close();
+    if (client === c) client = null;
+    throw e;
+  }
+}
+
+async function enter(c: Client, user: string, pasted: string, roomId: string): Promise<void> {
   c.on("state", (s) => {
     if (s.state === "open") setConn("open", "connected");
     else if (s.state === "reconnecting") setConn("reconnecting", `reconnecting${s.delayMs !== undefined ? ` (in ${(s.delayMs / 1000).toFixed(1)} s)` : ""}…`);
@@ -330,7 +343,9 @@ async function join(): Promise<void> {
   c.on("error", (e) => {
     if (c.state === "open") log(`error: ${e.message}`, "sys");
   });
-  await c.connect();
+  // A browser cannot tell a refused token from a node that is down: give up after a while.
+  c.connect().catch(() => {});
+  await c.waitOpen(15_000);
   me = pasted ? JSON.parse(atob(pasted.split(".")[1]!.replace(/-/g, "+").replace(/_/g, "/"))).sub : user;
   gifts = (await c.gifts()).gifts;
   const r = await c.join(roomId);
