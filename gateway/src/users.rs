@@ -40,6 +40,9 @@ const GATE_SWEEP_AT: usize = 4096;
 /// not become that many reads a second. Where people are is a second old at most.
 const FOLLOW_ROOMS_FRESH_MS: u64 = 1_000;
 
+/// A user's whole `follow.rooms` answer and when it was read ([`clock_ms`]).
+type FollowedAt = (u64, Arc<Vec<FollowedRoom>>);
+
 /// The stores behind the user operations.
 #[derive(Debug)]
 pub(crate) struct Users {
@@ -50,7 +53,7 @@ pub(crate) struct Users {
     /// When each user last changed their profile here ([`clock_ms`]).
     gate: Mutex<HashMap<UserId, u64>>,
     /// Each user's last `follow.rooms` answer, whole (every room), and when it was read.
-    followed: Mutex<HashMap<UserId, (u64, Arc<Vec<FollowedRoom>>)>>,
+    followed: Mutex<HashMap<UserId, FollowedAt>>,
 }
 
 impl Users {
