@@ -24,9 +24,11 @@ impl RoomActor {
         // A write of this runtime failed, was fenced or withheld its broadcast (the lease is
         // cancelled): the stored state and the history may hold what members never saw, so
         // no handoff at the last position and no final save; the members rejoin on their own,
-        // from their own positions, as after a lost lease.
+        // from their own positions, as after a lost lease (a shutdown stays a shutdown, for
+        // the commands that raced with it).
+        let broken = self.lease.is_cancelled();
         let stop = match stop {
-            Stop::Handoff(_) | Stop::Idle | Stop::Shutdown if self.lease.is_cancelled() => {
+            Stop::Handoff(_) | Stop::Idle if broken => {
                 warn!(room = %self.room, ?stop, "A write of this runtime did not hold: stopping as with a lost lease.");
                 if let Stop::Handoff(_) = &stop {
                     self.inner.rebalance.done(&self.room);
@@ -59,7 +61,8 @@ impl RoomActor {
             }
         }
         // Save and release first: the new owner can claim the moment the gateways ask it.
-        if stop != Stop::LeaseLost {
+        // (Not after a write that did not hold: a node shutting down then only forgets.)
+        if stop != Stop::LeaseLost && !broken {
             if let (Stop::Handoff(_), Some(state)) = (&stop, self.state.as_mut()) {
                 // The members go with the room: the new owner keeps them (away) until they
                 // rejoin, so a planned move shows no presence.
