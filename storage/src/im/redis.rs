@@ -21,8 +21,10 @@ fn pending_key(u: &UserId) -> String {
 fn blocks_key(u: &UserId) -> String {
     format!("chorus:{{im}}:blocks:{u}")
 }
+/// A sender's request id: the user's id is length-prefixed, since both may hold `:` (`ann` with
+/// `x:1` and `ann:x` with `1` must not share a key).
 fn req_key(u: &UserId, req_id: &str) -> String {
-    format!("chorus:{{im}}:req:{u}:{req_id}")
+    format!("chorus:{{im}}:req:{}:{u}:{req_id}", u.as_str().len())
 }
 
 /// SEND: `KEYS = [seq, log from, log to, pending to, blocks to, blocks from, req]`,
@@ -263,5 +265,24 @@ impl RedisIm {
             .await
             .map_err(map_err)?;
         Ok(all.into_iter().map(UserId::from).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::UserId;
+
+    use super::req_key;
+
+    #[test]
+    fn request_keys_of_ids_with_colons_do_not_meet() {
+        assert_ne!(
+            req_key(&UserId::from("ann"), "x:1"),
+            req_key(&UserId::from("ann:x"), "1")
+        );
+        assert_eq!(
+            req_key(&UserId::from("ann"), "k"),
+            "chorus:{im}:req:3:ann:k"
+        );
     }
 }
