@@ -101,13 +101,20 @@ pub(crate) fn store_refusal(e: &StorageError) -> Refusal {
     }
 }
 
-/// Whether `s` names a user one may follow or look up: a usable id that is not a robot's.
+/// Whether `s` names a user one may follow: a usable id that is not a robot's.
 fn check_user(s: &UserId) -> Result<(), Refusal> {
-    if !is_valid_id(s.as_str()) {
-        return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:]"));
-    }
+    check_id(s)?;
     if s.is_robot() {
         return Err(bad("robots have no follows"));
+    }
+    Ok(())
+}
+
+/// Whether `s` is a usable user id: anyone's follows may be read (a robot's are empty), and
+/// removing a follow that cannot exist removes nothing.
+fn check_id(s: &UserId) -> Result<(), Refusal> {
+    if !is_valid_id(s.as_str()) {
+        return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:]"));
     }
     Ok(())
 }
@@ -315,7 +322,7 @@ impl Core {
                 client::encode_ok(id, &json!({ "added": added }))
             }
             UserOp::FollowRemove(f) => {
-                check_user(&f.user)?;
+                check_id(&f.user)?;
                 let removed = follows
                     .remove(user, &f.user)
                     .await
@@ -324,7 +331,7 @@ impl Core {
             }
             UserOp::FollowCounts(c) => {
                 let whose = c.user.unwrap_or_else(|| user.clone());
-                check_user(&whose)?;
+                check_id(&whose)?;
                 let (following, followers) = follows
                     .counts(&whose)
                     .await
@@ -448,7 +455,7 @@ impl Core {
     /// `follow.list`: one page, newest first.
     async fn follow_page(&self, user: &UserId, l: FollowList) -> Result<FollowPage, Refusal> {
         let whose = l.user.unwrap_or_else(|| user.clone());
-        check_user(&whose)?;
+        check_id(&whose)?;
         let limit = l.limit.unwrap_or(DEFAULT_FOLLOW_PAGE);
         if !(1..=MAX_FOLLOW_PAGE).contains(&limit) {
             return Err(bad("limit: 1..=100"));

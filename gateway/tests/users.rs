@@ -377,6 +377,26 @@ async fn follows_are_added_listed_counted_removed_and_survive_a_restart() {
             "{bad}"
         );
     }
+    // Anyone's follows may be read, a robot's too (it has none); unfollowing one removes
+    // nothing.
+    let bot = f0
+        .request("follow.counts", json!({"user": "bot:amy"}))
+        .await
+        .unwrap();
+    assert_eq!(bot, json!({"following": 0, "followers": 0}));
+    let none = f0
+        .request("follow.remove", json!({"user": "bot:amy"}))
+        .await
+        .unwrap();
+    assert_eq!(none, json!({"removed": false}));
+    let page = f0
+        .request(
+            "follow.list",
+            json!({"user": "bot:amy", "dir": "followers"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(page["users"], json!([]));
     let counts = f0.request("follow.counts", json!({})).await.unwrap();
     assert_eq!(counts, json!({"following": 2, "followers": 0}));
     let star = f0
