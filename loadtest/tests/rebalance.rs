@@ -430,6 +430,49 @@ async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_o
     );
 }
 
+/// A move the new owner cannot resume its members from (here its history does not load, so
+/// it cannot replay) is not hidden from them: the gateway's rejoin for the client is refused,
+/// the client gets `room.left` `unavailable`, rejoins by itself and gets the resync.
+#[tokio::test]
+async fn a_move_that_cannot_be_resumed_is_told_to_the_client() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    ring_has(&cluster, 2).await;
+    let room = RoomId::from("unresumable");
+    let mut a = cluster.connect(0, "alice").await.unwrap();
+    a.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
+    a.chat(&room, "before").await.unwrap();
+    let (owner, _) = cluster.room_owner("unresumable").await.unwrap().unwrap();
+    let target = cluster.other_shard(&owner).unwrap();
+    // An entry no loader can read.
+    let pushed = cluster
+        .redis
+        .integer(&["RPUSH", "room:{unresumable}:history", "x"])
+        .await
+        .unwrap();
+    assert_eq!(pushed, 2);
+    let to = Some(json!({"to": target}));
+    let r = cluster.admin("POST", "/admin/rooms/unresumable/move", to);
+    assert_eq!(r.await.unwrap().status, 200);
+    let left = loop {
+        let e = a.next_event(WAIT).await.unwrap();
+        if e.ev == "room.left" {
+            break e;
+        }
+    };
+    assert_eq!(left.d["reason"], "unavailable");
+    let ok = a.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
+    assert_eq!(ok["resync"], true, "{ok}");
+    let (now, _) = cluster.room_owner("unresumable").await.unwrap().unwrap();
+    assert_eq!(now, target);
+    a.chat(&room, "after").await.unwrap();
+}
+
 #[tokio::test]
 async fn admin_calls_without_the_token_are_refused() {
     let cluster = Cluster::start(ClusterOptions {

@@ -315,6 +315,7 @@ async fn load_log(inner: &Arc<Inner>, room: &RoomId) -> EventLog {
                 for e in entries {
                     log.push(e.fence, e.seq, e.bytes, now);
                 }
+                log.set_whole();
             }
             Err(e) => {
                 warn!(%room, error = %e, "Could not load the room history; resumes will resync.")
@@ -716,6 +717,22 @@ impl RoomActor {
         };
         let profile = state::shared_profile(cmd.profile.clone());
         let now = now_ms();
+        let replay = match j.since {
+            Some(since) => self
+                .log
+                .resume(since, state.epoch(), state.seq(), Instant::now()),
+            None => Resume::Resync,
+        };
+        if trusted && j.since.is_some() && replay == Resume::Resync {
+            // A gateway's rejoin after a move is answered to the gateway alone: a resync
+            // (a fresh snapshot) would never reach the client, which would go on from its old
+            // position past what it missed. Refused, the client is told `room.left`
+            // `unavailable` and rejoins by itself, and gets the resync.
+            return Err(state::rejected(
+                ErrorCode::Internal,
+                "the move cannot be resumed from there; the client rejoins",
+            ));
+        }
         let mut joined = if trusted {
             state.rejoin(&cmd.user, at.clone(), profile, now)?
         } else {
@@ -726,12 +743,6 @@ impl RoomActor {
         if joined.returned {
             metrics::counter!(m::PRESENCE_GRACE, "outcome" => "returned").increment(1);
         }
-        let replay = match j.since {
-            Some(since) => self
-                .log
-                .resume(since, state.epoch(), state.seq(), Instant::now()),
-            None => Resume::Resync,
-        };
         let (frames, resync) = match replay {
             Resume::Replay(frames) => (frames, false),
             Resume::Resync => (Vec::new(), j.since.is_some()),

@@ -35,6 +35,9 @@ pub(crate) struct EventLog {
     entries: VecDeque<Entry>,
     max_events: usize,
     max_age: Duration,
+    /// Seeded from the room's stored history (it loaded), and no event dropped since: if that
+    /// history was empty, every event the room ever stored is here.
+    whole: bool,
 }
 
 impl EventLog {
@@ -44,7 +47,19 @@ impl EventLog {
             entries: VecDeque::new(),
             max_events,
             max_age,
+            whole: false,
         }
+    }
+
+    /// Marks the log as seeded from the room's whole stored history (it loaded); dropping
+    /// any event later ends that.
+    pub(crate) fn set_whole(&mut self) {
+        self.whole = true;
+    }
+
+    /// Whether every event held is of `epoch` (none seeded from an earlier runtime).
+    fn only_epoch(&self, epoch: Epoch) -> bool {
+        self.entries.iter().all(|e| e.epoch == epoch)
     }
 
     /// Records event `(epoch, seq)` as sent at `now`.
@@ -56,6 +71,7 @@ impl EventLog {
             frame,
         });
         while self.entries.len() > self.max_events {
+            self.whole = false;
             self.entries.pop_front();
         }
         self.expire(now);
@@ -65,6 +81,7 @@ impl EventLog {
     pub(crate) fn expire(&mut self, now: Instant) {
         while let Some(e) = self.entries.front() {
             if now.saturating_duration_since(e.at) > self.max_age {
+                self.whole = false;
                 self.entries.pop_front();
             } else {
                 break;
@@ -123,6 +140,12 @@ impl EventLog {
                     .map(|e| e.frame.clone())
                     .collect(),
             );
+        }
+        // The same when the room's stored history was empty (loaded, so no runtime before
+        // this one ever published an event: a room moved before its first one), and this
+        // runtime dropped none of its own: the client missed exactly this runtime's events.
+        if since.seq == 0 && since.epoch < epoch && self.whole && self.only_epoch(epoch) {
+            return Resume::Replay(self.entries.iter().map(|e| e.frame.clone()).collect());
         }
         Resume::Resync
     }
@@ -207,6 +230,36 @@ mod tests {
         let (mut log, now) = log_with(3, 4, 100);
         assert_eq!(log.resume(since(9, 0), 3, 4, now), Resume::Resync);
         assert_ne!(log.resume(since(3, 0), 3, 4, now), Resume::Resync);
+    }
+
+    /// A room moved before its first event: the new owner loaded an empty history, so the
+    /// members of the epoch that published nothing missed exactly the new runtime's events.
+    /// Not without the whole history (a failed load), nor once the log dropped one of them,
+    /// nor when any loaded event came from an earlier runtime (that history may be trimmed).
+    #[test]
+    fn resumes_from_a_silent_epoch_when_the_history_was_empty() {
+        let now = Instant::now();
+        let mut log = EventLog::new(3, Duration::from_secs(60));
+        log.set_whole();
+        assert_eq!(log.resume(since(5, 0), 7, 0, now), Resume::Replay(vec![]));
+        log.push(7, 1, frame(7, 1), now);
+        assert_eq!(
+            log.resume(since(5, 0), 7, 1, now),
+            Resume::Replay(vec![frame(7, 1)])
+        );
+        // Dropped by the count bound: no longer whole.
+        for s in 2..=4 {
+            log.push(7, s, frame(7, s), now);
+        }
+        assert_eq!(log.resume(since(5, 0), 7, 4, now), Resume::Resync);
+        // Not loaded: never whole.
+        let mut unloaded = EventLog::new(3, Duration::from_secs(60));
+        assert_eq!(unloaded.resume(since(5, 0), 7, 0, now), Resume::Resync);
+        // Loaded with events of epoch 6 (none of 5, none before): 5's may have been trimmed.
+        let mut loaded = EventLog::new(100, Duration::from_secs(60));
+        loaded.push(6, 1, frame(6, 1), now);
+        loaded.set_whole();
+        assert_eq!(loaded.resume(since(5, 0), 7, 0, now), Resume::Resync);
     }
 
     #[test]
