@@ -292,6 +292,16 @@ mod tests {
         assert_eq!(p.region.as_deref(), Some("eu"));
     }
 
+    /// No audience is configured, so a token naming one is refused (PROTOCOL.md section 1).
+    #[test]
+    fn a_token_with_an_audience_is_refused() {
+        let a = Authenticator::new(b"secret").unwrap();
+        let exp = jsonwebtoken::get_current_timestamp() + 60;
+        let claims = serde_json::json!({"sub": "u1", "exp": exp, "aud": "other-service"});
+        let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap();
+        assert!(a.verify(&t).is_err());
+    }
+
     #[test]
     fn expired_tokens_are_refused() {
         let a = Authenticator::new(b"secret").unwrap();
