@@ -200,14 +200,6 @@ async fn a_uuid7_request_gets_a_time_ordered_order_id_and_its_retries_the_same_o
     s.stop().await;
 }
 
-/// The fence of `room`'s running runtime (the admin API's room view).
-async fn fence_of(s: &Server, room: &str) -> Option<u64> {
-    let r = kit::admin::get(s.admin, &format!("/admin/rooms/{room}"), Some(ADMIN))
-        .await
-        .unwrap();
-    (r.status == 200).then(|| r.json()["fence"].as_u64().unwrap())
-}
-
 /// A client may use one `req_id` in two rooms. The second room's gift is a conflict, whatever
 /// the rooms' fences: a second room whose fence is below the first room's must not read the
 /// stored saga's fence as a newer owner and stop its runtime (every retry would stop it again).
@@ -226,7 +218,7 @@ async fn a_req_id_reused_in_a_room_with_a_lower_fence_is_a_conflict_that_stops_n
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
-    while fence_of(&s, "first").await.is_some() {
+    while s.room_fence("first").await.is_some() {
         assert!(tokio::time::Instant::now() < deadline, "never unloaded");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -240,7 +232,7 @@ async fn a_req_id_reused_in_a_room_with_a_lower_fence_is_a_conflict_that_stops_n
     assert_eq!(ok["balance"], 90);
     a.join(&second, false, None).await.unwrap();
     b.join(&second, false, None).await.unwrap();
-    let fences = (fence_of(&s, "first").await, fence_of(&s, "second").await);
+    let fences = (s.room_fence("first").await, s.room_fence("second").await);
     let (Some(f1), Some(f2)) = fences else {
         panic!("both rooms run: {fences:?}");
     };
@@ -256,13 +248,13 @@ async fn a_req_id_reused_in_a_room_with_a_lower_fence_is_a_conflict_that_stops_n
         assert_eq!(err.code(), Some(ErrorCode::IdempotencyConflict));
     }
     // The second room kept its runtime, and nothing more was debited.
-    assert_eq!(fence_of(&s, "second").await, Some(f2));
+    assert_eq!(s.room_fence("second").await, Some(f2));
     let ok = a
         .request("gift.send", gift(&second, "new", "rose", json!(["bob"])))
         .await
         .unwrap();
     assert_eq!(ok["balance"], 80);
-    assert_eq!(fence_of(&s, "second").await, Some(f2));
+    assert_eq!(s.room_fence("second").await, Some(f2));
     s.stop().await;
 }
 

@@ -176,14 +176,6 @@ async fn robots_that_stay_keep_acting_when_the_list_changes() {
     s.stop().await;
 }
 
-/// The fence of `room`'s running runtime, if it runs.
-async fn fence_of(s: &Server, room: &RoomId) -> Option<u64> {
-    let r = kit::admin::get(s.admin, &format!("/admin/rooms/{room}"), Some(ADMIN))
-        .await
-        .unwrap();
-    (r.status == 200).then(|| r.json()["fence"].as_u64().unwrap())
-}
-
 /// A closed room with robots configured keeps its runtime though nobody is in it: unloading it
 /// when idle would only have the reconcile load it again, over and over.
 #[tokio::test]
@@ -204,11 +196,11 @@ async fn a_closed_robot_room_stays_loaded_rather_than_reloading() {
     host.request("room.close", json!({"room": room}))
         .await
         .unwrap();
-    let fence = fence_of(&s, &room).await.expect("running");
+    let fence = s.room_fence(room.as_str()).await.expect("running");
     // Five idle periods and more than ten reconciles: the same runtime throughout.
     let until = tokio::time::Instant::now() + Duration::from_millis(1_500);
     while tokio::time::Instant::now() < until {
-        assert_eq!(fence_of(&s, &room).await, Some(fence), "reloaded");
+        assert_eq!(s.room_fence(room.as_str()).await, Some(fence), "reloaded");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     s.stop().await;

@@ -23,6 +23,7 @@ pub(crate) struct Server {
     /// Its data directory, removed on drop.
     pub(crate) dir: tempfile::TempDir,
     secret: Vec<u8>,
+    admin_token: String,
 }
 
 impl Server {
@@ -53,7 +54,20 @@ impl Server {
             running: Some(running),
             dir,
             secret: secret.to_vec(),
+            admin_token: admin_token.to_owned(),
         }
+    }
+
+    /// The fence of `room`'s running runtime (the admin API's room view), if it runs here.
+    pub(crate) async fn room_fence(&self, room: &str) -> Option<u64> {
+        let r = kit::admin::get(
+            self.admin,
+            &format!("/admin/rooms/{room}"),
+            Some(&self.admin_token),
+        )
+        .await
+        .expect("admin call");
+        (r.status == 200).then(|| r.json()["fence"].as_u64().expect("a fence"))
     }
 
     /// A token for `user` this server accepts ([`kit::token`]).
