@@ -387,10 +387,10 @@ impl RoomState {
             .seats
             .iter()
             .filter_map(|s| s.user.clone())
-            .filter(|u| !self.members.contains_key(u))
+            // Robots are never away: the runtime runs them again, or frees their seats.
+            .filter(|u| !u.is_robot() && !self.members.contains_key(u))
             .collect();
         for user in strays {
-            self.robot_members += usize::from(user.is_robot());
             self.away.insert((until, user.clone()));
             self.members.insert(
                 user,

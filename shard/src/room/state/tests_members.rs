@@ -310,6 +310,8 @@ fn a_planned_move_hands_the_roster_over() {
     assert_eq!(new.member_count(), 2);
     assert_eq!(new.snapshot().members, 2);
     assert!(new.is_away(&u("a")) && new.is_away(&u("b")));
+    // A robot is never away: it runs again or its seat is freed as `robot_left`.
+    assert!(!new.is_member(&u("bot:amy")));
     assert_eq!(new.gateways().count(), 0);
     // a rejoins silently, keeping its join time and profile.
     let j = new.rejoin(&u("a"), at(5), named("A"), 1_100).unwrap();
@@ -363,7 +365,8 @@ fn seat_holders_nobody_handed_over_are_away_for_the_window() {
     old.seat_take(&u("a"), Some(0), 0).unwrap();
     old.seat_take(&u("b"), Some(1), 0).unwrap();
     // The saved state alone: the members were never handed over.
-    let d = old.durable().clone();
+    let mut d = old.durable().clone();
+    d.seats[2].user = Some(u("bot:amy"));
     let mut new = RoomState::new(RoomId::from("r1"), d, 2, old.rules);
     new.adopt_seated(100);
     assert!(new.is_away(&u("a")) && new.is_away(&u("b")));
