@@ -381,7 +381,7 @@ impl RoomState {
     ///
     /// # Errors
     /// `ROOM_CLOSED` when the owner closed the room; `BANNED` while a ban holds.
-    fn admits(&self, user: &UserId, now: u64) -> Result<(), Rejected> {
+    pub fn admits(&self, user: &UserId, now: u64) -> Result<(), Rejected> {
         if self.durable.closed {
             return Err(rejected(
                 ErrorCode::RoomClosed,
