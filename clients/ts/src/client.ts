@@ -95,6 +95,10 @@ export class Client extends Emitter<ClientEvents> {
   /** Direct messages seen (to drop duplicates) and not acknowledged yet. */
   private readonly im = new ImInbox();
   private ackTimer: ReturnType<typeof setTimeout> | null = null;
+  /** When the current socket last delivered a frame (`Date.now()`). */
+  private heardAt = 0;
+  /** Checks that the open socket still delivers (see {@link Client.checkAlive}). */
+  private liveTimer: ReturnType<typeof setInterval> | null = null;
 
   constructor(opts: ClientOptions) {
     super();
@@ -299,6 +303,8 @@ export class Client extends Emitter<ClientEvents> {
     this.timer = null;
     if (this.ackTimer) clearTimeout(this.ackTimer);
     this.ackTimer = null;
+    if (this.liveTimer) clearInterval(this.liveTimer);
+    this.liveTimer = null;
     const ws = this.ws;
     this.ws = null;
     try {
@@ -386,7 +392,9 @@ export class Client extends Emitter<ClientEvents> {
       this.onSocketGone(gen, 1006, `HTTP ${res.statusCode}`, refusal);
     });
     ws.onmessage = (m) => {
-      if (gen === this.gen) this.onFrame(String(m.data));
+      if (gen !== this.gen) return;
+      this.heardAt = Date.now();
+      this.onFrame(String(m.data));
     };
     ws.onclose = (c) => {
       if (gen === this.gen) this.onSocketGone(gen, c.code, c.reason, refusal);
@@ -420,6 +428,7 @@ export class Client extends Emitter<ClientEvents> {
       case "hello":
         this.session = frame.d as ClientEvents["hello"];
         this.attempt = 0;
+        this.watchAlive(this.gen, this.session.heartbeat_ms);
         this.setState("open");
         this.emit("hello", this.session);
         // Acknowledgements a dropped connection could not send go on this one.
@@ -503,8 +512,40 @@ export class Client extends Emitter<ClientEvents> {
     }
   }
 
+  /**
+   * A socket can die without a close (a network that drops everything, a sleeping laptop): the
+   * server's pings do not reach the page (browsers answer them unseen), so every heartbeat
+   * interval without a frame the client asks `ping`, and a socket that does not answer within
+   * another interval is given up as lost (protocol section 8, rule 4): reconnect and resume.
+   */
+  private watchAlive(gen: number, heartbeatMs: number): void {
+    if (this.liveTimer) clearInterval(this.liveTimer);
+    const every = Math.max(100, heartbeatMs);
+    this.heardAt = Date.now();
+    this.liveTimer = setInterval(() => this.checkAlive(gen, every), every);
+    // In Node, the check alone does not keep a process alive.
+    (this.liveTimer as { unref?: () => void }).unref?.();
+  }
+
+  private checkAlive(gen: number, every: number): void {
+    if (gen !== this.gen || this.state !== "open" || Date.now() - this.heardAt < every) return;
+    this.request("ping", {}, { timeoutMs: every }).catch((e) => {
+      if (gen !== this.gen || !(e instanceof ChorusError) || e.code !== "TIMEOUT") return;
+      const ws = this.ws;
+      this.onSocketGone(gen, 4998, "no answer within a heartbeat", null);
+      try {
+        if (ws?.terminate) ws.terminate();
+        else ws?.close(4998, "no answer");
+      } catch {
+        /* already gone */
+      }
+    });
+  }
+
   private onSocketGone(stale: number, code: number, reason: string, refusal: { status: number; retryAfterS?: number } | null): void {
     if (stale !== this.gen) return;
+    if (this.liveTimer) clearInterval(this.liveTimer);
+    this.liveTimer = null;
     // A socket is gone once: its later events (a close after a refused upgrade) are stale.
     const gen = ++this.gen;
     this.ws = null;

@@ -383,6 +383,50 @@ test("a node restart (1001) shows reconnecting, then the client resumes (resync)
   }
 });
 
+test("a socket that stops delivering without a close is given up within a heartbeat or two, and the client resumes", async () => {
+  // Its own node with a short heartbeat, behind a proxy that can swallow a connection whole:
+  // nothing passes either way and nobody closes (a network gone dead).
+  const n = await startNode({ args: ["--heartbeat-ms", "400"] });
+  const net = await import("node:net");
+  const [host, port] = [n.ws.split(":")[0], Number(n.ws.split(":")[1])];
+  const swallowed = new Set();
+  let swallow = false;
+  const proxy = net.createServer((inbound) => {
+    const outbound = net.connect(port, host);
+    const dead = { on: false };
+    if (swallow) dead.on = true;
+    swallowed.add(dead);
+    inbound.on("data", (b) => { if (!dead.on && !swallow) outbound.write(b); else dead.on = true; });
+    outbound.on("data", (b) => { if (!dead.on && !swallow) inbound.write(b); else dead.on = true; });
+    inbound.on("error", () => {});
+    outbound.on("error", () => {});
+    inbound.on("close", () => outbound.destroy());
+  });
+  await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
+  try {
+    const url = `ws://127.0.0.1:${proxy.address().port}/ws`;
+    const a = new Client({ url, token: () => n.token("liv"), WebSocket, reconnect: { initialMs: 100, maxMs: 300 } });
+    clients.push(a);
+    await a.connect();
+    const ra = await a.join("t-alive");
+    const states = [];
+    a.on("state", (st) => states.push(st));
+    const resumed = ra.next("resumed", () => true, 15_000);
+    // The current connection goes dead; connections made after it pass again.
+    swallow = true;
+    await until(() => states.some((st) => st.state === "reconnecting"), 5_000, "the dead socket is given up");
+    swallow = false;
+    for (const d of swallowed) d.on = true;
+    const r = await resumed;
+    assert.equal(r.resync, false, "nothing was missed");
+    assert.ok(states.some((st) => /no answer/.test(st.reason ?? "")), JSON.stringify(states));
+    await ra.chat("alive again");
+  } finally {
+    proxy.close();
+    await n.cleanup();
+  }
+});
+
 test("a 503 with Retry-After at connect is honoured", async () => {
   const dataDir = (await import("node:fs")).mkdtempSync(join((await import("node:os")).tmpdir(), "chorus-ts-503-"));
   const cfg = join(dataDir, "chorus.toml");
