@@ -360,18 +360,21 @@ impl RoomState {
             }
             let until = e.away_until.unwrap_or(now.saturating_add(grace));
             self.robot_members += usize::from(e.user.is_robot());
-            self.away.insert((until, e.user.clone()));
-            self.members.insert(
-                e.user,
-                Member {
-                    at: None,
-                    joined_at: e.joined_at,
-                    profile: shared_profile(e.p),
-                    away_until: until,
-                    standing: boxed(e.s),
-                },
-            );
+            let member = Member {
+                at: None,
+                joined_at: e.joined_at,
+                profile: shared_profile(e.p),
+                away_until: until,
+                standing: boxed(e.s),
+            };
+            self.insert_away(e.user, member);
         }
+    }
+
+    /// Puts `user` in as `member`, away (no connection) until `member.away_until`.
+    fn insert_away(&mut self, user: UserId, member: Member) {
+        self.away.insert((member.away_until, user.clone()));
+        self.members.insert(user, member);
     }
 
     /// Seat holders who are no members at `now`: after an unplanned stop (no roster handed
@@ -391,17 +394,14 @@ impl RoomState {
             .filter(|u| !u.is_robot() && !self.members.contains_key(u))
             .collect();
         for user in strays {
-            self.away.insert((until, user.clone()));
-            self.members.insert(
-                user,
-                Member {
-                    at: None,
-                    joined_at: now,
-                    profile: None,
-                    away_until: until,
-                    standing: None,
-                },
-            );
+            let member = Member {
+                at: None,
+                joined_at: now,
+                profile: None,
+                away_until: until,
+                standing: None,
+            };
+            self.insert_away(user, member);
         }
     }
 
