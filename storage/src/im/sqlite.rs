@@ -10,8 +10,7 @@ use protocol::UserId;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use super::{
-    Blocked, IDS_PER_MS, IM_DB_FILE, KEEP_FOR, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored,
-    now_ms,
+    Blocked, IDS_PER_MS, IM_DB_FILE, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored, now_ms,
 };
 use crate::error::{Result, StorageError};
 use crate::key_set::KeySet;
@@ -67,12 +66,18 @@ fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
     StorageError::backend("im store", e)
 }
 
-/// [`super::oldest_kept_id`] now, as SQLite stores ids.
-fn kept_floor() -> i64 {
-    i64::try_from(super::oldest_kept_id(now_ms())).unwrap_or(i64::MAX)
+/// [`super::oldest_kept_id`] at `now` (unix ms), as SQLite stores ids.
+fn kept_floor(now: i64) -> i64 {
+    let now = u64::try_from(now).unwrap_or(0);
+    i64::try_from(super::oldest_kept_id(now)).unwrap_or(i64::MAX)
 }
 
-/// How often a send also deletes every user's messages past [`KEEP_FOR`] (a user who neither
+/// [`kept_floor`] now.
+fn kept_floor_now() -> i64 {
+    kept_floor(i64::try_from(now_ms()).unwrap_or(i64::MAX))
+}
+
+/// How often a send also deletes every user's messages past [`super::KEEP_FOR`] (a user who neither
 /// sends nor receives is otherwise never trimmed).
 const SWEEP_EVERY_MS: i64 = 3_600_000;
 
@@ -80,17 +85,16 @@ fn ms(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Drops `user`'s log rows beyond the newest [`KEEP_PER_USER`] and older than [`KEEP_FOR`].
+/// Drops `user`'s log rows beyond the newest [`KEEP_PER_USER`] and older than [`super::KEEP_FOR`].
 fn trim(tx: &Connection, user: &str, now: i64) -> rusqlite::Result<()> {
     tx.execute(
         "DELETE FROM im_log WHERE user = ?1 AND id < COALESCE(
             (SELECT id FROM im_log WHERE user = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2), 0)",
         (user, i64::try_from(KEEP_PER_USER - 1).unwrap_or(i64::MAX)),
     )?;
-    let floor = (now - ms(KEEP_FOR)).saturating_mul(IDS_PER_MS as i64);
     tx.execute(
         "DELETE FROM im_log WHERE user = ?1 AND id < ?2",
-        (user, floor),
+        (user, kept_floor(now)),
     )?;
     Ok(())
 }
@@ -210,7 +214,7 @@ impl SqliteIm {
             trim(&tx, &to, now)?;
             if now.saturating_sub(last_sweep.load(Ordering::Relaxed)) >= SWEEP_EVERY_MS {
                 last_sweep.store(now, Ordering::Relaxed);
-                tx.execute("DELETE FROM im_log WHERE id < ?1", [kept_floor()])?;
+                tx.execute("DELETE FROM im_log WHERE id < ?1", [kept_floor(now)])?;
                 tx.execute("DELETE FROM im_reqs WHERE expires < ?1", [now])?;
             }
             tx.execute(
@@ -233,7 +237,7 @@ impl SqliteIm {
             return Ok(Vec::new());
         }
         let user = user.as_str().to_owned();
-        let floor = kept_floor();
+        let floor = kept_floor_now();
         self.with(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT id, msg FROM im_log WHERE user = ?1 AND pending = 1 AND id >= ?2
@@ -279,7 +283,7 @@ impl SqliteIm {
     pub(super) async fn history(&self, user: &UserId, before: Option<u64>) -> Result<Vec<String>> {
         let user = user.as_str().to_owned();
         let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
-        let floor = kept_floor();
+        let floor = kept_floor_now();
         self.with(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT msg FROM im_log WHERE user = ?1 AND id < ?2 AND id >= ?3
