@@ -130,6 +130,10 @@ pub struct SocketArgs {
     /// Per-connection burst (default 40).
     #[arg(long, env = "CHORUS_RATE_BURST")]
     pub rate_burst: Option<u32>,
+    /// How long a room request may wait for its room's owner, in milliseconds, before it is
+    /// answered `UNAVAILABLE` (default 15000).
+    #[arg(long, env = "CHORUS_ROUTE_RETRY_MS")]
+    pub route_retry_ms: Option<u64>,
 }
 
 /// Flags shared by every role.
@@ -207,6 +211,8 @@ pub struct FileConfig {
     pub admin_token: Option<String>,
     /// Ping interval, ms.
     pub heartbeat_ms: Option<u64>,
+    /// How long a room request may wait for its room's owner, ms.
+    pub route_retry_ms: Option<u64>,
     /// Frame limit, bytes.
     pub max_frame_bytes: Option<usize>,
     /// Connections one user may hold on a gateway.
@@ -425,6 +431,9 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     let mut g = GatewayConfig::default();
     if let Some(v) = a.heartbeat_ms.or(f.heartbeat_ms) {
         g.heartbeat = Duration::from_millis(v.max(1));
+    }
+    if let Some(v) = a.route_retry_ms.or(f.route_retry_ms) {
+        g.route_retry_budget = Duration::from_millis(v.max(1));
     }
     if let Some(v) = f.max_frame_bytes {
         g.max_frame_bytes = v;

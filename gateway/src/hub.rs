@@ -446,6 +446,37 @@ impl Hub {
         hit.len()
     }
 
+    /// A reply to a request the gateway has already answered itself (`UNAVAILABLE` when the
+    /// retry budget ran out while the shard held it): the client gets no second answer. A
+    /// join the shard made anyway is undone, since the client was told it failed, unless the
+    /// client has since asked to join that room again (that join's reply decides). Any other
+    /// change of membership is applied, silently, so the gateway agrees with the room.
+    pub(crate) fn late_reply(&self, from: &NodeId, r: Reply) -> Vec<PendingLeave> {
+        if r.membership == Some(Membership::Joined) && r.outcome.is_ok() {
+            let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
+            let joining_again = st
+                .sessions
+                .get(&r.session)
+                .and_then(|s| s.join.as_ref())
+                .is_some_and(|(req, room)| *req > r.req && *room == r.room);
+            if !joining_again {
+                return vec![PendingLeave {
+                    session: r.session,
+                    user: r.user,
+                    room: r.room,
+                    reason: LeaveReason::Left,
+                }];
+            }
+        }
+        self.reply(
+            from,
+            Reply {
+                client_id: None,
+                ..r
+            },
+        )
+    }
+
     fn reply(&self, from: &NodeId, r: Reply) -> Vec<PendingLeave> {
         let mut leaves = Vec::new();
         let frame = r.client_id.map(|id| match &r.outcome {

@@ -444,8 +444,12 @@ impl Core {
     /// Applies one message from shard `from`: routing retries first, then the hub.
     pub(crate) fn on_shard_message(&self, from: &NodeId, msg: ToGateway) {
         tracing::trace!(%from, ?msg, "From shard.");
+        // A reply whose request is no longer pending was answered already (the retry budget
+        // ran out while the shard held it): see `Hub::late_reply`.
+        let mut late = false;
         if let ToGateway::Reply(r) = &msg {
             let pending = self.pending().remove(&r.req);
+            late = pending.is_none();
             if let Some(p) = &pending
                 && let RoomCmd::Rejoin(_) = &p.cmd.cmd
             {
@@ -475,6 +479,7 @@ impl Core {
         let membership = match &msg {
             ToGateway::Reply(r) if r.outcome.is_ok() && r.client_id.is_some() => r
                 .membership
+                .filter(|m| !late || *m == protocol::link::Membership::Left)
                 .map(|m| (r.session, r.user.clone(), r.room.clone(), m)),
             _ => None,
         };
@@ -486,7 +491,13 @@ impl Core {
             },
             ToGateway::Reply(_) => None,
         };
-        let follow = self.hub.apply(from, msg);
+        let follow = match msg {
+            ToGateway::Reply(r) if late => hub::FollowUps {
+                leaves: self.hub.late_reply(from, r),
+                rejoins: Vec::new(),
+            },
+            msg => self.hub.apply(from, msg),
+        };
         if let Some((room, sessions)) = evicted
             && let Some(core) = self.self_ref().upgrade()
         {

@@ -744,3 +744,59 @@ async fn a_request_lost_with_its_shards_link_is_answered_at_once() {
     // The members the shard served are told to rejoin, as before.
     assert_eq!(wait_room_left(&mut a, WAIT).await["reason"], "unavailable");
 }
+
+/// A request the gateway gave up on (its retry budget ran out while the owner, stopped, held
+/// it) gets one answer, the gateway's `UNAVAILABLE`: the owner's reply once it goes on is not
+/// passed on, and a join the owner made then is undone, since its client was told it failed.
+#[tokio::test]
+async fn a_reply_after_the_retry_budget_is_not_a_second_answer() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        // Long enough that the owner keeps its lease through the pause and runs what it holds.
+        lease_ttl: Duration::from_secs(10),
+        env: vec![("CHORUS_ROUTE_RETRY_MS".into(), "1000".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let room = RoomId::from("late");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    let mut c = cluster.connect(0, "carol").await.unwrap();
+    let (owner, _) = cluster.room_owner("late").await.unwrap().unwrap();
+    cluster.shard(&owner).unwrap().node.pause().unwrap();
+    let chat = b
+        .send("chat.send", json!({"room": room, "text": "held"}))
+        .await
+        .unwrap();
+    let join = c.send("room.join", json!({"room": room})).await.unwrap();
+    for (client, id) in [(&mut b, chat), (&mut c, join)] {
+        let e = client.reply_to(id, WAIT).await.unwrap_err();
+        assert_eq!(e.code(), Some(protocol::ErrorCode::Unavailable), "{e:?}");
+    }
+    cluster.shard(&owner).unwrap().node.resume().unwrap();
+    // The owner ran both: alice sees the line and carol come, then carol go again.
+    assert_eq!(
+        a.next_event_named("chat", WAIT).await.unwrap().d["text"],
+        "held"
+    );
+    assert_eq!(
+        a.next_event_named("member.join", WAIT).await.unwrap().d["user"],
+        "carol"
+    );
+    let gone = a.next_event_named("member.leave", WAIT).await.unwrap();
+    assert_eq!(
+        (gone.d["user"].as_str(), gone.d["reason"].as_str()),
+        (Some("carol"), Some("left"))
+    );
+    // Replies come in order: once a later request's is in, an owner's late reply would be too.
+    b.chat(&room, "after").await.unwrap();
+    let join_again = c.send("room.join", json!({"room": room})).await.unwrap();
+    c.reply_to(join_again, WAIT).await.unwrap();
+    for client in [&mut b, &mut c] {
+        match client.next_reply(Duration::ZERO).await {
+            Err(ClientError::Timeout) => {}
+            other => panic!("a second answer: {other:?}"),
+        }
+    }
+}

@@ -5,7 +5,26 @@ fn no_flags() -> SocketArgs {
         heartbeat_ms: None,
         rate_per_sec: None,
         rate_burst: None,
+        route_retry_ms: None,
     }
+}
+
+#[test]
+fn the_route_retry_budget_comes_from_the_flag_or_the_file() {
+    let f: FileConfig = toml::from_str("route_retry_ms = 2500\n").unwrap();
+    let g = gateway_settings(&no_flags(), &f).unwrap();
+    assert_eq!(g.route_retry_budget, Duration::from_millis(2500));
+    let flags = SocketArgs {
+        route_retry_ms: Some(700),
+        ..no_flags()
+    };
+    let g = gateway_settings(&flags, &f).unwrap();
+    assert_eq!(g.route_retry_budget, Duration::from_millis(700));
+    let g = gateway_settings(&no_flags(), &FileConfig::default()).unwrap();
+    assert_eq!(
+        g.route_retry_budget,
+        crate::config::DEFAULT_ROUTE_RETRY_BUDGET
+    );
 }
 
 #[test]
