@@ -236,3 +236,43 @@ async fn a_well_behaved_client_stays_served_while_hostile_clients_attack() {
         .unwrap();
     assert_eq!(health.status, 200);
 }
+
+/// Commands to rooms that do not exist are answered `ROOM_NOT_FOUND` without the room being
+/// claimed: a client cycling through made-up ids leaves no lease, fence or ledger row behind
+/// and costs no durable write. A join (auto-create is on) still claims and makes its room.
+#[tokio::test]
+async fn commands_to_rooms_that_do_not_exist_claim_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = node(dir.path()).await;
+    let mut c = server.connect("mallory").await.unwrap();
+    const CLAIMS: &str = "chorus_lease_acquired_total";
+    let before = server.metric(CLAIMS).await.unwrap();
+    // 30 requests: within the connection's burst (40), so none is rate limited.
+    for i in 0..15 {
+        let room = format!("made-up-{i}");
+        let err = c
+            .request("chat.send", serde_json::json!({"room": room, "text": "hi"}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(protocol::ErrorCode::RoomNotFound),
+            "{err:?}"
+        );
+        let err = c
+            .request("seat.take", serde_json::json!({"room": room}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(protocol::ErrorCode::RoomNotFound),
+            "{err:?}"
+        );
+    }
+    assert_eq!(server.metric(CLAIMS).await.unwrap(), before);
+    // The control: a join of a missing room creates it, under a claim.
+    c.join(&RoomId::from("made-up-0"), false, None)
+        .await
+        .unwrap();
+    assert_eq!(server.metric(CLAIMS).await.unwrap(), before + 1.0);
+}

@@ -425,7 +425,9 @@ impl Inner {
                 return;
             }
             let room = cmd.room.clone();
-            self.start_runtime(&mut rooms, room, Some(Box::new(RoomMsg::Command(cmd))));
+            let may_create = room::state::may_create(&cmd.cmd, self.config.auto_create);
+            let first = Box::new(RoomMsg::Command(cmd));
+            self.start_runtime(&mut rooms, room, Some(first), may_create);
             return;
         }
     }
@@ -437,12 +439,15 @@ impl Inner {
         (*owner != self.node).then(|| owner.clone())
     }
 
-    /// Registers and starts a room runtime, with `first` in its inbox.
+    /// Registers and starts a room runtime, with `first` in its inbox. Without `may_create`
+    /// (`first` is a command that cannot create the room), a room with no snapshot is answered
+    /// `ROOM_NOT_FOUND` and never claimed.
     fn start_runtime(
         self: &Arc<Self>,
         rooms: &mut HashMap<RoomId, RoomHandle>,
         room: RoomId,
         first: Option<room::Inbox>,
+        may_create: bool,
     ) {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(self.config.room_inbox);
@@ -452,8 +457,14 @@ impl Inner {
         }
         let weak = tx.downgrade();
         rooms.insert(room.clone(), RoomHandle { tx, generation });
-        self.tracker
-            .spawn(room::run(self.clone(), room, generation, rx, weak));
+        self.tracker.spawn(room::run(
+            self.clone(),
+            room,
+            generation,
+            rx,
+            weak,
+            may_create,
+        ));
     }
 
     /// Loads `room` with no command, if it is placed here and not running: its load runs the
@@ -480,7 +491,7 @@ impl Inner {
         if unplaced || self.placed_elsewhere(room).is_some() {
             return false;
         }
-        self.start_runtime(&mut rooms, room.clone(), first);
+        self.start_runtime(&mut rooms, room.clone(), first, true);
         true
     }
 

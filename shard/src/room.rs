@@ -117,6 +117,7 @@ async fn start(
     generation: u64,
     rx: mpsc::Receiver<Box<RoomMsg>>,
     self_tx: mpsc::WeakSender<Box<RoomMsg>>,
+    may_create: bool,
 ) -> Option<(
     Box<RoomActor>,
     mpsc::Receiver<Box<RoomMsg>>,
@@ -129,6 +130,12 @@ async fn start(
         inner.snapshots.load(&room),
         load_robot_config(&inner, &room)
     );
+    // A command that cannot create the room, to a room that does not exist (and that no robot
+    // configuration makes): answered without a claim, so an unknown id leaves nothing behind.
+    if !may_create && matches!(pre, Ok(None)) && robot_config.is_none() {
+        refuse_missing(&inner, &room, generation, rx).await;
+        return None;
+    }
     let floor = match pre {
         Ok(pre) => pre.map_or(0, |(f, _)| f),
         Err(e) => {
@@ -264,8 +271,10 @@ pub(crate) async fn run(
     generation: u64,
     rx: mpsc::Receiver<Box<RoomMsg>>,
     self_tx: mpsc::WeakSender<Box<RoomMsg>>,
+    may_create: bool,
 ) {
-    let started = Box::pin(start(inner.clone(), room, generation, rx, self_tx)).await;
+    let start = start(inner.clone(), room, generation, rx, self_tx, may_create);
+    let started = Box::pin(start).await;
     let Some((mut actor, rx, lease_token)) = started else {
         return;
     };
@@ -323,6 +332,30 @@ async fn load_log(inner: &Arc<Inner>, room: &RoomId) -> EventLog {
         }
     }
     log
+}
+
+/// The room does not exist: answers the queued commands `ROOM_NOT_FOUND` and removes the room
+/// from the registry. A command queued meanwhile that can create the room starts a fresh
+/// runtime, as it would after a runtime that found the room missing.
+async fn refuse_missing(
+    inner: &Arc<Inner>,
+    room: &RoomId,
+    generation: u64,
+    mut rx: mpsc::Receiver<Box<RoomMsg>>,
+) {
+    inner.unregister(room, generation);
+    rx.close();
+    while let Some(msg) = rx.recv().await {
+        let RoomMsg::Command(cmd) = *msg else {
+            continue;
+        };
+        if state::may_create(&cmd.cmd, inner.config.auto_create) {
+            inner.dispatch_command(cmd);
+        } else {
+            let err = ReplyError::new(ErrorCode::RoomNotFound, "no such room");
+            inner.reply_direct(&cmd, Err(err), None).await;
+        }
+    }
 }
 
 /// Answers every queued command with `UNAVAILABLE` and removes the room from the registry.
@@ -820,7 +853,7 @@ mod tests {
     }
 
     /// The size of what `f` returns, without calling it.
-    fn returned_size<A, B, C, D, E, R>(_f: &impl FnOnce(A, B, C, D, E) -> R) -> usize {
+    fn returned_size<A, B, C, D, E, F, R>(_f: &impl FnOnce(A, B, C, D, E, F) -> R) -> usize {
         std::mem::size_of::<R>()
     }
 

@@ -68,6 +68,18 @@ pub(crate) const fn rejected(code: ErrorCode, msg: &'static str) -> Rejected {
     }
 }
 
+/// Whether `cmd` can create its room when the room does not exist: `room.create`, and a
+/// client's `room.join` with `auto_create` (see [`creation`]). A room runtime started for any
+/// other command to a room without a snapshot answers `ROOM_NOT_FOUND` without claiming the
+/// room: an unknown id costs no lease, fence or ledger write.
+pub fn may_create(cmd: &RoomCmd, auto_create: bool) -> bool {
+    match cmd {
+        RoomCmd::Op(RoomOp::Create(_)) => true,
+        RoomCmd::Op(RoomOp::Join(_)) => auto_create,
+        _ => false,
+    }
+}
+
 /// The rule for rooms that do not exist yet: the durable state `cmd` creates, if it creates
 /// the room.
 ///

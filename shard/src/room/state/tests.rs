@@ -320,6 +320,15 @@ fn creation_rule_for_missing_and_existing_rooms() {
         creation(&bad, false, &host, false).unwrap_err().code,
         ErrorCode::BadRequest
     );
+    // `may_create` (whether a runtime may claim a room that has no snapshot) agrees with the
+    // rule: the commands it says no to are the ones answered ROOM_NOT_FOUND.
+    let leave = RoomCmd::Leave(LeaveReason::Disconnected);
+    for auto_create in [false, true] {
+        for cmd in [&create, &join, &chat, &rejoin, &leave] {
+            let creates = creation(cmd, false, &host, auto_create).is_ok_and(|d| d.is_some());
+            assert_eq!(may_create(cmd, auto_create), creates, "{cmd:?}");
+        }
+    }
 }
 
 #[test]
