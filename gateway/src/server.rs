@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::auth::{Identity, token_from_request};
 use crate::config::HANDSHAKE_TIMEOUT;
@@ -35,11 +35,7 @@ pub(crate) async fn serve(core: Arc<Core>, listener: TcpListener) {
                 let _ = stream.set_nodelay(true);
                 core.tracker.spawn(connection(core.clone(), stream));
             }
-            Err(e) => {
-                // Out of file descriptors and the like: keep serving the others.
-                warn!(error = %e, "Accept failed.");
-                tokio::task::yield_now().await;
-            }
+            Err(e) => shard::link::accept_failed(&e, "WebSocket").await,
         }
     }
     info!("WebSocket listener stopped.");
@@ -99,20 +95,22 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
             metrics::counter!(m::UPGRADES_REFUSED, "reason" => "path").increment(1);
             return Err(refuse(404, "not found: the WebSocket endpoint is /ws"));
         }
-        if !admission.admit() {
-            metrics::counter!(m::UPGRADES_REFUSED, "reason" => "admission").increment(1);
-            let mut r = refuse(503, "too many new connections; retry later");
-            r.headers_mut().insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from(RETRY_AFTER_SECS),
-            );
-            return Err(r);
-        }
         let Some(token) = token_from_request(req) else {
             metrics::counter!(m::UPGRADES_REFUSED, "reason" => "auth").increment(1);
             return Err(refuse(401, "unauthorized: missing token"));
         };
         match auth.verify(&token) {
+            // Admission after the token: upgrades with bad tokens, refused for one HMAC
+            // each, do not spend the budget of the users whose tokens are good.
+            Ok(_) if !admission.admit() => {
+                metrics::counter!(m::UPGRADES_REFUSED, "reason" => "admission").increment(1);
+                let mut r = refuse(503, "too many new connections; retry later");
+                r.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from(RETRY_AFTER_SECS),
+                );
+                Err(r)
+            }
             Ok(id) => {
                 who = Some(id);
                 im_ack = crate::social::im::asks_to_ack(req.uri().query());

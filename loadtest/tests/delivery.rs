@@ -228,6 +228,13 @@ async fn new_connections_beyond_the_admission_rate_get_503() {
     wait_listening(admin, NODE_READY_TIMEOUT).await.unwrap();
     let url = server.url();
     let t = server.token("u").unwrap();
+    // Upgrades with bad tokens are refused before admission: they spend none of its budget.
+    for _ in 0..5 {
+        match client::connect(&url, Some("not-a-token")).await {
+            Err(ClientError::Refused(401)) => {}
+            other => panic!("{:?}", other.map(|_| "connected")),
+        }
+    }
     let mut admitted = Vec::new();
     let mut refused = 0;
     for _ in 0..6 {
