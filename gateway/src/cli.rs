@@ -407,14 +407,18 @@ fn ms(v: Option<u64>) -> Option<Duration> {
     v.map(Duration::from_millis)
 }
 
-/// A secret from the environment variable `env`, else from the file; empty counts as unset
-/// (an empty HMAC key is one anybody knows, and an empty admin token would match a request
-/// without `Authorization`).
+/// A secret from the environment variable `env`, else from the file, without surrounding
+/// whitespace (a secret made from a file often ends in a newline, which no header could carry);
+/// empty counts as unset (an empty HMAC key is one anybody knows, and an empty admin token would
+/// match a request without `Authorization`).
 pub fn env_or_file(env: &str, from_file: Option<&String>) -> Option<String> {
-    std::env::var(env)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .or_else(|| from_file.filter(|v| !v.is_empty()).cloned())
+    let env = std::env::var(env).ok();
+    [env.as_ref(), from_file]
+        .into_iter()
+        .flatten()
+        .map(|v| v.trim())
+        .find(|v| !v.is_empty())
+        .map(str::to_owned)
 }
 
 /// The token `GET /metrics` requires: `CHORUS_METRICS_TOKEN`, else the file's `metrics_token`;

@@ -222,3 +222,14 @@ fn an_empty_file_secret_is_unset() {
         .unwrap();
     assert!(fresh && !made.is_empty());
 }
+
+#[test]
+fn secrets_lose_surrounding_whitespace_and_blank_counts_as_unset() {
+    const UNSET: &str = "CHORUS_TEST_SURELY_UNSET_VARIABLE";
+    assert_eq!(
+        env_or_file(UNSET, Some(&"tok3n\n".to_owned())).as_deref(),
+        Some("tok3n")
+    );
+    assert_eq!(env_or_file(UNSET, Some(&" \n".to_owned())), None);
+    assert_eq!(env_or_file(UNSET, None), None);
+}
