@@ -55,6 +55,8 @@ const ADMIN_MAX_CONNECTIONS: usize = 256;
 /// clients that keep connections busy with cheap requests cannot hold every place (and lock
 /// out the orchestrator's probes). Keep-alive clients reconnect transparently.
 const ADMIN_CONNECTION_LIFETIME: Duration = Duration::from_secs(20);
+/// How long a connection past its lifetime may take to finish its answer before it is dropped.
+const ADMIN_CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Largest admin request body accepted.
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
@@ -166,7 +168,7 @@ pub(crate) async fn serve(
             a = listener.accept() => match a {
                 Ok(a) => a,
                 Err(e) => {
-                    warn!(error = %e, "Admin accept failed.");
+                    shard::link::accept_failed(&e, "admin").await;
                     continue;
                 }
             },
@@ -189,8 +191,10 @@ pub(crate) async fn serve(
             tokio::select! {
                 _ = conn.as_mut() => {}
                 () = tokio::time::sleep(ADMIN_CONNECTION_LIFETIME) => {
+                    // The answer under way may finish; a client that does not read it is
+                    // dropped after the grace, so it cannot keep its place for ever.
                     conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    let _ = tokio::time::timeout(ADMIN_CLOSE_GRACE, conn).await;
                 }
             }
             drop(permit);

@@ -73,6 +73,26 @@ fn yield_before_write() -> bool {
     *ON.get_or_init(|| std::env::var("CHORUS_LINK_YIELD").map_or(true, |v| v != "0"))
 }
 
+/// How long a listener waits after an accept error that is not about one connection.
+const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// After a failed `accept` on the `listener` named: an error about one connection (it was
+/// reset or aborted before it was taken) is passed over; any other (out of file descriptors,
+/// out of memory) would fail again at once, so the loop waits [`ACCEPT_PAUSE`] rather than spin
+/// and flood the log (one warning per pause at most), and counts it.
+pub async fn accept_failed(e: &std::io::Error, listener: &'static str) {
+    use std::io::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused
+    ) {
+        return;
+    }
+    ::metrics::counter!(crate::metrics::ACCEPT_ERRORS, "listener" => listener).increment(1);
+    warn!(listener, error = %e, "Accept failed; pausing accepts.");
+    tokio::time::sleep(ACCEPT_PAUSE).await;
+}
+
 /// Accepts gateway links until `shutdown`.
 pub async fn serve(shard: Shard, listener: TcpListener, shutdown: CancellationToken) {
     loop {
@@ -91,10 +111,7 @@ pub async fn serve(shard: Shard, listener: TcpListener, shutdown: CancellationTo
                     }
                 });
             }
-            Err(e) => {
-                warn!(error = %e, "Link accept failed.");
-                tokio::task::yield_now().await;
-            }
+            Err(e) => accept_failed(&e, "link").await,
         }
     }
 }

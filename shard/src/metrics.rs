@@ -2,6 +2,9 @@
 
 /// Rooms running on this node (gauge).
 pub const ROOMS_RUNNING: &str = "chorus_shard_rooms_running";
+/// Counter: accepts that failed for want of a resource (label `listener`), each followed by a
+/// pause.
+pub const ACCEPT_ERRORS: &str = "chorus_accept_errors_total";
 /// Gauge: rooms whose robots run on this node.
 pub const ROBOT_ROOMS_RUNNING: &str = "chorus_robot_rooms_running";
 /// Counter: robot actions applied, by `kind` (join, leave, chat, seat_take, seat_leave, gift,
@@ -167,6 +170,10 @@ pub fn describe() {
         "Room stops with no final snapshot write: the state was already stored."
     );
     describe_counter!(LEASES_ACQUIRED, "Room leases acquired.");
+    describe_counter!(
+        ACCEPT_ERRORS,
+        "Accepts that failed for want of a resource, each followed by a pause."
+    );
     describe_counter!(LEASES_RENEWED, "Room leases renewed.");
     describe_counter!(LEASES_LOST, "Room leases lost or not proven in time.");
     describe_counter!(
