@@ -21,6 +21,10 @@ struct Claims {
     nbf: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     iat: Option<u64>,
+    /// The audience `chorus token` writes when one is configured. Never read here: the
+    /// validation checks it, in either of its forms (a string or a list).
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    aud: Option<String>,
     /// Optional profile claims: display name, avatar URL, region. A claim out of bounds is
     /// ignored (the token still holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,7 +124,10 @@ pub struct Authenticator {
     decoding: DecodingKey,
     encoding: EncodingKey,
     validation: Validation,
-    max_lifetime: Duration,
+    /// The longest lifetime a token may have; `None`: no cap.
+    max_lifetime: Option<Duration>,
+    /// The audience tokens must name; `None`: `aud` is not checked.
+    audience: Option<String>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -138,18 +145,43 @@ impl Authenticator {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 0;
         validation.required_spec_claims = ["exp", "sub"].iter().map(|s| (*s).to_owned()).collect();
+        // Without a configured audience, a token's `aud` is not checked: any HS256 token
+        // with `sub` and `exp` is a client token (PROTOCOL.md section 1).
+        validation.validate_aud = false;
         let bad = |e: jsonwebtoken::errors::Error| AuthError::Invalid(format!("secret: {e}"));
         Ok(Self {
             decoding: DecodingKey::from_secret(secret).map_err(bad)?,
             encoding: EncodingKey::from_secret(secret).map_err(bad)?,
             validation,
-            max_lifetime: crate::config::DEFAULT_MAX_TOKEN_LIFETIME,
+            max_lifetime: None,
+            audience: None,
         })
     }
 
-    /// The longest lifetime a token may have (`exp` minus `iat`, or minus now without `iat`).
-    pub fn with_max_lifetime(mut self, max: Duration) -> Self {
+    /// The longest lifetime a token may have (`exp` minus `iat`, or minus now without `iat`);
+    /// `None`: no cap (the default).
+    pub fn with_max_lifetime(mut self, max: Option<Duration>) -> Self {
         self.max_lifetime = max;
+        self
+    }
+
+    /// The audience every token must name in `aud` (and that minted tokens carry); `None`:
+    /// `aud` is not checked (the default).
+    pub fn with_audience(mut self, audience: Option<String>) -> Self {
+        match &audience {
+            Some(a) => {
+                self.validation.set_audience(&[a]);
+                self.validation.validate_aud = true;
+                self.validation
+                    .required_spec_claims
+                    .insert("aud".to_owned());
+            }
+            None => {
+                self.validation.validate_aud = false;
+                self.validation.required_spec_claims.remove("aud");
+            }
+        }
+        self.audience = audience;
         self
     }
 
@@ -185,10 +217,12 @@ impl Authenticator {
             ));
         }
         let from = c.iat.unwrap_or(now).min(now);
-        if c.exp.saturating_sub(from) > self.max_lifetime.as_secs() {
+        if let Some(max) = self.max_lifetime
+            && c.exp.saturating_sub(from) > max.as_secs()
+        {
             return Err(AuthError::Invalid(format!(
                 "token lifetime above {} s",
-                self.max_lifetime.as_secs()
+                max.as_secs()
             )));
         }
         Ok(())
@@ -202,10 +236,12 @@ impl Authenticator {
     /// would be refused).
     pub fn mint(&self, user: &str, ttl: Duration) -> Result<String, AuthError> {
         check_subject(user)?;
-        if ttl > self.max_lifetime {
+        if let Some(max) = self.max_lifetime
+            && ttl > max
+        {
             return Err(AuthError::Invalid(format!(
                 "ttl above the token lifetime cap of {} s",
-                self.max_lifetime.as_secs()
+                max.as_secs()
             )));
         }
         let now = jsonwebtoken::get_current_timestamp();
@@ -214,6 +250,7 @@ impl Authenticator {
             exp: now + ttl.as_secs(),
             nbf: None,
             iat: Some(now),
+            aud: self.audience.clone(),
             name: None,
             avatar: None,
             region: None,
@@ -225,8 +262,10 @@ impl Authenticator {
 
 /// Finds the token in an upgrade request: `Authorization: Bearer <t>` or `?token=<t>`.
 pub fn token_from_request<B>(req: &http::Request<B>) -> Option<String> {
+    // The scheme is case-insensitive (RFC 9110, section 11.1).
     if let Some(h) = req.headers().get(http::header::AUTHORIZATION)
-        && let Some(t) = h.to_str().ok().and_then(|v| v.strip_prefix("Bearer "))
+        && let Some((scheme, t)) = h.to_str().ok().and_then(|v| v.split_once(' '))
+        && scheme.eq_ignore_ascii_case("bearer")
     {
         return Some(t.trim().to_owned());
     }
@@ -292,14 +331,46 @@ mod tests {
         assert_eq!(p.region.as_deref(), Some("eu"));
     }
 
-    /// No audience is configured, so a token naming one is refused (PROTOCOL.md section 1).
+    /// Without a configured audience `aud` is not checked (any core token is a client token);
+    /// with one, a token must name it, and minted tokens do (PROTOCOL.md section 1).
     #[test]
-    fn a_token_with_an_audience_is_refused() {
+    fn an_audience_is_checked_only_when_configured() {
         let a = Authenticator::new(b"secret").unwrap();
         let exp = jsonwebtoken::get_current_timestamp() + 60;
-        let claims = serde_json::json!({"sub": "u1", "exp": exp, "aud": "other-service"});
-        let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap();
-        assert!(a.verify(&t).is_err());
+        let with_aud = |aud: serde_json::Value| {
+            let claims = serde_json::json!({"sub": "u1", "exp": exp, "aud": aud});
+            jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &a.encoding).unwrap()
+        };
+        let plain = a.mint("u1", Duration::from_secs(60)).unwrap();
+        assert!(a.verify(&with_aud("other-service".into())).is_ok());
+        assert!(a.verify(&plain).is_ok());
+        let strict = a.clone().with_audience(Some("chorus".into()));
+        assert!(strict.verify(&with_aud("chorus".into())).is_ok());
+        assert!(
+            strict
+                .verify(&with_aud(serde_json::json!(["x", "chorus"])))
+                .is_ok()
+        );
+        assert!(strict.verify(&with_aud("other-service".into())).is_err());
+        assert!(strict.verify(&plain).is_err());
+        let minted = strict.mint("u1", Duration::from_secs(60)).unwrap();
+        assert!(strict.verify(&minted).is_ok());
+    }
+
+    /// The scheme of `Authorization` is matched in any case.
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let req = |h: &str| {
+            http::Request::builder()
+                .uri("/ws")
+                .header(http::header::AUTHORIZATION, h)
+                .body(())
+                .unwrap()
+        };
+        for h in ["Bearer t1", "bearer t1", "BEARER  t1"] {
+            assert_eq!(token_from_request(&req(h)).as_deref(), Some("t1"), "{h}");
+        }
+        assert_eq!(token_from_request(&req("Basic t1")), None);
     }
 
     #[test]
@@ -320,7 +391,7 @@ mod tests {
     fn tokens_from_the_future_or_living_too_long_are_refused() {
         let a = Authenticator::new(b"secret")
             .unwrap()
-            .with_max_lifetime(Duration::from_secs(3600));
+            .with_max_lifetime(Some(Duration::from_secs(3600)));
         let now = jsonwebtoken::get_current_timestamp();
         let token = |exp: u64, nbf: Option<u64>, iat: Option<u64>| {
             let claims = Claims {
@@ -340,6 +411,13 @@ mod tests {
         // Not valid yet, issued in the future.
         assert!(!ok(token(now + 600, Some(now + 120), None)));
         assert!(!ok(token(now + 600, None, Some(now + 120))));
+        // No cap unless one is set: a token good for ten years is a core token.
+        let uncapped = Authenticator::new(b"secret").unwrap();
+        assert!(
+            uncapped
+                .verify(&token(now + 10 * 365 * 86_400, None, None))
+                .is_ok()
+        );
         // A lifetime above the cap, counted from iat or, without it, from now.
         assert!(!ok(token(now + 3600 + 60, None, None)));
         assert!(!ok(token(now + 600, None, Some(now - 3600))));

@@ -207,6 +207,8 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     /// HS256 secret (`CHORUS_JWT_SECRET` wins).
     pub jwt_secret: Option<String>,
+    /// The audience client tokens must name (`CHORUS_JWT_AUDIENCE` wins); unset: not checked.
+    pub jwt_audience: Option<String>,
     /// Admin bearer token (`CHORUS_ADMIN_TOKEN` wins).
     pub admin_token: Option<String>,
     /// Ping interval, ms.
@@ -500,9 +502,10 @@ pub fn gateway_settings(a: &SocketArgs, f: &FileConfig) -> anyhow::Result<Gatewa
     if let Some(v) = f.im_rate_burst {
         g.im_rate_burst = v.max(1);
     }
-    if let Some(v) = f.max_token_lifetime_s {
-        g.max_token_lifetime = Duration::from_secs(v.max(1));
-    }
+    g.max_token_lifetime = f
+        .max_token_lifetime_s
+        .map(|v| Duration::from_secs(v.max(1)));
+    g.jwt_audience = env_or_file("CHORUS_JWT_AUDIENCE", f.jwt_audience.as_ref());
     if let Some(v) = f.session_expiring_s {
         g.expiry_warning = Duration::from_secs(v);
     }

@@ -46,9 +46,6 @@ pub const DEFAULT_ADMIT_BURST: u32 = 4000;
 /// Connections one user may hold on one gateway; one more closes the user's oldest (4001).
 /// Ten covers a phone, a tablet and a few tabs; a leaked token cannot hold hundreds.
 pub const DEFAULT_MAX_CONNS_PER_USER: usize = 10;
-/// Longest lifetime a client token may have (`exp` minus `iat`, or minus now without `iat`):
-/// a token that never expires cannot be revoked by waiting.
-pub const DEFAULT_MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Direct messages one user may send per minute on one gateway: a fast typist in a lively
 /// conversation sends a few a minute; a spammer is stopped within seconds.
 pub const DEFAULT_IM_RATE_PER_MIN: u32 = 30;
@@ -97,8 +94,12 @@ pub struct GatewayConfig {
     pub admit_burst: u32,
     /// Connections one user may hold on this gateway; one more closes the oldest with 4001.
     pub max_conns_per_user: usize,
-    /// Longest lifetime a client token may have.
-    pub max_token_lifetime: Duration,
+    /// Longest lifetime a client token may have (`exp` minus `iat`, or minus now without
+    /// `iat`); `None`: no cap, as the client protocol's core asks only that `exp` be checked.
+    /// A cap makes a leaked token expire by waiting.
+    pub max_token_lifetime: Option<Duration>,
+    /// The audience client tokens must name in `aud`; `None`: `aud` is not checked.
+    pub jwt_audience: Option<String>,
     /// How long before its token expires a connection gets `session.expiring` (zero: never).
     pub expiry_warning: Duration,
     /// Leave robots out of `rank.get` (default: list them, marked `robot: true`).
@@ -172,7 +173,8 @@ impl Default for GatewayConfig {
             presence_grace: shard::config::DEFAULT_PRESENCE_GRACE,
             im_rate_per_min: DEFAULT_IM_RATE_PER_MIN,
             im_rate_burst: DEFAULT_IM_RATE_BURST,
-            max_token_lifetime: DEFAULT_MAX_TOKEN_LIFETIME,
+            max_token_lifetime: None,
+            jwt_audience: None,
             expiry_warning: DEFAULT_EXPIRY_WARNING,
             rtc_webhook_secret: None,
             payments_webhook_secret: None,

@@ -52,12 +52,13 @@ fn token(t: &cli::TokenArgs) -> anyhow::Result<()> {
             dir.display()
         );
     };
-    let max = file.max_token_lifetime_s.map_or(
-        gateway::config::DEFAULT_MAX_TOKEN_LIFETIME,
-        Duration::from_secs,
-    );
+    let max = file
+        .max_token_lifetime_s
+        .map(|v| Duration::from_secs(v.max(1)));
+    let audience = cli::env_or_file("CHORUS_JWT_AUDIENCE", file.jwt_audience.as_ref());
     let tok = Authenticator::new(secret.as_bytes())?
         .with_max_lifetime(max)
+        .with_audience(audience)
         .mint(&t.user, t.ttl)?;
     println!("{tok}");
     Ok(())

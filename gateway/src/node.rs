@@ -191,7 +191,8 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         Router::Cluster(routes.clone()),
         Authenticator::new(&cfg.jwt_secret)
             .map_err(|e| StartError::Config(e.to_string()))?
-            .with_max_lifetime(cfg.gateway.max_token_lifetime),
+            .with_max_lifetime(cfg.gateway.max_token_lifetime)
+            .with_audience(cfg.gateway.jwt_audience.clone()),
         shutdown.clone(),
         tracker.clone(),
         Money {

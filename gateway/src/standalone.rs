@@ -130,7 +130,8 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         Router::Local(shard.clone()),
         Authenticator::new(&cfg.jwt_secret)
             .map_err(|e| StartError::Config(e.to_string()))?
-            .with_max_lifetime(cfg.gateway.max_token_lifetime),
+            .with_max_lifetime(cfg.gateway.max_token_lifetime)
+            .with_audience(cfg.gateway.jwt_audience.clone()),
         shutdown.clone(),
         tracker.clone(),
         Money {

@@ -64,6 +64,50 @@ async fn floods_are_rate_limited_then_closed_with_1008() {
     s.stop().await;
 }
 
+/// A rate-limited request keeps its id in the answer, even one the server could not run, and
+/// binary frames count against the rate like text ones: a flood of them is closed with 1008.
+#[tokio::test]
+async fn limited_answers_keep_their_id_and_binary_floods_close_with_1008() {
+    let s = Server::start_with(|g, _| {
+        g.rate_per_sec = 1;
+        g.rate_burst = 2;
+        g.flood_close_after = 5;
+    })
+    .await;
+    let mut c = s.connect("c").await;
+    // Seven: two in the burst, five limited, one short of the flood close.
+    let ids: Vec<u64> = (100..107).collect();
+    for id in &ids {
+        c.send_raw(format!(r#"{{"id":{id},"op":"no.such.op"}}"#))
+            .await
+            .unwrap();
+    }
+    let mut limited = 0;
+    for _ in &ids {
+        let r = c.next_reply(WAIT).await.unwrap();
+        assert!(r.re.is_some_and(|re| ids.contains(&re)), "{r:?}");
+        if matches!(&r.result, Err(e) if e.code == ErrorCode::RateLimited) {
+            limited += 1;
+        }
+    }
+    assert!(limited >= 3, "{limited} of 7 limited");
+    let mut b = s.connect("b").await;
+    for _ in 0..30 {
+        if b.send_binary(vec![1, 2, 3]).await.is_err() {
+            break;
+        }
+    }
+    let close = loop {
+        match b.next_reply(WAIT).await {
+            Ok(_) => {}
+            Err(ClientError::Closed(f)) => break f,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    };
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1008));
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn upgrades_without_a_valid_token_are_refused_with_401() {
     let s = Server::start().await;
@@ -90,9 +134,16 @@ async fn upgrades_without_a_valid_token_are_refused_with_401() {
     s.stop().await;
 }
 
+/// Tokens from the future are refused; long-lived ones and ones naming an audience are core
+/// tokens and connect, unless the server sets a lifetime cap or an audience.
 #[tokio::test]
-async fn tokens_from_the_future_or_living_past_the_cap_are_refused_with_401() {
-    let s = Server::start().await;
+async fn tokens_from_the_future_or_living_past_a_set_cap_are_refused_with_401() {
+    let open = Server::start().await;
+    let capped = Server::start_with(|g, _| {
+        g.max_token_lifetime = Some(Duration::from_secs(30 * 86_400));
+        g.jwt_audience = Some("chorus".into());
+    })
+    .await;
     let refused = |r: Result<Client, ClientError>| match r {
         Err(ClientError::Refused(status)) => status,
         Ok(_) => panic!("upgrade accepted"),
@@ -107,25 +158,38 @@ async fn tokens_from_the_future_or_living_past_the_cap_are_refused_with_401() {
         )
         .unwrap()
     };
-    // Valid only in an hour; issued in an hour; living for 60 days (the cap is 30); forever.
+    // Valid only in an hour; issued in an hour: refused by both.
     for claims in [
         json!({"sub": "eve", "exp": now + 7200, "nbf": now + 3600}),
         json!({"sub": "eve", "exp": now + 7200, "iat": now + 3600}),
-        json!({"sub": "eve", "exp": now + 60 * 86_400}),
-        json!({"sub": "eve", "exp": i64::MAX}),
     ] {
         let t = signed(claims.clone());
-        assert_eq!(
-            refused(client::connect(&s.url, Some(&t)).await),
-            401,
-            "{claims}"
-        );
+        for s in [&open, &capped] {
+            let r = client::connect(&s.url, Some(&t)).await;
+            assert_eq!(refused(r), 401, "{claims}");
+        }
     }
+    // Living for 60 days, for ever, or naming another audience: core tokens, refused only by
+    // the server with a 30-day cap and an audience of its own.
+    for claims in [
+        json!({"sub": "eve", "exp": now + 60 * 86_400}),
+        json!({"sub": "eve", "exp": i64::MAX}),
+        json!({"sub": "eve", "exp": now + 600, "aud": "elsewhere"}),
+    ] {
+        let t = signed(claims.clone());
+        let mut eve = client::connect(&open.url, Some(&t)).await.unwrap();
+        eve.request("ping", json!({})).await.unwrap();
+        let r = client::connect(&capped.url, Some(&t)).await;
+        assert_eq!(refused(r), 401, "{claims}");
+    }
+    let t = signed(json!({"sub": "eve", "exp": now + 600, "aud": ["x", "chorus"]}));
+    client::connect(&capped.url, Some(&t)).await.unwrap();
     // A small clock skew is tolerated.
     let t = signed(json!({"sub": "ann", "exp": now + 600, "nbf": now + 20, "iat": now + 20}));
-    let mut ann = client::connect(&s.url, Some(&t)).await.unwrap();
+    let mut ann = client::connect(&open.url, Some(&t)).await.unwrap();
     ann.request("ping", json!({})).await.unwrap();
-    s.stop().await;
+    open.stop().await;
+    capped.stop().await;
 }
 
 #[tokio::test]
