@@ -113,17 +113,6 @@ pub(crate) fn run(
         Outbox::new(core.config.outbox_frames, core.config.outbox_bytes, who.exp)
             .with_im_ack(im_ack),
     );
-    let cap = core.config.max_conns_per_user;
-    for old in core.hub.add(
-        session,
-        who.user.clone(),
-        outbox.clone(),
-        who.profile.clone(),
-        cap,
-    ) {
-        old.kick(Kick::TooManyConnections);
-    }
-    metrics::gauge!(m::CONNECTIONS).increment(1.0);
     let hello = client::encode_event(
         "hello",
         None,
@@ -135,9 +124,22 @@ pub(crate) fn run(
             im_ack,
         },
     );
+    // Queued before the hub knows the session, so nothing the hub sends (a token expiry
+    // warning, a direct message) can come before it.
     if let Some(t) = text(hello) {
         outbox.push(t);
     }
+    let cap = core.config.max_conns_per_user;
+    for old in core.hub.add(
+        session,
+        who.user.clone(),
+        outbox.clone(),
+        who.profile.clone(),
+        cap,
+    ) {
+        old.kick(Kick::TooManyConnections);
+    }
+    metrics::gauge!(m::CONNECTIONS).increment(1.0);
     // After `hello`: the direct messages the user is owed, the stored profile, and the guards
     // and lifetime spend the user's rooms show as badges, in one task.
     core.connected(session, &who);
@@ -247,10 +249,19 @@ impl Session {
         let closing = match msg {
             None | Some(Ok(Message::Close(_))) => return Step::End(None),
             Some(Ok(Message::Text(t))) => self.on_text(&t),
-            Some(Ok(Message::Binary(_))) => {
-                self.reply_err(None, ErrorCode::BadFrame, "binary frames are not supported");
-                None
-            }
+            // Binary frames are refused, but they count against the request rate like any
+            // other frame, so they cannot flood the connection past its limits either.
+            Some(Ok(Message::Binary(_))) => match self.take_token() {
+                Ok(true) => {
+                    self.reply_err(None, ErrorCode::BadFrame, "binary frames are not supported");
+                    None
+                }
+                Ok(false) => {
+                    self.reply_err(None, ErrorCode::RateLimited, "too many requests; slow down");
+                    None
+                }
+                Err(close) => Some(close),
+            },
             Some(Ok(Message::Ping(_))) => {
                 self.pong_owed = true;
                 None
@@ -378,23 +389,40 @@ impl Session {
         }
     }
 
-    /// Handles one text frame; returns a close when the connection must end.
-    fn on_text(&mut self, t: &str) -> Option<Closing> {
-        self.core.hot.requests.increment(1);
+    /// Takes a token of the request rate for one frame the client sent (text or binary).
+    /// `Ok(false)`: over the rate, answer `RATE_LIMITED`; `Err`: too many of those in a row,
+    /// close with 1008.
+    fn take_token(&mut self) -> Result<bool, Closing> {
         let cfg = &self.core.config;
-        if !self
+        if self
             .bucket
             .take(clock_ms(), cfg.rate_per_sec, cfg.rate_burst)
         {
-            self.limited_in_a_row += 1;
-            if self.limited_in_a_row > self.core.config.flood_close_after {
-                return Some(Closing::new(close::POLICY, "flood"));
-            }
-            let id = client::decode_request(t).ok().map(|r| r.id);
-            self.reply_err(id, ErrorCode::RateLimited, "too many requests; slow down");
-            return None;
+            self.limited_in_a_row = 0;
+            return Ok(true);
         }
-        self.limited_in_a_row = 0;
+        self.limited_in_a_row += 1;
+        if self.limited_in_a_row > cfg.flood_close_after {
+            return Err(Closing::new(close::POLICY, "flood"));
+        }
+        Ok(false)
+    }
+
+    /// Handles one text frame; returns a close when the connection must end.
+    fn on_text(&mut self, t: &str) -> Option<Closing> {
+        self.core.hot.requests.increment(1);
+        match self.take_token() {
+            Ok(true) => {}
+            Ok(false) => {
+                let id = match client::decode_request(t) {
+                    Ok(r) => Some(r.id),
+                    Err(e) => e.id,
+                };
+                self.reply_err(id, ErrorCode::RateLimited, "too many requests; slow down");
+                return None;
+            }
+            Err(close) => return Some(close),
+        }
         let req = match client::decode_request(t) {
             Ok(r) => r,
             Err(e) => {

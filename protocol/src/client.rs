@@ -113,6 +113,12 @@ struct IdOnly {
     id: u64,
 }
 
+/// Whether JSON `text` is an object. serde would also read a struct from an array of its
+/// fields in order; a frame and its `d` must be objects.
+fn is_object(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+}
+
 fn args<T: DeserializeOwned>(id: u64, op: &str, d: Option<&RawValue>) -> Result<T, DecodeError> {
     let text = d.map_or("{}", RawValue::get);
     serde_json::from_str(text).map_err(|e| DecodeError {
@@ -129,12 +135,26 @@ fn args<T: DeserializeOwned>(id: u64, op: &str, d: Option<&RawValue>) -> Result<
 /// op's shape; `UNKNOWN_OP` for an op this server does not know. `id` is set whenever the frame
 /// carried a readable one.
 pub fn decode_request(text: &str) -> Result<Request, DecodeError> {
+    if !is_object(text) {
+        return Err(DecodeError {
+            id: None,
+            code: ErrorCode::BadFrame,
+            msg: "not a request frame: not a JSON object".into(),
+        });
+    }
     let env: Envelope<'_> = serde_json::from_str(text).map_err(|e| DecodeError {
         id: serde_json::from_str::<IdOnly>(text).ok().map(|i| i.id),
         code: ErrorCode::BadFrame,
         msg: format!("not a request frame: {e}"),
     })?;
     let (id, d) = (env.id, env.d);
+    if d.is_some_and(|d| !is_object(d.get())) {
+        return Err(DecodeError {
+            id: Some(id),
+            code: ErrorCode::BadFrame,
+            msg: "bad `d`: not an object".into(),
+        });
+    }
     let op = match Op::decode(&env.op, id, d) {
         Some(op) => op?,
         None => {

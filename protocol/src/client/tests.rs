@@ -84,6 +84,17 @@ fn bad_frames_keep_the_id_when_readable() {
     assert_eq!((e.id, e.code), (Some(8), ErrorCode::UnknownOp));
     let e = decode_request(r#"[1,2]"#).unwrap_err();
     assert_eq!((e.id, e.code), (None, ErrorCode::BadFrame));
+    // serde reads a struct from an array of its fields too: neither a frame nor its `d` may
+    // be one.
+    for frame in [r#"[7,"ping"]"#, r#" [7,"ping",{}]"#, "5", r#""x""#, "null"] {
+        let e = decode_request(frame).unwrap_err();
+        assert_eq!((e.id, e.code), (None, ErrorCode::BadFrame), "{frame}");
+    }
+    let e = decode_request(r#"{"id":9,"op":"chat.send","d":["r1","hi"]}"#).unwrap_err();
+    assert_eq!((e.id, e.code), (Some(9), ErrorCode::BadFrame));
+    let e = decode_request(r#"{"id":10,"op":"ping","d":[]}"#).unwrap_err();
+    assert_eq!((e.id, e.code), (Some(10), ErrorCode::BadFrame));
+    assert!(decode_request(r#" {"id":11,"op":"ping","d":null}"#).is_ok());
 }
 
 #[test]
