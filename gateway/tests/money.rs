@@ -151,6 +151,20 @@ async fn a_gift_debits_once_credits_the_recipient_and_is_broadcast() {
         .await
         .unwrap();
     assert_eq!(third["order"], order.as_str());
+    // After a reconnect without a rejoin too: the first result, not NOT_IN_ROOM.
+    a.close().await;
+    let mut a = s.connect("alice").await;
+    let fourth = a
+        .request("gift.send", gift(&room, "req-1", "rose", json!(["bob"])))
+        .await
+        .unwrap();
+    assert_eq!(fourth["order"], order.as_str());
+    // A new req_id from a non-member is still refused.
+    let err = a
+        .request("gift.send", gift(&room, "req-2", "rose", json!(["bob"])))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotInRoom), "{err:?}");
     assert_eq!(s.wallet("alice").await["balance"], 90);
     assert_eq!(s.wallet("bob").await["earnings"], 5, "50 % share");
     // No duplicate gift event was broadcast for the retries.

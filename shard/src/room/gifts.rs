@@ -365,9 +365,13 @@ impl RoomActor {
         let legacy = legacy.filter(|_| ledger.may_hold_legacy_gift_ids());
         let recipients = match state.gift_recipients(&cmd.user, at, &g.to, g.count) {
             Ok(r) => r,
-            Err(rejected) if rejected.code == ErrorCode::BadRequest => {
+            Err(rejected)
+                if matches!(rejected.code, ErrorCode::BadRequest | ErrorCode::NotInRoom) =>
+            {
                 // A retry of an order booked earlier gets its first result even if the room
-                // changed since (a recipient left): look the order up before refusing.
+                // changed since (a recipient left) or the sender is no longer in it (it
+                // reconnected and retries before rejoining): look the order up before
+                // refusing.
                 self.answer_from_ledger_or(cmd, id, legacy, request, rejected, ledger.clone());
                 return Ok(None);
             }
