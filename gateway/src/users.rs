@@ -76,7 +76,9 @@ impl Users {
         {
             return false;
         }
-        if last.len() >= GATE_SWEEP_AT {
+        // Swept before the table grows (not on every insert past a size: a table full of
+        // users changing now would be swept on each).
+        if last.len() >= GATE_SWEEP_AT.max(last.capacity()) {
             last.retain(|_, t| now_ms < t.saturating_add(interval));
         }
         last.insert(user.clone(), now_ms);
@@ -425,6 +427,8 @@ impl Core {
                 .cmp(&a.users.len())
                 .then_with(|| a.room.cmp(&b.room))
         });
+        // No answer lists more: the rest would only sit in the cache.
+        rooms.truncate(MAX_FOLLOW_ROOMS as usize);
         Ok(rooms)
     }
 
