@@ -51,6 +51,11 @@ const MAX_ROUNDS: usize = 4;
 pub const MAX_PINS: usize = 100;
 /// The highest ranked position a cursor may name.
 const MAX_POSITION: usize = 1 << 31;
+/// Index entries a search reads at most, over all its pages: a search range is read from its
+/// start to the cursor's position (Redis `ZRANGEBYLEX … LIMIT offset`), so a deep cursor, made
+/// up or paged to, would cost in proportion. A search lists its best matches; deeper than
+/// this it ends.
+pub const MAX_SEARCH_DEPTH: usize = 2_000;
 
 /// A change to publish for one room.
 #[derive(Debug, Clone, PartialEq)]
@@ -438,10 +443,19 @@ impl DirectoryStore {
             (None, Some(r)) => Source::Region(r.to_owned()),
             (None, None) => Source::All,
         };
+        let depth = match &source {
+            Source::Lex(_) => MAX_SEARCH_DEPTH,
+            _ => MAX_POSITION,
+        };
         let mut seen: HashSet<RoomId> = HashSet::new();
         for _ in 0..MAX_ROUNDS {
             let want = limit - page.rooms.len();
-            let batch = want + skip.len().min(limit) + READ_AHEAD;
+            let batch =
+                (want + skip.len().min(limit) + READ_AHEAD).min(depth.saturating_sub(offset));
+            if batch == 0 {
+                // A search that reached its depth ends here.
+                return Ok(page);
+            }
             let ids = self.range(&source, offset, batch).await?;
             let exhausted = ids.len() < batch;
             let stored = self.stored(&ids).await?;

@@ -273,6 +273,23 @@ async fn contract(store: DirectoryStore) {
     assert_eq!(store.purge_node(&n1).await.unwrap(), 31);
     assert!(store.list(&a).await.unwrap().rooms.is_empty());
 
+    // A search reads at most MAX_SEARCH_DEPTH index entries: 2,100 rooms match (one entry
+    // each: an id, no title), the listing ends after 2,000 of them. A listing without a query
+    // is not cut.
+    let deep: Vec<Update> = (0..2_100)
+        .map(|i| Update::Put(entry(&format!("deep-{i:04}"), "", 1, None)))
+        .collect();
+    store.publish(&n1, NOW, &deep).await.unwrap();
+    let search = ListArgs {
+        query: Some("deep".into()),
+        ..args(50)
+    };
+    let found = all_pages(&store, search).await;
+    assert_eq!(found.len(), storage::directory::MAX_SEARCH_DEPTH);
+    assert_eq!(found.iter().collect::<HashSet<_>>().len(), found.len());
+    assert_eq!(all_pages(&store, args(50)).await.len(), 2_100);
+    assert_eq!(store.purge_node(&n1).await.unwrap(), 2_100);
+
     // A cursor this store never gave is refused.
     let bad = ListArgs {
         cursor: Some("nope".into()),
