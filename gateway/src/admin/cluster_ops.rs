@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 use http::StatusCode;
 use protocol::ring::DEFAULT_VNODES_PER_WEIGHT;
 use protocol::{NodeId, RoomId};
@@ -108,10 +109,19 @@ pub(super) async fn nodes(admin: &Admin) -> Resp {
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };
     let stale_ms = STALE_AFTER.as_millis() as u64;
+    let age = |n: &storage::membership::NodeInfo| view.now_ms.saturating_sub(n.last_heartbeat_ms);
+    // Every live node at once, each within its time-out; a stale node is not asked (it would
+    // only cost the time-out).
+    let locals = join_all(view.nodes.iter().map(|n| async move {
+        if age(n) > stale_ms {
+            return None;
+        }
+        peer_get(&n.admin_addr, "/admin/local", admin.token.as_deref()).await
+    }))
+    .await;
     let mut out = Vec::new();
-    for n in &view.nodes {
-        let age = view.now_ms.saturating_sub(n.last_heartbeat_ms);
-        let local = peer_get(&n.admin_addr, "/admin/local", admin.token.as_deref()).await;
+    for (n, local) in view.nodes.iter().zip(locals) {
+        let age = age(n);
         out.push(json!({
             "id": n.id,
             "role": n.role,
@@ -306,10 +316,19 @@ pub(super) async fn rebalance(admin: &Admin) -> Resp {
                 Ok(v) => v,
                 Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
             };
-            for n in view.nodes.iter().filter(|n| n.role == NodeRole::Shard) {
-                if let Some(v) =
-                    peer_get(&n.admin_addr, "/admin/local", admin.token.as_deref()).await
-                {
+            let shards: Vec<_> = view
+                .nodes
+                .iter()
+                .filter(|n| n.role == NodeRole::Shard)
+                .collect();
+            let answers = join_all(
+                shards
+                    .iter()
+                    .map(|n| peer_get(&n.admin_addr, "/admin/local", admin.token.as_deref())),
+            )
+            .await;
+            for (n, v) in shards.iter().zip(answers) {
+                if let Some(v) = v {
                     add(&json!(n.id), &v);
                 }
             }
@@ -363,23 +382,29 @@ pub(super) async fn moderation(admin: &Admin, room: &RoomId) -> Resp {
         return error(StatusCode::SERVICE_UNAVAILABLE, "membership unreadable");
     };
     let path = format!("/admin/rooms/{room}/moderation");
-    for node in view
-        .nodes
-        .iter()
-        .filter(|n| n.role == storage::membership::NodeRole::Shard)
-    {
-        let Ok(addr) = node.admin_addr.parse::<SocketAddr>() else {
-            continue;
-        };
-        let call = kit::admin::get(addr, &path, admin.token.as_deref());
-        if let Ok(Ok(answer)) = tokio::time::timeout(PEER_CALL_TIMEOUT, call).await
-            && (answer.status == 200 || answer.status == 404)
-        {
+    let path = path.as_str();
+    // Every shard at once; the first in membership order that answers wins.
+    let answers = join_all(
+        view.nodes
+            .iter()
+            .filter(|n| n.role == storage::membership::NodeRole::Shard)
+            .filter_map(|n| n.admin_addr.parse::<SocketAddr>().ok())
+            .map(|addr| async move {
+                let call = kit::admin::get(addr, path, admin.token.as_deref());
+                match tokio::time::timeout(PEER_CALL_TIMEOUT, call).await {
+                    Ok(Ok(a)) if a.status == 200 || a.status == 404 => Some(a),
+                    _ => None,
+                }
+            }),
+    )
+    .await;
+    match answers.into_iter().flatten().next() {
+        Some(answer) => {
             let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
-            return json_resp(status, &answer.json());
+            json_resp(status, &answer.json())
         }
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "no shard answered"),
     }
-    error(StatusCode::SERVICE_UNAVAILABLE, "no shard answered")
 }
 
 fn changed(result: storage::Result<u64>, verb: &str, node: &NodeId, detail: Value) -> Resp {

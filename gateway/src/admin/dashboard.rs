@@ -64,15 +64,25 @@ pub(super) async fn leases(admin: &Admin) -> Resp {
         Ok(v) => v,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };
-    let mut shards = Vec::new();
-    for n in view.nodes.iter().filter(|n| n.role == NodeRole::Shard) {
-        let got = peer_get(&n.admin_addr, "/admin/local/rooms", admin.token.as_deref()).await;
-        shards.push(
-            got.unwrap_or_else(
-                || json!({ "node": n.id, "error": "no answer from its admin port" }),
-            ),
-        );
-    }
+    let asked: Vec<_> = view
+        .nodes
+        .iter()
+        .filter(|n| n.role == NodeRole::Shard)
+        .collect();
+    // Every shard at once, each within its time-out.
+    let answers = futures_util::future::join_all(
+        asked
+            .iter()
+            .map(|n| peer_get(&n.admin_addr, "/admin/local/rooms", admin.token.as_deref())),
+    )
+    .await;
+    let shards: Vec<Value> = asked
+        .iter()
+        .zip(answers)
+        .map(|(n, got)| {
+            got.unwrap_or_else(|| json!({ "node": n.id, "error": "no answer from its admin port" }))
+        })
+        .collect();
     json_resp(StatusCode::OK, &json!({ "shards": shards }))
 }
 
