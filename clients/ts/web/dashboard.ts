@@ -6,7 +6,7 @@ export {};
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
 let token = "";
-let timer: ReturnType<typeof setInterval> | null = null;
+let timer: ReturnType<typeof setTimeout> | null = null;
 let shards: string[] = [];
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, cls?: string): HTMLElementTagNameMap[K] {
@@ -278,8 +278,9 @@ async function refresh(): Promise<void> {
 }
 
 function stop(why: string): void {
-  if (timer) clearInterval(timer);
+  if (timer) clearTimeout(timer);
   timer = null;
+  signedIn++;
   token = "";
   $("dash").hidden = true;
   $("signin").hidden = false;
@@ -300,7 +301,19 @@ async function signIn(): Promise<void> {
   $("dash").hidden = false;
   $("signin-error").textContent = "";
   await refresh();
-  timer = setInterval(() => void refresh(), 1000);
+  schedule(++signedIn);
+}
+
+/** Counts sign-ins: a refresh that ends after a sign-out (or a new sign-in) schedules nothing. */
+let signedIn = 0;
+
+/** The next refresh a second after this one ends: a slow node never has two in flight. */
+function schedule(session: number): void {
+  timer = setTimeout(() => {
+    void refresh().finally(() => {
+      if (session === signedIn && timer !== null) schedule(session);
+    });
+  }, 1000);
 }
 
 $("signin-form").onsubmit = (ev) => {
