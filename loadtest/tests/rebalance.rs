@@ -20,6 +20,12 @@ const WAIT: Duration = Duration::from_secs(10);
 /// How long a join retries while the room's ownership moves.
 const JOIN_WITHIN: Duration = Duration::from_secs(30);
 
+/// How long a follower keeps reading, once the load is over, for its room's last
+/// acknowledged events: longer than any delivery, so an event missing after it is lost.
+const FOLLOW_TAIL: Duration = Duration::from_secs(20);
+/// Upper bound on a follower's whole run (load, settling, then [`FOLLOW_TAIL`]).
+const FOLLOW_LIMIT: Duration = Duration::from_secs(180);
+
 /// Waits until no shard has a move planned or in flight, twice in a row.
 async fn settled(c: &Cluster) -> Value {
     let deadline = Instant::now() + Duration::from_secs(40);
@@ -91,7 +97,9 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
     let rooms: Vec<RoomId> = (0..12).map(|i| RoomId::from(format!("load-{i}"))).collect();
     let mut pubs = Vec::new();
     let mut followers = Vec::new();
-    let stop = tokio_util::sync::CancellationToken::new();
+    // Once the load is over, each room's publisher names its last acknowledged chat text and
+    // its acknowledged gifts on the room's channel here.
+    let mut targets = Vec::new();
     for (i, room) in rooms.iter().enumerate() {
         let token = Some(cluster.admin_token.as_str());
         let r = kit::admin::grant(
@@ -110,10 +118,25 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
         p.join_retrying(room, None, JOIN_WITHIN).await.unwrap();
         pubs.push(p);
         let room = room.clone();
-        let stop = stop.clone();
+        let (target_tx, target) = tokio::sync::watch::channel(None::<(Option<String>, i64)>);
+        targets.push(target_tx);
         followers.push(tokio::spawn(async move {
-            let (mut chats, mut gifts, mut left) = (Vec::new(), 0u64, 0u64);
-            while !stop.is_cancelled() {
+            let started = Instant::now();
+            let (mut chats, mut gifts, mut left) = (Vec::new(), 0i64, 0u64);
+            // Reads until the last acknowledged text and every acknowledged gift arrived, or
+            // FOLLOW_TAIL passed since they were named (the comparison then says what is
+            // missing).
+            let mut tail_deadline = None;
+            loop {
+                if let Some((last, gifts_acked)) = target.borrow().clone() {
+                    let deadline =
+                        *tail_deadline.get_or_insert_with(|| Instant::now() + FOLLOW_TAIL);
+                    let all_chats = last.is_none_or(|t| chats.contains(&t));
+                    if (all_chats && gifts >= gifts_acked) || Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                assert!(started.elapsed() < FOLLOW_LIMIT, "follower never finished");
                 match f.next_event(Duration::from_millis(100)).await {
                     Ok(e) if e.ev == "chat" => chats.push(e.d["text"].as_str().unwrap().to_owned()),
                     Ok(e) if e.ev == "gift" => gifts += 1,
@@ -218,9 +241,12 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
         after.values().all(|o| *o != drained),
         "rooms left on the drained shard: {after:?}"
     );
-    // Let the last events land, then check every room.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.cancel();
+    // Each follower reads until its room's last acknowledged events reached it, then every
+    // room is checked.
+    for (i, t) in targets.iter().enumerate() {
+        t.send(Some((acked[i].last().cloned(), gifts_acked[i])))
+            .unwrap();
+    }
     for (i, f) in followers.into_iter().enumerate() {
         let (chats, gifts, left, pos) = f.await.unwrap();
         assert_eq!(left, 0, "room {i}: a client was told to leave");
@@ -233,7 +259,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
             chats, acked[i],
             "room {i}: chat lost, duplicated or reordered"
         );
-        assert_eq!(gifts as i64, gifts_acked[i], "room {i}: gift events");
+        assert_eq!(gifts, gifts_acked[i], "room {i}: gift events");
         let w = kit::admin::get(
             cluster.gateways[0].admin,
             &format!("/admin/wallets/p{i}"),
