@@ -20,6 +20,13 @@ const WAIT: Duration = Duration::from_secs(10);
 /// How long a join retries while the room's ownership moves.
 const JOIN_WITHIN: Duration = Duration::from_secs(30);
 
+/// How long a request refused with `UNAVAILABLE` while its room moves is retried.
+const RETRY_WITHIN: Duration = Duration::from_secs(20);
+/// Pause between such retries: the move needs a moment, not a busy loop.
+const RETRY_PAUSE: Duration = Duration::from_millis(25);
+/// How long a drained node may keep running rooms.
+const DRAIN_WITHIN: Duration = Duration::from_secs(30);
+
 /// How long a follower keeps reading, once the load is over, for its room's last
 /// acknowledged events: longer than any delivery, so an event missing after it is lost.
 const FOLLOW_TAIL: Duration = Duration::from_secs(20);
@@ -47,6 +54,41 @@ async fn settled(c: &Cluster) -> Value {
         assert!(Instant::now() < deadline, "rebalance did not settle: {r}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// Waits until every shard routes by the ring the gateway reads now, or a newer one: each has
+/// then been told of the change and plans the moves it asks for.
+async fn shards_follow_ring(c: &Cluster) {
+    let ring = c.admin("GET", "/admin/ring", None).await.unwrap().json();
+    let version = ring["version"].as_u64().unwrap();
+    let deadline = Instant::now() + WAIT;
+    for s in &c.shards {
+        loop {
+            let j = kit::admin::get(s.admin, "/admin/local", Some(&c.admin_token))
+                .await
+                .unwrap()
+                .json();
+            if j["ring_version"].as_u64().is_some_and(|v| v >= version) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never routed by ring version {version}: {j}",
+                s.id
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Moves completed so far over every shard (`GET /admin/rebalance`).
+async fn moves_done(c: &Cluster) -> u64 {
+    let r = c
+        .admin("GET", "/admin/rebalance", None)
+        .await
+        .unwrap()
+        .json();
+    r["done"].as_u64().unwrap()
 }
 
 /// Loads every room at its placed owner (a join), then reads the owners.
@@ -196,6 +238,10 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
                     if j["rooms_running"] == 0 {
                         return started.elapsed();
                     }
+                    assert!(
+                        started.elapsed() < DRAIN_WITHIN,
+                        "the drained node still runs rooms: {j}"
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }));
@@ -203,6 +249,9 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
         let i = (n as usize) % rooms.len();
         let p = &mut pubs[i];
         let sent_at = Instant::now();
+        // A request refused with UNAVAILABLE (its room is moving) is retried after a pause,
+        // for at most RETRY_WITHIN: the move should be long done by then.
+        let retry_until = sent_at + RETRY_WITHIN;
         if n % 5 == 4 {
             let req = json!({"room": rooms[i], "req_id": format!("g{n}"), "gift": "rose", "to": [format!("f{i}")]});
             loop {
@@ -214,6 +263,11 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
                     Err(e) if e.code() == Some(ErrorCode::Unavailable) => {}
                     Err(e) => panic!("gift: {e:?}"),
                 }
+                assert!(
+                    Instant::now() < retry_until,
+                    "gift g{n} unavailable too long"
+                );
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
         } else {
             let text = format!("m{n}");
@@ -226,6 +280,11 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
                     Err(e) if e.code() == Some(ErrorCode::Unavailable) => {}
                     Err(e) => panic!("chat: {e:?}"),
                 }
+                assert!(
+                    Instant::now() < retry_until,
+                    "chat m{n} unavailable too long"
+                );
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
         if drain_started.is_some() {
@@ -329,6 +388,7 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     wait_listening(s4.admin, NODE_READY_TIMEOUT).await.unwrap();
     cluster.shards.push(s4);
     ring_has(&cluster, 4).await;
+    shards_follow_ring(&cluster).await;
     settled(&cluster).await;
     let added = owners(&cluster, &mut probe, &rooms).await;
     let moved: Vec<&RoomId> = rooms.iter().filter(|r| before[*r] != added[*r]).collect();
@@ -343,10 +403,21 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     );
 
     // Weight s1 3×: rooms move only to s1.
+    let done_before = moves_done(&cluster).await;
     let weight = Some(json!({"weight": 3}));
     let r = cluster.admin("PUT", "/admin/nodes/s1/weight", weight);
     assert_eq!(r.await.unwrap().status, 200);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    shards_follow_ring(&cluster).await;
+    // A move is recorded once it is done: the planner had planned every move of its shard
+    // by then, and `settled` waits for the rest.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while moves_done(&cluster).await <= done_before {
+        assert!(
+            Instant::now() < deadline,
+            "no room moved after the weight change"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     settled(&cluster).await;
     let weighted = owners(&cluster, &mut probe, &rooms).await;
     let to_s1: Vec<&RoomId> = rooms.iter().filter(|r| added[*r] != weighted[*r]).collect();
@@ -363,6 +434,7 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
         .unwrap();
     assert_eq!(r.status, 200);
     ring_has(&cluster, 3).await;
+    shards_follow_ring(&cluster).await;
     settled(&cluster).await;
     let removed = owners(&cluster, &mut probe, &rooms).await;
     for r in &rooms {
