@@ -12,6 +12,7 @@ use std::time::Duration;
 use kit::client::{self, Client, ClientError};
 use protocol::{ErrorCode, RoomId};
 use serde_json::json;
+use tokio::time::Instant;
 
 #[path = "support/server.rs"]
 mod server;
@@ -241,24 +242,107 @@ async fn control_and_bidi_characters_are_refused_in_chat_and_titles() {
     s.stop().await;
 }
 
+/// Reads from `sock` until `buf` holds `n` bytes, by `deadline`.
+async fn fill(sock: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, n: usize, deadline: Instant) {
+    let mut chunk = [0u8; 4096];
+    while buf.len() < n {
+        let read =
+            tokio::time::timeout_at(deadline, tokio::io::AsyncReadExt::read(sock, &mut chunk))
+                .await
+                .expect("the server neither wrote nor closed in time")
+                .unwrap();
+        assert!(read > 0, "the connection ended without a close frame");
+        buf.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// Opens a WebSocket to the server at `url` by hand on a plain TCP socket, with `token`, then
+/// only reads: it never writes again, so it never answers the server's pings (the kit's
+/// client, through tungstenite, answers them whenever it reads). Returns the code of the close
+/// frame the server sends, and when it arrived.
+async fn silent_socket_closed(url: &str, token: &str) -> (u16, Instant) {
+    use tokio::io::AsyncWriteExt;
+    let deadline = Instant::now() + WAIT;
+    let addr = url
+        .strip_prefix("ws://")
+        .and_then(|a| a.strip_suffix("/ws"))
+        .unwrap();
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let upgrade = format!(
+        "GET /ws?token={token} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n"
+    );
+    sock.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let more = buf.len() + 1;
+        fill(&mut sock, &mut buf, more, deadline).await;
+    };
+    assert!(
+        buf.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&buf)
+    );
+    buf.drain(..head_end);
+    // Frames from the server are unmasked: opcode, 7-bit length (126: 16 bits follow, 127: 64).
+    loop {
+        fill(&mut sock, &mut buf, 2, deadline).await;
+        let (opcode, len7) = (buf[0] & 0x0f, usize::from(buf[1] & 0x7f));
+        assert_eq!(buf[1] & 0x80, 0, "a masked frame from the server");
+        let (header, len) = match len7 {
+            126 => {
+                fill(&mut sock, &mut buf, 4, deadline).await;
+                (4, usize::from(u16::from_be_bytes([buf[2], buf[3]])))
+            }
+            127 => {
+                fill(&mut sock, &mut buf, 10, deadline).await;
+                let n = u64::from_be_bytes(buf[2..10].try_into().unwrap());
+                (10, usize::try_from(n).unwrap())
+            }
+            n => (2, n),
+        };
+        fill(&mut sock, &mut buf, header + len, deadline).await;
+        if opcode == 0x8 {
+            let at = Instant::now();
+            assert!(len >= 2, "a close frame without a code");
+            return (u16::from_be_bytes([buf[header], buf[header + 1]]), at);
+        }
+        buf.drain(..header + len);
+    }
+}
+
 #[tokio::test]
 async fn silent_connections_are_closed_after_two_heartbeats() {
-    let s = Server::start_with(|g, _| g.heartbeat = Duration::from_millis(200)).await;
-    let mut c = s.connect("quiet").await;
+    const HEARTBEAT: Duration = Duration::from_millis(500);
+    let s = Server::start_with(|g, _| g.heartbeat = HEARTBEAT).await;
     let mut listener = s.connect("listener").await;
-    assert_eq!(c.heartbeat_ms, 200);
-    // The client library answers pings only while it reads; a silent peer is one that does
-    // not. Send nothing and read nothing for 3 intervals, then read: the server has closed.
-    // Meanwhile a listener that only reads (answering the server's pings) stays connected.
-    let started = tokio::time::Instant::now();
-    let (_, heard) = tokio::join!(
-        tokio::time::sleep(Duration::from_millis(700)),
-        listener.next_event(Duration::from_millis(700))
+    assert_eq!(listener.heartbeat_ms, 500);
+    // The clock starts before the quiet socket connects, so before the server first hears it.
+    // The server closes a peer silent for two heartbeats, checked 8 times per heartbeat: the
+    // close comes at least 2 heartbeats after (less 10 ms for the server's whole-millisecond
+    // clock), and well before a third.
+    let started = Instant::now();
+    let token = s.token("quiet");
+    // Meanwhile the listener reads (answering the server's pings) and is sent nothing.
+    let (code, closed_at) = tokio::select! {
+        closed = silent_socket_closed(&s.url, &token) => closed,
+        heard = listener.next_event(WAIT) => panic!("the listener got {heard:?} first"),
+    };
+    let silent_for = closed_at - started;
+    assert!(
+        silent_for >= 2 * HEARTBEAT - Duration::from_millis(10),
+        "closed after {silent_for:?} of silence"
     );
-    assert!(matches!(heard, Err(ClientError::Timeout)), "{heard:?}");
-    let close = c.closed(WAIT).await.unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(400));
-    assert_eq!(close.map(|f| u16::from(f.code)), Some(1000));
+    assert!(
+        silent_for < 3 * HEARTBEAT,
+        "closed only after {silent_for:?} of silence"
+    );
+    assert_eq!(code, 1000);
+    // The listener, connected longer than that, is still served.
     listener.request("ping", json!({})).await.unwrap();
     s.stop().await;
 }

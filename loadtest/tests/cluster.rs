@@ -562,20 +562,41 @@ async fn the_cluster_recovers_from_a_redis_restart_with_one_owner() {
     assert!(cluster.room_owner("redis-restart").await.unwrap().is_some());
 }
 
-/// Follows a room until `stop`: records every chat text in order, and on `room.left`
-/// rejoins with `since` (retrying while ownership moves). Returns the texts and whether a
-/// resync ever happened.
+/// How long a follower keeps reading, once the publisher is done, for the last acknowledged
+/// text to arrive: longer than any delivery, so a text missing after it is lost, not late.
+const FOLLOW_TAIL: Duration = Duration::from_secs(20);
+/// Upper bound on a follower's whole run (the publisher's 40 s, then [`FOLLOW_TAIL`]).
+const FOLLOW_LIMIT: Duration = Duration::from_secs(90);
+
+/// Whether a follower may stop: the publisher has named its last acknowledged text (in
+/// `last`) and it is among `texts`, or [`FOLLOW_TAIL`] has passed since it was named
+/// (`tail_deadline` starts then; the caller's comparison then reports what is missing).
+fn follow_done(
+    last: &tokio::sync::watch::Receiver<Option<String>>,
+    texts: &[String],
+    tail_deadline: &mut Option<Instant>,
+) -> bool {
+    let Some(last) = last.borrow().clone() else {
+        return false;
+    };
+    let deadline = *tail_deadline.get_or_insert_with(|| Instant::now() + FOLLOW_TAIL);
+    texts.contains(&last) || Instant::now() >= deadline
+}
+
+/// Follows a room until it has seen the last acknowledged text (see [`follow_done`]): records
+/// every chat text in order, and on `room.left` rejoins with `since` (retrying while
+/// ownership moves). Returns the texts and whether a resync ever happened.
 async fn follow(
     mut c: Client,
     room: RoomId,
-    stop: tokio_util::sync::CancellationToken,
+    last: tokio::sync::watch::Receiver<Option<String>>,
 ) -> (Vec<String>, bool) {
+    let started = Instant::now();
     let mut texts = Vec::new();
     let mut resynced = false;
-    loop {
-        if stop.is_cancelled() {
-            break;
-        }
+    let mut tail_deadline = None;
+    while !follow_done(&last, &texts, &mut tail_deadline) {
+        assert!(started.elapsed() < FOLLOW_LIMIT, "follower never finished");
         match c.next_event(Duration::from_millis(200)).await {
             Ok(e) if e.ev == "chat" => {
                 texts.push(e.d["text"].as_str().unwrap_or_default().to_owned())
@@ -604,10 +625,16 @@ async fn follow(
 
 async fn follow_resuming(
     mut c: ResumingClient,
-    stop: tokio_util::sync::CancellationToken,
+    last: tokio::sync::watch::Receiver<Option<String>>,
 ) -> (Vec<String>, bool) {
+    let started = Instant::now();
     let mut texts = Vec::new();
-    while !stop.is_cancelled() {
+    let mut tail_deadline = None;
+    while !follow_done(&last, &texts, &mut tail_deadline) {
+        assert!(
+            started.elapsed() < FOLLOW_LIMIT,
+            "resuming client never finished"
+        );
         match c.next_event(Duration::from_millis(200)).await {
             Ok(e) if e.ev == "chat" => {
                 texts.push(e.d["text"].as_str().unwrap_or_default().to_owned())
@@ -637,12 +664,13 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
     let room = RoomId::from("traffic");
     let mut p = cluster.connect(0, "publisher").await.unwrap();
     p.join_retrying(&room, None, WAIT).await.unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
+    // The publisher names its last acknowledged text here once it is done.
+    let (last_tx, last_rx) = tokio::sync::watch::channel(None);
     let mut followers = Vec::new();
     for (g, user) in [(0, "o1"), (1, "o2")] {
         let mut c = cluster.connect(g, user).await.unwrap();
         c.join_retrying(&room, None, WAIT).await.unwrap();
-        followers.push(tokio::spawn(follow(c, room.clone(), stop.clone())));
+        followers.push(tokio::spawn(follow(c, room.clone(), last_rx.clone())));
     }
     // The third follower is the library's self-resuming client.
     let urls: Vec<String> = cluster
@@ -654,7 +682,7 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
     let resuming = ResumingClient::connect(urls, cluster.token("o3").unwrap(), room.clone())
         .await
         .unwrap();
-    followers.push(tokio::spawn(follow_resuming(resuming, stop.clone())));
+    followers.push(tokio::spawn(follow_resuming(resuming, last_rx)));
     let (owner, _) = cluster.room_owner("traffic").await.unwrap().unwrap();
     let mut acked = Vec::new();
     let total = 120;
@@ -681,9 +709,9 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
             }
         }
     }
-    // Let the last events arrive, then compare.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.cancel();
+    // Each follower reads until the last acknowledged text reached it (or FOLLOW_TAIL passed),
+    // then the texts are compared.
+    last_tx.send(acked.last().cloned()).unwrap();
     let mut results = Vec::new();
     for f in followers {
         results.push(f.await.unwrap());

@@ -20,6 +20,19 @@ const WAIT: Duration = Duration::from_secs(10);
 /// How long a join retries while the room's ownership moves.
 const JOIN_WITHIN: Duration = Duration::from_secs(30);
 
+/// How long a request refused with `UNAVAILABLE` while its room moves is retried.
+const RETRY_WITHIN: Duration = Duration::from_secs(20);
+/// Pause between such retries: the move needs a moment, not a busy loop.
+const RETRY_PAUSE: Duration = Duration::from_millis(25);
+/// How long a drained node may keep running rooms.
+const DRAIN_WITHIN: Duration = Duration::from_secs(30);
+
+/// How long a follower keeps reading, once the load is over, for its room's last
+/// acknowledged events: longer than any delivery, so an event missing after it is lost.
+const FOLLOW_TAIL: Duration = Duration::from_secs(20);
+/// Upper bound on a follower's whole run (load, settling, then [`FOLLOW_TAIL`]).
+const FOLLOW_LIMIT: Duration = Duration::from_secs(180);
+
 /// Waits until no shard has a move planned or in flight, twice in a row.
 async fn settled(c: &Cluster) -> Value {
     let deadline = Instant::now() + Duration::from_secs(40);
@@ -41,6 +54,41 @@ async fn settled(c: &Cluster) -> Value {
         assert!(Instant::now() < deadline, "rebalance did not settle: {r}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// Waits until every shard routes by the ring the gateway reads now, or a newer one: each has
+/// then been told of the change and plans the moves it asks for.
+async fn shards_follow_ring(c: &Cluster) {
+    let ring = c.admin("GET", "/admin/ring", None).await.unwrap().json();
+    let version = ring["version"].as_u64().unwrap();
+    let deadline = Instant::now() + WAIT;
+    for s in &c.shards {
+        loop {
+            let j = kit::admin::get(s.admin, "/admin/local", Some(&c.admin_token))
+                .await
+                .unwrap()
+                .json();
+            if j["ring_version"].as_u64().is_some_and(|v| v >= version) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never routed by ring version {version}: {j}",
+                s.id
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Moves completed so far over every shard (`GET /admin/rebalance`).
+async fn moves_done(c: &Cluster) -> u64 {
+    let r = c
+        .admin("GET", "/admin/rebalance", None)
+        .await
+        .unwrap()
+        .json();
+    r["done"].as_u64().unwrap()
 }
 
 /// Loads every room at its placed owner (a join), then reads the owners.
@@ -91,7 +139,9 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
     let rooms: Vec<RoomId> = (0..12).map(|i| RoomId::from(format!("load-{i}"))).collect();
     let mut pubs = Vec::new();
     let mut followers = Vec::new();
-    let stop = tokio_util::sync::CancellationToken::new();
+    // Once the load is over, each room's publisher names its last acknowledged chat text and
+    // its acknowledged gifts on the room's channel here.
+    let mut targets = Vec::new();
     for (i, room) in rooms.iter().enumerate() {
         let token = Some(cluster.admin_token.as_str());
         let r = kit::admin::grant(
@@ -110,10 +160,25 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
         p.join_retrying(room, None, JOIN_WITHIN).await.unwrap();
         pubs.push(p);
         let room = room.clone();
-        let stop = stop.clone();
+        let (target_tx, target) = tokio::sync::watch::channel(None::<(Option<String>, i64)>);
+        targets.push(target_tx);
         followers.push(tokio::spawn(async move {
-            let (mut chats, mut gifts, mut left) = (Vec::new(), 0u64, 0u64);
-            while !stop.is_cancelled() {
+            let started = Instant::now();
+            let (mut chats, mut gifts, mut left) = (Vec::new(), 0i64, 0u64);
+            // Reads until the last acknowledged text and every acknowledged gift arrived, or
+            // FOLLOW_TAIL passed since they were named (the comparison then says what is
+            // missing).
+            let mut tail_deadline = None;
+            loop {
+                if let Some((last, gifts_acked)) = target.borrow().clone() {
+                    let deadline =
+                        *tail_deadline.get_or_insert_with(|| Instant::now() + FOLLOW_TAIL);
+                    let all_chats = last.is_none_or(|t| chats.contains(&t));
+                    if (all_chats && gifts >= gifts_acked) || Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                assert!(started.elapsed() < FOLLOW_LIMIT, "follower never finished");
                 match f.next_event(Duration::from_millis(100)).await {
                     Ok(e) if e.ev == "chat" => chats.push(e.d["text"].as_str().unwrap().to_owned()),
                     Ok(e) if e.ev == "gift" => gifts += 1,
@@ -173,6 +238,10 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
                     if j["rooms_running"] == 0 {
                         return started.elapsed();
                     }
+                    assert!(
+                        started.elapsed() < DRAIN_WITHIN,
+                        "the drained node still runs rooms: {j}"
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }));
@@ -180,6 +249,9 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
         let i = (n as usize) % rooms.len();
         let p = &mut pubs[i];
         let sent_at = Instant::now();
+        // A request refused with UNAVAILABLE (its room is moving) is retried after a pause,
+        // for at most RETRY_WITHIN: the move should be long done by then.
+        let retry_until = sent_at + RETRY_WITHIN;
         if n % 5 == 4 {
             let req = json!({"room": rooms[i], "req_id": format!("g{n}"), "gift": "rose", "to": [format!("f{i}")]});
             loop {
@@ -191,6 +263,11 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
                     Err(e) if e.code() == Some(ErrorCode::Unavailable) => {}
                     Err(e) => panic!("gift: {e:?}"),
                 }
+                assert!(
+                    Instant::now() < retry_until,
+                    "gift g{n} unavailable too long"
+                );
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
         } else {
             let text = format!("m{n}");
@@ -203,6 +280,11 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
                     Err(e) if e.code() == Some(ErrorCode::Unavailable) => {}
                     Err(e) => panic!("chat: {e:?}"),
                 }
+                assert!(
+                    Instant::now() < retry_until,
+                    "chat m{n} unavailable too long"
+                );
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
         if drain_started.is_some() {
@@ -218,9 +300,12 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
         after.values().all(|o| *o != drained),
         "rooms left on the drained shard: {after:?}"
     );
-    // Let the last events land, then check every room.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.cancel();
+    // Each follower reads until its room's last acknowledged events reached it, then every
+    // room is checked.
+    for (i, t) in targets.iter().enumerate() {
+        t.send(Some((acked[i].last().cloned(), gifts_acked[i])))
+            .unwrap();
+    }
     for (i, f) in followers.into_iter().enumerate() {
         let (chats, gifts, left, pos) = f.await.unwrap();
         assert_eq!(left, 0, "room {i}: a client was told to leave");
@@ -233,7 +318,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
             chats, acked[i],
             "room {i}: chat lost, duplicated or reordered"
         );
-        assert_eq!(gifts as i64, gifts_acked[i], "room {i}: gift events");
+        assert_eq!(gifts, gifts_acked[i], "room {i}: gift events");
         let w = kit::admin::get(
             cluster.gateways[0].admin,
             &format!("/admin/wallets/p{i}"),
@@ -303,6 +388,7 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     wait_listening(s4.admin, NODE_READY_TIMEOUT).await.unwrap();
     cluster.shards.push(s4);
     ring_has(&cluster, 4).await;
+    shards_follow_ring(&cluster).await;
     settled(&cluster).await;
     let added = owners(&cluster, &mut probe, &rooms).await;
     let moved: Vec<&RoomId> = rooms.iter().filter(|r| before[*r] != added[*r]).collect();
@@ -317,10 +403,21 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     );
 
     // Weight s1 3×: rooms move only to s1.
+    let done_before = moves_done(&cluster).await;
     let weight = Some(json!({"weight": 3}));
     let r = cluster.admin("PUT", "/admin/nodes/s1/weight", weight);
     assert_eq!(r.await.unwrap().status, 200);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    shards_follow_ring(&cluster).await;
+    // A move is recorded once it is done: the planner had planned every move of its shard
+    // by then, and `settled` waits for the rest.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while moves_done(&cluster).await <= done_before {
+        assert!(
+            Instant::now() < deadline,
+            "no room moved after the weight change"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     settled(&cluster).await;
     let weighted = owners(&cluster, &mut probe, &rooms).await;
     let to_s1: Vec<&RoomId> = rooms.iter().filter(|r| added[*r] != weighted[*r]).collect();
@@ -337,6 +434,7 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
         .unwrap();
     assert_eq!(r.status, 200);
     ring_has(&cluster, 3).await;
+    shards_follow_ring(&cluster).await;
     settled(&cluster).await;
     let removed = owners(&cluster, &mut probe, &rooms).await;
     for r in &rooms {

@@ -49,10 +49,19 @@ fn acquired(outcome: ClaimOutcome) -> u64 {
     }
 }
 
-/// Lets `ttl` pass without renewing, then waits until the lease of `room` is gone.
-async fn let_expire(clock: Clock, store: &LeaseStore, room: &RoomId, ttl: Duration) {
-    let start = Instant::now();
+/// Lets `ttl` pass without renewing, then waits until the lease of `room` is gone. `claimed`
+/// is an instant taken before the claim was sent: on the wall clock the lease was set after
+/// it, so it may not expire less than `ttl` after it.
+async fn let_expire(
+    clock: Clock,
+    store: &LeaseStore,
+    room: &RoomId,
+    ttl: Duration,
+    claimed: Instant,
+) {
     match clock {
+        // No time passes during an in-process claim on the paused clock: now is the claim's
+        // instant, and the lease must hold until exactly `ttl` later.
         Clock::Paused => {
             tokio::time::advance(ttl - Duration::from_millis(1)).await;
             assert!(store.holder(room).await.unwrap().is_some(), "expired early");
@@ -63,12 +72,12 @@ async fn let_expire(clock: Clock, store: &LeaseStore, room: &RoomId, ttl: Durati
             if store.holder(room).await.unwrap().is_none() {
                 // Redis expiry has millisecond precision; allow 1 ms of rounding.
                 assert!(
-                    start.elapsed() + Duration::from_millis(1) >= ttl,
+                    claimed.elapsed() + Duration::from_millis(1) >= ttl,
                     "expired early"
                 );
                 return;
             }
-            assert!(start.elapsed() < WAIT_LIMIT, "lease did not expire");
+            assert!(claimed.elapsed() < WAIT_LIMIT, "lease did not expire");
             tokio::time::sleep(POLL).await;
         },
     }
@@ -153,9 +162,10 @@ async fn fence_strictly_increases(clock: Clock, store: LeaseStore) {
     let (a, b, c) = (owner("a"), owner("b"), owner("c"));
     let f1 = acquired(store.claim(&room, &a, LONG_TTL).await.unwrap());
     assert!(store.release(&room, &a, f1).await.unwrap());
+    let claimed = Instant::now();
     let f2 = acquired(store.claim(&room, &b, SHORT_TTL).await.unwrap());
     assert!(f2 > f1, "{f2} > {f1} across owners");
-    let_expire(clock, &store, &room, SHORT_TTL).await;
+    let_expire(clock, &store, &room, SHORT_TTL, claimed).await;
     // The expired holder cannot renew its old token.
     assert_eq!(
         store
@@ -208,8 +218,9 @@ async fn renew_keeps_and_reports(clock: Clock, store: LeaseStore) {
 async fn expiry_without_renewal(clock: Clock, store: LeaseStore) {
     let room = RoomId::from("expiry");
     let a = owner("a");
+    let claimed = Instant::now();
     let f = acquired(store.claim(&room, &a, SHORT_TTL).await.unwrap());
-    let_expire(clock, &store, &room, SHORT_TTL).await;
+    let_expire(clock, &store, &room, SHORT_TTL, claimed).await;
     assert!(!store.release(&room, &a, f).await.unwrap());
     // Someone else can now claim it.
     assert!(f < acquired(store.claim(&room, &owner("b"), LONG_TTL).await.unwrap()));

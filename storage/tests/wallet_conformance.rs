@@ -164,11 +164,22 @@ async fn statement_pages_never_skip_or_repeat_while_bookings_land(f: Fixture) {
     const GRANTS_PER_WRITER: usize = 40;
     let u = f.user("busy");
     let ledger = f.ledger.clone();
+    // Writers book half their grants, then wait until a walk has read a statement of more
+    // than one page, then book the rest: some walks page through real statements while
+    // grants land, however fast the engine books.
+    let (paged_tx, paged) = tokio::sync::watch::channel(false);
     let mut writers = Vec::new();
     for w in 0..WRITERS {
-        let (l, u) = (ledger.clone(), u.clone());
+        let (l, u, mut paged) = (ledger.clone(), u.clone(), paged.clone());
         writers.push(tokio::spawn(async move {
             for i in 0..GRANTS_PER_WRITER {
+                if i == GRANTS_PER_WRITER / 2 {
+                    let wait = paged.wait_for(|p| *p);
+                    tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+                        .await
+                        .expect("no walk read more than a page")
+                        .unwrap();
+                }
                 l.grant(&u, 1, &format!("w{w}-{i}")).await.unwrap();
             }
         }));
@@ -177,12 +188,22 @@ async fn statement_pages_never_skip_or_repeat_while_bookings_land(f: Fixture) {
     let reader = {
         let (l, u, done) = (ledger.clone(), u.clone(), Arc::clone(&done));
         tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
             let mut walks = Vec::new();
-            for _ in 0..200 {
-                if done.load(std::sync::atomic::Ordering::Acquire) {
-                    break;
+            // Up to 200 walks once one read more than a page (the writers wait for that).
+            let mut paged_walks = 0;
+            while !done.load(std::sync::atomic::Ordering::Acquire) && paged_walks < 200 {
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(60),
+                    "the walks took over a minute"
+                );
+                let w = walk(&l, &u, 7, 100).await;
+                if *paged_tx.borrow() {
+                    paged_walks += 1;
+                } else if w.len() > 7 {
+                    paged_tx.send_replace(true);
                 }
-                walks.push(walk(&l, &u, 7, 100).await);
+                walks.push(w);
             }
             walks
         })
@@ -206,7 +227,10 @@ async fn statement_pages_never_skip_or_repeat_while_bookings_land(f: Fixture) {
     let keys: Vec<&str> = full.iter().map(|m| m.key.as_str()).collect();
     assert_eq!(keys.len(), total);
     assert_eq!(keys.iter().collect::<HashSet<_>>().len(), total);
-    assert!(!walks.is_empty());
+    assert!(
+        walks.iter().any(|w| w.len() > 7),
+        "no walk read more than one page"
+    );
     for w in &walks {
         let seen: HashSet<&str> = w.iter().map(|m| m.key.as_str()).collect();
         assert_eq!(seen.len(), w.len(), "a walk repeated a movement");

@@ -309,11 +309,13 @@ test("the room vocabulary through the typed API: apply-mode seats, moderation, t
 
 test("a rocket launch moves the room's position like any sequenced event: no gap follows it", async () => {
   // Its own node, with a rocket level that two hearts fill.
-  const { mkdtempSync } = await import("node:fs");
+  const { mkdtempSync, rmSync } = await import("node:fs");
   const { tmpdir } = await import("node:os");
-  const config = join(mkdtempSync(join(tmpdir(), "chorus-ts-rocket-")), "rocket.toml");
+  const dir = mkdtempSync(join(tmpdir(), "chorus-ts-rocket-"));
+  const config = join(dir, "rocket.toml");
   writeFileSync(config, "[[rocket_levels]]\nfuel = 100\ntop = [30]\npresent = 1\npresent_coins = 10\n");
-  const n = await startNode({ args: ["--config", config] });
+  // The node reads its config at start only: the file's dir goes once the node started or failed.
+  const n = await startNode({ args: ["--config", config] }).finally(() => rmSync(dir, { recursive: true, force: true }));
   try {
     const granted = await n.admin("POST", "/admin/wallets/rita/grant", { amount: 100, key: "ts-rita-1" });
     assert.equal(granted.status, 200, JSON.stringify(granted.body));

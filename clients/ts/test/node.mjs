@@ -59,22 +59,39 @@ export async function startNode(opts = {}) {
     stderr = (stderr + b).slice(-20_000);
     if (process.env.CHORUS_TEST_VERBOSE) process.stderr.write(b);
   });
-  const ready = await new Promise((resolveReady, reject) => {
-    let out = "";
-    const timer = setTimeout(() => reject(new Error(`node not ready in 30 s:\n${stderr}`)), 30_000);
-    child.stdout.on("data", (b) => {
-      out += b;
-      const m = /CHORUS_READY ws=(\S+) admin=(\S+)/.exec(out);
-      if (m) {
+  let ready;
+  try {
+    ready = await new Promise((resolveReady, reject) => {
+      let out = "";
+      const timer = setTimeout(() => reject(new Error(`node not ready in 30 s:\n${stderr}`)), 30_000);
+      child.stdout.on("data", (b) => {
+        out += b;
+        const m = /CHORUS_READY ws=(\S+) admin=(\S+)/.exec(out);
+        if (m) {
+          clearTimeout(timer);
+          resolveReady({ ws: m[1], admin: m[2] });
+        }
+      });
+      child.on("error", (e) => {
         clearTimeout(timer);
-        resolveReady({ ws: m[1], admin: m[2] });
-      }
+        reject(new Error(`node could not be started: ${e.message}`));
+      });
+      child.on("exit", (code) => {
+        clearTimeout(timer);
+        reject(new Error(`node exited ${code} before ready:\n${stderr}`));
+      });
     });
-    child.on("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`node exited ${code} before ready:\n${stderr}`));
-    });
-  });
+  } catch (e) {
+    // A node that never became ready must not outlive the test (holding its ports, writing
+    // its data dir): kill it and wait for it, then remove the data dir unless it was given.
+    if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) {
+      const gone = new Promise((r) => child.once("exit", r));
+      child.kill("SIGKILL");
+      await gone;
+    }
+    if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    throw e;
+  }
   const node = {
     ws: ready.ws,
     adminAddr: ready.admin,

@@ -6,6 +6,7 @@
 //! ([`Node::terminate`]), sent through the system `kill` command (no `unsafe`, no libc).
 //! Readiness is polled against a bounded deadline; nothing here sleeps blindly.
 
+use std::ffi::OsString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -192,16 +193,22 @@ pub(crate) fn kill_and_reap(child: &mut Child) {
 /// The `chorus` binary: `CHORUS_BIN`, else `$CARGO_TARGET_DIR/debug/chorus`, else
 /// `<workspace>/target/debug/chorus` (this crate lives in `<workspace>/loadtest/kit`).
 pub fn chorus_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("CHORUS_BIN") {
+    chorus_bin_from(
+        std::env::var_os("CHORUS_BIN"),
+        std::env::var_os("CARGO_TARGET_DIR"),
+    )
+}
+
+/// [`chorus_bin`] given the values of `CHORUS_BIN` and `CARGO_TARGET_DIR`.
+fn chorus_bin_from(chorus_bin: Option<OsString>, target_dir: Option<OsString>) -> PathBuf {
+    if let Some(bin) = chorus_bin {
         return PathBuf::from(bin);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../..")
-                .join("target")
-        });
+    let target = target_dir.map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join("target")
+    });
     target.join("debug").join("chorus")
 }
 
@@ -431,10 +438,22 @@ mod tests {
     }
 
     #[test]
-    fn chorus_bin_honours_the_env_override_shape() {
-        // Without CHORUS_BIN the default ends in debug/chorus.
-        if std::env::var_os("CHORUS_BIN").is_none() {
-            assert!(chorus_bin().ends_with("debug/chorus"));
-        }
+    fn chorus_bin_is_chorus_bin_else_the_target_dirs_debug_build() {
+        let some = |s: &str| Some(OsString::from(s));
+        // CHORUS_BIN wins, whatever the target dir.
+        assert_eq!(
+            chorus_bin_from(some("/opt/chorus"), some("/tmp/t")),
+            PathBuf::from("/opt/chorus")
+        );
+        assert_eq!(
+            chorus_bin_from(None, some("/tmp/t")),
+            PathBuf::from("/tmp/t/debug/chorus")
+        );
+        // Neither set: the workspace's target dir (this crate is <workspace>/loadtest/kit).
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(
+            chorus_bin_from(None, None),
+            workspace.join("target/debug/chorus")
+        );
     }
 }

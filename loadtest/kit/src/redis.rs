@@ -1,8 +1,9 @@
 //! A real `redis-server` for tests, on a free loopback port and without persistence.
 //!
 //! The guard kills the server on drop. Faults are made with signals (SIGSTOP/SIGCONT through
-//! [`RedisServer::pause`]/[`RedisServer::resume`]) and restarts; readiness is a PING polled
-//! against a bounded deadline.
+//! [`RedisServer::pause`]/[`RedisServer::resume`]) and restarts; readiness is the server's
+//! own process id in `INFO server` (so another test's server on a reused port never passes
+//! for it), polled against a bounded deadline.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -56,8 +57,39 @@ async fn in_time<T>(exchange: impl Future<Output = io::Result<T>>) -> io::Result
 }
 
 /// Whether a Redis server answers `PING` on `port` within [`PING_TIMEOUT`].
+#[cfg(test)]
 async fn answers_ping(port: u16) -> bool {
     matches!(ask(port, b"PING\r\n").await, Ok(answer) if &answer == b"+PONG\r\n")
+}
+
+/// The process id of the Redis server answering on `port` (its `INFO server`), if one
+/// answers within [`PING_TIMEOUT`].
+async fn server_pid(port: u16) -> Option<u32> {
+    let info = in_time(async {
+        let mut stream = BufReader::new(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?);
+        stream.get_mut().write_all(b"INFO server\r\n").await?;
+        // A bulk string: `$<length>\r\n`, then that many bytes.
+        let mut head = String::new();
+        stream.read_line(&mut head).await?;
+        let len: usize = head
+            .strip_prefix('$')
+            .and_then(|n| n.trim_end().parse().ok())
+            .ok_or_else(|| io::Error::other(format!("INFO answered {}", head.trim_end())))?;
+        let mut body = vec![0u8; len];
+        stream.read_exact(&mut body).await?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    })
+    .await
+    .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
+/// Whether the Redis server answering on `port` is the process `pid`: a server another test
+/// started on the port (taken meanwhile) must not pass for ours.
+async fn answers_as(port: u16, pid: Option<u32>) -> bool {
+    pid.is_some() && server_pid(port).await == pid
 }
 
 /// A real `redis-server` on a free 127.0.0.1 port, with no persistence; killed on drop.
@@ -114,10 +146,37 @@ impl RedisServer {
     /// Kills the server (all data is lost: no persistence) and starts a new one on the same port.
     ///
     /// # Errors
-    /// When the new server does not answer PING within [`REDIS_READY_TIMEOUT`].
+    /// When another process took the port, or the new server does not answer within
+    /// [`REDIS_READY_TIMEOUT`].
     pub async fn restart(&mut self) -> io::Result<()> {
         self.stop();
-        self.spawn_and_wait().await
+        self.respawn().await
+    }
+
+    /// Starts the server again on its port, which its clients reconnect to: when another
+    /// process took the port meanwhile (free ports are handed to every test), this fails
+    /// saying so rather than waiting on a server that cannot bind.
+    async fn respawn(&mut self) -> io::Result<()> {
+        if let Err(e) = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, self.port)) {
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "redis-server cannot restart on port {}, which its clients reconnect to: \
+                     another process holds it ({e})",
+                    self.port
+                ),
+            ));
+        }
+        self.spawn_and_wait().await.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "redis-server did not restart on port {} (another process may have taken \
+                     it): {e}",
+                    self.port
+                ),
+            )
+        })
     }
 
     /// Restarts the server keeping its data: `SHUTDOWN SAVE` writes a snapshot of everything
@@ -126,8 +185,8 @@ impl RedisServer {
     /// times elapsing while the server was down.
     ///
     /// # Errors
-    /// When the server does not stop within [`REDIS_READY_TIMEOUT`], or the new one does not
-    /// answer PING within it.
+    /// When the server does not stop within [`REDIS_READY_TIMEOUT`], another process took the
+    /// port, or the new server does not answer within [`REDIS_READY_TIMEOUT`].
     pub async fn restart_persisted(&mut self) -> io::Result<()> {
         // No answer comes: the server closes the connection as it exits.
         let _ = in_time(async {
@@ -152,7 +211,7 @@ impl RedisServer {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let waited = self.spawn_and_wait().await;
+        let waited = self.respawn().await;
         let _ = std::fs::remove_file(self.dump_path());
         waited
     }
@@ -254,7 +313,7 @@ impl RedisServer {
             .spawn()?;
         self.child = Some(child);
         let (port, what) = (self.port, format!("redis-server on port {}", self.port));
-        let ready = |_| answers_ping(port);
+        let ready = move |pid| answers_as(port, pid);
         let waited = await_ready(
             &mut self.child,
             &what,
@@ -324,5 +383,22 @@ mod tests {
             !answers_ping(port).await,
             "the server must die with its guard"
         );
+    }
+
+    #[tokio::test]
+    async fn a_restart_on_a_port_taken_meanwhile_fails_saying_so() {
+        let mut redis = RedisServer::start().await.unwrap();
+        let port = redis.port();
+        assert!(answers_as(port, redis.pid()).await);
+        // Another server's process id is not ours.
+        assert!(!answers_as(port, redis.pid().map(|p| p + 1)).await);
+        redis.stop();
+        let squatter = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let e = redis.restart().await.unwrap_err();
+        assert!(e.to_string().contains("another process holds it"), "{e}");
+        assert!(redis.pid().is_none());
+        drop(squatter);
+        redis.restart().await.unwrap();
+        assert!(answers_as(port, redis.pid()).await);
     }
 }

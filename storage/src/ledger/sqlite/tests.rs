@@ -390,7 +390,22 @@ fn spawn_balance(ledger: &SqliteLedger, user: &UserId) -> tokio::task::JoinHandl
 async fn answers_and_reads_wait_for_the_wal_sync() {
     let (_dir, ledger, user) = granted_ledger().await;
     let grant = held_grant(&ledger, &user, 7).await;
+    // The read is past its query (it saw the grant) once it has had the reader connection and
+    // let it go: the test holds the connection first, so the read's handle on it (an `Arc`)
+    // shows while it waits, and goes when its query ends. All it does next is ask the syncer
+    // (held at its gate) for a sync and wait for it.
+    let held = ledger.reader.lock().await;
+    let handles = Arc::strong_count(&ledger.reader);
     let read = spawn_balance(&ledger, &user);
+    eventually("the read waiting for the reader connection", || {
+        Arc::strong_count(&ledger.reader) == handles + 2
+    })
+    .await;
+    drop(held);
+    eventually("the read's query over", || {
+        Arc::strong_count(&ledger.reader) <= handles + 1
+    })
+    .await;
     // Not answered while the WAL is unsynced: a crash now would undo the grant.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!grant.is_finished(), "a grant was answered before its sync");
