@@ -461,7 +461,8 @@ impl Core {
                     && self
                         .rejoining_set()
                         .contains(&(p.cmd.session, p.cmd.room.clone()));
-                if (e.code == ErrorCode::Unavailable || moving)
+                // A command whose outcome the shard cannot tell is answered, not sent again.
+                if ((e.code == ErrorCode::Unavailable && !e.outcome_unknown) || moving)
                     && p.started.elapsed() < self.config.route_retry_budget
                 {
                     let hint = e.owner_hint.clone().filter(|h| h != from);

@@ -828,3 +828,41 @@ async fn a_reply_after_the_retry_budget_is_not_a_second_answer() {
         }
     }
 }
+
+/// A chat line whose history write went unanswered (Redis frozen past the owner's 2 s bound)
+/// may still be stored. Its sender is told `UNAVAILABLE` and the gateway does not send it
+/// again, so when Redis comes back and the write lands, the line is in the history once: a
+/// member resuming sees it once, not again from a retry in the next epoch.
+#[tokio::test]
+async fn a_write_that_may_have_landed_is_not_sent_again() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        // Longer than the freeze: the lease still holds when the write lands.
+        lease_ttl: Duration::from_secs(10),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let room = RoomId::from("unknown-outcome");
+    let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
+    a.chat(&room, "before").await.unwrap();
+    cluster.redis.pause().unwrap();
+    let held = b
+        .send("chat.send", json!({"room": room, "text": "held"}))
+        .await
+        .unwrap();
+    // The write times out, the runtime stops and tells its members.
+    let seen = events_until_room_left(&mut a).await;
+    assert!(seen.iter().all(|e| e.d["text"] != "held"), "{seen:?}");
+    cluster.redis.resume().unwrap();
+    let e = b.reply_to(held, WAIT).await.unwrap_err();
+    assert_eq!(e.code(), Some(protocol::ErrorCode::Unavailable), "{e:?}");
+    // Alice resumes: the line that landed is replayed to her, once; then Bob's next line.
+    a.join_retrying(&room, None, WAIT).await.unwrap();
+    b.join_retrying(&room, None, WAIT).await.unwrap();
+    b.chat(&room, "after").await.unwrap();
+    let got = a.events_until_chat("after", WAIT).await.unwrap();
+    let held_lines = got.iter().filter(|e| e.d["text"] == "held").count();
+    assert_eq!(held_lines, 1, "{got:?}");
+}

@@ -156,6 +156,11 @@ pub struct ReplyError {
     pub msg: String,
     /// For `UNAVAILABLE` from a shard that does not own the room: the owner it knows of.
     pub owner_hint: Option<NodeId>,
+    /// For `UNAVAILABLE`: the shard cannot tell whether the command took effect (its write to
+    /// storage timed out or lost its connection, and may still land). The gateway answers the
+    /// client rather than sending the command again. Absent (false) from older shards.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outcome_unknown: bool,
 }
 
 impl ReplyError {
@@ -165,6 +170,7 @@ impl ReplyError {
             code,
             msg: msg.into(),
             owner_hint: None,
+            outcome_unknown: false,
         }
     }
 }
@@ -431,6 +437,11 @@ mod tests {
                 code: ErrorCode::Unavailable,
                 msg: "moving".into(),
                 owner_hint: Some("s2".into()),
+                outcome_unknown: false,
+            }),
+            Err(ReplyError {
+                outcome_unknown: true,
+                ..ReplyError::new(ErrorCode::Unavailable, "may have been applied")
             }),
         ] {
             round_trip(LinkFrame::ToGateway(ToGateway::Reply(Reply {

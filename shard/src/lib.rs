@@ -418,6 +418,7 @@ impl Inner {
                     code: ErrorCode::Unavailable,
                     msg: "room is placed on another shard; retry".into(),
                     owner_hint: Some(owner),
+                    outcome_unknown: false,
                 };
                 let inner = self.clone();
                 self.tracker

@@ -106,6 +106,14 @@ enum Stop {
 /// The answer to a command whose change was not stored, so nobody saw it ([`RoomActor::publish`]).
 const NOT_PUBLISHED: Rejected = state::rejected(ErrorCode::Unavailable, "room unavailable; retry");
 
+/// The answer to a command whose change was not published because its write timed out or lost
+/// its connection: it may be stored all the same, and a later owner would then replay it. The
+/// gateway does not send such a command again (`ReplyError::outcome_unknown`).
+const OUTCOME_UNKNOWN: Rejected = state::rejected(
+    ErrorCode::Unavailable,
+    "room unavailable; the request may have been applied",
+);
+
 /// Longest a handoff waits for the room's in-flight gift sagas.
 const HANDOFF_GIFT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -376,6 +384,7 @@ async fn refuse_all(
             code: ErrorCode::Unavailable,
             msg: "room is not served here; retry".into(),
             owner_hint: owner_hint.clone(),
+            outcome_unknown: false,
         };
         inner.reply_direct(&cmd, Err(err), None).await;
     }
@@ -659,7 +668,11 @@ impl RoomActor {
             Ok(Some((ok, membership))) => self.reply(&cmd, Ok(ok), membership).await,
             Ok(None) => {}
             Err(r) => {
-                let err = ReplyError::new(r.code, r.msg);
+                let outcome_unknown = r == OUTCOME_UNKNOWN;
+                let err = ReplyError {
+                    outcome_unknown,
+                    ..ReplyError::new(r.code, r.msg)
+                };
                 self.reply(&cmd, Err(err), None).await;
             }
         }

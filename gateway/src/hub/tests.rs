@@ -176,6 +176,7 @@ fn a_rejoin_right_after_a_leave_keeps_the_session_in_only_if_the_room_takes_it()
                 code: protocol::ErrorCode::RoomLocked,
                 msg: "wrong password".into(),
                 owner_hint: None,
+                outcome_unknown: false,
             });
             assert!(reply(&hub, &via, 12, (1, "ann"), "r1", None, no).is_empty());
         } else {

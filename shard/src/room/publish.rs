@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::state::{Applied, Presence, PresencePlan, Rejected, RoomState, SessionRef};
-use super::{NOT_PUBLISHED, RoomActor};
+use super::{NOT_PUBLISHED, OUTCOME_UNKNOWN, RoomActor};
 use crate::metrics as m;
 
 impl RoomActor {
@@ -117,7 +117,12 @@ impl RoomActor {
                 metrics::counter!(m::HISTORY_WRITE_FAILURES).increment(1);
                 warn!(room = %self.room, error = %e, "History write failed; stopping the runtime.");
                 self.lease.cancel();
-                return Err(NOT_PUBLISHED);
+                // A write that went unanswered may still land: the command must not be sent
+                // again for it, or a later owner would apply it twice.
+                return Err(match e {
+                    storage::StorageError::Unavailable { .. } => OUTCOME_UNKNOWN,
+                    _ => NOT_PUBLISHED,
+                });
             }
             Err(e) => {
                 warn!(room = %self.room, error = %e, "Snapshot write failed.");

@@ -122,6 +122,7 @@ impl RoomActor {
                         code: ErrorCode::Unavailable,
                         msg: "room moved; retry".into(),
                         owner_hint: Some(to.clone()),
+                        outcome_unknown: false,
                     };
                     self.inner.reply_direct(&cmd, Err(err), None).await;
                 }
