@@ -147,8 +147,8 @@ async fn room_exists(rooms: Option<&SnapshotStore>, id: u64, room: &RoomId) -> R
     let Some(rooms) = rooms else {
         return Ok(true);
     };
-    match rooms.load(room).await {
-        Ok(found) => Ok(found.is_some()),
+    match rooms.exists(room).await {
+        Ok(found) => Ok(found),
         Err(e) => {
             warn!(error = %e, %room, "Room snapshot read failed.");
             Err(client::encode_err(

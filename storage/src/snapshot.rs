@@ -124,6 +124,18 @@ impl SnapshotStore {
         }
     }
 
+    /// Whether the room has a saved state, without reading it (a busy room's state holds its
+    /// penalties and lists: tens of kilobytes).
+    ///
+    /// # Errors
+    /// `Unavailable` when the backend cannot be reached.
+    pub async fn exists(&self, room: &RoomId) -> Result<bool> {
+        match self {
+            Self::Redis(s) => s.exists(room).await,
+            Self::Sqlite(s) => s.exists(room).await,
+        }
+    }
+
     /// Replaces the room's state with `bytes`, if `fence` is the live lease's token.
     ///
     /// # Errors

@@ -82,8 +82,12 @@ fn change<'a>(entries: &'a [(u64, &'a [u8])], state: Option<&'a [u8]>) -> Change
 async fn save_and_load(env: Env) {
     let room = RoomId::from("save");
     assert_eq!(env.snaps.load(&room).await.unwrap(), None);
+    assert!(!env.snaps.exists(&room).await.unwrap());
     let f = env.claim(&room, "a", LONG_TTL).await;
+    // A claim alone makes no room.
+    assert!(!env.snaps.exists(&room).await.unwrap());
     env.snaps.save(&room, f, b"v1").await.unwrap();
+    assert!(env.snaps.exists(&room).await.unwrap());
     env.snaps.save(&room, f, b"v2").await.unwrap();
     assert_eq!(
         env.snaps.load(&room).await.unwrap(),

@@ -218,6 +218,20 @@ impl RedisSnapshots {
         }
     }
 
+    /// See [`super::SnapshotStore::exists`].
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    pub async fn exists(&self, room: &RoomId) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        ::redis::cmd("HEXISTS")
+            .arg(state_key(room))
+            .arg("data")
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)
+    }
+
     /// See [`super::SnapshotStore::save`].
     ///
     /// # Errors

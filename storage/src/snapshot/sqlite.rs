@@ -233,6 +233,23 @@ impl SqliteSnapshots {
         .await
     }
 
+    /// See [`super::SnapshotStore::exists`].
+    ///
+    /// # Errors
+    /// `Backend`.
+    pub async fn exists(&self, room: &RoomId) -> Result<bool> {
+        let room = room.as_str().to_owned();
+        self.with_conn(move |conn| {
+            conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM room_state WHERE room = ?1 AND data IS NOT NULL)",
+                [&room],
+                |r| r.get(0),
+            )
+            .map_err(backend)
+        })
+        .await
+    }
+
     /// See [`super::SnapshotStore::load`].
     ///
     /// # Errors
