@@ -18,6 +18,15 @@ use crate::sqlite_cell::SqliteCell;
 
 /// The Redis hash holding every configuration.
 const REDIS_KEY: &str = "robots:configs";
+
+/// `replace` on Redis: `HSET` only if the field still holds `ARGV[2]`.
+const REPLACE_LUA: &str = r"
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+";
 /// The SQLite file in the data directory.
 pub const ROBOTS_DB_FILE: &str = "robots.db";
 
@@ -137,6 +146,41 @@ impl RobotStore {
                         "INSERT INTO robot_configs (room, config) VALUES (?1, ?2)
                          ON CONFLICT(room) DO NOTHING",
                         (room, config),
+                    )
+                    .map(|n| n == 1)
+                })
+                .await
+            }
+        }
+    }
+
+    /// Replaces `room`'s configuration with `config` only if it still is `was` (the bytes
+    /// read before the change); whether it did. A delete or another change made since wins,
+    /// and the caller reads again: an edit never brings back a configuration deleted
+    /// meanwhile, nor undoes another edit.
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn replace(&self, room: &RoomId, was: Vec<u8>, config: Vec<u8>) -> Result<bool> {
+        match self {
+            Self::Redis(conn) => {
+                let mut conn = conn.clone();
+                let n: i64 = ::redis::Script::new(REPLACE_LUA)
+                    .key(REDIS_KEY)
+                    .arg(room.as_str())
+                    .arg(was)
+                    .arg(config)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                Ok(n == 1)
+            }
+            Self::Sqlite(c) => {
+                let room = room.as_str().to_owned();
+                Self::with_sqlite(c, move |conn| {
+                    conn.execute(
+                        "UPDATE robot_configs SET config = ?3 WHERE room = ?1 AND config = ?2",
+                        (room, was, config),
                     )
                     .map(|n| n == 1)
                 })

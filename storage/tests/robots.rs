@@ -48,6 +48,33 @@ async fn contract(store: RobotStore, other: impl AsyncFnOnce() -> RobotStore) {
     assert!(!again.delete(&attic).await.unwrap());
     assert_eq!(store.get(&attic).await.unwrap(), None);
     assert_eq!(rooms(&store.list().await.unwrap()), ["lounge", "party"]);
+
+    // A replace holds only over the bytes it read: not over another edit, not over a delete.
+    assert!(
+        store
+            .replace(&lounge, LOUNGE.to_vec(), b"v2".to_vec())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .replace(&lounge, LOUNGE.to_vec(), b"v3".to_vec())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.get(&lounge).await.unwrap().as_deref(),
+        Some(&b"v2"[..])
+    );
+    assert!(store.delete(&lounge).await.unwrap());
+    assert!(
+        !store
+            .replace(&lounge, b"v2".to_vec(), b"v4".to_vec())
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.get(&lounge).await.unwrap(), None);
+    store.put(&lounge, LOUNGE.to_vec()).await.unwrap();
 }
 
 #[tokio::test]

@@ -146,11 +146,11 @@ async fn create(admin: &Admin, body: &Bytes) -> Resp {
 /// `PUT /admin/robots/{room}`: replaces the room's configuration (`404` when it has none).
 /// The body's `room` may be left out; when present it must be the path's.
 async fn update(admin: &Admin, room: &RoomId, body: &Bytes) -> Resp {
-    match admin.robots.get(room).await {
-        Ok(Some(_)) => {}
+    let was = match admin.robots.get(room).await {
+        Ok(Some(was)) => was,
         Ok(None) => return no_config(),
         Err(e) => return unavailable(&e),
-    }
+    };
     let mut v: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return bad(&format!("bad JSON: {e}")),
@@ -175,7 +175,7 @@ async fn update(admin: &Admin, room: &RoomId, body: &Bytes) -> Resp {
         Err(resp) => return resp,
     };
     info!(%room, robots = config.robots.len(), enabled = config.enabled, "Admin robot config replaced.");
-    store_config(&admin.robots, &config, StatusCode::OK).await
+    replace_config(&admin.robots, was, &config).await
 }
 
 /// `POST /admin/robots/{room}/enable` and `…/disable`.
@@ -196,7 +196,27 @@ async fn set_enabled(store: &RobotStore, room: &RoomId, enabled: bool) -> Resp {
     };
     config.enabled = enabled;
     info!(%room, enabled, "Admin robot config switched.");
-    store_config(store, &config, StatusCode::OK).await
+    replace_config(store, bytes, &config).await
+}
+
+/// Writes `config` over the stored `was` (read at the start of the call): `409` when the
+/// configuration changed or was deleted meanwhile, so the caller reads it again.
+async fn replace_config(store: &RobotStore, was: Vec<u8>, config: &RobotConfig) -> Resp {
+    let v = match serde_json::to_value(config) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    match store
+        .replace(&config.room, was, v.to_string().into_bytes())
+        .await
+    {
+        Ok(true) => json_resp(StatusCode::OK, &v),
+        Ok(false) => error(
+            StatusCode::CONFLICT,
+            "the robot config changed or was deleted meanwhile; read it again",
+        ),
+        Err(e) => unavailable(&e),
+    }
 }
 
 /// `DELETE /admin/robots/{room}`.
@@ -207,18 +227,6 @@ async fn delete(store: &RobotStore, room: &RoomId) -> Resp {
             json_resp(StatusCode::OK, &json!({ "room": room, "deleted": true }))
         }
         Ok(false) => no_config(),
-        Err(e) => unavailable(&e),
-    }
-}
-
-/// Writes `config` (with its defaults filled in) and answers it with `status`.
-async fn store_config(store: &RobotStore, config: &RobotConfig, status: StatusCode) -> Resp {
-    let v = match serde_json::to_value(config) {
-        Ok(v) => v,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-    };
-    match store.put(&config.room, v.to_string().into_bytes()).await {
-        Ok(()) => json_resp(status, &v),
         Err(e) => unavailable(&e),
     }
 }
