@@ -133,6 +133,24 @@ async fn gifts_fuel_the_rocket_and_a_full_level_launches_with_paid_rewards() {
         ),
         (Some(2), Some(0), Some(1))
     );
+    // One gift worth more than level 2 (1,000) and level 1 after it (100): both launch, one
+    // after the other, each naming that gift; the 50 left over stay in level 2.
+    let r = kit::admin::grant(s.admin, Some(ADMIN), "alice", 2_000, "g2")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let g = json!({"room": room, "req_id": "big", "gift": "rose", "count": 115, "to": ["watcher"]});
+    let big = a.request("gift.send", g).await.unwrap()["order"].clone();
+    for (launch, level) in [(2, 2), (3, 1)] {
+        let e = w.next_event_named("rocket.launch", WAIT).await.unwrap();
+        assert_eq!(
+            (e.d["launch"].as_u64(), e.d["level"].as_u64()),
+            (Some(launch), Some(level)),
+            "{}",
+            e.d
+        );
+        assert_eq!((&e.d["order"], e.d["by"].as_str()), (&big, Some("alice")));
+    }
     let totals = kit::admin::ledger_totals(s.admin, Some(ADMIN))
         .await
         .unwrap()

@@ -153,6 +153,9 @@ impl RoomActor {
         info!(room = %self.room, launch = number, "Rocket launched.");
         if self.publish(applied, None).await.is_ok() {
             self.rocket.dirty = true;
+            // The announcement may have decided the next launch (a level that filled while
+            // this one waited): pay it now.
+            self.pay_launch();
         }
     }
 }

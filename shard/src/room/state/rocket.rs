@@ -105,6 +105,7 @@ static IDLE: Rocket = Rocket {
     contrib: BTreeMap::new(),
     rewarded: BTreeMap::new(),
     pending: None,
+    filled_by: None,
 };
 
 /// Whether a room's rocket is absent or was never fuelled (not stored then).
@@ -129,6 +130,11 @@ pub struct Rocket {
     pub rewarded: BTreeMap<UserId, i64>,
     /// A launch decided and not yet announced: its rewards may be paid or not.
     pub pending: Option<Launch>,
+    /// The gift order (and its sender) that filled the current level while it could not
+    /// launch (a launch was pending): the `order` of its launch, decided once the pending one
+    /// is announced. Absent in states stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filled_by: Option<(Uuid, UserId)>,
 }
 
 impl Rocket {
@@ -188,9 +194,11 @@ impl RoomState {
     }
 
     /// Adds `coins` of a gift from `sender` at `now` (unix ms) as fuel. Fills levels (the
-    /// excess goes to the next), and decides a launch when one fills: kept pending in the
-    /// durable state (the change is then `durable_changed`). While a launch is pending, fuel
-    /// still adds up in the next level but no other launch is decided.
+    /// excess goes to the next, counted as the sender's contribution there), and decides a
+    /// launch when one fills: kept pending in the durable state (the change is then
+    /// `durable_changed`). While a launch is pending, fuel still adds up in the next level but
+    /// no other launch is decided; a level full by then launches as soon as the pending one is
+    /// announced ([`RoomState::rocket_paid`]).
     pub fn rocket_fuel(&mut self, sender: &UserId, coins: i64, now: u64, order: Uuid) -> Applied {
         let mut applied = Applied::default();
         if !self.rocket_on() || coins <= 0 {
@@ -206,26 +214,40 @@ impl RoomState {
             r.fuel = 0;
             r.contrib.clear();
             r.rewarded.clear();
+            r.filled_by = None;
             applied.durable_changed = true;
         }
+        let target = rules.levels[r.level as usize % rules.levels.len()].fuel;
+        let was = r.fuel;
         r.fuel = r.fuel.saturating_add(coins);
-        let c = r.contrib.entry(sender.clone()).or_default();
-        *c = c.saturating_add(coins);
-        if r.contrib.len() > MAX_CONTRIBUTORS
-            && let Some(least) = r
-                .contrib
-                .iter()
-                .min_by_key(|(_, c)| **c)
-                .map(|(u, _)| u.clone())
-        {
-            r.contrib.remove(&least);
+        credit(&mut r.contrib, sender, coins);
+        if r.pending.is_some() {
+            if was < target && r.fuel >= target {
+                // Filled while it cannot launch: this order is the launch's, later.
+                r.filled_by = Some((order, sender.clone()));
+                applied.durable_changed = true;
+            }
+            return applied;
         }
+        self.rocket_launch_if_full(Some((order, sender.clone())), &mut applied);
+        applied
+    }
+
+    /// Decides the launch of the current level if its fuel fills it and no launch is pending:
+    /// rewards to the level's top contributors, then to present members. `order` is the gift
+    /// order that filled it. The fuel past the level stays in the next one, as the
+    /// contribution of the order's sender (whose coins they are), and if it fills that level
+    /// too, that order is also the next launch's.
+    fn rocket_launch_if_full(&mut self, order: Option<(Uuid, UserId)>, applied: &mut Applied) {
+        let rules = self.rocket_rules.clone();
+        let Some(r) = self.durable.rocket.as_deref_mut() else {
+            return;
+        };
         let level_at = r.level as usize % rules.levels.len();
         let level = &rules.levels[level_at];
         if r.fuel < level.fuel || r.pending.is_some() {
-            return applied;
+            return;
         }
-        // Launch: rewards to the top contributors, then to present members.
         // Robots fuel the rocket (their coins are real) but are never rewarded.
         let mut top: Vec<(&UserId, i64)> = r
             .contrib
@@ -269,20 +291,28 @@ impl RoomState {
             let had = r.rewarded.entry(w.user.clone()).or_default();
             *had = had.saturating_add(w.coins);
         }
+        r.launches = number;
+        r.fuel -= level.fuel;
+        r.level = ((level_at + 1) % rules.levels.len()) as u32;
+        r.contrib.clear();
+        r.filled_by = None;
+        if r.fuel > 0
+            && let Some((o, sender)) = &order
+        {
+            credit(&mut r.contrib, sender, r.fuel);
+            if r.fuel >= rules.levels[r.level as usize].fuel {
+                r.filled_by = Some((*o, sender.clone()));
+            }
+        }
         r.pending = Some(Launch {
             number,
             level: level_at as u32 + 1,
             fuel: level.fuel,
             rewards,
-            order: Some((order, sender.clone())),
+            order,
             day: Some(r.day),
         });
-        r.launches = number;
-        r.fuel -= level.fuel;
-        r.level = ((level_at + 1) % rules.levels.len()) as u32;
-        r.contrib.clear();
         applied.durable_changed = true;
-        applied
     }
 
     /// The pending launch `number` was paid: clears it and sequences `rocket.launch`. A
@@ -295,6 +325,7 @@ impl RoomState {
         let Some(launch) = r.pending.take_if(|l| l.number == number) else {
             return applied;
         };
+        let filled_by = r.filled_by.take();
         applied.durable_changed = true;
         self.push(
             &mut applied,
@@ -307,6 +338,8 @@ impl RoomState {
                 by: launch.order.map(|(_, u)| u),
             }),
         );
+        // A level that filled while this launch waited launches now, not at the next gift.
+        self.rocket_launch_if_full(filled_by, &mut applied);
         applied
     }
 }
@@ -322,4 +355,19 @@ fn draw_key(room: &protocol::RoomId, launch: u64, user: &UserId) -> u64 {
     let mut first = [0u8; 8];
     first.copy_from_slice(&d[..8]);
     u64::from_le_bytes(first)
+}
+
+/// Adds `coins` to `user`'s contribution, keeping at most [`MAX_CONTRIBUTORS`]: past that the
+/// smallest one is dropped.
+fn credit(contrib: &mut BTreeMap<UserId, i64>, user: &UserId, coins: i64) {
+    let c = contrib.entry(user.clone()).or_default();
+    *c = c.saturating_add(coins);
+    if contrib.len() > MAX_CONTRIBUTORS
+        && let Some(least) = contrib
+            .iter()
+            .min_by_key(|(_, c)| **c)
+            .map(|(u, _)| u.clone())
+    {
+        contrib.remove(&least);
+    }
 }

@@ -104,8 +104,14 @@ fn filling_a_level_decides_a_launch_paid_to_top_contributors_and_present_members
     }
     let p = r.rocket_progress().unwrap();
     assert_eq!((p.level, p.fuel, p.target, p.launches), (2, 20, 200, 1));
-    // While it is pending, fuel adds up but no second launch is decided.
-    r.rocket_fuel(&u("a"), 500, 14, uuid::Uuid::nil());
+    // The 20 carried over are a's, the sender whose coins they are.
+    let contrib = &r.durable().rocket.as_ref().unwrap().contrib;
+    assert_eq!(contrib.get(&u("a")), Some(&20));
+    // While it is pending, fuel adds up but no second launch is decided; e's 100 do not fill
+    // level 2, d's 400 do (520 in it).
+    r.rocket_fuel(&u("e"), 100, 14, uuid::Uuid::nil());
+    let filling = uuid::Uuid::from_u128(15);
+    r.rocket_fuel(&u("d"), 400, 15, filling);
     assert_eq!(r.pending_launch().unwrap().number, 1);
     // A wrong number changes nothing; the right one announces once.
     assert!(r.rocket_paid(2).events.is_empty());
@@ -124,13 +130,40 @@ fn filling_a_level_decides_a_launch_paid_to_top_contributors_and_present_members
         }
         other => panic!("{other:?}"),
     }
-    assert!(r.rocket_paid(1).events.is_empty(), "announced once");
-    assert_eq!(r.pending_launch(), None);
-    // The next gift decides level 2's launch (520 fuel in it).
-    r.rocket_fuel(&u("d"), 1, 15, uuid::Uuid::nil());
+    // Level 2 filled while launch 1 waited: announcing 1 decides 2 at once, not at the next
+    // gift, with d's order, which filled it.
     let l2 = r.pending_launch().unwrap();
     assert_eq!((l2.number, l2.level), (2, 2));
-    assert_eq!(l2.rewards[0].user, u("a"));
+    assert_eq!(l2.order, Some((filling, u("d"))));
+    assert_eq!(l2.rewards[0].user, u("d"));
+    assert!(r.rocket_paid(1).events.is_empty(), "announced once");
+    let p = r.rocket_progress().unwrap();
+    assert_eq!((p.level, p.fuel, p.launches), (1, 320, 2));
+    // Back at level 1 with 320 carried (d's): full again, so announcing 2 decides 3, whose
+    // order is d's too.
+    assert_eq!(r.rocket_paid(2).events.len(), 1);
+    let l3 = r.pending_launch().unwrap();
+    assert_eq!((l3.number, l3.level), (3, 1));
+    assert_eq!(l3.order, Some((filling, u("d"))));
+}
+
+/// A single gift worth several levels launches them one after another, each as soon as the
+/// one before is announced; the order that filled them is each launch's.
+#[test]
+fn a_gift_worth_several_levels_launches_them_in_turn() {
+    let mut r = room(rules(0));
+    let big = uuid::Uuid::from_u128(7);
+    // 100 + 200 + 100 (levels 1, 2, 1 again) and 50 over.
+    r.rocket_fuel(&u("a"), 450, 10, big);
+    for number in 1..=3 {
+        let l = r.pending_launch().unwrap().clone();
+        assert_eq!(l.number, number);
+        assert_eq!(l.order, Some((big, u("a"))));
+        assert_eq!(r.rocket_paid(number).events.len(), 1);
+    }
+    assert_eq!(r.pending_launch(), None);
+    let p = r.rocket_progress().unwrap();
+    assert_eq!((p.level, p.fuel, p.launches), (2, 50, 3));
 }
 
 #[test]
