@@ -360,3 +360,61 @@ fn batches(ledger: &Ledger) -> (u64, u64) {
         other => panic!("not PostgreSQL: {other:?}"),
     }
 }
+
+/// A sender's account row held by another session (a slow transaction, a node cut off in the
+/// middle of one): that sender's gift answers `Unavailable` at the server's lock bound, before
+/// the node's own 10 s, and no pooled connection is left waiting behind the lock: the next
+/// gifts, more than the pool holds, settle at once, and the held one by its id once the lock
+/// goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_elsewhere_answers_unavailable_and_leaves_no_connection_stuck() {
+    let server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    for u in ["s", "t"] {
+        ledger
+            .grant(&u.into(), 100, &format!("seed-{u}"))
+            .await
+            .unwrap();
+    }
+    let mut raw = sql(&server).await;
+    let holder = raw.transaction().await.unwrap();
+    holder
+        .execute("SELECT 1 FROM account WHERE user_id = 's' FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let held = order("s", "held", 30);
+    let started = Instant::now();
+    let err = ledger.send_gift(&held, 1).await.unwrap_err();
+    assert!(matches!(err, StorageError::Unavailable { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    // Twenty gifts one after another (the pool holds 16 connections): none waits behind the
+    // lock (a connection left waiting there would cost one of them the node's 10 s).
+    let started = Instant::now();
+    for i in 0..20 {
+        let o = order("t", &format!("t{i}"), 1);
+        let out = ledger.send_gift(&o, 1).await.unwrap();
+        assert!(
+            matches!(out.result(), GiftResult::Settled { .. }),
+            "{out:?}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "20 gifts took {:?}",
+        started.elapsed()
+    );
+    holder.rollback().await.unwrap();
+    let again = retry_until_served(&ledger, &held).await;
+    assert_eq!(
+        again.result(),
+        GiftResult::Settled {
+            order_id: held.gift_id,
+            balance: 70
+        }
+    );
+    assert!(ledger.audit_totals().await.unwrap().is_conserved());
+}

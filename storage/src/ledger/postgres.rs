@@ -66,6 +66,16 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const TX_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runs of one transaction that hit a serialization failure or a deadlock before `Conflict`.
 pub const MAX_TX_ATTEMPTS: u32 = 8;
+/// Server-side bounds of every session, below [`TX_TIMEOUT`]: the server cancels a statement
+/// (or a wait for a lock) before the node gives the transaction up, so a connection the node
+/// hands back to its pool is never still waiting behind a lock; a session left idle inside a
+/// transaction is ended. Options in the ledger URL come after these and win.
+const SESSION_OPTIONS: &str =
+    "-c lock_timeout=5000 -c statement_timeout=9000 -c idle_in_transaction_session_timeout=30000";
+/// How long unacknowledged data may sit on a connection's socket before the kernel closes it:
+/// a server gone silent (a partition) fails the connection in seconds, not after the
+/// retransmission timeout (~15 minutes), and the pool replaces it.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound of the random pause before a retried transaction, so contenders spread out.
 const RETRY_JITTER_MAX_MS: u64 = 10;
 
@@ -93,8 +103,9 @@ impl From<StorageError> for Fail {
 
 pub(super) type TxResult<T> = std::result::Result<T, Fail>;
 
-/// A driver error as the contract's error: connection losses, shutdowns and read-only servers
-/// are `Unavailable` (retry by id), everything else `Backend`.
+/// A driver error as the contract's error: connection losses, shutdowns, read-only servers and
+/// the session bounds' cancellations are `Unavailable` (retry by id), everything else
+/// `Backend`.
 pub(super) fn pg(e: tokio_postgres::Error) -> StorageError {
     let unavailable = match e.code() {
         // No SQLSTATE: the socket, the connection task or a time-out failed.
@@ -107,6 +118,11 @@ pub(super) fn pg(e: tokio_postgres::Error) -> StorageError {
                     SqlState::CANNOT_CONNECT_NOW,
                     SqlState::READ_ONLY_SQL_TRANSACTION,
                     SqlState::TOO_MANY_CONNECTIONS,
+                    // The session bounds above: a statement or a lock wait took too long,
+                    // nothing was done; retry by id.
+                    SqlState::QUERY_CANCELED,
+                    SqlState::LOCK_NOT_AVAILABLE,
+                    SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
                 ]
                 .contains(code)
         }
@@ -233,6 +249,14 @@ impl PostgresLedger {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         config.application_name("chorus-ledger");
+        let options = match config.get_options() {
+            Some(theirs) => format!("{SESSION_OPTIONS} {theirs}"),
+            None => SESSION_OPTIONS.to_owned(),
+        };
+        config.options(options);
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
         let manager = Manager::from_config(
             config,
             NoTls,

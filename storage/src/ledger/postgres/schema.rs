@@ -144,6 +144,9 @@ CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
     super::guard::MIGRATION,
 ];
 
+/// Longest a start-up waits for another node's migration (its advisory lock), in ms.
+const MIGRATION_LOCK_WAIT_MS: u64 = 60_000;
+
 /// Creates or migrates the schema: one transaction holding [`MIGRATION_LOCK`], which applies
 /// the versions this database lacks and records them.
 ///
@@ -151,6 +154,15 @@ CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
 /// `Backend` if a statement fails or the database was migrated by a newer version.
 pub(super) async fn migrate(client: &mut Client) -> Result<()> {
     let tx = client.transaction().await.map_err(pg)?;
+    // Not the sessions' bounds: a backfill may run long, and another node's migration may
+    // hold the lock a while; but a lock held by a node that vanished mid-migration is given
+    // up on after a minute (the node then fails to start, and says why).
+    tx.batch_execute(&format!(
+        "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = {}",
+        MIGRATION_LOCK_WAIT_MS
+    ))
+    .await
+    .map_err(pg)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(pg)?;
