@@ -248,7 +248,7 @@ pub async fn run(o: ChaosOptions) -> anyhow::Result<Outcome> {
         serde_json::to_vec_pretty(&totals)?,
     )?;
     c.stop_all();
-    rec.flush();
+    rec.flush()?;
     let saved = SavedInputs {
         seed: o.seed,
         ttl_ms: o.ttl.as_millis() as u64,

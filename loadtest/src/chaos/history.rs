@@ -113,6 +113,8 @@ impl Record {
 #[derive(Clone)]
 pub struct Recorder {
     out: Arc<Mutex<BufWriter<std::fs::File>>>,
+    /// A record could not be written: the history has a hole.
+    failed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Recorder {
@@ -124,23 +126,36 @@ impl Recorder {
         let f = std::fs::File::create(path)?;
         Ok(Self {
             out: Arc::new(Mutex::new(BufWriter::new(f))),
+            failed: Arc::default(),
         })
     }
 
-    /// Appends one record. A record that cannot be written is reported once on stderr: the
-    /// checkers would then see a hole, so the run fails loudly rather than silently.
+    /// Appends one record. A record that cannot be written is remembered: the checkers would
+    /// see a hole (fewer acknowledgements to check), so [`Recorder::flush`] fails the run
+    /// rather than let it pass on less.
     pub fn put(&self, r: &Record) {
         let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
         let line = serde_json::to_string(r).unwrap_or_default();
         if writeln!(out, "{line}").is_err() {
             eprintln!("chaos: history write failed");
+            self.failed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
     /// Flushes what is buffered.
-    pub fn flush(&self) {
+    ///
+    /// # Errors
+    /// When a record could not be written, now or before.
+    pub fn flush(&self) -> std::io::Result<()> {
         let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = out.flush();
+        out.flush()?;
+        if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other(
+                "a history record could not be written",
+            ));
+        }
+        Ok(())
     }
 }
 

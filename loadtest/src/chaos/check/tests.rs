@@ -135,3 +135,30 @@ fn recovery_fails_a_fence_its_owner_never_served() {
     let audit = vec![serve(1, 1, "s1/x"), other];
     assert_eq!(recovery(&[], &audit, &end).violations, 1);
 }
+
+#[test]
+fn a_chat_line_or_gift_order_at_two_positions_is_delivered_twice() {
+    // The same line seen by two members at one position: once.
+    let h = vec![ev(2, "a", 1, 1, "a#1"), ev(3, "b", 1, 1, "a#1")];
+    assert_eq!(acked_delivered(&h, &[]).violations, 0);
+    // At two positions (a retry applied it again in the next epoch): twice.
+    let h = vec![ev(2, "a", 1, 1, "a#1"), ev(3, "b", 2, 1, "a#1")];
+    assert_eq!(acked_delivered(&h, &[]).violations, 1);
+    // A convergence line is retried until answered: it may land twice.
+    let h = vec![ev(2, "a", 1, 1, "fin:a"), ev(3, "a", 1, 2, "fin:a")];
+    assert_eq!(acked_delivered(&h, &[]).violations, 0);
+    let gift = |t, e, s| Record {
+        op: Some("gift".into()),
+        text: None,
+        order: Some("o-1".into()),
+        ..ev(t, "b", e, s, "")
+    };
+    assert_eq!(
+        acked_delivered(&[gift(2, 1, 4), gift(3, 1, 4)], &[]).violations,
+        0
+    );
+    assert_eq!(
+        acked_delivered(&[gift(2, 1, 4), gift(3, 1, 5)], &[]).violations,
+        1
+    );
+}
