@@ -117,3 +117,60 @@ fn the_ts_client_types_every_error_code() {
         "clients/ts/src/types.ts `ErrorCode` against protocol/src/error.rs"
     );
 }
+
+/// The `.rs` files under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every metric a server crate records (each a `"chorus_…"` string literal in its sources)
+/// is in the README's metrics table, so an operator can look up what it counts.
+#[test]
+fn every_metric_is_in_the_readme() {
+    // Not metrics: the Scylla keyspace's default name.
+    const NOT_METRICS: [&str; 1] = ["chorus_ledger"];
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let table = readme
+        .split("### Metrics")
+        .nth(1)
+        .expect("README has a metrics section");
+    let mut files = Vec::new();
+    for krate in ["gateway/src", "shard/src", "storage/src"] {
+        rust_files(&root.join(krate), &mut files);
+    }
+    let mut names: Vec<String> = Vec::new();
+    for file in &files {
+        let source = std::fs::read_to_string(file).unwrap();
+        for (at, _) in source.match_indices("\"chorus_") {
+            let name: String = source[at + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if source[at + 1 + name.len()..].starts_with('"') && !NOT_METRICS.contains(&&*name) {
+                names.push(name);
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    assert!(names.len() > 40, "only {} metric names found", names.len());
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !table.contains(&format!("| `{n}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metrics missing from README's table: {missing:?}"
+    );
+}
