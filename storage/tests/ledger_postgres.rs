@@ -418,3 +418,52 @@ async fn a_lock_held_elsewhere_answers_unavailable_and_leaves_no_connection_stuc
     );
     assert!(ledger.audit_totals().await.unwrap().is_conserved());
 }
+
+/// A deadlock the server reports in a batch's second round trip (here a trigger raises one,
+/// once, on the host's earnings) is retried like any other: the gift settles, once. The
+/// statements after the failed one answer only "transaction aborted", so the batch must read
+/// its answers in the order it sent them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_in_a_batchs_second_round_trip_is_retried_and_books_once() {
+    let server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    ledger.grant(&"s".into(), 100, "seed").await.unwrap();
+    sql(&server)
+        .await
+        .batch_execute(
+            "CREATE SEQUENCE boom_once;
+             CREATE FUNCTION boom() RETURNS trigger AS $$
+             BEGIN
+               -- A sequence is not rolled back with the transaction: one failure only.
+               IF nextval('boom_once') = 1 THEN
+                 RAISE EXCEPTION 'test deadlock' USING ERRCODE = '40P01';
+               END IF;
+               RETURN NEW;
+             END $$ LANGUAGE plpgsql;
+             CREATE TRIGGER boom BEFORE INSERT OR UPDATE ON earning
+               FOR EACH ROW EXECUTE FUNCTION boom();",
+        )
+        .await
+        .unwrap();
+    let o = order("s", "q1", 30);
+    let out = ledger.send_gift(&o, 1).await.unwrap();
+    assert_eq!(
+        out.result(),
+        GiftResult::Settled {
+            order_id: o.gift_id,
+            balance: 70
+        }
+    );
+    let fired: i64 = sql(&server)
+        .await
+        .query_one("SELECT last_value FROM boom_once", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        fired >= 2,
+        "the trigger ran {fired} times: no retry happened"
+    );
+    assert_eq!(ledger.earnings(&"host".into()).await.unwrap(), 15);
+    assert!(ledger.audit_totals().await.unwrap().is_conserved());
+}

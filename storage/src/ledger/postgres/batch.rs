@@ -510,13 +510,16 @@ async fn write(tx: &Transaction<'_>, w: &Writes<'_>, now: i64) -> TxResult<()> {
             }
         },
     );
+    // In the order the statements went out: after the first failure the rest answer only
+    // "transaction aborted" (25P02), so the first is the one that says what happened (and
+    // whether it may run again: a deadlock or a serialization failure).
     entries?;
-    app_ranks?;
-    moves?;
     earnings?;
     ranks?;
     settlements?;
     let marked = marked?;
+    moves?;
+    app_ranks?;
     if marked != w.mark_ids.len() as u64 {
         // Every saga marked was inserted by this transaction: fail, so none of it is kept.
         return Err(Fail::Store(StorageError::corrupt_msg(format!(
