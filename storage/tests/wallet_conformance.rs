@@ -309,6 +309,13 @@ async fn only_sellers_transfer_once_per_request_within_the_daily_limit(f: Fixtur
         l.transfer(&nsf).await.unwrap(),
         TransferOutcome::InsufficientFunds { balance: 500 }
     );
+    // Over both the limit (500 used of 900) and the balance (500): the limit is the answer,
+    // on every engine.
+    let both = transfer(&seller, &user, 600, "t6", 900);
+    assert_eq!(
+        l.transfer(&both).await.unwrap(),
+        TransferOutcome::DailyLimit { remaining: 400 }
+    );
     assert!(
         l.transfer(&transfer(&seller, &seller, 1, "self", 500))
             .await

@@ -65,10 +65,8 @@ fn tx_transfer(c: &Connection, o: &TransferOrder) -> Result<TransferOutcome> {
     if !is_seller(c, from)? {
         return Ok(TransferOutcome::NotSeller);
     }
-    let balance = coins(c, from)?;
-    if balance < o.amount {
-        return Ok(TransferOutcome::InsufficientFunds { balance });
-    }
+    // The daily limit before the balance, as every engine checks them: a transfer over both
+    // is refused for the limit.
     let today: i64 = c
         .prepare_cached("SELECT total FROM transfer_day WHERE user = ?1 AND day = ?2")
         .map_err(db)?
@@ -80,6 +78,10 @@ fn tx_transfer(c: &Connection, o: &TransferOrder) -> Result<TransferOutcome> {
         return Ok(TransferOutcome::DailyLimit {
             remaining: (o.daily_limit - today).max(0),
         });
+    }
+    let balance = coins(c, from)?;
+    if balance < o.amount {
+        return Ok(TransferOutcome::InsufficientFunds { balance });
     }
     let after = add_coins(c, from, -o.amount)?;
     let to_after = add_coins(c, to, o.amount)?;
