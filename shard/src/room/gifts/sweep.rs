@@ -204,6 +204,11 @@ async fn publish_owed(
             Ok(false) => continue,
             Err(e) => {
                 warn!(%room, order = %order.gift_id, error = %e, "Could not take an owed gift event.");
+                // The take may have committed with its answer lost: the event is recorded as
+                // owed again (a no-op if the take did not commit), so it is not lost with it.
+                if e.is_retryable() {
+                    owe_event(inner, room, order.gift_id).await;
+                }
                 return false;
             }
         }
