@@ -276,3 +276,32 @@ async fn commands_to_rooms_that_do_not_exist_claim_nothing() {
         .unwrap();
     assert_eq!(server.metric(CLAIMS).await.unwrap(), before + 1.0);
 }
+
+/// Past a user's room-creation rate (20 a minute by default), joins that would create rooms
+/// are refused `QUOTA_EXCEEDED` without the rooms being claimed: only creations that happen
+/// cost a lease.
+#[tokio::test]
+async fn creations_past_the_rate_claim_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = node(dir.path()).await;
+    let mut c = server.connect("maker").await.unwrap();
+    const CLAIMS: &str = "chorus_lease_acquired_total";
+    let before = server.metric(CLAIMS).await.unwrap();
+    let (mut made, mut refused) = (0.0, 0);
+    // 26 joins, within the connection's burst; the allowance refills one every 3 s, so a slow
+    // run may make one or two more than 20.
+    for i in 0..26 {
+        match c.join(&RoomId::from(format!("new-{i}")), false, None).await {
+            Ok(_) => made += 1.0,
+            Err(e) => {
+                assert_eq!(e.code(), Some(protocol::ErrorCode::QuotaExceeded), "{e:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        made >= 20.0 && refused >= 3,
+        "made {made}, refused {refused}"
+    );
+    assert_eq!(server.metric(CLAIMS).await.unwrap(), before + made);
+}

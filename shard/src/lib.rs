@@ -426,9 +426,13 @@ impl Inner {
                 return;
             }
             let room = cmd.room.clone();
-            let may_create = room::state::may_create(&cmd.cmd, self.config.auto_create);
-            let first = Box::new(RoomMsg::Command(cmd));
-            self.start_runtime(&mut rooms, room, Some(first), may_create);
+            let first = if room::state::may_create(&cmd.cmd, self.config.auto_create) {
+                room::First::Creates(cmd.user.clone())
+            } else {
+                room::First::CannotCreate
+            };
+            let msg = Box::new(RoomMsg::Command(cmd));
+            self.start_runtime(&mut rooms, room, Some(msg), first);
             return;
         }
     }
@@ -440,32 +444,26 @@ impl Inner {
         (*owner != self.node).then(|| owner.clone())
     }
 
-    /// Registers and starts a room runtime, with `first` in its inbox. Without `may_create`
-    /// (`first` is a command that cannot create the room), a room with no snapshot is answered
-    /// `ROOM_NOT_FOUND` and never claimed.
+    /// Registers and starts a room runtime, with `msg` in its inbox. `first` says what that
+    /// message may do to a room with no snapshot ([`room::First`]): one that cannot create it,
+    /// or a user past their creation rate, is answered without a claim.
     fn start_runtime(
         self: &Arc<Self>,
         rooms: &mut HashMap<RoomId, RoomHandle>,
         room: RoomId,
-        first: Option<room::Inbox>,
-        may_create: bool,
+        msg: Option<room::Inbox>,
+        first: room::First,
     ) {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(self.config.room_inbox);
-        if let Some(msg) = first {
+        if let Some(msg) = msg {
             // A fresh channel has room for one message.
             let _ = tx.try_send(msg);
         }
         let weak = tx.downgrade();
         rooms.insert(room.clone(), RoomHandle { tx, generation });
-        self.tracker.spawn(room::run(
-            self.clone(),
-            room,
-            generation,
-            rx,
-            weak,
-            may_create,
-        ));
+        self.tracker
+            .spawn(room::run(self.clone(), room, generation, rx, weak, first));
     }
 
     /// Loads `room` with no command, if it is placed here and not running: its load runs the
@@ -492,7 +490,7 @@ impl Inner {
         if unplaced || self.placed_elsewhere(room).is_some() {
             return false;
         }
-        self.start_runtime(&mut rooms, room.clone(), first, true);
+        self.start_runtime(&mut rooms, room.clone(), first, room::First::Load);
         true
     }
 

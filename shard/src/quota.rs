@@ -47,6 +47,25 @@ impl CreateRate {
         self.take_at(user, Instant::now())
     }
 
+    /// Whether `user` has a creation left, without taking it: a room start looks before it
+    /// claims a room the creation would be refused for.
+    pub(crate) fn has_one(&self, user: &UserId) -> bool {
+        self.has_one_at(user, Instant::now())
+    }
+
+    /// [`CreateRate::has_one`] at `now`.
+    fn has_one_at(&self, user: &UserId, now: Instant) -> bool {
+        if self.per_min == 0 {
+            return true;
+        }
+        let cap = f64::from(self.per_min);
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.users.get(user).is_none_or(|b| {
+            let secs = now.saturating_duration_since(b.at).as_secs_f64();
+            (b.tokens + secs * cap / 60.0).min(cap) >= 1.0
+        })
+    }
+
     /// [`CreateRate::try_take`] at `now`.
     fn take_at(&self, user: &UserId, now: Instant) -> bool {
         if self.per_min == 0 {
@@ -95,5 +114,11 @@ mod tests {
         assert!(rate.take_at(&a, later));
         assert!(!rate.take_at(&a, later));
         assert!(CreateRate::new(0).take_at(&a, t0));
+        // Looking takes nothing.
+        let rate = CreateRate::new(1);
+        assert!(rate.has_one_at(&a, t0) && rate.has_one_at(&a, t0));
+        assert!(rate.take_at(&a, t0));
+        assert!(!rate.has_one_at(&a, t0));
+        assert!(rate.has_one_at(&a, t0 + std::time::Duration::from_secs(60)));
     }
 }

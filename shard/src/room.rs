@@ -87,6 +87,18 @@ pub(crate) struct RoomHandle {
     pub(crate) generation: u64,
 }
 
+/// What a starting runtime's first message may do to a room that does not exist yet.
+#[derive(Debug, Clone)]
+pub(crate) enum First {
+    /// Anything: a load with no command (saga recovery, retention), or a robot room.
+    Load,
+    /// A command that creates the room if it is missing, from this user: past the user's
+    /// creation rate the room is not claimed.
+    Creates(UserId),
+    /// A command that cannot create it: a missing room is answered `ROOM_NOT_FOUND`, unclaimed.
+    CannotCreate,
+}
+
 /// Why a room stops.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Stop {
@@ -125,7 +137,7 @@ async fn start(
     generation: u64,
     rx: mpsc::Receiver<Box<RoomMsg>>,
     self_tx: mpsc::WeakSender<Box<RoomMsg>>,
-    may_create: bool,
+    first: First,
 ) -> Option<(
     Box<RoomActor>,
     mpsc::Receiver<Box<RoomMsg>>,
@@ -138,11 +150,19 @@ async fn start(
         inner.snapshots.load(&room),
         load_robot_config(&inner, &room)
     );
-    // A command that cannot create the room, to a room that does not exist (and that no robot
-    // configuration makes): answered without a claim, so an unknown id leaves nothing behind.
-    if !may_create && matches!(pre, Ok(None)) && robot_config.is_none() {
-        refuse_missing(&inner, &room, generation, rx).await;
-        return None;
+    // A room that does not exist (and that no robot configuration makes), for a command that
+    // cannot create it or from a user past their creation rate: answered without a claim, so
+    // made-up ids leave no lease, fence or ledger row behind.
+    if matches!(pre, Ok(None)) && robot_config.is_none() {
+        let over_rate = match &first {
+            First::Load => None,
+            First::CannotCreate => Some(None),
+            First::Creates(user) => (!inner.create_rate.has_one(user)).then_some(Some(user)),
+        };
+        if let Some(over_rate) = over_rate {
+            refuse_missing(&inner, &room, generation, rx, over_rate).await;
+            return None;
+        }
     }
     let floor = match pre {
         Ok(pre) => pre.map_or(0, |(f, _)| f),
@@ -279,9 +299,9 @@ pub(crate) async fn run(
     generation: u64,
     rx: mpsc::Receiver<Box<RoomMsg>>,
     self_tx: mpsc::WeakSender<Box<RoomMsg>>,
-    may_create: bool,
+    first: First,
 ) {
-    let start = start(inner.clone(), room, generation, rx, self_tx, may_create);
+    let start = start(inner.clone(), room, generation, rx, self_tx, first);
     let started = Box::pin(start).await;
     let Some((mut actor, rx, lease_token)) = started else {
         return;
@@ -342,14 +362,17 @@ async fn load_log(inner: &Arc<Inner>, room: &RoomId) -> EventLog {
     log
 }
 
-/// The room does not exist: answers the queued commands `ROOM_NOT_FOUND` and removes the room
-/// from the registry. A command queued meanwhile that can create the room starts a fresh
-/// runtime, as it would after a runtime that found the room missing.
+/// The room does not exist: answers the queued commands that cannot create it
+/// `ROOM_NOT_FOUND`, those of `over_rate` (a user past their creation rate) that would create
+/// it `QUOTA_EXCEEDED`, and removes the room from the registry. Another user's command that
+/// can create the room starts a fresh runtime, as it would after a runtime that found the
+/// room missing.
 async fn refuse_missing(
     inner: &Arc<Inner>,
     room: &RoomId,
     generation: u64,
     mut rx: mpsc::Receiver<Box<RoomMsg>>,
+    over_rate: Option<&UserId>,
 ) {
     inner.unregister(room, generation);
     rx.close();
@@ -357,12 +380,16 @@ async fn refuse_missing(
         let RoomMsg::Command(cmd) = *msg else {
             continue;
         };
-        if state::may_create(&cmd.cmd, inner.config.auto_create) {
-            inner.dispatch_command(cmd);
+        let err = if !state::may_create(&cmd.cmd, inner.config.auto_create) {
+            ReplyError::new(ErrorCode::RoomNotFound, "no such room")
+        } else if over_rate == Some(&cmd.user) {
+            let r = lifecycle::create_rate_refused(inner);
+            ReplyError::new(r.code, r.msg)
         } else {
-            let err = ReplyError::new(ErrorCode::RoomNotFound, "no such room");
-            inner.reply_direct(&cmd, Err(err), None).await;
-        }
+            inner.dispatch_command(cmd);
+            continue;
+        };
+        inner.reply_direct(&cmd, Err(err), None).await;
     }
 }
 

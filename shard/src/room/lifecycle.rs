@@ -42,15 +42,7 @@ impl RoomActor {
         if self.inner.create_rate.try_take(user) {
             return Ok(());
         }
-        metrics::counter!(m::ROOM_QUOTA_REFUSED, "reason" => "rate").increment(1);
-        Err(state::Rejected {
-            code: ErrorCode::QuotaExceeded,
-            msg: format!(
-                "room creation rate: at most {} per minute; retry later",
-                self.inner.config.room_creates_per_min
-            )
-            .into(),
-        })
+        Err(create_rate_refused(&self.inner))
     }
 
     /// Stores the new room and starts serving it. With `quota`, the owner's cap of stored
@@ -242,4 +234,17 @@ async fn expire_room(inner: &Arc<Inner>, room: &RoomId, cutoff_ms: u64) -> bool 
         tokio::time::timeout(EXPIRE_WAIT, answer).await,
         Ok(Ok(true))
     )
+}
+
+/// The refusal of a creation past its user's rate (counted).
+pub(super) fn create_rate_refused(inner: &Inner) -> state::Rejected {
+    metrics::counter!(m::ROOM_QUOTA_REFUSED, "reason" => "rate").increment(1);
+    state::Rejected {
+        code: ErrorCode::QuotaExceeded,
+        msg: format!(
+            "room creation rate: at most {} per minute; retry later",
+            inner.config.room_creates_per_min
+        )
+        .into(),
+    }
 }
