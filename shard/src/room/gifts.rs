@@ -510,7 +510,9 @@ impl RoomActor {
             // open: the next runtime asks the ledger how the gift ended.
             Ok(_) | Err(StorageError::Reused { .. }) if opened => {
                 self.closing.push(order.gift_id);
-                if self.closing.len() >= CLOSE_BATCH {
+                // A retry of a settled order closes its record at once: left open, a stop
+                // before the next write would have the next runtime publish its event again.
+                if self.closing.len() >= CLOSE_BATCH || repeat.is_some() {
                     self.flush_closing().await;
                 }
             }
@@ -642,7 +644,8 @@ impl RoomActor {
     /// the two), and closes the open records of gifts the ledger refused or never booked. The
     /// ledger's fence, installed before this, keeps a previous runtime from booking one now.
     /// A gift still mid-saga stays open: the saga sweep settles or voids it. One the ledger
-    /// also lists as owed is left to the sweep, which publishes that record once.
+    /// also lists as owed is left to the sweep, which publishes that record once. One whose
+    /// event the room's history holds already is closed, not published again.
     pub(super) async fn publish_left_open(&mut self) {
         let Some(ledger) = self.inner.ledger.clone() else {
             return;
@@ -673,6 +676,11 @@ impl RoomActor {
                 // publish (older builds left such records open).
                 Ok(Some(rec)) if rec.order.room != self.room => self.closing.push(gift_id),
                 Ok(Some(rec)) => match rec.state {
+                    // Its event is in the room's history: published, and the record opened
+                    // again by a retry of the request that no write closed before the stop.
+                    SagaState::Settled if self.log.names_order(&gift_id) => {
+                        self.closing.push(gift_id);
+                    }
                     SagaState::Settled => {
                         metrics::counter!(m::GIFT_EVENTS_FOUND_OPEN).increment(1);
                         info!(room = %self.room, order = %gift_id, "Publishing a gift event a previous runtime left open.");

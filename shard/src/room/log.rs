@@ -62,6 +62,16 @@ impl EventLog {
         self.entries.iter().all(|e| e.epoch == epoch)
     }
 
+    /// Whether an event held names gift order `order` (its `gift` event, or a `gift.lucky` or
+    /// `rocket.launch` naming it): the gift's event was published.
+    pub(crate) fn names_order(&self, order: &uuid::Uuid) -> bool {
+        let needle = format!("\"order\":\"{order}\"");
+        let needle = needle.as_bytes();
+        self.entries
+            .iter()
+            .any(|e| e.frame.windows(needle.len()).any(|w| w == needle))
+    }
+
     /// Records event `(epoch, seq)` as sent at `now`.
     pub(crate) fn push(&mut self, epoch: Epoch, seq: Seq, frame: Bytes, now: Instant) {
         self.entries.push_back(Entry {
@@ -260,6 +270,19 @@ mod tests {
         loaded.push(6, 1, frame(6, 1), now);
         loaded.set_whole();
         assert_eq!(loaded.resume(since(5, 0), 7, 0, now), Resume::Resync);
+    }
+
+    #[test]
+    fn names_an_order_its_events_carry() {
+        let (mut log, now) = log_with(1, 3, 10);
+        let order = uuid::Uuid::from_u128(7);
+        assert!(!log.names_order(&order));
+        let gift = format!(
+            r#"{{"ev":"gift","room":"r","epoch":1,"seq":4,"d":{{"order":"{order}","from":"a"}}}}"#
+        );
+        log.push(1, 4, Bytes::from(gift), now);
+        assert!(log.names_order(&order));
+        assert!(!log.names_order(&uuid::Uuid::from_u128(8)));
     }
 
     #[test]
