@@ -87,7 +87,7 @@ async fn a_user_at_the_cap_of_stored_rooms_cannot_create_another() {
     }
     // The count is the store's, not a runtime's: it holds after the rooms unloaded.
     for id in ["c0", "c1"] {
-        wait_unloaded(&s, id).await;
+        s.wait_unloaded(id, Duration::from_secs(5)).await;
     }
     let e = alice
         .create_room(json!({"room": "c2", "seats": 4}))
@@ -118,31 +118,6 @@ async fn a_user_at_the_cap_of_stored_rooms_cannot_create_another() {
         .unwrap_err();
     assert_eq!(code(e), ErrorCode::QuotaExceeded);
     s.stop().await;
-}
-
-/// Waits (bounded) until `room` runs nowhere: the admin API's room view answers 404 and no
-/// runtime of it is left on the node.
-async fn wait_unloaded(s: &Server, room: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = kit::admin::get(
-            s.admin,
-            &format!("/admin/rooms/{room}"),
-            Some("admin-token"),
-        )
-        .await
-        .unwrap();
-        if r.status == 404 && r.json()["running_here"] != true {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{room} never unloaded: {} {}",
-            r.status,
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The room's moderation record from durable storage (`None`: not stored), read through the

@@ -320,26 +320,7 @@ async fn a_chat_mute_survives_the_room_unloading_and_closing_takes_everyone_out(
             .unwrap();
     }
     // Empty, the room unloads; its next runtime loads the mute with it.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let r = kit::admin::get(
-            s.admin,
-            &format!("/admin/rooms/{room}"),
-            Some("admin-token"),
-        )
-        .await
-        .unwrap();
-        if r.status == 404 && r.json()["running_here"] != true {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the empty room never unloaded: {} {}",
-            r.status,
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    s.wait_unloaded(room.as_str(), WAIT).await;
     host.join(&room, false, None).await.unwrap();
     bob.join(&room, false, None).await.unwrap();
     let e = bob.chat(&room, "hi").await.unwrap_err();

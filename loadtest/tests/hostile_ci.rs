@@ -237,6 +237,11 @@ async fn a_well_behaved_client_stays_served_while_hostile_clients_attack() {
     assert_eq!(health.status, 200);
 }
 
+/// Room leases the node has acquired so far.
+async fn claims(server: &Server) -> f64 {
+    server.metric("chorus_lease_acquired_total").await.unwrap()
+}
+
 /// Commands to rooms that do not exist are answered `ROOM_NOT_FOUND` without the room being
 /// claimed: a client cycling through made-up ids leaves no lease, fence or ledger row behind
 /// and costs no durable write. A join (auto-create is on) still claims and makes its room.
@@ -245,8 +250,7 @@ async fn commands_to_rooms_that_do_not_exist_claim_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let server = node(dir.path()).await;
     let mut c = server.connect("mallory").await.unwrap();
-    const CLAIMS: &str = "chorus_lease_acquired_total";
-    let before = server.metric(CLAIMS).await.unwrap();
+    let before = claims(&server).await;
     // 30 requests: within the connection's burst (40), so none is rate limited.
     for i in 0..15 {
         let room = format!("made-up-{i}");
@@ -269,12 +273,12 @@ async fn commands_to_rooms_that_do_not_exist_claim_nothing() {
             "{err:?}"
         );
     }
-    assert_eq!(server.metric(CLAIMS).await.unwrap(), before);
+    assert_eq!(claims(&server).await, before);
     // The control: a join of a missing room creates it, under a claim.
     c.join(&RoomId::from("made-up-0"), false, None)
         .await
         .unwrap();
-    assert_eq!(server.metric(CLAIMS).await.unwrap(), before + 1.0);
+    assert_eq!(claims(&server).await, before + 1.0);
 }
 
 /// Past a user's room-creation rate (20 a minute by default), joins that would create rooms
@@ -285,8 +289,7 @@ async fn creations_past_the_rate_claim_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let server = node(dir.path()).await;
     let mut c = server.connect("maker").await.unwrap();
-    const CLAIMS: &str = "chorus_lease_acquired_total";
-    let before = server.metric(CLAIMS).await.unwrap();
+    let before = claims(&server).await;
     let (mut made, mut refused) = (0.0, 0);
     // 26 joins, within the connection's burst; the allowance refills one every 3 s, so a slow
     // run may make one or two more than 20.
@@ -303,5 +306,5 @@ async fn creations_past_the_rate_claim_nothing() {
         made >= 20.0 && refused >= 3,
         "made {made}, refused {refused}"
     );
-    assert_eq!(server.metric(CLAIMS).await.unwrap(), before + made);
+    assert_eq!(claims(&server).await, before + made);
 }

@@ -70,6 +70,31 @@ impl Server {
         (r.status == 200).then(|| r.json()["fence"].as_u64().expect("a fence"))
     }
 
+    /// Waits (at most `within`) until `room` runs nowhere: the admin API's room view answers
+    /// 404 and no runtime of it is left on the node. Fails the test otherwise.
+    pub(crate) async fn wait_unloaded(&self, room: &str, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let r = kit::admin::get(
+                self.admin,
+                &format!("/admin/rooms/{room}"),
+                Some(&self.admin_token),
+            )
+            .await
+            .expect("admin call");
+            if r.status == 404 && r.json()["running_here"] != true {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{room} never unloaded: {} {}",
+                r.status,
+                r.body
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// A token for `user` this server accepts ([`kit::token`]).
     pub(crate) fn token(&self, user: &str) -> String {
         kit::token(&self.secret, user).expect("token encodes")
