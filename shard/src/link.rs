@@ -78,7 +78,7 @@ const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// After a failed `accept` on the `listener` named: an error about one connection (it was
 /// reset or aborted before it was taken) is passed over; any other (out of file descriptors,
-/// out of memory) would fail again at once, so the loop waits [`ACCEPT_PAUSE`] rather than spin
+/// out of memory) would fail again at once, so the loop waits (`ACCEPT_PAUSE`) rather than spin
 /// and flood the log (one warning per pause at most), and counts it.
 pub async fn accept_failed(e: &std::io::Error, listener: &'static str) {
     use std::io::ErrorKind;
