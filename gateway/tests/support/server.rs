@@ -58,15 +58,20 @@ impl Server {
         }
     }
 
-    /// The fence of `room`'s running runtime (the admin API's room view), if it runs here.
-    pub(crate) async fn room_fence(&self, room: &str) -> Option<u64> {
-        let r = kit::admin::get(
+    /// The admin API's view of `room` (`GET /admin/rooms/{room}`).
+    async fn room_view(&self, room: &str) -> kit::admin::AdminResponse {
+        kit::admin::get(
             self.admin,
             &format!("/admin/rooms/{room}"),
             Some(&self.admin_token),
         )
         .await
-        .expect("admin call");
+        .expect("admin call")
+    }
+
+    /// The fence of `room`'s running runtime (the admin API's room view), if it runs here.
+    pub(crate) async fn room_fence(&self, room: &str) -> Option<u64> {
+        let r = self.room_view(room).await;
         (r.status == 200).then(|| r.json()["fence"].as_u64().expect("a fence"))
     }
 
@@ -75,13 +80,7 @@ impl Server {
     pub(crate) async fn wait_unloaded(&self, room: &str, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let r = kit::admin::get(
-                self.admin,
-                &format!("/admin/rooms/{room}"),
-                Some(&self.admin_token),
-            )
-            .await
-            .expect("admin call");
+            let r = self.room_view(room).await;
             if r.status == 404 && r.json()["running_here"] != true {
                 return;
             }
