@@ -154,12 +154,15 @@ async fn start(
     // cannot create it or from a user past their creation rate: answered without a claim, so
     // made-up ids leave no lease, fence or ledger row behind.
     if matches!(pre, Ok(None)) && robot_config.is_none() {
-        let over_rate = match &first {
-            First::Load => None,
-            First::CannotCreate => Some(None),
-            First::Creates(user) => (!inner.create_rate.has_one(user)).then_some(Some(user)),
+        let (refuse, over_rate) = match &first {
+            First::Load => (false, None),
+            First::CannotCreate => (true, None),
+            First::Creates(user) => {
+                let over = !inner.create_rate.has_one(user);
+                (over, over.then_some(user))
+            }
         };
-        if let Some(over_rate) = over_rate {
+        if refuse {
             refuse_missing(&inner, &room, generation, rx, over_rate).await;
             return None;
         }
