@@ -288,8 +288,16 @@ pub enum DebitOutcome {
 /// What `settle` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SettleOutcome {
-    /// The saga is SETTLED (now or earlier).
+    /// This call moved the saga from DEBITED to SETTLED: the gift's event is its caller's to
+    /// publish (or to owe).
     Settled {
+        /// The sender's coins after the gift (prize included).
+        balance: i64,
+    },
+    /// The saga was SETTLED already (an earlier call, or one racing this one, moved it): its
+    /// event is that caller's, so of two finishers (a retry and the owner's recovery) exactly
+    /// one publishes it.
+    AlreadySettled {
         /// The sender's coins after the gift (prize included).
         balance: i64,
     },

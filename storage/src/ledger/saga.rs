@@ -37,9 +37,18 @@ pub async fn drive(ledger: &Ledger, order: &GiftOrder, fence: u64) -> Result<Gif
             true
         }
     };
+    // Whether this call settled the saga: only then is the event its to owe.
+    let mut settled_here = false;
     let result = match ledger.debit(order, fence).await? {
         DebitOutcome::Debited { .. } => match ledger.settle(order, fence).await? {
-            SettleOutcome::Settled { balance } => GiftResult::Settled {
+            SettleOutcome::Settled { balance } => {
+                settled_here = true;
+                GiftResult::Settled {
+                    order_id: order.gift_id,
+                    balance,
+                }
+            }
+            SettleOutcome::AlreadySettled { balance } => GiftResult::Settled {
                 order_id: order.gift_id,
                 balance,
             },
@@ -50,10 +59,11 @@ pub async fn drive(ledger: &Ledger, order: &GiftOrder, fence: u64) -> Result<Gif
         DebitOutcome::Voided => GiftResult::Voided,
         DebitOutcome::Missing => return Err(missing(order)),
     };
-    if duplicate && matches!(result, GiftResult::Settled { .. }) {
+    if duplicate && settled_here {
         // This retry finished a saga an earlier attempt left open: nobody published its
         // event, so it is owed (the room's sweep publishes it). Here it is a write of its
-        // own after the settle: a crash between the two loses the event, not a coin.
+        // own after the settle: a crash between the two loses the event, not a coin. A saga
+        // that a racing finisher (the owner's recovery) settled is that one's to publish.
         ledger.mark_unpublished(order.gift_id).await?;
     }
     Ok(if duplicate {
@@ -117,6 +127,11 @@ async fn roll_forward(ledger: &Ledger, order: &GiftOrder, fence: u64) -> Result<
     }
     match ledger.settle(order, fence).await? {
         SettleOutcome::Settled { .. } => Ok(RecoveryOutcome::Settled),
+        // A retry settled it since this recovery looked (and owes its event): not this
+        // recovery's to publish.
+        SettleOutcome::AlreadySettled { .. } => {
+            Ok(RecoveryOutcome::AlreadyTerminal(SagaState::Settled))
+        }
         SettleOutcome::NotDebited(state) => Err(unexpected(order, state)),
         SettleOutcome::Missing => Ok(RecoveryOutcome::Missing),
     }

@@ -351,9 +351,18 @@ async fn send_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResul
         return Err(StorageError::corrupt_msg("saga vanished inside a transaction").into());
     };
     lock_accounts(tx, &[rec.order.sender.as_str()]).await?;
+    let mut settled_here = false;
     let result = match debit_tx(tx, order, fence).await? {
         DebitOutcome::Debited { .. } => match settle_tx(tx, order, fence).await? {
-            SettleOutcome::Settled { balance } => GiftResult::Settled {
+            SettleOutcome::Settled { balance } => {
+                settled_here = true;
+                GiftResult::Settled {
+                    order_id: order.gift_id,
+                    balance,
+                }
+            }
+            // Settled by a racing finisher (the owner's recovery), whose event it is.
+            SettleOutcome::AlreadySettled { balance } => GiftResult::Settled {
                 order_id: order.gift_id,
                 balance,
             },
@@ -370,7 +379,7 @@ async fn send_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResul
             return Err(StorageError::corrupt_msg("saga vanished inside a transaction").into());
         }
     };
-    if duplicate && matches!(result, GiftResult::Settled { .. }) {
+    if duplicate && settled_here {
         // This retry finished a saga an earlier attempt left open: nobody published its
         // event, so it is owed, in the same transaction (the room's sweep publishes it).
         let owe = tx
@@ -479,7 +488,7 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
     ensure_fence(tx, &o.room, fence, rec.fence).await?;
     match rec.state {
         SagaState::Settled => {
-            return Ok(SettleOutcome::Settled {
+            return Ok(SettleOutcome::AlreadySettled {
                 balance: rec.balance_after.unwrap_or(0),
             });
         }

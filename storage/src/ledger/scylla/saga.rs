@@ -50,6 +50,10 @@ impl ScyllaLedger {
         Ok(())
     }
 
+    /// Moves saga `gift_id` from `from` to `to` (an LWT): `None` when this call moved it,
+    /// `Some(state)` with the state found otherwise. A saga found at `to` after an attempt
+    /// whose outcome was unknown counts as moved here; after only clear refusals, a racing
+    /// caller moved it (`Some(to)`).
     pub(super) async fn saga_move(
         &self,
         gift_id: Uuid,
@@ -70,10 +74,12 @@ impl ScyllaLedger {
             from.as_str(),
             f,
         );
+        let mut unsure = false;
         for _ in 0..MAX_RESENDS {
-            let out = self.lwt(&self.st.saga_move, &values).await;
-            if out == Ok(true) {
-                return Ok(None);
+            match self.lwt(&self.st.saga_move, &values).await {
+                Ok(true) => return Ok(None),
+                Ok(false) => {}
+                Err(()) => unsure = true,
             }
             let Some(rec) = self.read_back(|| self.read_saga(gift_id)).await? else {
                 return Err(StorageError::corrupt_msg(format!(
@@ -85,7 +91,7 @@ impl ScyllaLedger {
                 return Err(StorageError::Fenced { token: fence });
             }
             if rec.state == to {
-                return Ok(None);
+                return Ok((!unsure).then_some(to));
             }
             if rec.state != from {
                 return Ok(Some(rec.state));
@@ -293,7 +299,7 @@ impl ScyllaLedger {
         };
         match rec.state {
             SagaState::Settled => {
-                return Ok(SettleOutcome::Settled {
+                return Ok(SettleOutcome::AlreadySettled {
                     balance: rec.balance_after.unwrap_or(0),
                 });
             }
@@ -369,7 +375,9 @@ impl ScyllaLedger {
         self.write(&self.st.open_del, (o.room.as_str(), o.gift_id))
             .await?;
         Ok(match moved {
-            None | Some(SagaState::Settled) => SettleOutcome::Settled { balance },
+            None => SettleOutcome::Settled { balance },
+            // A racing settle moved it first (the effects above are idempotent).
+            Some(SagaState::Settled) => SettleOutcome::AlreadySettled { balance },
             Some(state) => SettleOutcome::NotDebited(state),
         })
     }

@@ -32,9 +32,18 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
     if let Some(first) = rec.result() {
         return Ok(GiftOutcome::Duplicate { first });
     }
+    let mut settled_here = false;
     let first = match tx_debit(c, order, fence)? {
         DebitOutcome::Debited { .. } => match tx_settle(c, order, fence)? {
-            SettleOutcome::Settled { balance } => GiftResult::Settled {
+            SettleOutcome::Settled { balance } => {
+                settled_here = true;
+                GiftResult::Settled {
+                    order_id: order.gift_id,
+                    balance,
+                }
+            }
+            // Settled by a racing finisher (the owner's recovery), whose event it is.
+            SettleOutcome::AlreadySettled { balance } => GiftResult::Settled {
                 order_id: order.gift_id,
                 balance,
             },
@@ -52,7 +61,7 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
             ));
         }
     };
-    if matches!(first, GiftResult::Settled { .. }) {
+    if settled_here {
         // This retry finished a saga an earlier attempt left open: nobody published its
         // event, so it is owed, in the same transaction (the room's sweep publishes it).
         c.prepare_cached(
@@ -217,7 +226,7 @@ pub(super) fn tx_settle(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result
     ensure_fence(c, &order.room, fence, rec.fence)?;
     match rec.state {
         SagaState::Settled => {
-            return Ok(SettleOutcome::Settled {
+            return Ok(SettleOutcome::AlreadySettled {
                 balance: rec.balance_after.unwrap_or(0),
             });
         }
