@@ -210,7 +210,7 @@ pub async fn run(o: ChaosOptions) -> anyhow::Result<Outcome> {
         c.gateways.len(),
         o.rooms,
     );
-    faults::run(&mut c, &plan, t0, &sh).await?;
+    faults::run(&mut c, &plan, t0, &sh, o.rooms).await?;
     tokio::time::sleep_until(t0 + o.duration).await;
     c.heal_all().await?;
     let mut end = Record::new(Kind::Phase);
@@ -285,11 +285,12 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Outcome> {
     let verdicts = vec![
         check::single_writer(&h, &audit, &inp, &w),
         check::order(&h),
-        check::acked_delivered(&h, &w),
+        check::acked_delivered(&h, &w, &end),
         check::gifts_once(&h, &end, &inp),
         check::recovery(&h, &audit, &end),
         check::conservation(&end, &inp),
         live,
+        check::faults_took_effect(&audit, &w, &inp),
     ];
     let out = Outcome {
         verdicts,

@@ -9,7 +9,8 @@
 //! 2. **order**: replaying each client's events through the protocol's client rules, every
 //!    resume (`since`, no resync) fills the gap up to the reply's position, no gap stays open,
 //!    no event of an older epoch arrives that the client never had.
-//! 3. **no acknowledged event lost**: every acknowledged chat and gift reached some client.
+//! 3. **no acknowledged event lost**: every acknowledged chat and every settled gift (answered
+//!    or not) reached some client, and none reached clients at two positions of its room.
 //! 4. **gifts exactly once**: one order id per `req_id`; every acknowledged gift SETTLED; no
 //!    saga open at the end; a refused gift not booked; each sender's coins and each recipient's
 //!    earnings equal to what the settled sagas say (a double debit would show).
@@ -18,6 +19,8 @@
 //! 6. **conservation**: the ledger's totals.
 //! 7. **liveness**: after the last fault every room serves again within TTL + a bound, and
 //!    every client received every member's last chat.
+//! 8. **faults took effect**: every kill or pause of a shard, move and Redis wipe moved a room
+//!    it struck to a new fence (a fault that struck nothing would let a run pass untested).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -223,6 +226,12 @@ pub fn windows(h: &[Record]) -> Vec<Window> {
     out
 }
 
+/// Whether fault `x` struck lease owner `owner` (`<node id>/<boot id>`): its target is that
+/// node, or Redis, which every owner's leases live in.
+fn struck(x: &Window, owner: &str) -> bool {
+    x.target == "redis" || owner.split('/').next() == Some(x.target.as_str())
+}
+
 fn content(r: &Record) -> String {
     format!(
         "{}|{}|{}",
@@ -282,7 +291,8 @@ pub fn single_writer(h: &[Record], audit: &[AuditLine], inp: &Inputs, w: &[Windo
         }
     }
     // A lease is lost only to a fault that can take it (kills, pauses, Redis, the lease link),
-    // within its window and a grace of two TTLs after the heal.
+    // within its window and a grace of two TTLs after the heal, and only on the fault's
+    // target: the shard it struck, or any for Redis itself.
     let grace = 2 * inp.ttl.as_millis() as u64 + 1000;
     for a in audit
         .iter()
@@ -290,6 +300,7 @@ pub fn single_writer(h: &[Record], audit: &[AuditLine], inp: &Inputs, w: &[Windo
     {
         let explained = w.iter().any(|x| {
             x.kind.is_some_and(FaultKind::can_lose_leases)
+                && struck(x, &a.owner)
                 && a.t + 200 >= x.start
                 && a.t <= x.end.saturating_add(grace)
         });
@@ -387,8 +398,8 @@ pub fn order(h: &[Record]) -> Verdict {
 /// gift order at two positions of its room means a change applied twice (e.g. a write that
 /// landed late and was sent again). A convergence line (`fin:`) is left out: it is retried
 /// until answered, so one of unknown outcome may rightly land twice.
-pub fn acked_delivered(h: &[Record], w: &[Window]) -> Verdict {
-    let mut v = Verdict::new("3 no acknowledged chat or gift lost, none delivered twice");
+pub fn acked_delivered(h: &[Record], w: &[Window], end: &EndState) -> Verdict {
+    let mut v = Verdict::new("3 no acknowledged chat or settled gift lost, none delivered twice");
     let mut first_at: HashMap<(&str, &str, &str), (u64, u64)> = HashMap::new();
     for r in h.iter().filter(|r| r.kind() == Kind::Event) {
         let (Some(room), Some(op), Some(e), Some(s)) =
@@ -422,6 +433,7 @@ pub fn acked_delivered(h: &[Record], w: &[Window]) -> Verdict {
     };
     let mut texts = HashSet::new();
     let mut orders = HashSet::new();
+    let mut acked = HashSet::new();
     for r in h.iter().filter(|r| r.kind() == Kind::Event) {
         if let Some(t) = &r.text {
             texts.insert((r.room.as_deref().unwrap_or(""), t.as_str()));
@@ -445,6 +457,7 @@ pub fn acked_delivered(h: &[Record], w: &[Window]) -> Verdict {
             Some("gift.send") => {
                 v.checked += 1;
                 let o = r.order.as_deref().unwrap_or("");
+                acked.insert(o);
                 if !orders.contains(o) {
                     let what = format!(
                         "gift {o} ({}) acknowledged in {}, its event delivered to nobody",
@@ -459,6 +472,36 @@ pub fn acked_delivered(h: &[Record], w: &[Window]) -> Verdict {
                 }
             }
             _ => {}
+        }
+    }
+    // A gift the ledger settled whose sender never saw the answer (its attempts timed out or
+    // lost their connection) moved coins all the same: its event is owed to the room too.
+    let mut attempts: HashMap<String, Vec<u64>> = HashMap::new();
+    for r in h.iter().filter(|r| r.op.as_deref() == Some("gift.send")) {
+        if let (Some(c), Some(req)) = (r.client.as_deref(), r.req.as_deref()) {
+            attempts.entry(order_id(c, req)).or_default().push(r.t);
+        }
+    }
+    for s in end.sagas.iter().filter(|s| s.state == "SETTLED") {
+        let o = s.gift_id.as_str();
+        if acked.contains(o) {
+            continue;
+        }
+        v.checked += 1;
+        if orders.contains(o) {
+            continue;
+        }
+        let what = format!(
+            "gift {o} of {} settled, never acknowledged, its event delivered to nobody",
+            s.sender
+        );
+        if attempts
+            .get(o)
+            .is_some_and(|ts| ts.iter().any(|t| wiped(*t)))
+        {
+            v.excuse(format!("{what} (around a Redis wipe)"));
+        } else {
+            v.fail(what);
         }
     }
     v
@@ -661,6 +704,65 @@ pub fn liveness(h: &[Record], inp: &Inputs) -> (Verdict, BTreeMap<String, u64>) 
         }
     }
     (v, back)
+}
+
+/// Checker 8: every fault that must move a room's ownership did, so a run cannot pass on
+/// faults that struck nothing. After a kill or a pause of a shard, a room that shard served
+/// when the fault began is served again with a higher fence (by the shard's next process, or
+/// by another shard); after a move, the moved room is; after a Redis wipe, which takes every
+/// lease, some room is. Within the fault's window, the TTL and the recovery bound after it.
+pub fn faults_took_effect(audit: &[AuditLine], w: &[Window], inp: &Inputs) -> Verdict {
+    let mut v = Verdict::new("8 every kill, pause, move and wipe moved a room to a new fence");
+    let serves: Vec<&AuditLine> = audit.iter().filter(|a| a.what == "serve").collect();
+    // The fence and owner of each room's last serve at or before `t`.
+    let at = |t: u64| {
+        let mut last: HashMap<&str, (u64, &str)> = HashMap::new();
+        for a in serves.iter().filter(|a| a.t <= t) {
+            last.insert(a.room.as_str(), (a.fence, a.owner.as_str()));
+        }
+        last
+    };
+    let grace = (inp.ttl + inp.recovery_bound).as_millis() as u64;
+    for x in w {
+        let Some(kind) = x.kind else { continue };
+        let struck: Vec<(&str, u64)> = match kind {
+            FaultKind::KillShard | FaultKind::PauseShard => at(x.start)
+                .into_iter()
+                .filter(|(_, (_, owner))| owner.split('/').next() == Some(x.target.as_str()))
+                .map(|(room, (fence, _))| (room, fence))
+                .collect(),
+            FaultKind::MoveRoom => {
+                let fence = at(x.start).get(x.target.as_str()).map_or(0, |f| f.0);
+                vec![(x.target.as_str(), fence)]
+            }
+            FaultKind::RedisWipe => at(x.start)
+                .into_iter()
+                .map(|(room, (fence, _))| (room, fence))
+                .collect(),
+            _ => continue,
+        };
+        v.checked += 1;
+        let what = format!("{} of {} at {}", kind.name(), x.target, x.start);
+        if struck.is_empty() {
+            v.fail(format!("{what}: it struck no room"));
+            continue;
+        }
+        let until = x.end.saturating_add(grace);
+        let moved = serves.iter().any(|a| {
+            a.t > x.start
+                && a.t <= until
+                && struck
+                    .iter()
+                    .any(|(room, fence)| a.room == *room && a.fence > *fence)
+        });
+        if !moved {
+            v.fail(format!(
+                "{what}: none of {:?} was served with a new fence within {grace} ms of the heal",
+                struck.iter().map(|(r, _)| *r).collect::<Vec<_>>()
+            ));
+        }
+    }
+    v
 }
 
 /// The liveness summary.

@@ -197,7 +197,41 @@ fn note(rec: &Recorder, kind: FaultKind, target: &str, heal: bool) {
     rec.put(&r);
 }
 
-/// Runs the schedule from `start`; returns the faults injected by kind.
+/// The shard a fault on a shard strikes: the drawn one when it owns a room now, else the next
+/// one (in order) that does, so that the fault strikes a room (on a shard owning none it would
+/// test nothing); the drawn one when no owner can be read. Rooms are `room-0..rooms`.
+async fn striking(c: &ChaosCluster, drawn: usize, rooms: usize) -> usize {
+    let n = c.shards.len().max(1);
+    let mut owners = std::collections::HashSet::new();
+    for i in 0..rooms {
+        if let Ok(r) = c
+            .admin("GET", &format!("/admin/rooms/room-{i}"), None)
+            .await
+            && let Some(owner) = r.json()["owner"].as_str()
+        {
+            owners.insert(owner.to_owned());
+        }
+    }
+    (0..n)
+        .map(|k| (drawn + k) % n)
+        .find(|&s| c.shards.get(s).is_some_and(|x| owners.contains(&x.id)))
+        .unwrap_or(drawn % n)
+}
+
+/// Whether a fault of `kind` strikes one shard (a kill, a pause, or one of its links).
+fn strikes_a_shard(kind: FaultKind) -> bool {
+    !matches!(
+        kind,
+        FaultKind::KillGateway
+            | FaultKind::MoveRoom
+            | FaultKind::RedisRestart
+            | FaultKind::RedisWipe
+            | FaultKind::ReconnectStorm
+    )
+}
+
+/// Runs the schedule from `start` on rooms `room-0..rooms`; returns the faults injected by
+/// kind. A fault on a shard strikes one that owns a room when it starts (see `striking`).
 ///
 /// # Errors
 /// When a node cannot be restarted (the run cannot go on).
@@ -206,12 +240,17 @@ pub async fn run(
     plan: &[Planned],
     start: Instant,
     sh: &Shared,
+    rooms: usize,
 ) -> anyhow::Result<std::collections::BTreeMap<&'static str, u32>> {
     let mut counts = std::collections::BTreeMap::new();
     let ttl = c.ttl;
     for p in plan {
         tokio::time::sleep_until(start + p.at).await;
-        let s = p.target % c.shards.len().max(1);
+        let s = if strikes_a_shard(p.kind) {
+            striking(c, p.target, rooms).await
+        } else {
+            p.target % c.shards.len().max(1)
+        };
         let shard_id = c.shards[s].id.clone();
         let target = match p.kind {
             FaultKind::KillGateway => c.gateways[p.target % c.gateways.len()].id.clone(),

@@ -112,14 +112,22 @@ fn a_lease_lost_counts_only_outside_a_fault_that_can_take_it() {
         kind: Some(FaultKind::ReconnectStorm),
         ..pause.clone()
     };
-    assert_eq!(
-        single_writer(&[], &audit, &inputs(), &[pause]).violations,
-        0
-    );
-    assert_eq!(
-        single_writer(&[], &audit, &inputs(), &[storm]).violations,
-        1
-    );
+    let elsewhere = Window {
+        target: "s2".into(),
+        ..pause.clone()
+    };
+    let wipe = Window {
+        kind: Some(FaultKind::RedisWipe),
+        target: "redis".into(),
+        ..pause.clone()
+    };
+    for (w, violations) in [(pause, 0), (storm, 1), (elsewhere, 1), (wipe, 0)] {
+        assert_eq!(
+            single_writer(&[], &audit, &inputs(), std::slice::from_ref(&w)).violations,
+            violations,
+            "{w:?}"
+        );
+    }
 }
 
 #[test]
@@ -140,13 +148,13 @@ fn recovery_fails_a_fence_its_owner_never_served() {
 fn a_chat_line_or_gift_order_at_two_positions_is_delivered_twice() {
     // The same line seen by two members at one position: once.
     let h = vec![ev(2, "a", 1, 1, "a#1"), ev(3, "b", 1, 1, "a#1")];
-    assert_eq!(acked_delivered(&h, &[]).violations, 0);
+    assert_eq!(acked_delivered(&h, &[], &EndState::default()).violations, 0);
     // At two positions (a retry applied it again in the next epoch): twice.
     let h = vec![ev(2, "a", 1, 1, "a#1"), ev(3, "b", 2, 1, "a#1")];
-    assert_eq!(acked_delivered(&h, &[]).violations, 1);
+    assert_eq!(acked_delivered(&h, &[], &EndState::default()).violations, 1);
     // A convergence line is retried until answered: it may land twice.
     let h = vec![ev(2, "a", 1, 1, "fin:a"), ev(3, "a", 1, 2, "fin:a")];
-    assert_eq!(acked_delivered(&h, &[]).violations, 0);
+    assert_eq!(acked_delivered(&h, &[], &EndState::default()).violations, 0);
     let gift = |t, e, s| Record {
         op: Some("gift".into()),
         text: None,
@@ -154,11 +162,113 @@ fn a_chat_line_or_gift_order_at_two_positions_is_delivered_twice() {
         ..ev(t, "b", e, s, "")
     };
     assert_eq!(
-        acked_delivered(&[gift(2, 1, 4), gift(3, 1, 4)], &[]).violations,
+        acked_delivered(&[gift(2, 1, 4), gift(3, 1, 4)], &[], &EndState::default()).violations,
         0
     );
     assert_eq!(
-        acked_delivered(&[gift(2, 1, 4), gift(3, 1, 5)], &[]).violations,
+        acked_delivered(&[gift(2, 1, 4), gift(3, 1, 5)], &[], &EndState::default()).violations,
         1
     );
+}
+
+#[test]
+fn a_settled_gift_never_answered_still_owes_its_event() {
+    let order = order_id("a", "g1");
+    let attempt = Record {
+        t: 5,
+        kind: Some(Kind::Unknown),
+        client: Some("a".into()),
+        room: Some("r".into()),
+        op: Some("gift.send".into()),
+        req: Some("g1".into()),
+        ..Record::default()
+    };
+    let end = EndState {
+        sagas: vec![Saga {
+            gift_id: order.clone(),
+            state: "SETTLED".into(),
+            sender: "a".into(),
+            recipients: vec!["b".into()],
+            cost: 10,
+            share_each: 5,
+        }],
+        ..EndState::default()
+    };
+    let lost = acked_delivered(std::slice::from_ref(&attempt), &[], &end);
+    assert_eq!((lost.checked, lost.violations), (1, 1));
+    let event = Record {
+        op: Some("gift".into()),
+        text: None,
+        order: Some(order),
+        ..ev(9, "b", 1, 1, "")
+    };
+    assert_eq!(
+        acked_delivered(&[attempt.clone(), event], &[], &end).violations,
+        0
+    );
+    // Around a Redis wipe the open record may go with Redis: excused.
+    let wipe = Window {
+        kind: Some(FaultKind::RedisWipe),
+        target: "redis".into(),
+        start: 4,
+        end: 6,
+    };
+    let excused = acked_delivered(&[attempt], &[wipe], &end);
+    assert_eq!((excused.violations, excused.excused), (0, 1));
+    let mut voided = end;
+    voided.sagas[0].state = "VOIDED".into();
+    assert_eq!(acked_delivered(&[], &[], &voided).checked, 0);
+}
+
+#[test]
+fn a_kill_pause_or_move_that_moved_no_room_fails_the_effect_checker() {
+    let kill = Window {
+        kind: Some(FaultKind::KillShard),
+        target: "s1".into(),
+        start: 100,
+        end: 3_100,
+    };
+    let taken_over = vec![serve(1, 1, "s1/x"), serve(4_000, 2, "s2/y")];
+    let v = faults_took_effect(&taken_over, std::slice::from_ref(&kill), &inputs());
+    assert_eq!((v.checked, v.violations), (1, 0));
+    // Served again by the shard's next process: a new fence too.
+    let restarted = vec![serve(1, 1, "s1/x"), serve(4_000, 2, "s1/z")];
+    assert_eq!(
+        faults_took_effect(&restarted, std::slice::from_ref(&kill), &inputs()).violations,
+        0
+    );
+    // Nothing moved, or only past the bound (the heal + TTL + recovery bound).
+    let kept = vec![serve(1, 1, "s1/x")];
+    assert_eq!(
+        faults_took_effect(&kept, std::slice::from_ref(&kill), &inputs()).violations,
+        1
+    );
+    let late = vec![serve(1, 1, "s1/x"), serve(3_100 + 17_001, 2, "s2/y")];
+    assert_eq!(
+        faults_took_effect(&late, std::slice::from_ref(&kill), &inputs()).violations,
+        1
+    );
+    // A shard that served no room: the fault struck nothing.
+    let elsewhere = vec![serve(1, 1, "s2/y"), serve(4_000, 2, "s3/w")];
+    let v = faults_took_effect(&elsewhere, std::slice::from_ref(&kill), &inputs());
+    assert!(
+        v.examples.iter().any(|e| e.contains("struck no room")),
+        "{v:?}"
+    );
+    // A move of room r, and kinds with no ownership effect to check.
+    let mv = Window {
+        kind: Some(FaultKind::MoveRoom),
+        target: "r".into(),
+        ..kill.clone()
+    };
+    assert_eq!(
+        faults_took_effect(&taken_over, std::slice::from_ref(&mv), &inputs()).violations,
+        0
+    );
+    assert_eq!(faults_took_effect(&kept, &[mv], &inputs()).violations, 1);
+    let storm = Window {
+        kind: Some(FaultKind::ReconnectStorm),
+        ..kill
+    };
+    assert_eq!(faults_took_effect(&kept, &[storm], &inputs()).checked, 0);
 }
