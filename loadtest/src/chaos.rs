@@ -281,7 +281,7 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<Outcome> {
         serde_json::from_slice(&std::fs::read(dir.join("totals.json"))?)?;
     let end = check::read_end_state(&dir.join("ledger.db"), totals)?;
     let w = check::windows(&h);
-    let (live, back) = check::liveness(&h, &inp);
+    let (live, back) = check::liveness(&h, &inp, &w);
     let verdicts = vec![
         check::single_writer(&h, &audit, &inp, &w),
         check::order(&h),

@@ -17,8 +17,9 @@
 //! 5. **recovery**: every saga recovery was written by the room's serving owner with its
 //!    fence; no acknowledged gift voided.
 //! 6. **conservation**: the ledger's totals.
-//! 7. **liveness**: after the last fault every room serves again within TTL + a bound, and
-//!    every client received every member's last chat.
+//! 7. **liveness**: after the last fault every room serves again within TTL + a bound, every
+//!    outage ends within its fault's hold + TTL + that bound, and every client received every
+//!    member's last chat.
 //! 8. **faults took effect**: every kill or pause of a shard, move and Redis wipe moved a room
 //!    it struck to a new fence (a fault that struck nothing would let a run pass untested).
 
@@ -658,8 +659,45 @@ pub fn conservation(end: &EndState, inp: &Inputs) -> Verdict {
 }
 
 /// Checker 7 (liveness); also returns, per room, the time it took to serve again.
-pub fn liveness(h: &[Record], inp: &Inputs) -> (Verdict, BTreeMap<String, u64>) {
+pub fn liveness(h: &[Record], inp: &Inputs, w: &[Window]) -> (Verdict, BTreeMap<String, u64>) {
     let mut v = Verdict::new("7 every room serves again after the faults, clients converge");
+    // Every outage of a room (from its last success before a failed operation to its next
+    // success) ends within the hold of the fault it began in, TTL and the recovery bound: a
+    // failover is bounded, not only the end of the run.
+    let slack = inp.ttl + inp.recovery_bound;
+    let mut last_ok: HashMap<&str, u64> = HashMap::new();
+    let mut outage_from: HashMap<&str, u64> = HashMap::new();
+    for r in h {
+        let Some(room) = r.room.as_deref() else {
+            continue;
+        };
+        match r.kind() {
+            Kind::Ok => {
+                if let Some(from) = outage_from.remove(room) {
+                    v.checked += 1;
+                    let hold = w
+                        .iter()
+                        .filter(|x| from >= x.start && from <= x.end)
+                        .map(|x| x.end.saturating_sub(x.start))
+                        .max()
+                        .unwrap_or(0);
+                    let bound = hold + slack.as_millis() as u64;
+                    if r.t - from > bound {
+                        v.fail(format!(
+                            "{room} served nothing for {} ms from {from} (bound {bound})",
+                            r.t - from
+                        ));
+                    }
+                }
+                last_ok.insert(room, r.t);
+            }
+            Kind::Fail | Kind::Unknown => {
+                let since = last_ok.get(room).copied().unwrap_or(r.t);
+                outage_from.entry(room).or_insert(since);
+            }
+            _ => {}
+        }
+    }
     let faults_end = h
         .iter()
         .find(|r| r.kind() == Kind::Phase && r.op.as_deref() == Some("faults_end"))

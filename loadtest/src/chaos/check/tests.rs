@@ -272,3 +272,46 @@ fn a_kill_pause_or_move_that_moved_no_room_fails_the_effect_checker() {
     };
     assert_eq!(faults_took_effect(&kept, &[storm], &inputs()).checked, 0);
 }
+
+#[test]
+fn an_outage_longer_than_its_faults_hold_and_the_bound_fails_liveness() {
+    let op = |t: u64, kind: Kind| Record {
+        t,
+        kind: Some(kind),
+        client: Some("a".into()),
+        room: Some("r".into()),
+        op: Some("chat.send".into()),
+        ..Record::default()
+    };
+    let fin = |t: u64| ev(t, "a", 1, 9, "fin:a");
+    let kill = Window {
+        kind: Some(FaultKind::KillShard),
+        target: "s1".into(),
+        start: 1_000,
+        end: 4_000,
+    };
+    // Down from 1,000 (the last success) to 21,000: 20 s, within 3 s hold + 2 s TTL + 15 s.
+    let h = vec![
+        op(1_000, Kind::Ok),
+        op(2_000, Kind::Fail),
+        op(21_000, Kind::Ok),
+        fin(21_500),
+    ];
+    let (v, _) = liveness(&h, &inputs(), std::slice::from_ref(&kill));
+    assert_eq!(v.violations, 0, "{v:?}");
+    // 1 ms longer fails; and with no fault in force only TTL + 15 s is allowed.
+    let h = vec![
+        op(1_000, Kind::Ok),
+        op(2_000, Kind::Unknown),
+        op(21_001, Kind::Ok),
+        fin(21_500),
+    ];
+    assert_eq!(liveness(&h, &inputs(), &[kill]).0.violations, 1);
+    let h = vec![
+        op(1_000, Kind::Ok),
+        op(2_000, Kind::Fail),
+        op(18_001, Kind::Ok),
+        fin(21_500),
+    ];
+    assert_eq!(liveness(&h, &inputs(), &[]).0.violations, 1);
+}
