@@ -137,6 +137,10 @@ fn is_robot_gateway(gw: &NodeId) -> bool {
 /// How many RTC event ids a room remembers to drop duplicates.
 const RTC_IDS_KEPT: usize = 256;
 
+/// How long a kick of an away member holds against a gateway's trusted rejoin: longer than a
+/// move takes to hand its members over.
+pub const KICK_MEMORY_MS: u64 = 60_000;
+
 /// A live room: durable state plus members and the event position.
 #[derive(Debug)]
 pub struct RoomState {
@@ -157,6 +161,10 @@ pub struct RoomState {
     gateways: HashMap<NodeId, usize>,
     /// The RTC event ids applied lately: a provider's retry is one event.
     rtc_ids: VecDeque<String>,
+    /// Members kicked while away (no connection to tell), with when: a gateway's trusted
+    /// rejoin of one, made for a move the kick happened in, is refused (`room.left`
+    /// `kicked`), not let back in. Kept [`KICK_MEMORY_MS`] (not durable).
+    kicked_away: HashMap<UserId, u64>,
     /// Gift combos and the storm budget (not durable).
     streaks: streaks::Streaks,
     gift_rules: GiftRules,
@@ -179,6 +187,7 @@ impl RoomState {
             robot_members: 0,
             gateways: HashMap::new(),
             rtc_ids: VecDeque::new(),
+            kicked_away: HashMap::new(),
             streaks: streaks::Streaks::default(),
             gift_rules: GiftRules::default(),
             rocket_rules: Arc::default(),
@@ -349,7 +358,7 @@ impl RoomState {
     ///
     /// # Errors
     /// As [`RoomState::admits`]; then `ROOM_LOCKED` when the room has a password and
-    /// `password` is not it (the owner and admins need none).
+    /// `password` is not it (the owner, admins and members already in the room need none).
     pub fn join_as(
         &mut self,
         user: &UserId,
@@ -359,8 +368,11 @@ impl RoomState {
         now: u64,
     ) -> Result<Joined, Rejected> {
         self.admits(user, now)?;
+        // A member already in the room (resuming on its connection, replacing it, or back
+        // within its grace window) stays whatever the password became meanwhile.
         if let Some(p) = &self.durable.password
             && self.role(user) == Role::Member
+            && !self.is_member(user)
             && password != Some(p.as_str())
         {
             return Err(rejected(
@@ -368,6 +380,8 @@ impl RoomState {
                 "room is locked: wrong password",
             ));
         }
+        // Back by a join of its own: a kick while away no longer holds against a rejoin.
+        self.kicked_away.remove(user);
         Ok(self.add(user, at, profile, now))
     }
 
@@ -386,6 +400,17 @@ impl RoomState {
         now: u64,
     ) -> Result<Joined, Rejected> {
         self.admits(user, now)?;
+        if let Some(at_ms) = self.kicked_away.remove(user)
+            && !self.is_member(user)
+            && now.saturating_sub(at_ms) <= KICK_MEMORY_MS
+        {
+            // Kicked while away during the move: the gateway's vouching is out of date. Its
+            // refusal tells the client `room.left` `kicked` (as for a ban).
+            return Err(rejected(
+                ErrorCode::Banned,
+                "kicked from this room while away",
+            ));
+        }
         Ok(self.add(user, at, profile, now))
     }
 

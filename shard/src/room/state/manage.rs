@@ -11,12 +11,25 @@ use super::{Applied, Evicted, Moderation, Rejected, Role, RoomState, Sequenced, 
 
 impl RoomState {
     /// The owner or an admin changes the room's info; only the fields that differ are
-    /// announced (`room.update`). Reserving seat 0 for the owner frees it from anyone else.
+    /// announced (`room.update`). Reserving seat 0 for the owner frees it from anyone else:
+    /// that is taking its holder off it, so an admin may reserve it only from a user the admin
+    /// could `seat.kick`.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `BAD_REQUEST` for a field that fails its check (nothing changes then).
+    /// `FORBIDDEN`; `BAD_REQUEST` for a field that fails its check; for an admin reserving seat
+    /// 0 held by another admin `FORBIDDEN`, by a protected VIP `VIP_PROTECTED` (nothing changes
+    /// then).
     pub fn room_update(&mut self, user: &UserId, u: &RoomUpdate) -> Result<Applied, Rejected> {
         self.require_staff(user, "only the owner or an admin changes the room")?;
+        if u.host_seat == Some(true)
+            && !self.durable.host_seat
+            && let Some(holder) = self.durable.seats[0].user.as_ref()
+            && *holder != self.durable.owner
+            && holder != user
+        {
+            self.require_over(user, holder)?;
+            self.require_unprotected(user, holder)?;
+        }
         if let Some(t) = &u.title {
             check_title(t)?;
         }
@@ -132,9 +145,11 @@ impl RoomState {
                 ));
             }
             self.durable.admins.push(target.clone());
-            // Staff are not muted in chat, and take seats directly: no request of theirs waits.
+            // Staff are not muted in chat, and take seats directly: no request or invitation
+            // of theirs waits.
             self.durable.mutes.remove(target);
             self.durable.requests.retain(|r| r.user != *target);
+            self.durable.invites.retain(|i| i.user != *target);
         } else {
             self.durable.admins.retain(|a| a != target);
         }
@@ -174,7 +189,11 @@ impl RoomState {
         self.durable.mutes.remove(target);
         self.durable.bans.remove(target);
         self.durable.requests.retain(|r| r.user != *target);
+        self.durable.invites.retain(|i| i.user != *target);
         self.durable.owner = target.clone();
+        // The directory shows the owner's region: now the new owner's (unknown when their
+        // profile has none), never the old owner's.
+        self.durable.owner_region = self.profile_of(target).and_then(|p| p.region.clone());
         let mut applied = Applied::changed();
         for (who, role) in [(target, "owner"), (user, "member")] {
             self.push(

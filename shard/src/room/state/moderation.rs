@@ -94,18 +94,23 @@ impl RoomState {
 
     /// Takes `target` out of the room for `action`: seat freed, `member.leave` and
     /// `room.left` with reason `kicked`.
-    fn remove_for(&mut self, applied: &mut Applied, actor: &UserId, target: &UserId) {
+    fn remove_for(&mut self, applied: &mut Applied, actor: &UserId, target: &UserId, now: u64) {
         if let Some(m) = self.take_out(applied, target, Some(actor), Cause::Admin, "kicked") {
             applied
                 .presence
                 .push(Presence::Leave(target.clone(), "kicked"));
-            // An away member has no connection to tell.
             if let Some(at) = m.at {
                 applied.evicted.push(Evicted {
                     user: target.clone(),
                     at,
                     reason: "kicked",
                 });
+            } else {
+                // An away member has no connection to tell: remembered, so that a gateway's
+                // rejoin for a move under way does not undo the kick.
+                self.kicked_away
+                    .retain(|_, t| now.saturating_sub(*t) <= super::KICK_MEMORY_MS);
+                self.kicked_away.insert(target.clone(), now);
             }
         }
     }
@@ -147,7 +152,7 @@ impl RoomState {
         now: u64,
     ) -> Applied {
         let mut applied = Applied::default();
-        self.remove_for(&mut applied, actor, target);
+        self.remove_for(&mut applied, actor, target, now);
         if let Some(until) = ban {
             let by = actor.clone();
             self.durable

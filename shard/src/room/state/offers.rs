@@ -201,19 +201,31 @@ impl RoomState {
                 "that user is seated already",
             ));
         }
+        // The cap before the seat (the documented order), counted without changing anything:
+        // the target's own invitation is replaced, and expired ones (kept only to answer
+        // `REQUEST_EXPIRED`) make room first.
+        let others = |i: &&Invite| i.user != *target;
+        if self.durable.invites.iter().filter(others).count() >= MAX_INVITES
+            && self
+                .durable
+                .invites
+                .iter()
+                .filter(others)
+                .filter(|i| !i.expired)
+                .count()
+                >= MAX_INVITES
+        {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "too many pending seat invitations; try later",
+            ));
+        }
         if let Some(i) = seat {
             self.check_seat_for(target, i)?;
         }
         self.durable.invites.retain(|i| i.user != *target);
         if self.durable.invites.len() >= MAX_INVITES {
-            // Expired invitations are kept only to answer `REQUEST_EXPIRED`: they go first.
             self.durable.invites.retain(|i| !i.expired);
-        }
-        if self.durable.invites.len() >= MAX_INVITES {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "too many pending seat invitations; try later",
-            ));
         }
         let invite = Invite {
             user: target.clone(),

@@ -354,6 +354,62 @@ fn a_ban_or_close_during_a_move_holds_against_the_rejoin() {
     assert_eq!(refused.code, ErrorCode::RoomClosed);
 }
 
+/// A kick of a member away during a planned move (staff that rejoined first act on away
+/// members) is not undone by the gateway's rejoin for that member, which comes after it:
+/// refused as for a ban, the client is told `room.left` `kicked`. A join of the user's own
+/// afterwards is an ordinary join, and a kick remembered past its time is forgotten.
+#[test]
+fn a_kick_during_a_move_holds_against_the_rejoin() {
+    let mut old = room(5_000);
+    old.join(&u("a"), at(1), None, 0).unwrap();
+    old.join(&u("b"), at(2), None, 0).unwrap();
+    let roster = old.roster();
+    let mut new = room(5_000);
+    new.restore(roster.clone(), 100);
+    new.rejoin(&u("host"), at(3), None, 110).unwrap();
+    let kick = new.room_kick(&u("host"), &u("a"), None, 120).unwrap();
+    assert!(kick.evicted.is_empty(), "no connection to tell");
+    let refused = new.rejoin(&u("a"), at(4), None, 130).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Banned);
+    assert!(!new.is_member(&u("a")));
+    // Told once: the client may join again by itself, as after any kick.
+    new.join(&u("a"), at(5), None, 140).unwrap();
+    assert!(new.is_member(&u("a")));
+    // A kick remembered longer than a move takes holds no more.
+    let mut late = room(5_000);
+    late.restore(roster, 100);
+    late.rejoin(&u("host"), at(3), None, 110).unwrap();
+    late.room_kick(&u("host"), &u("b"), None, 120).unwrap();
+    assert!(
+        late.rejoin(&u("b"), at(6), None, 120 + KICK_MEMORY_MS + 1)
+            .is_ok()
+    );
+}
+
+/// Setting or changing the password keeps the members present in: they resume on their
+/// connection, replace it, or come back within the grace window without it.
+#[test]
+fn members_present_stay_in_a_room_locked_after_they_joined() {
+    let mut r = room(5_000);
+    r.join(&u("host"), at(1), None, 0).unwrap();
+    r.join(&u("t"), at(2), None, 0).unwrap();
+    r.seat_take(&u("t"), Some(2), 0).unwrap();
+    r.room_lock(&u("host"), Some("secret")).unwrap();
+    // A resume on the same connection, a second connection replacing it.
+    assert!(r.join(&u("t"), at(2), None, 10).is_ok());
+    assert!(r.join(&u("t"), at(3), None, 20).is_ok());
+    // Back within the window after a drop: still seated.
+    r.disconnect(&u("t"), &at(3), 30).unwrap();
+    assert!(r.join(&u("t"), at(4), None, 1_000).is_ok());
+    assert_eq!(r.seat_of(&u("t")), Some(2));
+    // Anyone else needs the password; so does t once it has left.
+    let refused = r.join(&u("x"), at(5), None, 1_000).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::RoomLocked);
+    r.leave(&u("t"), &at(4), "left").unwrap();
+    let refused = r.join(&u("t"), at(6), None, 1_200).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::RoomLocked);
+}
+
 /// After an unplanned stop no roster comes over, but the saved seats do: their holders are
 /// away for the window. One who never comes back leaves then, and the seat is free; one who
 /// rejoins within it keeps the seat, silently.

@@ -1,6 +1,7 @@
 //! The seat, management and moderation rules: the rights matrix, and each rule's timing and
 //! events.
 
+use super::durable::{Invite, MAX_INVITES};
 use super::*;
 
 pub(super) fn at(session: SessionId) -> SessionRef {
@@ -488,4 +489,86 @@ fn invitations_are_accepted_in_time_or_refused_as_expired() {
             .code,
         ErrorCode::NoSuchRequest
     );
+}
+
+/// Made an admin or the owner, a user's invitation ends (staff take seats directly), as their
+/// request does.
+#[test]
+fn becoming_staff_or_the_owner_ends_an_invitation() {
+    let invite = serde_json::json!({"op":"seat.invite","d":{"room":"r1","user":"lis"}});
+    let accept = serde_json::json!({"op":"seat.invite.accept","d":{"room":"r1"}});
+    for change in [
+        serde_json::json!({"op":"room.admin","d":{"room":"r1","user":"lis","admin":true}}),
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"lis"}}),
+    ] {
+        let mut r = party();
+        run(&mut r, "host", invite.clone(), 100).unwrap();
+        run(&mut r, "host", change.clone(), 110).unwrap();
+        assert!(r.durable().invites.is_empty(), "{change}");
+        assert_eq!(
+            run(&mut r, "lis", accept.clone(), 120).unwrap_err().code,
+            ErrorCode::NoSuchRequest,
+            "{change}"
+        );
+    }
+}
+
+/// With 100 invitations pending, a new one is refused for the cap before its seat is looked
+/// at (the documented order), and the refusal changes nothing, not even the expired ones.
+#[test]
+fn the_invitation_cap_comes_before_the_seat_and_a_refusal_changes_nothing() {
+    let mut r = party();
+    for i in 0..MAX_INVITES {
+        r.durable.invites.push(Invite {
+            user: u(&format!("x{i}")),
+            by: u("host"),
+            seat: None,
+            expires_at: u64::MAX,
+            expired: i == 0,
+        });
+    }
+    // One expired invitation makes room: the new one goes in, the expired one goes.
+    let taken = serde_json::json!({"op":"seat.invite","d":{"room":"r1","user":"lis","seat":2}});
+    assert_eq!(
+        run(&mut r, "host", taken.clone(), 100).unwrap_err().code,
+        ErrorCode::SeatTaken
+    );
+    r.durable.invites[0].expired = false;
+    let before = r.durable().clone();
+    assert_eq!(
+        run(&mut r, "host", taken, 100).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(r.durable(), &before);
+}
+
+/// The directory shows the owner's region: after a transfer, the new owner's.
+#[test]
+fn a_transfer_shows_the_new_owners_region() {
+    let mut r = party();
+    let region = |name: &str| {
+        shared_profile(Some(Profile {
+            region: Some(name.into()),
+            ..Profile::default()
+        }))
+    };
+    r.note_owner_region(&u("host"), Some("eu"));
+    r.join_as(&u("us1"), at(30), None, region("us"), 0).unwrap();
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"us1"}}),
+        1,
+    )
+    .unwrap();
+    assert_eq!(r.durable().owner_region.as_deref(), Some("us"));
+    // A new owner with no region known: none shown, not the old owner's.
+    run(
+        &mut r,
+        "us1",
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"lis"}}),
+        2,
+    )
+    .unwrap();
+    assert_eq!(r.durable().owner_region, None);
 }

@@ -396,3 +396,44 @@ fn a_guard_that_ends_in_the_room_is_shown_gone_once() {
         vec![Presence::Update(u("fan"), None, Badges::default())]
     );
 }
+
+/// Reserving seat 0 for the owner takes its holder off it: an admin may do it only over a
+/// holder the admin could `seat.kick` (not a protected VIP, not another admin); the owner may.
+#[test]
+fn reserving_the_host_seat_over_a_protected_vip_or_an_admin_is_the_owners_call() {
+    let host_seat = serde_json::json!({"op":"room.update","d":{"room":"r1","host_seat":true}});
+    let on_seat_0 = |holder: &str, spend: i64| {
+        let mut r = party();
+        r.set_vip_rules(rules(2));
+        r.durable.admins.push(u("adm2"));
+        r.join(&u("adm2"), super::super::tests_rights::at(20), None, 0)
+            .unwrap();
+        r.set_standing(&u("t"), spent(spend), 1).unwrap();
+        r.durable.seats[2].user = None;
+        r.durable.seats[0].user = Some(u(holder));
+        r
+    };
+    for (holder, spend, actor, want) in [
+        ("t", 250, "adm", Some(ErrorCode::VipProtected)),
+        ("adm2", 0, "adm", Some(ErrorCode::Forbidden)),
+        ("t", 150, "adm", None),
+        ("t", 250, "host", None),
+        ("adm2", 0, "host", None),
+    ] {
+        let mut r = on_seat_0(holder, spend);
+        let before = r.durable().clone();
+        let got = run(&mut r, actor, host_seat.clone(), 2);
+        let ctx = format!("{actor} over {holder} at a spend of {spend}");
+        match want {
+            Some(code) => {
+                assert_eq!(got.unwrap_err().code, code, "{ctx}");
+                assert_eq!(r.durable(), &before, "{ctx}: nothing changed");
+            }
+            None => {
+                got.unwrap();
+                assert!(r.durable().host_seat, "{ctx}");
+                assert_eq!(r.seat_of(&u(holder)), None, "{ctx}");
+            }
+        }
+    }
+}
