@@ -50,8 +50,11 @@ impl Member {
         self.standing.get_or_insert_with(Box::default)
     }
 
-    /// Replaces the member's standing.
-    pub(crate) fn set_standing(&mut self, s: Standing) {
+    /// Replaces the member's standing with a newer reading from the ledger, keeping the
+    /// larger lifetime spend: the room's own figure counts the gifts sent here since that
+    /// reading (a rejoin after a move carries the reading of the connection's start).
+    pub(crate) fn set_standing(&mut self, mut s: Standing) {
+        s.spent = s.spent.max(self.standing().spent);
         self.standing = boxed(s);
     }
 }

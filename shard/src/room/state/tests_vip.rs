@@ -437,3 +437,34 @@ fn reserving_the_host_seat_over_a_protected_vip_or_an_admin_is_the_owners_call()
         }
     }
 }
+
+/// A member's spend in the room (gifts sent since the gateway read the ledger) travels with a
+/// planned move and is not undone by the gateway's rejoin, which carries the reading of the
+/// connection's start: the level stays, and no `member.update` takes it away.
+#[test]
+fn the_spend_made_in_the_room_survives_a_move_and_the_rejoin() {
+    let mut r = party();
+    r.set_vip_rules(rules(2));
+    joined(&mut r, "fan", spent(0), 10);
+    r.add_spent(&u("fan"), 250, 20);
+    assert_eq!(r.badges(&u("fan"), 20).vip, 2);
+    let roster = r.roster();
+    let mut next = RoomState::new(
+        protocol::RoomId::from("r1"),
+        r.durable().clone(),
+        2,
+        super::super::Rules::default(),
+    );
+    next.set_vip_rules(rules(2));
+    next.restore(roster, 30);
+    let mut j = next
+        .rejoin(&u("fan"), super::super::tests_rights::at(9), None, 40)
+        .unwrap();
+    // The gateway's standing, read when the connection opened: 0 spent.
+    next.joined_with(&mut j, &u("fan"), spent(0), 40);
+    assert_eq!(next.badges(&u("fan"), 40).vip, 2);
+    assert!(j.applied.presence.is_empty(), "{:?}", j.applied.presence);
+    // A newer reading with more spend (gifts elsewhere) raises it.
+    next.set_standing(&u("fan"), spent(350), 50).unwrap();
+    assert_eq!(next.badges(&u("fan"), 50).vip, 3);
+}
