@@ -186,7 +186,13 @@ impl ScyllaLedger {
                 return Err(StorageError::corrupt_msg("a credit cannot overdraw"));
             }
         };
-        self.write(&st.day_add, (from, o.day, id, o.amount)).await?;
+        // Counted against the day of the attempt that books it: a repeat of a booked transfer
+        // (maybe on a later UTC day) counts nothing again. (An attempt that died between this
+        // write and the mark, retried on a later day, counts on both days: rare, and only
+        // against the limit, never a coin.)
+        if !booked {
+            self.write(&st.day_add, (from, o.day, id, o.amount)).await?;
+        }
         let now = now_ms();
         if !booked && self.lwt(&st.mark_booked, (now, id)).await.is_err() {
             return Err(unknown("transfer mark outcome unknown"));
