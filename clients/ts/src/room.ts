@@ -60,6 +60,8 @@ export class Room extends Emitter<RoomEvents> {
   private early: EventFrame[] = [];
   /** Increases with every rejoin started; a rejoin loop whose number is stale stops. */
   private rejoinGen = 0;
+  /** @internal The place in the order of the joins of this room's last successful join (0: none yet). */
+  joinedAt = 0;
 
   /** @internal Made by `Client.join`. */
   constructor(client: Client, id: string, password?: string) {
@@ -235,17 +237,56 @@ export class Room extends Emitter<RoomEvents> {
   /** @internal The first join while it is under way (settled once it ended). */
   firstJoin: Promise<void> = Promise.resolve();
 
-  /** @internal The first join. */
-  async join(): Promise<JoinOk> {
-    const ok = await this.client.request("room.join", { room: this.id, ...(this.password ? { password: this.password } : {}) });
+  /**
+   * @internal A join asked for by the application: the first one, or one made again while a
+   * join of another room goes (section 4.3), then with `since` once the room was joined.
+   */
+  async join(): Promise<void> {
+    const since = this.position ?? undefined;
+    if (since) {
+      // A rejoin under way gives way to this join, which resumes the room the same way.
+      this.rejoinGen++;
+      if (this.state !== "rejoining") {
+        this.state = "rejoining";
+        this.emit("rejoining", { reason: "join" });
+      }
+    }
+    const gen = this.rejoinGen;
+    let ok: JoinOk | null;
+    try {
+      ok = await this.client.joinRoom(this, {
+        room: this.id,
+        ...(since ? { since } : {}),
+        ...(this.password ? { password: this.password } : {}),
+      });
+    } catch (e) {
+      // The reconnect rejoins after a disconnect; otherwise the rejoin loop takes over.
+      const gone = e instanceof ChorusError && e.code === "DISCONNECTED";
+      if (since && gen === this.rejoinGen && this.state === "rejoining" && !gone) this.rejoin("join failed");
+      throw e;
+    }
+    // Moved out by a later join (`left`), or a later join of this room was applied first.
+    if (!ok || gen !== this.rejoinGen) return;
+    this.applyJoin(ok, since, false);
+  }
+
+  /**
+   * Takes a join's reply: the position, the snapshot, `joined`. The first applies the events
+   * that came before it; the others (and every rejoin's) are `resumed`, resynced when the join
+   * had no `since` (the snapshot replaced the room).
+   */
+  private applyJoin(ok: JoinOk, since: Position | undefined, rejoin: boolean): void {
+    const first = this.position === null;
     this.position = { epoch: ok.epoch, seq: ok.seq };
     this.snapshot = ok.snapshot;
     this.state = "joined";
     this.emit("snapshot", ok.snapshot);
-    const early = this.early;
-    this.early = [];
-    for (const f of early) this.onEvent(f);
-    return ok;
+    if (first) {
+      const early = this.early;
+      this.early = [];
+      for (const f of early) this.onEvent(f);
+    }
+    if (rejoin || !first) this.emit("resumed", { resync: ok.resync || !since });
   }
 
   /** @internal An event frame addressed to this room. */
@@ -283,7 +324,8 @@ export class Room extends Emitter<RoomEvents> {
 
   /** @internal The connection dropped: the room waits for the reconnect. */
   onDisconnected(): void {
-    if (this.state === "left") return;
+    // A first join fails with the connection, and the room goes with it.
+    if (this.state === "left" || this.state === "joining") return;
     this.rejoinGen++;
     if (this.state !== "rejoining") {
       this.state = "rejoining";
@@ -305,20 +347,20 @@ export class Room extends Emitter<RoomEvents> {
     }
     void (async () => {
       for (let attempt = 0; attempt < MAX_REJOIN_ATTEMPTS; attempt++) {
+        // A join of another room under way goes first (section 4.3): if it succeeds, the
+        // connection is there and this room ends (`switched`); a rejoin sent after it would
+        // take the connection back.
+        await this.client.othersJoined(this);
         if (gen !== this.rejoinGen) return;
         try {
           const since = this.position ?? undefined;
-          const ok = await this.client.request("room.join", {
+          const ok = await this.client.joinRoom(this, {
             room: this.id,
             ...(since ? { since } : {}),
             ...(this.password ? { password: this.password } : {}),
           });
-          if (gen !== this.rejoinGen) return;
-          this.position = { epoch: ok.epoch, seq: ok.seq };
-          this.snapshot = ok.snapshot;
-          this.state = "joined";
-          this.emit("snapshot", ok.snapshot);
-          this.emit("resumed", { resync: ok.resync });
+          if (gen !== this.rejoinGen || !ok) return;
+          this.applyJoin(ok, since, true);
           return;
         } catch (e) {
           if (gen !== this.rejoinGen) return;

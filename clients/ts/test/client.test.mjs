@@ -77,6 +77,26 @@ test("a connection is in one room: joining another ends the first (switched), an
   assert.equal((await heard).from, "sw-alice");
 });
 
+test("joins made without waiting end in the room of the last one: A → B → A, from no room and from A", async () => {
+  const a = client("hop-ann");
+  await a.connect();
+  const notInB = (e) => e instanceof ChorusError && e.code === "NOT_IN_ROOM";
+  // From no room: A, B and A again, none waiting for the others.
+  const [r1, rb, r1again] = await Promise.all([a.join("t-hop-a"), a.join("t-hop-b"), a.join("t-hop-a")]);
+  assert.equal(r1again, r1);
+  assert.deepEqual([r1.state, rb.state], ["joined", "left"]);
+  assert.deepEqual([...a.rooms.keys()], ["t-hop-a"]);
+  await r1.chat("in a"); // the server agrees: the connection is in A, not in B
+  await assert.rejects(a.request("chat.send", { room: "t-hop-b", text: "in b?" }), notInB);
+  // From A, joined: B, then A again before B's reply.
+  const [rb2, r1back] = await Promise.all([a.join("t-hop-b"), a.join("t-hop-a")]);
+  assert.equal(r1back, r1);
+  assert.deepEqual([r1.state, rb2.state], ["joined", "left"]);
+  assert.deepEqual([...a.rooms.keys()], ["t-hop-a"]);
+  await r1.chat("still in a");
+  await assert.rejects(a.request("chat.send", { room: "t-hop-b", text: "in b?" }), notInB);
+});
+
 test("a gift goes through the ledger once and both sides see it", async () => {
   const granted = await fx.node.admin("POST", "/admin/wallets/gina/grant", { amount: 100, key: "ts-gina-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
