@@ -387,7 +387,11 @@ export class Client extends Emitter<ClientEvents> {
     return this.request("im.blocks", {});
   }
 
-  /** Closes the connection for good: no reconnect, pending requests fail with `CLOSED`. */
+  /**
+   * Closes the connection for good: no reconnect, pending requests fail with `CLOSED`, and
+   * every room ends (`left` with the client-side reason `client_closed`): after `connect()`,
+   * `join` joins afresh.
+   */
   close(): void {
     this.gen++;
     if (this.timer) clearTimeout(this.timer);
@@ -408,6 +412,7 @@ export class Client extends Emitter<ClientEvents> {
       /* already closed */
     }
     this.failPending("CLOSED", "the client is closed");
+    for (const r of [...this.rooms.values()]) r.onLeft("client_closed");
     this.setState("closed", "closed by the client");
   }
 

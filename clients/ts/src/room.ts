@@ -25,7 +25,11 @@ export type RoomEvents = { [K in keyof SequencedEvents]: RoomEvent<SequencedEven
   rejoining: { reason: string };
   /** A rejoin succeeded; `resync` true means missed events were not replayed. */
   resumed: { resync: boolean };
-  /** The client is no longer in the room (`room.left` reasons, a refused rejoin, `leave()`). */
+  /**
+   * The client is no longer in the room: a `room.left` reason (section 7.3), or the client's
+   * own: `left` (`leave()`), `client_closed` (`Client.close()`), the error code of a refused
+   * rejoin, `unavailable` after the rejoin attempts ran out.
+   */
   left: { reason: string };
 };
 

@@ -97,6 +97,24 @@ test("joins made without waiting end in the room of the last one: A → B → A,
   await assert.rejects(a.request("chat.send", { room: "t-hop-b", text: "in b?" }), notInB);
 });
 
+test("close() ends the rooms (client_closed): after connect() a join of the same room joins again", async () => {
+  const a = client("cls-ann");
+  await a.connect();
+  const r = await a.join("t-close");
+  const left = r.next("left");
+  a.close();
+  assert.equal((await left).reason, "client_closed");
+  assert.equal(r.state, "left");
+  assert.equal(a.rooms.size, 0);
+  await a.connect();
+  const again = await a.join("t-close");
+  assert.notEqual(again, r, "a new join, not the room of the closed connection");
+  assert.equal(again.state, "joined");
+  const heard = again.next("chat", (e) => e.text === "back");
+  await again.chat("back");
+  await heard;
+});
+
 test("a gift goes through the ledger once and both sides see it", async () => {
   const granted = await fx.node.admin("POST", "/admin/wallets/gina/grant", { amount: 100, key: "ts-gina-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
