@@ -2,7 +2,7 @@ import { Emitter } from "./emitter.js";
 import { ImInbox } from "./im.js";
 import { type EventFrame, Room } from "./room.js";
 import { Close, type ImMessage, type JoinOk, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
-import { ChorusError, backoff, uuidv7 } from "./util.js";
+import { ChorusError, backoff, keyed, uuidv7 } from "./util.js";
 
 /** A token, or a function that fetches a fresh one (called at every connect and refresh). */
 export type TokenSource = string | (() => string | Promise<string>);
@@ -305,9 +305,13 @@ export class Client extends Emitter<ClientEvents> {
   walletHistory(d: OpRequest<"wallet.history"> = {}): Promise<OpOk<"wallet.history">> {
     return this.request("wallet.history", d);
   }
-  /** `wallet.transfer` (a seller's): idempotent by `reqId`, like a gift. */
+  /**
+   * `wallet.transfer` (a seller's): idempotent by `reqId` (a UUIDv7 unless given), like a gift;
+   * a rejection carries it as `e.reqId`, to send the transfer again with when its outcome is
+   * unknown (`e.retryable`, `CLOSED`).
+   */
   transferCoins(to: string, amount: number, reqId: string = uuidv7()): Promise<OpOk<"wallet.transfer">> {
-    return this.request("wallet.transfer", { to, amount, req_id: reqId });
+    return keyed(this.request("wallet.transfer", { to, amount, req_id: reqId }), reqId);
   }
   checkin(): Promise<OpOk<"wallet.checkin">> {
     return this.request("wallet.checkin", {});
@@ -346,7 +350,7 @@ export class Client extends Emitter<ClientEvents> {
   }
   /** Becomes a guard of `host` for one plan's duration; a retry with the same `reqId` is paid once. */
   buyGuard(host: string, plan: string, reqId: string): Promise<OpOk<"guard.buy">> {
-    return this.request("guard.buy", { host, plan, req_id: reqId });
+    return keyed(this.request("guard.buy", { host, plan, req_id: reqId }), reqId);
   }
   /** The guards in force of a host, named directly or as a room's owner. */
   guards(of: OpRequest<"guard.list">): Promise<OpOk<"guard.list">> {
@@ -368,9 +372,12 @@ export class Client extends Emitter<ClientEvents> {
     this.ackTimer = null;
     return this.flushAcks();
   }
-  /** Sends a direct message; a retry with the same `reqId` is the same message (section 13.1). */
+  /**
+   * Sends a direct message; a retry with the same `reqId` (a UUIDv7 unless given) is the same
+   * message (section 13.1). A rejection carries it as `e.reqId`.
+   */
   sendIm(to: string, text: string, reqId: string = uuidv7()): Promise<OpOk<"im.send">> {
-    return this.request("im.send", { to, text, req_id: reqId });
+    return keyed(this.request("im.send", { to, text, req_id: reqId }), reqId);
   }
   /** One page of the caller's direct messages, newest first (section 13.2). */
   imHistory(d: OpRequest<"im.history"> = {}): Promise<OpOk<"im.history">> {

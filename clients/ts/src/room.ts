@@ -191,6 +191,13 @@ export class Room extends Emitter<RoomEvents> {
    * lost to a reconnect, an `UNAVAILABLE`, or a `NOT_IN_ROOM` met while the room was being
    * rejoined is retried with the same `reqId` once the room is joined again, so it is paid
    * once (section 6.1).
+   *
+   * Every rejection is a `ChorusError` carrying the order's key as `e.reqId`. When the order
+   * may have been taken and its answer was lost (the attempts ran out on a retryable failure,
+   * the room was not joined again in time or was left, the client was closed: `e.retryable`,
+   * or `CLOSED`), its code is the last such failure's: send the gift again with
+   * `{ reqId: e.reqId }` once the room is joined, and it is paid at most once. Another code
+   * is the order's own answer (`INSUFFICIENT_FUNDS`, `GIFT_VOIDED`, …).
    */
   async sendGift(
     gift: string,
@@ -200,6 +207,25 @@ export class Room extends Emitter<RoomEvents> {
     const req_id = opts.reqId ?? uuidv7();
     const d = { room: this.id, req_id, gift, to, ...(opts.count ? { count: opts.count } : {}) };
     const attempts = opts.attempts ?? 4;
+    // The last failure that left the order's outcome unknown (it may have been debited).
+    let unknown: ChorusError | null = null;
+    const fail = (e: unknown): ChorusError => {
+      const err = e instanceof ChorusError ? e : new ChorusError("INTERNAL", String(e), "gift.send");
+      // After a failure whose answer was lost, one that says nothing of the order (the room not
+      // joined again in time, or left; the client closed) leaves the outcome unknown: the
+      // rejection says so, with the last retryable code.
+      const silent = err.retryable || err.code === "NOT_IN_ROOM" || err.code === "CLOSED";
+      const out =
+        unknown && unknown !== err && silent
+          ? new ChorusError(
+              err.retryable ? err.code : unknown.code,
+              `outcome unknown after "${unknown.message}", then "${err.message}"`,
+              "gift.send",
+            )
+          : err;
+      out.reqId = req_id;
+      return out;
+    };
     for (let i = 0; ; i++) {
       try {
         return await this.client.request("gift.send", d);
@@ -207,23 +233,46 @@ export class Room extends Emitter<RoomEvents> {
         // `NOT_IN_ROOM` too: the gateway's retry may reach the room's next runtime before this
         // client rejoined it (protocol section 5); once rejoined, the same order goes again.
         const again = e instanceof ChorusError && (e.retryable || e.code === "NOT_IN_ROOM");
-        if (!again || i + 1 >= attempts || this.state === "left") throw e;
+        if (e instanceof ChorusError && (e.retryable || e.code === "CLOSED")) unknown = e;
+        if (!again || i + 1 >= attempts || this.state === "left") throw fail(e);
         await sleep(backoff(i, 250, 4000));
         // The sender must be a member again (after a reconnect) before the retry.
-        await this.joined();
+        try {
+          await this.joined();
+        } catch (j) {
+          throw fail(j);
+        }
       }
     }
   }
 
-  /** Resolves once the room is joined (now, or when its rejoin succeeds). */
+  /**
+   * Resolves once the room is joined (now, or when its join or rejoin succeeds); rejects with
+   * `NOT_IN_ROOM` when the room ends first, `TIMEOUT` after `timeoutMs`.
+   */
   async joined(timeoutMs = 15_000): Promise<void> {
     if (this.state === "joined") return;
     if (this.state === "left") throw new ChorusError("NOT_IN_ROOM", "the client left the room");
-    const left = this.next("left", () => true, timeoutMs).then((l) => {
-      throw new ChorusError("NOT_IN_ROOM", `the client left the room (${l.reason})`);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        off();
+        reject(new ChorusError("TIMEOUT", `the room was not joined within ${timeoutMs} ms`));
+      }, timeoutMs);
+      // Every join's reply emits `snapshot`, the room joined.
+      const offJoined = this.on("snapshot", () => {
+        off();
+        resolve();
+      });
+      const offLeft = this.on("left", (l) => {
+        off();
+        reject(new ChorusError("NOT_IN_ROOM", `the client left the room (${l.reason})`));
+      });
+      const off = () => {
+        clearTimeout(timer);
+        offJoined();
+        offLeft();
+      };
     });
-    await Promise.race([this.next("resumed", () => true, timeoutMs), left]);
-    left.catch(() => {});
   }
 
   /** Leaves the room. */

@@ -153,6 +153,70 @@ test("a gift goes through the ledger once and both sides see it", async () => {
   assert.deepEqual(receivers.entries.find((x) => x.user === "hal"), { user: "hal", score: 2 * rose.price });
 });
 
+test("a gift whose reply is lost rejects with its reqId: sent again with it, it is paid once", async () => {
+  const granted = await fx.node.admin("POST", "/admin/wallets/kim/grant", { amount: 100, key: "ts-kim-1" });
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  const sent = [];
+  class Spy extends WebSocket {
+    send(text) {
+      const f = JSON.parse(text);
+      if (f.op === "gift.send") sent.push(f.d.req_id);
+      super.send(text);
+    }
+  }
+  const k = client("kim", { WebSocket: Spy });
+  const l = client("lee");
+  await Promise.all([k.connect(), l.connect()]);
+  const rose = (await k.gifts()).gifts.find((x) => x.id === "rose");
+  const rk = await k.join("t-gift-lost");
+  await l.join("t-gift-lost");
+  await until(() => rk.snapshot.members === 2, 5000, "lee in");
+  // The order goes out, and the client is closed before its reply: it may have been debited.
+  const gift = rk.sendGift("rose", ["lee"]);
+  assert.equal(sent.length, 1);
+  k.close();
+  const e = await gift.catch((x) => x);
+  assert.ok(e instanceof ChorusError, String(e));
+  assert.equal(e.code, "CLOSED");
+  assert.equal(e.reqId, sent[0], "the rejection names the key that went out");
+  // Sent again with that key on a new connection: one order, one debit.
+  await k.connect();
+  const again = await k.join("t-gift-lost");
+  const ok = await again.sendGift("rose", ["lee"], { reqId: e.reqId });
+  assert.deepEqual(sent, [e.reqId, e.reqId]);
+  assert.equal(ok.balance, 100 - rose.price);
+  assert.deepEqual(await k.balance(), { balance: 100 - rose.price, earnings: 0 });
+});
+
+test("joined() that waits longer than its time-out rejects with a ChorusError TIMEOUT", async () => {
+  // The reconnect waits a minute: the room stays rejoining.
+  const a = client("jt-ann", { reconnect: { initialMs: 60_000, maxMs: 60_000 } });
+  await a.connect();
+  const r = await a.join("t-joined-timeout");
+  await r.joined();
+  a.dropConnection();
+  await until(() => r.state === "rejoining", 5000, "the room rejoining");
+  await assert.rejects(r.joined(100), (e) => e instanceof ChorusError && e.code === "TIMEOUT" && e.retryable);
+  a.close();
+  await assert.rejects(r.joined(100), (e) => e instanceof ChorusError && e.code === "NOT_IN_ROOM");
+});
+
+test("transfers and direct messages reject with the key they went with", async () => {
+  const a = client("key-ann");
+  const b = client("key-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  // Not a seller: refused; the key is the one made for the request, or the caller's.
+  const t = await a.transferCoins("key-bob", 5).catch((x) => x);
+  assert.ok(t instanceof ChorusError && t.code === "NOT_A_SELLER", String(t));
+  assert.match(t.reqId, /^[0-9a-f]{8}-[0-9a-f]{4}-7/);
+  const mine = uuidv7();
+  await assert.rejects(a.transferCoins("key-bob", 5, mine), (x) => x.code === "NOT_A_SELLER" && x.reqId === mine);
+  await b.blockIm("key-ann");
+  const m = await a.sendIm("key-bob", "hi").catch((x) => x);
+  assert.ok(m instanceof ChorusError && m.code === "BLOCKED", String(m));
+  assert.match(m.reqId, /^[0-9a-f]{8}-[0-9a-f]{4}-7/);
+});
+
 test("a guard bought shows its badge in the host's room and is listed", async () => {
   const granted = await fx.node.admin("POST", "/admin/wallets/gus/grant", { amount: 5000, key: "ts-gus-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));

@@ -1,7 +1,9 @@
 // The client against a server the test plays (test/fake.mjs), for what a real node does not
-// show on demand: replies in another order than their requests.
+// show on demand: replies in another order than their requests, a ledger that stays
+// unavailable, a rejoin refused while a gift waits for it.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
+import { ChorusError } from "../dist/index.js";
 import { fakeServer } from "./fake.mjs";
 import { until } from "./node.mjs";
 
@@ -116,4 +118,48 @@ test("a gap while a join of another room goes waits for it: the rejoin is not se
   assert.equal(b.state, "joined");
   assert.deepEqual(joinsSent(s), ["A", "B"], "no rejoin of A after B's join");
   assert.deepEqual([...c.rooms.keys()], ["B"]);
+});
+
+test("a gift whose attempts run out on UNAVAILABLE rejects with that code and the reqId every attempt carried", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0]);
+  const a = await ja;
+  const gift = a.sendGift("rose", ["bob"], { attempts: 2 }).catch((e) => e);
+  s.err((await srv.sent(s, "gift.send", 1))[0], "UNAVAILABLE", "ledger busy; retry with the same req_id");
+  s.err((await srv.sent(s, "gift.send", 2))[1], "UNAVAILABLE", "ledger busy; retry with the same req_id");
+  const e = await gift;
+  assert.ok(e instanceof ChorusError, String(e));
+  assert.equal(e.code, "UNAVAILABLE");
+  assert.ok(e.retryable);
+  const keys = s.sentOps("gift.send").map((f) => f.d.req_id);
+  assert.equal(keys.length, 2);
+  assert.deepEqual([e.reqId, e.reqId], keys, "the key the caller sends the gift again with");
+});
+
+test("a gift cut off by a disconnect whose room is then refused rejects as unknown, with its reqId", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0]);
+  const a = await ja;
+  const gift = a.sendGift("rose", ["bob"]).catch((e) => e);
+  const [sent] = await srv.sent(s, "gift.send", 1);
+  // The reply is lost with the connection: the order may have been debited.
+  s.drop();
+  const s2 = await srv.socket(1);
+  s2.hello();
+  // The rejoin is refused: the room ends before the gift could be sent again.
+  s2.err((await srv.sent(s2, "room.join", 1))[0], "BANNED", "banned");
+  const e = await gift;
+  assert.ok(e instanceof ChorusError, String(e));
+  assert.equal(a.state, "left");
+  assert.equal(e.code, "DISCONNECTED", e.message);
+  assert.match(e.message, /outcome unknown/);
+  assert.ok(e.retryable, "the outcome is unknown: send it again");
+  assert.equal(e.reqId, sent.d.req_id);
+  assert.deepEqual(s2.sentOps("gift.send"), [], "not sent again outside the room");
 });
