@@ -22,7 +22,10 @@ export interface SocketLike {
 export type SocketFactory = new (url: string) => SocketLike;
 
 export interface ClientOptions {
-  /** `ws://host:port/ws`, or several gateways: a 1001 moves the client to the next one. */
+  /**
+   * `ws://host:port/ws`, or several gateways: every failed attempt and every close moves the
+   * client to the next one (protocol section 8, rule 4), a 1001 at once.
+   */
   url: string | string[];
   token: TokenSource;
   /** How long a request waits for its reply (default 20 s: a room op may take 15 s to route). */
@@ -479,6 +482,7 @@ export class Client extends Emitter<ClientEvents> {
     try {
       ws = new Socket(url);
     } catch (e) {
+      this.urlIndex++;
       this.retry(gen, { reason: String(e) });
       return;
     }
@@ -670,9 +674,11 @@ export class Client extends Emitter<ClientEvents> {
       this.setState("closed", expired ? "token expired (1008)" : "token refused (401)");
       return;
     }
+    // Rule 4: with several gateways the next attempt goes to the next one, whatever ended this
+    // one (a refused or failed connect, a drop, a drain).
+    this.urlIndex++;
     if (code === Close.GoingAway) {
       // The node drains: go to the next gateway at once, spread by jitter.
-      this.urlIndex++;
       this.retry(gen, { reason: `going away (1001)`, delayMs: Math.round(Math.random() * this.opts.reconnect.initialMs) });
       return;
     }

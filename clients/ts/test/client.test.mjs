@@ -531,6 +531,35 @@ test("a socket that stops delivering without a close is given up within a heartb
   }
 });
 
+test("with several gateways a failed connect and a dropped connection each move to the next one", async () => {
+  // A second node that takes the same tokens; before both, a port nobody listens on.
+  const n2 = await startNode({ secret: fx.node.secret });
+  const net = await import("node:net");
+  const free = net.createServer();
+  await new Promise((r) => free.listen(0, "127.0.0.1", r));
+  const dead = `ws://127.0.0.1:${free.address().port}/ws`;
+  await new Promise((r) => free.close(r));
+  try {
+    const urls = [];
+    class Spy extends WebSocket {
+      constructor(url) {
+        urls.push(url.split("?")[0]);
+        super(url);
+      }
+    }
+    const c = client("gw-ann", { url: [dead, fx.node.url, n2.url], WebSocket: Spy });
+    c.connect().catch(() => {});
+    await until(() => c.state === "open", 10_000, "connected through the second gateway");
+    assert.deepEqual(urls, [dead, fx.node.url], "the refused gateway is left for the next");
+    c.dropConnection();
+    await until(() => urls.length === 3 && c.state === "open", 10_000, "reconnected");
+    assert.equal(urls[2], n2.url, "a dropped connection goes to the next gateway");
+    assert.equal(typeof (await c.ping()).t, "number");
+  } finally {
+    await n2.cleanup();
+  }
+});
+
 test("a 503 with Retry-After at connect is honoured", async () => {
   const dataDir = (await import("node:fs")).mkdtempSync(join((await import("node:os")).tmpdir(), "chorus-ts-503-"));
   const cfg = join(dataDir, "chorus.toml");
