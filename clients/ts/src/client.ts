@@ -32,7 +32,10 @@ export interface ClientOptions {
   requestTimeoutMs?: number;
   /** Reconnect backoff: first wait and cap (default 300 ms doubling to 10 s), with jitter. */
   reconnect?: { initialMs?: number; maxMs?: number };
-  /** The WebSocket class; default the global one, else the `ws` package (Node < 22). */
+  /**
+   * The WebSocket class; default in Node the `ws` package when it can be imported (it shows the
+   * HTTP answer to a refused upgrade: 401, 503 with `Retry-After`), else the global one.
+   */
   WebSocket?: SocketFactory;
   /**
    * Acknowledged direct messages (section 13.7, default on): the connection asks for them
@@ -444,10 +447,20 @@ export class Client extends Emitter<ClientEvents> {
   private async socketClass(): Promise<SocketFactory> {
     if (this.Socket) return this.Socket;
     const g = (globalThis as { WebSocket?: SocketFactory }).WebSocket;
-    if (g) return (this.Socket = g);
-    const mod = "ws";
-    const ws = (await import(/* @vite-ignore */ mod)) as { default: SocketFactory };
-    return (this.Socket = ws.default);
+    // In Node the `ws` package comes first: Node's global WebSocket (22 and later) hides the
+    // HTTP answer to a refused upgrade, as browsers do, so a refused token would look like a
+    // node that is down (reconnecting for ever) and a 503's Retry-After would go unseen.
+    const inNode = (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node !== undefined;
+    if (inNode || !g) {
+      try {
+        const mod = "ws";
+        const ws = (await import(/* @vite-ignore */ mod)) as { default: SocketFactory };
+        return (this.Socket = ws.default);
+      } catch (e) {
+        if (!g) throw e;
+      }
+    }
+    return (this.Socket = g!);
   }
 
   private async token(): Promise<string> {

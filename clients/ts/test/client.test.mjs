@@ -7,10 +7,24 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import WebSocket from "ws";
 import { Client, ChorusError, backoff, uuidv7 } from "../dist/index.js";
-import { startNode, until, useNode } from "./node.mjs";
+import { mint, startNode, until, useNode } from "./node.mjs";
 
 const fx = useNode({ initialMs: 100, maxMs: 1000 });
 const { client, clients } = fx;
+
+/** A socket as a browser's (and Node's global one): no `on` to read a refused upgrade's status with. */
+class BrowserLike {
+  constructor(url) {
+    this.ws = new WebSocket(url);
+  }
+  get readyState() { return this.ws.readyState; }
+  send(d) { this.ws.send(d); }
+  close(code, reason) { this.ws.close(code, reason); }
+  set onopen(f) { this.ws.onopen = f; }
+  set onmessage(f) { this.ws.onmessage = f; }
+  set onclose(f) { this.ws.onclose = f; }
+  set onerror(f) { this.ws.onerror = f; }
+}
 
 test("backoff grows, is capped and jittered; uuidv7 is a v7 UUID", () => {
   assert.equal(backoff(0, 100, 1000, () => 0), 50);
@@ -247,29 +261,35 @@ test("a guard bought shows its badge in the host's room and is listed", async ()
   );
 });
 
-test("without a WebSocket option the client finds one (Node's global, else the ws package)", async () => {
+test("without a WebSocket option the client finds one (in Node the ws package, else the global)", async () => {
   const c = new Client({ url: fx.node.url, token: fx.node.token("nia") });
   clients.push(c);
   await c.connect();
   assert.equal(typeof (await c.ping()).t, "number");
 });
 
+test("in Node the ws package comes before a global WebSocket: a refused static token (401) stops the client", async () => {
+  // A global WebSocket as Node 22's, which hides the 401 of a refused upgrade.
+  const had = Object.getOwnPropertyDescriptor(globalThis, "WebSocket");
+  globalThis.WebSocket = BrowserLike;
+  try {
+    const c = new Client({ url: fx.node.url, token: mint("not-the-node-secret", "rf-ann"), reconnect: { initialMs: 50, maxMs: 100 } });
+    clients.push(c);
+    const errors = [];
+    c.on("error", (e) => errors.push(e));
+    c.connect().catch(() => {});
+    await until(() => c.state === "closed", 10_000, "the client stops");
+    assert.equal(errors[0]?.code, "UNAUTHORIZED");
+  } finally {
+    if (had) Object.defineProperty(globalThis, "WebSocket", had);
+    else delete globalThis.WebSocket;
+  }
+});
+
 test("a static token that expires under the connection (1008) stops the client: no reconnect loop", async () => {
   // A token the server accepts now and that expires within 2 s; the heartbeat's tick closes
   // the connection with 1008 `token expired` shortly after.
   // As a browser sees it: no `on` to read a refused upgrade's status with.
-  class BrowserLike {
-    constructor(url) {
-      this.ws = new WebSocket(url);
-    }
-    get readyState() { return this.ws.readyState; }
-    send(d) { this.ws.send(d); }
-    close(code, reason) { this.ws.close(code, reason); }
-    set onopen(f) { this.ws.onopen = f; }
-    set onmessage(f) { this.ws.onmessage = f; }
-    set onclose(f) { this.ws.onclose = f; }
-    set onerror(f) { this.ws.onerror = f; }
-  }
   const c = new Client({ url: fx.node.url, token: fx.node.token("exp-ida", 2), WebSocket: BrowserLike });
   clients.push(c);
   const errors = [];
