@@ -54,7 +54,10 @@ const MAX_REJOIN_ATTEMPTS = 30;
 export class Room extends Emitter<RoomEvents> {
   readonly id: string;
   state: RoomState = "joining";
-  /** The room as last known: the join snapshot with every applied event folded in. */
+  /**
+   * The room as last known: the join snapshot with every applied event folded in; its `epoch`
+   * and `seq` are those of `position`.
+   */
   snapshot: Snapshot | null = null;
   /** The last applied sequenced event (section 8, rule 1); null before the first join reply. */
   position: Position | null = null;
@@ -361,6 +364,11 @@ export class Room extends Emitter<RoomEvents> {
         return;
       }
       this.position = { epoch: f.epoch, seq: f.seq };
+      // The snapshot is the room as of the last event folded in: its position moves too.
+      if (this.snapshot) {
+        this.snapshot.epoch = f.epoch;
+        this.snapshot.seq = f.seq;
+      }
       this.fold(f.ev, d);
       this.emitRaw(f.ev, { ...d, room: this.id, epoch: f.epoch, seq: f.seq });
       return;

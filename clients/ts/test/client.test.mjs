@@ -353,6 +353,22 @@ test("a dropped socket reconnects and rejoins with since: missed chat is replaye
   await heard;
 });
 
+test("the snapshot's epoch and seq move with the position as events are applied", async () => {
+  const a = client("snap-ann");
+  const b = client("snap-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-snap-pos");
+  const rb = await b.join("t-snap-pos");
+  const at = { epoch: ra.snapshot.epoch, seq: ra.snapshot.seq };
+  assert.deepEqual(at, ra.position, "the join reply's");
+  await rb.chat("one");
+  const { seq } = await rb.takeSeat(0).then(() => rb.chat("two"));
+  await until(() => ra.position.seq === seq, 5000, "ann applied bob's events");
+  assert.ok(seq > at.seq);
+  assert.deepEqual({ epoch: ra.snapshot.epoch, seq: ra.snapshot.seq }, ra.position);
+  assert.equal(ra.snapshot.seats[0].user, "snap-bob");
+});
+
 test("a gap in the sequence is repaired by a rejoin with since on the same connection", async () => {
   const a = client("gia");
   const b = client("gus");
