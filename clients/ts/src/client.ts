@@ -1,8 +1,8 @@
 import { Emitter } from "./emitter.js";
 import { ImInbox } from "./im.js";
 import { type EventFrame, Room } from "./room.js";
-import { Close, type ImMessage, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
-import { ChorusError, backoff, uuidv7 } from "./util.js";
+import { Close, type ImMessage, type JoinOk, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
+import { ChorusError, backoff, keyed, uuidv7 } from "./util.js";
 
 /** A token, or a function that fetches a fresh one (called at every connect and refresh). */
 export type TokenSource = string | (() => string | Promise<string>);
@@ -22,14 +22,20 @@ export interface SocketLike {
 export type SocketFactory = new (url: string) => SocketLike;
 
 export interface ClientOptions {
-  /** `ws://host:port/ws`, or several gateways: a 1001 moves the client to the next one. */
+  /**
+   * `ws://host:port/ws`, or several gateways: every failed attempt and every close moves the
+   * client to the next one (protocol section 8, rule 4), a 1001 at once.
+   */
   url: string | string[];
   token: TokenSource;
   /** How long a request waits for its reply (default 20 s: a room op may take 15 s to route). */
   requestTimeoutMs?: number;
   /** Reconnect backoff: first wait and cap (default 300 ms doubling to 10 s), with jitter. */
   reconnect?: { initialMs?: number; maxMs?: number };
-  /** The WebSocket class; default the global one, else the `ws` package (Node < 22). */
+  /**
+   * The WebSocket class; default in Node the `ws` package when it can be imported (it shows the
+   * HTTP answer to a refused upgrade: 401, 503 with `Retry-After`), else the global one.
+   */
   WebSocket?: SocketFactory;
   /**
    * Acknowledged direct messages (section 13.7, default on): the connection asks for them
@@ -66,6 +72,18 @@ interface Pending {
   timer: ReturnType<typeof setTimeout>;
 }
 
+/**
+ * One `room.join` under way: its room, when it was asked for, and its place in the order the
+ * joins went out (`seq`, infinite until it is sent: it goes after every join sent so far).
+ */
+interface JoinOut {
+  room: Room;
+  made: number;
+  seq: number;
+  /** Resolves once the join ended and its outcome was applied to the rooms. */
+  done: Promise<void>;
+}
+
 /** Close codes after which reconnecting cannot help. */
 const FINAL_CLOSES = new Set<number>([Close.TooManyConnections]);
 
@@ -99,6 +117,10 @@ export class Client extends Emitter<ClientEvents> {
   private heardAt = 0;
   /** Checks that the open socket still delivers (see {@link Client.checkAlive}). */
   private liveTimer: ReturnType<typeof setInterval> | null = null;
+  /** The joins under way, and the numbers of the last join asked for and sent (section 4.3). */
+  private readonly joinsOut = new Set<JoinOut>();
+  private joinsMade = 0;
+  private joinsSent = 0;
 
   constructor(opts: ClientOptions) {
     super();
@@ -145,8 +167,12 @@ export class Client extends Emitter<ClientEvents> {
    * Sends one request and resolves with its `ok`, or rejects with a `ChorusError` (its `err`,
    * `TIMEOUT`, `DISCONNECTED`). Waits for the connection while it reconnects.
    */
-  async request<K extends OpName>(op: K, d: OpRequest<K>, opts: { timeoutMs?: number } = {}): Promise<OpOk<K>> {
-    const timeoutMs = opts.timeoutMs ?? this.opts.requestTimeoutMs;
+  request<K extends OpName>(op: K, d: OpRequest<K>, opts: { timeoutMs?: number } = {}): Promise<OpOk<K>> {
+    return this.send(op, d, opts.timeoutMs ?? this.opts.requestTimeoutMs);
+  }
+
+  /** `request`, calling `onSend` just before the frame goes out. */
+  private async send<K extends OpName>(op: K, d: OpRequest<K>, timeoutMs: number, onSend?: () => void): Promise<OpOk<K>> {
     const started = Date.now();
     if (this.state !== "open") await this.waitOpen(timeoutMs);
     const ws = this.ws;
@@ -160,6 +186,7 @@ export class Client extends Emitter<ClientEvents> {
       }, left);
       this.pending.set(id, { op, resolve, reject, timer });
       try {
+        onSend?.();
         ws.send(JSON.stringify({ id, op, d }));
       } catch (e) {
         clearTimeout(timer);
@@ -172,28 +199,98 @@ export class Client extends Emitter<ClientEvents> {
   /**
    * Joins a room and returns it; its events and resume are handled from then on. A connection
    * is in one room at a time (section 4.3): a successful join moves it out of the room it was
-   * in, which then ends with `left` reason `switched`. A join of a room being joined already
-   * waits for that join.
+   * in, which then ends with `left` reason `switched`. Joins made without waiting for each
+   * other end in the room of the last one, whatever order the replies come back in: a room
+   * only passed through (A → B → A) is returned ended (`left`, `switched`), and a join of the
+   * room the connection is in, or is joining, while a join of another room goes after it
+   * joins it again. Otherwise a join of a room joined, or being joined, already returns it
+   * (once that join ended).
    */
   async join(room: string, opts: { password?: string } = {}): Promise<Room> {
     const existing = this.rooms.get(room);
     if (existing && existing.state !== "left") {
-      await existing.firstJoin;
+      if (this.movingOn(existing)) await existing.join();
+      else await existing.firstJoin;
       return existing;
     }
     const r = new Room(this, room, opts.password);
     this.rooms.set(room, r);
-    try {
-      r.firstJoin = r.join().then(() => undefined);
-      await r.firstJoin;
-    } catch (e) {
-      if (this.rooms.get(room) === r) this.rooms.delete(room);
-      throw e;
-    }
-    for (const other of [...this.rooms.values()]) {
-      if (other !== r) other.onLeft("switched");
-    }
+    r.firstJoin = r.join();
+    await r.firstJoin;
     return r;
+  }
+
+  /**
+   * @internal Sends `room.join` for `room`, in the order of the joins (section 4.3): the
+   * connection ends in the room of the last join sent that succeeded, so a reply is applied
+   * only if no later join took the connection elsewhere, and it ends every room joined before.
+   * Resolves with the reply to apply, or null: the room ended meanwhile (moved out of by a
+   * later join, left), or a later join of the room was applied already.
+   */
+  async joinRoom(room: Room, d: OpRequest<"room.join">): Promise<JoinOk | null> {
+    let settled!: () => void;
+    const out: JoinOut = {
+      room,
+      made: ++this.joinsMade,
+      seq: Number.POSITIVE_INFINITY,
+      done: new Promise<void>((r) => (settled = r)),
+    };
+    this.joinsOut.add(out);
+    try {
+      const ok = await this.send("room.join", d, this.opts.requestTimeoutMs, () => (out.seq = ++this.joinsSent));
+      this.joinsOut.delete(out);
+      if (room.state === "left") return null;
+      const fresh = out.seq > room.joinedAt;
+      room.joinedAt = Math.max(room.joinedAt, out.seq);
+      // This join may end other rooms, or this one when a later join succeeded already.
+      this.switchOut();
+      return fresh && this.rooms.get(room.id) === room ? ok : null;
+    } catch (e) {
+      // A failed join changes nothing (section 4.3); a room never joined is dropped silently.
+      this.joinsOut.delete(out);
+      if (room.joinedAt === 0 && !this.joinsOf(room).length) this.forget(room);
+      this.switchOut();
+      throw e;
+    } finally {
+      settled();
+    }
+  }
+
+  /** @internal Resolves once no join of a room other than `room` is under way. */
+  async othersJoined(room: Room): Promise<void> {
+    for (;;) {
+      const others = [...this.joinsOut].filter((j) => j.room !== room);
+      if (!others.length) return;
+      await Promise.all(others.map((j) => j.done));
+    }
+  }
+
+  private joinsOf(room: Room): JoinOut[] {
+    return [...this.joinsOut].filter((j) => j.room === room);
+  }
+
+  /** Whether a join of another room than `room` goes after the last join of `room`. */
+  private movingOn(room: Room): boolean {
+    const own = this.joinsOf(room).reduce<JoinOut | null>((a, j) => (a && a.made > j.made ? a : j), null);
+    return [...this.joinsOut].some(
+      (j) => j.room !== room && (own ? j.seq > own.seq || (j.seq === own.seq && j.made > own.made) : j.seq > room.joinedAt),
+    );
+  }
+
+  /**
+   * Ends (`switched`) every room the connection was moved out of: the room whose join was sent
+   * last of those that succeeded holds the connection; a room joined before it, or only being
+   * joined before it, is out, unless a join of it sent later (or still to be sent) is under way.
+   */
+  private switchOut(): void {
+    let top: Room | null = null;
+    for (const r of this.rooms.values()) if (r.state !== "left" && r.joinedAt > (top?.joinedAt ?? 0)) top = r;
+    if (!top) return;
+    const at = top.joinedAt;
+    for (const r of [...this.rooms.values()]) {
+      if (r === top || r.state === "left" || this.joinsOf(r).some((j) => j.seq > at)) continue;
+      r.onLeft("switched");
+    }
   }
 
   // ---- gateway-answered operations ----
@@ -214,9 +311,13 @@ export class Client extends Emitter<ClientEvents> {
   walletHistory(d: OpRequest<"wallet.history"> = {}): Promise<OpOk<"wallet.history">> {
     return this.request("wallet.history", d);
   }
-  /** `wallet.transfer` (a seller's): idempotent by `reqId`, like a gift. */
+  /**
+   * `wallet.transfer` (a seller's): idempotent by `reqId` (a UUIDv7 unless given), like a gift;
+   * a rejection carries it as `e.reqId`, to send the transfer again with when its outcome is
+   * unknown (`e.retryable`, `CLOSED`).
+   */
   transferCoins(to: string, amount: number, reqId: string = uuidv7()): Promise<OpOk<"wallet.transfer">> {
-    return this.request("wallet.transfer", { to, amount, req_id: reqId });
+    return keyed(this.request("wallet.transfer", { to, amount, req_id: reqId }), reqId);
   }
   checkin(): Promise<OpOk<"wallet.checkin">> {
     return this.request("wallet.checkin", {});
@@ -255,7 +356,7 @@ export class Client extends Emitter<ClientEvents> {
   }
   /** Becomes a guard of `host` for one plan's duration; a retry with the same `reqId` is paid once. */
   buyGuard(host: string, plan: string, reqId: string): Promise<OpOk<"guard.buy">> {
-    return this.request("guard.buy", { host, plan, req_id: reqId });
+    return keyed(this.request("guard.buy", { host, plan, req_id: reqId }), reqId);
   }
   /** The guards in force of a host, named directly or as a room's owner. */
   guards(of: OpRequest<"guard.list">): Promise<OpOk<"guard.list">> {
@@ -277,9 +378,12 @@ export class Client extends Emitter<ClientEvents> {
     this.ackTimer = null;
     return this.flushAcks();
   }
-  /** Sends a direct message; a retry with the same `reqId` is the same message (section 13.1). */
+  /**
+   * Sends a direct message; a retry with the same `reqId` (a UUIDv7 unless given) is the same
+   * message (section 13.1). A rejection carries it as `e.reqId`.
+   */
   sendIm(to: string, text: string, reqId: string = uuidv7()): Promise<OpOk<"im.send">> {
-    return this.request("im.send", { to, text, req_id: reqId });
+    return keyed(this.request("im.send", { to, text, req_id: reqId }), reqId);
   }
   /** One page of the caller's direct messages, newest first (section 13.2). */
   imHistory(d: OpRequest<"im.history"> = {}): Promise<OpOk<"im.history">> {
@@ -296,7 +400,11 @@ export class Client extends Emitter<ClientEvents> {
     return this.request("im.blocks", {});
   }
 
-  /** Closes the connection for good: no reconnect, pending requests fail with `CLOSED`. */
+  /**
+   * Closes the connection for good: no reconnect, pending requests fail with `CLOSED`, and
+   * every room ends (`left` with the client-side reason `client_closed`): after `connect()`,
+   * `join` joins afresh.
+   */
   close(): void {
     this.gen++;
     if (this.timer) clearTimeout(this.timer);
@@ -317,6 +425,7 @@ export class Client extends Emitter<ClientEvents> {
       /* already closed */
     }
     this.failPending("CLOSED", "the client is closed");
+    for (const r of [...this.rooms.values()]) r.onLeft("client_closed");
     this.setState("closed", "closed by the client");
   }
 
@@ -338,10 +447,20 @@ export class Client extends Emitter<ClientEvents> {
   private async socketClass(): Promise<SocketFactory> {
     if (this.Socket) return this.Socket;
     const g = (globalThis as { WebSocket?: SocketFactory }).WebSocket;
-    if (g) return (this.Socket = g);
-    const mod = "ws";
-    const ws = (await import(/* @vite-ignore */ mod)) as { default: SocketFactory };
-    return (this.Socket = ws.default);
+    // In Node the `ws` package comes first: Node's global WebSocket (22 and later) hides the
+    // HTTP answer to a refused upgrade, as browsers do, so a refused token would look like a
+    // node that is down (reconnecting for ever) and a 503's Retry-After would go unseen.
+    const inNode = (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node !== undefined;
+    if (inNode || !g) {
+      try {
+        const mod = "ws";
+        const ws = (await import(/* @vite-ignore */ mod)) as { default: SocketFactory };
+        return (this.Socket = ws.default);
+      } catch (e) {
+        if (!g) throw e;
+      }
+    }
+    return (this.Socket = g!);
   }
 
   private async token(): Promise<string> {
@@ -376,6 +495,7 @@ export class Client extends Emitter<ClientEvents> {
     try {
       ws = new Socket(url);
     } catch (e) {
+      this.urlIndex++;
       this.retry(gen, { reason: String(e) });
       return;
     }
@@ -434,7 +554,8 @@ export class Client extends Emitter<ClientEvents> {
         // Acknowledgements a dropped connection could not send go on this one.
         if (this.im.owing) this.scheduleAck();
         // Rule 4: after a reconnect every room rejoins with `since`.
-        for (const r of this.rooms.values()) if (r.state === "rejoining") r.rejoin("reconnected");
+        // (A room whose join the application made again is resumed by that join.)
+        for (const r of this.rooms.values()) if (r.state === "rejoining" && !this.joinsOf(r).length) r.rejoin("reconnected");
         return;
       case "room.left": {
         const d = (frame.d ?? {}) as { room?: string; reason?: string };
@@ -566,9 +687,11 @@ export class Client extends Emitter<ClientEvents> {
       this.setState("closed", expired ? "token expired (1008)" : "token refused (401)");
       return;
     }
+    // Rule 4: with several gateways the next attempt goes to the next one, whatever ended this
+    // one (a refused or failed connect, a drop, a drain).
+    this.urlIndex++;
     if (code === Close.GoingAway) {
       // The node drains: go to the next gateway at once, spread by jitter.
-      this.urlIndex++;
       this.retry(gen, { reason: `going away (1001)`, delayMs: Math.round(Math.random() * this.opts.reconnect.initialMs) });
       return;
     }

@@ -25,7 +25,11 @@ export type RoomEvents = { [K in keyof SequencedEvents]: RoomEvent<SequencedEven
   rejoining: { reason: string };
   /** A rejoin succeeded; `resync` true means missed events were not replayed. */
   resumed: { resync: boolean };
-  /** The client is no longer in the room (`room.left` reasons, a refused rejoin, `leave()`). */
+  /**
+   * The client is no longer in the room: a `room.left` reason (section 7.3), or the client's
+   * own: `left` (`leave()`), `client_closed` (`Client.close()`), the error code of a refused
+   * rejoin, `unavailable` after the rejoin attempts ran out.
+   */
   left: { reason: string };
 };
 
@@ -50,7 +54,10 @@ const MAX_REJOIN_ATTEMPTS = 30;
 export class Room extends Emitter<RoomEvents> {
   readonly id: string;
   state: RoomState = "joining";
-  /** The room as last known: the join snapshot with every applied event folded in. */
+  /**
+   * The room as last known: the join snapshot with every applied event folded in; its `epoch`
+   * and `seq` are those of `position`.
+   */
   snapshot: Snapshot | null = null;
   /** The last applied sequenced event (section 8, rule 1); null before the first join reply. */
   position: Position | null = null;
@@ -60,6 +67,8 @@ export class Room extends Emitter<RoomEvents> {
   private early: EventFrame[] = [];
   /** Increases with every rejoin started; a rejoin loop whose number is stale stops. */
   private rejoinGen = 0;
+  /** @internal The place in the order of the joins of this room's last successful join (0: none yet). */
+  joinedAt = 0;
 
   /** @internal Made by `Client.join`. */
   constructor(client: Client, id: string, password?: string) {
@@ -185,6 +194,13 @@ export class Room extends Emitter<RoomEvents> {
    * lost to a reconnect, an `UNAVAILABLE`, or a `NOT_IN_ROOM` met while the room was being
    * rejoined is retried with the same `reqId` once the room is joined again, so it is paid
    * once (section 6.1).
+   *
+   * Every rejection is a `ChorusError` carrying the order's key as `e.reqId`. When the order
+   * may have been taken and its answer was lost (the attempts ran out on a retryable failure,
+   * the room was not joined again in time or was left, the client was closed: `e.retryable`,
+   * or `CLOSED`), its code is the last such failure's: send the gift again with
+   * `{ reqId: e.reqId }` once the room is joined, and it is paid at most once. Another code
+   * is the order's own answer (`INSUFFICIENT_FUNDS`, `GIFT_VOIDED`, …).
    */
   async sendGift(
     gift: string,
@@ -194,6 +210,25 @@ export class Room extends Emitter<RoomEvents> {
     const req_id = opts.reqId ?? uuidv7();
     const d = { room: this.id, req_id, gift, to, ...(opts.count ? { count: opts.count } : {}) };
     const attempts = opts.attempts ?? 4;
+    // The last failure that left the order's outcome unknown (it may have been debited).
+    let unknown: ChorusError | null = null;
+    const fail = (e: unknown): ChorusError => {
+      const err = e instanceof ChorusError ? e : new ChorusError("INTERNAL", String(e), "gift.send");
+      // After a failure whose answer was lost, one that says nothing of the order (the room not
+      // joined again in time, or left; the client closed) leaves the outcome unknown: the
+      // rejection says so, with the last retryable code.
+      const silent = err.retryable || err.code === "NOT_IN_ROOM" || err.code === "CLOSED";
+      const out =
+        unknown && unknown !== err && silent
+          ? new ChorusError(
+              err.retryable ? err.code : unknown.code,
+              `outcome unknown after "${unknown.message}", then "${err.message}"`,
+              "gift.send",
+            )
+          : err;
+      out.reqId = req_id;
+      return out;
+    };
     for (let i = 0; ; i++) {
       try {
         return await this.client.request("gift.send", d);
@@ -201,23 +236,46 @@ export class Room extends Emitter<RoomEvents> {
         // `NOT_IN_ROOM` too: the gateway's retry may reach the room's next runtime before this
         // client rejoined it (protocol section 5); once rejoined, the same order goes again.
         const again = e instanceof ChorusError && (e.retryable || e.code === "NOT_IN_ROOM");
-        if (!again || i + 1 >= attempts || this.state === "left") throw e;
+        if (e instanceof ChorusError && (e.retryable || e.code === "CLOSED")) unknown = e;
+        if (!again || i + 1 >= attempts || this.state === "left") throw fail(e);
         await sleep(backoff(i, 250, 4000));
         // The sender must be a member again (after a reconnect) before the retry.
-        await this.joined();
+        try {
+          await this.joined();
+        } catch (j) {
+          throw fail(j);
+        }
       }
     }
   }
 
-  /** Resolves once the room is joined (now, or when its rejoin succeeds). */
+  /**
+   * Resolves once the room is joined (now, or when its join or rejoin succeeds); rejects with
+   * `NOT_IN_ROOM` when the room ends first, `TIMEOUT` after `timeoutMs`.
+   */
   async joined(timeoutMs = 15_000): Promise<void> {
     if (this.state === "joined") return;
     if (this.state === "left") throw new ChorusError("NOT_IN_ROOM", "the client left the room");
-    const left = this.next("left", () => true, timeoutMs).then((l) => {
-      throw new ChorusError("NOT_IN_ROOM", `the client left the room (${l.reason})`);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        off();
+        reject(new ChorusError("TIMEOUT", `the room was not joined within ${timeoutMs} ms`));
+      }, timeoutMs);
+      // Every join's reply emits `snapshot`, the room joined.
+      const offJoined = this.on("snapshot", () => {
+        off();
+        resolve();
+      });
+      const offLeft = this.on("left", (l) => {
+        off();
+        reject(new ChorusError("NOT_IN_ROOM", `the client left the room (${l.reason})`));
+      });
+      const off = () => {
+        clearTimeout(timer);
+        offJoined();
+        offLeft();
+      };
     });
-    await Promise.race([this.next("resumed", () => true, timeoutMs), left]);
-    left.catch(() => {});
   }
 
   /** Leaves the room. */
@@ -235,17 +293,56 @@ export class Room extends Emitter<RoomEvents> {
   /** @internal The first join while it is under way (settled once it ended). */
   firstJoin: Promise<void> = Promise.resolve();
 
-  /** @internal The first join. */
-  async join(): Promise<JoinOk> {
-    const ok = await this.client.request("room.join", { room: this.id, ...(this.password ? { password: this.password } : {}) });
+  /**
+   * @internal A join asked for by the application: the first one, or one made again while a
+   * join of another room goes (section 4.3), then with `since` once the room was joined.
+   */
+  async join(): Promise<void> {
+    const since = this.position ?? undefined;
+    if (since) {
+      // A rejoin under way gives way to this join, which resumes the room the same way.
+      this.rejoinGen++;
+      if (this.state !== "rejoining") {
+        this.state = "rejoining";
+        this.emit("rejoining", { reason: "join" });
+      }
+    }
+    const gen = this.rejoinGen;
+    let ok: JoinOk | null;
+    try {
+      ok = await this.client.joinRoom(this, {
+        room: this.id,
+        ...(since ? { since } : {}),
+        ...(this.password ? { password: this.password } : {}),
+      });
+    } catch (e) {
+      // The reconnect rejoins after a disconnect; otherwise the rejoin loop takes over.
+      const gone = e instanceof ChorusError && e.code === "DISCONNECTED";
+      if (since && gen === this.rejoinGen && this.state === "rejoining" && !gone) this.rejoin("join failed");
+      throw e;
+    }
+    // Moved out by a later join (`left`), or a later join of this room was applied first.
+    if (!ok || gen !== this.rejoinGen) return;
+    this.applyJoin(ok, since, false);
+  }
+
+  /**
+   * Takes a join's reply: the position, the snapshot, `joined`. The first applies the events
+   * that came before it; the others (and every rejoin's) are `resumed`, resynced when the join
+   * had no `since` (the snapshot replaced the room).
+   */
+  private applyJoin(ok: JoinOk, since: Position | undefined, rejoin: boolean): void {
+    const first = this.position === null;
     this.position = { epoch: ok.epoch, seq: ok.seq };
     this.snapshot = ok.snapshot;
     this.state = "joined";
     this.emit("snapshot", ok.snapshot);
-    const early = this.early;
-    this.early = [];
-    for (const f of early) this.onEvent(f);
-    return ok;
+    if (first) {
+      const early = this.early;
+      this.early = [];
+      for (const f of early) this.onEvent(f);
+    }
+    if (rejoin || !first) this.emit("resumed", { resync: ok.resync || !since });
   }
 
   /** @internal An event frame addressed to this room. */
@@ -267,6 +364,11 @@ export class Room extends Emitter<RoomEvents> {
         return;
       }
       this.position = { epoch: f.epoch, seq: f.seq };
+      // The snapshot is the room as of the last event folded in: its position moves too.
+      if (this.snapshot) {
+        this.snapshot.epoch = f.epoch;
+        this.snapshot.seq = f.seq;
+      }
       this.fold(f.ev, d);
       this.emitRaw(f.ev, { ...d, room: this.id, epoch: f.epoch, seq: f.seq });
       return;
@@ -283,7 +385,8 @@ export class Room extends Emitter<RoomEvents> {
 
   /** @internal The connection dropped: the room waits for the reconnect. */
   onDisconnected(): void {
-    if (this.state === "left") return;
+    // A first join fails with the connection, and the room goes with it.
+    if (this.state === "left" || this.state === "joining") return;
     this.rejoinGen++;
     if (this.state !== "rejoining") {
       this.state = "rejoining";
@@ -305,20 +408,20 @@ export class Room extends Emitter<RoomEvents> {
     }
     void (async () => {
       for (let attempt = 0; attempt < MAX_REJOIN_ATTEMPTS; attempt++) {
+        // A join of another room under way goes first (section 4.3): if it succeeds, the
+        // connection is there and this room ends (`switched`); a rejoin sent after it would
+        // take the connection back.
+        await this.client.othersJoined(this);
         if (gen !== this.rejoinGen) return;
         try {
           const since = this.position ?? undefined;
-          const ok = await this.client.request("room.join", {
+          const ok = await this.client.joinRoom(this, {
             room: this.id,
             ...(since ? { since } : {}),
             ...(this.password ? { password: this.password } : {}),
           });
-          if (gen !== this.rejoinGen) return;
-          this.position = { epoch: ok.epoch, seq: ok.seq };
-          this.snapshot = ok.snapshot;
-          this.state = "joined";
-          this.emit("snapshot", ok.snapshot);
-          this.emit("resumed", { resync: ok.resync });
+          if (gen !== this.rejoinGen || !ok) return;
+          this.applyJoin(ok, since, true);
           return;
         } catch (e) {
           if (gen !== this.rejoinGen) return;

@@ -9,12 +9,19 @@ export class ChorusError extends Error {
    */
   readonly code: ErrorCode | ClientErrorCode | (string & {});
   readonly op: string;
+  /**
+   * The idempotency key (`req_id`) of the request that failed, when it has one (`gift.send`,
+   * `wallet.transfer`, `im.send`, `guard.buy`), also when the client made it: sent again with
+   * this key, the request takes effect at most once (section 6.1).
+   */
+  reqId?: string;
 
-  constructor(code: string, message: string, op = "") {
+  constructor(code: string, message: string, op = "", reqId?: string) {
     super(`${op ? op + ": " : ""}${code}: ${message}`);
     this.name = "ChorusError";
     this.code = code;
     this.op = op;
+    if (reqId !== undefined) this.reqId = reqId;
   }
 
   /** Whether the same request may succeed later (section 10's "retryable"). */
@@ -24,6 +31,16 @@ export class ChorusError extends Error {
 }
 
 const RETRYABLE = new Set(["UNAVAILABLE", "INTERNAL", "RATE_LIMITED", "TIMEOUT", "DISCONNECTED"]);
+
+/** `p`, whose `ChorusError` rejection carries `reqId` (the key of the request it made). */
+export async function keyed<T>(p: Promise<T>, reqId: string): Promise<T> {
+  try {
+    return await p;
+  } catch (e) {
+    if (e instanceof ChorusError) e.reqId = reqId;
+    throw e;
+  }
+}
 
 /** A UUIDv7 (time-ordered), the recommended `gift.send` `req_id` (section 6.1). */
 export function uuidv7(now = Date.now()): string {

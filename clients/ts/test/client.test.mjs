@@ -7,10 +7,24 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import WebSocket from "ws";
 import { Client, ChorusError, backoff, uuidv7 } from "../dist/index.js";
-import { startNode, until, useNode } from "./node.mjs";
+import { mint, startNode, until, useNode } from "./node.mjs";
 
 const fx = useNode({ initialMs: 100, maxMs: 1000 });
 const { client, clients } = fx;
+
+/** A socket as a browser's (and Node's global one): no `on` to read a refused upgrade's status with. */
+class BrowserLike {
+  constructor(url) {
+    this.ws = new WebSocket(url);
+  }
+  get readyState() { return this.ws.readyState; }
+  send(d) { this.ws.send(d); }
+  close(code, reason) { this.ws.close(code, reason); }
+  set onopen(f) { this.ws.onopen = f; }
+  set onmessage(f) { this.ws.onmessage = f; }
+  set onclose(f) { this.ws.onclose = f; }
+  set onerror(f) { this.ws.onerror = f; }
+}
 
 test("backoff grows, is capped and jittered; uuidv7 is a v7 UUID", () => {
   assert.equal(backoff(0, 100, 1000, () => 0), 50);
@@ -77,6 +91,44 @@ test("a connection is in one room: joining another ends the first (switched), an
   assert.equal((await heard).from, "sw-alice");
 });
 
+test("joins made without waiting end in the room of the last one: A → B → A, from no room and from A", async () => {
+  const a = client("hop-ann");
+  await a.connect();
+  const notInB = (e) => e instanceof ChorusError && e.code === "NOT_IN_ROOM";
+  // From no room: A, B and A again, none waiting for the others.
+  const [r1, rb, r1again] = await Promise.all([a.join("t-hop-a"), a.join("t-hop-b"), a.join("t-hop-a")]);
+  assert.equal(r1again, r1);
+  assert.deepEqual([r1.state, rb.state], ["joined", "left"]);
+  assert.deepEqual([...a.rooms.keys()], ["t-hop-a"]);
+  await r1.chat("in a"); // the server agrees: the connection is in A, not in B
+  await assert.rejects(a.request("chat.send", { room: "t-hop-b", text: "in b?" }), notInB);
+  // From A, joined: B, then A again before B's reply.
+  const [rb2, r1back] = await Promise.all([a.join("t-hop-b"), a.join("t-hop-a")]);
+  assert.equal(r1back, r1);
+  assert.deepEqual([r1.state, rb2.state], ["joined", "left"]);
+  assert.deepEqual([...a.rooms.keys()], ["t-hop-a"]);
+  await r1.chat("still in a");
+  await assert.rejects(a.request("chat.send", { room: "t-hop-b", text: "in b?" }), notInB);
+});
+
+test("close() ends the rooms (client_closed): after connect() a join of the same room joins again", async () => {
+  const a = client("cls-ann");
+  await a.connect();
+  const r = await a.join("t-close");
+  const left = r.next("left");
+  a.close();
+  assert.equal((await left).reason, "client_closed");
+  assert.equal(r.state, "left");
+  assert.equal(a.rooms.size, 0);
+  await a.connect();
+  const again = await a.join("t-close");
+  assert.notEqual(again, r, "a new join, not the room of the closed connection");
+  assert.equal(again.state, "joined");
+  const heard = again.next("chat", (e) => e.text === "back");
+  await again.chat("back");
+  await heard;
+});
+
 test("a gift goes through the ledger once and both sides see it", async () => {
   const granted = await fx.node.admin("POST", "/admin/wallets/gina/grant", { amount: 100, key: "ts-gina-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
@@ -115,6 +167,70 @@ test("a gift goes through the ledger once and both sides see it", async () => {
   assert.deepEqual(receivers.entries.find((x) => x.user === "hal"), { user: "hal", score: 2 * rose.price });
 });
 
+test("a gift whose reply is lost rejects with its reqId: sent again with it, it is paid once", async () => {
+  const granted = await fx.node.admin("POST", "/admin/wallets/kim/grant", { amount: 100, key: "ts-kim-1" });
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  const sent = [];
+  class Spy extends WebSocket {
+    send(text) {
+      const f = JSON.parse(text);
+      if (f.op === "gift.send") sent.push(f.d.req_id);
+      super.send(text);
+    }
+  }
+  const k = client("kim", { WebSocket: Spy });
+  const l = client("lee");
+  await Promise.all([k.connect(), l.connect()]);
+  const rose = (await k.gifts()).gifts.find((x) => x.id === "rose");
+  const rk = await k.join("t-gift-lost");
+  await l.join("t-gift-lost");
+  await until(() => rk.snapshot.members === 2, 5000, "lee in");
+  // The order goes out, and the client is closed before its reply: it may have been debited.
+  const gift = rk.sendGift("rose", ["lee"]);
+  assert.equal(sent.length, 1);
+  k.close();
+  const e = await gift.catch((x) => x);
+  assert.ok(e instanceof ChorusError, String(e));
+  assert.equal(e.code, "CLOSED");
+  assert.equal(e.reqId, sent[0], "the rejection names the key that went out");
+  // Sent again with that key on a new connection: one order, one debit.
+  await k.connect();
+  const again = await k.join("t-gift-lost");
+  const ok = await again.sendGift("rose", ["lee"], { reqId: e.reqId });
+  assert.deepEqual(sent, [e.reqId, e.reqId]);
+  assert.equal(ok.balance, 100 - rose.price);
+  assert.deepEqual(await k.balance(), { balance: 100 - rose.price, earnings: 0 });
+});
+
+test("joined() that waits longer than its time-out rejects with a ChorusError TIMEOUT", async () => {
+  // The reconnect waits a minute: the room stays rejoining.
+  const a = client("jt-ann", { reconnect: { initialMs: 60_000, maxMs: 60_000 } });
+  await a.connect();
+  const r = await a.join("t-joined-timeout");
+  await r.joined();
+  a.dropConnection();
+  await until(() => r.state === "rejoining", 5000, "the room rejoining");
+  await assert.rejects(r.joined(100), (e) => e instanceof ChorusError && e.code === "TIMEOUT" && e.retryable);
+  a.close();
+  await assert.rejects(r.joined(100), (e) => e instanceof ChorusError && e.code === "NOT_IN_ROOM");
+});
+
+test("transfers and direct messages reject with the key they went with", async () => {
+  const a = client("key-ann");
+  const b = client("key-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  // Not a seller: refused; the key is the one made for the request, or the caller's.
+  const t = await a.transferCoins("key-bob", 5).catch((x) => x);
+  assert.ok(t instanceof ChorusError && t.code === "NOT_A_SELLER", String(t));
+  assert.match(t.reqId, /^[0-9a-f]{8}-[0-9a-f]{4}-7/);
+  const mine = uuidv7();
+  await assert.rejects(a.transferCoins("key-bob", 5, mine), (x) => x.code === "NOT_A_SELLER" && x.reqId === mine);
+  await b.blockIm("key-ann");
+  const m = await a.sendIm("key-bob", "hi").catch((x) => x);
+  assert.ok(m instanceof ChorusError && m.code === "BLOCKED", String(m));
+  assert.match(m.reqId, /^[0-9a-f]{8}-[0-9a-f]{4}-7/);
+});
+
 test("a guard bought shows its badge in the host's room and is listed", async () => {
   const granted = await fx.node.admin("POST", "/admin/wallets/gus/grant", { amount: 5000, key: "ts-gus-1" });
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
@@ -145,29 +261,35 @@ test("a guard bought shows its badge in the host's room and is listed", async ()
   );
 });
 
-test("without a WebSocket option the client finds one (Node's global, else the ws package)", async () => {
+test("without a WebSocket option the client finds one (in Node the ws package, else the global)", async () => {
   const c = new Client({ url: fx.node.url, token: fx.node.token("nia") });
   clients.push(c);
   await c.connect();
   assert.equal(typeof (await c.ping()).t, "number");
 });
 
+test("in Node the ws package comes before a global WebSocket: a refused static token (401) stops the client", async () => {
+  // A global WebSocket as Node 22's, which hides the 401 of a refused upgrade.
+  const had = Object.getOwnPropertyDescriptor(globalThis, "WebSocket");
+  globalThis.WebSocket = BrowserLike;
+  try {
+    const c = new Client({ url: fx.node.url, token: mint("not-the-node-secret", "rf-ann"), reconnect: { initialMs: 50, maxMs: 100 } });
+    clients.push(c);
+    const errors = [];
+    c.on("error", (e) => errors.push(e));
+    c.connect().catch(() => {});
+    await until(() => c.state === "closed", 10_000, "the client stops");
+    assert.equal(errors[0]?.code, "UNAUTHORIZED");
+  } finally {
+    if (had) Object.defineProperty(globalThis, "WebSocket", had);
+    else delete globalThis.WebSocket;
+  }
+});
+
 test("a static token that expires under the connection (1008) stops the client: no reconnect loop", async () => {
   // A token the server accepts now and that expires within 2 s; the heartbeat's tick closes
   // the connection with 1008 `token expired` shortly after.
   // As a browser sees it: no `on` to read a refused upgrade's status with.
-  class BrowserLike {
-    constructor(url) {
-      this.ws = new WebSocket(url);
-    }
-    get readyState() { return this.ws.readyState; }
-    send(d) { this.ws.send(d); }
-    close(code, reason) { this.ws.close(code, reason); }
-    set onopen(f) { this.ws.onopen = f; }
-    set onmessage(f) { this.ws.onmessage = f; }
-    set onclose(f) { this.ws.onclose = f; }
-    set onerror(f) { this.ws.onerror = f; }
-  }
   const c = new Client({ url: fx.node.url, token: fx.node.token("exp-ida", 2), WebSocket: BrowserLike });
   clients.push(c);
   const errors = [];
@@ -229,6 +351,22 @@ test("a dropped socket reconnects and rejoins with since: missed chat is replaye
   const heard = rb.next("chat", (e) => e.text === "back");
   await ra.chat("back");
   await heard;
+});
+
+test("the snapshot's epoch and seq move with the position as events are applied", async () => {
+  const a = client("snap-ann");
+  const b = client("snap-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-snap-pos");
+  const rb = await b.join("t-snap-pos");
+  const at = { epoch: ra.snapshot.epoch, seq: ra.snapshot.seq };
+  assert.deepEqual(at, ra.position, "the join reply's");
+  await rb.chat("one");
+  const { seq } = await rb.takeSeat(0).then(() => rb.chat("two"));
+  await until(() => ra.position.seq === seq, 5000, "ann applied bob's events");
+  assert.ok(seq > at.seq);
+  assert.deepEqual({ epoch: ra.snapshot.epoch, seq: ra.snapshot.seq }, ra.position);
+  assert.equal(ra.snapshot.seats[0].user, "snap-bob");
 });
 
 test("a gap in the sequence is repaired by a rejoin with since on the same connection", async () => {
@@ -426,6 +564,35 @@ test("a socket that stops delivering without a close is given up within a heartb
   } finally {
     proxy.close();
     await n.cleanup();
+  }
+});
+
+test("with several gateways a failed connect and a dropped connection each move to the next one", async () => {
+  // A second node that takes the same tokens; before both, a port nobody listens on.
+  const n2 = await startNode({ secret: fx.node.secret });
+  const net = await import("node:net");
+  const free = net.createServer();
+  await new Promise((r) => free.listen(0, "127.0.0.1", r));
+  const dead = `ws://127.0.0.1:${free.address().port}/ws`;
+  await new Promise((r) => free.close(r));
+  try {
+    const urls = [];
+    class Spy extends WebSocket {
+      constructor(url) {
+        urls.push(url.split("?")[0]);
+        super(url);
+      }
+    }
+    const c = client("gw-ann", { url: [dead, fx.node.url, n2.url], WebSocket: Spy });
+    c.connect().catch(() => {});
+    await until(() => c.state === "open", 10_000, "connected through the second gateway");
+    assert.deepEqual(urls, [dead, fx.node.url], "the refused gateway is left for the next");
+    c.dropConnection();
+    await until(() => urls.length === 3 && c.state === "open", 10_000, "reconnected");
+    assert.equal(urls[2], n2.url, "a dropped connection goes to the next gateway");
+    assert.equal(typeof (await c.ping()).t, "number");
+  } finally {
+    await n2.cleanup();
   }
 });
 

@@ -1,0 +1,165 @@
+// The client against a server the test plays (test/fake.mjs), for what a real node does not
+// show on demand: replies in another order than their requests, a ledger that stays
+// unavailable, a rejoin refused while a gift waits for it.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { ChorusError } from "../dist/index.js";
+import { fakeServer } from "./fake.mjs";
+import { until } from "./node.mjs";
+
+const servers = [];
+function server() {
+  const s = fakeServer();
+  servers.push(s);
+  return s;
+}
+after(() => {
+  for (const s of servers) s.closeAll();
+});
+
+/** The room of every `room.join` sent, in order. */
+const joinsSent = (s) => s.sentOps("room.join").map((f) => f.d.room);
+
+test("two joins answered in reverse order end in the room of the last one sent", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  const jb = c.join("B");
+  const [fa, fb] = await srv.sent(s, "room.join", 2);
+  assert.deepEqual(joinsSent(s), ["A", "B"]);
+  s.joined(fb);
+  const b = await jb;
+  s.joined(fa);
+  const a = await ja;
+  assert.equal(a.state, "left", "A's late reply does not bring it back");
+  assert.equal(b.state, "joined");
+  assert.deepEqual([...c.rooms.keys()], ["B"]);
+  const chats = [];
+  b.on("chat", (e) => chats.push(e.text));
+  s.push({ ev: "chat", room: "B", epoch: 1, seq: 1, d: { from: "x", text: "in b" } });
+  assert.deepEqual(chats, ["in b"]);
+});
+
+test("A → B → A without waiting ends in A, whatever order the replies come in", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const joins = [c.join("A"), c.join("B"), c.join("A")];
+  const frames = await srv.sent(s, "room.join", 3);
+  assert.deepEqual(joinsSent(s), ["A", "B", "A"], "the last join goes out, after B's");
+  // Last first.
+  s.joined(frames[2], 1, 4);
+  s.joined(frames[1]);
+  s.joined(frames[0], 1, 3);
+  const [a, b, a2] = await Promise.all(joins);
+  assert.equal(a2, a);
+  assert.deepEqual([a.state, b.state], ["joined", "left"]);
+  assert.deepEqual(a.position, { epoch: 1, seq: 4 }, "the reply of the last join is the room's state, not an older one");
+  assert.deepEqual([...c.rooms.keys()], ["A"]);
+});
+
+test("from a joined room, B then A again without waiting ends in A: the second join of A is sent", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0], 1, 2);
+  const a = await ja;
+  const aLeft = [];
+  a.on("left", (e) => aLeft.push(e.reason));
+  const jb = c.join("B");
+  const ja2 = c.join("A");
+  const [, fb, fa2] = await srv.sent(s, "room.join", 3);
+  assert.deepEqual(joinsSent(s), ["A", "B", "A"]);
+  assert.deepEqual(fa2.d.since, { epoch: 1, seq: 2 }, "A is resumed from where it was");
+  // B's reply first: the connection passes through B, then A's join takes it back.
+  s.joined(fb);
+  const b = await jb;
+  assert.equal(a.state, "rejoining", "A is not ended by B while its own later join goes");
+  s.joined(fa2, 1, 2);
+  assert.equal(await ja2, a);
+  assert.deepEqual([a.state, b.state], ["joined", "left"]);
+  assert.deepEqual(aLeft, []);
+  assert.deepEqual([...c.rooms.keys()], ["A"]);
+});
+
+test("a failed join changes nothing: the connection stays in the room it was in", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0]);
+  const a = await ja;
+  const jb = c.join("B");
+  const [, fb] = await srv.sent(s, "room.join", 2);
+  s.err(fb, "ROOM_LOCKED", "password");
+  await assert.rejects(jb, (e) => e.code === "ROOM_LOCKED");
+  assert.equal(a.state, "joined");
+  assert.deepEqual([...c.rooms.keys()], ["A"]);
+});
+
+test("a gap while a join of another room goes waits for it: the rejoin is not sent, the room is switched", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0]);
+  const a = await ja;
+  const jb = c.join("B");
+  const [, fb] = await srv.sent(s, "room.join", 2);
+  // An event of A past a gap: A would rejoin, which sent after B's join would take the
+  // connection back to A.
+  s.push({ ev: "chat", room: "A", epoch: 1, seq: 5, d: { from: "x", text: "late" } });
+  assert.equal(a.state, "rejoining");
+  s.joined(fb);
+  const b = await jb;
+  await until(() => a.state === "left", 5000, "A switched");
+  assert.equal(b.state, "joined");
+  assert.deepEqual(joinsSent(s), ["A", "B"], "no rejoin of A after B's join");
+  assert.deepEqual([...c.rooms.keys()], ["B"]);
+});
+
+test("a gift whose attempts run out on UNAVAILABLE rejects with that code and the reqId every attempt carried", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0]);
+  const a = await ja;
+  const gift = a.sendGift("rose", ["bob"], { attempts: 2 }).catch((e) => e);
+  s.err((await srv.sent(s, "gift.send", 1))[0], "UNAVAILABLE", "ledger busy; retry with the same req_id");
+  s.err((await srv.sent(s, "gift.send", 2))[1], "UNAVAILABLE", "ledger busy; retry with the same req_id");
+  const e = await gift;
+  assert.ok(e instanceof ChorusError, String(e));
+  assert.equal(e.code, "UNAVAILABLE");
+  assert.ok(e.retryable);
+  const keys = s.sentOps("gift.send").map((f) => f.d.req_id);
+  assert.equal(keys.length, 2);
+  assert.deepEqual([e.reqId, e.reqId], keys, "the key the caller sends the gift again with");
+});
+
+test("a gift cut off by a disconnect whose room is then refused rejects as unknown, with its reqId", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0]);
+  const a = await ja;
+  const gift = a.sendGift("rose", ["bob"]).catch((e) => e);
+  const [sent] = await srv.sent(s, "gift.send", 1);
+  // The reply is lost with the connection: the order may have been debited.
+  s.drop();
+  const s2 = await srv.socket(1);
+  s2.hello();
+  // The rejoin is refused: the room ends before the gift could be sent again.
+  s2.err((await srv.sent(s2, "room.join", 1))[0], "BANNED", "banned");
+  const e = await gift;
+  assert.ok(e instanceof ChorusError, String(e));
+  assert.equal(a.state, "left");
+  assert.equal(e.code, "DISCONNECTED", e.message);
+  assert.match(e.message, /outcome unknown/);
+  assert.ok(e.retryable, "the outcome is unknown: send it again");
+  assert.equal(e.reqId, sent.d.req_id);
+  assert.deepEqual(s2.sentOps("gift.send"), [], "not sent again outside the room");
+});
