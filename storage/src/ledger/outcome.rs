@@ -307,6 +307,20 @@ pub enum SettleOutcome {
     Missing,
 }
 
+impl SettleOutcome {
+    /// The gift's result when the saga is SETTLED, with whether this call settled it (its
+    /// event is then the caller's to publish or owe); `None` when it is not settled.
+    pub fn settled(self, order_id: Uuid) -> Option<(GiftResult, bool)> {
+        match self {
+            Self::Settled { balance } => Some((GiftResult::Settled { order_id, balance }, true)),
+            Self::AlreadySettled { balance } => {
+                Some((GiftResult::Settled { order_id, balance }, false))
+            }
+            Self::NotDebited(_) | Self::Missing => None,
+        }
+    }
+}
+
 /// What `void` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VoidOutcome {

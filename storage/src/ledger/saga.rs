@@ -40,21 +40,17 @@ pub async fn drive(ledger: &Ledger, order: &GiftOrder, fence: u64) -> Result<Gif
     // Whether this call settled the saga: only then is the event its to owe.
     let mut settled_here = false;
     let result = match ledger.debit(order, fence).await? {
-        DebitOutcome::Debited { .. } => match ledger.settle(order, fence).await? {
-            SettleOutcome::Settled { balance } => {
-                settled_here = true;
-                GiftResult::Settled {
-                    order_id: order.gift_id,
-                    balance,
-                }
-            }
-            SettleOutcome::AlreadySettled { balance } => GiftResult::Settled {
-                order_id: order.gift_id,
-                balance,
-            },
-            SettleOutcome::NotDebited(state) => return Err(unexpected(order, state)),
-            SettleOutcome::Missing => return Err(missing(order)),
-        },
+        DebitOutcome::Debited { .. } => {
+            let settle = ledger.settle(order, fence).await?;
+            let Some((result, here)) = settle.settled(order.gift_id) else {
+                return Err(match settle {
+                    SettleOutcome::NotDebited(state) => unexpected(order, state),
+                    _ => missing(order),
+                });
+            };
+            settled_here = here;
+            result
+        }
         DebitOutcome::InsufficientFunds { balance } => GiftResult::InsufficientFunds { balance },
         DebitOutcome::Voided => GiftResult::Voided,
         DebitOutcome::Missing => return Err(missing(order)),

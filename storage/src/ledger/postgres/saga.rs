@@ -353,26 +353,18 @@ async fn send_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResul
     lock_accounts(tx, &[rec.order.sender.as_str()]).await?;
     let mut settled_here = false;
     let result = match debit_tx(tx, order, fence).await? {
-        DebitOutcome::Debited { .. } => match settle_tx(tx, order, fence).await? {
-            SettleOutcome::Settled { balance } => {
-                settled_here = true;
-                GiftResult::Settled {
-                    order_id: order.gift_id,
-                    balance,
-                }
-            }
-            // Settled by a racing finisher (the owner's recovery), whose event it is.
-            SettleOutcome::AlreadySettled { balance } => GiftResult::Settled {
-                order_id: order.gift_id,
-                balance,
-            },
-            other => {
+        DebitOutcome::Debited { .. } => {
+            let settle = settle_tx(tx, order, fence).await?;
+            // `false`: a racing finisher (the owner's recovery) settled it; the event is its.
+            let Some((result, here)) = settle.settled(order.gift_id) else {
                 return Err(StorageError::corrupt_msg(format!(
-                    "settle after debit gave {other:?}"
+                    "settle after debit gave {settle:?}"
                 ))
                 .into());
-            }
-        },
+            };
+            settled_here = here;
+            result
+        }
         DebitOutcome::InsufficientFunds { balance } => GiftResult::InsufficientFunds { balance },
         DebitOutcome::Voided => GiftResult::Voided,
         DebitOutcome::Missing => {

@@ -34,25 +34,17 @@ pub(super) fn tx_send(c: &Tx<'_, '_>, order: &GiftOrder, fence: u64) -> Result<G
     }
     let mut settled_here = false;
     let first = match tx_debit(c, order, fence)? {
-        DebitOutcome::Debited { .. } => match tx_settle(c, order, fence)? {
-            SettleOutcome::Settled { balance } => {
-                settled_here = true;
-                GiftResult::Settled {
-                    order_id: order.gift_id,
-                    balance,
-                }
-            }
-            // Settled by a racing finisher (the owner's recovery), whose event it is.
-            SettleOutcome::AlreadySettled { balance } => GiftResult::Settled {
-                order_id: order.gift_id,
-                balance,
-            },
-            other => {
+        DebitOutcome::Debited { .. } => {
+            let settle = tx_settle(c, order, fence)?;
+            // `false`: a racing finisher (the owner's recovery) settled it; the event is its.
+            let Some((result, here)) = settle.settled(order.gift_id) else {
                 return Err(StorageError::corrupt_msg(format!(
-                    "settle after debit gave {other:?}"
+                    "settle after debit gave {settle:?}"
                 )));
-            }
-        },
+            };
+            settled_here = here;
+            result
+        }
         DebitOutcome::InsufficientFunds { balance } => GiftResult::InsufficientFunds { balance },
         DebitOutcome::Voided => GiftResult::Voided,
         DebitOutcome::Missing => {
