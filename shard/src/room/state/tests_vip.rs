@@ -18,6 +18,20 @@ fn rules(protected_level: u8) -> Arc<VipRules> {
     })
 }
 
+/// The room `r` handed over by a planned move (its roster restored at `now`) to a runtime of
+/// the next epoch with the same VIP rules as `rules(2)`.
+fn moved(r: &RoomState, now: u64) -> RoomState {
+    let mut next = RoomState::new(
+        protocol::RoomId::from("r1"),
+        r.durable().clone(),
+        2,
+        super::super::Rules::default(),
+    );
+    next.set_vip_rules(rules(2));
+    next.restore(r.roster(), now);
+    next
+}
+
 fn spent(spent: i64) -> Standing {
     Standing {
         guards: Vec::new(),
@@ -307,15 +321,7 @@ fn a_planned_move_hands_the_standing_over_with_the_roster() {
     let mut s = guarding("host", 1_000);
     s.spent = 250;
     joined(&mut r, "fan", s, 10);
-    let roster = r.roster();
-    let mut next = RoomState::new(
-        protocol::RoomId::from("r1"),
-        r.durable().clone(),
-        2,
-        super::super::Rules::default(),
-    );
-    next.set_vip_rules(rules(2));
-    next.restore(roster, 20);
+    let mut next = moved(&r, 20);
     let want = Badges {
         guard: true,
         vip: 2,
@@ -448,15 +454,7 @@ fn the_spend_made_in_the_room_survives_a_move_and_the_rejoin() {
     joined(&mut r, "fan", spent(0), 10);
     r.add_spent(&u("fan"), 250, 20);
     assert_eq!(r.badges(&u("fan"), 20).vip, 2);
-    let roster = r.roster();
-    let mut next = RoomState::new(
-        protocol::RoomId::from("r1"),
-        r.durable().clone(),
-        2,
-        super::super::Rules::default(),
-    );
-    next.set_vip_rules(rules(2));
-    next.restore(roster, 30);
+    let mut next = moved(&r, 30);
     let mut j = next
         .rejoin(&u("fan"), super::super::tests_rights::at(9), None, 40)
         .unwrap();
