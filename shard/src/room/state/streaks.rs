@@ -6,7 +6,10 @@
 //! durable: a new owner starts them afresh (the events already sent keep their numbers in the
 //! resume log). Every order's coins reach exactly one event: an order is either published on
 //! its own or held in its streak's batch until the batch's event goes out
-//! ([`RoomState::flush_storm`]); the ledger books each order on its own either way.
+//! ([`RoomState::flush_storm`]); the ledger books each order on its own either way. An
+//! order's coins fuel the room rocket when its event is recorded for publishing, not while it
+//! is held: the fuel and the event go in one write, so an order a runtime never published (it
+//! died, or owed the event) is fuel once, when the next runtime publishes it.
 
 use std::collections::HashMap;
 
@@ -57,10 +60,13 @@ pub struct GiftMark {
 /// Gift events to publish and the orders they carry.
 #[derive(Debug, Default)]
 pub struct GiftPublished {
-    /// The sequenced events.
+    /// The sequenced events, and the rocket's durable change when their orders' fuel decided a
+    /// launch.
     pub applied: Applied,
     /// The orders the events carry, each once.
     pub orders: Vec<GiftMark>,
+    /// Whether the orders' coins went into the rocket (its progress moved).
+    pub fuelled: bool,
 }
 
 /// What identifies a streak: sender, gift and the recipients (sorted).
@@ -94,12 +100,24 @@ struct Streak {
     held: Option<Held>,
 }
 
-/// Orders of one streak held back during a storm: their merged event so far.
+/// Orders of one streak held back during a storm: their merged event so far, and each
+/// order's coins (rocket fuel once the event goes out).
 #[derive(Debug)]
 struct Held {
     event: GiftEvent,
-    orders: Vec<GiftMark>,
+    orders: Vec<(GiftMark, i64)>,
     flush_at: u64,
+}
+
+impl Held {
+    /// The batch goes out: its event, its orders into `out` and their fuel into `fuel`.
+    fn release(self, out: &mut GiftPublished, fuel: &mut Vec<(Uuid, i64)>) -> GiftEvent {
+        for (mark, coins) in self.orders {
+            out.orders.push(mark);
+            fuel.push((mark.order, coins));
+        }
+        self.event
+    }
 }
 
 /// The room's streaks and its gift-event budget.
@@ -175,6 +193,9 @@ impl RoomState {
         };
         let mut out = GiftPublished::default();
         let mut emit: Vec<GiftEvent> = Vec::with_capacity(1);
+        // The orders published now with their coins: the streak's sender's fuel.
+        let mut fuel: Vec<(Uuid, i64)> = Vec::with_capacity(1);
+        let sender = ev.from.clone();
         let key = Key::of(&ev);
         let streaks = &mut self.streaks;
         let tracked =
@@ -190,6 +211,7 @@ impl RoomState {
             });
             streaks.budget.spend(now, 0);
             out.orders.push(mark);
+            fuel.push((mark.order, ev.coins));
             emit.push(ev);
         } else {
             let s = streaks.by_key.entry(key.clone()).or_insert(Streak {
@@ -203,8 +225,7 @@ impl RoomState {
             if s.number > 0 && now.saturating_sub(s.last_at) > rules.combo_window_ms {
                 // The streak ended: its batch goes out first, and a new streak begins.
                 if let Some(h) = s.held.take() {
-                    out.orders.extend(h.orders);
-                    emit.push(h.event);
+                    emit.push(h.release(&mut out, &mut fuel));
                     streaks.held.retain(|k| *k != key);
                 }
                 *s = Streak {
@@ -231,24 +252,25 @@ impl RoomState {
                 e.to_p = ev.to_p;
                 let merged = e.combo.as_ref().map_or(1, |c| c.merged).saturating_add(1);
                 e.combo = Some(Combo { merged, ..numbers });
-                h.orders.push(mark);
-                // Held: the budget is not spent until the batch goes out.
+                h.orders.push((mark, ev.coins));
+                // Held: the budget is not spent, nor the fuel added, until the batch goes out.
             } else {
                 if let Some(h) = s.held.take() {
-                    out.orders.extend(h.orders);
-                    emit.push(h.event);
+                    emit.push(h.release(&mut out, &mut fuel));
                     streaks.held.retain(|k| *k != key);
                 }
                 ev.combo = Some(numbers);
                 let fits = streaks.budget.spend(now, rules.events_per_sec);
                 if fits || lucky {
                     out.orders.push(mark);
+                    fuel.push((mark.order, ev.coins));
                     emit.push(ev);
                 } else {
                     let flush_at = now.saturating_add(rules.storm_interval_ms);
+                    let coins = ev.coins;
                     s.held = Some(Held {
                         event: ev,
-                        orders: vec![mark],
+                        orders: vec![(mark, coins)],
                         flush_at,
                     });
                     streaks.held.push(key);
@@ -258,7 +280,27 @@ impl RoomState {
         for e in emit {
             self.push(&mut out.applied, Sequenced::Gift(e));
         }
+        self.fuel_published(&sender, &fuel, now, &mut out);
         out
+    }
+
+    /// Adds the coins of `orders` (of `sender`), whose events go out in `out`, as rocket fuel
+    /// at `now`: a launch they decide is a durable change of the same write.
+    fn fuel_published(
+        &mut self,
+        sender: &UserId,
+        orders: &[(Uuid, i64)],
+        now: u64,
+        out: &mut GiftPublished,
+    ) {
+        if !self.rocket_on() || orders.is_empty() {
+            return;
+        }
+        for &(order, coins) in orders {
+            out.applied.durable_changed |=
+                self.rocket_fuel(sender, coins, now, order).durable_changed;
+        }
+        out.fuelled = true;
     }
 
     /// When the first held batch is due (unix ms).
@@ -272,24 +314,42 @@ impl RoomState {
     }
 
     /// Publishes the held batches due at `now` (`all`: every one, for a runtime that stops),
-    /// each as one `gift` event with the sums of its orders.
+    /// each as one `gift` event with the sums of its orders; their orders' coins go into the
+    /// rocket with them.
     pub fn flush_storm(&mut self, now: u64, all: bool) -> GiftPublished {
         let mut out = GiftPublished::default();
-        if self.streaks.held.is_empty() {
-            return out;
+        for h in self.take_due(now, all) {
+            let mut fuel = Vec::with_capacity(h.orders.len());
+            let sender = h.event.from.clone();
+            let e = h.release(&mut out, &mut fuel);
+            self.streaks.budget.spend(now, 0);
+            self.push(&mut out.applied, Sequenced::Gift(e));
+            self.fuel_published(&sender, &fuel, now, &mut out);
         }
-        let mut emit = Vec::new();
+        out
+    }
+
+    /// Takes the held batches due at `now` (`all`: every one) without publishing them: the
+    /// orders of a runtime that cannot publish, whose events it owes. Their coins are not
+    /// fuel here: the runtime that publishes their events adds them.
+    pub fn owe_storm(&mut self, now: u64, all: bool) -> Vec<GiftMark> {
+        self.take_due(now, all)
+            .into_iter()
+            .flat_map(|h| h.orders.into_iter().map(|(mark, _)| mark))
+            .collect()
+    }
+
+    /// Takes the held batches due at `now` (`all`: every one) out of their streaks.
+    fn take_due(&mut self, now: u64, all: bool) -> Vec<Held> {
         let streaks = &mut self.streaks;
+        let mut due = Vec::new();
         let keys = std::mem::take(&mut streaks.held);
         for key in keys {
             let Some(s) = streaks.by_key.get_mut(&key) else {
                 continue;
             };
             match s.held.take() {
-                Some(h) if all || h.flush_at <= now => {
-                    out.orders.extend(h.orders);
-                    emit.push(h.event);
-                }
+                Some(h) if all || h.flush_at <= now => due.push(h),
                 Some(h) => {
                     s.held = Some(h);
                     streaks.held.push(key);
@@ -297,11 +357,7 @@ impl RoomState {
                 None => {}
             }
         }
-        for e in emit {
-            self.streaks.budget.spend(now, 0);
-            self.push(&mut out.applied, Sequenced::Gift(e));
-        }
-        out
+        due
     }
 
     /// How many orders the room holds back in storm batches.
