@@ -14,6 +14,11 @@ impl RoomActor {
     /// order's event is owed to the room's next runtime.
     pub(super) async fn publish_gifts(&mut self, applied: Applied, orders: Vec<GiftMark>) {
         if applied.events.is_empty() && !applied.durable_changed {
+            // A held order: no event and nothing to write yet, but the VIP level it crossed
+            // shows at once (its merged event carries the badge later).
+            for p in applied.presence {
+                self.publish_presence(p, None).await;
+            }
             return;
         }
         if orders.len() > 1 {
