@@ -247,9 +247,12 @@ impl RoomState {
                 let e = &mut h.event;
                 e.count = e.count.saturating_add(ev.count);
                 e.coins = e.coins.saturating_add(ev.coins);
+                // The last order's fields, its sender's badges as they are now among them.
                 e.order = ev.order;
                 e.p = ev.p;
                 e.to_p = ev.to_p;
+                e.guard = ev.guard;
+                e.vip = ev.vip;
                 let merged = e.combo.as_ref().map_or(1, |c| c.merged).saturating_add(1);
                 e.combo = Some(Combo { merged, ..numbers });
                 h.orders.push((mark, ev.coins));

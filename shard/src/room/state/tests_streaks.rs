@@ -360,3 +360,25 @@ fn past_the_streak_cap_an_order_is_a_streak_of_one() {
 }
 
 const MAX_STREAKS_FOR_TESTS: usize = super::streaks::MAX_STREAKS;
+
+/// A merged event carries the last order's fields, its sender's badges among them: a badge
+/// gained (or lost) during the storm shows on the event.
+#[test]
+fn a_merged_event_carries_the_last_orders_badges() {
+    let mut r = room(rules(1));
+    r.record_gift(gift(1, "a", "rose", &["b"], 1), false, 0);
+    assert!(
+        r.record_gift(gift(2, "a", "rose", &["b"], 1), false, 1)
+            .orders
+            .is_empty()
+    );
+    let mut last = gift(3, "a", "rose", &["b"], 1);
+    (last.guard, last.vip) = (true, 2);
+    r.record_gift(last, false, 2);
+    let ev = events(&r.flush_storm(10_000, false));
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        (ev[0].order, ev[0].guard, ev[0].vip),
+        (Uuid::from_u128(3), true, 2)
+    );
+}
