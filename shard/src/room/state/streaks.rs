@@ -1,6 +1,8 @@
 //! Gift combos and storm coalescing: the room numbers the orders of a streak (the same
 //! sender, gift and recipients within the combo window) and, above its gift-event budget,
-//! merges a streak's orders into one event per storm interval with exact sums.
+//! merges a streak's orders into one event per storm interval with exact sums. The budget is
+//! the room's: a merged event counts against it too, and one due past it waits for the next
+//! second, so many streaks storming at once share the budget (each keeps its own events).
 //!
 //! Pure like the rest of the state machine: the actor passes the time in. The streaks are not
 //! durable: a new owner starts them afresh (the events already sent keep their numbers in the
@@ -23,7 +25,7 @@ use super::{Applied, RoomState, Sequenced};
 /// not tracked, and its orders each count as a streak of one.
 pub(crate) const MAX_STREAKS: usize = 4096;
 
-/// The length of the gift-event budget's window.
+/// The length of the gift-event budget's window; windows are whole seconds of unix time.
 const BUDGET_WINDOW_MS: u64 = 1000;
 
 /// The rules of combos and storms, from the shard's configuration.
@@ -31,9 +33,11 @@ const BUDGET_WINDOW_MS: u64 = 1000;
 pub struct GiftRules {
     /// Orders of one sender, gift and recipients at most this far apart form a streak (≥ 1).
     pub combo_window_ms: u64,
-    /// Gift events a room sends per second before it merges streaks (0: never merges).
+    /// Gift events a room sends per second (whole seconds of unix time), merged ones
+    /// included, before it merges streaks (0: never merges).
     pub events_per_sec: u32,
-    /// A merged event goes out this long after the first order it holds.
+    /// A merged event goes out this long after the first order it holds, or, when the room
+    /// spent that second's budget, in the next second with budget left.
     pub storm_interval_ms: u64,
 }
 
@@ -124,12 +128,13 @@ impl Held {
 #[derive(Debug, Default)]
 pub(crate) struct Streaks {
     by_key: HashMap<Key, Streak>,
-    /// The streaks holding a batch (few: one per storming streak).
+    /// The streaks holding a batch (one per storming streak), in the order their batches go
+    /// out when they are due at the same time.
     held: Vec<Key>,
     budget: Budget,
 }
 
-/// The gift events sent in the current budget window.
+/// The gift events sent in the current budget window (one second of unix time).
 #[derive(Debug, Default)]
 struct Budget {
     window_start: u64,
@@ -137,15 +142,36 @@ struct Budget {
 }
 
 impl Budget {
-    /// Counts an event against `budget` at `now`: whether the budget still had room.
-    fn spend(&mut self, now: u64, budget: u32) -> bool {
+    /// Moves to the window of `now` when it is a new one.
+    fn at(&mut self, now: u64) {
         if now >= self.window_start.saturating_add(BUDGET_WINDOW_MS) || now < self.window_start {
-            self.window_start = now;
+            self.window_start = now - now % BUDGET_WINDOW_MS;
             self.window_events = 0;
         }
+    }
+
+    /// Counts an event against `budget` at `now` (it goes out either way): whether the budget
+    /// still had room.
+    fn spend(&mut self, now: u64, budget: u32) -> bool {
+        self.at(now);
         let fits = budget == 0 || self.window_events < budget;
         self.window_events = self.window_events.saturating_add(1);
         fits
+    }
+
+    /// Counts an event against `budget` at `now` only if the budget has room for it.
+    fn take(&mut self, now: u64, budget: u32) -> bool {
+        self.at(now);
+        let fits = budget == 0 || self.window_events < budget;
+        if fits {
+            self.window_events = self.window_events.saturating_add(1);
+        }
+        fits
+    }
+
+    /// When the window after the current one starts.
+    fn next_window(&self) -> u64 {
+        self.window_start.saturating_add(BUDGET_WINDOW_MS)
     }
 }
 
@@ -227,6 +253,7 @@ impl RoomState {
                 if let Some(h) = s.held.take() {
                     emit.push(h.release(&mut out, &mut fuel));
                     streaks.held.retain(|k| *k != key);
+                    streaks.budget.spend(now, 0);
                 }
                 *s = Streak {
                     id: ev.order,
@@ -261,6 +288,7 @@ impl RoomState {
                 if let Some(h) = s.held.take() {
                     emit.push(h.release(&mut out, &mut fuel));
                     streaks.held.retain(|k| *k != key);
+                    streaks.budget.spend(now, 0);
                 }
                 ev.combo = Some(numbers);
                 let fits = streaks.budget.spend(now, rules.events_per_sec);
@@ -316,16 +344,38 @@ impl RoomState {
             .min()
     }
 
-    /// Publishes the held batches due at `now` (`all`: every one, for a runtime that stops),
-    /// each as one `gift` event with the sums of its orders; their orders' coins go into the
-    /// rocket with them.
+    /// Publishes the held batches due at `now` (`all`: every one, for a runtime that stops,
+    /// whatever the budget), each as one `gift` event with the sums of its orders; their
+    /// orders' coins go into the rocket with them. The budget is the room's: due batches past
+    /// what is left of it this second wait for the next one (the longest due first), and the
+    /// orders that come meanwhile join them.
     pub fn flush_storm(&mut self, now: u64, all: bool) -> GiftPublished {
         let mut out = GiftPublished::default();
-        for h in self.take_due(now, all) {
+        let budget = self.gift_rules.events_per_sec;
+        let mut due = self.take_due(now, all);
+        // Stable: batches due at the same time keep the order they were held (or deferred) in.
+        due.sort_by_key(|(_, h)| h.flush_at);
+        let mut go = Vec::with_capacity(due.len());
+        for (key, mut h) in due {
+            let wait = !all && !self.streaks.budget.take(now, budget);
+            match self.streaks.by_key.get_mut(&key) {
+                Some(s) if wait => {
+                    h.flush_at = self.streaks.budget.next_window();
+                    s.held = Some(h);
+                    self.streaks.held.push(key);
+                }
+                _ => go.push(h),
+            }
+        }
+        if all {
+            for _ in &go {
+                self.streaks.budget.spend(now, 0);
+            }
+        }
+        for h in go {
             let mut fuel = Vec::with_capacity(h.orders.len());
             let sender = h.event.from.clone();
             let e = h.release(&mut out, &mut fuel);
-            self.streaks.budget.spend(now, 0);
             self.push(&mut out.applied, Sequenced::Gift(e));
             self.fuel_published(&sender, &fuel, now, &mut out);
         }
@@ -338,12 +388,12 @@ impl RoomState {
     pub fn owe_storm(&mut self, now: u64, all: bool) -> Vec<GiftMark> {
         self.take_due(now, all)
             .into_iter()
-            .flat_map(|h| h.orders.into_iter().map(|(mark, _)| mark))
+            .flat_map(|(_, h)| h.orders.into_iter().map(|(mark, _)| mark))
             .collect()
     }
 
     /// Takes the held batches due at `now` (`all`: every one) out of their streaks.
-    fn take_due(&mut self, now: u64, all: bool) -> Vec<Held> {
+    fn take_due(&mut self, now: u64, all: bool) -> Vec<(Key, Held)> {
         let streaks = &mut self.streaks;
         let mut due = Vec::new();
         let keys = std::mem::take(&mut streaks.held);
@@ -352,7 +402,7 @@ impl RoomState {
                 continue;
             };
             match s.held.take() {
-                Some(h) if all || h.flush_at <= now => due.push(h),
+                Some(h) if all || h.flush_at <= now => due.push((key, h)),
                 Some(h) => {
                     s.held = Some(h);
                     streaks.held.push(key);
