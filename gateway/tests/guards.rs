@@ -1,7 +1,8 @@
 //! Guards and VIP badges end to end on a standalone server, with real WebSocket clients:
 //! `guard.buy` paid once per request id, the `guard` badge on `member.join`, `member.update` (and again when it ends),
 //! `member.list`, chat and gift events in the host's room, `guard.list` by host or room, a
-//! refusal without coins, expiry by time, and the VIP level moving with a settled gift.
+//! refusal without coins, expiry by time, and the VIP level moving with a settled gift (also
+//! one a storm holds back).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -16,7 +17,7 @@ use kit::client::{Client, Event};
 use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use shard::ShardConfig;
-use shard::state::VipRules;
+use shard::state::{GiftRules, VipRules};
 use tokio::time::Instant;
 
 #[path = "support/server.rs"]
@@ -28,6 +29,10 @@ const ADMIN: &str = "guards-admin";
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn launch() -> Server {
+    launch_with(GiftRules::default()).await
+}
+
+async fn launch_with(gift_rules: GiftRules) -> Server {
     let plans = vec![
         GuardPlan {
             id: "week".into(),
@@ -54,6 +59,7 @@ async fn launch() -> Server {
             entrance_level: 2,
             protected_level: 2,
         }),
+        gift_rules,
         ..ShardConfig::default()
     };
     Server::launch(SECRET, ADMIN, gateway, shard).await
@@ -296,4 +302,54 @@ async fn presence_of_or_leave(c: &mut Client, user: &str) -> String {
             return e.ev;
         }
     }
+}
+
+/// A gift a storm holds back still shows the VIP level it crosses at once: one `gift` event
+/// per second, so after a rose (level 1) the hearts that reach level 2 are held for a merged
+/// event, and `member.update` with level 2 comes anyway (before or with that event).
+#[tokio::test]
+async fn a_held_gift_crossing_a_vip_level_shows_member_update() {
+    let s = launch_with(GiftRules {
+        events_per_sec: 1,
+        ..GiftRules::default()
+    })
+    .await;
+    grant(&s, "alice", 1_000).await;
+    let room = RoomId::from("storm-vip");
+    let mut host = s.connect("hana").await;
+    host.create_room(json!({"room": room})).await.unwrap();
+    let mut w = s.connect("watcher").await;
+    w.join(&room, false, None).await.unwrap();
+    let mut a = s.connect("alice").await;
+    a.join(&room, false, None).await.unwrap();
+    assert_eq!(presence_of(&mut w, "alice").await.ev, "member.join");
+    // The rose is the second's one event: level 1 at once.
+    let g = json!({"room": room, "req_id": "r1", "gift": "rose", "to": ["watcher"]});
+    a.request("gift.send", g).await.unwrap();
+    let u = presence_of(&mut w, "alice").await;
+    assert_eq!((u.ev.as_str(), &u.d["vip"]), ("member.update", &json!(1)));
+    // Two hearts, one order each, over the budget: held (110 spent, level 2).
+    for n in 0..2 {
+        let g =
+            json!({"room": room, "req_id": format!("h{n}"), "gift": "heart", "to": ["watcher"]});
+        a.request("gift.send", g).await.unwrap();
+    }
+    let (mut update, mut hearts) = (None, 0);
+    let deadline = Instant::now() + WAIT;
+    while update.is_none() || hearts < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = w
+            .next_event(left)
+            .await
+            .unwrap_or_else(|e| panic!("update {update:?}, hearts {hearts}: {e:?}"));
+        match e.ev.as_str() {
+            "member.update" if e.d["user"] == "alice" => update = Some(e.d),
+            "gift" if e.d["gift"] == "heart" => {
+                hearts += e.d["merged"].as_u64().unwrap_or(1);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(update.unwrap()["vip"], json!(2));
+    s.stop().await;
 }

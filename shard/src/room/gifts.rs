@@ -613,18 +613,14 @@ impl RoomActor {
             lucky_multiplier: order.lucky.map(|l| l.multiplier),
             combo: None,
         };
-        // Numbered in its streak; in a storm held back for a merged event (see `storm`).
-        let sender = gift.from.clone();
+        // Numbered in its streak; in a storm held back for a merged event (see `storm`). The
+        // orders published now fuel the room rocket in the same change; a held one fuels it
+        // with the write of its merged event, so an order never published is fuel only once,
+        // when the room's next runtime publishes it.
         let published = state.record_gift(gift, open, now);
+        let rocket = published.fuelled;
         let mut applied = published.applied;
         applied.presence.extend(vip_moved.presence);
-        // Fuel for the room rocket: every order, merged or not.
-        let rocket = state.rocket_on();
-        if rocket {
-            applied.durable_changed |= state
-                .rocket_fuel(&sender, coins, now, order_id)
-                .durable_changed;
-        }
         if let Some(win) = win {
             applied
                 .events

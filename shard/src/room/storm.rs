@@ -14,6 +14,11 @@ impl RoomActor {
     /// order's event is owed to the room's next runtime.
     pub(super) async fn publish_gifts(&mut self, applied: Applied, orders: Vec<GiftMark>) {
         if applied.events.is_empty() && !applied.durable_changed {
+            // A held order: no event and nothing to write yet, but the VIP level it crossed
+            // shows at once (its merged event carries the badge later).
+            for p in applied.presence {
+                self.publish_presence(p, None).await;
+            }
             return;
         }
         if orders.len() > 1 {
@@ -29,8 +34,13 @@ impl RoomActor {
         }
     }
 
-    /// Publishes the storm batches due now (`all`: every one).
+    /// Publishes the storm batches due now (`all`: every one), their orders' rocket fuel with
+    /// them. A runtime that cannot prove its lease owes them instead, fuel not counted.
     pub(super) async fn flush_storm(&mut self, all: bool) {
+        if !self.inner.owner.proven(&self.valid) {
+            self.owe_storm(all).await;
+            return;
+        }
         let Some(state) = self.state.as_mut() else {
             return;
         };
@@ -38,27 +48,29 @@ impl RoomActor {
         if out.orders.is_empty() {
             return;
         }
-        if !self.inner.owner.proven(&self.valid) {
-            for o in out.orders {
-                event_not_published(&self.inner, &self.room, o.order, o.open).await;
-            }
-            return;
-        }
+        let fuelled = out.fuelled;
         self.publish_gifts(out.applied, out.orders).await;
+        if fuelled {
+            self.rocket_changed();
+        }
     }
 
     /// At stop: the orders a storm still holds go out in their merged events, or, when the
     /// runtime lost its lease (`lost`), are owed to the next runtime.
     pub(super) async fn end_storm(&mut self, lost: bool) {
-        if !lost {
+        if lost {
+            self.owe_storm(true).await;
+        } else {
             self.flush_storm(true).await;
-            return;
         }
+    }
+
+    /// Owes the events of the storm batches due now (`all`: every one) to the next runtime.
+    async fn owe_storm(&mut self, all: bool) {
         let Some(state) = self.state.as_mut() else {
             return;
         };
-        let out = state.flush_storm(super::now_ms(), true);
-        for o in out.orders {
+        for o in state.owe_storm(super::now_ms(), all) {
             event_not_published(&self.inner, &self.room, o.order, o.open).await;
         }
     }

@@ -7,8 +7,11 @@
 //! pending for the room's next owner, which pays the same rewards under the same keys (paid
 //! once) and announces it once.
 //!
-//! Fuel is saved with the room's next durable write (every launch is one; a graceful stop
-//! saves too); a crashed owner loses at most the fuel since then, never a launch.
+//! An order's coins are fuel when its `gift` event is recorded for publishing (a storm-held
+//! order's with its merged event, see `streaks.rs`), so a launch they fill is stored by the
+//! write that publishes the order. Fuel is saved with the room's next durable write (every
+//! launch is one; a graceful stop saves too); a crashed owner loses at most the fuel since
+//! then, never a launch, and never counts an order twice.
 
 use std::collections::BTreeMap;
 

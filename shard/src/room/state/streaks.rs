@@ -1,12 +1,17 @@
 //! Gift combos and storm coalescing: the room numbers the orders of a streak (the same
 //! sender, gift and recipients within the combo window) and, above its gift-event budget,
-//! merges a streak's orders into one event per storm interval with exact sums.
+//! merges a streak's orders into one event per storm interval with exact sums. The budget is
+//! the room's: a merged event counts against it too, and one due past it waits for the next
+//! second, so many streaks storming at once share the budget (each keeps its own events).
 //!
 //! Pure like the rest of the state machine: the actor passes the time in. The streaks are not
 //! durable: a new owner starts them afresh (the events already sent keep their numbers in the
 //! resume log). Every order's coins reach exactly one event: an order is either published on
 //! its own or held in its streak's batch until the batch's event goes out
-//! ([`RoomState::flush_storm`]); the ledger books each order on its own either way.
+//! ([`RoomState::flush_storm`]); the ledger books each order on its own either way. An
+//! order's coins fuel the room rocket when its event is recorded for publishing, not while it
+//! is held: the fuel and the event go in one write, so an order a runtime never published (it
+//! died, or owed the event) is fuel once, when the next runtime publishes it.
 
 use std::collections::HashMap;
 
@@ -20,7 +25,7 @@ use super::{Applied, RoomState, Sequenced};
 /// not tracked, and its orders each count as a streak of one.
 pub(crate) const MAX_STREAKS: usize = 4096;
 
-/// The length of the gift-event budget's window.
+/// The length of the gift-event budget's window; windows are whole seconds of unix time.
 const BUDGET_WINDOW_MS: u64 = 1000;
 
 /// The rules of combos and storms, from the shard's configuration.
@@ -28,9 +33,11 @@ const BUDGET_WINDOW_MS: u64 = 1000;
 pub struct GiftRules {
     /// Orders of one sender, gift and recipients at most this far apart form a streak (≥ 1).
     pub combo_window_ms: u64,
-    /// Gift events a room sends per second before it merges streaks (0: never merges).
+    /// Gift events a room sends per second (whole seconds of unix time), merged ones
+    /// included, before it merges streaks (0: never merges).
     pub events_per_sec: u32,
-    /// A merged event goes out this long after the first order it holds.
+    /// A merged event goes out this long after the first order it holds, or, when the room
+    /// spent that second's budget, in the next second with budget left.
     pub storm_interval_ms: u64,
 }
 
@@ -57,10 +64,13 @@ pub struct GiftMark {
 /// Gift events to publish and the orders they carry.
 #[derive(Debug, Default)]
 pub struct GiftPublished {
-    /// The sequenced events.
+    /// The sequenced events, and the rocket's durable change when their orders' fuel decided a
+    /// launch.
     pub applied: Applied,
     /// The orders the events carry, each once.
     pub orders: Vec<GiftMark>,
+    /// Whether the orders' coins went into the rocket (its progress moved).
+    pub fuelled: bool,
 }
 
 /// What identifies a streak: sender, gift and the recipients (sorted).
@@ -94,24 +104,37 @@ struct Streak {
     held: Option<Held>,
 }
 
-/// Orders of one streak held back during a storm: their merged event so far.
+/// Orders of one streak held back during a storm: their merged event so far, and each
+/// order's coins (rocket fuel once the event goes out).
 #[derive(Debug)]
 struct Held {
     event: GiftEvent,
-    orders: Vec<GiftMark>,
+    orders: Vec<(GiftMark, i64)>,
     flush_at: u64,
+}
+
+impl Held {
+    /// The batch goes out: its event, its orders into `out` and their fuel into `fuel`.
+    fn release(self, out: &mut GiftPublished, fuel: &mut Vec<(Uuid, i64)>) -> GiftEvent {
+        for (mark, coins) in self.orders {
+            out.orders.push(mark);
+            fuel.push((mark.order, coins));
+        }
+        self.event
+    }
 }
 
 /// The room's streaks and its gift-event budget.
 #[derive(Debug, Default)]
 pub(crate) struct Streaks {
     by_key: HashMap<Key, Streak>,
-    /// The streaks holding a batch (few: one per storming streak).
+    /// The streaks holding a batch (one per storming streak), in the order their batches go
+    /// out when they are due at the same time.
     held: Vec<Key>,
     budget: Budget,
 }
 
-/// The gift events sent in the current budget window.
+/// The gift events sent in the current budget window (one second of unix time).
 #[derive(Debug, Default)]
 struct Budget {
     window_start: u64,
@@ -119,15 +142,36 @@ struct Budget {
 }
 
 impl Budget {
-    /// Counts an event against `budget` at `now`: whether the budget still had room.
-    fn spend(&mut self, now: u64, budget: u32) -> bool {
+    /// Moves to the window of `now` when it is a new one.
+    fn at(&mut self, now: u64) {
         if now >= self.window_start.saturating_add(BUDGET_WINDOW_MS) || now < self.window_start {
-            self.window_start = now;
+            self.window_start = now - now % BUDGET_WINDOW_MS;
             self.window_events = 0;
         }
+    }
+
+    /// Counts an event against `budget` at `now` (it goes out either way): whether the budget
+    /// still had room.
+    fn spend(&mut self, now: u64, budget: u32) -> bool {
+        self.at(now);
         let fits = budget == 0 || self.window_events < budget;
         self.window_events = self.window_events.saturating_add(1);
         fits
+    }
+
+    /// Counts an event against `budget` at `now` only if the budget has room for it.
+    fn take(&mut self, now: u64, budget: u32) -> bool {
+        self.at(now);
+        let fits = budget == 0 || self.window_events < budget;
+        if fits {
+            self.window_events = self.window_events.saturating_add(1);
+        }
+        fits
+    }
+
+    /// When the window after the current one starts.
+    fn next_window(&self) -> u64 {
+        self.window_start.saturating_add(BUDGET_WINDOW_MS)
     }
 }
 
@@ -175,6 +219,9 @@ impl RoomState {
         };
         let mut out = GiftPublished::default();
         let mut emit: Vec<GiftEvent> = Vec::with_capacity(1);
+        // The orders published now with their coins: the streak's sender's fuel.
+        let mut fuel: Vec<(Uuid, i64)> = Vec::with_capacity(1);
+        let sender = ev.from.clone();
         let key = Key::of(&ev);
         let streaks = &mut self.streaks;
         let tracked =
@@ -190,6 +237,7 @@ impl RoomState {
             });
             streaks.budget.spend(now, 0);
             out.orders.push(mark);
+            fuel.push((mark.order, ev.coins));
             emit.push(ev);
         } else {
             let s = streaks.by_key.entry(key.clone()).or_insert(Streak {
@@ -203,9 +251,9 @@ impl RoomState {
             if s.number > 0 && now.saturating_sub(s.last_at) > rules.combo_window_ms {
                 // The streak ended: its batch goes out first, and a new streak begins.
                 if let Some(h) = s.held.take() {
-                    out.orders.extend(h.orders);
-                    emit.push(h.event);
+                    emit.push(h.release(&mut out, &mut fuel));
                     streaks.held.retain(|k| *k != key);
+                    streaks.budget.spend(now, 0);
                 }
                 *s = Streak {
                     id: ev.order,
@@ -226,29 +274,34 @@ impl RoomState {
                 let e = &mut h.event;
                 e.count = e.count.saturating_add(ev.count);
                 e.coins = e.coins.saturating_add(ev.coins);
+                // The last order's fields, its sender's badges as they are now among them.
                 e.order = ev.order;
                 e.p = ev.p;
                 e.to_p = ev.to_p;
+                e.guard = ev.guard;
+                e.vip = ev.vip;
                 let merged = e.combo.as_ref().map_or(1, |c| c.merged).saturating_add(1);
                 e.combo = Some(Combo { merged, ..numbers });
-                h.orders.push(mark);
-                // Held: the budget is not spent until the batch goes out.
+                h.orders.push((mark, ev.coins));
+                // Held: the budget is not spent, nor the fuel added, until the batch goes out.
             } else {
                 if let Some(h) = s.held.take() {
-                    out.orders.extend(h.orders);
-                    emit.push(h.event);
+                    emit.push(h.release(&mut out, &mut fuel));
                     streaks.held.retain(|k| *k != key);
+                    streaks.budget.spend(now, 0);
                 }
                 ev.combo = Some(numbers);
                 let fits = streaks.budget.spend(now, rules.events_per_sec);
                 if fits || lucky {
                     out.orders.push(mark);
+                    fuel.push((mark.order, ev.coins));
                     emit.push(ev);
                 } else {
                     let flush_at = now.saturating_add(rules.storm_interval_ms);
+                    let coins = ev.coins;
                     s.held = Some(Held {
                         event: ev,
-                        orders: vec![mark],
+                        orders: vec![(mark, coins)],
                         flush_at,
                     });
                     streaks.held.push(key);
@@ -258,7 +311,27 @@ impl RoomState {
         for e in emit {
             self.push(&mut out.applied, Sequenced::Gift(e));
         }
+        self.fuel_published(&sender, &fuel, now, &mut out);
         out
+    }
+
+    /// Adds the coins of `orders` (of `sender`), whose events go out in `out`, as rocket fuel
+    /// at `now`: a launch they decide is a durable change of the same write.
+    fn fuel_published(
+        &mut self,
+        sender: &UserId,
+        orders: &[(Uuid, i64)],
+        now: u64,
+        out: &mut GiftPublished,
+    ) {
+        if !self.rocket_on() || orders.is_empty() {
+            return;
+        }
+        for &(order, coins) in orders {
+            out.applied.durable_changed |=
+                self.rocket_fuel(sender, coins, now, order).durable_changed;
+        }
+        out.fuelled = true;
     }
 
     /// When the first held batch is due (unix ms).
@@ -271,25 +344,65 @@ impl RoomState {
             .min()
     }
 
-    /// Publishes the held batches due at `now` (`all`: every one, for a runtime that stops),
-    /// each as one `gift` event with the sums of its orders.
+    /// Publishes the held batches due at `now` (`all`: every one, for a runtime that stops,
+    /// whatever the budget), each as one `gift` event with the sums of its orders; their
+    /// orders' coins go into the rocket with them. The budget is the room's: due batches past
+    /// what is left of it this second wait for the next one (the longest due first), and the
+    /// orders that come meanwhile join them.
     pub fn flush_storm(&mut self, now: u64, all: bool) -> GiftPublished {
         let mut out = GiftPublished::default();
-        if self.streaks.held.is_empty() {
-            return out;
+        let budget = self.gift_rules.events_per_sec;
+        let mut due = self.take_due(now, all);
+        // Stable: batches due at the same time keep the order they were held (or deferred) in.
+        due.sort_by_key(|(_, h)| h.flush_at);
+        let mut go = Vec::with_capacity(due.len());
+        for (key, mut h) in due {
+            let wait = !all && !self.streaks.budget.take(now, budget);
+            match self.streaks.by_key.get_mut(&key) {
+                Some(s) if wait => {
+                    h.flush_at = self.streaks.budget.next_window();
+                    s.held = Some(h);
+                    self.streaks.held.push(key);
+                }
+                _ => go.push(h),
+            }
         }
-        let mut emit = Vec::new();
+        if all {
+            for _ in &go {
+                self.streaks.budget.spend(now, 0);
+            }
+        }
+        for h in go {
+            let mut fuel = Vec::with_capacity(h.orders.len());
+            let sender = h.event.from.clone();
+            let e = h.release(&mut out, &mut fuel);
+            self.push(&mut out.applied, Sequenced::Gift(e));
+            self.fuel_published(&sender, &fuel, now, &mut out);
+        }
+        out
+    }
+
+    /// Takes the held batches due at `now` (`all`: every one) without publishing them: the
+    /// orders of a runtime that cannot publish, whose events it owes. Their coins are not
+    /// fuel here: the runtime that publishes their events adds them.
+    pub fn owe_storm(&mut self, now: u64, all: bool) -> Vec<GiftMark> {
+        self.take_due(now, all)
+            .into_iter()
+            .flat_map(|(_, h)| h.orders.into_iter().map(|(mark, _)| mark))
+            .collect()
+    }
+
+    /// Takes the held batches due at `now` (`all`: every one) out of their streaks.
+    fn take_due(&mut self, now: u64, all: bool) -> Vec<(Key, Held)> {
         let streaks = &mut self.streaks;
+        let mut due = Vec::new();
         let keys = std::mem::take(&mut streaks.held);
         for key in keys {
             let Some(s) = streaks.by_key.get_mut(&key) else {
                 continue;
             };
             match s.held.take() {
-                Some(h) if all || h.flush_at <= now => {
-                    out.orders.extend(h.orders);
-                    emit.push(h.event);
-                }
+                Some(h) if all || h.flush_at <= now => due.push((key, h)),
                 Some(h) => {
                     s.held = Some(h);
                     streaks.held.push(key);
@@ -297,11 +410,7 @@ impl RoomState {
                 None => {}
             }
         }
-        for e in emit {
-            self.streaks.budget.spend(now, 0);
-            self.push(&mut out.applied, Sequenced::Gift(e));
-        }
-        out
+        due
     }
 
     /// How many orders the room holds back in storm batches.

@@ -229,3 +229,115 @@ fn robots_and_absent_users_are_not_drawn_and_fuel_without_rules_is_ignored() {
     assert_eq!(drawn.len(), 7, "zed, then the six human members");
     assert!(!drawn.iter().any(|u| u.starts_with("bot:")));
 }
+
+/// A storm room: one gift event per second, and a rocket whose levels take 1,000 coins.
+fn storm_room() -> RoomState {
+    let mut r = room(RocketRules {
+        levels: vec![level(1000, &[100], 0, 0)],
+        daily_cap: 0,
+        progress_interval_ms: 1000,
+    });
+    r.set_gift_rules(GiftRules {
+        combo_window_ms: 3_000,
+        events_per_sec: 1,
+        storm_interval_ms: 500,
+    });
+    r
+}
+
+fn rose(n: u128, coins: i64) -> protocol::client::GiftEvent {
+    protocol::client::GiftEvent {
+        order: uuid::Uuid::from_u128(n),
+        from: u("a"),
+        to: vec![u("host")],
+        gift: "rose".into(),
+        count: 1,
+        coins,
+        lucky_multiplier: None,
+        robot: false,
+        p: None,
+        guard: false,
+        vip: 0,
+        to_p: Default::default(),
+        combo: None,
+    }
+}
+
+/// Coins the rocket counted: the levels launched and the fuel in the current one.
+fn counted(r: &RoomState) -> i64 {
+    let k = r.durable().rocket.as_deref().cloned().unwrap_or_default();
+    k.launches as i64 * 1000 + k.fuel
+}
+
+/// A held order fuels the rocket with the write that publishes its merged event, not while it
+/// is held: a runtime that dies holding it (the order stays open in the fenced store, and the
+/// next owner publishes it) or owes its event must not have counted its coins, or the next
+/// owner counts them again and a second launch is paid from coins that came in once.
+#[test]
+fn a_held_order_fuels_the_rocket_once_across_a_crash() {
+    let mut r = storm_room();
+    // What the fenced store holds: the durable state of the last write that changed it.
+    let mut stored = r.durable().clone();
+    let one = r.record_gift(rose(1, 10), true, 0);
+    assert_eq!(one.orders.len(), 1, "within the budget: published");
+    if one.applied.durable_changed {
+        stored = r.durable().clone();
+    }
+    // Order 2 (1,000 coins) is held: it would fill the level.
+    let two = r.record_gift(rose(2, 1000), true, 10);
+    assert!(two.orders.is_empty(), "held");
+    if two.applied.durable_changed {
+        stored = r.durable().clone();
+    }
+    // The runtime dies. The next owner loads the stored state and publishes order 2, found
+    // open, as a single event.
+    let mut next = storm_room();
+    next.durable = stored;
+    let again = next.record_gift(rose(2, 1000), true, 20);
+    assert_eq!(again.orders.len(), 1);
+    assert!(
+        counted(&next) <= 1010,
+        "{} counted vs 1010 taken in",
+        counted(&next)
+    );
+    assert_eq!(
+        counted(&next),
+        1000,
+        "order 2 counted once (order 1's fuel was never saved)"
+    );
+    assert_eq!(
+        next.pending_launch().map(|l| (l.number, l.order.clone())),
+        Some((1, Some((uuid::Uuid::from_u128(2), u("a")))))
+    );
+    // A runtime that owes a held order's event (lost lease) has not counted it either.
+    let mut r = storm_room();
+    r.record_gift(rose(1, 10), true, 0);
+    r.record_gift(rose(2, 1000), true, 10);
+    let owed = r.owe_storm(10, true);
+    assert_eq!(owed.len(), 1);
+    assert_eq!(counted(&r), 10);
+}
+
+/// The merged event's write carries its orders' fuel: the launch is decided with it, and its
+/// order is the held order that filled the level.
+#[test]
+fn a_held_order_fuels_the_rocket_when_its_merged_event_goes_out() {
+    let mut r = storm_room();
+    r.record_gift(rose(1, 10), true, 0);
+    assert!(!r.record_gift(rose(2, 500), true, 10).fuelled);
+    assert!(!r.record_gift(rose(3, 600), true, 20).fuelled);
+    assert_eq!(counted(&r), 10);
+    // Due at 510, sent at 1,000 (the second's one event went to order 1).
+    let out = r.flush_storm(1_000, false);
+    assert_eq!(out.orders.len(), 2);
+    assert!(
+        out.fuelled && out.applied.durable_changed,
+        "the launch goes in the same write"
+    );
+    assert_eq!(counted(&r), 1110);
+    assert_eq!(
+        r.pending_launch().and_then(|l| l.order.clone()),
+        Some((uuid::Uuid::from_u128(3), u("a"))),
+        "order 3's coins filled the level"
+    );
+}
