@@ -33,6 +33,9 @@ pub const ROSE_PRICE: i64 = 10;
 const REWARD_PAGES: usize = 100;
 /// Admin calls in flight while granting and checking.
 const ADMIN_CONCURRENCY: usize = 32;
+/// Attempts at reading a balance between two equal reward totals (rewards still being paid),
+/// 200 ms apart; a user whose rewards never settle is left unchecked.
+const STABLE_READS: usize = 150;
 
 /// How the storm's gifts are sent.
 #[derive(Debug, Clone, Copy, Default)]
@@ -188,18 +191,31 @@ pub(super) async fn check_balances(
         .map(|c| (c.user.clone(), c.ok_count(), c.in_flight() as u64))
         .collect();
     let checks = futures_util::stream::iter(expected.into_iter().map(|(u, ok, open)| async move {
-        let r = admin::wallet(admin_addr, token, &u).await.ok()?;
-        let balance = r.json()["balance"].as_i64()?;
         // Rocket rewards (a node running the room economy) add to the balance; a node
-        // without a statement (the baseline) has none to add.
-        let rewards = if rockets {
-            admin::movements_total(admin_addr, token, &u, "rocket_reward", REWARD_PAGES)
-                .await
-                .ok()?
-        } else {
-            0
+        // without a statement (the baseline) has none to add. Launches filled late in the
+        // storm are still being paid after the gifts drained: the balance is read between two
+        // equal reward totals, so that no reward lands between the two reads compared.
+        let rewards = || async {
+            if rockets {
+                admin::movements_total(admin_addr, token, &u, "rocket_reward", REWARD_PAGES)
+                    .await
+                    .ok()
+            } else {
+                Some(0)
+            }
         };
-        Some(balance_fits(balance - rewards, ok, open))
+        let mut before = rewards().await?;
+        for _ in 0..STABLE_READS {
+            let r = admin::wallet(admin_addr, token, &u).await.ok()?;
+            let balance = r.json()["balance"].as_i64()?;
+            let after = rewards().await?;
+            if after == before {
+                return Some(balance_fits(balance - after, ok, open));
+            }
+            before = after;
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        None
     }))
     .buffer_unordered(ADMIN_CONCURRENCY)
     .collect::<Vec<Option<bool>>>()
