@@ -278,9 +278,13 @@ export class Room extends Emitter<RoomEvents> {
     });
   }
 
-  /** Leaves the room. */
+  /**
+   * Leaves the room. The client lets go of it at once: a `join` of the same room made before
+   * the reply is a new join, sent after the leave, and wins (section 4.3: the last sent).
+   */
   async leave(): Promise<void> {
     this.rejoinGen++;
+    this.client.forget(this);
     try {
       await this.client.request("room.leave", { room: this.id });
     } finally {

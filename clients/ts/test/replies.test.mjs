@@ -163,3 +163,25 @@ test("a gift cut off by a disconnect whose room is then refused rejects as unkno
   assert.equal(e.reqId, sent.d.req_id);
   assert.deepEqual(s2.sentOps("gift.send"), [], "not sent again outside the room");
 });
+
+test("a join of a room right after leaving it is sent after the leave and wins", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const ja = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 1))[0], 1, 2);
+  const a = await ja;
+  const leaving = a.leave();
+  const again = c.join("A");
+  const [leave] = await srv.sent(s, "room.leave", 1);
+  const [, join] = await srv.sent(s, "room.join", 2);
+  assert.ok(s.sent.indexOf(leave) < s.sent.indexOf(join), "the join goes out after the leave");
+  s.ok(leave, {});
+  await leaving;
+  s.joined(join, 1, 4);
+  const a2 = await again;
+  assert.notEqual(a2, a);
+  assert.deepEqual([a.state, a2.state], ["left", "joined"]);
+  assert.deepEqual([...c.rooms.keys()], ["A"]);
+  assert.equal(c.rooms.get("A"), a2);
+});
