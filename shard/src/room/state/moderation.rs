@@ -4,7 +4,7 @@
 use std::ops::Bound;
 
 use protocol::client::moderation::{MAX_BAN_PAGE, MAX_PENALTY_SECS};
-use protocol::client::{BanPage, BanView};
+use protocol::client::{BanPage, BanView, RoleChange};
 use protocol::{ErrorCode, UserId};
 
 use super::durable::{MAX_BANS, MAX_MUTES, Penalty};
@@ -158,6 +158,19 @@ impl RoomState {
             self.durable
                 .bans
                 .insert(target.clone(), Penalty { until, by });
+            // A banned admin (only the owner can ban one) is staff no more: the role goes with
+            // the ban, announced, and does not come back with an unban.
+            if self.durable.admins.contains(target) {
+                self.durable.admins.retain(|a| a != target);
+                self.push(
+                    &mut applied,
+                    Sequenced::Role(RoleChange {
+                        user: target.clone(),
+                        role: "member".into(),
+                        by: actor.clone(),
+                    }),
+                );
+            }
         }
         let until = ban.flatten();
         self.moderated(&mut applied, entry(action, Some(target), actor, until, now));

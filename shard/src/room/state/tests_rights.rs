@@ -572,3 +572,58 @@ fn a_transfer_shows_the_new_owners_region() {
     .unwrap();
     assert_eq!(r.durable().owner_region, None);
 }
+
+/// The owner's ban of an admin takes the role away (`room.role` `member`, before the
+/// `moderation` event): the admin leaves the cap, and an unban brings back a member, not staff.
+#[test]
+fn a_banned_admin_is_staff_no_more() {
+    let mut r = party();
+    for ban in [
+        serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"adm","seconds":60}}),
+        serde_json::json!({"op":"room.kick","d":{"room":"r1","user":"adm","ban_seconds":60}}),
+    ] {
+        let mut r = party();
+        let out = run(&mut r, "host", ban.clone(), 100).unwrap();
+        assert!(r.durable().admins.is_empty(), "{ban}");
+        let kinds: Vec<&str> = out
+            .applied
+            .events
+            .iter()
+            .map(|(_, e)| match e {
+                Sequenced::Role(c) => {
+                    assert_eq!((c.user.as_str(), c.role.as_str()), ("adm", "member"));
+                    "role"
+                }
+                Sequenced::Moderation(_) => "moderation",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["role", "moderation"], "{ban}");
+    }
+    // A kick without a ban leaves the role: the admin may come back as staff.
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.kick","d":{"room":"r1","user":"adm"}}),
+        100,
+    )
+    .unwrap();
+    assert_eq!(r.durable().admins, vec![u("adm")]);
+    // Unbanned, a former admin is a member.
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"adm"}}),
+        200,
+    )
+    .unwrap();
+    run(
+        &mut r,
+        "host",
+        serde_json::json!({"op":"room.unban","d":{"room":"r1","user":"adm"}}),
+        300,
+    )
+    .unwrap();
+    r.join(&u("adm"), at(7), None, 400).unwrap();
+    assert_eq!(r.role(&u("adm")), Role::Member);
+}
