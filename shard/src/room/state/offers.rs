@@ -204,17 +204,13 @@ impl RoomState {
         // The cap before the seat (the documented order), counted without changing anything:
         // the target's own invitation is replaced, and expired ones (kept only to answer
         // `REQUEST_EXPIRED`) make room first.
-        let others = |i: &&Invite| i.user != *target;
-        if self.durable.invites.iter().filter(others).count() >= MAX_INVITES
-            && self
-                .durable
-                .invites
-                .iter()
-                .filter(others)
-                .filter(|i| !i.expired)
-                .count()
-                >= MAX_INVITES
-        {
+        let pending = self
+            .durable
+            .invites
+            .iter()
+            .filter(|i| i.user != *target && !i.expired)
+            .count();
+        if pending >= MAX_INVITES {
             return Err(rejected(
                 ErrorCode::BadRequest,
                 "too many pending seat invitations; try later",
