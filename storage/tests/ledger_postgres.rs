@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
+
 use kit::postgres::PgServer;
 use protocol::UserId;
 use storage::StorageError;
@@ -417,6 +419,67 @@ async fn a_lock_held_elsewhere_answers_unavailable_and_leaves_no_connection_stuc
         }
     );
     assert!(ledger.audit_totals().await.unwrap().is_conserved());
+}
+
+/// A sender's account held by another session does not hold up the other senders' gifts
+/// that share its batch: the batch gives its locks up after a short wait and each gift is
+/// booked on its own, so the others settle while the lock is still held, and the held
+/// sender's gift settles, once, when it goes. (Before, the whole batch waited for the
+/// server's lock bound and then failed every gift in it.)
+#[tokio::test]
+async fn a_held_account_does_not_fail_the_other_gifts_of_its_batch() {
+    const OTHERS: usize = 12;
+    let server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    let senders: Vec<String> = (0..OTHERS).map(|i| format!("o{i}")).collect();
+    for u in senders.iter().map(String::as_str).chain(["held"]) {
+        ledger.grant(&u.into(), 100, "seed").await.unwrap();
+    }
+    let mut raw = sql(&server).await;
+    let holder = raw.transaction().await.unwrap();
+    holder
+        .execute(
+            "SELECT 1 FROM account WHERE user_id = 'held' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+    let held = order("held", "h", 30);
+    let others: Vec<GiftOrder> = senders.iter().map(|u| order(u, "x", 10)).collect();
+    // One thread: every send below queues before the batcher runs, so they share one batch.
+    let (batches_before, _) = batches(&ledger);
+    let held_send = ledger.send_gift(&held, 1);
+    let others_then_release = async {
+        let outs = join_all(others.iter().map(|o| ledger.send_gift(o, 1))).await;
+        // Only now does the lock go: the others must not have needed it.
+        holder.rollback().await.unwrap();
+        outs
+    };
+    let (held_out, outs) = tokio::join!(held_send, others_then_release);
+    for (o, out) in others.iter().zip(outs) {
+        assert_eq!(
+            out.unwrap().result(),
+            GiftResult::Settled {
+                order_id: o.gift_id,
+                balance: 90
+            },
+            "{}",
+            o.sender
+        );
+    }
+    assert_eq!(
+        held_out.unwrap().result(),
+        GiftResult::Settled {
+            order_id: held.gift_id,
+            balance: 70
+        }
+    );
+    // They did share a batch, which gave up its locks: no batch committed them.
+    assert_eq!(batches(&ledger).0, batches_before);
+    assert_eq!(ledger.balance(&"held".into()).await.unwrap(), 70);
+    let totals = ledger.audit_totals().await.unwrap();
+    assert!(totals.is_conserved(), "{totals:?}");
+    assert_eq!(totals.platform_revenue, (5 * OTHERS + 15) as i64);
 }
 
 /// A deadlock the server reports in a batch's second round trip (here a trigger raises one,

@@ -38,7 +38,7 @@ mod schema;
 mod settlement;
 mod transfer;
 
-pub use self::batch::METRIC_BATCH_GIFTS;
+pub use self::batch::{BATCH_LOCK_WAIT, METRIC_BATCH_GIFTS, METRIC_BATCH_LOCK_WAITS};
 
 use std::str::FromStr;
 use std::time::Duration;

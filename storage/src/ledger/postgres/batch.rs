@@ -15,10 +15,16 @@
 //!    settlements, the statement lines, and the sagas marked SETTLED or VOIDED.
 //! 3. The commit; only then is any gift answered.
 //!
-//! A gift whose id was booked before (a retry) is answered [`Booked::Known`] and the caller
+//! A gift whose id was booked before (a retry) is answered [`Booked::Alone`] and the caller
 //! takes the step-by-step path ([`super::saga`]) once the batch committed; a stale fence is
 //! `Fenced` for that gift alone. A failed transaction (a lost connection, a time-out) fails
 //! every gift of its batch with the same error, and each caller retries by its gift id.
+//!
+//! Step 1's locks wait at most [`BATCH_LOCK_WAIT`]: an account held by another transaction
+//! (a slow one, or one of a node frozen in the middle of it) would otherwise stall the whole
+//! batch until the server's lock bound and then fail every gift in it. Past the wait the batch
+//! books nothing, and each of its gifts is booked alone, so only the held account's gifts
+//! wait for it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use deadpool_postgres::Transaction;
 use futures_util::future::join_all;
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use super::super::NewMovement;
@@ -51,13 +58,20 @@ pub(super) const BATCHES_IN_FLIGHT: usize = super::POOL_SIZE / 2;
 const QUEUE: usize = 4 * MAX_BATCH * BATCHES_IN_FLIGHT;
 /// Histogram of the gifts each committed batch held.
 pub const METRIC_BATCH_GIFTS: &str = "chorus_ledger_batch_gifts";
+/// Batches whose locks waited past [`BATCH_LOCK_WAIT`], their gifts then booked alone.
+pub const METRIC_BATCH_LOCK_WAITS: &str = "chorus_ledger_batch_lock_waits_total";
+/// How long a batch waits for its rooms' fences and its senders' accounts (a PostgreSQL
+/// `lock_timeout`). The node's own batches hold them for a commit's time; longer means a
+/// transaction elsewhere holds one.
+pub const BATCH_LOCK_WAIT: &str = "500ms";
 
 /// What the batch did with one gift.
 pub(super) enum Booked {
     /// Booked (settled, or refused for its balance) and committed.
     Done(GiftOutcome),
-    /// The gift id was booked before: the caller goes step by step from where its saga is.
-    Known,
+    /// Not booked by the batch: the gift id was booked before, or the batch's locks waited
+    /// too long. The caller goes step by step, from where its saga is (if anywhere).
+    Alone,
 }
 
 /// One gift waiting for a batch, and where its answer goes.
@@ -146,10 +160,17 @@ async fn dispatch(db: Db, mut rx: mpsc::Receiver<Job>, stats: Arc<Stats>) {
 async fn run(db: &Db, jobs: Vec<Job>, row: i16, stats: &Stats) {
     let gifts: Vec<(&GiftOrder, u64)> = jobs.iter().map(|j| (&j.order, j.fence)).collect();
     let started = tokio::time::Instant::now();
-    let booked = transact!(db, |tx| book(&tx, &gifts, row).await);
+    let booked =
+        transact!(db, |tx| book(&tx, &gifts, row).await, commit_if |b: &Option<_>| b.is_some());
     drop(gifts);
     match booked {
-        Ok(results) => {
+        Ok(None) => {
+            metrics::counter!(METRIC_BATCH_LOCK_WAITS).increment(1);
+            for job in jobs {
+                let _ = job.reply.send(Ok(Booked::Alone));
+            }
+        }
+        Ok(Some(results)) => {
             metrics::histogram!(crate::ledger::METRIC_GROUP_COMMIT_SECONDS)
                 .record(started.elapsed().as_secs_f64());
             stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -170,6 +191,10 @@ async fn run(db: &Db, jobs: Vec<Job>, row: i16, stats: &Stats) {
 /// A statement's parameters.
 type Params<'a> = [&'a (dyn tokio_postgres::types::ToSql + Sync)];
 
+/// Sets this transaction's lock wait to `$1`, or back to the session's (its `reset_val`).
+const SQL_LOCK_WAIT: &str = "SELECT set_config('lock_timeout', $1, true)";
+const SQL_LOCK_WAIT_BACK: &str = "SELECT set_config('lock_timeout',
+ (SELECT reset_val FROM pg_settings WHERE name = 'lock_timeout'), true)";
 const SQL_FENCES: &str =
     "SELECT room, fence FROM room_owner WHERE room = ANY($1) ORDER BY room FOR SHARE";
 const SQL_CREATE_ACCOUNTS: &str = "INSERT INTO account (user_id)
@@ -313,13 +338,16 @@ impl<'a> Writes<'a> {
 }
 
 /// Books `gifts` (orders with their fences) in transaction `tx`, adding earnings and
-/// leaderboard totals to slot `row`: each gift's answer, in order.
+/// leaderboard totals to slot `row`: each gift's answer, in order; `None` (nothing booked:
+/// roll back) when a lock of step 1 waited past [`BATCH_LOCK_WAIT`].
 async fn book(
     tx: &Transaction<'_>,
     gifts: &[(&GiftOrder, u64)],
     row: i16,
-) -> TxResult<Vec<Result<Booked>>> {
-    let (s_fences, s_create, s_lock, s_gift) = tokio::try_join!(
+) -> TxResult<Option<Vec<Result<Booked>>>> {
+    let (s_wait, s_wait_back, s_fences, s_create, s_lock, s_gift) = tokio::try_join!(
+        tx.prepare_cached(SQL_LOCK_WAIT),
+        tx.prepare_cached(SQL_LOCK_WAIT_BACK),
         tx.prepare_cached(SQL_FENCES),
         tx.prepare_cached(SQL_CREATE_ACCOUNTS),
         tx.prepare_cached(SQL_LOCK_ACCOUNTS),
@@ -348,12 +376,28 @@ async fn book(
         let s_gift = &s_gift;
         async move { tx.query_one(s_gift, &p).await }
     });
-    let (fences, created, locked, answers) = tokio::join!(
+    let (wait, fences, created, locked, wait_back, answers) = tokio::join!(
+        tx.query_one(&s_wait, &[&BATCH_LOCK_WAIT]),
         tx.query(&s_fences, p_rooms),
         tx.execute(&s_create, p_senders),
         tx.query(&s_lock, p_senders),
+        tx.query_one(&s_wait_back, &[]),
         join_all(per_gift),
     );
+    // The first statement to fail names the cause; the ones after it only "aborted".
+    let waited_too_long = [
+        fences.as_ref().err(),
+        created.as_ref().err(),
+        locked.as_ref().err(),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|e| e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE));
+    if waited_too_long {
+        return Ok(None);
+    }
+    wait?;
+    wait_back?;
     let mut installed: BTreeMap<String, u64> = BTreeMap::new();
     for row in fences? {
         installed.insert(col(&row, 0)?, from_sql_fence(col(&row, 1)?)?);
@@ -375,7 +419,7 @@ async fn book(
             results.push(if *fence < room_fence {
                 Err(StorageError::Fenced { token: *fence })
             } else {
-                Ok(Booked::Known)
+                Ok(Booked::Alone)
             });
             continue;
         }
@@ -398,7 +442,7 @@ async fn book(
     if !writes.is_empty() {
         write(tx, &writes, now).await?;
     }
-    Ok(results)
+    Ok(Some(results))
 }
 
 /// Round trip 2: the batch's writes, pipelined, rows in key order.

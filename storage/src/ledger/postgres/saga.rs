@@ -62,8 +62,9 @@ impl PostgresLedger {
     ) -> Result<GiftOutcome> {
         match self.gifts.book(order, fence).await? {
             Booked::Done(outcome) => Ok(outcome),
-            // A retry of a booked gift: step by step, from where its saga stands.
-            Booked::Known => transact!(self, |tx| send_tx(&tx, order, fence).await),
+            // A retry of a booked gift, or a batch whose locks waited too long: step by step,
+            // from where its saga stands (if anywhere).
+            Booked::Alone => transact!(self, |tx| send_tx(&tx, order, fence).await),
         }
     }
 
