@@ -16,7 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use protocol::RoomId;
-use protocol::ids::is_valid_id;
+use protocol::ids::{is_valid_id, is_valid_user_id};
 use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
@@ -329,11 +329,15 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::GET, ["local", "rooms"]) => dashboard::local_rooms(admin),
         (&Method::GET, ["leases"]) => dashboard::leases(admin).await,
         (&Method::GET, ["metrics"]) => dashboard::metrics(admin, uri_query).await,
-        (&Method::POST, ["wallets", user, "grant"]) if is_valid_id(user) => match &admin.core {
-            Some(core) => money::grant(&core.money, user, &body).await,
-            None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
-        },
-        (&Method::PUT | &Method::DELETE | &Method::GET, ["sellers", user]) if is_valid_id(user) => {
+        (&Method::POST, ["wallets", user, "grant"]) if is_valid_user_id(user) => {
+            match &admin.core {
+                Some(core) => money::grant(&core.money, user, &body).await,
+                None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
+            }
+        }
+        (&Method::PUT | &Method::DELETE | &Method::GET, ["sellers", user])
+            if is_valid_user_id(user) =>
+        {
             match &admin.core {
                 Some(core) if method == Method::GET => wallet::seller(&core.money, user).await,
                 Some(core) => wallet::set_seller(&core.money, user, method == Method::PUT).await,
@@ -347,11 +351,12 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             }
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
-        (&Method::GET, ["wallets", user, "history"]) if is_valid_id(user) => match &admin.core {
+        (&Method::GET, ["wallets", user, "history"]) if is_valid_user_id(user) => match &admin.core
+        {
             Some(core) => wallet::history(&core.money, user, uri_query).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
-        (&Method::GET, ["wallets", user]) if is_valid_id(user) => match &admin.core {
+        (&Method::GET, ["wallets", user]) if is_valid_user_id(user) => match &admin.core {
             Some(core) => money::wallet(&core.money, user).await,
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },

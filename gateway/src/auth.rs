@@ -5,7 +5,7 @@ use std::time::Duration;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use protocol::UserId;
 use protocol::client::Profile;
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use serde::{Deserialize, Serialize};
 
 /// How far a token's `nbf` or `iat` may lie in the future: clocks of token issuers drift.
@@ -109,7 +109,7 @@ pub enum AuthError {
 
 /// Whether a token's `sub` may connect: a usable id that is not a robot's.
 fn check_subject(sub: &str) -> Result<(), AuthError> {
-    if !is_valid_id(sub) {
+    if !is_valid_user_id(sub) {
         return Err(AuthError::BadSubject);
     }
     if UserId::from(sub).is_robot() {

@@ -12,7 +12,7 @@ use protocol::client::{
     self, GuardBought, GuardBuy, GuardEntry, GuardList, GuardOp, GuardPage, GuardPlanInfo,
     is_valid_req_id,
 };
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use protocol::{ErrorCode, RoomId, SessionId, UserId};
 use serde::Deserialize;
 use storage::ledger::{
@@ -190,7 +190,7 @@ impl Core {
         b: &GuardBuy,
     ) -> Bytes {
         let bad = |msg: &str| client::encode_err(Some(id), ErrorCode::BadRequest, msg);
-        if !is_valid_id(b.host.as_str()) || b.host == *user {
+        if !is_valid_user_id(b.host.as_str()) || b.host == *user {
             return bad("host: another user's id");
         }
         if !is_valid_req_id(&b.req_id) || b.req_id.len() > MAX_GUARD_REQ_ID_BYTES {
@@ -260,7 +260,7 @@ impl Core {
             return bad("limit must be 1..=200");
         }
         let host = match (&l.host, &l.room) {
-            (Some(h), None) if is_valid_id(h.as_str()) => h.clone(),
+            (Some(h), None) if is_valid_user_id(h.as_str()) => h.clone(),
             (None, Some(room)) => match owner_of(self, room).await {
                 Ok(Some(owner)) => owner,
                 Ok(None) => {

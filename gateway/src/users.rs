@@ -16,7 +16,7 @@ use protocol::client::{
         MAX_FOLLOWING, MAX_USER_GET,
     },
 };
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use protocol::link::RoomCmd;
 use protocol::{ErrorCode, SessionId, UserId};
 use serde_json::json;
@@ -115,8 +115,8 @@ fn check_user(s: &UserId) -> Result<(), Refusal> {
 /// Whether `s` is a usable user id: anyone's follows may be read (a robot's are empty), and
 /// removing a follow that cannot exist removes nothing.
 fn check_id(s: &UserId) -> Result<(), Refusal> {
-    if !is_valid_id(s.as_str()) {
-        return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:]"));
+    if !is_valid_user_id(s.as_str()) {
+        return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:@+|]"));
     }
     Ok(())
 }
@@ -437,8 +437,8 @@ impl Core {
         if g.users.is_empty() || g.users.len() > MAX_USER_GET {
             return Err(bad("users: 1..=100 ids"));
         }
-        if !g.users.iter().all(|u| is_valid_id(u.as_str())) {
-            return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:]"));
+        if !g.users.iter().all(|u| is_valid_user_id(u.as_str())) {
+            return Err(bad("user ids are 1..=64 of [A-Za-z0-9-_.:@+|]"));
         }
         let stored = self
             .users

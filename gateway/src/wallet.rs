@@ -7,7 +7,7 @@ use protocol::client::{
     self, CheckedIn, MovementEntry, Transferred, WalletHistory, WalletHistoryPage, WalletOp,
     WalletTransfer, is_valid_req_id,
 };
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use protocol::{ErrorCode, UserId};
 use storage::StorageError;
 use storage::key_set::KeySet;
@@ -99,7 +99,7 @@ async fn transfer(
     t: &WalletTransfer,
 ) -> Bytes {
     let bad = |msg: &str| client::encode_err(Some(id), ErrorCode::BadRequest, msg);
-    if !is_valid_id(t.to.as_str()) || t.to == *user {
+    if !is_valid_user_id(t.to.as_str()) || t.to == *user {
         return bad("to: another user's id");
     }
     if t.amount <= 0 || t.amount > MAX_GRANT_COINS {

@@ -115,10 +115,20 @@ pub type FencingToken = u64;
 
 /// Whether `s` is a usable id: 1..=64 bytes of ASCII letters, digits, `-`, `_`, `.` or `:`.
 pub fn is_valid_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_ID_LEN_BYTES && s.bytes().all(id_byte)
+}
+
+/// Whether `s` is a usable user id: what [`is_valid_id`] accepts, and `@`, `+` and `|` too, so
+/// that identity providers' subjects work as they are (`auth0|5f7c8ec7`, `ann+tag@example.com`).
+pub fn is_valid_user_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_ID_LEN_BYTES
         && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+            .all(|b| id_byte(b) || matches!(b, b'@' | b'+' | b'|'))
+}
+
+fn id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':')
 }
 
 #[cfg(test)]
@@ -150,5 +160,18 @@ mod tests {
         assert!(!is_valid_id(""));
         assert!(!is_valid_id("has space"));
         assert!(!is_valid_id(&"x".repeat(65)));
+        // User ids take identity providers' subjects as they are; room ids do not.
+        for sub in [
+            "auth0|5f7c8ec7",
+            "google-oauth2|1043",
+            "ann+tag@example.com",
+        ] {
+            assert!(is_valid_user_id(sub), "{sub}");
+            assert!(!is_valid_id(sub), "{sub}");
+        }
+        for bad in ["", "has space", "a/b", "a{b}", "a%7C", "a\"b", "caf\u{e9}"] {
+            assert!(!is_valid_user_id(bad), "{bad:?}");
+        }
+        assert!(!is_valid_user_id(&"x".repeat(65)));
     }
 }

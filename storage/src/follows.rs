@@ -159,7 +159,7 @@ impl Cursor {
     pub fn decode(s: &str) -> Option<Self> {
         let (at, user) = s.split_once(':')?;
         let at = at.parse().ok()?;
-        protocol::ids::is_valid_id(user).then(|| Self {
+        protocol::ids::is_valid_user_id(user).then(|| Self {
             at,
             user: UserId::from(user),
         })

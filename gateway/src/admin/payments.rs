@@ -12,7 +12,7 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use protocol::UserId;
 use protocol::client::is_valid_req_id;
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use serde::Deserialize;
 use serde_json::json;
 use storage::ledger::{Payment, RefundOutcome, TopUpOutcome};
@@ -98,7 +98,7 @@ pub(super) async fn serve(admin: &Admin, req: Request<Incoming>) -> Resp {
     }
     match notice.kind.as_str() {
         "payment.succeeded" => {
-            let Some(user) = notice.user.filter(|u| is_valid_id(u)) else {
+            let Some(user) = notice.user.filter(|u| is_valid_user_id(u)) else {
                 return error(StatusCode::BAD_REQUEST, "user: a valid user id");
             };
             let product = notice.product.unwrap_or_default();

@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, Method, Request, StatusCode};
 use hyper::body::Incoming;
-use protocol::ids::is_valid_id;
+use protocol::ids::{is_valid_id, is_valid_user_id};
 use protocol::link::{RoomCmd, RtcEvent, RtcKind};
 use protocol::{RoomId, SessionId, UserId};
 use serde::Deserialize;
@@ -290,9 +290,9 @@ fn parse_chorus(body: &[u8]) -> Result<Delivery, Refused> {
             "room must be 1..=64 bytes of [A-Za-z0-9-_.:]".into(),
         ));
     }
-    if !is_valid_id(&b.user) {
+    if !is_valid_user_id(&b.user) {
         return Err(Refused::BadRequest(
-            "user must be 1..=64 bytes of [A-Za-z0-9-_.:]".into(),
+            "user must be 1..=64 bytes of [A-Za-z0-9-_.:@+|]".into(),
         ));
     }
     Ok(Delivery {

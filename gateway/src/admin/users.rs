@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use protocol::UserId;
 use protocol::client::Profile;
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use serde_json::json;
 
 use super::{Admin, Resp, error, json_resp};
@@ -50,7 +50,7 @@ pub(super) async fn serve(admin: &Admin, method: &Method, rest: &[&str], body: &
 
 /// A user id usable in a path, not a robot's (robots have no stored profile).
 fn valid_user(s: &str) -> bool {
-    is_valid_id(s) && !UserId::from(s).is_robot()
+    is_valid_user_id(s) && !UserId::from(s).is_robot()
 }
 
 /// The `chorus_admin_calls_total` verb of a users call (`rest` as in [`serve`]).

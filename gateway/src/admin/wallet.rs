@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use protocol::UserId;
 use protocol::client::{WalletHistory, is_valid_req_id};
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use serde::Deserialize;
 use serde_json::json;
 use storage::StorageError;
@@ -97,7 +97,7 @@ pub(super) async fn settle(money: &Money, rate_milli: i64, body: &Bytes) -> Resp
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
     };
     if !is_valid_req_id(&b.settlement_id)
-        || !is_valid_id(&b.user)
+        || !is_valid_user_id(&b.user)
         || b.earnings <= 0
         || b.earnings > crate::money::MAX_GRANT_COINS
         || b.period.len() > MAX_PERIOD_BYTES

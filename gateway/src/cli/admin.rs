@@ -226,10 +226,14 @@ impl AdminVerb {
             Self::Rebalance => ("GET", "/admin/rebalance".into(), None),
             Self::Grant { user, amount, key } => (
                 "POST",
-                format!("/admin/wallets/{user}/grant"),
+                format!("/admin/wallets/{}/grant", super::rooms::encode(user)),
                 Some(json!({"amount": amount, "key": key})),
             ),
-            Self::Wallet { user } => ("GET", format!("/admin/wallets/{user}"), None),
+            Self::Wallet { user } => (
+                "GET",
+                format!("/admin/wallets/{}", super::rooms::encode(user)),
+                None,
+            ),
             Self::Robots { verb } => return verb.request(),
             Self::Users { verb } => verb.request(),
             Self::Rooms { verb } => verb.request(),

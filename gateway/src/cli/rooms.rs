@@ -41,8 +41,8 @@ pub enum RoomsVerb {
     Pins,
 }
 
-/// `%`-encodes a query value.
-fn encode(v: &str) -> String {
+/// `%`-encodes a query value or a path segment (a user id may hold `|`, `+` or `@`).
+pub(super) fn encode(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {

@@ -127,6 +127,27 @@ fn admin_users_calls_send_only_the_fields_given() {
 }
 
 #[test]
+fn admin_calls_percent_encode_user_ids_in_their_paths() {
+    let user = "auth0|5f7c+a@b".to_owned();
+    let calls = [
+        (
+            AdminVerb::Wallet { user: user.clone() },
+            "/admin/wallets/auth0%7C5f7c%2Ba%40b",
+        ),
+        (
+            AdminVerb::Users {
+                verb: UsersVerb::Get { id: user.clone() },
+            },
+            "/admin/users/auth0%7C5f7c%2Ba%40b/profile",
+        ),
+    ];
+    for (verb, want) in calls {
+        let (_, path, _) = verb.request().unwrap();
+        assert_eq!(path, want);
+    }
+}
+
+#[test]
 fn economy_settings_come_from_the_file_and_a_rocket_paying_over_its_fuel_is_refused() {
     let f: FileConfig = toml::from_str(
         "combo_window_ms = 5000\ngift_events_per_sec = 20\nstorm_interval_ms = 250\n\

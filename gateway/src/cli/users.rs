@@ -3,6 +3,8 @@
 use clap::Subcommand;
 use serde_json::{Map, Value};
 
+use super::rooms::encode;
+
 /// The user calls of `chorus admin users`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum UsersVerb {
@@ -32,7 +34,7 @@ impl UsersVerb {
     /// The HTTP method, path and body of the call.
     pub fn request(&self) -> (&'static str, String, Option<Value>) {
         match self {
-            Self::Get { id } => ("GET", format!("/admin/users/{id}/profile"), None),
+            Self::Get { id } => ("GET", format!("/admin/users/{}/profile", encode(id)), None),
             Self::Set {
                 id,
                 name,
@@ -47,7 +49,7 @@ impl UsersVerb {
                 }
                 (
                     "PUT",
-                    format!("/admin/users/{id}/profile"),
+                    format!("/admin/users/{}/profile", encode(id)),
                     Some(Value::Object(body)),
                 )
             }

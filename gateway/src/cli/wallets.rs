@@ -4,6 +4,8 @@
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use super::rooms::encode;
+
 /// The wallet calls of `chorus admin wallets`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum WalletsVerb {
@@ -74,15 +76,17 @@ impl WalletsVerb {
                 }
                 let query = query.finish();
                 let path = if query.is_empty() {
-                    format!("/admin/wallets/{user}/history")
+                    format!("/admin/wallets/{}/history", encode(user))
                 } else {
-                    format!("/admin/wallets/{user}/history?{query}")
+                    format!("/admin/wallets/{}/history?{query}", encode(user))
                 };
                 ("GET", path, None)
             }
-            Self::Seller { user } => ("GET", format!("/admin/sellers/{user}"), None),
-            Self::AddSeller { user } => ("PUT", format!("/admin/sellers/{user}"), None),
-            Self::RemoveSeller { user } => ("DELETE", format!("/admin/sellers/{user}"), None),
+            Self::Seller { user } => ("GET", format!("/admin/sellers/{}", encode(user)), None),
+            Self::AddSeller { user } => ("PUT", format!("/admin/sellers/{}", encode(user)), None),
+            Self::RemoveSeller { user } => {
+                ("DELETE", format!("/admin/sellers/{}", encode(user)), None)
+            }
             Self::Settle {
                 settlement_id,
                 user,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use protocol::UserId;
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use serde_json::json;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -62,10 +62,10 @@ async fn demo_token(core: &Core, query: &str) -> (u16, serde_json::Value) {
     // Decoded: the demo page sends `encodeURIComponent(name)`, and `:` is valid in a name.
     let user = crate::admin::query_value(Some(query), "user");
     let user = user.as_str();
-    if !is_valid_id(user) || user.starts_with("bot:") {
+    if !is_valid_user_id(user) || user.starts_with("bot:") {
         return (
             400,
-            json!({ "error": "user names are 1..=64 of [A-Za-z0-9-_.:] and not bot:…" }),
+            json!({ "error": "user names are 1..=64 of [A-Za-z0-9-_.:@+|] and not bot:…" }),
         );
     }
     let token = match core.auth.mint(user, DEMO_TOKEN_TTL) {

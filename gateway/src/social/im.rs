@@ -19,7 +19,7 @@ use protocol::client::{
     self, BlockList, ImAck, ImHistory, ImOp, ImSend, ImSent, MAX_BLOCKS, MAX_IM_ACK_IDS,
     MAX_IM_TEXT_CHARS,
 };
-use protocol::ids::is_valid_id;
+use protocol::ids::is_valid_user_id;
 use protocol::{ErrorCode, SessionId, UserId};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -132,10 +132,10 @@ fn check(core: &Core, from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'sta
             "req_id must be 1..=128 bytes of printable ASCII",
         ));
     }
-    if !is_valid_id(a.to.as_str()) {
+    if !is_valid_user_id(a.to.as_str()) {
         return Err((
             ErrorCode::BadRequest,
-            "user ids are 1..=64 of [A-Za-z0-9-_.:]",
+            "user ids are 1..=64 of [A-Za-z0-9-_.:@+|]",
         ));
     }
     if a.to == *from {
@@ -459,14 +459,14 @@ async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a
         );
     }
     if let Some(w) = &a.with
-        && !is_valid_id(w.as_str())
+        && !is_valid_user_id(w.as_str())
     {
         return err(
             core,
             session,
             id,
             ErrorCode::BadRequest,
-            "user ids are 1..=64 of [A-Za-z0-9-_.:]",
+            "user ids are 1..=64 of [A-Za-z0-9-_.:@+|]",
         );
     }
     let all = match core.social.im.history(user, a.before).await {
@@ -535,13 +535,13 @@ async fn block(
     other: &UserId,
     on: bool,
 ) {
-    if !is_valid_id(other.as_str()) {
+    if !is_valid_user_id(other.as_str()) {
         return err(
             core,
             session,
             id,
             ErrorCode::BadRequest,
-            "user ids are 1..=64 of [A-Za-z0-9-_.:]",
+            "user ids are 1..=64 of [A-Za-z0-9-_.:@+|]",
         );
     }
     if other == user {

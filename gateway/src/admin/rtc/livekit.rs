@@ -8,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use protocol::ids::is_valid_id;
+use protocol::ids::{is_valid_id, is_valid_user_id};
 use protocol::link::{RtcEvent, RtcKind};
 use protocol::{RoomId, UserId};
 use serde::Deserialize;
@@ -223,7 +223,7 @@ pub(super) fn parse(body: &[u8]) -> Result<Parsed, Refused> {
             "{name}: room name is not a Chorus room id"
         )));
     }
-    if !is_valid_id(&user) {
+    if !is_valid_user_id(&user) {
         return Ok(Parsed::Ignored(format!(
             "{name}: participant identity is not a Chorus user id"
         )));
@@ -452,9 +452,9 @@ mod tests {
         // A room started carries no participant: still ignored, not a bad request.
         let started = json!({"event": "room_started", "room": {"name": "r1"}, "id": "EV_1", "createdAt": "1"});
         assert!(matches!(lk_parse(&started), Ok(Parsed::Ignored(_))));
-        // Participants Chorus cannot name (a SIP caller) are not Chorus users.
+        // Participants Chorus cannot name (here an identity with spaces) are not Chorus users.
         let mut sip = lk_event("participant_left", Value::Null);
-        sip["participant"]["identity"] = json!("sip_+15550100");
+        sip["participant"]["identity"] = json!("sip caller 1");
         assert!(matches!(lk_parse(&sip), Ok(Parsed::Ignored(_))));
         let mut room = lk_event("participant_left", Value::Null);
         room["room"]["name"] = json!("a room");
