@@ -9,15 +9,65 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
+use protocol::RoomId;
+use protocol::client::RocketReward;
 use protocol::link::Audience;
+use storage::ledger::Ledger;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::state::Launch;
 use super::{RoomActor, RoomMsg};
+use crate::Inner;
 use crate::metrics as m;
+use crate::owner::Validity;
 
 /// Pause between attempts of a reward the ledger could not book; doubles up to 5 s.
 const PAY_RETRY: Duration = Duration::from_millis(100);
+
+/// What a launch's payout task needs to book one reward.
+struct Payer<'a> {
+    inner: &'a Inner,
+    ledger: &'a Ledger,
+    room: &'a RoomId,
+    lease: &'a CancellationToken,
+    valid: &'a Validity,
+}
+
+impl Payer<'_> {
+    /// Books `w`, retrying until the ledger has it: `false` when the runtime lost its lease or
+    /// the node stops first (the launch stays pending for the room's next owner).
+    async fn pay(&self, launch: &Launch, w: &RocketReward) -> bool {
+        let (room, lease) = (self.room, self.lease);
+        let key = reward_key(room, launch, &w.user);
+        let mut pause = PAY_RETRY;
+        loop {
+            // Owner-only: a runtime that cannot prove its lease pays nothing.
+            if lease.is_cancelled() || !self.inner.owner.proven(self.valid) {
+                return false;
+            }
+            match self.ledger.rocket_reward(&w.user, w.coins, &key).await {
+                Ok(out) => {
+                    if out.amount != w.coins {
+                        warn!(%room, launch = launch.number, user = %w.user, booked = out.amount, "A rocket reward key holds another amount.");
+                    }
+                    return true;
+                }
+                Err(e) => {
+                    warn!(%room, launch = launch.number, error = %e, "Rocket reward failed; retrying.");
+                    tokio::select! {
+                        () = lease.cancelled() => return false,
+                        () = self.inner.shutdown.cancelled() => return false,
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
 
 /// The rocket's run-time part in a room actor.
 #[derive(Debug, Default)]
@@ -98,33 +148,18 @@ impl RoomActor {
         let weak = self.self_tx.clone();
         let started = Instant::now();
         self.inner.tracker.spawn(async move {
-            for w in &launch.rewards {
-                let key = reward_key(&room, &launch, &w.user);
-                let mut pause = PAY_RETRY;
-                loop {
-                    // Owner-only: a runtime that cannot prove its lease pays nothing; the
-                    // launch stays pending for the room's next owner.
-                    if lease.is_cancelled() || !inner.owner.proven(&valid) {
-                        return;
-                    }
-                    match ledger.rocket_reward(&w.user, w.coins, &key).await {
-                        Ok(out) => {
-                            if out.amount != w.coins {
-                                warn!(%room, launch = launch.number, user = %w.user, booked = out.amount, "A rocket reward key holds another amount.");
-                            }
-                            break;
-                        }
-                        Err(e) => {
-                            warn!(%room, launch = launch.number, error = %e, "Rocket reward failed; retrying.");
-                            tokio::select! {
-                                () = lease.cancelled() => return,
-                                () = inner.shutdown.cancelled() => return,
-                                () = tokio::time::sleep(pause) => {}
-                            }
-                            pause = (pause * 2).min(Duration::from_secs(5));
-                        }
-                    }
-                }
+            // Every reward at once: the ledger books concurrent grants in one commit, so a
+            // launch costs one commit, not one per reward (launches queue behind each other).
+            let payer = Payer {
+                inner: &inner,
+                ledger: &ledger,
+                room: &room,
+                lease: &lease,
+                valid: &valid,
+            };
+            let paid = join_all(launch.rewards.iter().map(|w| payer.pay(&launch, w))).await;
+            if !paid.into_iter().all(|p| p) {
+                return;
             }
             metrics::histogram!(m::ROCKET_PAYOUT_SECONDS).record(started.elapsed().as_secs_f64());
             if inner.config.test_crash_after_rocket_payout {
