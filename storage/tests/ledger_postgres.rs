@@ -482,6 +482,62 @@ async fn a_held_account_does_not_fail_the_other_gifts_of_its_batch() {
     assert_eq!(totals.platform_revenue, (5 * OTHERS + 15) as i64);
 }
 
+/// The batch's short lock wait is for its first round trip only: a row its second round trip
+/// writes (here the host's app-wide leaderboard rows), held elsewhere for longer than that
+/// wait but within the server's bound, delays the batch and fails nothing.
+#[tokio::test]
+async fn the_short_lock_wait_ends_with_the_batchs_first_round_trip() {
+    let server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    ledger.grant(&"s".into(), 100, "seed").await.unwrap();
+    ledger.send_gift(&order("s", "first", 10), 1).await.unwrap();
+    let mut raw = sql(&server).await;
+    let holder = raw.transaction().await.unwrap();
+    let held = holder
+        .execute(
+            "SELECT 1 FROM app_rank WHERE user_id = 'host' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(held > 0, "the first gift made the host's rows");
+    let second = order("s", "second", 10);
+    let l = ledger.clone();
+    let o = second.clone();
+    let send = tokio::spawn(async move { l.send_gift(&o, 1).await });
+    // Once the batch waits for the rows, hold them past its 500 ms first-trip bound.
+    let watcher = sql(&server).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the batch never waited for the rows"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    holder.rollback().await.unwrap();
+    let out = send.await.unwrap().unwrap();
+    assert_eq!(
+        out.result(),
+        GiftResult::Settled {
+            order_id: second.gift_id,
+            balance: 80
+        }
+    );
+}
+
 /// A deadlock the server reports in a batch's second round trip (here a trigger raises one,
 /// once, on the host's earnings) is retried like any other: the gift settles, once. The
 /// statements after the failed one answer only "transaction aborted", so the batch must read

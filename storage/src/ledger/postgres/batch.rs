@@ -191,10 +191,9 @@ async fn run(db: &Db, jobs: Vec<Job>, row: i16, stats: &Stats) {
 /// A statement's parameters.
 type Params<'a> = [&'a (dyn tokio_postgres::types::ToSql + Sync)];
 
-/// Sets this transaction's lock wait to `$1`, or back to the session's (its `reset_val`).
+/// Sets this transaction's lock wait to `$1`, then back to the session's.
 const SQL_LOCK_WAIT: &str = "SELECT set_config('lock_timeout', $1, true)";
-const SQL_LOCK_WAIT_BACK: &str = "SELECT set_config('lock_timeout',
- (SELECT reset_val FROM pg_settings WHERE name = 'lock_timeout'), true)";
+const SQL_LOCK_WAIT_BACK: &str = "SET LOCAL lock_timeout TO DEFAULT";
 const SQL_FENCES: &str =
     "SELECT room, fence FROM room_owner WHERE room = ANY($1) ORDER BY room FOR SHARE";
 const SQL_CREATE_ACCOUNTS: &str = "INSERT INTO account (user_id)
@@ -381,7 +380,7 @@ async fn book(
         tx.query(&s_fences, p_rooms),
         tx.execute(&s_create, p_senders),
         tx.query(&s_lock, p_senders),
-        tx.query_one(&s_wait_back, &[]),
+        tx.execute(&s_wait_back, &[]),
         join_all(per_gift),
     );
     // The first statement to fail names the cause; the ones after it only "aborted".
