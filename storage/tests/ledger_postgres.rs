@@ -2,7 +2,8 @@
 //! created once however many nodes start at once, the database's own constraints refuse an
 //! overdraw and a double claim, a stale owner's gifts racing a new fence all commit before it,
 //! a lost server answers `Unavailable` while a retry by the gift id, once it is back, books
-//! the gift exactly once, and gifts in flight together share a commit without sharing a fate.
+//! the gift exactly once, gifts in flight together share a commit without sharing a fate, and
+//! an account locked elsewhere holds up only its own gifts.
 
 #![allow(clippy::unwrap_used)]
 
