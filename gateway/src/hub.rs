@@ -179,19 +179,22 @@ impl Hub {
         profile: Arc<Profile>,
         max_per_user: usize,
     ) -> Vec<Arc<Outbox>> {
-        let mut st = self.write();
+        let mut guard = self.write();
+        let st = &mut *guard;
         let mine = st.users.entry(user.clone()).or_default();
+        // The user's sessions that hold a place, oldest first (session ids only grow). One
+        // already told to close (its token expired, a slow consumer, evicted before) is on
+        // its way out and holds none: counting it would close one connection too many.
+        let mut holding: Vec<Arc<Outbox>> = mine
+            .iter()
+            .filter_map(|s| st.sessions.get(s))
+            .filter(|slot| slot.out.kicked().is_none())
+            .map(|slot| slot.out.clone())
+            .collect();
         mine.push(session);
-        // Oldest first: session ids only grow.
-        let over: Vec<SessionId> = mine
-            .iter()
-            .take(mine.len().saturating_sub(max_per_user))
-            .copied()
-            .collect();
-        let evicted = over
-            .iter()
-            .filter_map(|s| st.sessions.get(s).map(|slot| slot.out.clone()))
-            .collect();
+        // The new session holds one place too.
+        holding.truncate((holding.len() + 1).saturating_sub(max_per_user));
+        let evicted = holding;
         st.sessions.insert(
             session,
             Box::new(Slot {

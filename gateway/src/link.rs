@@ -32,8 +32,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) trait LinkOwner: Send + Sync + 'static {
     /// The gateway's node id, sent in the hello.
     fn node(&self) -> &NodeId;
-    /// Stops the link when cancelled.
-    fn shutdown(&self) -> &CancellationToken;
+    /// Stops the link when cancelled (a gateway: once its drain is over).
+    fn link_stop(&self) -> &CancellationToken;
     /// A message from shard `from`.
     fn on_shard_message(&self, from: &NodeId, msg: ToGateway);
     /// The link to shard `shard` went down: its sessions must rejoin.
@@ -88,7 +88,7 @@ async fn run(
     mut rx: mpsc::Receiver<Command>,
 ) {
     let mut backoff = MIN_BACKOFF;
-    let shutdown = owner.shutdown().clone();
+    let shutdown = owner.link_stop().clone();
     loop {
         if shutdown.is_cancelled() {
             return;
@@ -147,7 +147,7 @@ async fn serve(
     let (mut sink, mut stream) = framed.split();
     // Polled in place: a fresh `cancelled()` per frame would register with (and leave) the
     // token's waiter list every time.
-    let stopping = owner.shutdown().cancelled();
+    let stopping = owner.link_stop().cancelled();
     tokio::pin!(stopping);
     loop {
         tokio::select! {
@@ -204,7 +204,7 @@ mod tests {
         fn node(&self) -> &NodeId {
             &self.node
         }
-        fn shutdown(&self) -> &CancellationToken {
+        fn link_stop(&self) -> &CancellationToken {
             &self.stop
         }
         fn on_shard_message(&self, _: &NodeId, _: ToGateway) {}

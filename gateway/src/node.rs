@@ -295,7 +295,8 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
 /// Keeps a gateway's routes current with the ring.
 async fn follow_ring(core: Arc<Core>, routes: Arc<Routes>, membership: Membership) {
     let mut watch = membership.watch().await.ok();
-    let shutdown = core.shutdown.clone();
+    // Until the drain is over: the sockets still open are routed by the current ring.
+    let shutdown = core.drained.clone();
     while membership.next_change(&mut watch, &shutdown).await {
         refresh_ring(&core, &routes, &membership).await;
     }

@@ -50,6 +50,16 @@ fn refuse(status: u16, body: &str) -> ErrorResponse {
 /// Seconds a refused client is asked to wait (`Retry-After`).
 const RETRY_AFTER_SECS: u32 = 1;
 
+/// A 503 with `Retry-After`: the node takes no new connection now.
+fn retry_later(body: &str) -> ErrorResponse {
+    let mut r = refuse(503, body);
+    r.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from(RETRY_AFTER_SECS),
+    );
+    r
+}
+
 /// Serves one accepted TCP connection: the upgrade, then the socket's session.
 ///
 /// This future is the socket's task for as long as the socket lives, so it is kept small: the
@@ -88,6 +98,7 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
     let mut im_ack = false;
     let auth = &core.auth;
     let admission = &core.admission;
+    let shutdown = &core.shutdown;
     // The callback's signature is tungstenite's; its error type is an HTTP response.
     #[allow(clippy::result_large_err)]
     let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
@@ -100,16 +111,17 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
             return Err(refuse(401, "unauthorized: missing token"));
         };
         match auth.verify(&token) {
+            // A draining node takes no new sockets, not even one whose handshake began
+            // before the drain: it would come after the drain's closes and stay open.
+            Ok(_) if shutdown.is_cancelled() => {
+                metrics::counter!(m::UPGRADES_REFUSED, "reason" => "draining").increment(1);
+                Err(retry_later("server going away: connect to another gateway"))
+            }
             // Admission after the token: upgrades with bad tokens, refused for one HMAC
             // each, do not spend the budget of the users whose tokens are good.
             Ok(_) if !admission.admit() => {
                 metrics::counter!(m::UPGRADES_REFUSED, "reason" => "admission").increment(1);
-                let mut r = refuse(503, "too many new connections; retry later");
-                r.headers_mut().insert(
-                    http::header::RETRY_AFTER,
-                    http::HeaderValue::from(RETRY_AFTER_SECS),
-                );
-                Err(r)
+                Err(retry_later("too many new connections; retry later"))
             }
             Ok(id) => {
                 who = Some(id);

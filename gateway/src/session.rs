@@ -139,6 +139,11 @@ pub(crate) fn run(
     ) {
         old.kick(Kick::TooManyConnections);
     }
+    // Upgraded as the node began to drain, and registered after the drain took its list of
+    // sockets: closed like them (checked after `add`, so one of the two always sees it).
+    if core.shutdown.is_cancelled() {
+        outbox.kick(Kick::GoingAway);
+    }
     metrics::gauge!(m::CONNECTIONS).increment(1.0);
     // After `hello`: the direct messages the user is owed, the stored profile, and the guards
     // and lifetime spend the user's rooms show as badges, in one task.

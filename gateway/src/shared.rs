@@ -48,6 +48,11 @@ pub(crate) struct Core {
     pub(crate) router: router::Router,
     pub(crate) auth: auth::Authenticator,
     pub(crate) shutdown: CancellationToken,
+    /// Cancelled when the drain that `shutdown` starts is over (every socket closed, or the
+    /// drain's deadline passed). What open sockets still need while they drain (the shard
+    /// links, ring changes, routing retries, the heartbeat) runs until then, not until
+    /// `shutdown`: a socket waiting for its 1001 is served its room as before.
+    pub(crate) drained: CancellationToken,
     /// New-connection admission control.
     pub(crate) admission: crate::admission::Admission,
     pub(crate) tracker: TaskTracker,
@@ -119,6 +124,7 @@ impl Core {
             auth,
             admission,
             shutdown,
+            drained: CancellationToken::new(),
             tracker,
             next_session: AtomicU64::new(1),
             next_req: AtomicU64::new(1),
@@ -347,7 +353,7 @@ impl Core {
         self.tracker.spawn(async move {
             let Some(core) = me.upgrade() else { return };
             tokio::select! {
-                () = core.shutdown.cancelled() => return,
+                () = core.drained.cancelled() => return,
                 () = tokio::time::sleep(delay) => {}
             }
             let cmd = match core.pending().get(&req) {
@@ -365,7 +371,7 @@ impl Core {
         let mut tick = tokio::time::interval(PENDING_SWEEP);
         loop {
             tokio::select! {
-                () = self.shutdown.cancelled() => return,
+                () = self.drained.cancelled() => return,
                 _ = tick.tick() => {}
             }
             let budget = self.config.route_retry_budget;
@@ -397,7 +403,7 @@ impl Core {
         let mut slice = 0u64;
         loop {
             tokio::select! {
-                () = self.shutdown.cancelled() => return,
+                () = self.drained.cancelled() => return,
                 _ = tick.tick() => {}
             }
             let closed = self.hub.beat(
@@ -414,7 +420,11 @@ impl Core {
     }
 
     /// Graceful drain: once shutdown starts, tell every client to reconnect elsewhere (close
-    /// 1001), spread evenly over the drain window; close what is left at the deadline.
+    /// 1001), spread evenly over the drain window; close what is left at the deadline. Until
+    /// every socket has closed (bounded), `drained` stays uncancelled: the shard links stay
+    /// up, so a socket that waits for its turn is still served its room, and its room keeps
+    /// its member (a link that closed at the start would take every member of this gateway
+    /// out of its room at once, starting their presence grace before their 1001).
     async fn drain(self: Arc<Self>) {
         self.shutdown.cancelled().await;
         let outboxes = self.hub.outboxes();
@@ -431,13 +441,21 @@ impl Core {
             o.kick(outbox::Kick::GoingAway);
         }
         let deadline = start + window + DRAIN_GRACE;
-        while self.hub.session_count() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(DRAIN_POLL).await;
-        }
+        self.wait_sessions_closed(deadline).await;
         // The deadline: every socket still open (including any whose handshake finished during
-        // the drain) is told to close now.
+        // the drain) is told to close now, and given as long again to write its close.
         for o in self.hub.outboxes() {
             o.kick(outbox::Kick::GoingAway);
+        }
+        self.wait_sessions_closed(Instant::now() + DRAIN_GRACE)
+            .await;
+        self.drained.cancel();
+    }
+
+    /// Waits until no session is open, or `deadline`.
+    async fn wait_sessions_closed(&self, deadline: Instant) {
+        while self.hub.session_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
         }
     }
 
@@ -552,7 +570,7 @@ impl Core {
     pub(crate) async fn link_reader(self: Arc<Self>, mut rx: mpsc::Receiver<ToGateway>) {
         // Polled in place: a fresh `cancelled()` per message would register with (and leave)
         // the token's waiter list every time.
-        let stopping = self.shutdown.cancelled();
+        let stopping = self.drained.cancelled();
         tokio::pin!(stopping);
         loop {
             let msg = tokio::select! {
@@ -571,8 +589,9 @@ impl crate::link::LinkOwner for Core {
         &self.node
     }
 
-    fn shutdown(&self) -> &CancellationToken {
-        &self.shutdown
+    /// Links stay up through the drain (see `Core::drain`).
+    fn link_stop(&self) -> &CancellationToken {
+        &self.drained
     }
 
     fn on_shard_message(&self, from: &NodeId, msg: ToGateway) {

@@ -448,3 +448,47 @@ async fn hello_comes_first_and_shutdown_sends_1001() {
     assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
     s.stop().await;
 }
+
+/// A handshake under way when the node starts to drain is refused with 503: a socket opened
+/// then would come after the drain's closes and stay open, unserved, until the process ends.
+#[tokio::test]
+async fn an_upgrade_finished_after_the_drain_began_is_refused_with_503() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Server::start().await;
+    let addr = s
+        .url
+        .strip_prefix("ws://")
+        .and_then(|a| a.strip_suffix("/ws"))
+        .unwrap()
+        .to_owned();
+    let token = s.token("late");
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    // Half a request head: accepted, its handshake waits for the rest.
+    sock.write_all(b"GET /ws?token=").await.unwrap();
+    // Connections are accepted in order: once a later one is open, this one was accepted
+    // (the drain does not reset it; an unaccepted one would be).
+    let _witness = s.connect("witness").await;
+    s.running.as_ref().unwrap().shutdown_token().cancel();
+    let rest = format!(
+        "{token} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n"
+    );
+    sock.write_all(rest.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    // Up to the end of the answer's head, or of the connection.
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut chunk = [0u8; 1024];
+        match tokio::time::timeout_at(deadline, sock.read(&mut chunk))
+            .await
+            .expect("no answer to the upgrade")
+        {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 503"), "answered: {head:?}");
+    s.stop().await;
+}

@@ -260,3 +260,29 @@ fn a_move_without_a_position_rejoins_from_the_last_event_delivered_from_that_sha
     assert_eq!(rejoins.len(), 1);
     assert_eq!(rejoins[0].since, None);
 }
+
+/// The per-user cap closes the oldest connections past it, counting only those that hold a
+/// place: one already told to close (here its token expired) is leaving and is not counted.
+#[test]
+fn the_cap_counts_only_connections_not_already_closing() {
+    let hub = Hub::default();
+    let ann = UserId::from("ann");
+    let (a, b, c, d) = (outbox(), outbox(), outbox(), outbox());
+    for (id, o) in [(1, &a), (2, &b), (3, &c)] {
+        assert!(
+            hub.add(id, ann.clone(), o.clone(), Arc::default(), 3)
+                .is_empty()
+        );
+    }
+    b.kick(crate::outbox::Kick::TokenExpired);
+    // b is on its way out: a fourth connection fits in the cap of three.
+    assert!(
+        hub.add(4, ann.clone(), d.clone(), Arc::default(), 3)
+            .is_empty()
+    );
+    // One more is past it: the oldest that holds a place goes (a), not the closing b.
+    let e = outbox();
+    let evicted = hub.add(5, ann, e, Arc::default(), 3);
+    assert_eq!(evicted.len(), 1);
+    assert!(Arc::ptr_eq(&evicted[0], &a));
+}
