@@ -385,8 +385,8 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
 }
 
 /// Ends `session`'s catch-up: sends what `user` is owed (`owed`, then the live messages that
-/// arrived meanwhile) and marks it delivered, unless the session acknowledges (its `im.ack`
-/// does).
+/// arrived meanwhile) and marks it delivered, unless a session of the user here acknowledges
+/// (its `im.ack` does).
 pub(super) fn deliver_owed(
     core: &Arc<Core>,
     session: SessionId,
@@ -428,9 +428,11 @@ pub(super) fn deliver_owed(
             sent.push(*id);
         }
     }
-    let acks = out.im_ack();
+    // As for a live message (`deliver_local`): beside a connection here that acknowledges,
+    // what this one got waits for that acknowledgement (the other may hold it unread).
+    let acking_here = sessions.iter().any(|(_, o)| o.im_ack());
     drop(tracked);
-    if !acks {
+    if !acking_here {
         mark_delivered(core, user, sent);
     }
 }
