@@ -285,3 +285,31 @@ async fn recent_gifts_raise_a_rooms_score() {
     drop(crowd);
     s.stop().await;
 }
+
+/// The listing shows the owner's region as their profile has it now: an owner who clears
+/// their region (`user.update`) no longer shows one, nor is listed under the old one.
+#[tokio::test]
+async fn an_owner_who_clears_their_region_leaves_its_listing() {
+    let s = start(|_| {}).await;
+    let mut alice = connect_in(&s, "alice", "eu").await;
+    let room = alice
+        .create_room(json!({"room": "talk", "seats": 4}))
+        .await
+        .unwrap();
+    alice.join(&room, false, None).await.unwrap();
+    let mut c = s.connect("reader").await;
+    wait_list(&mut c, json!({"region": "eu"}), "listed in eu", |rooms| {
+        ids(rooms) == ["talk"] && rooms[0]["region"] == "eu"
+    })
+    .await;
+    alice
+        .request("user.update", json!({"region": ""}))
+        .await
+        .unwrap();
+    wait_list(&mut c, json!({}), "the region is gone", |rooms| {
+        ids(rooms) == ["talk"] && rooms[0].get("region").is_none()
+    })
+    .await;
+    assert!(list_all(&mut c, json!({"region": "eu"})).await.is_empty());
+    s.stop().await;
+}

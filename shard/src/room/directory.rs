@@ -103,11 +103,12 @@ impl RoomActor {
     }
 
     /// Records the owner's region from their profile (sent with creates and joins, and when
-    /// it changes).
+    /// it changes). A profile without a region clears it (the owner cleared theirs); a command
+    /// that carries no profile says nothing about it.
     pub(super) async fn note_owner_region(&mut self, cmd: &protocol::link::Command) {
-        let region = match &cmd.cmd {
-            protocol::link::RoomCmd::Profile(p) => p.region.as_deref(),
-            _ => cmd.profile.as_ref().and_then(|p| p.region.as_deref()),
+        let region = match (&cmd.cmd, &cmd.profile) {
+            (protocol::link::RoomCmd::Profile(p), _) | (_, Some(p)) => p.region.as_deref(),
+            (_, None) => return,
         };
         let Some(state) = self.state.as_mut() else {
             return;
