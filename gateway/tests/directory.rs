@@ -282,7 +282,22 @@ async fn recent_gifts_raise_a_rooms_score() {
         },
     )
     .await;
-    drop(crowd);
+    // Nothing more happens in "quiet": its gift value still decays (halving every 10
+    // minutes), so its score falls below 12 within seconds, not at its next event.
+    wait_list(
+        &mut reader,
+        json!({}),
+        "a quiet room's score decays",
+        |rooms| {
+            rooms
+                .iter()
+                .find(|r| r["room"] == "quiet")
+                .and_then(|r| r["score"].as_f64())
+                .is_some_and(|s| s < 11.95)
+        },
+    )
+    .await;
+    drop((alice, bob, crowd));
     s.stop().await;
 }
 
