@@ -183,6 +183,11 @@ impl RoomActor {
                 }
                 self.robots = Some(Box::new(Robots::new(c, Instant::now())));
                 self.robot_tick().await;
+                if !running {
+                    // Seats saved from an earlier runtime whose robot did not come back with
+                    // this one (the configuration dropped it, or does not want it now).
+                    self.free_absent_robot_seats().await;
+                }
             }
             (None, true) => {
                 if let Some(old) = self.robots.take() {
@@ -193,13 +198,17 @@ impl RoomActor {
                 self.stop_robots();
                 debug!(room = %self.room, "Robots stopped.");
             }
-            (None, false) => {
-                // Seats robots still hold from an earlier owner's runtime go free.
-                if let Some(state) = self.state.as_mut() {
-                    let applied = state.free_absent_robot_seats();
-                    let _ = self.publish(applied, None).await;
-                }
-            }
+            // Seats robots still hold from an earlier owner's runtime go free.
+            (None, false) => self.free_absent_robot_seats().await,
+        }
+    }
+
+    /// Frees the seats robots hold without being members: an earlier runtime's robots (on
+    /// this node before a restart, or on an earlier owner) that this runtime does not run.
+    async fn free_absent_robot_seats(&mut self) {
+        if let Some(state) = self.state.as_mut() {
+            let applied = state.free_absent_robot_seats();
+            let _ = self.publish(applied, None).await;
         }
     }
 
