@@ -234,6 +234,12 @@ async fn history_pages_newest_first_and_filters_by_peer() {
     let all = ann.request("im.history", json!({})).await.unwrap();
     assert_eq!(texts(&all)[0], "to cy");
     assert_eq!(all["messages"].as_array().unwrap().len(), 6);
+    // Nobody messages themselves: the conversation with oneself is empty, not everything.
+    let own = ann
+        .request("im.history", json!({"with": "ann"}))
+        .await
+        .unwrap();
+    assert_eq!(own, json!({"messages": [], "next": null}));
     assert_eq!(
         code(ann.request("im.history", json!({"limit": 0})).await),
         ErrorCode::BadRequest

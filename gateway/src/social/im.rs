@@ -517,7 +517,12 @@ async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a
         let Ok(p) = serde_json::from_str::<Peers>(json) else {
             continue;
         };
-        if a.with.as_ref().is_some_and(|w| *w != p.from && *w != p.to) {
+        // Between the caller and `with`: both ends (the caller is one end of every message,
+        // so `with` naming the caller matches none, not all).
+        if a.with
+            .as_ref()
+            .is_some_and(|w| !((p.from == *user && p.to == *w) || (p.to == *user && p.from == *w)))
+        {
             continue;
         }
         if page.len() == limit as usize {
