@@ -227,18 +227,24 @@ impl Core {
                 return;
             }
         };
-        if stored.claims != *claims
-            && let Err(e) = store.set_claims(&user, &claims).await
-        {
-            warn!(%user, error = %e, "Could not store a token's profile claims.");
-        }
         let merged = claims.merged(&stored.own);
+        if stored.claims != *claims {
+            match store.set_claims(&user, &claims).await {
+                // New claims stand for every field the user never set: the profile others
+                // see changed for the user's sessions on every gateway and for their rooms,
+                // not only for this session (as one gateway's `user.update` would).
+                Ok(()) if stored.effective() != merged => self.profile_changed(&user, &merged),
+                Ok(()) => {}
+                Err(e) => warn!(%user, error = %e, "Could not store a token's profile claims."),
+            }
+        }
         match self.hub.profile(session) {
             // Closed meanwhile, or already showing it: nothing to tell.
             None => {}
             Some(now) if *now == merged => {}
-            // Only this session's view changed: the user's other sessions and their rooms
-            // already have the stored profile.
+            // This session's view changed (at once, whatever the registry answers above; a
+            // room hearing the same profile twice changes nothing). With unchanged claims the
+            // user's other sessions and their rooms already have the stored profile.
             Some(_) => self.profile_applied(&user, crate::auth::shared_profile(merged)),
         }
     }

@@ -282,6 +282,49 @@ async fn recent_gifts_raise_a_rooms_score() {
         },
     )
     .await;
-    drop(crowd);
+    // Nothing more happens in "quiet": its gift value still decays (halving every 10
+    // minutes), so its score falls below 12 within seconds, not at its next event.
+    wait_list(
+        &mut reader,
+        json!({}),
+        "a quiet room's score decays",
+        |rooms| {
+            rooms
+                .iter()
+                .find(|r| r["room"] == "quiet")
+                .and_then(|r| r["score"].as_f64())
+                .is_some_and(|s| s < 11.95)
+        },
+    )
+    .await;
+    drop((alice, bob, crowd));
+    s.stop().await;
+}
+
+/// The listing shows the owner's region as their profile has it now: an owner who clears
+/// their region (`user.update`) no longer shows one, nor is listed under the old one.
+#[tokio::test]
+async fn an_owner_who_clears_their_region_leaves_its_listing() {
+    let s = start(|_| {}).await;
+    let mut alice = connect_in(&s, "alice", "eu").await;
+    let room = alice
+        .create_room(json!({"room": "talk", "seats": 4}))
+        .await
+        .unwrap();
+    alice.join(&room, false, None).await.unwrap();
+    let mut c = s.connect("reader").await;
+    wait_list(&mut c, json!({"region": "eu"}), "listed in eu", |rooms| {
+        ids(rooms) == ["talk"] && rooms[0]["region"] == "eu"
+    })
+    .await;
+    alice
+        .request("user.update", json!({"region": ""}))
+        .await
+        .unwrap();
+    wait_list(&mut c, json!({}), "the region is gone", |rooms| {
+        ids(rooms) == ["talk"] && rooms[0].get("region").is_none()
+    })
+    .await;
+    assert!(list_all(&mut c, json!({"region": "eu"})).await.is_empty());
     s.stop().await;
 }

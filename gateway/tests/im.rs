@@ -234,6 +234,12 @@ async fn history_pages_newest_first_and_filters_by_peer() {
     let all = ann.request("im.history", json!({})).await.unwrap();
     assert_eq!(texts(&all)[0], "to cy");
     assert_eq!(all["messages"].as_array().unwrap().len(), 6);
+    // Nobody messages themselves: the conversation with oneself is empty, not everything.
+    let own = ann
+        .request("im.history", json!({"with": "ann"}))
+        .await
+        .unwrap();
+    assert_eq!(own, json!({"messages": [], "next": null}));
     assert_eq!(
         code(ann.request("im.history", json!({"limit": 0})).await),
         ErrorCode::BadRequest
@@ -286,6 +292,48 @@ async fn limits_have_their_codes() {
     assert_eq!(
         code(send(&mut ann, "bob", "five", "k4").await),
         ErrorCode::RateLimited
+    );
+    s.stop().await;
+}
+
+/// A retry (same `req_id`, recipient and text) sends nothing, so the user's direct-message
+/// rate neither refuses it nor is spent by it: a client that lost its replies (a dropped
+/// connection) learns its messages' ids at once, and can still send new ones.
+#[tokio::test]
+async fn a_retry_is_answered_whatever_the_rate_and_spends_none_of_it() {
+    let s = start(|g| {
+        g.im_rate_per_min = 1;
+        g.im_rate_burst = 2;
+    })
+    .await;
+    let mut ann = s.connect("ann").await;
+    let first = send(&mut ann, "bob", "one", "k1").await.unwrap();
+    // Retried while a token is left: answered, and the token stays.
+    assert_eq!(send(&mut ann, "bob", "one", "k1").await.unwrap(), first);
+    let second = send(&mut ann, "bob", "two", "k2").await.unwrap();
+    assert_eq!(
+        code(send(&mut ann, "bob", "three", "k3").await),
+        ErrorCode::RateLimited,
+        "two new messages spent the burst"
+    );
+    // Retried with the bucket empty: still the first answers, and nothing new.
+    assert_eq!(send(&mut ann, "bob", "one", "k1").await.unwrap(), first);
+    assert_eq!(send(&mut ann, "bob", "two", "k2").await.unwrap(), second);
+    assert_eq!(
+        code(send(&mut ann, "bob", "other", "k1").await),
+        ErrorCode::IdempotencyConflict
+    );
+    assert_eq!(
+        code(send(&mut ann, "bob", "three", "k3").await),
+        ErrorCode::RateLimited
+    );
+    let mut bob = s.connect("bob").await;
+    assert_eq!(next_im(&mut bob).await["text"], "one");
+    assert_eq!(next_im(&mut bob).await["text"], "two");
+    bob.request("ping", json!({})).await.unwrap();
+    assert!(
+        bob.queued_events().iter().all(|e| e.ev != "im"),
+        "each message once"
     );
     s.stop().await;
 }

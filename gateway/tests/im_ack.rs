@@ -151,6 +151,34 @@ async fn a_connection_that_does_not_acknowledge_keeps_the_old_rule_but_cannot_ma
     s.stop().await;
 }
 
+/// Mixed devices (PROTOCOL.md 13.7): a message an acknowledging connection got waits for its
+/// acknowledgement even when a connection that does not acknowledge, on the same gateway, gets
+/// it too, live or, as here, in the backlog it reads when it opens.
+#[tokio::test]
+async fn a_backlog_read_beside_an_acknowledging_connection_waits_for_its_acknowledgement() {
+    let s = start().await;
+    let mut ann = s.connect("ann").await;
+    let mut acker = acking(&s, "bob").await;
+    let id = send(&mut ann, "bob", "hi", "k1").await;
+    assert_eq!(next_im(&mut acker).await["id"].as_u64(), Some(id));
+    // Bob's other device opens: the message is still owed, so it is in its backlog.
+    let mut plain = s.connect("bob").await;
+    assert!(!plain.im_ack);
+    assert_eq!(next_im(&mut plain).await["id"].as_u64(), Some(id));
+    // A store read after the backlog: any mark the backlog made has landed.
+    plain.request("im.history", json!({})).await.unwrap();
+    // The acknowledging connection goes before its client acknowledged: its next one gets it.
+    acker.close_and_wait(WAIT).await.unwrap();
+    let mut next = acking(&s, "bob").await;
+    assert_eq!(
+        next_im(&mut next).await["id"].as_u64(),
+        Some(id),
+        "owed until acknowledged"
+    );
+    ack(&mut next, &[id]).await.unwrap();
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn im_ack_takes_one_to_two_hundred_ids_and_ignores_unknown_ones() {
     let s = start().await;

@@ -298,3 +298,71 @@ async fn robot_gifts(ranks_without_robots: bool) {
     assert_eq!(totals["conserved"], true, "{totals}");
     s.stop().await;
 }
+
+/// A visiting robot with no behaviour of its own (nothing due for an hour) that a host kicks
+/// comes back at its next presence check, about a second later (PROTOCOL.md, section 4.6).
+#[tokio::test]
+async fn a_kicked_robot_comes_back_at_the_next_presence_check() {
+    let s = start().await;
+    let mut host = s.connect("host").await;
+    let room = host
+        .create_room(json!({"room": "visited", "seats": 4}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    configure(
+        &s,
+        &json!({"room": "visited", "create": false, "robots": [{"id": "bot:dee"}]}),
+    )
+    .await;
+    event_where(&mut host, "member.join", "user", &json!("bot:dee")).await;
+    host.request("room.kick", json!({"room": "visited", "user": "bot:dee"}))
+        .await
+        .unwrap();
+    event_where(&mut host, "member.leave", "user", &json!("bot:dee")).await;
+    // Within WAIT (5 s), well past the second the document promises.
+    let back = event_where(&mut host, "member.join", "user", &json!("bot:dee")).await;
+    assert_eq!(back["robot"], true);
+    s.stop().await;
+}
+
+/// The presence check of a `fill_below` room runs about once a second however busy the room
+/// is: a room whose humans keep talking still sees its robot leave when a human arrives.
+#[tokio::test]
+async fn robots_leave_a_busy_room_as_humans_arrive() {
+    let s = start().await;
+    let mut host = s.connect("host").await;
+    let room = host
+        .create_room(json!({"room": "busy", "seats": 4}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    configure(
+        &s,
+        &json!({"room": "busy", "create": false, "fill_below": 2, "robots": [{"id": "bot:eve"}]}),
+    )
+    .await;
+    event_where(&mut host, "member.join", "user", &json!("bot:eve")).await;
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+    // The host talks every 100 ms (within its rate) while the robot should make room.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut i = 0;
+    loop {
+        let left = host
+            .queued_events()
+            .into_iter()
+            .any(|e| e.ev == "member.leave" && e.d["user"] == "bot:eve");
+        if left {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the robot stayed in a busy room with two humans"
+        );
+        host.chat(&room, &format!("line {i}")).await.unwrap();
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.stop().await;
+}

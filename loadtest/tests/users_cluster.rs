@@ -162,3 +162,49 @@ async fn followed_users_rooms_and_profile_changes_reach_across_gateways() {
         .unwrap();
     assert_eq!(ev.d, json!({"user": "bob", "p": {"name": "Bobby"}}));
 }
+
+/// A token for `user` signed with the cluster's secret, claiming display name `name`.
+fn token_named(cluster: &Cluster, user: &str, name: &str) -> String {
+    let exp = jsonwebtoken::get_current_timestamp() + 600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": user, "exp": exp, "name": name}),
+        &jsonwebtoken::EncodingKey::from_secret(&cluster.secret).unwrap(),
+    )
+    .unwrap()
+}
+
+/// New profile claims (a later token) change what others see of a user who never set the
+/// field: on every gateway, so a room the user is in through another gateway hears it too,
+/// as it would standalone (PROTOCOL.md, section 14.1).
+#[tokio::test]
+async fn a_later_tokens_claims_reach_the_users_room_through_another_gateway() {
+    let cluster = two_gateways().await;
+    let url = |g: usize| cluster.gateways[g].url.clone();
+    let mut ann = kit::client::connect(&url(0), Some(&token_named(&cluster, "ann", "Ann")))
+        .await
+        .unwrap();
+    let room = ann.create_room(json!({"room": "claims"})).await.unwrap();
+    ann.join(&room, false, None).await.unwrap();
+    let mut dee = cluster.connect(0, "dee").await.unwrap();
+    dee.join(&room, false, None).await.unwrap();
+    let list = dee
+        .request("member.list", json!({"room": "claims"}))
+        .await
+        .unwrap();
+    assert_eq!(list["members"][0]["p"], json!({"name": "Ann"}), "{list}");
+    // Ann's second device, through the other gateway, with a token that claims a new name.
+    let _ann2 = kit::client::connect(&url(1), Some(&token_named(&cluster, "ann", "Annie")))
+        .await
+        .unwrap();
+    let ev = dee
+        .next_event_named("member.update", std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(ev.d, json!({"user": "ann", "p": {"name": "Annie"}}));
+    let got = dee
+        .request("user.get", json!({"users": ["ann"]}))
+        .await
+        .unwrap();
+    assert_eq!(got["profiles"]["ann"], json!({"name": "Annie"}));
+}

@@ -541,6 +541,7 @@ impl RoomActor {
                     .map(instant_at),
                 rocket: self.rocket_progress_due(),
                 robot: self.robot_due(),
+                listing: self.list_refresh_due(),
                 // A room running robots stays while they are configured, even with nobody in
                 // it (closed, or every robot banned): the reconcile would only load it again.
                 idle: (self.member_count() == 0 && self.robots.is_none())
@@ -615,6 +616,9 @@ impl RoomActor {
                     }
                     if due.robot.is_some() {
                         Box::pin(self.robot_tick()).await;
+                    }
+                    if due.listing.is_some() {
+                        self.list_refresh();
                     }
                     // Last, and only when the room is still empty after the others.
                     if due.idle.is_some() && self.member_count() == 0 {

@@ -189,6 +189,20 @@ impl ImStore {
         }
     }
 
+    /// What `m`'s `req_id` answers when its sender used it within [`REQ_ID_TTL`]: the first
+    /// message's [`Sent::Repeated`] (same recipient and text) or [`Sent::Conflict`]; `None`
+    /// when the key is new. Stores nothing: a retry is recognised without spending the
+    /// sender's rate (the gateway asks only when that is spent).
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn repeat(&self, m: &Outgoing<'_>) -> Result<Option<Sent>> {
+        match self {
+            Self::Redis(r) => r.repeat(m).await,
+            Self::Sqlite(s) => s.repeat(m).await,
+        }
+    }
+
     /// Whether `user` may be owed messages: false only when certainly not (the standalone
     /// store, which sees every message stored), so a connect can skip the read.
     pub fn may_owe(&self, user: &UserId) -> bool {

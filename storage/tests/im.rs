@@ -76,6 +76,29 @@ async fn contract(s: ImStore) {
         }
     );
     assert_eq!(send(&s, &ann, &bob, "other", "k1").await, Sent::Conflict);
+    // The same answers without a send (what a sender out of rate is told), and a new key
+    // answers nothing.
+    let again = |text: &'static str, req_id: &'static str| Outgoing {
+        from: &ann,
+        to: &bob,
+        text,
+        req_id,
+        profile_json: None,
+    };
+    assert_eq!(
+        s.repeat(&again("hi \"bob\"\nline two", "k1"))
+            .await
+            .unwrap(),
+        Some(Sent::Repeated {
+            id: m1.id,
+            at: m1.at
+        })
+    );
+    assert_eq!(
+        s.repeat(&again("other", "k1")).await.unwrap(),
+        Some(Sent::Conflict)
+    );
+    assert_eq!(s.repeat(&again("hi", "k-new")).await.unwrap(), None);
     assert_eq!(
         ids(s.undelivered(&bob).await.unwrap()),
         [m2.id],

@@ -51,6 +51,11 @@ impl Bucket {
         }
     }
 
+    /// Gives back a token taken for a request that sent nothing (a retry), up to `burst`.
+    fn give_back(&mut self, burst: u32) {
+        self.tokens = (self.tokens + 1.0).min(f64::from(burst));
+    }
+
     /// Whether the bucket has refilled to `burst` by `now_ms`: then it is as good as a fresh
     /// one, and forgetting it loses nothing.
     pub(crate) fn is_full(&self, now_ms: u64, rate_per_min: u32, burst: u32) -> bool {
@@ -82,6 +87,8 @@ fn err(core: &Core, session: SessionId, id: u64, code: ErrorCode, msg: &str) {
 }
 
 const STORE_DOWN: &str = "messages unavailable; retry";
+const SLOW_DOWN: &str = "too many direct messages; slow down";
+const CONFLICT: &str = "req_id was used for another message; send with a new one";
 
 /// Whether an upgrade request's query (`token=…&im_ack=1`) asks for acknowledged delivery.
 pub(crate) fn asks_to_ack(query: Option<&str>) -> bool {
@@ -124,8 +131,8 @@ impl Core {
     }
 }
 
-/// Why a message may not be sent, before the store is asked.
-fn check(core: &Core, from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'static str)> {
+/// Why a message may not be sent, before the store is asked (the rate aside: `take_token`).
+fn check(from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'static str)> {
     if !client::is_valid_req_id(&a.req_id) {
         return Err((
             ErrorCode::BadRequest,
@@ -154,6 +161,11 @@ fn check(core: &Core, from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'sta
             "text may not hold control or bidi characters (newline and tab are fine)",
         ));
     }
+    Ok(())
+}
+
+/// Takes one of `from`'s `im.send` tokens on this gateway; false when none is left.
+fn take_token(core: &Core, from: &UserId) -> bool {
     let cfg = &core.config;
     let mut buckets = core
         .social
@@ -169,17 +181,23 @@ fn check(core: &Core, from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'sta
         tokens: f64::from(cfg.im_rate_burst),
         at_ms: now,
     });
-    if !bucket.take(now, cfg.im_rate_per_min, cfg.im_rate_burst) {
-        return Err((
-            ErrorCode::RateLimited,
-            "too many direct messages; slow down",
-        ));
+    bucket.take(now, cfg.im_rate_per_min, cfg.im_rate_burst)
+}
+
+/// Returns the token `take_token` took for a request that sent nothing.
+fn give_back_token(core: &Core, from: &UserId) {
+    let mut buckets = core
+        .social
+        .buckets
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(b) = buckets.get_mut(from) {
+        b.give_back(core.config.im_rate_burst);
     }
-    Ok(())
 }
 
 async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: ImSend) {
-    if let Err((code, msg)) = check(core, from, &a) {
+    if let Err((code, msg)) = check(from, &a) {
         return err(core, session, id, code, msg);
     }
     let profile = core
@@ -188,28 +206,43 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
         .filter(|p| !p.is_empty())
         .map(|p| client::to_json(&*p));
     let profile_json = profile.as_deref().and_then(|p| std::str::from_utf8(p).ok());
-    let outcome = core
-        .social
-        .im
-        .send(&Outgoing {
-            from,
-            to: &a.to,
-            text: &a.text,
-            req_id: &a.req_id,
-            profile_json,
-        })
-        .await;
+    let m = Outgoing {
+        from,
+        to: &a.to,
+        text: &a.text,
+        req_id: &a.req_id,
+        profile_json,
+    };
     let refused = |code, msg| err(core, session, id, code, msg);
+    if !take_token(core, from) {
+        // Out of tokens: a retry (which sends nothing) is still answered, so a client that
+        // lost its replies learns its messages' ids; anything else waits for the rate.
+        return match core.social.im.repeat(&m).await {
+            Ok(Some(Sent::Repeated { id: first, at })) => reply(
+                core,
+                session,
+                client::encode_ok(id, &ImSent { id: first, at }),
+            ),
+            Ok(Some(Sent::Conflict)) => refused(ErrorCode::IdempotencyConflict, CONFLICT),
+            Ok(_) => refused(ErrorCode::RateLimited, SLOW_DOWN),
+            Err(e) => {
+                warn!(error = %e, "Direct message store failed.");
+                refused(ErrorCode::RateLimited, SLOW_DOWN)
+            }
+        };
+    }
+    let outcome = core.social.im.send(&m).await;
+    if matches!(outcome, Ok(Sent::Repeated { .. } | Sent::Conflict)) {
+        // Nothing was sent: the rate is for messages.
+        give_back_token(core, from);
+    }
     let stored = match outcome {
         Ok(Sent::New(m)) => m,
         Ok(Sent::Repeated { id: first, at }) => {
             let ok = client::encode_ok(id, &ImSent { id: first, at });
             return reply(core, session, ok);
         }
-        Ok(Sent::Conflict) => {
-            let msg = "req_id was used for another message; send with a new one";
-            return refused(ErrorCode::IdempotencyConflict, msg);
-        }
+        Ok(Sent::Conflict) => return refused(ErrorCode::IdempotencyConflict, CONFLICT),
         Ok(Sent::BlockedByRecipient) => {
             return refused(ErrorCode::Blocked, "the recipient blocked you");
         }
@@ -352,8 +385,8 @@ pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId
 }
 
 /// Ends `session`'s catch-up: sends what `user` is owed (`owed`, then the live messages that
-/// arrived meanwhile) and marks it delivered, unless the session acknowledges (its `im.ack`
-/// does).
+/// arrived meanwhile) and marks it delivered, unless a session of the user here acknowledges
+/// (its `im.ack` does).
 pub(super) fn deliver_owed(
     core: &Arc<Core>,
     session: SessionId,
@@ -395,9 +428,11 @@ pub(super) fn deliver_owed(
             sent.push(*id);
         }
     }
-    let acks = out.im_ack();
+    // As for a live message (`deliver_local`): beside a connection here that acknowledges,
+    // what this one got waits for that acknowledgement (the other may hold it unread).
+    let acking_here = sessions.iter().any(|(_, o)| o.im_ack());
     drop(tracked);
-    if !acks {
+    if !acking_here {
         mark_delivered(core, user, sent);
     }
 }
@@ -482,7 +517,12 @@ async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a
         let Ok(p) = serde_json::from_str::<Peers>(json) else {
             continue;
         };
-        if a.with.as_ref().is_some_and(|w| *w != p.from && *w != p.to) {
+        // Between the caller and `with`: both ends (the caller is one end of every message,
+        // so `with` naming the caller matches none, not all).
+        if a.with
+            .as_ref()
+            .is_some_and(|w| !((p.from == *user && p.to == *w) || (p.to == *user && p.from == *w)))
+        {
             continue;
         }
         if page.len() == limit as usize {

@@ -7,7 +7,7 @@
 //! settled in the room, each decayed by half every [`HEAT_HALF_LIFE`]: a room where 100 coins
 //! were just sent ranks like one with ten more members, and the effect fades within the hour.
 //! The heat lives in the runtime only (a new owner starts it at zero); the score is as of the
-//! room's last change.
+//! room's last change, or of its last refresh while the heat lasts (every [`HEAT_REFRESH`]).
 
 use std::time::Duration;
 
@@ -21,6 +21,10 @@ use super::state::{Applied, Sequenced};
 const GIFT_COINS_PER_POINT: f64 = 10.0;
 /// Recent gift value halves over this long.
 const HEAT_HALF_LIFE: Duration = Duration::from_secs(600);
+/// How often a room whose gifts still count refreshes its score: the gift value decays with
+/// time, not with the room's events, and a quiet room (its members only talk on the mic)
+/// would otherwise keep the score of its last change for as long as it stays quiet.
+const HEAT_REFRESH: Duration = Duration::from_secs(5);
 
 /// What the room last handed to the directory, to publish only changes.
 #[derive(Debug, Default)]
@@ -103,11 +107,12 @@ impl RoomActor {
     }
 
     /// Records the owner's region from their profile (sent with creates and joins, and when
-    /// it changes).
+    /// it changes). A profile without a region clears it (the owner cleared theirs); a command
+    /// that carries no profile says nothing about it.
     pub(super) async fn note_owner_region(&mut self, cmd: &protocol::link::Command) {
-        let region = match &cmd.cmd {
-            protocol::link::RoomCmd::Profile(p) => p.region.as_deref(),
-            _ => cmd.profile.as_ref().and_then(|p| p.region.as_deref()),
+        let region = match (&cmd.cmd, &cmd.profile) {
+            (protocol::link::RoomCmd::Profile(p), _) | (_, Some(p)) => p.region.as_deref(),
+            (_, None) => return,
         };
         let Some(state) = self.state.as_mut() else {
             return;
@@ -116,6 +121,19 @@ impl RoomActor {
             // Not stored: the room goes on; the next owner's join records it again.
             let _ = self.publish(applied, None).await;
         }
+    }
+
+    /// When the listed score must be refreshed (its gift value decays), if it must.
+    pub(super) fn list_refresh_due(&self) -> Option<Instant> {
+        let at = self.listing.heat_at?;
+        (self.listing.heat > 0.0).then(|| at + HEAT_REFRESH)
+    }
+
+    /// Refreshes the listed score as the gift value decays. The decay is taken first, so the
+    /// next refresh is [`HEAT_REFRESH`] away even when nothing is listed (a closed room).
+    pub(super) fn list_refresh(&mut self) {
+        self.listing.heat(0, Instant::now());
+        self.list_note(0, false);
     }
 
     /// Takes the room out of the directory (closed, or stopping here).

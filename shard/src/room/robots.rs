@@ -20,7 +20,9 @@ use super::{RoomActor, now_ms};
 use crate::metrics as m;
 use crate::robots::RobotConfig;
 
-/// How often a room whose robots fill it only below a member count looks at that count.
+/// How long after it is due a presence check runs: a room whose robots fill it only below a
+/// member count looks at that count this often, and a robot that is not in the room (kicked,
+/// say) comes back this long after it went (PROTOCOL.md, section 4.6).
 const PRESENCE_CHECK: Duration = Duration::from_secs(1);
 
 /// When each robot acts next, per kind.
@@ -37,6 +39,10 @@ pub(super) struct Robots {
     config: RobotConfig,
     timers: Vec<Timers>,
     rng: StdRng,
+    /// When the next presence check runs, once one is wanted (see [`RoomActor::robot_due`]).
+    /// A fixed instant, not "a second from now" asked anew on every turn of the room's loop: a
+    /// busy room turns more often than that and would never get to it.
+    presence_at: Option<Instant>,
 }
 
 impl Robots {
@@ -46,6 +52,7 @@ impl Robots {
             config,
             timers: vec![Timers::default(); n],
             rng: StdRng::from_os_rng(),
+            presence_at: None,
         };
         for i in 0..n {
             let chat = me.config.chat.as_ref().map(|c| c.every_s);
@@ -94,7 +101,8 @@ impl Robots {
         self.timers[i] = t;
     }
 
-    /// When the actor should next call [`RoomActor::robot_tick`].
+    /// When the actor should next call [`RoomActor::robot_tick`]: the first action due, or
+    /// the presence check when one is scheduled.
     pub(super) fn next_due(&self, now: Instant) -> Instant {
         let due = self
             .timers
@@ -102,8 +110,7 @@ impl Robots {
             .flat_map(|t| [t.chat, t.seat, t.gift])
             .flatten()
             .min();
-        let check = self.config.fill_below.map(|_| now + PRESENCE_CHECK);
-        match (due, check) {
+        match (due, self.presence_at) {
             (Some(d), Some(c)) => d.min(c),
             (Some(d), None) => d,
             (None, Some(c)) => c,
@@ -176,6 +183,11 @@ impl RoomActor {
                 }
                 self.robots = Some(Box::new(Robots::new(c, Instant::now())));
                 self.robot_tick().await;
+                if !running {
+                    // Seats saved from an earlier runtime whose robot did not come back with
+                    // this one (the configuration dropped it, or does not want it now).
+                    self.free_absent_robot_seats().await;
+                }
             }
             (None, true) => {
                 if let Some(old) = self.robots.take() {
@@ -186,13 +198,17 @@ impl RoomActor {
                 self.stop_robots();
                 debug!(room = %self.room, "Robots stopped.");
             }
-            (None, false) => {
-                // Seats robots still hold from an earlier owner's runtime go free.
-                if let Some(state) = self.state.as_mut() {
-                    let applied = state.free_absent_robot_seats();
-                    let _ = self.publish(applied, None).await;
-                }
-            }
+            // Seats robots still hold from an earlier owner's runtime go free.
+            (None, false) => self.free_absent_robot_seats().await,
+        }
+    }
+
+    /// Frees the seats robots hold without being members: an earlier runtime's robots (on
+    /// this node before a restart, or on an earlier owner) that this runtime does not run.
+    async fn free_absent_robot_seats(&mut self) {
+        if let Some(state) = self.state.as_mut() {
+            let applied = state.free_absent_robot_seats();
+            let _ = self.publish(applied, None).await;
         }
     }
 
@@ -215,9 +231,26 @@ impl RoomActor {
         }
     }
 
-    /// When the actor should next run [`RoomActor::robot_tick`].
-    pub(super) fn robot_due(&self) -> Option<Instant> {
-        self.robots.as_ref().map(|r| r.next_due(Instant::now()))
+    /// When the actor should next run [`RoomActor::robot_tick`]. A presence check is
+    /// scheduled (once, [`PRESENCE_CHECK`] from the first turn that wants it) while the robots
+    /// fill the room only below a member count, or while one of them is not in it (a kicked
+    /// robot comes back at the check; a banned one, or any in a closed room, stays out).
+    pub(super) fn robot_due(&mut self) -> Option<Instant> {
+        let robots = self.robots.as_mut()?;
+        let now = Instant::now();
+        let absent = self.state.as_ref().is_some_and(|s| {
+            robots
+                .config
+                .robots
+                .iter()
+                .any(|r| s.member(&r.id).is_none())
+        });
+        if robots.config.fill_below.is_some() || absent {
+            robots.presence_at.get_or_insert(now + PRESENCE_CHECK);
+        } else {
+            robots.presence_at = None;
+        }
+        Some(robots.next_due(now))
     }
 
     /// Brings robots in or out (by the room's human count when they only fill it), then runs
@@ -227,6 +260,8 @@ impl RoomActor {
             return;
         };
         self.robots_present(&robots).await;
+        // Checked now: the next check is scheduled afresh by `robot_due`.
+        robots.presence_at = None;
         let now = Instant::now();
         let n = robots.config.robots.len();
         for i in 0..n {

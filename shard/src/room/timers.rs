@@ -18,6 +18,8 @@ pub(super) struct Timers {
     pub(super) rocket: Option<Instant>,
     /// The next robot action.
     pub(super) robot: Option<Instant>,
+    /// The directory score's refresh (only while recent gifts count).
+    pub(super) listing: Option<Instant>,
     /// The room unloads (only while it has no members).
     pub(super) idle: Option<Instant>,
 }
@@ -31,6 +33,7 @@ impl Timers {
             self.storm,
             self.rocket,
             self.robot,
+            self.listing,
             self.idle,
         ]
         .into_iter()
@@ -47,6 +50,7 @@ impl Timers {
             storm: due(self.storm),
             rocket: due(self.rocket),
             robot: due(self.robot),
+            listing: due(self.listing),
             idle: due(self.idle),
         }
     }

@@ -84,6 +84,18 @@ redis.call('SADD', KEYS[1], ARGV[1])
 return 1
 ";
 
+/// What a stored request record (`id|at|record`) answers a send whose record is `record`.
+fn judge(first: &str, record: &str) -> Result<Sent> {
+    let mut it = first.splitn(3, '|');
+    let id = it.next().and_then(|v| v.parse().ok());
+    let at = it.next().and_then(|v| v.parse().ok());
+    match (id, at, it.next()) {
+        (Some(id), Some(at), Some(rest)) if rest == record => Ok(Sent::Repeated { id, at }),
+        (Some(_), Some(_), Some(_)) => Ok(Sent::Conflict),
+        _ => Err(corrupt("req record")),
+    }
+}
+
 /// The Redis engine; cheap to clone.
 #[derive(Clone)]
 pub struct RedisIm {
@@ -153,16 +165,7 @@ impl RedisIm {
             Some("blocking") => Ok(Sent::BlockedBySender),
             Some("repeat") => {
                 let first = reply.get(1).ok_or_else(|| corrupt("req record"))?;
-                let mut it = first.splitn(3, '|');
-                let id = it.next().and_then(|v| v.parse().ok());
-                let at = it.next().and_then(|v| v.parse().ok());
-                match (id, at, it.next()) {
-                    (Some(id), Some(at), Some(rest)) if rest == record => {
-                        Ok(Sent::Repeated { id, at })
-                    }
-                    (Some(_), Some(_), Some(_)) => Ok(Sent::Conflict),
-                    _ => Err(corrupt("req record")),
-                }
+                judge(first, &record)
             }
             Some("new") => {
                 let num = |i: usize| reply.get(i).and_then(|v| v.parse::<u64>().ok());
@@ -177,6 +180,17 @@ impl RedisIm {
             }
             _ => Err(corrupt("send reply")),
         }
+    }
+
+    pub(super) async fn repeat(&self, m: &Outgoing<'_>) -> Result<Option<Sent>> {
+        let mut conn = self.conn.clone();
+        let first: Option<String> = ::redis::cmd("GET")
+            .arg(req_key(m.from, m.req_id))
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        let record = super::req_record(m.to, m.text);
+        first.map(|f| judge(&f, &record)).transpose()
     }
 
     pub(super) async fn undelivered(&self, user: &UserId) -> Result<Vec<(u64, String)>> {

@@ -232,6 +232,35 @@ impl SqliteIm {
         .await
     }
 
+    pub(super) async fn repeat(&self, m: &Outgoing<'_>) -> Result<Option<Sent>> {
+        let from = m.from.as_str().to_owned();
+        let req_id = m.req_id.to_owned();
+        let record = super::req_record(m.to, m.text);
+        let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        self.with(move |conn| {
+            // Unexpired only, as `send` counts them (it deletes the expired first).
+            let first: Option<(i64, i64, String)> = conn
+                .query_row(
+                    "SELECT id, at, record FROM im_reqs
+                     WHERE user = ?1 AND req_id = ?2 AND expires >= ?3",
+                    (&from, &req_id, now),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            Ok(first.map(|(id, at, rec)| {
+                if rec == record {
+                    Sent::Repeated {
+                        id: id as u64,
+                        at: at as u64,
+                    }
+                } else {
+                    Sent::Conflict
+                }
+            }))
+        })
+        .await
+    }
+
     pub(super) async fn undelivered(&self, user: &UserId) -> Result<Vec<(u64, String)>> {
         if !self.may_owe(user) {
             return Ok(Vec::new());

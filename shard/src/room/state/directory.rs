@@ -14,13 +14,10 @@ impl RoomState {
             .count() as u32
     }
 
-    /// Records the region of `user`'s profile as the owner's region when `user` owns the
-    /// room and it differs; `None` when nothing changed.
+    /// Records the region of `user`'s profile (`None`: the profile has none) as the owner's
+    /// region when `user` owns the room and it differs; `None` when nothing changed.
     pub fn note_owner_region(&mut self, user: &UserId, region: Option<&str>) -> Option<Applied> {
-        if *user != self.durable.owner
-            || region.is_none()
-            || self.durable.owner_region.as_deref() == region
-        {
+        if *user != self.durable.owner || self.durable.owner_region.as_deref() == region {
             return None;
         }
         self.durable.owner_region = region.map(str::to_owned);
