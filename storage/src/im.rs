@@ -137,9 +137,26 @@ pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
         .to_owned()
 }
 
-/// The `req_id` record: what a retry must match to count as the same message.
+/// The `req_id` record: what a retry must match to count as the same message. The recipient
+/// ends at the first `|`: a `|` of its own (user ids may hold one) is written as U+001F, which
+/// neither an id nor a message's text may hold, so no two messages share a record (and ids
+/// without a `|` keep the records stored before user ids could hold one).
 pub(crate) fn req_record(to: &UserId, text: &str) -> String {
-    format!("{to}|{text}")
+    format!("{}|{text}", to.as_str().replace('|', "\u{1f}"))
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    #[test]
+    fn a_bar_in_the_recipient_cannot_make_two_messages_one_record() {
+        let a = req_record(&UserId::from("auth0|7"), "hi");
+        let b = req_record(&UserId::from("auth0"), "7|hi");
+        assert_ne!(a, b);
+        // Unchanged for ids without a `|`.
+        assert_eq!(req_record(&UserId::from("bob"), "a|b"), "bob|a|b");
+    }
 }
 
 /// The direct-message store: one of the two engines, cheap to clone.
