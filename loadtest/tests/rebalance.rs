@@ -706,3 +706,49 @@ async fn admin_calls_without_the_token_are_refused() {
     assert_eq!(ring["nodes"][0]["weight"], 1);
     assert_eq!(ring["nodes"].as_array().map(Vec::len), Some(1), "{ring}");
 }
+
+/// A gateway is a member of the ring's membership but owns no rooms: weighting, draining or
+/// re-weighting it through `POST /admin/nodes` would move nothing, so each is refused (400)
+/// rather than answered as a ring change, and the ring's version stays.
+#[tokio::test]
+async fn weighting_or_draining_a_gateway_is_refused() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let version = |r: Value| r["version"].as_u64().unwrap();
+    let before = version(
+        cluster
+            .admin("GET", "/admin/ring", None)
+            .await
+            .unwrap()
+            .json(),
+    );
+    let calls = [
+        ("PUT", "/admin/nodes/g1/weight", Some(json!({"weight": 0}))),
+        ("POST", "/admin/nodes/g1/drain", None),
+        (
+            "POST",
+            "/admin/nodes",
+            Some(json!({"id": "g1", "weight": 3})),
+        ),
+    ];
+    for (method, path, body) in calls {
+        let r = cluster.admin(method, path, body).await.unwrap();
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.body);
+    }
+    let after = version(
+        cluster
+            .admin("GET", "/admin/ring", None)
+            .await
+            .unwrap()
+            .json(),
+    );
+    assert_eq!(before, after, "a refused call changed the ring");
+    // A shard is still weighted and drained as before.
+    let r = cluster.admin("POST", "/admin/nodes/s1/drain", None).await;
+    assert_eq!(r.unwrap().status, 200);
+}
