@@ -273,6 +273,8 @@ pub struct FileConfig {
     pub seat_invite_ttl_ms: Option<u64>,
     /// How often the robot reconcile runs, ms.
     pub robot_reconcile_ms: Option<u64>,
+    /// Planned handoffs a shard starts per second (the rebalance throttle, at least 1).
+    pub handoff_rate_per_sec: Option<u32>,
     /// Auto-create rooms on join.
     pub auto_create: Option<bool>,
     /// Rooms one user may have created that are still stored (0: no cap).
@@ -582,6 +584,9 @@ pub fn shard_settings(
     }
     if let Some(v) = ms(f.robot_reconcile_ms) {
         s.robot_reconcile = v.max(Duration::from_millis(100));
+    }
+    if let Some(v) = f.handoff_rate_per_sec {
+        s.handoff_rate_per_sec = v.max(1);
     }
     if let Some(v) = f.auto_create {
         s.auto_create = v;

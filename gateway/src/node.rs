@@ -271,6 +271,14 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
         }
     }
     let live = view.live_shards();
+    let stale = view.stale_ids();
+    routes.set_live(
+        view.nodes
+            .iter()
+            .filter(|n| n.role.owns_rooms() && !n.link_addr.is_empty() && !stale.contains(&n.id))
+            .map(|n| n.id.clone())
+            .collect(),
+    );
     let placement = view.placement(&live);
     let old = routes.placement();
     if *old != placement {
@@ -278,7 +286,6 @@ async fn refresh_ring(core: &Arc<Core>, routes: &Routes, membership: &Membership
         // Only sessions served through a dead shard (stale heartbeat) or one removed from the
         // membership are told to rejoin; rooms that moved between live members (weights,
         // drains, pins) are handed off by their old owner and the sessions follow unnoticed.
-        let stale = view.stale_ids();
         let gone: HashSet<NodeId> = old
             .ring()
             .nodes()

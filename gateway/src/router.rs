@@ -4,7 +4,7 @@
 //! shard links; a shard that does not hold the room's lease answers `UNAVAILABLE` with the
 //! owner it knows, and the gateway retries (see `Core::from_shard`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use protocol::link::Command;
@@ -31,6 +31,10 @@ pub struct Routes {
     /// for: while a shard is unreachable its rooms go to their next owner at once, instead of
     /// waiting for its heartbeat to go stale.
     degraded: RwLock<Option<(Vec<NodeId>, Arc<Ring>)>>,
+    /// The room-owning members with a fresh heartbeat, whatever their weight: a drained shard
+    /// (weight 0) is off the ring but runs the rooms it has not handed off yet (one at a time,
+    /// throttled), and is where their commands must go until then.
+    live: RwLock<HashSet<NodeId>>,
 }
 
 impl Default for Routes {
@@ -42,6 +46,7 @@ impl Default for Routes {
             ))),
             links: RwLock::new(HashMap::new()),
             degraded: RwLock::new(None),
+            live: RwLock::new(HashSet::new()),
         }
     }
 }
@@ -61,6 +66,19 @@ impl Routes {
             .placement
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(p);
+    }
+
+    /// Replaces the set of live room-owning members (see [`Routes::is_live`]).
+    pub fn set_live(&self, live: HashSet<NodeId>) {
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = live;
+    }
+
+    /// Whether `node` is a room-owning member with a fresh heartbeat (on the ring or drained).
+    fn is_live(&self, node: &NodeId) -> bool {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(node)
     }
 
     /// Whether a link to `node` exists.
@@ -154,11 +172,12 @@ impl Router {
         match self {
             Self::Local(shard) => Some(Route::Local(shard)),
             Self::Cluster(routes) => {
-                // Follow a shard's hint only to a live member of the ring: a paused or dead
-                // ex-owner still named by its unexpired lease must not receive commands.
-                let placement = routes.placement();
+                // Follow a shard's hint only to a live member: a dead ex-owner (stale
+                // heartbeat, or removed) still named by its unexpired lease must not receive
+                // commands. A drained one (weight 0, off the ring) is live: it runs the rooms
+                // it has not handed off yet, and the ring's owner names it until it does.
                 let hinted = hint
-                    .filter(|h| placement.ring().nodes().iter().any(|(n, _)| n == *h))
+                    .filter(|h| routes.is_live(h))
                     .and_then(|h| routes.link(h))
                     .filter(|l| l.is_up());
                 hinted

@@ -454,6 +454,89 @@ async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move
     );
 }
 
+/// A drained shard is off the ring but still runs each of its rooms until that room's turn to
+/// be handed off (throttled; here 1 room/s, so most rooms wait seconds). The ring's new owner
+/// refuses their commands naming the drained shard as the lease holder, and the gateway must
+/// follow that hint: members' requests are answered at once, not only after their room moved.
+#[tokio::test]
+async fn a_drained_shard_answers_for_its_rooms_until_it_hands_them_off() {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), "handoff_rate_per_sec = 1\n").unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 2,
+        gateways: 1,
+        env: vec![(
+            "CHORUS_CONFIG".to_owned(),
+            config.path().display().to_string(),
+        )],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    ring_has(&cluster, 2).await;
+    // Rooms on s1, each with one member.
+    let mut members = Vec::new();
+    for i in 0..40 {
+        if members.len() == 8 {
+            break;
+        }
+        let room = RoomId::from(format!("drain-serves-{i}"));
+        let mut c = cluster.connect(0, &format!("member-{i}")).await.unwrap();
+        c.join_retrying(&room, None, JOIN_WITHIN).await.unwrap();
+        let (owner, _) = cluster.room_owner(room.as_str()).await.unwrap().unwrap();
+        if owner == "s1" {
+            members.push((room, c));
+        } else {
+            c.close().await;
+        }
+    }
+    assert!(members.len() >= 5, "only {} rooms on s1", members.len());
+
+    let r = cluster.admin("POST", "/admin/nodes/s1/drain", None).await;
+    assert_eq!(r.unwrap().status, 200);
+    ring_has(&cluster, 1).await;
+    shards_follow_ring(&cluster).await;
+    // Every member asks at once; at 1 handoff a second the last rooms move seconds later.
+    let asked = Instant::now();
+    let mut ids = Vec::new();
+    for (room, c) in &mut members {
+        let d = json!({"room": room, "text": "during the drain"});
+        ids.push(c.send("chat.send", d).await.unwrap());
+    }
+    let answers = futures_util::future::join_all(
+        members
+            .iter_mut()
+            .zip(&ids)
+            .map(|((_, c), id)| c.reply_to(*id, Duration::from_secs(3))),
+    )
+    .await;
+    let took = asked.elapsed();
+    for ((room, _), a) in members.iter().zip(&answers) {
+        assert!(a.is_ok(), "{room} during the drain: {a:?} after {took:?}");
+    }
+    // The drain was still going on: the drained shard answered for rooms it still ran.
+    let r = cluster
+        .admin("GET", "/admin/rebalance", None)
+        .await
+        .unwrap()
+        .json();
+    let left = r["planned"].as_u64().unwrap() + r["in_flight"].as_u64().unwrap();
+    assert!(left > 0, "the drain ended before the answers: {r}");
+
+    // Once it is over, every room runs on s2 and its member is still in it.
+    settled(&cluster).await;
+    for (room, c) in &mut members {
+        c.chat(room, "after the drain").await.unwrap();
+        let (owner, _) = cluster.room_owner(room.as_str()).await.unwrap().unwrap();
+        assert_eq!(owner, "s2", "{room}");
+    }
+    eprintln!(
+        "DRAIN at 1 handoff/s: {} rooms' requests answered in {} ms",
+        members.len(),
+        took.as_millis()
+    );
+}
+
 #[tokio::test]
 async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_one_owner() {
     let ttl = Duration::from_secs(2);
@@ -622,4 +705,50 @@ async fn admin_calls_without_the_token_are_refused() {
         .json();
     assert_eq!(ring["nodes"][0]["weight"], 1);
     assert_eq!(ring["nodes"].as_array().map(Vec::len), Some(1), "{ring}");
+}
+
+/// A gateway is a member of the ring's membership but owns no rooms: weighting, draining or
+/// re-weighting it through `POST /admin/nodes` would move nothing, so each is refused (400)
+/// rather than answered as a ring change, and the ring's version stays.
+#[tokio::test]
+async fn weighting_or_draining_a_gateway_is_refused() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let version = |r: Value| r["version"].as_u64().unwrap();
+    let before = version(
+        cluster
+            .admin("GET", "/admin/ring", None)
+            .await
+            .unwrap()
+            .json(),
+    );
+    let calls = [
+        ("PUT", "/admin/nodes/g1/weight", Some(json!({"weight": 0}))),
+        ("POST", "/admin/nodes/g1/drain", None),
+        (
+            "POST",
+            "/admin/nodes",
+            Some(json!({"id": "g1", "weight": 3})),
+        ),
+    ];
+    for (method, path, body) in calls {
+        let r = cluster.admin(method, path, body).await.unwrap();
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.body);
+    }
+    let after = version(
+        cluster
+            .admin("GET", "/admin/ring", None)
+            .await
+            .unwrap()
+            .json(),
+    );
+    assert_eq!(before, after, "a refused call changed the ring");
+    // A shard is still weighted and drained as before.
+    let r = cluster.admin("POST", "/admin/nodes/s1/drain", None).await;
+    assert_eq!(r.unwrap().status, 200);
 }

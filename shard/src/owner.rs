@@ -10,7 +10,7 @@ use std::time::Duration;
 use protocol::{FencingToken, NodeId, RoomId};
 use storage::StorageError;
 use storage::lease::{ClaimOutcome, LeaseOwner, LeaseStore, node_of};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -247,6 +247,15 @@ impl Owner {
         }
     }
 
+    /// The earliest local deadline of a held lease (far away when none is held).
+    fn next_deadline(&self) -> Instant {
+        self.lock()
+            .values()
+            .map(|h| h.valid_until)
+            .min()
+            .unwrap_or_else(|| Instant::now() + self.ttl)
+    }
+
     /// Cancels runtimes whose lease could not be proven before its local deadline.
     fn expire_unproven(&self, now: Instant) {
         let mut held = self.lock();
@@ -263,7 +272,10 @@ impl Owner {
     }
 
     /// The renewal loop: every TTL/3, one batched renewal of all held leases, driven by a
-    /// timer and never by room traffic. Runs until `shutdown`.
+    /// timer and never by room traffic; and at each lease's local deadline, the stop of a
+    /// runtime whose lease was not proven again by then, whether or not a renewal is still
+    /// waiting for its answer (one to an unreachable store waits for its time-out, which may
+    /// end after the deadline, or after the lease expired in the store). Runs until `shutdown`.
     pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         if self.renew_on_traffic {
             warn!("TEST-ONLY renew-on-traffic mode: leases of quiet rooms will expire.");
@@ -273,6 +285,10 @@ impl Owner {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
+                () = sleep_until(self.next_deadline()) => {
+                    self.expire_unproven(Instant::now());
+                    continue;
+                }
                 _ = tick.tick() => {}
             }
             if !self.renew_on_traffic {
@@ -281,9 +297,68 @@ impl Owner {
                     .iter()
                     .map(|(r, h)| (r.clone(), h.fence))
                     .collect();
-                self.renew(&leases).await;
+                let renewal = self.renew(&leases);
+                tokio::pin!(renewal);
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = &mut renewal => break,
+                        () = sleep_until(self.next_deadline()) => {
+                            self.expire_unproven(Instant::now());
+                        }
+                    }
+                }
             }
             self.expire_unproven(Instant::now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::panic,
+        reason = "test code: a failed unwrap is a failed test"
+    )]
+
+    use super::*;
+    use kit::redis::RedisServer;
+
+    /// A lease whose renewals go unanswered (Redis frozen: each waits for the 2 s response
+    /// time-out) stops its runtime at its local deadline, not when a renewal gives up, which
+    /// here is only when the lease has already expired in Redis and another node may hold it.
+    #[tokio::test]
+    async fn a_lease_whose_renewals_hang_stops_its_runtime_at_its_deadline() {
+        let server = RedisServer::start().await.unwrap();
+        let redis = storage::redis::Redis::connect(&server.url()).await.unwrap();
+        // Renewed every 2 s; proven until 5.4 s after a claim or renewal is sent.
+        let ttl = Duration::from_secs(6);
+        let owner = Arc::new(Owner::new(
+            LeaseStore::redis(&redis),
+            &NodeId::from("s1"),
+            ttl,
+            false,
+        ));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(owner.clone().run(shutdown.clone()));
+        let room = RoomId::from("frozen-store");
+        let Claim::Acquired { token, valid, .. } = owner.claim(&room, 0).await.unwrap() else {
+            panic!("a free lease was not acquired");
+        };
+        server.pause().unwrap();
+        let stopped = tokio::time::timeout(ttl * 2, token.cancelled()).await;
+        let at = Instant::now();
+        server.resume().unwrap();
+        shutdown.cancel();
+        assert!(stopped.is_ok(), "the runtime never stopped");
+        // No renewal was answered after the freeze: this is the last proven instant.
+        let deadline = owner.base + Duration::from_millis(valid.load(Ordering::Relaxed));
+        let late = at.saturating_duration_since(deadline);
+        assert!(
+            late < owner.margin() / 2,
+            "stopped {late:?} after the lease's deadline (TTL {ttl:?})"
+        );
+        assert_eq!(owner.held_count(), 0);
     }
 }

@@ -199,6 +199,11 @@ pub(super) async fn join(admin: &Admin, body: &Bytes) -> Resp {
         Ok(view) => view.get(&id).cloned(),
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };
+    if let Some(n) = &existing
+        && !n.role.owns_rooms()
+    {
+        return not_a_shard(&id);
+    }
     let result = match (existing, b.link_addr) {
         (Some(_), _) => m.set_weight(&id, b.weight).await,
         (None, Some(link_addr)) => {
@@ -230,6 +235,9 @@ pub(super) async fn weight(admin: &Admin, id: &str, body: &Bytes) -> Resp {
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
     };
     let id = NodeId::from(id);
+    if let Some(refused) = refuse_non_shard(m, &id).await {
+        return refused;
+    }
     changed(
         m.set_weight(&id, b.weight).await,
         "weight",
@@ -238,12 +246,36 @@ pub(super) async fn weight(admin: &Admin, id: &str, body: &Bytes) -> Resp {
     )
 }
 
+/// The refusal of a weight for a member that owns no rooms (a gateway): its weight places
+/// nothing, so a change would be reported while nothing moved.
+fn not_a_shard(id: &NodeId) -> Resp {
+    error(
+        StatusCode::BAD_REQUEST,
+        &format!("{id} is a gateway: only shards own rooms and have a weight"),
+    )
+}
+
+/// [`not_a_shard`] when `id` is a member that owns no rooms; `None` for a shard or a node
+/// that is not a member (the weight call answers that one).
+async fn refuse_non_shard(m: &storage::membership::Membership, id: &NodeId) -> Option<Resp> {
+    match m.list().await {
+        Ok(view) => view
+            .get(id)
+            .filter(|n| !n.role.owns_rooms())
+            .map(|_| not_a_shard(id)),
+        Err(e) => Some(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
+    }
+}
+
 /// `POST /admin/nodes/{id}/drain`: weight 0; its rooms are handed off, it stays a member.
 pub(super) async fn drain(admin: &Admin, id: &str) -> Resp {
     let Some(m) = &admin.membership else {
         return no_cluster();
     };
     let id = NodeId::from(id);
+    if let Some(refused) = refuse_non_shard(m, &id).await {
+        return refused;
+    }
     changed(
         m.set_weight(&id, 0).await,
         "drain",
