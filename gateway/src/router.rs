@@ -68,7 +68,8 @@ impl Routes {
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(p);
     }
 
-    /// Replaces the set of live room-owning members (see [`Routes::is_live`]).
+    /// Replaces the set of live room-owning members: those with a fresh heartbeat, on the
+    /// ring or drained, to which a lease holder's hint may send a command.
     pub fn set_live(&self, live: HashSet<NodeId>) {
         *self.live.write().unwrap_or_else(PoisonError::into_inner) = live;
     }
