@@ -131,10 +131,16 @@ fn robot_at(id: &UserId) -> SessionRef {
     }
 }
 
-/// A robot's profile: its display name from the configuration, when it is a valid one.
+/// A robot's profile: its display name from the configuration, when it is a valid one. A
+/// configuration may name a robot in up to 40 characters, a profile in up to 32: a longer name
+/// is shown cut to 32, not dropped.
 fn robot_profile(name: &str) -> Option<std::sync::Arc<protocol::client::Profile>> {
+    let name: String = name
+        .chars()
+        .take(protocol::client::profile::MAX_NAME_CHARS)
+        .collect();
     let p = protocol::client::Profile {
-        name: Some(name.to_owned()),
+        name: Some(name.clone()),
         ..Default::default()
     };
     if name.is_empty() || p.validate().is_err() {
@@ -478,7 +484,12 @@ mod tests {
         assert_eq!(p.name.as_deref(), Some("Amy"));
         assert_eq!((p.avatar.as_deref(), p.region.as_deref()), (None, None));
         assert_eq!(robot_profile(""), None);
-        assert_eq!(robot_profile(&"x".repeat(33)), None, "over 32 characters");
+        let long = robot_profile(&"x".repeat(40)).unwrap();
+        assert_eq!(
+            long.name.as_deref(),
+            Some("x".repeat(32).as_str()),
+            "cut to 32"
+        );
         assert_eq!(robot_profile("a\u{7}b"), None, "a control character");
     }
 }
