@@ -172,7 +172,11 @@ pub async fn start(
         membership.clone(),
         shutdown.clone(),
     ));
-    tracker.spawn(membership.clone().keep_in_ring(spec, shutdown.clone()));
+    tracker.spawn(
+        membership
+            .clone()
+            .keep_in_ring(spec, weight, shutdown.clone()),
+    );
     let drain = CancellationToken::new();
     tracker.spawn(drain_on(
         shard.clone(),
