@@ -89,6 +89,12 @@ impl Rebalance {
         publish_gauges(&st);
     }
 
+    /// How many moves were started and not yet confirmed (their handoff notices not yet
+    /// queued to the gateways).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.lock().in_flight.len()
+    }
+
     /// The current state.
     pub(crate) fn status(&self) -> RebalanceStatus {
         let st = self.lock();
@@ -202,16 +208,23 @@ fn start_next(inner: &Arc<Inner>) {
     let Some(handle) = inner.room_handle(&room) else {
         return;
     };
+    // In flight before the room can see the message: a handoff that finishes at once finds
+    // its entry (and a drain waiting for it does not stop the node first).
+    inner
+        .rebalance
+        .lock()
+        .in_flight
+        .insert(room.clone(), (to.clone(), Instant::now()));
     match handle.tx.try_send(Box::new(RoomMsg::Handoff(to.clone()))) {
         Ok(()) => {
             info!(%room, %to, "Handing the room off.");
-            let mut st = inner.rebalance.lock();
-            st.in_flight.insert(room, (to, Instant::now()));
-            publish_gauges(&st);
+            publish_gauges(&inner.rebalance.lock());
         }
         Err(_) => {
             // A full inbox: try again on the next tick.
-            inner.rebalance.lock().planned.push_back((room, to));
+            let mut st = inner.rebalance.lock();
+            st.in_flight.remove(&room);
+            st.planned.push_back((room, to));
         }
     }
 }
