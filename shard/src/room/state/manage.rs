@@ -152,6 +152,7 @@ impl RoomState {
             self.durable.invites.retain(|i| i.user != *target);
         } else {
             self.durable.admins.retain(|a| a != target);
+            self.withdraw_invites_by(&mut applied, target);
         }
         applied.durable_changed = true;
         let role = if admin { "admin" } else { "member" };
@@ -205,6 +206,7 @@ impl RoomState {
                 }),
             );
         }
+        self.withdraw_invites_by(&mut applied, user);
         if self.durable.host_seat && self.durable.seats[0].user.as_ref() == Some(user) {
             self.free_seat(
                 &mut applied,
