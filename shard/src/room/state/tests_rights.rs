@@ -668,3 +668,28 @@ fn an_invitation_ends_when_its_inviter_is_staff_no_more() {
         assert_eq!(r.seat_of(&u("lis")), None, "{change}");
     }
 }
+
+/// A request that ends because its user became staff or the owner is told to the staff as
+/// cancelled, as when the requester leaves: no request stays on their list that no longer is.
+#[test]
+fn a_request_ended_by_a_role_change_is_told_to_the_staff() {
+    for change in [
+        serde_json::json!({"op":"room.admin","d":{"room":"r1","user":"req","admin":true}}),
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"req"}}),
+    ] {
+        let mut r = party();
+        let out = run(&mut r, "host", change.clone(), 100).unwrap();
+        assert!(r.durable().requests.is_empty(), "{change}");
+        let told: Vec<_> = directs(&out.applied)
+            .into_iter()
+            .filter(|(_, f)| f["ev"] == "seat.request.update")
+            .collect();
+        assert_eq!(told.len(), 1, "{change}");
+        assert!(told[0].0.contains(&"host".to_owned()), "{change}");
+        assert_eq!(
+            told[0].1["d"],
+            serde_json::json!({"user":"req","state":"cancelled"}),
+            "{change}"
+        );
+    }
+}
