@@ -228,7 +228,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         admin_addr: admin_addr.to_string(),
     };
     membership.join(&spec, 1).await?;
-    tracker.spawn(membership.clone().keep_in_ring(spec, shutdown.clone()));
+    tracker.spawn(membership.clone().keep_in_ring(spec, 1, shutdown.clone()));
     tracker.spawn(crate::server::serve(core.clone(), ws_l));
     let admin = Arc::new(Admin {
         node: cfg.node_id.clone(),

@@ -272,6 +272,11 @@ impl Shard {
         self.inner.rebalance.status()
     }
 
+    /// Handoffs started whose runtime has not yet queued its notice to the gateways.
+    pub fn handoffs_in_flight(&self) -> usize {
+        self.inner.rebalance.in_flight()
+    }
+
     /// This shard's node id.
     pub fn node(&self) -> &NodeId {
         &self.inner.node

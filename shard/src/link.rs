@@ -116,6 +116,44 @@ pub async fn serve(shard: Shard, listener: TcpListener, shutdown: CancellationTo
     }
 }
 
+/// Writes what gateway-bound frames `rx` brings into `sink` until `finished` is cancelled
+/// (or the queue or the connection closes), then what was queued by then (a room's last
+/// handoff notice, queued just before its node stops), then closes the sink.
+async fn write_until<S>(
+    sink: &mut S,
+    rx: &mut mpsc::Receiver<ToGateway>,
+    finished: &CancellationToken,
+) where
+    S: Sink<Bytes> + Unpin,
+{
+    // Polled in place, not made per message (see the reader below).
+    let finished = finished.cancelled();
+    tokio::pin!(finished);
+    loop {
+        let first = tokio::select! {
+            () = &mut finished => break,
+            m = rx.recv() => match m { Some(m) => m, None => break },
+        };
+        metrics::gauge!(m::LINK_QUEUE_DEPTH).set(rx.len() as f64);
+        if write_batch(sink, rx, first, LinkFrame::ToGateway)
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    rx.close();
+    while let Some(first) = rx.recv().await {
+        if write_batch(sink, rx, first, LinkFrame::ToGateway)
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    let _ = sink.close().await;
+}
+
 async fn connection(
     shard: Shard,
     stream: TcpStream,
@@ -142,23 +180,7 @@ async fn connection(
     let writer_done = done.clone();
     let gw = gateway.clone();
     let writer = shard.inner.tracker.spawn(async move {
-        // Polled in place, not made per message (see the reader below).
-        let finished = writer_done.cancelled();
-        tokio::pin!(finished);
-        loop {
-            let first = tokio::select! {
-                () = &mut finished => break,
-                m = rx.recv() => match m { Some(m) => m, None => break },
-            };
-            metrics::gauge!(m::LINK_QUEUE_DEPTH).set(rx.len() as f64);
-            if write_batch(&mut sink, &mut rx, first, LinkFrame::ToGateway)
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-        let _ = sink.close().await;
+        write_until(&mut sink, &mut rx, &writer_done).await;
         drop(gw);
     });
     // Polled in place: a fresh `cancelled()` per frame would register with (and leave) the
@@ -227,6 +249,34 @@ mod tests {
 
         fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
             self.poll_flush(cx)
+        }
+    }
+
+    /// Frames queued before the link is told to finish (a node that stops once its last room
+    /// queued its handoff notice) are still written: the writer stops only with an empty queue.
+    #[tokio::test]
+    async fn frames_queued_before_the_link_finishes_are_written() {
+        // The writer picks between "finished" and "a frame" at random when both are ready:
+        // enough rounds that a writer which may drop the queue does so.
+        for _ in 0..32 {
+            let (tx, mut rx) = mpsc::channel::<ToGateway>(16);
+            for i in 0..3 {
+                let moved = protocol::link::RoomEvent {
+                    room: protocol::RoomId::from(format!("r{i}").as_str()),
+                    audience: protocol::link::Audience::Moved {
+                        sessions: Vec::new(),
+                        to: protocol::NodeId::from("s2"),
+                    },
+                    position: Some((1, 1)),
+                    frame: Bytes::new(),
+                };
+                tx.send(ToGateway::Event(moved)).await.unwrap();
+            }
+            let finished = CancellationToken::new();
+            finished.cancel();
+            let mut sink = Flushes::default();
+            write_until(&mut sink, &mut rx, &finished).await;
+            assert_eq!(sink.writes.iter().sum::<usize>(), 3, "{:?}", sink.writes);
         }
     }
 

@@ -172,7 +172,11 @@ pub async fn start(
         membership.clone(),
         shutdown.clone(),
     ));
-    tracker.spawn(membership.clone().keep_in_ring(spec, shutdown.clone()));
+    tracker.spawn(
+        membership
+            .clone()
+            .keep_in_ring(spec, weight, shutdown.clone()),
+    );
     let drain = CancellationToken::new();
     tracker.spawn(drain_on(
         shard.clone(),
@@ -206,7 +210,9 @@ async fn follow_placement(shard: Shard, membership: Membership, shutdown: Cancel
 }
 
 /// A shard's graceful stop, once `drain` is cancelled: take weight 0 so every room is handed
-/// off, wait until none runs here (or [`SHARD_DRAIN_DEADLINE`]), then stop the node.
+/// off, wait until none runs here and every handoff has queued its notice to the gateways (or
+/// [`SHARD_DRAIN_DEADLINE`]), then stop the node. A room leaves the registry before it saves,
+/// releases and tells the gateways: stopping then would close the links under its notice.
 async fn drain_on(
     shard: Shard,
     m: Membership,
@@ -223,7 +229,9 @@ async fn drain_on(
         warn!(error = %e, "Could not take weight 0; rooms will be released instead.");
     }
     let deadline = tokio::time::Instant::now() + SHARD_DRAIN_DEADLINE;
-    while shard.rooms_running() > 0 && tokio::time::Instant::now() < deadline {
+    while (shard.rooms_running() > 0 || shard.handoffs_in_flight() > 0)
+        && tokio::time::Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     info!(%node, left = shard.rooms_running(), "Drain done; stopping.");

@@ -2,7 +2,7 @@
 //! moves a room away from this shard, its runtime hands the room off — throttled to a
 //! configurable number of rooms per second — instead of waiting for a lease to expire.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -89,6 +89,12 @@ impl Rebalance {
         publish_gauges(&st);
     }
 
+    /// How many moves were started and not yet confirmed (their handoff notices not yet
+    /// queued to the gateways).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.lock().in_flight.len()
+    }
+
     /// The current state.
     pub(crate) fn status(&self) -> RebalanceStatus {
         let st = self.lock();
@@ -163,19 +169,36 @@ fn plan(inner: &Arc<Inner>) {
         st.failed += 1;
         warn!(room = %r, "Handoff timed out.");
     }
-    st.planned.retain(|(r, to)| placement.owner(r) == Some(to));
+    let st = &mut *st;
+    plan_moves(&mut st.planned, &st.in_flight, rooms, &inner.node, |r| {
+        placement.owner(r)
+    });
+    publish_gauges(st);
+}
+
+/// Drops planned moves whose target changed, then queues every room of `rooms` that
+/// `owner_of` puts on a node other than `me` and that is neither planned nor in flight.
+/// Linear in rooms plus planned moves (a set of planned rooms, not a scan per room).
+fn plan_moves<'p>(
+    planned: &mut VecDeque<(RoomId, NodeId)>,
+    in_flight: &HashMap<RoomId, (NodeId, Instant)>,
+    rooms: Vec<RoomId>,
+    me: &NodeId,
+    owner_of: impl Fn(&RoomId) -> Option<&'p NodeId>,
+) {
+    planned.retain(|(r, to)| owner_of(r) == Some(to));
+    let mut queued: HashSet<RoomId> = planned.iter().map(|(r, _)| r.clone()).collect();
     for room in rooms {
-        let Some(owner) = placement.owner(&room) else {
+        let Some(owner) = owner_of(&room) else {
             continue;
         };
-        if *owner == inner.node || st.in_flight.contains_key(&room) {
+        if owner == me || in_flight.contains_key(&room) {
             continue;
         }
-        if !st.planned.iter().any(|(r, _)| *r == room) {
-            st.planned.push_back((room, owner.clone()));
+        if queued.insert(room.clone()) {
+            planned.push_back((room, owner.clone()));
         }
     }
-    publish_gauges(&st);
 }
 
 /// Starts the next planned move (one per pace tick: the throttle).
@@ -185,16 +208,26 @@ fn start_next(inner: &Arc<Inner>) {
     let Some(handle) = inner.room_handle(&room) else {
         return;
     };
+    // In flight before the room can see the message: a handoff that finishes at once finds
+    // its entry (and a drain waiting for it does not stop the node first).
+    inner
+        .rebalance
+        .lock()
+        .in_flight
+        .insert(room.clone(), (to.clone(), Instant::now()));
     match handle.tx.try_send(Box::new(RoomMsg::Handoff(to.clone()))) {
         Ok(()) => {
             info!(%room, %to, "Handing the room off.");
-            let mut st = inner.rebalance.lock();
-            st.in_flight.insert(room, (to, Instant::now()));
-            publish_gauges(&st);
+            publish_gauges(&inner.rebalance.lock());
         }
         Err(_) => {
             // A full inbox: try again on the next tick.
-            inner.rebalance.lock().planned.push_back((room, to));
+            let mut st = inner.rebalance.lock();
+            st.in_flight.remove(&room);
+            st.planned.push_back((room, to));
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -52,13 +52,15 @@ impl RingView {
 }
 
 impl Membership {
-    /// Heartbeats `spec` every [`HEARTBEAT_INTERVAL`] until `shutdown`, then leaves the ring.
-    /// A membership that went backwards means Redis lost its data: the node joins again. One
-    /// that moved on without the node means an operator removed it: it stays out until it
-    /// restarts.
-    pub async fn keep_in_ring(self, spec: NodeSpec, shutdown: CancellationToken) {
+    /// Heartbeats `spec` (joined with `weight`) every [`HEARTBEAT_INTERVAL`] until `shutdown`,
+    /// then leaves the ring. A membership that went backwards means Redis lost its data: the
+    /// node joins again with the last weight it read for itself, so a drained node stays
+    /// drained. One that moved on without the node means an operator removed it: it stays out
+    /// until it restarts.
+    pub async fn keep_in_ring(self, spec: NodeSpec, weight: u32, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
         let mut seen_version = 0;
+        let mut weight = weight;
         let mut removed = false;
         loop {
             tokio::select! {
@@ -70,13 +72,16 @@ impl Membership {
                     removed = false;
                     if let Ok(view) = self.list().await {
                         seen_version = seen_version.max(view.version);
+                        if let Some(me) = view.get(&spec.id) {
+                            weight = me.weight;
+                        }
                     }
                 }
                 Ok(false) => {
                     let version = self.list().await.map(|v| v.version).unwrap_or(0);
                     if version < seen_version || seen_version == 0 {
-                        info!(node = %spec.id, "Not in the ring (membership lost); joining.");
-                        match self.join(&spec, 1).await {
+                        info!(node = %spec.id, weight, "Not in the ring (membership lost); joining.");
+                        match self.join(&spec, weight).await {
                             Ok(v) => seen_version = v,
                             Err(e) => warn!(error = %e, "Ring join failed."),
                         }

@@ -144,14 +144,14 @@ impl RoomState {
                     "a room has at most 20 admins",
                 ));
             }
-            self.durable.admins.push(target.clone());
             // Staff are not muted in chat, and take seats directly: no request or invitation
-            // of theirs waits.
+            // of theirs waits (the staff see the request cancelled).
+            self.drop_pending(&mut applied, target);
+            self.durable.admins.push(target.clone());
             self.durable.mutes.remove(target);
-            self.durable.requests.retain(|r| r.user != *target);
-            self.durable.invites.retain(|i| i.user != *target);
         } else {
             self.durable.admins.retain(|a| a != target);
+            self.withdraw_invites_by(&mut applied, target);
         }
         applied.durable_changed = true;
         let role = if admin { "admin" } else { "member" };
@@ -185,16 +185,15 @@ impl RoomState {
             return Err(rejected(ErrorCode::BadRequest, "you own the room already"));
         }
         self.check_target_member(target)?;
+        let mut applied = Applied::changed();
+        self.drop_pending(&mut applied, target);
         self.durable.admins.retain(|a| a != target);
         self.durable.mutes.remove(target);
         self.durable.bans.remove(target);
-        self.durable.requests.retain(|r| r.user != *target);
-        self.durable.invites.retain(|i| i.user != *target);
         self.durable.owner = target.clone();
         // The directory shows the owner's region: now the new owner's (unknown when their
         // profile has none), never the old owner's.
         self.durable.owner_region = self.profile_of(target).and_then(|p| p.region.clone());
-        let mut applied = Applied::changed();
         for (who, role) in [(target, "owner"), (user, "member")] {
             self.push(
                 &mut applied,
@@ -205,6 +204,7 @@ impl RoomState {
                 }),
             );
         }
+        self.withdraw_invites_by(&mut applied, user);
         if self.durable.host_seat && self.durable.seats[0].user.as_ref() == Some(user) {
             self.free_seat(
                 &mut applied,

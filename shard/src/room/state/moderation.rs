@@ -170,6 +170,7 @@ impl RoomState {
                         by: actor.clone(),
                     }),
                 );
+                self.withdraw_invites_by(&mut applied, target);
             }
         }
         let until = ban.flatten();

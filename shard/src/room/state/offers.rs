@@ -322,6 +322,27 @@ impl RoomState {
         applied.durable_changed |= self.durable.invites.len() != before;
     }
 
+    /// Withdraws the invitations `inviter` made: they are staff no more, and an invitation is
+    /// a staff act. The invitee of each one still pending and the staff are told.
+    pub(super) fn withdraw_invites_by(&mut self, applied: &mut Applied, inviter: &UserId) {
+        let (gone, kept): (Vec<Invite>, Vec<Invite>) = std::mem::take(&mut self.durable.invites)
+            .into_iter()
+            .partition(|i| i.by == *inviter);
+        self.durable.invites = kept;
+        for i in gone {
+            applied.durable_changed = true;
+            if !i.expired {
+                let to = self.staff_and(&i.user);
+                self.direct(
+                    applied,
+                    to,
+                    "seat.invite.update",
+                    &answered(&i.user, "withdrawn", Some(inviter), None),
+                );
+            }
+        }
+    }
+
     /// Expires requests and invitations whose time is up, telling the requester or invitee
     /// and the staff; drops invitations expired long enough ago.
     pub(super) fn expire_pending(&mut self, applied: &mut Applied, now: u64) {

@@ -76,8 +76,8 @@ impl RoomState {
     }
 
     /// Seats `user` on `target` (moving them if seated): the publish deadline starts unless
-    /// the RTC provider already reported them publishing. Their pending request and
-    /// invitation are done with.
+    /// the RTC provider already reported them publishing; a user moved keeps the deadline
+    /// they had, as with `seat.move`. Their pending request and invitation are done with.
     pub(super) fn place(
         &mut self,
         applied: &mut Applied,
@@ -88,15 +88,22 @@ impl RoomState {
     ) {
         let Act { by, cause, reason } = act;
         let mut publishing = self.durable.rtc.get(user).is_some_and(|r| r.publishing);
+        let mut kept_by = None;
         if let Some(old) = self.seat_of(user) {
-            publishing |= self.durable.seats[old as usize].publishing;
+            let seat = &self.durable.seats[old as usize];
+            publishing |= seat.publishing;
+            kept_by = seat.publish_by;
             self.free_seat(applied, old as usize, by, cause, Some("moved"));
         }
         let deadline = self.rules.publish_deadline_ms;
         let s = &mut self.durable.seats[target as usize];
         s.user = Some(user.clone());
         s.publishing = publishing;
-        s.publish_by = (!publishing && deadline > 0).then(|| now.saturating_add(deadline));
+        s.publish_by = if publishing {
+            None
+        } else {
+            kept_by.or((deadline > 0).then(|| now.saturating_add(deadline)))
+        };
         self.durable.requests.retain(|r| r.user != *user);
         self.durable.invites.retain(|i| i.user != *user);
         self.seat_event(applied, target as usize, by, cause, reason);

@@ -627,3 +627,69 @@ fn a_banned_admin_is_staff_no_more() {
     r.join(&u("adm"), at(7), None, 400).unwrap();
     assert_eq!(r.role(&u("adm")), Role::Member);
 }
+
+/// An invitation is the inviter's act as staff: when the inviter stops being staff (the role
+/// revoked, banned, or the owner who handed the room over), it is withdrawn, the invitee and
+/// the staff are told, and it can no longer seat anyone.
+#[test]
+fn an_invitation_ends_when_its_inviter_is_staff_no_more() {
+    let accept = serde_json::json!({"op":"seat.invite.accept","d":{"room":"r1"}});
+    for (inviter, change) in [
+        (
+            "adm",
+            serde_json::json!({"op":"room.admin","d":{"room":"r1","user":"adm","admin":false}}),
+        ),
+        (
+            "adm",
+            serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"adm","seconds":60}}),
+        ),
+        (
+            "host",
+            serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"mem"}}),
+        ),
+    ] {
+        let mut r = party();
+        let invite = serde_json::json!({"op":"seat.invite","d":{"room":"r1","user":"lis"}});
+        run(&mut r, inviter, invite, 100).unwrap();
+        let out = run(&mut r, "host", change.clone(), 110).unwrap();
+        assert!(r.durable().invites.is_empty(), "{change}");
+        let told: Vec<_> = directs(&out.applied)
+            .into_iter()
+            .filter(|(_, f)| f["ev"] == "seat.invite.update")
+            .collect();
+        assert_eq!(told.len(), 1, "{change}");
+        assert!(told[0].0.contains(&"lis".to_owned()), "{change}");
+        assert_eq!(told[0].1["d"]["state"], "withdrawn", "{change}");
+        assert_eq!(
+            run(&mut r, "lis", accept.clone(), 120).unwrap_err().code,
+            ErrorCode::NoSuchRequest,
+            "{change}"
+        );
+        assert_eq!(r.seat_of(&u("lis")), None, "{change}");
+    }
+}
+
+/// A request that ends because its user became staff or the owner is told to the staff as
+/// cancelled, as when the requester leaves: no request stays on their list that no longer is.
+#[test]
+fn a_request_ended_by_a_role_change_is_told_to_the_staff() {
+    for change in [
+        serde_json::json!({"op":"room.admin","d":{"room":"r1","user":"req","admin":true}}),
+        serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"req"}}),
+    ] {
+        let mut r = party();
+        let out = run(&mut r, "host", change.clone(), 100).unwrap();
+        assert!(r.durable().requests.is_empty(), "{change}");
+        let told: Vec<_> = directs(&out.applied)
+            .into_iter()
+            .filter(|(_, f)| f["ev"] == "seat.request.update")
+            .collect();
+        assert_eq!(told.len(), 1, "{change}");
+        assert!(told[0].0.contains(&"host".to_owned()), "{change}");
+        assert_eq!(
+            told[0].1["d"],
+            serde_json::json!({"user":"req","state":"cancelled"}),
+            "{change}"
+        );
+    }
+}

@@ -652,3 +652,26 @@ fn robots_are_counted_as_they_come_and_go() {
     r.rejoin(&u("bot:bo"), bot, None, 0).unwrap();
     assert!(r.gateways().all(|g| g.as_str() != ROBOT_GATEWAY));
 }
+
+#[test]
+fn moving_with_seat_take_keeps_the_publish_deadline_as_seat_move_does() {
+    let mut d = Durable::new(u("host"), "t".into(), 4, None).unwrap();
+    d.admins.clear();
+    let mut r = RoomState::new(RoomId::from("r1"), d, 1, Rules::default());
+    r.join(&u("a"), at(1), None, 0).unwrap();
+    r.seat_take(&u("a"), Some(1), 1000).unwrap();
+    // Hopping to another seat just before the deadline does not buy another T.
+    let (_, a) = r.seat_take(&u("a"), Some(2), 1000 + T - 1).unwrap();
+    assert_eq!(seat_updates(&a)[1].seat.publish_by, Some(1000 + T));
+    let (_, a) = r.seat_move(&u("a"), None, 3).unwrap();
+    assert_eq!(seat_updates(&a)[1].seat.publish_by, Some(1000 + T));
+    let up = seat_updates(&r.tick(1000 + T));
+    assert_eq!(
+        (
+            up[0].seat.index,
+            up[0].seat.user.clone(),
+            up[0].reason.as_deref()
+        ),
+        (3, None, Some("publish_timeout"))
+    );
+}
