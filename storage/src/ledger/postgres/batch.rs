@@ -233,8 +233,9 @@ const SQL_RANKS: &str = "INSERT INTO gift_rank (room, board, day, user_id, slot,
    $5::SMALLINT[], $6::BIGINT[]) WITH ORDINALITY AS x(r, b, d, u, s, t, n) ORDER BY n
  ON CONFLICT (room, board, day, user_id, slot)
  DO UPDATE SET total = gift_rank.total + EXCLUDED.total";
-const SQL_SETTLEMENTS: &str = "INSERT INTO gift_settlement (gift_id, room, platform, lucky)
- SELECT * FROM unnest($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[])";
+const SQL_SETTLEMENTS: &str =
+    "INSERT INTO gift_settlement (gift_id, room, platform, lucky, app_ranked)
+ SELECT *, TRUE FROM unnest($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[])";
 const SQL_MARKS: &str = "UPDATE gift_saga g
  SET state = x.st, balance_after = x.b, reason = x.r, updated_ms = $5
  FROM unnest($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::TEXT[]) AS x(id, st, b, r)

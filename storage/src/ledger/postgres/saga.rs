@@ -503,7 +503,8 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
     let prize = o.prize();
     let settlement = tx
         .prepare_cached(
-            "INSERT INTO gift_settlement (gift_id, room, platform, lucky) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO gift_settlement (gift_id, room, platform, lucky, app_ranked)
+             VALUES ($1, $2, $3, $4, TRUE)",
         )
         .await?;
     tx.execute(
