@@ -3,8 +3,9 @@
 //! overdraw and a double claim, a stale owner's gifts racing a new fence all commit before it,
 //! a lost server answers `Unavailable` while a retry by the gift id, once it is back, books
 //! the gift exactly once, gifts in flight together share a commit without sharing a fate, an
-//! account locked elsewhere holds up only its own gifts, and gifts settled by nodes older than
-//! the app boards (a rolling upgrade) count on them once.
+//! account locked elsewhere holds up only its own gifts, gifts settled by nodes older than the
+//! app boards (a rolling upgrade) count on them once, and board ties read in the user ids'
+//! byte order under any collation.
 
 #![allow(clippy::unwrap_used)]
 
@@ -688,4 +689,40 @@ async fn gifts_settled_by_nodes_older_than_the_app_boards_count_on_them_once() {
             .unwrap();
         assert_eq!(board, vec![(UserId::from("host"), 73)], "{period:?}");
     }
+}
+
+/// Boards break ties by user id as SQLite and Scylla do, byte by byte, whatever collation the
+/// database was made with: under a language's collation (ICU `en-US`, as many servers are
+/// made) "alice" would come before "Bob", and a board would read differently on each engine.
+#[tokio::test]
+async fn board_ties_are_ordered_by_the_user_ids_bytes_under_any_collation() {
+    let server = PgServer::start().await.unwrap();
+    sql(&server)
+        .await
+        .batch_execute(
+            "CREATE DATABASE icu TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C.UTF-8'
+               LOCALE_PROVIDER icu ICU_LOCALE 'en-US'",
+        )
+        .await
+        .unwrap();
+    let ledger = Ledger::open(&server.url("icu"), &std::env::temp_dir())
+        .await
+        .unwrap();
+    ledger.install_fence(&"room".into(), 1, "n1").await.unwrap();
+    for user in ["alice", "Bob"] {
+        ledger.grant(&user.into(), 100, "k").await.unwrap();
+        let booked = ledger.send_gift(&order(user, "g", 10), 1).await.unwrap();
+        assert!(matches!(booked, GiftOutcome::Settled { .. }), "{booked:?}");
+    }
+    let tied = vec![(UserId::from("Bob"), 10), (UserId::from("alice"), 10)];
+    let room = ledger
+        .leaderboard(&"room".into(), Board::Senders, Period::Day, 10)
+        .await
+        .unwrap();
+    assert_eq!(room, tied, "room board");
+    let app = ledger
+        .app_leaderboard(Board::Senders, Period::Day, 10, false)
+        .await
+        .unwrap();
+    assert_eq!(app, tied, "app board");
 }

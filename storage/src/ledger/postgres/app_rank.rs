@@ -3,7 +3,9 @@
 //! `app_rank_top`, the same rows ordered by total. Unlike `gift_rank` a row is not split into
 //! slots (a board's order needs each user's whole total in one index entry): a popular
 //! host's rows are locked from their update to the commit, so they are written last, in key
-//! order, by every transaction (no lock cycle, and the shortest hold).
+//! order, by every transaction (no lock cycle, and the shortest hold). Ties are read in the
+//! user ids' byte order (`COLLATE "C"`), as SQLite and Scylla give them, whatever collation
+//! the database was made with.
 
 use deadpool_postgres::Transaction;
 use protocol::UserId;
@@ -58,7 +60,8 @@ INSERT INTO app_rank (board, span, start, user_id, total)
 ///   version 6 or 7 did, and its gifts are counted already; one before 6 did not, and the
 ///   trigger adds every gift of the transaction.
 ///
-/// The rows are the ones `app_rank_rows` gives (robots apart, weeks from Monday), in key order.
+/// The rows are the ones `app_rank_rows` gives (robots apart, weeks from Monday), in key order
+/// (user ids by their bytes, as this build sorts them).
 pub(super) const MIGRATION_OLDER_NODES: &str = "
 ALTER TABLE gift_settlement ADD COLUMN app_ranked BOOLEAN NOT NULL DEFAULT FALSE;
 CREATE FUNCTION chorus_app_rank_older_node() RETURNS trigger LANGUAGE plpgsql AS $fn$
@@ -100,7 +103,7 @@ BEGIN
     s (sp, st) AS (
       VALUES (0, v_day), (1, v_day - (((v_day + 3) % 7) + 7) % 7), (2, 0::BIGINT))
     SELECT u.b::SMALLINT, s.sp::SMALLINT, s.st, u.who, u.amount FROM u CROSS JOIN s
-    ORDER BY 1, 2, 3, 4
+    ORDER BY 1, 2, 3, u.who COLLATE \"C\"
   ON CONFLICT (board, span, start, user_id)
   DO UPDATE SET total = app_rank.total + EXCLUDED.total;
   RETURN NULL;
@@ -174,7 +177,7 @@ impl PostgresLedger {
         let rows = self
             .read(
                 "SELECT user_id, total FROM app_rank WHERE board = $1 AND span = $2 AND start = $3
-                 ORDER BY total DESC, user_id ASC LIMIT $4",
+                 ORDER BY total DESC, user_id COLLATE \"C\" ASC LIMIT $4",
                 &[&board, &span, &start, &limit],
             )
             .await?;
