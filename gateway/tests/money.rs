@@ -603,3 +603,53 @@ async fn rank_get_of_a_missing_room_is_room_not_found_and_of_a_quiet_room_is_emp
     assert_eq!(empty["room"], "quiet");
     s.stop().await;
 }
+
+/// A lucky prize is the price paid times the multiplier drawn. For a catalog price so high
+/// that the product does not fit in the coins' integer, the order is refused as a bad request
+/// (the gift's cost itself fits): the room never books a prize its arithmetic wrapped, and
+/// the room keeps serving.
+#[tokio::test]
+async fn a_lucky_prize_too_large_to_count_is_refused_and_the_room_keeps_serving() {
+    use shard::gifts::{GiftDef, GiftKind, Prize};
+    let mut catalog = Catalog::default_with_secret(b"lucky".to_vec());
+    catalog.gifts.push(GiftDef {
+        id: "jackpot".into(),
+        name: "Jackpot".into(),
+        price: 5_000_000_000_000_000_000,
+        kind: GiftKind::Lucky,
+        effect_level: 0,
+    });
+    catalog.prizes = vec![Prize {
+        multiplier: 4,
+        ppm: 240_000,
+    }];
+    catalog.validate().unwrap();
+    // A request id whose draw wins: 5e18 × 4 does not fit in an i64.
+    let winning = (0..1_000)
+        .map(|i| format!("jackpot-{i}"))
+        .find(|req| {
+            let id = storage::ledger::gift_id(&"alice".into(), req);
+            catalog.lucky_multiplier(id.as_bytes()) == 4
+        })
+        .unwrap();
+    let s = Server::start_with(|c| c.catalog = std::sync::Arc::new(catalog)).await;
+    let room = RoomId::from("jackpot-room");
+    let mut a = s.connect("alice").await;
+    let mut b = s.connect("bob").await;
+    a.join(&room, false, None).await.unwrap();
+    b.join(&room, false, None).await.unwrap();
+    let err = a
+        .request(
+            "gift.send",
+            gift(&room, &winning, "jackpot", json!(["bob"])),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err:?}");
+    // The room is still served.
+    a.request("chat.send", json!({"room": room, "text": "still here"}))
+        .await
+        .unwrap();
+    assert_eq!(s.wallet("alice").await["balance"], 0);
+    s.stop().await;
+}

@@ -363,6 +363,9 @@ async fn postgres_migration_fills_the_app_boards_from_earlier_gifts() {
         // (Later versions' tables go too: migrations apply after the highest version found.)
         .batch_execute(
             "DROP TABLE app_rank; DROP TABLE IF EXISTS guard_purchase, guard;
+             DROP TRIGGER IF EXISTS gift_settlement_older_node ON gift_settlement;
+             DROP FUNCTION IF EXISTS chorus_app_rank_older_node();
+             ALTER TABLE gift_settlement DROP COLUMN IF EXISTS app_ranked;
              DELETE FROM chorus_ledger_schema WHERE version >= 6;",
         )
         .await

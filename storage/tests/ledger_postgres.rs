@@ -2,8 +2,10 @@
 //! created once however many nodes start at once, the database's own constraints refuse an
 //! overdraw and a double claim, a stale owner's gifts racing a new fence all commit before it,
 //! a lost server answers `Unavailable` while a retry by the gift id, once it is back, books
-//! the gift exactly once, gifts in flight together share a commit without sharing a fate, and
-//! an account locked elsewhere holds up only its own gifts.
+//! the gift exactly once, gifts in flight together share a commit without sharing a fate, an
+//! account locked elsewhere holds up only its own gifts, gifts settled by nodes older than the
+//! app boards (a rolling upgrade) count on them once, and board ties read in the user ids'
+//! byte order under any collation.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +16,9 @@ use futures_util::future::join_all;
 use kit::postgres::PgServer;
 use protocol::UserId;
 use storage::StorageError;
-use storage::ledger::{GiftOrder, GiftOutcome, GiftResult, Ledger, gift_id, now_ms};
+use storage::ledger::{
+    Board, GiftOrder, GiftOutcome, GiftResult, Ledger, Period, day_of, gift_id, now_ms, week_start,
+};
 use tokio::time::Instant;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
@@ -71,8 +75,8 @@ async fn nodes_starting_at_once_create_the_schema_once_and_a_newer_schema_is_ref
         .iter()
         .map(|r| r.get(0))
         .collect();
-    // Versions 1 (gifts) to 5 (settlements), each applied once.
-    assert_eq!(versions, (1..=7).collect::<Vec<i32>>(), "each version once");
+    // Versions 1 (gifts) to 8 (older nodes' gifts on the app boards), each applied once.
+    assert_eq!(versions, (1..=8).collect::<Vec<i32>>(), "each version once");
     // Opening again changes nothing.
     open(&server).await;
     // A database a newer version migrated is not written by this one.
@@ -586,4 +590,139 @@ async fn a_deadlock_in_a_batchs_second_round_trip_is_retried_and_books_once() {
     );
     assert_eq!(ledger.earnings(&"host".into()).await.unwrap(), 15);
     assert!(ledger.audit_totals().await.unwrap().is_conserved());
+}
+
+/// Writes `o` as settled, as a node built before the app boards (schema 6) settles a gift:
+/// its saga and its settlement row, and no `app_rank` row. With `ranked`, also the app-board
+/// rows, as a node of schema 6 or 7 adds them in the same transaction.
+async fn settle_as_an_older_node(
+    tx: &tokio_postgres::Transaction<'_>,
+    o: &GiftOrder,
+    ranked: bool,
+) {
+    let json = serde_json::json!({
+        "sender": o.sender, "room": o.room, "gift": &*o.gift, "count": o.count,
+        "unit_price": o.unit_price, "recipients": o.recipients, "share_bp": o.share_bp,
+        "lucky": null, "created_ms": o.created_ms,
+    })
+    .to_string();
+    tx.execute(
+        "INSERT INTO gift_saga (gift_id, room, sender, order_json, state, fence, updated_ms)
+         VALUES ($1, $2, $3, $4, 'SETTLED', 1, $5)",
+        &[
+            &o.gift_id,
+            &o.room.as_str(),
+            &o.sender.as_str(),
+            &json,
+            &o.created_ms,
+        ],
+    )
+    .await
+    .unwrap();
+    if ranked {
+        let day = day_of(o.created_ms);
+        let robot = |u: &UserId| if u.is_robot() { 2i16 } else { 0 };
+        let mut rows = vec![(robot(&o.sender), o.sender.as_str(), o.total())];
+        for r in &o.recipients {
+            rows.push((robot(r) + 1, r.as_str(), o.per_recipient()));
+        }
+        for (board, user, total) in rows {
+            for (span, start) in [(0i16, day), (1, week_start(day)), (2, 0)] {
+                tx.execute(
+                    "INSERT INTO app_rank (board, span, start, user_id, total)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (board, span, start, user_id)
+                     DO UPDATE SET total = app_rank.total + EXCLUDED.total",
+                    &[&board, &span, &start, &user, &total],
+                )
+                .await
+                .unwrap();
+            }
+        }
+    }
+    tx.execute(
+        "INSERT INTO gift_settlement (gift_id, room, platform, lucky) VALUES ($1, $2, $3, 0)",
+        &[&o.gift_id, &o.room.as_str(), &o.platform_share()],
+    )
+    .await
+    .unwrap();
+}
+
+/// A rolling upgrade: nodes built before the app boards keep settling gifts after a newer node
+/// migrated the schema. Their gifts count on the app boards and in the lifetime spend like
+/// every other, once: a node that keeps the boards itself (schema 6 or 7, whose settlements
+/// carry no mark either) and this build are not counted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gifts_settled_by_nodes_older_than_the_app_boards_count_on_them_once() {
+    let server = PgServer::start().await.unwrap();
+    let ledger = open(&server).await;
+    let mut db = sql(&server).await;
+    // An older node's batch: two gifts of one sender and a robot's, in one transaction.
+    let tx = db.transaction().await.unwrap();
+    for o in [
+        order("alice", "a1", 30),
+        order("alice", "a2", 20),
+        order("bot:r", "b1", 5),
+    ] {
+        settle_as_an_older_node(&tx, &o, false).await;
+    }
+    tx.commit().await.unwrap();
+    // A node of schema 6 or 7 adds its gift's rows itself.
+    let tx = db.transaction().await.unwrap();
+    settle_as_an_older_node(&tx, &order("carol", "c1", 7), true).await;
+    tx.commit().await.unwrap();
+    // This build.
+    ledger.install_fence(&"room".into(), 1, "n1").await.unwrap();
+    ledger.grant(&"dave".into(), 100, "k").await.unwrap();
+    let booked = ledger.send_gift(&order("dave", "d1", 11), 1).await.unwrap();
+    assert!(matches!(booked, GiftOutcome::Settled { .. }), "{booked:?}");
+    for (user, spent) in [("alice", 50), ("bot:r", 5), ("carol", 7), ("dave", 11)] {
+        assert_eq!(
+            ledger.lifetime_spent(&user.into()).await.unwrap(),
+            spent,
+            "{user}"
+        );
+    }
+    for period in [Period::Day, Period::Week, Period::All] {
+        let board = ledger
+            .app_leaderboard(Board::Receivers, period, 10, true)
+            .await
+            .unwrap();
+        assert_eq!(board, vec![(UserId::from("host"), 73)], "{period:?}");
+    }
+}
+
+/// Boards break ties by user id as SQLite and Scylla do, byte by byte, whatever collation the
+/// database was made with: under a language's collation (ICU `en-US`, as many servers are
+/// made) "alice" would come before "Bob", and a board would read differently on each engine.
+#[tokio::test]
+async fn board_ties_are_ordered_by_the_user_ids_bytes_under_any_collation() {
+    let server = PgServer::start().await.unwrap();
+    sql(&server)
+        .await
+        .batch_execute(
+            "CREATE DATABASE icu TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C.UTF-8'
+               LOCALE_PROVIDER icu ICU_LOCALE 'en-US'",
+        )
+        .await
+        .unwrap();
+    let ledger = Ledger::open(&server.url("icu"), &std::env::temp_dir())
+        .await
+        .unwrap();
+    ledger.install_fence(&"room".into(), 1, "n1").await.unwrap();
+    for user in ["alice", "Bob"] {
+        ledger.grant(&user.into(), 100, "k").await.unwrap();
+        let booked = ledger.send_gift(&order(user, "g", 10), 1).await.unwrap();
+        assert!(matches!(booked, GiftOutcome::Settled { .. }), "{booked:?}");
+    }
+    let tied = vec![(UserId::from("Bob"), 10), (UserId::from("alice"), 10)];
+    let room = ledger
+        .leaderboard(&"room".into(), Board::Senders, Period::Day, 10)
+        .await
+        .unwrap();
+    assert_eq!(room, tied, "room board");
+    let app = ledger
+        .app_leaderboard(Board::Senders, Period::Day, 10, false)
+        .await
+        .unwrap();
+    assert_eq!(app, tied, "app board");
 }

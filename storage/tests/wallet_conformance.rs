@@ -9,9 +9,9 @@ use std::sync::Arc;
 use protocol::UserId;
 use storage::StorageError;
 use storage::ledger::{
-    GiftOutcome, HistoryQuery, Ledger, Movement, MovementKind, Payment, RefundOutcome,
-    SettlementOrder, SettlementOutcome, TopUpOutcome, TransferOrder, TransferOutcome, day_of,
-    now_ms,
+    BeginOutcome, DebitOutcome, GiftOutcome, HistoryQuery, Ledger, Movement, MovementKind, Payment,
+    RefundOutcome, SettlementOrder, SettlementOutcome, TopUpOutcome, TransferOrder,
+    TransferOutcome, day_of, now_ms,
 };
 
 #[macro_use]
@@ -542,13 +542,20 @@ async fn a_refund_after_spending_is_a_debt_that_blocks_gifts_until_covered(f: Fi
     ));
     assert_eq!(l.debt(&u).await.unwrap(), 80);
     assert!(l.audit_totals().await.unwrap().is_conserved());
-    // Coins from elsewhere do not let a user in debt send.
+    // Coins from elsewhere do not let a user in debt send. Every engine answers the refusal
+    // the same way, on the batched path and step by step: nothing is spendable (balance 0).
     l.grant(&u, 50, "gift-from-ops").await.unwrap();
     let blocked = f.order(&u, "g2", &room, 10, std::slice::from_ref(&host));
-    assert!(matches!(
+    assert_eq!(
         l.send_gift(&blocked, 1).await.unwrap(),
-        GiftOutcome::InsufficientFunds { .. }
-    ));
+        GiftOutcome::InsufficientFunds { balance: 0 }
+    );
+    let stepped = f.order(&u, "g2-steps", &room, 10, std::slice::from_ref(&host));
+    assert_eq!(l.begin(&stepped, 1).await.unwrap(), BeginOutcome::Started);
+    assert_eq!(
+        l.debit(&stepped, 1).await.unwrap(),
+        DebitOutcome::InsufficientFunds { balance: 0 }
+    );
     assert_eq!(l.balance(&u).await.unwrap(), 50);
     // A top-up covers the debt first; then the user can send again.
     let paid = l.top_up(&payment("pay-2", &u, 100)).await.unwrap();

@@ -251,6 +251,11 @@ pub(super) fn reused(stored: u64, ours: u64) -> bool {
     stored != 0 && ours != 0 && stored != ours
 }
 
+/// An order whose numbers the ledger would refuse (or could not count).
+fn invalid_order() -> Rejected {
+    super::state::rejected(ErrorCode::BadRequest, "invalid gift order")
+}
+
 fn conflict_error() -> ReplyError {
     ReplyError::new(
         ErrorCode::IdempotencyConflict,
@@ -377,14 +382,25 @@ impl RoomActor {
             }
             Err(rejected) => return Err(rejected),
         };
-        let paid = def.price * i64::from(g.count) * recipients.len() as i64;
-        let lucky = (def.kind == GiftKind::Lucky).then(|| {
-            let multiplier = catalog.lucky_multiplier(id.as_bytes());
-            LuckyPrize {
-                multiplier,
-                coins: paid * i64::from(multiplier),
+        // Checked: the catalog bounds no price, and an order whose cost or prize does not fit
+        // in the coins' integer is refused, never booked wrapped (a wrapped prize could be
+        // any number of coins; `validate` refuses a cost that does not fit).
+        let n = i64::try_from(recipients.len()).unwrap_or(i64::MAX);
+        let paid = def
+            .price
+            .checked_mul(i64::from(g.count))
+            .and_then(|p| p.checked_mul(n));
+        let lucky = match (def.kind, paid) {
+            (GiftKind::Lucky, Some(paid)) => {
+                let multiplier = catalog.lucky_multiplier(id.as_bytes());
+                match paid.checked_mul(i64::from(multiplier)) {
+                    Some(coins) => Some(LuckyPrize { multiplier, coins }),
+                    None => return Err(invalid_order()),
+                }
             }
-        });
+            (GiftKind::Lucky, None) => return Err(invalid_order()),
+            (GiftKind::Normal, _) => None,
+        };
         let order = GiftOrder {
             gift_id: id,
             sender: cmd.user.clone(),
@@ -399,10 +415,7 @@ impl RoomActor {
             request,
         };
         if order.validate().is_err() {
-            return Err(super::state::rejected(
-                ErrorCode::BadRequest,
-                "invalid gift order",
-            ));
+            return Err(invalid_order());
         }
         Ok(Some((order, legacy, ledger.clone())))
     }

@@ -3,10 +3,10 @@
 //!
 //! # Debt
 //! A refund takes the payment's coins from the user's coins; what the coins no longer cover
-//! (the user spent them) is recorded as the user's debt, never as a negative balance. A debt
-//! only exists while the user's coins are 0, and the next top-ups and grants cover it before
-//! anything reaches the coins, so the user cannot send a gift (which needs coins) until the
-//! debt is covered. Conservation counts it: `coins + earnings + platform_revenue - lucky_paid
+//! (the user spent them) is recorded as the user's debt, never as a negative balance. The
+//! next top-ups cover it before anything reaches the coins; coins from elsewhere (grants,
+//! transfers, rewards) reach the coins but cannot be spent on gifts or guards while the debt
+//! stands (a gift is refused as if the balance were 0). Conservation counts it: `coins + earnings + platform_revenue - lucky_paid
 //! == granted + topped_up - refunded + debt`.
 
 use protocol::UserId;

@@ -22,6 +22,8 @@
 //!   retries by the gift id, which finds whatever committed. Nothing is answered before its
 //!   commit returned.
 //! - **Schema**: created and migrated at start-up (`schema`).
+//! - **Ties** on boards and guard lists are ordered by the user ids' bytes (`COLLATE "C"`), as
+//!   on the other engines, whatever collation the database was made with.
 //!
 //! # Layout
 //! This file holds the engine's handle, its pool, the transaction runner and the reads;
@@ -460,7 +462,7 @@ impl PostgresLedger {
             .read(
                 "SELECT user_id, SUM(total)::BIGINT AS sum FROM gift_rank
                  WHERE room = $1 AND board = $2 AND day >= $3 GROUP BY user_id
-                 ORDER BY sum DESC, user_id ASC LIMIT $4",
+                 ORDER BY sum DESC, user_id COLLATE \"C\" ASC LIMIT $4",
                 &[&room.as_str(), &board, &first_day, &limit],
             )
             .await?;

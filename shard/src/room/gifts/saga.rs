@@ -60,8 +60,14 @@ pub(super) fn saga(mut s: SagaStart) -> impl Future<Output = GiftDone> + Send {
 
 /// Takes the saga's order from the ledger when its request was booked before the upgrade to
 /// time-ordered gift ids, under its legacy id: the retry goes on with that saga.
+///
+/// # Errors
+/// `Reused` when that saga is another request's; the ledger's errors.
 async fn go_on_from_legacy(s: &mut SagaStart) -> Result<(), StorageError> {
     if let Some(rec) = s.ledger.legacy_saga(s.legacy).await? {
+        // Booked for another room (or gift): a reused request id, refused as one under the new
+        // id is. That saga is its own room's owner's to move, under that room's fence.
+        s.order.same_request_as(&rec.order)?;
         lock(&s.in_flight).insert(rec.order.gift_id);
         s.order = rec.order;
     }

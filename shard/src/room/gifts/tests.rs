@@ -1,5 +1,6 @@
 use super::{Crash, InFlight, RECOVERY_MIN_AGE_MS, SagaStart, Sweep, saga};
 use protocol::link::Command;
+use storage::StorageError;
 use storage::ledger::{GiftOrder, GiftOutcome, Ledger, gift_id, legacy_gift_id};
 use uuid::Uuid;
 
@@ -107,33 +108,7 @@ async fn a_retry_across_the_gift_id_upgrade_gets_its_first_result() {
         legacy_gift_id(&"alice".into(), REQ).unwrap(),
     );
     let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open("sqlite", dir.path()).await.unwrap();
-    assert!(
-        !ledger.may_hold_legacy_gift_ids(),
-        "a fresh ledger holds no old ids"
-    );
-    ledger.grant(&"alice".into(), 100, "g").await.unwrap();
-    ledger.install_fence(&"r1".into(), 1, "n1").await.unwrap();
-    // What the version before the upgrade did: book under the v5 id.
-    let first = ledger.send_gift(&order(old_id), 1).await.unwrap();
-    assert!(
-        matches!(first, GiftOutcome::Settled { balance: 90, .. }),
-        "{first:?}"
-    );
-    drop(ledger);
-    // Back to the schema before migration 2, as the old version left the file.
-    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .unwrap();
-    conn.execute_batch("DROP TABLE ledger_meta; PRAGMA user_version = 1;")
-        .unwrap();
-    drop(conn);
-
-    let ledger = Ledger::open("sqlite", dir.path()).await.unwrap();
-    assert!(
-        ledger.may_hold_legacy_gift_ids(),
-        "migrated with sagas in it"
-    );
+    let ledger = booked_before_the_upgrade(dir.path(), order(old_id)).await;
     let done = saga(start(ledger.clone(), order(new_id), Some(old_id))).await;
     assert_eq!(done.key, new_id);
     assert_eq!(done.order.gift_id, old_id, "went on with the booked saga");
@@ -164,4 +139,66 @@ async fn a_retry_across_the_gift_id_upgrade_gets_its_first_result() {
         done.outcome
     );
     assert!(ledger.saga(next).await.unwrap().is_some());
+}
+
+/// A SQLite ledger in which the version before time-ordered gift ids booked `first` (under
+/// its v5 id), reopened as this version opens it: it may hold legacy ids.
+async fn booked_before_the_upgrade(dir: &std::path::Path, first: GiftOrder) -> Ledger {
+    let ledger = Ledger::open("sqlite", dir).await.unwrap();
+    assert!(
+        !ledger.may_hold_legacy_gift_ids(),
+        "a fresh ledger holds no old ids"
+    );
+    ledger.grant(&"alice".into(), 100, "g").await.unwrap();
+    ledger.install_fence(&first.room, 1, "n1").await.unwrap();
+    let booked = ledger.send_gift(&first, 1).await.unwrap();
+    assert!(
+        matches!(booked, GiftOutcome::Settled { balance: 90, .. }),
+        "{booked:?}"
+    );
+    drop(ledger);
+    // Back to the schema before migration 2, as the old version left the file.
+    let conn = rusqlite::Connection::open(dir.join("ledger.db")).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    conn.execute_batch("DROP TABLE ledger_meta; PRAGMA user_version = 1;")
+        .unwrap();
+    drop(conn);
+    let ledger = Ledger::open("sqlite", dir).await.unwrap();
+    assert!(
+        ledger.may_hold_legacy_gift_ids(),
+        "migrated with sagas in it"
+    );
+    ledger
+}
+
+/// A request id booked before the upgrade in another room, sent again in this one: a reuse,
+/// refused as one, never answered with the other room's order (nor driven under this room's
+/// fence, which says nothing about the other room's owner).
+#[tokio::test]
+async fn a_legacy_saga_of_another_room_is_a_reused_request_id() {
+    const REQ: &str = "0190f1a2-b3c4-7d5e-8f60-0123456789ab";
+    let (new_id, old_id) = (
+        gift_id(&"alice".into(), REQ),
+        legacy_gift_id(&"alice".into(), REQ).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut elsewhere = order(old_id);
+    elsewhere.room = "r2".into();
+    let ledger = booked_before_the_upgrade(dir.path(), elsewhere).await;
+    let done = saga(start(ledger.clone(), order(new_id), Some(old_id))).await;
+    assert!(
+        matches!(&done.outcome, Err(StorageError::Reused { .. })),
+        "{:?}",
+        done.outcome
+    );
+    assert_eq!(
+        done.order.gift_id, new_id,
+        "the other room's order is not taken"
+    );
+    assert!(
+        ledger.saga(new_id).await.unwrap().is_none(),
+        "nothing booked"
+    );
+    assert_eq!(ledger.balance(&"alice".into()).await.unwrap(), 90);
 }

@@ -204,7 +204,8 @@ const SQL_LOCK_ACCOUNTS: &str =
 /// under a fence not below the room's and a new id; the debit (less the prize) only with it,
 /// with coins covering the total and no debt owed (a refund of spent coins blocks sending, as
 /// if the coins were short). The last column reads the account as it was before this
-/// statement (every part of a statement sees the same snapshot).
+/// statement (every part of a statement sees the same snapshot): 0 for a sender in debt, who
+/// has nothing to spend.
 const SQL_GIFT: &str = "WITH s AS (
    INSERT INTO gift_saga (gift_id, room, sender, order_json, state, fence, updated_ms)
    SELECT $1::UUID, $2::TEXT, $3::TEXT, $4::TEXT, 'PENDING', $5::BIGINT, $6::BIGINT
@@ -217,7 +218,8 @@ const SQL_GIFT: &str = "WITH s AS (
      AND NOT EXISTS (SELECT 1 FROM debt WHERE user_id = $3)
    RETURNING coins)
  SELECT EXISTS (SELECT 1 FROM s), (SELECT coins FROM d),
-   (SELECT coins FROM account WHERE user_id = $3)";
+   (SELECT CASE WHEN EXISTS (SELECT 1 FROM debt WHERE user_id = $3) THEN 0 ELSE coins END
+    FROM account WHERE user_id = $3)";
 const SQL_ENTRIES: &str =
     "INSERT INTO entry (user_id, entry_id, kind, amount, balance_after, created_ms)
  SELECT u, i, k, a, b, $6 FROM unnest($1::TEXT[], $2::UUID[], $3::TEXT[], $4::BIGINT[],
@@ -231,8 +233,9 @@ const SQL_RANKS: &str = "INSERT INTO gift_rank (room, board, day, user_id, slot,
    $5::SMALLINT[], $6::BIGINT[]) WITH ORDINALITY AS x(r, b, d, u, s, t, n) ORDER BY n
  ON CONFLICT (room, board, day, user_id, slot)
  DO UPDATE SET total = gift_rank.total + EXCLUDED.total";
-const SQL_SETTLEMENTS: &str = "INSERT INTO gift_settlement (gift_id, room, platform, lucky)
- SELECT * FROM unnest($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[])";
+const SQL_SETTLEMENTS: &str =
+    "INSERT INTO gift_settlement (gift_id, room, platform, lucky, app_ranked)
+ SELECT *, TRUE FROM unnest($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[])";
 const SQL_MARKS: &str = "UPDATE gift_saga g
  SET state = x.st, balance_after = x.b, reason = x.r, updated_ms = $5
  FROM unnest($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::TEXT[]) AS x(id, st, b, r)

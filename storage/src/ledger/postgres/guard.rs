@@ -163,7 +163,7 @@ impl PostgresLedger {
     ) -> Result<Vec<Guard>> {
         self.guards_in_force(
             "SELECT host, buyer, expires_ms FROM guard WHERE host = $1 AND expires_ms > $2
-             ORDER BY expires_ms DESC, buyer ASC LIMIT $3",
+             ORDER BY expires_ms DESC, buyer COLLATE \"C\" ASC LIMIT $3",
             host,
             now,
         )
@@ -177,7 +177,7 @@ impl PostgresLedger {
     ) -> Result<Vec<Guard>> {
         self.guards_in_force(
             "SELECT host, buyer, expires_ms FROM guard WHERE buyer = $1 AND expires_ms > $2
-             ORDER BY expires_ms DESC, host ASC LIMIT $3",
+             ORDER BY expires_ms DESC, host COLLATE \"C\" ASC LIMIT $3",
             buyer,
             now,
         )

@@ -460,7 +460,12 @@ async fn debit_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxResu
         .await?;
     let Some(row) = tx.query_opt(&take, &[&sender, &total]).await? else {
         // Not enough coins: the void claim takes the key, so this gift can never be debited.
-        let balance = coins(tx, sender).await?;
+        // A sender in debt has nothing to spend (balance 0), as every engine answers.
+        let balance = if super::payment::debt_of(tx, sender).await? > 0 {
+            0
+        } else {
+            coins(tx, sender).await?
+        };
         insert_entry(tx, sender, o.gift_id, EntryKind::Void, total, Some(balance)).await?;
         let reason = Some(VoidReason::InsufficientFunds);
         mark(tx, &rec, SagaState::Voided, fence, reason, Some(balance)).await?;
@@ -498,7 +503,8 @@ async fn settle_tx(tx: &Transaction<'_>, order: &GiftOrder, fence: u64) -> TxRes
     let prize = o.prize();
     let settlement = tx
         .prepare_cached(
-            "INSERT INTO gift_settlement (gift_id, room, platform, lucky) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO gift_settlement (gift_id, room, platform, lucky, app_ranked)
+             VALUES ($1, $2, $3, $4, TRUE)",
         )
         .await?;
     tx.execute(

@@ -60,6 +60,9 @@ pub(super) const BOARD_RECEIVERS: i16 = 1;
 /// Version 6: app-wide leaderboards (see `app_rank`).
 ///
 /// Version 7: guards, their purchases and running expiries (see `guard`).
+///
+/// Version 8: gifts settled by nodes older than version 6 (a rolling upgrade) count on the app
+/// boards too (see `app_rank`).
 pub(super) const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE account (
@@ -142,6 +145,7 @@ CREATE INDEX movement_user_kind ON movement (user_id, kind, xid, id);
     super::settlement::MIGRATION,
     super::app_rank::MIGRATION,
     super::guard::MIGRATION,
+    super::app_rank::MIGRATION_OLDER_NODES,
 ];
 
 /// Longest a start-up waits for another node's migration (its advisory lock), in ms.
