@@ -1,7 +1,8 @@
 //! The social layer across gateways with real processes: direct messages between gateways
 //! (acknowledged: one the closing connection got but did not acknowledge comes again),
 //! an offline message delivered on connect through the other gateway, one room per user when
-//! two joins race on two gateways, and a SIGKILLed gateway's registry entries going away.
+//! two joins race on two gateways, a SIGKILLed gateway's registry entries going away, and a
+//! backlog read that failed in a Redis blip tried again while its session lives.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`).
 #![allow(
@@ -318,4 +319,39 @@ async fn the_registry_knows_the_room_a_user_is_in_until_they_leave_or_are_kicked
     // A closed connection takes its entry with it.
     drop(host);
     registry_says(&registry, "host", None).await;
+}
+
+/// How many of a gateway's connect-time store calls (registration, backlog read) failed, by
+/// its log.
+fn connect_store_failures(log: &str) -> usize {
+    log.lines()
+        .filter(|l| {
+            l.contains("Could not register a connection")
+                || l.contains("Could not read owed direct messages")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_backlog_read_that_failed_in_a_redis_blip_is_tried_again_while_the_session_lives() {
+    let cluster = cluster().await;
+    let mut ann = cluster.connect(0, "ann").await.unwrap();
+    let sent = send(&mut ann, "bob", "while away", "k-away").await;
+    // Bob connects while Redis is frozen: `hello` needs no Redis, but his registration and
+    // backlog read time out. Redis comes back once two of them failed (the registration and
+    // the read, or a registration and its retry), with Bob still connected.
+    cluster.redis.pause().unwrap();
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while connect_store_failures(&cluster.gateways[1].node.log().unwrap()) < 2 {
+        assert!(Instant::now() < deadline, "no store call failed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.redis.resume().unwrap();
+    let m = next_im(&mut bob).await;
+    assert_eq!(
+        (&m["id"], m["text"].as_str()),
+        (&sent["id"], Some("while away")),
+        "the owed message came without a reconnect"
+    );
 }
