@@ -105,7 +105,7 @@ pub(crate) enum Kick {
     SlowConsumer = 1,
     /// The node is draining: 1001.
     GoingAway = 2,
-    /// Nothing heard for two heartbeats: 1000.
+    /// Nothing heard for two heartbeats: 4002.
     HeartbeatTimeout = 3,
     /// The token expired: 1008.
     TokenExpired = 4,
@@ -131,7 +131,7 @@ impl Kick {
         match self {
             Kick::SlowConsumer => close::SLOW_CONSUMER,
             Kick::GoingAway => close::GOING_AWAY,
-            Kick::HeartbeatTimeout => close::NORMAL,
+            Kick::HeartbeatTimeout => close::HEARTBEAT_TIMEOUT,
             Kick::TokenExpired => close::POLICY,
             Kick::TooManyConnections => close::TOO_MANY_CONNECTIONS,
         }
@@ -479,7 +479,7 @@ mod tests {
             Some(Kick::HeartbeatTimeout)
         );
         assert_eq!(o.kicked(), Some(Kick::HeartbeatTimeout));
-        assert_eq!(Kick::HeartbeatTimeout.code(), 1000);
+        assert_eq!(Kick::HeartbeatTimeout.code(), close::HEARTBEAT_TIMEOUT);
     }
 
     #[test]
