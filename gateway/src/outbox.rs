@@ -300,18 +300,10 @@ impl Outbox {
         before.max(exp)
     }
 
-    /// One heartbeat check at `now` ([`clock_ms`]) and `unix_secs`: closes the socket if its
-    /// token expired or its peer has been silent for `silence_ms`, else asks for a ping when
-    /// `ping` is set; within `warn_secs` of the expiry, queues `session.expiring` once.
-    /// Returns the kick it made.
-    pub(crate) fn beat(
-        &self,
-        now: u64,
-        unix_secs: u64,
-        silence_ms: u64,
-        ping: bool,
-        warn_secs: u64,
-    ) -> Option<Kick> {
+    /// Queues `session.expiring` once when the token expires within `warn_secs` of
+    /// `unix_secs`. Checked at connect and at a refresh as well as at every heartbeat tick,
+    /// so a token already inside the window is warned at once, not a tick later.
+    pub(crate) fn warn_if_expiring(&self, unix_secs: u64, warn_secs: u64) {
         let expires = self.expires.load(Ordering::Acquire);
         if unix_secs.saturating_add(warn_secs) >= expires
             && unix_secs < expires
@@ -327,6 +319,22 @@ impl Outbox {
                 self.push(t);
             }
         }
+    }
+
+    /// One heartbeat check at `now` ([`clock_ms`]) and `unix_secs`: closes the socket if its
+    /// token expired or its peer has been silent for `silence_ms`, else asks for a ping when
+    /// `ping` is set; within `warn_secs` of the expiry, queues `session.expiring` once.
+    /// Returns the kick it made.
+    pub(crate) fn beat(
+        &self,
+        now: u64,
+        unix_secs: u64,
+        silence_ms: u64,
+        ping: bool,
+        warn_secs: u64,
+    ) -> Option<Kick> {
+        self.warn_if_expiring(unix_secs, warn_secs);
+        let expires = self.expires.load(Ordering::Acquire);
         let kick = if unix_secs >= expires {
             Some(Kick::TokenExpired)
         } else if now.saturating_sub(self.heard.load(Ordering::Relaxed)) >= silence_ms {

@@ -129,6 +129,8 @@ pub(crate) fn run(
     if let Some(t) = text(hello) {
         outbox.push(t);
     }
+    // A token that expires within the warning time is warned now, not at the next tick.
+    outbox.warn_if_expiring(unix_ms() / 1000, core.config.expiry_warning.as_secs());
     let cap = core.config.max_conns_per_user;
     for old in core.hub.add(
         session,
