@@ -105,7 +105,7 @@ pub(crate) enum Kick {
     SlowConsumer = 1,
     /// The node is draining: 1001.
     GoingAway = 2,
-    /// Nothing heard for two heartbeats: 1000.
+    /// Nothing heard for two heartbeats: 4002.
     HeartbeatTimeout = 3,
     /// The token expired: 1008.
     TokenExpired = 4,
@@ -131,7 +131,7 @@ impl Kick {
         match self {
             Kick::SlowConsumer => close::SLOW_CONSUMER,
             Kick::GoingAway => close::GOING_AWAY,
-            Kick::HeartbeatTimeout => close::NORMAL,
+            Kick::HeartbeatTimeout => close::HEARTBEAT_TIMEOUT,
             Kick::TokenExpired => close::POLICY,
             Kick::TooManyConnections => close::TOO_MANY_CONNECTIONS,
         }
@@ -280,6 +280,17 @@ impl Outbox {
         self.ready.wake();
     }
 
+    /// Waits until a kick is asked for (only the socket's own task calls this, like `recv`).
+    pub(crate) fn kick_asked(&self) -> impl Future<Output = Kick> + '_ {
+        std::future::poll_fn(move |cx| {
+            if let Some(kick) = self.kicked() {
+                return Poll::Ready(kick);
+            }
+            self.ready.register(cx.waker());
+            self.kicked().map_or(Poll::Pending, Poll::Ready)
+        })
+    }
+
     /// The kick asked for, if any.
     pub(crate) fn kicked(&self) -> Option<Kick> {
         Kick::from_u8(self.kick.load(Ordering::Acquire))
@@ -300,18 +311,10 @@ impl Outbox {
         before.max(exp)
     }
 
-    /// One heartbeat check at `now` ([`clock_ms`]) and `unix_secs`: closes the socket if its
-    /// token expired or its peer has been silent for `silence_ms`, else asks for a ping when
-    /// `ping` is set; within `warn_secs` of the expiry, queues `session.expiring` once.
-    /// Returns the kick it made.
-    pub(crate) fn beat(
-        &self,
-        now: u64,
-        unix_secs: u64,
-        silence_ms: u64,
-        ping: bool,
-        warn_secs: u64,
-    ) -> Option<Kick> {
+    /// Queues `session.expiring` once when the token expires within `warn_secs` of
+    /// `unix_secs`. Checked at connect and at a refresh as well as at every heartbeat tick,
+    /// so a token already inside the window is warned at once, not a tick later.
+    pub(crate) fn warn_if_expiring(&self, unix_secs: u64, warn_secs: u64) {
         let expires = self.expires.load(Ordering::Acquire);
         if unix_secs.saturating_add(warn_secs) >= expires
             && unix_secs < expires
@@ -327,6 +330,22 @@ impl Outbox {
                 self.push(t);
             }
         }
+    }
+
+    /// One heartbeat check at `now` ([`clock_ms`]) and `unix_secs`: closes the socket if its
+    /// token expired or its peer has been silent for `silence_ms`, else asks for a ping when
+    /// `ping` is set; within `warn_secs` of the expiry, queues `session.expiring` once.
+    /// Returns the kick it made.
+    pub(crate) fn beat(
+        &self,
+        now: u64,
+        unix_secs: u64,
+        silence_ms: u64,
+        ping: bool,
+        warn_secs: u64,
+    ) -> Option<Kick> {
+        self.warn_if_expiring(unix_secs, warn_secs);
+        let expires = self.expires.load(Ordering::Acquire);
         let kick = if unix_secs >= expires {
             Some(Kick::TokenExpired)
         } else if now.saturating_sub(self.heard.load(Ordering::Relaxed)) >= silence_ms {
@@ -479,7 +498,7 @@ mod tests {
             Some(Kick::HeartbeatTimeout)
         );
         assert_eq!(o.kicked(), Some(Kick::HeartbeatTimeout));
-        assert_eq!(Kick::HeartbeatTimeout.code(), 1000);
+        assert_eq!(Kick::HeartbeatTimeout.code(), close::HEARTBEAT_TIMEOUT);
     }
 
     #[test]

@@ -42,6 +42,11 @@ enum Step<'a> {
     Wait(std::pin::Pin<Box<dyn Future<Output = Result<(), Option<Closing>>> + Send + 'a>>),
 }
 
+/// How long a blocked write may still run once the socket is to be closed: enough for a peer
+/// that reads to take a batch, far shorter than the write time-out a peer that does not
+/// read would otherwise hold the close for.
+const KICKED_WRITE_GRACE: Duration = Duration::from_secs(1);
+
 /// How long the server waits for its close frame to be written.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -129,6 +134,8 @@ pub(crate) fn run(
     if let Some(t) = text(hello) {
         outbox.push(t);
     }
+    // A token that expires within the warning time is warned now, not at the next tick.
+    outbox.warn_if_expiring(unix_ms() / 1000, core.config.expiry_warning.as_secs());
     let cap = core.config.max_conns_per_user;
     for old in core.hub.add(
         session,
@@ -240,7 +247,8 @@ impl Session {
                 Step::Go => {}
                 Step::End(c) => return c,
                 Step::Wait(write) => {
-                    if let Err(c) = write.await {
+                    // Boxed like the write: only a socket that waits for its client pays.
+                    if let Err(c) = Box::pin(finish_write(write, &self.outbox)).await {
                         return c;
                     }
                 }
@@ -473,6 +481,30 @@ impl Session {
             }
         }
         None
+    }
+}
+
+/// Runs a write the socket could not take at once. A close asked for meanwhile (a drain, an
+/// expiry, a newer connection) does not wait for the write's own time-out: the write gets
+/// `KICKED_WRITE_GRACE` to finish (a peer that reads finishes it), then the connection ends.
+async fn finish_write(
+    mut write: std::pin::Pin<Box<dyn Future<Output = Result<(), Option<Closing>>> + Send + '_>>,
+    outbox: &Outbox,
+) -> Result<(), Option<Closing>> {
+    let kick = tokio::select! {
+        biased;
+        done = &mut write => return done,
+        kick = outbox.kick_asked() => kick,
+    };
+    match timeout(KICKED_WRITE_GRACE, write).await {
+        Ok(Ok(())) => Err(Some(Closing::new(kick.code(), kick.reason()))),
+        Ok(Err(c)) => Err(c),
+        // The stream may have stopped inside a frame: no close frame can follow.
+        Err(_) => Err(Some(Closing {
+            code: kick.code(),
+            reason: kick.reason(),
+            with_frame: false,
+        })),
     }
 }
 

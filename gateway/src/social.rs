@@ -13,6 +13,7 @@ mod switch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use protocol::client::Profile;
 use protocol::{NodeId, RoomId, SessionId, UserId};
@@ -24,6 +25,12 @@ use tracing::warn;
 pub(crate) use bus::Notice;
 
 use crate::shared::Core;
+
+/// First pause before a connecting session's failed registration or backlog read is tried
+/// again: a Redis blip often ends within a second.
+const CONNECT_RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between those tries: a session waits at most this long after Redis is back.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What the gateway tracks per local session for the social features: only while the
 /// session reads its backlog or is in a room (an idle connection holds nothing here). The two
@@ -277,12 +284,30 @@ impl Core {
     }
 
     /// A new session's registration and catch-up, after `social_connected` returned true.
+    /// A store that fails (a Redis blip) is tried again with backoff while the session lives:
+    /// until registered, other gateways cannot reach it, and its live messages wait for the
+    /// backlog.
     pub(crate) async fn social_catch_up(self: &Arc<Self>, session: SessionId, user: &UserId) {
         let at = self.social.me(session);
-        if let Err(e) = self.social.register(user, &at).await {
-            warn!(error = %e, %user, "Could not register a connection.");
+        let mut pause = CONNECT_RETRY_MIN;
+        while let Err(e) = self.social.register(user, &at).await {
+            warn!(error = %e, %user, "Could not register a connection; retrying.");
+            if !self.retry_after(session, &mut pause).await {
+                return;
+            }
         }
-        im::catch_up(self, session, user).await;
+        im::catch_up(self, session, user, pause).await;
+    }
+
+    /// Waits `pause` before a connecting session's store call is tried again, then doubles it
+    /// (up to `CONNECT_RETRY_MAX`). False when the session closed or the node stops meanwhile.
+    async fn retry_after(&self, session: SessionId, pause: &mut Duration) -> bool {
+        tokio::select! {
+            () = self.shutdown.cancelled() => return false,
+            () = tokio::time::sleep(*pause) => {}
+        }
+        *pause = (*pause * 2).min(CONNECT_RETRY_MAX);
+        self.social.sessions().contains_key(&session)
     }
 
     /// A session closed: forget it here and in the registry.

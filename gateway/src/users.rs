@@ -150,6 +150,9 @@ impl Core {
                 Err((code, msg)) => client::encode_err(Some(id), code, msg),
             };
             self.push_frame(outbox, frame);
+            // A new token already inside the warning time is warned now, after the reply.
+            let warn = self.config.expiry_warning.as_secs();
+            outbox.warn_if_expiring(crate::outbox::unix_ms() / 1000, warn);
             return;
         }
         let core = self.clone();

@@ -336,6 +336,37 @@ async fn a_refresh_keeps_the_connection_open_past_its_first_tokens_expiry() {
     s.stop().await;
 }
 
+/// Well under the first heartbeat tick of the node below (7.5 s): a warning this soon was
+/// sent at connect (or at the refresh), not by a tick.
+const AT_ONCE: Duration = Duration::from_secs(2);
+
+#[tokio::test]
+async fn a_token_already_inside_the_warning_time_is_warned_at_connect_and_at_refresh() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ticks every 7.5 s; the warning time (60 s) covers both tokens below.
+    let s = Node::start(dir.path(), |g| g.heartbeat = Duration::from_secs(60)).await;
+    let exp = jsonwebtoken::get_current_timestamp() + 20;
+    let mut eve = s.connect_with(&token_until("eve", exp, json!({}))).await;
+    let warned = eve.next_event_named("session.expiring", AT_ONCE).await;
+    assert_eq!(
+        warned.unwrap().d["exp"],
+        json!(exp),
+        "no warning at connect"
+    );
+    // A refresh that moves the expiry but stays inside the warning time warns again.
+    let later = token_until("eve", exp + 10, json!({}));
+    eve.request("auth.refresh", json!({ "token": later }))
+        .await
+        .unwrap();
+    let warned = eve.next_event_named("session.expiring", AT_ONCE).await;
+    assert_eq!(
+        warned.unwrap().d["exp"],
+        json!(exp + 10),
+        "no warning at refresh"
+    );
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn follows_are_added_listed_counted_removed_and_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! Delivery guarantees with real processes: graceful drain of a gateway (1001 spread over a
 //! window, clients resume elsewhere without losing an event), slow consumers (closed with
-//! 4000, memory bounded, others unaffected) and admission control (503 + Retry-After).
+//! 4000, memory bounded, others unaffected), a close that does not wait for a blocked write,
+//! and admission control (503 + Retry-After).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -269,4 +270,94 @@ async fn new_connections_beyond_the_admission_rate_get_503() {
         head.iter().any(|l| l.starts_with("retry-after")),
         "{head:?}"
     );
+}
+
+/// A client that joins `room` and then never reads again, on a socket with a 4 KiB receive
+/// buffer: the server's writes to it block once its send buffer is full.
+async fn stalled_member(
+    server: &Server,
+    user: &str,
+    room: &RoomId,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    use futures_util::StreamExt;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let stream = sock.connect(server.ws).await.unwrap();
+    let url = format!("{}?token={}", server.url(), server.token(user).unwrap());
+    let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+    let join = json!({"id": 1, "op": "room.join", "d": {"room": room}}).to_string();
+    ws.send(tokio_tungstenite::tungstenite::Message::text(join))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("no join reply")
+            .unwrap()
+            .unwrap();
+        if msg.to_text().unwrap().starts_with(r#"{"re":1,"ok""#) {
+            return ws;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_close_does_not_wait_for_a_write_the_peer_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chorus.toml");
+    // Big outbox, long write time-out and heartbeat: neither the slow-consumer bound, the write
+    // time-out nor silence ends the stalled connection during the test; only the kick of its
+    // user's newer connection (one connection per user) does.
+    std::fs::write(
+        &config,
+        "rate_per_sec = 100000\nrate_burst = 100000\noutbox_frames = 100000\n\
+         outbox_bytes = 67108864\nwrite_timeout_ms = 60000\nmax_conns_per_user = 1\n\
+         heartbeat_ms = 600000\n",
+    )
+    .unwrap();
+    let server = spawn_standalone(&config, &dir.path().join("data")).await;
+    wait_listening(server.admin, NODE_READY_TIMEOUT)
+        .await
+        .unwrap();
+    let url = server.url();
+    let room = RoomId::from("stall");
+    let stalled = stalled_member(&server, "sam", &room).await;
+    let mut publisher = client::connect(&url, Some(&server.token("pub").unwrap()))
+        .await
+        .unwrap();
+    publisher.join(&room, false, None).await.unwrap();
+    // ~6 MB for the stalled member: more than a loopback send buffer takes (4 MiB at most),
+    // so the server's write to it blocks.
+    let text = "x".repeat(480);
+    for _ in 0..12_000 / 50 {
+        let mut ids = Vec::new();
+        for _ in 0..50 {
+            ids.push(
+                publisher
+                    .send("chat.send", json!({"room": room, "text": text}))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for id in ids {
+            publisher.reply_to(id, WAIT).await.unwrap();
+        }
+        let _ = publisher.queued_events();
+    }
+    // Sam connects again: the stalled connection is kicked (4001) while its write is blocked.
+    let kicked_at = Instant::now();
+    let _sam = client::connect(&url, Some(&server.token("sam").unwrap()))
+        .await
+        .unwrap();
+    let closed = "chorus_gateway_closes_total{code=\"4001\"}";
+    assert!(
+        kit::admin::wait_metric(server.admin, closed, 1.0, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        "the kicked connection's close waited for its blocked write ({:?})",
+        kicked_at.elapsed()
+    );
+    drop(stalled);
+    drop(server);
 }

@@ -1,7 +1,9 @@
 //! The social layer across gateways with real processes: direct messages between gateways
 //! (acknowledged: one the closing connection got but did not acknowledge comes again),
 //! an offline message delivered on connect through the other gateway, one room per user when
-//! two joins race on two gateways, and a SIGKILLed gateway's registry entries going away.
+//! two joins race on two gateways, a SIGKILLed gateway's registry entries going away, a
+//! backlog read that failed in a Redis blip tried again while its session lives, and a message
+//! to a user on a draining gateway arriving once, before the 1001 or after the reconnect.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`).
 #![allow(
@@ -318,4 +320,93 @@ async fn the_registry_knows_the_room_a_user_is_in_until_they_leave_or_are_kicked
     // A closed connection takes its entry with it.
     drop(host);
     registry_says(&registry, "host", None).await;
+}
+
+/// How many of a gateway's connect-time store calls (registration, backlog read) failed, by
+/// its log.
+fn connect_store_failures(log: &str) -> usize {
+    log.lines()
+        .filter(|l| {
+            l.contains("Could not register a connection")
+                || l.contains("Could not read owed direct messages")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_backlog_read_that_failed_in_a_redis_blip_is_tried_again_while_the_session_lives() {
+    let cluster = cluster().await;
+    let mut ann = cluster.connect(0, "ann").await.unwrap();
+    let sent = send(&mut ann, "bob", "while away", "k-away").await;
+    // Bob connects while Redis is frozen: `hello` needs no Redis, but his registration and
+    // backlog read time out. Redis comes back once two of them failed (the registration and
+    // the read, or a registration and its retry), with Bob still connected.
+    cluster.redis.pause().unwrap();
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while connect_store_failures(&cluster.gateways[1].node.log().unwrap()) < 2 {
+        assert!(Instant::now() < deadline, "no store call failed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.redis.resume().unwrap();
+    let m = next_im(&mut bob).await;
+    assert_eq!(
+        (&m["id"], m["text"].as_str()),
+        (&sent["id"], Some("while away")),
+        "the owed message came without a reconnect"
+    );
+}
+
+#[tokio::test]
+async fn a_direct_message_to_a_user_on_a_draining_gateway_arrives_once_before_the_close_or_after() {
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 2,
+        env: vec![("CHORUS_DRAIN_WINDOW_MS".into(), "4000".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut ann = cluster.connect(0, "ann").await.unwrap();
+    // Bob's connection does not acknowledge (the stricter rule: delivered once queued), and
+    // shares the draining gateway with others, so his 1001 comes somewhere in the window.
+    let mut others = Vec::new();
+    for i in 0..7 {
+        others.push(cluster.connect(1, &format!("other{i}")).await.unwrap());
+    }
+    let mut bob = cluster.connect(1, "bob").await.unwrap();
+    cluster.gateways[1].node.terminate().unwrap();
+    let deadline = Instant::now() + WAIT;
+    while !cluster.gateways[1].node.log().unwrap().contains("Draining") {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not start draining"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = send(&mut ann, "bob", "during the drain", "k-drain").await;
+    let mut before_close = Vec::new();
+    let close = loop {
+        match bob.next_event(WAIT).await {
+            Ok(e) if e.ev == "im" => before_close.push(e.d["id"].clone()),
+            Ok(_) => {}
+            Err(kit::client::ClientError::Closed(f)) => break f.map(|f| u16::from(f.code)),
+            Err(e) => panic!("no close in time: {e:?}"),
+        }
+    };
+    assert_eq!(close, Some(1001));
+    // Bob reconnects elsewhere: the message comes now unless it came before the close, and
+    // never twice (the next message after it is a fresh one).
+    let mut bob = cluster.connect(0, "bob").await.unwrap();
+    if before_close.is_empty() {
+        assert_eq!(
+            next_im(&mut bob).await["id"],
+            sent["id"],
+            "lost in the drain"
+        );
+    } else {
+        assert_eq!(before_close, vec![sent["id"].clone()]);
+    }
+    let fresh = send(&mut ann, "bob", "after", "k-after").await;
+    assert_eq!(next_im(&mut bob).await["id"], fresh["id"], "no duplicate");
 }

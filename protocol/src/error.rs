@@ -126,7 +126,7 @@ impl std::fmt::Display for ErrorCode {
 
 /// WebSocket close codes the server uses (see PROTOCOL.md, "Close codes").
 pub mod close {
-    /// Normal closure: the peer went silent for two heartbeats.
+    /// Normal closure (RFC 6455); the server sends it for nothing of its own.
     pub const NORMAL: u16 = 1000;
     /// Going away: the node drains; reconnect elsewhere and resume with `since`.
     pub const GOING_AWAY: u16 = 1001;
@@ -145,4 +145,7 @@ pub mod close {
     pub const SLOW_CONSUMER: u16 = 4000;
     /// The user opened more connections than a gateway allows one user: the oldest is closed.
     pub const TOO_MANY_CONNECTIONS: u16 = 4001;
+    /// Heartbeat time-out: nothing heard from the peer for two heartbeats; reconnect and
+    /// resume with `since`. Not 1000, which would tell the client all went as meant.
+    pub const HEARTBEAT_TIMEOUT: u16 = 4002;
 }

@@ -88,6 +88,12 @@ interface JoinOut {
 const FINAL_CLOSES = new Set<number>([Close.TooManyConnections]);
 
 /**
+ * Most times a join whose reply timed out is sent again before it fails with `TIMEOUT`; a dead
+ * connection ends it sooner (the heartbeat check drops it: `DISCONNECTED`).
+ */
+const MAX_JOIN_RESENDS = 3;
+
+/**
  * A Chorus connection: typed requests with time-outs, typed events, one `Room` per joined
  * room, and the protocol's resume rules (section 8): it reconnects with backoff and jitter,
  * honours 1001 and 503 `Retry-After`, and rejoins every room with `since`.
@@ -237,7 +243,25 @@ export class Client extends Emitter<ClientEvents> {
     };
     this.joinsOut.add(out);
     try {
-      const ok = await this.send("room.join", d, this.opts.requestTimeoutMs, () => (out.seq = ++this.joinsSent));
+      let ok: JoinOk;
+      for (let resends = 0; ; resends++) {
+        let sentOn = -1;
+        try {
+          ok = await this.send("room.join", d, this.opts.requestTimeoutMs, () => {
+            out.seq = ++this.joinsSent;
+            sentOn = this.gen;
+          });
+          break;
+        } catch (e) {
+          // A join whose reply timed out may still be applied (and a join that moved the
+          // connection out of its room says so only in its reply): its outcome is unknown.
+          // While it is the last join sent on this connection it goes again, and that reply
+          // settles it: a join of the room the connection is in is answered like any other.
+          const unknown = e instanceof ChorusError && e.code === "TIMEOUT" && sentOn === this.gen;
+          const last = out.seq === this.joinsSent && this.state === "open" && room.state !== "left";
+          if (!unknown || !last || resends >= MAX_JOIN_RESENDS) throw e;
+        }
+      }
       this.joinsOut.delete(out);
       if (room.state === "left") return null;
       const fresh = out.seq > room.joinedAt;

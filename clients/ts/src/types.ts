@@ -379,4 +379,5 @@ export const Close = {
   TooBig: 1009,
   SlowConsumer: 4000,
   TooManyConnections: 4001,
+  HeartbeatTimeout: 4002,
 } as const;

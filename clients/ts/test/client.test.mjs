@@ -309,6 +309,40 @@ test("a request that gets no reply in time fails with TIMEOUT", async () => {
   await assert.rejects(p, (e) => e instanceof ChorusError && e.code === "TIMEOUT" && e.retryable);
 });
 
+test("a join whose reply timed out while the node was frozen is sent again: client and server agree it is in", async () => {
+  let joinsSent = 0;
+  /** The ws socket, counting the joins it sends. */
+  class Counting extends WebSocket {
+    send(d, ...rest) {
+      if (JSON.parse(String(d)).op === "room.join") joinsSent++;
+      return super.send(d, ...rest);
+    }
+  }
+  const host = client("jt-host");
+  await host.connect();
+  await host.join("jt");
+  const c = client("jt-late", { WebSocket: Counting, requestTimeoutMs: 300 });
+  await c.connect();
+  const frozen = fx.node.child;
+  frozen.kill("SIGSTOP");
+  let settled = null;
+  c.join("jt").then((room) => (settled = { room }), (error) => (settled = { error }));
+  try {
+    // The first join's reply cannot come in time: the join is rejected (before the fix) or
+    // sent again.
+    await until(() => settled || joinsSent >= 2, 5000, "the join's time-out");
+  } finally {
+    frozen.kill("SIGCONT");
+  }
+  // The node applies the join it received while frozen.
+  const inRoom = async () => (await host.request("member.list", { room: "jt" })).members.some((m) => m.user === "jt-late");
+  await until(inRoom, 10_000, "the server to have the user in the room");
+  await until(() => settled, 10_000, "the join to settle");
+  assert.equal(settled.error, undefined, "the client thinks it is out of a room the server put it in");
+  assert.equal(settled.room.state, "joined");
+  assert.ok(await inRoom());
+});
+
 test("a token provider answers session.expiring with auth.refresh", async () => {
   let calls = 0;
   const c = client("ria", {

@@ -373,12 +373,21 @@ fn mark_delivered(core: &Arc<Core>, user: &UserId, ids: Vec<u64>) {
 }
 
 /// Sends `session` the messages `user` is owed, then the live ones that arrived meanwhile.
-pub(super) async fn catch_up(core: &Arc<Core>, session: SessionId, user: &UserId) {
-    let owed = match core.social.im.undelivered(user).await {
-        Ok(o) => o,
-        Err(e) => {
-            warn!(error = %e, %user, "Could not read owed direct messages.");
-            Vec::new()
+/// A failed read is tried again after `pause` (doubling) while the session lives; the live
+/// messages wait for it, and stay owed if the session ends first.
+pub(super) async fn catch_up(
+    core: &Arc<Core>,
+    session: SessionId,
+    user: &UserId,
+    mut pause: std::time::Duration,
+) {
+    let owed = loop {
+        match core.social.im.undelivered(user).await {
+            Ok(o) => break o,
+            Err(e) => warn!(error = %e, %user, "Could not read owed direct messages; retrying."),
+        }
+        if !core.retry_after(session, &mut pause).await {
+            return;
         }
     };
     deliver_owed(core, session, user, owed);
@@ -469,7 +478,7 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
             if let Err(e) = core.social.register(&user, &at).await {
                 warn!(error = %e, %user, "Could not register a connection again.");
             }
-            catch_up(core, session, &user).await;
+            catch_up(core, session, &user, super::CONNECT_RETRY_MIN).await;
         })
         .await;
 }
