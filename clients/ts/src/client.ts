@@ -449,8 +449,13 @@ export class Client extends Emitter<ClientEvents> {
       /* already closed */
     }
     this.failPending("CLOSED", "the client is closed");
-    for (const r of [...this.rooms.values()]) r.onLeft("client_closed");
+    this.endRooms();
     this.setState("closed", "closed by the client");
+  }
+
+  /** Ends every room (`left`, `client_closed`): a closed client rejoins none (a later `join` joins afresh). */
+  private endRooms(): void {
+    for (const r of [...this.rooms.values()]) r.onLeft("client_closed");
   }
 
   /** Drops the socket as a network failure would (the client reconnects and resumes). */
@@ -695,9 +700,9 @@ export class Client extends Emitter<ClientEvents> {
     const gen = ++this.gen;
     this.ws = null;
     this.failPending("DISCONNECTED", `connection closed (${code}${reason ? " " + reason : ""})`);
-    for (const r of this.rooms.values()) r.onDisconnected();
     if (FINAL_CLOSES.has(code)) {
       this.gen++;
+      this.endRooms();
       this.setState("closed", `closed ${code}: ${reason}`);
       return;
     }
@@ -707,10 +712,12 @@ export class Client extends Emitter<ClientEvents> {
     const expired = code === 1008 && reason === "token expired";
     if ((refusal?.status === 401 || expired) && typeof this.opts.token !== "function") {
       this.gen++;
+      this.endRooms();
       this.emit("error", new ChorusError("UNAUTHORIZED", "the token was refused and cannot be renewed"));
       this.setState("closed", expired ? "token expired (1008)" : "token refused (401)");
       return;
     }
+    for (const r of this.rooms.values()) r.onDisconnected();
     // Rule 4: with several gateways the next attempt goes to the next one, whatever ended this
     // one (a refused or failed connect, a drop, a drain).
     this.urlIndex++;

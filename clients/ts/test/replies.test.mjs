@@ -185,3 +185,20 @@ test("a join of a room right after leaving it is sent after the leave and wins",
   assert.deepEqual([...c.rooms.keys()], ["A"]);
   assert.equal(c.rooms.get("A"), a2);
 });
+
+for (const [code, reason] of [[4001, "too many connections for this user"], [1008, "token expired"]]) {
+  test(`a close that stops the client (${code} ${reason}) ends its rooms, as close() does`, async () => {
+    const srv = server();
+    const c = srv.client();
+    const s = await srv.connect(c);
+    const ja = c.join("A");
+    s.joined((await srv.sent(s, "room.join", 1))[0], 1, 2);
+    const a = await ja;
+    const left = a.next("left", () => true, 5000);
+    s.drop(code, reason);
+    assert.equal(c.state, "closed", "a static token or a 4001 is not tried again");
+    assert.deepEqual(await left, { reason: "client_closed" });
+    assert.equal(a.state, "left");
+    assert.deepEqual([...c.rooms.keys()], [], "the client keeps no room it will never rejoin");
+  });
+}
