@@ -100,7 +100,7 @@ const MAX_JOIN_RESENDS = 3;
  */
 export class Client extends Emitter<ClientEvents> {
   state: ConnectionState = "idle";
-  /** The server's `hello` of the current connection. */
+  /** The server's `hello` of the current connection (null before the first and after `close()`). */
   session: ClientEvents["hello"] | null = null;
   readonly rooms = new Map<string, Room>();
   private readonly opts: Required<Omit<ClientOptions, "WebSocket" | "reconnect">> & {
@@ -450,6 +450,9 @@ export class Client extends Emitter<ClientEvents> {
     }
     this.failPending("CLOSED", "the client is closed");
     this.endRooms();
+    // A later connect() is a new start ("connecting", the first backoff step), not a reconnect.
+    this.session = null;
+    this.attempt = 0;
     this.setState("closed", "closed by the client");
   }
 

@@ -202,3 +202,25 @@ for (const [code, reason] of [[4001, "too many connections for this user"], [100
     assert.deepEqual([...c.rooms.keys()], [], "the client keeps no room it will never rejoin");
   });
 }
+
+test("connect() after close() starts afresh: connecting, and the backoff from its first step", async () => {
+  const srv = server();
+  const c = srv.client({ reconnect: { initialMs: 5, maxMs: 5000 } });
+  const s = await srv.connect(c);
+  // Two failed reconnects grow the backoff.
+  s.drop();
+  (await srv.socket(1)).drop();
+  (await srv.socket(2)).drop();
+  await srv.socket(3);
+  c.close();
+  const states = [];
+  c.on("state", (e) => states.push(e));
+  void c.connect().catch(() => {});
+  (await srv.socket(4)).drop();
+  await until(() => states.some((e) => e.delayMs !== undefined), 5000, "a retry scheduled");
+  assert.equal(states[0].state, "connecting", "a new start, not a reconnect of the closed connection");
+  const retry = states.find((e) => e.delayMs !== undefined);
+  assert.equal(retry.attempt, 1, "the first failure after connect() waits the first backoff step");
+  assert.ok(retry.delayMs <= 5, `delay ${retry.delayMs} ms`);
+  c.close();
+});
