@@ -668,8 +668,9 @@ export class Client extends Emitter<ClientEvents> {
   /**
    * A socket can die without a close (a network that drops everything, a sleeping laptop): the
    * server's pings do not reach the page (browsers answer them unseen), so every heartbeat
-   * interval without a frame the client asks `ping`, and a socket that does not answer within
-   * another interval is given up as lost (protocol section 8, rule 4): reconnect and resume.
+   * interval without a frame the client asks `ping`, and a socket that delivers nothing, not
+   * even the answer, within another interval is given up as lost (protocol section 8, rule 4):
+   * reconnect and resume.
    */
   private watchAlive(gen: number, heartbeatMs: number): void {
     if (this.liveTimer) clearInterval(this.liveTimer);
@@ -682,8 +683,11 @@ export class Client extends Emitter<ClientEvents> {
 
   private checkAlive(gen: number, every: number): void {
     if (gen !== this.gen || this.state !== "open" || Date.now() - this.heardAt < every) return;
+    const asked = Date.now();
     this.request("ping", {}, { timeoutMs: every }).catch((e) => {
       if (gen !== this.gen || !(e instanceof ChorusError) || e.code !== "TIMEOUT") return;
+      // Frames that came meanwhile show the socket delivers: the answer waits behind them.
+      if (this.heardAt >= asked) return;
       const ws = this.ws;
       this.onSocketGone(gen, 4998, "no answer within a heartbeat", null);
       try {

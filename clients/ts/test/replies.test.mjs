@@ -224,3 +224,35 @@ test("connect() after close() starts afresh: connecting, and the backoff from it
   assert.ok(retry.delayMs <= 5, `delay ${retry.delayMs} ms`);
   c.close();
 });
+
+test("a socket that delivers frames while its ping answer is late is not given up", async () => {
+  const srv = server();
+  const c = srv.client();
+  const n = srv.sockets.length;
+  const open = c.connect();
+  const s = await srv.socket(n);
+  s.readyState = 1;
+  s.push({ ev: "hello", d: { session: "s", heartbeat_ms: 100, server: "fake" } });
+  await open;
+  // After a quiet heartbeat interval the client asks `ping`; the answer waits behind frames
+  // that keep coming (a backlog draining over a slow link): the socket is alive. A frame
+  // follows every ping at once, and more keep coming.
+  const send = s.send.bind(s);
+  s.send = (text) => {
+    send(text);
+    if (JSON.parse(text).op === "ping") queueMicrotask(() => s.push({ ev: "notice.later", d: {} }));
+  };
+  const states = [];
+  c.on("state", (e) => states.push(e.state));
+  await srv.sent(s, "ping", 1);
+  const asked = Date.now();
+  while (Date.now() - asked < 350) {
+    s.push({ ev: "notice.later", d: {} });
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  // The ping's time-out (one interval) has passed three times over.
+  assert.deepEqual(states, [], "still open");
+  assert.equal(srv.sockets.length, n + 1, "no new socket");
+  s.ok(s.sentOps("ping")[0], { t: 1 });
+  c.close();
+});
