@@ -100,7 +100,7 @@ const MAX_JOIN_RESENDS = 3;
  */
 export class Client extends Emitter<ClientEvents> {
   state: ConnectionState = "idle";
-  /** The server's `hello` of the current connection. */
+  /** The server's `hello` of the current connection (null before the first and after `close()`). */
   session: ClientEvents["hello"] | null = null;
   readonly rooms = new Map<string, Room>();
   private readonly opts: Required<Omit<ClientOptions, "WebSocket" | "reconnect">> & {
@@ -449,8 +449,16 @@ export class Client extends Emitter<ClientEvents> {
       /* already closed */
     }
     this.failPending("CLOSED", "the client is closed");
-    for (const r of [...this.rooms.values()]) r.onLeft("client_closed");
+    this.endRooms();
+    // A later connect() is a new start ("connecting", the first backoff step), not a reconnect.
+    this.session = null;
+    this.attempt = 0;
     this.setState("closed", "closed by the client");
+  }
+
+  /** Ends every room (`left`, `client_closed`): a closed client rejoins none (a later `join` joins afresh). */
+  private endRooms(): void {
+    for (const r of [...this.rooms.values()]) r.onLeft("client_closed");
   }
 
   /** Drops the socket as a network failure would (the client reconnects and resumes). */
@@ -660,8 +668,9 @@ export class Client extends Emitter<ClientEvents> {
   /**
    * A socket can die without a close (a network that drops everything, a sleeping laptop): the
    * server's pings do not reach the page (browsers answer them unseen), so every heartbeat
-   * interval without a frame the client asks `ping`, and a socket that does not answer within
-   * another interval is given up as lost (protocol section 8, rule 4): reconnect and resume.
+   * interval without a frame the client asks `ping`, and a socket that delivers nothing, not
+   * even the answer, within another interval is given up as lost (protocol section 8, rule 4):
+   * reconnect and resume.
    */
   private watchAlive(gen: number, heartbeatMs: number): void {
     if (this.liveTimer) clearInterval(this.liveTimer);
@@ -674,8 +683,11 @@ export class Client extends Emitter<ClientEvents> {
 
   private checkAlive(gen: number, every: number): void {
     if (gen !== this.gen || this.state !== "open" || Date.now() - this.heardAt < every) return;
+    const asked = Date.now();
     this.request("ping", {}, { timeoutMs: every }).catch((e) => {
       if (gen !== this.gen || !(e instanceof ChorusError) || e.code !== "TIMEOUT") return;
+      // Frames that came meanwhile show the socket delivers: the answer waits behind them.
+      if (this.heardAt >= asked) return;
       const ws = this.ws;
       this.onSocketGone(gen, 4998, "no answer within a heartbeat", null);
       try {
@@ -695,9 +707,9 @@ export class Client extends Emitter<ClientEvents> {
     const gen = ++this.gen;
     this.ws = null;
     this.failPending("DISCONNECTED", `connection closed (${code}${reason ? " " + reason : ""})`);
-    for (const r of this.rooms.values()) r.onDisconnected();
     if (FINAL_CLOSES.has(code)) {
       this.gen++;
+      this.endRooms();
       this.setState("closed", `closed ${code}: ${reason}`);
       return;
     }
@@ -707,10 +719,12 @@ export class Client extends Emitter<ClientEvents> {
     const expired = code === 1008 && reason === "token expired";
     if ((refusal?.status === 401 || expired) && typeof this.opts.token !== "function") {
       this.gen++;
+      this.endRooms();
       this.emit("error", new ChorusError("UNAUTHORIZED", "the token was refused and cannot be renewed"));
       this.setState("closed", expired ? "token expired (1008)" : "token refused (401)");
       return;
     }
+    for (const r of this.rooms.values()) r.onDisconnected();
     // Rule 4: with several gateways the next attempt goes to the next one, whatever ended this
     // one (a refused or failed connect, a drop, a drain).
     this.urlIndex++;

@@ -185,3 +185,74 @@ test("a join of a room right after leaving it is sent after the leave and wins",
   assert.deepEqual([...c.rooms.keys()], ["A"]);
   assert.equal(c.rooms.get("A"), a2);
 });
+
+for (const [code, reason] of [[4001, "too many connections for this user"], [1008, "token expired"]]) {
+  test(`a close that stops the client (${code} ${reason}) ends its rooms, as close() does`, async () => {
+    const srv = server();
+    const c = srv.client();
+    const s = await srv.connect(c);
+    const ja = c.join("A");
+    s.joined((await srv.sent(s, "room.join", 1))[0], 1, 2);
+    const a = await ja;
+    const left = a.next("left", () => true, 5000);
+    s.drop(code, reason);
+    assert.equal(c.state, "closed", "a static token or a 4001 is not tried again");
+    assert.deepEqual(await left, { reason: "client_closed" });
+    assert.equal(a.state, "left");
+    assert.deepEqual([...c.rooms.keys()], [], "the client keeps no room it will never rejoin");
+  });
+}
+
+test("connect() after close() starts afresh: connecting, and the backoff from its first step", async () => {
+  const srv = server();
+  const c = srv.client({ reconnect: { initialMs: 5, maxMs: 5000 } });
+  const s = await srv.connect(c);
+  // Two failed reconnects grow the backoff.
+  s.drop();
+  (await srv.socket(1)).drop();
+  (await srv.socket(2)).drop();
+  await srv.socket(3);
+  c.close();
+  const states = [];
+  c.on("state", (e) => states.push(e));
+  void c.connect().catch(() => {});
+  (await srv.socket(4)).drop();
+  await until(() => states.some((e) => e.delayMs !== undefined), 5000, "a retry scheduled");
+  assert.equal(states[0].state, "connecting", "a new start, not a reconnect of the closed connection");
+  const retry = states.find((e) => e.delayMs !== undefined);
+  assert.equal(retry.attempt, 1, "the first failure after connect() waits the first backoff step");
+  assert.ok(retry.delayMs <= 5, `delay ${retry.delayMs} ms`);
+  c.close();
+});
+
+test("a socket that delivers frames while its ping answer is late is not given up", async () => {
+  const srv = server();
+  const c = srv.client();
+  const n = srv.sockets.length;
+  const open = c.connect();
+  const s = await srv.socket(n);
+  s.readyState = 1;
+  s.push({ ev: "hello", d: { session: "s", heartbeat_ms: 100, server: "fake" } });
+  await open;
+  // After a quiet heartbeat interval the client asks `ping`; the answer waits behind frames
+  // that keep coming (a backlog draining over a slow link): the socket is alive. A frame
+  // follows every ping at once, and more keep coming.
+  const send = s.send.bind(s);
+  s.send = (text) => {
+    send(text);
+    if (JSON.parse(text).op === "ping") queueMicrotask(() => s.push({ ev: "notice.later", d: {} }));
+  };
+  const states = [];
+  c.on("state", (e) => states.push(e.state));
+  await srv.sent(s, "ping", 1);
+  const asked = Date.now();
+  while (Date.now() - asked < 350) {
+    s.push({ ev: "notice.later", d: {} });
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  // The ping's time-out (one interval) has passed three times over.
+  assert.deepEqual(states, [], "still open");
+  assert.equal(srv.sockets.length, n + 1, "no new socket");
+  s.ok(s.sentOps("ping")[0], { t: 1 });
+  c.close();
+});
