@@ -18,6 +18,7 @@ pub mod state;
 mod stop;
 mod storm;
 mod timers;
+mod vip;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -771,7 +772,12 @@ impl RoomActor {
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
             RoomCmd::Op(op) => {
-                let out = state.apply(user, at, op, now_ms())?;
+                // An admin's ban or mute of an absent VIP: their spend comes from the ledger.
+                let spend = self.absent_spend(user, op).await;
+                let Some(state) = self.state.as_mut() else {
+                    return Err(state::rejected(ErrorCode::RoomNotFound, "no such room"));
+                };
+                let out = state.apply_with(user, at, op, spend, now_ms())?;
                 let published = self.publish(out.applied, None).await;
                 // A member who left is out either way (a runtime that cannot publish stops);
                 // any other change that was not stored did not happen.

@@ -251,6 +251,49 @@ pub(super) fn reused(stored: u64, ours: u64) -> bool {
     stored != 0 && ours != 0 && stored != ours
 }
 
+/// A gift request the room could not take, to look up in the ledger as a retry.
+struct Asked {
+    /// The order's gift id, and the one it had before time-ordered ids (if it may exist).
+    id: Uuid,
+    legacy: Option<Uuid>,
+    /// The room the request came to, and its fingerprint.
+    room: RoomId,
+    request: u64,
+}
+
+/// The answer to a request the room refused (`rejected`) but the ledger may hold as an
+/// order booked earlier: that order's first result, `IDEMPOTENCY_CONFLICT` when the order was
+/// booked for another request, or `rejected` when there is none.
+async fn answer_from_ledger(
+    ledger: &storage::ledger::Ledger,
+    asked: &Asked,
+    rejected: Rejected,
+) -> Result<Bytes, ReplyError> {
+    let found = match ledger.saga(asked.id).await {
+        Ok(None) => ledger.legacy_saga(asked.legacy).await,
+        other => other,
+    };
+    match found {
+        // Another room's order is another request, also one stored without a fingerprint
+        // (which matches any): the check the saga makes with `same_request_as`.
+        Ok(Some(rec))
+            if rec.order.room != asked.room || reused(rec.order.request, asked.request) =>
+        {
+            Err(conflict_error())
+        }
+        Ok(Some(rec)) => match rec.result() {
+            Some(result) => {
+                outcome_reply(&rec.order, &Ok(GiftOutcome::Duplicate { first: result }))
+            }
+            None => Err(ReplyError::new(
+                ErrorCode::Unavailable,
+                "the order is still being settled; retry with the same req_id",
+            )),
+        },
+        _ => Err(ReplyError::new(rejected.code, rejected.msg)),
+    }
+}
+
 /// An order whose numbers the ledger would refuse (or could not count).
 fn invalid_order() -> Rejected {
     super::state::rejected(ErrorCode::BadRequest, "invalid gift order")
@@ -468,24 +511,15 @@ impl RoomActor {
     ) {
         let inner = self.inner.clone();
         let cmd = cmd.clone();
+        let room = self.room.clone();
         self.inner.tracker.spawn(async move {
-            let found = match ledger.saga(id).await {
-                Ok(None) => ledger.legacy_saga(legacy).await,
-                other => other,
+            let asked = Asked {
+                id,
+                legacy,
+                room,
+                request,
             };
-            let reply = match found {
-                Ok(Some(rec)) if reused(rec.order.request, request) => Err(conflict_error()),
-                Ok(Some(rec)) => match rec.result() {
-                    Some(result) => {
-                        outcome_reply(&rec.order, &Ok(GiftOutcome::Duplicate { first: result }))
-                    }
-                    None => Err(ReplyError::new(
-                        ErrorCode::Unavailable,
-                        "the order is still being settled; retry with the same req_id",
-                    )),
-                },
-                _ => Err(ReplyError::new(rejected.code, rejected.msg)),
-            };
+            let reply = answer_from_ledger(&ledger, &asked, rejected).await;
             inner.reply_direct(&cmd, reply, None).await;
         });
     }

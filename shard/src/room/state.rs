@@ -38,7 +38,7 @@ use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
 pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
-pub use standing::{Badges, MAX_VIP_LEVELS, VipRules};
+pub use standing::{Badges, MAX_VIP_LEVELS, TargetSpend, VipRules};
 pub use streaks::{GiftMark, GiftPublished, GiftRules};
 
 /// Where a member's connection lives: which gateway, which session there.
@@ -520,6 +520,22 @@ impl RoomState {
         op: &RoomOp,
         now: u64,
     ) -> Result<Outcome, Rejected> {
+        self.apply_with(user, at, op, TargetSpend::NotRead, now)
+    }
+
+    /// [`Self::apply`], with the lifetime spend the actor read for the operation's absent
+    /// target ([`Self::absent_target`]).
+    ///
+    /// # Errors
+    /// As [`Self::apply`].
+    pub fn apply_with(
+        &mut self,
+        user: &UserId,
+        at: &SessionRef,
+        op: &RoomOp,
+        spend: TargetSpend,
+        now: u64,
+    ) -> Result<Outcome, Rejected> {
         if let RoomOp::RoomOpen(_) = op {
             // The one operation of a non-member: the owner reopens a closed room.
             return self.room_open(user, now).map(Outcome::empty);
@@ -568,12 +584,16 @@ impl RoomState {
             RoomOp::RoomAdmin(a) => Outcome::empty(self.room_admin(user, &a.user, a.admin, now)?),
             RoomOp::RoomTransfer(t) => Outcome::empty(self.room_transfer(user, &t.user, now)?),
             RoomOp::RoomClose(_) => Outcome::empty(self.room_close(user, now)?),
-            RoomOp::ChatMute(m) => Outcome::empty(self.chat_mute(user, &m.user, m.seconds, now)?),
+            RoomOp::ChatMute(m) => {
+                Outcome::empty(self.chat_mute(user, &m.user, m.seconds, spend, now)?)
+            }
             RoomOp::ChatUnmute(m) => Outcome::empty(self.chat_unmute(user, &m.user, now)?),
             RoomOp::RoomKick(k) => {
                 Outcome::empty(self.room_kick(user, &k.user, k.ban_seconds, now)?)
             }
-            RoomOp::RoomBan(b) => Outcome::empty(self.room_ban(user, &b.user, b.seconds, now)?),
+            RoomOp::RoomBan(b) => {
+                Outcome::empty(self.room_ban(user, &b.user, b.seconds, spend, now)?)
+            }
             RoomOp::RoomUnban(b) => Outcome::empty(self.room_unban(user, &b.user, now)?),
             RoomOp::RoomBans(b) => {
                 let page = self.room_bans(user, b.cursor.as_ref(), b.limit, now)?;

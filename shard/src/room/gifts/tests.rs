@@ -1,4 +1,7 @@
-use super::{Crash, InFlight, RECOVERY_MIN_AGE_MS, SagaStart, Sweep, saga};
+use super::{
+    Asked, Crash, InFlight, RECOVERY_MIN_AGE_MS, SagaStart, Sweep, answer_from_ledger, saga,
+};
+use protocol::ErrorCode;
 use protocol::link::Command;
 use storage::StorageError;
 use storage::ledger::{GiftOrder, GiftOutcome, Ledger, gift_id, legacy_gift_id};
@@ -200,5 +203,43 @@ async fn a_legacy_saga_of_another_room_is_a_reused_request_id() {
         ledger.saga(new_id).await.unwrap().is_none(),
         "nothing booked"
     );
+    assert_eq!(ledger.balance(&"alice".into()).await.unwrap(), 90);
+}
+
+/// A sender no longer in the room retries a request id that an order without a fingerprint
+/// (booked before fingerprints existed) holds in another room: a reused request id, never
+/// answered with the other room's result.
+#[tokio::test]
+async fn a_retry_from_outside_the_room_is_not_answered_with_another_rooms_order() {
+    const REQ: &str = "0190f1a2-b3c4-7d5e-8f60-0123456789ab";
+    let id = gift_id(&"alice".into(), REQ);
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open("sqlite", dir.path()).await.unwrap();
+    ledger.grant(&"alice".into(), 100, "g").await.unwrap();
+    let mut elsewhere = order(id);
+    elsewhere.room = "r2".into();
+    ledger
+        .install_fence(&elsewhere.room, 1, "n1")
+        .await
+        .unwrap();
+    let booked = ledger.send_gift(&elsewhere, 1).await.unwrap();
+    assert!(matches!(booked, GiftOutcome::Settled { .. }), "{booked:?}");
+    let not_in_room = crate::room::state::rejected(ErrorCode::NotInRoom, "not in this room");
+    let mut asked = Asked {
+        id,
+        legacy: None,
+        room: "r1".into(),
+        request: 42,
+    };
+    let answer = answer_from_ledger(&ledger, &asked, not_in_room.clone()).await;
+    assert_eq!(
+        answer.map_err(|e| e.code),
+        Err(ErrorCode::IdempotencyConflict),
+        "another room's order"
+    );
+    // The retry in the order's own room still gets its first result.
+    asked.room = "r2".into();
+    let answer = answer_from_ledger(&ledger, &asked, not_in_room).await;
+    assert!(answer.is_ok(), "{answer:?}");
     assert_eq!(ledger.balance(&"alice".into()).await.unwrap(), 90);
 }

@@ -10,7 +10,9 @@ use protocol::{ErrorCode, UserId};
 use super::durable::{MAX_BANS, MAX_MUTES, Penalty};
 use super::manage::entry;
 use super::seats::Cause;
-use super::{Applied, Evicted, Moderation, Presence, Rejected, RoomState, Sequenced, rejected};
+use super::{
+    Applied, Evicted, Moderation, Presence, Rejected, RoomState, Sequenced, TargetSpend, rejected,
+};
 
 /// Ban-list page size when none is asked for.
 const DEFAULT_BAN_PAGE: u32 = 50;
@@ -36,21 +38,23 @@ impl RoomState {
     }
 
     /// The owner or an admin stops `target` chatting, for `seconds` or until lifted. The
-    /// target need not be present: the mute waits for them.
+    /// target need not be present: the mute waits for them (`spend`: an absent target's
+    /// lifetime spend, for the VIP protection).
     ///
     /// # Errors
     /// `FORBIDDEN` (an admin on the owner or an admin); `VIP_PROTECTED` (an admin on a
-    /// protected VIP); `BAD_REQUEST` for a bad duration, for
-    /// oneself, or past the bound of mutes.
+    /// protected VIP); `UNAVAILABLE` when an absent target's spend could not be read;
+    /// `BAD_REQUEST` for a bad duration, for oneself, or past the bound of mutes.
     pub fn chat_mute(
         &mut self,
         actor: &UserId,
         target: &UserId,
         seconds: Option<u64>,
+        spend: TargetSpend,
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
-        self.require_unprotected(actor, target)?;
+        self.require_unprotected_given(actor, target, spend)?;
         let until = until(seconds, now)?;
         if !self.durable.mutes.contains_key(target) && self.durable.mutes.len() >= MAX_MUTES {
             return Err(rejected(
@@ -189,20 +193,23 @@ impl RoomState {
     }
 
     /// The owner or an admin bans a user, for `seconds` or until lifted, removing them if
-    /// present. A banned user's join answers `BANNED`, from any gateway.
+    /// present (`spend`: an absent target's lifetime spend, for the VIP protection). A banned
+    /// user's join answers `BANNED`, from any gateway.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `BAD_REQUEST` for a bad
-    /// duration or past the bound of bans.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `UNAVAILABLE` when an
+    /// absent target's spend could not be read; `BAD_REQUEST` for a bad duration or past the
+    /// bound of bans.
     pub fn room_ban(
         &mut self,
         actor: &UserId,
         target: &UserId,
         seconds: Option<u64>,
+        spend: TargetSpend,
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
-        self.require_unprotected(actor, target)?;
+        self.require_unprotected_given(actor, target, spend)?;
         self.check_ban_room(target)?;
         let until = until(seconds, now)?;
         Ok(self.remove_and_ban(actor, target, Some(until), "ban", now))

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 
+use protocol::client::RoomOp;
 use protocol::link::{RoomCmd, Standing};
 use protocol::{ErrorCode, UserId};
 use serde::Deserialize;
@@ -80,6 +81,21 @@ impl VipRules {
         }
         Ok(())
     }
+}
+
+/// The lifetime spend of a user who is not a member, for an admin's `room.ban` or
+/// `chat.mute` of them: the room holds members' spend, and the actor reads an absent
+/// target's from the ledger ([`RoomState::absent_target`]) before the rule runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetSpend {
+    /// Nothing read: the target is a member, the operation needs no read, or the node has no
+    /// ledger (then nobody has spent anything).
+    NotRead,
+    /// The spend the ledger holds for the target.
+    Read(i64),
+    /// The ledger could not be read: an admin's action is refused with `UNAVAILABLE` (the
+    /// protection fails closed; the owner needs no read).
+    Unreadable,
 }
 
 /// A member's badges as events show them.
@@ -260,6 +276,22 @@ impl RoomState {
         applied
     }
 
+    /// The user whose lifetime spend the actor must read from the ledger before applying
+    /// `op` from `actor`: the target of an admin's `room.ban` or `chat.mute` who is not a
+    /// member (and not a robot), while VIP protection is on. `None` otherwise.
+    pub fn absent_target<'a>(&self, actor: &UserId, op: &'a RoomOp) -> Option<&'a UserId> {
+        let target = match op {
+            RoomOp::RoomBan(b) => &b.user,
+            RoomOp::ChatMute(m) => &m.user,
+            _ => return None,
+        };
+        let needed = self.vip_rules.protected_level > 0
+            && self.role(actor) == Role::Admin
+            && !self.members.contains_key(target)
+            && !target.is_robot();
+        needed.then_some(target)
+    }
+
     /// An admin may not kick, ban or mute a member whose VIP level is at or above the
     /// protected level; the owner may.
     ///
@@ -270,14 +302,36 @@ impl RoomState {
         actor: &UserId,
         target: &UserId,
     ) -> Result<(), Rejected> {
+        self.require_unprotected_given(actor, target, TargetSpend::NotRead)
+    }
+
+    /// [`Self::require_unprotected`], with the spend the actor read for a target who is not
+    /// a member (`spend`; a member's own standing wins).
+    ///
+    /// # Errors
+    /// `VIP_PROTECTED`; `UNAVAILABLE` when an absent target's spend could not be read.
+    pub(super) fn require_unprotected_given(
+        &self,
+        actor: &UserId,
+        target: &UserId,
+        spend: TargetSpend,
+    ) -> Result<(), Rejected> {
         let protected = self.vip_rules.protected_level;
         if protected == 0 || self.role(actor) == Role::Owner {
             return Ok(());
         }
-        let level = self
-            .members
-            .get(target)
-            .map_or(0, |m| self.vip_rules.level(m.standing().spent));
+        let spent = match (self.members.get(target), spend) {
+            (Some(m), _) => m.standing().spent,
+            (None, TargetSpend::Read(spent)) => spent,
+            (None, TargetSpend::NotRead) => 0,
+            (None, TargetSpend::Unreadable) => {
+                return Err(super::rejected(
+                    ErrorCode::Unavailable,
+                    "cannot check the user's VIP level now; retry",
+                ));
+            }
+        };
+        let level = self.vip_rules.level(spent);
         if level >= protected {
             return Err(Rejected {
                 code: ErrorCode::VipProtected,

@@ -340,7 +340,8 @@ fn a_ban_or_close_during_a_move_holds_against_the_rejoin() {
     let mut new = room(5_000);
     new.restore(roster.clone(), 100);
     new.rejoin(&u("host"), at(3), None, 110).unwrap();
-    new.room_ban(&u("host"), &u("a"), None, 120).unwrap();
+    new.room_ban(&u("host"), &u("a"), None, super::TargetSpend::NotRead, 120)
+        .unwrap();
     let refused = new.rejoin(&u("a"), at(4), None, 130).unwrap_err();
     assert_eq!(refused.code, ErrorCode::Banned);
     assert!(new.member(&u("a")).is_none());

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use protocol::link::{HeldGuard, Standing};
 use protocol::{ErrorCode, UserId};
 
-use super::super::tests_rights::{party, run, u};
-use super::super::{Badges, Presence, RoomState, Sequenced, VipRules};
+use super::super::tests_rights::{op, party, run, session, u};
+use super::super::{Badges, Presence, RoomState, Sequenced, TargetSpend, VipRules};
 
 /// Levels at 100, 200 and 300 coins; entrance from level 2, protection from level 2.
 fn rules(protected_level: u8) -> Arc<VipRules> {
@@ -135,6 +135,73 @@ fn rights_matrix_role_by_vip_level_by_action() {
         r.set_standing(&u("t"), spent(350), 1).unwrap();
         assert!(run(&mut r, "adm", d.clone(), 1).is_ok(), "{d}");
     }
+}
+
+/// A protected VIP who is not in the room: an admin's ban or chat mute needs their spend,
+/// which the actor reads from the ledger; with it they are protected as a member is, and an
+/// unreadable ledger refuses the admin (the owner needs no read).
+#[test]
+fn an_absent_vip_is_protected_by_the_spend_read_for_them() {
+    let ban = op(serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"gone","seconds":60}}));
+    let mute = op(serde_json::json!({"op":"chat.mute","d":{"room":"r1","user":"gone"}}));
+    let fresh = || {
+        let mut r = party();
+        r.set_vip_rules(rules(2));
+        r
+    };
+    let mut r = fresh();
+    // Who needs a read: an admin's ban or mute of a non-member, nothing else.
+    assert_eq!(r.absent_target(&u("adm"), &ban), Some(&u("gone")));
+    assert_eq!(r.absent_target(&u("adm"), &mute), Some(&u("gone")));
+    assert_eq!(r.absent_target(&u("host"), &ban), None, "the owner may");
+    assert_eq!(r.absent_target(&u("mem"), &ban), None, "refused anyway");
+    let present = op(serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"t"}}));
+    assert_eq!(
+        r.absent_target(&u("adm"), &present),
+        None,
+        "a member's spend is held"
+    );
+    let unmute = op(serde_json::json!({"op":"chat.unmute","d":{"room":"r1","user":"gone"}}));
+    assert_eq!(r.absent_target(&u("adm"), &unmute), None);
+    let robot = op(serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"bot:1"}}));
+    assert_eq!(
+        r.absent_target(&u("adm"), &robot),
+        None,
+        "robots have no level"
+    );
+
+    let adm = session(&r, "adm");
+    for o in [&ban, &mute] {
+        for (spend, want) in [
+            (TargetSpend::Read(250), Some(ErrorCode::VipProtected)),
+            (TargetSpend::Read(350), Some(ErrorCode::VipProtected)),
+            (TargetSpend::Unreadable, Some(ErrorCode::Unavailable)),
+            (TargetSpend::Read(150), None),
+        ] {
+            let mut r = fresh();
+            let before = r.durable().clone();
+            let got = r.apply_with(&u("adm"), &adm, o, spend, 1);
+            match want {
+                Some(code) => {
+                    assert_eq!(got.unwrap_err().code, code, "{o:?} {spend:?}");
+                    assert_eq!(r.durable(), &before, "a refusal changed nothing");
+                }
+                None => assert!(got.is_ok(), "{o:?} {spend:?}: {got:?}"),
+            }
+        }
+        // The owner is never refused, read or not.
+        let host = session(&r, "host");
+        let mut owner = fresh();
+        assert!(
+            owner
+                .apply_with(&u("host"), &host, o, TargetSpend::NotRead, 1)
+                .is_ok()
+        );
+    }
+    // A member's own standing wins over anything passed.
+    r.set_standing(&u("t"), spent(250), 1).unwrap();
+    let got = r.apply_with(&u("adm"), &adm, &present, TargetSpend::Read(0), 1);
+    assert_eq!(got.unwrap_err().code, ErrorCode::VipProtected);
 }
 
 fn joined(r: &mut RoomState, who: &str, s: Standing, now: u64) -> Vec<Presence> {
