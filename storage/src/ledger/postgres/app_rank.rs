@@ -60,6 +60,10 @@ INSERT INTO app_rank (board, span, start, user_id, total)
 ///   version 6 or 7 did, and its gifts are counted already; one before 6 did not, and the
 ///   trigger adds every gift of the transaction.
 ///
+/// The `xmin` test holds because builds of version 6 and 7 settle in top-level transactions
+/// only: a row written inside a savepoint would carry the subtransaction's id, and its gifts
+/// would be counted again. This build's rows are marked, so no savepoint of its own matters.
+///
 /// The rows are the ones `app_rank_rows` gives (robots apart, weeks from Monday), in key order
 /// (user ids by their bytes, as this build sorts them).
 pub(super) const MIGRATION_OLDER_NODES: &str = "
