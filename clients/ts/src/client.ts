@@ -113,6 +113,13 @@ export class Client extends Emitter<ClientEvents> {
   private nextId = 1;
   private pending = new Map<number, Pending>();
   private attempt = 0;
+  /**
+   * When the current connection's `hello` came (0: none yet). The backoff starts over only
+   * after a connection that lasted a heartbeat interval: a server that accepts and closes at
+   * once (a flood close, a failing node behind a balancer) is not retried at the first step
+   * each time.
+   */
+  private helloAt = 0;
   private urlIndex = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private refreshing = false;
@@ -453,6 +460,7 @@ export class Client extends Emitter<ClientEvents> {
     // A later connect() is a new start ("connecting", the first backoff step), not a reconnect.
     this.session = null;
     this.attempt = 0;
+    this.helloAt = 0;
     this.setState("closed", "closed by the client");
   }
 
@@ -579,7 +587,7 @@ export class Client extends Emitter<ClientEvents> {
     switch (frame.ev) {
       case "hello":
         this.session = frame.d as ClientEvents["hello"];
-        this.attempt = 0;
+        this.helloAt = Date.now();
         this.watchAlive(this.gen, this.session.heartbeat_ms);
         this.setState("open");
         this.emit("hello", this.session);
@@ -742,6 +750,9 @@ export class Client extends Emitter<ClientEvents> {
 
   private retry(gen: number, how: { reason: string; delayMs?: number }): void {
     if (gen !== this.gen) return;
+    // A connection that lasted a heartbeat interval was a success: the backoff starts over.
+    if (this.helloAt !== 0 && Date.now() - this.helloAt >= (this.session?.heartbeat_ms ?? 0)) this.attempt = 0;
+    this.helloAt = 0;
     const delayMs = how.delayMs ?? backoff(this.attempt, this.opts.reconnect.initialMs, this.opts.reconnect.maxMs);
     this.attempt++;
     this.setState("reconnecting", how.reason, delayMs);

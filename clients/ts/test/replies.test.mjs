@@ -225,6 +225,40 @@ test("connect() after close() starts afresh: connecting, and the backoff from it
   c.close();
 });
 
+test("a server that accepts and closes at once is retried with a growing backoff; a lasting connection resets it", async () => {
+  const srv = server();
+  const c = srv.client({ reconnect: { initialMs: 5, maxMs: 5000 } });
+  const retries = [];
+  c.on("state", (e) => {
+    if (e.delayMs !== undefined) retries.push(e.attempt);
+  });
+  const hello = (s, heartbeatMs) => {
+    s.readyState = 1;
+    s.push({ ev: "hello", d: { session: "s", heartbeat_ms: heartbeatMs, server: "fake" } });
+  };
+  const n = srv.sockets.length;
+  const open = c.connect();
+  hello(await srv.socket(n), 60_000);
+  await open;
+  // Four connections closed right after their hello (as a flood close or a failing node).
+  srv.sockets[n].drop(4000, "slow consumer");
+  for (let i = 1; i <= 3; i++) {
+    const s = await srv.socket(n + i);
+    hello(s, 60_000);
+    s.drop(4000, "slow consumer");
+  }
+  await until(() => retries.length === 4, 5000, "four retries");
+  assert.deepEqual(retries, [1, 2, 3, 4], "each short-lived connection counts as a failed attempt");
+  // One that lasts its heartbeat interval (here 20 ms) was a success: the next retry starts over.
+  const s = await srv.socket(n + 4);
+  hello(s, 20);
+  await new Promise((r) => setTimeout(r, 40));
+  s.drop(4000, "slow consumer");
+  await until(() => retries.length === 5, 5000, "a fifth retry");
+  assert.equal(retries[4], 1, "the backoff starts over after a lasting connection");
+  c.close();
+});
+
 test("a socket that delivers frames while its ping answer is late is not given up", async () => {
   const srv = server();
   const c = srv.client();
