@@ -474,11 +474,8 @@ pub(super) async fn catch_up_everyone(core: &Arc<Core>) {
     }
     futures_util::stream::iter(users)
         .for_each_concurrent(CATCH_UP_CONCURRENCY, |(session, user)| async move {
-            let at = core.social.me(session);
-            if let Err(e) = core.social.register(&user, &at).await {
-                warn!(error = %e, %user, "Could not register a connection again.");
-            }
-            catch_up(core, session, &user, super::CONNECT_RETRY_MIN).await;
+            // A connect's own path: registration and backlog, each retried while it fails.
+            core.social_catch_up(session, &user).await;
         })
         .await;
 }
