@@ -304,7 +304,9 @@ impl RoomState {
         Ok(applied)
     }
 
-    /// Drops `user`'s pending request (telling the staff) and invitation: they left.
+    /// Drops `user`'s pending request and invitation: they left, or became staff (who take
+    /// seats directly). The staff are told of each that was still live, and of an invitation
+    /// the invitee too (when still present), so that no client shows one pending.
     pub(super) fn drop_pending(&mut self, applied: &mut Applied, user: &UserId) {
         if let Some(pos) = self.durable.requests.iter().position(|r| r.user == *user) {
             self.durable.requests.remove(pos);
@@ -317,9 +319,19 @@ impl RoomState {
                 &answered(user, "cancelled", None, None),
             );
         }
-        let before = self.durable.invites.len();
-        self.durable.invites.retain(|i| i.user != *user);
-        applied.durable_changed |= self.durable.invites.len() != before;
+        if let Some(pos) = self.durable.invites.iter().position(|i| i.user == *user) {
+            let invite = self.durable.invites.remove(pos);
+            applied.durable_changed = true;
+            if !invite.expired {
+                let to = self.staff_and(user);
+                self.direct(
+                    applied,
+                    to,
+                    "seat.invite.update",
+                    &answered(user, "cancelled", Some(&invite.by), None),
+                );
+            }
+        }
     }
 
     /// Withdraws the invitations `inviter` made: they are staff no more, and an invitation is

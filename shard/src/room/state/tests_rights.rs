@@ -693,3 +693,38 @@ fn a_request_ended_by_a_role_change_is_told_to_the_staff() {
         );
     }
 }
+
+/// An invitation that ends because its invitee became staff or the owner (who take seats
+/// directly), or left the room, is told as cancelled: to the staff, and to the invitee while
+/// present, so that no client keeps showing it pending.
+#[test]
+fn an_invitation_ended_by_a_role_change_or_a_leave_is_told() {
+    let invite = serde_json::json!({"op":"seat.invite","d":{"room":"r1","user":"lis"}});
+    for change in [
+        Some(serde_json::json!({"op":"room.admin","d":{"room":"r1","user":"lis","admin":true}})),
+        Some(serde_json::json!({"op":"room.transfer","d":{"room":"r1","user":"lis"}})),
+        None,
+    ] {
+        let mut r = party();
+        run(&mut r, "adm", invite.clone(), 100).unwrap();
+        let applied = match &change {
+            Some(c) => run(&mut r, "host", c.clone(), 110).unwrap().applied,
+            None => {
+                let at = session(&r, "lis");
+                r.leave(&u("lis"), &at, "left").unwrap()
+            }
+        };
+        assert!(r.durable().invites.is_empty(), "{change:?}");
+        let told: Vec<_> = directs(&applied)
+            .into_iter()
+            .filter(|(_, f)| f["ev"] == "seat.invite.update")
+            .collect();
+        assert_eq!(told.len(), 1, "{change:?}");
+        assert!(told[0].0.contains(&"host".to_owned()), "{change:?}");
+        assert_eq!(
+            told[0].1["d"],
+            serde_json::json!({"user":"lis","state":"cancelled","by":"adm"}),
+            "{change:?}"
+        );
+    }
+}
