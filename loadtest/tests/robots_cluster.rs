@@ -264,3 +264,50 @@ async fn robots_move_with_their_room() {
         .unwrap();
     assert_eq!(starts, 1.0, "the robots started on the new owner");
 }
+
+/// Robots set to visit a room that does not exist (deleted after they were configured) are
+/// not loaded at every reconcile pass, a lease claim and a ledger fence each time: once found
+/// roomless, the room is left alone until its configuration changes or the room is created,
+/// when the robots come.
+#[tokio::test]
+async fn robots_visiting_a_room_that_is_gone_are_not_loaded_every_pass() {
+    let (cluster, _dir) = cluster_with(
+        ClusterOptions {
+            shards: 1,
+            gateways: 1,
+            ..ClusterOptions::default()
+        },
+        "robot_reconcile_ms = 100\n",
+    )
+    .await;
+    let room = RoomId::from("gone");
+    let visiting = json!({
+        "room": "gone",
+        "create": false,
+        "robots": [{"id": "bot:visitor"}],
+        "chat": {"every_s": 0.5, "phrases": ["hello?"]},
+    });
+    store(&cluster)
+        .await
+        .put(&room, visiting.to_string().into_bytes())
+        .await
+        .unwrap();
+    let claims = "chorus_lease_acquired_total";
+    assert_eq!(wait_sum(&cluster, claims, 1.0, WAIT).await, 1.0);
+    // Twenty passes: each would have claimed the room again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(shard_sum(&cluster, claims).await, 1.0);
+    assert_eq!(
+        shard_sum(&cluster, "chorus_robot_runtime_starts_total").await,
+        0.0
+    );
+    // A member creates the room: its runtime reads the configuration, and the robots come.
+    let mut human = cluster.connect(0, "human").await.unwrap();
+    human
+        .create_room(json!({"room": "gone", "title": "back"}))
+        .await
+        .unwrap();
+    human.join(&room, false, None).await.unwrap();
+    let hello = human.next_event_named("chat", WAIT).await.unwrap();
+    assert_eq!(hello.d["robot"], true);
+}

@@ -88,6 +88,9 @@ pub(crate) struct Inner {
     robots: storage::robots::RobotStore,
     /// Rooms whose robots run here (kept by their actors, read by the robot reconcile).
     robot_rooms: Mutex<std::collections::HashSet<RoomId>>,
+    /// Rooms whose robot configuration (which does not create its room) found no room when
+    /// loaded: the reconcile does not load them again until the configuration changes.
+    robot_roomless: Mutex<std::collections::HashSet<RoomId>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     next_generation: AtomicU64,
@@ -166,6 +169,7 @@ impl Shard {
                 ledger: stores.ledger,
                 robots: stores.robots,
                 robot_rooms: Mutex::new(std::collections::HashSet::new()),
+                robot_roomless: Mutex::new(std::collections::HashSet::new()),
                 tracker,
                 shutdown,
                 next_generation: AtomicU64::new(1),
@@ -366,7 +370,27 @@ impl Inner {
     }
 
     pub(crate) fn robot_rooms_add(&self, room: &RoomId) {
+        lock(&self.robot_roomless).remove(room);
         lock(&self.robot_rooms).insert(room.clone());
+    }
+
+    /// Notes (`true`) or forgets that `room`'s robots found no room to visit.
+    pub(crate) fn set_robot_roomless(&self, room: &RoomId, roomless: bool) {
+        let mut set = lock(&self.robot_roomless);
+        if roomless {
+            set.insert(room.clone());
+        } else {
+            set.remove(room);
+        }
+    }
+
+    pub(crate) fn robot_roomless(&self, room: &RoomId) -> bool {
+        lock(&self.robot_roomless).contains(room)
+    }
+
+    /// Forgets the roomless rooms whose robots are no longer wanted here.
+    pub(crate) fn robot_roomless_retain(&self, wanted: &std::collections::HashSet<RoomId>) {
+        lock(&self.robot_roomless).retain(|r| wanted.contains(r));
     }
 
     pub(crate) fn robot_rooms_remove(&self, room: &RoomId) {

@@ -287,6 +287,13 @@ async fn start(
     if actor.state.is_some() {
         actor.set_robots(robot_config).await;
         actor.list_note(0, true);
+    } else if robot_config
+        .as_ref()
+        .is_some_and(|c| c.enabled && !c.create)
+    {
+        // Robots set to visit a room that is gone (deleted after they were configured): the
+        // reconcile stops loading it, a claim and a ledger read every pass, for nothing.
+        actor.inner.set_robot_roomless(&actor.room, true);
     }
     // Boxed: the room's task then holds a pointer to it beside its loop, not a second copy.
     Some((Box::new(actor), rx, lease_token))

@@ -4,7 +4,8 @@
 //! configuration changed gets it; one whose configuration was disabled or deleted, or that is
 //! placed elsewhere now, has its robots stopped. Runtimes start nowhere else than in their
 //! room's actor after the claim, so a reconcile on a node that does not own a room can never
-//! act for its robots: at worst its load finds the lease held and stops.
+//! act for its robots: at worst its load finds the lease held and stops. A room whose robots
+//! only visit it and that its load found gone is not loaded again under the same configuration.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -48,7 +49,8 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 continue;
             }
             wanted.insert(room.clone());
-            let changed = !inner.robot_rooms_has(&room) || sent.get(&room) != Some(&bytes);
+            let changed_bytes = sent.get(&room) != Some(&bytes);
+            let changed = !inner.robot_rooms_has(&room) || changed_bytes;
             match inner.room_handle(&room) {
                 // Running without robots, or with another configuration: hand it over.
                 Some(h) if changed => {
@@ -58,9 +60,12 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                     }
                 }
                 Some(_) => {}
+                // Found with no room to visit under this very configuration: not again.
+                None if !changed_bytes && inner.robot_roomless(&room) => {}
                 // Not running: its load reads the configuration after the claim (a bounded
                 // number per pass).
                 None if loads < LOADS_PER_PASS => {
+                    inner.set_robot_roomless(&room, false);
                     loads += usize::from(inner.load_room(&room));
                     sent.insert(room, bytes);
                 }
@@ -75,5 +80,6 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             }
         }
         sent.retain(|room, _| wanted.contains(room));
+        inner.robot_roomless_retain(&wanted);
     }
 }
