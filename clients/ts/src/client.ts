@@ -1,4 +1,4 @@
-import { Emitter } from "./emitter.js";
+import { Emitter, type ListenerError, reportError } from "./emitter.js";
 import { ImInbox } from "./im.js";
 import { type EventFrame, Room } from "./room.js";
 import { Close, type ImMessage, type JoinOk, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
@@ -61,7 +61,11 @@ export interface ClientEvents {
   refreshed: { exp: number };
   /** Every event frame that belongs to no joined room (direct messages, once each; notices). */
   event: EventFrame;
-  /** A failure with no caller to report to (a refresh that failed, a refused reconnect). */
+  /**
+   * A failure with no caller to report to: a refresh that failed, a refused reconnect, an
+   * exception thrown by a listener of the client or of one of its rooms (a `ListenerError`,
+   * the exception as its `cause`; without an `error` listener it goes to `console.error`).
+   */
   error: Error;
 }
 
@@ -475,6 +479,16 @@ export class Client extends Emitter<ClientEvents> {
     if (!ws) return;
     if (ws.terminate) ws.terminate();
     else ws.close(4999, "dropped by the client");
+  }
+
+  /**
+   * @internal A listener of the client or of one of its rooms threw: the `error` event when the
+   * application listens to it (and the listener that threw was not one of `error`), else the
+   * console.
+   */
+  override listenerFailed(e: ListenerError): void {
+    if (e.event !== "error" && this.listening("error")) this.emit("error", e);
+    else reportError(e);
   }
 
   /** @internal */

@@ -1,4 +1,4 @@
-import { Emitter } from "./emitter.js";
+import { Emitter, type ListenerError } from "./emitter.js";
 import type { Client } from "./client.js";
 import {
   type JoinOk,
@@ -447,6 +447,11 @@ export class Room extends Emitter<RoomEvents> {
     this.rejoinGen++;
     this.client.forget(this);
     this.emit("left", { reason });
+  }
+
+  /** A listener of this room threw: reported as the client's are (its `error` event, else the console). */
+  protected override listenerFailed(e: ListenerError): void {
+    this.client.listenerFailed(e);
   }
 
   /** Keeps the snapshot current. */
