@@ -132,6 +132,8 @@ export class Client extends Emitter<ClientEvents> {
   private ackTimer: ReturnType<typeof setTimeout> | null = null;
   /** When the current socket last delivered a frame (`Date.now()`). */
   private heardAt = 0;
+  /** Whether the current socket showed a server ping (Node's `ws` does; browsers' do not). */
+  private pingsHeard = false;
   /** Checks that the open socket still delivers (see {@link Client.checkAlive}). */
   private liveTimer: ReturnType<typeof setInterval> | null = null;
   /** The joins under way, and the numbers of the last join asked for and sent (section 4.3). */
@@ -565,6 +567,15 @@ export class Client extends Emitter<ClientEvents> {
       if (gen !== this.gen) return;
       this.onSocketGone(gen, 1006, `HTTP ${res.statusCode}`, refusal);
     });
+    // Node's `ws` shows the server's pings (section 2: one per heartbeat interval), which
+    // browsers answer unseen: a ping heard shows the socket delivers as well as a frame does,
+    // so a quiet connection needs no `ping` request of its own (see `watchAlive`).
+    this.pingsHeard = false;
+    ws.on?.("ping", () => {
+      if (gen !== this.gen) return;
+      this.heardAt = Date.now();
+      this.pingsHeard = true;
+    });
     ws.onmessage = (m) => {
       if (gen !== this.gen) return;
       this.heardAt = Date.now();
@@ -689,10 +700,11 @@ export class Client extends Emitter<ClientEvents> {
 
   /**
    * A socket can die without a close (a network that drops everything, a sleeping laptop): the
-   * server's pings do not reach the page (browsers answer them unseen), so every heartbeat
+   * server's pings do not reach the page (browsers answer them unseen), so after a heartbeat
    * interval without a frame the client asks `ping`, and a socket that delivers nothing, not
    * even the answer, within another interval is given up as lost (protocol section 8, rule 4):
-   * reconnect and resume.
+   * reconnect and resume. Frames that keep coming make the `ping` needless, and so do the
+   * server's pings where the socket shows them (Node's `ws`).
    */
   private watchAlive(gen: number, heartbeatMs: number): void {
     if (this.liveTimer) clearInterval(this.liveTimer);
@@ -704,7 +716,11 @@ export class Client extends Emitter<ClientEvents> {
   }
 
   private checkAlive(gen: number, every: number): void {
-    if (gen !== this.gen || this.state !== "open" || Date.now() - this.heardAt < every) return;
+    // The server's pings come an interval apart, each maybe a little late (the node pings its
+    // sockets from ticks an eighth of an interval apart): where they are seen, one is quiet
+    // only an eighth of an interval after it was due.
+    const quiet = this.pingsHeard ? every + Math.ceil(every / 8) : every;
+    if (gen !== this.gen || this.state !== "open" || Date.now() - this.heardAt < quiet) return;
     const asked = Date.now();
     this.request("ping", {}, { timeoutMs: every }).catch((e) => {
       if (gen !== this.gen || !(e instanceof ChorusError) || e.code !== "TIMEOUT") return;
