@@ -88,6 +88,12 @@ interface JoinOut {
   done: Promise<void>;
 }
 
+/**
+ * Operations with a `room` that need no membership: they are not held back while the room is
+ * being rejoined (see {@link Client.send}).
+ */
+const NO_MEMBERSHIP = new Set<string>(["room.create", "room.join", "room.leave", "room.open", "rank.get", "guard.list"]);
+
 /** Close codes after which reconnecting cannot help. */
 const FINAL_CLOSES = new Set<number>([Close.TooManyConnections]);
 
@@ -190,19 +196,30 @@ export class Client extends Emitter<ClientEvents> {
     return this.send(op, d, opts.timeoutMs ?? this.opts.requestTimeoutMs);
   }
 
-  /** `request`, calling `onSend` just before the frame goes out. */
+  /**
+   * `request`, calling `onSend` just before the frame goes out. A request waits for the
+   * connection, and a room's request (its `room` a room of this client, an operation that needs
+   * membership) also for the room's rejoin while the connection may not be in the room (after a
+   * reconnect, a `room.left` `unavailable`): it goes once the rejoin is answered, or fails with
+   * what ended the room (the rejoin's error, `NOT_IN_ROOM`, `CLOSED`), unsent.
+   */
   private async send<K extends OpName>(op: K, d: OpRequest<K>, timeoutMs: number, onSend?: () => void): Promise<OpOk<K>> {
     const started = Date.now();
-    if (this.state !== "open") await this.waitOpen(timeoutMs);
+    const left = () => Math.max(1, timeoutMs - (Date.now() - started));
+    for (;;) {
+      if (this.state !== "open") await this.waitOpen(left());
+      const room = this.heldBy(op, d);
+      if (!room) break;
+      await room.ready(op, left());
+    }
     const ws = this.ws;
     if (!ws) throw new ChorusError("DISCONNECTED", "not connected", op);
     const id = this.nextId++;
     return new Promise<OpOk<K>>((resolve, reject) => {
-      const left = Math.max(1, timeoutMs - (Date.now() - started));
       const timer = setTimeout(() => {
         this.pending.delete(id);
         reject(new ChorusError("TIMEOUT", `no reply within ${timeoutMs} ms`, op));
-      }, left);
+      }, left());
       this.pending.set(id, { op, resolve, reject, timer });
       try {
         onSend?.();
@@ -213,6 +230,14 @@ export class Client extends Emitter<ClientEvents> {
         reject(new ChorusError("DISCONNECTED", String(e), op));
       }
     });
+  }
+
+  /** The room whose rejoin a request `op` with `d` waits for now (see {@link Client.send}), if any. */
+  private heldBy(op: string, d: unknown): Room | null {
+    if (NO_MEMBERSHIP.has(op)) return null;
+    const id = (d as { room?: unknown } | null)?.room;
+    const r = typeof id === "string" ? this.rooms.get(id) : undefined;
+    return r?.away ? r : null;
   }
 
   /**

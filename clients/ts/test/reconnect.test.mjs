@@ -1,7 +1,7 @@
 // What the client does around reconnects, against a real node where it can show it, else against
-// a server the test plays (test/fake.mjs) for the orders a node does not show on demand: the
-// liveness ping goes only after a quiet heartbeat interval, and a listener that throws, from a
-// timer too, breaks nothing.
+// a server the test plays (test/fake.mjs) for the orders a node does not show on demand: a room's
+// requests wait for its rejoin (the others do not), the liveness ping goes only after a quiet
+// heartbeat interval, and a listener that throws, from a timer too, breaks nothing.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
@@ -34,8 +34,120 @@ function spy() {
   return { sent, Spy };
 }
 
+const { ChorusError } = chorus;
 // Imported so: a build without ListenerError still runs the tests, and fails them.
 const isListenerError = (e) => chorus.ListenerError !== undefined && e instanceof chorus.ListenerError;
+
+/** A fake client joined to room `id` at (1, 2): the client, its socket, the room. */
+async function joinedFake(srv, id = "A") {
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const j = c.join(id);
+  s.joined((await srv.sent(s, "room.join", 1))[0], 1, 2);
+  return { c, s, room: await j };
+}
+
+// ---- requests while reconnecting ----
+
+test("requests made while the client reconnects: the room's go after its rejoin (chat, seat, gift), a ping at once", async () => {
+  const granted = await fx.node.admin("POST", "/admin/wallets/rq-ann/grant", { amount: 100, key: "ts-rq-ann-1" });
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  const { sent, Spy } = spy();
+  const a = client("rq-ann", { WebSocket: Spy, reconnect: { initialMs: 300, maxMs: 300 } });
+  const b = client("rq-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-req-rc");
+  const rb = await b.join("t-req-rc");
+  await until(() => ra.snapshot.members === 2, 5000, "both in");
+  a.dropConnection();
+  await until(() => ra.state === "rejoining" && a.state === "reconnecting", 5000, "reconnecting");
+  const heard = rb.next("chat", (e) => e.text === "while away", 15_000);
+  const before = sent.length;
+  const [chat, seat, gift, pong] = await Promise.all([
+    ra.chat("while away"),
+    ra.takeSeat(4),
+    ra.sendGift("rose", ["rq-bob"]),
+    a.ping(),
+  ]);
+  assert.equal(typeof chat.seq, "number");
+  assert.equal(seat.seat, 4);
+  assert.equal(typeof gift.balance, "number");
+  assert.equal(typeof pong.t, "number");
+  assert.equal((await heard).from, "rq-ann");
+  await until(() => rb.snapshot.seats[4].user === "rq-ann", 5000, "bob sees ann seated");
+  const ops = sent.slice(before).map((f) => f.op);
+  const join = ops.indexOf("room.join");
+  assert.ok(join >= 0, ops.join(","));
+  for (const op of ["chat.send", "seat.take", "gift.send"]) {
+    assert.ok(ops.indexOf(op) > join, `${op} after the rejoin: ${ops.join(",")}`);
+  }
+  assert.ok(ops.indexOf("ping") < join, `the ping did not wait for the room: ${ops.join(",")}`);
+  assert.equal(ops.filter((op) => op === "gift.send").length, 1, "the gift went once");
+});
+
+test("after a reconnect a room's requests wait for the rejoin's answer; a refused rejoin fails them unsent", async () => {
+  const srv = server();
+  const { c, s, room } = await joinedFake(srv);
+  // Made while the connection is down.
+  s.drop();
+  const chat = room.chat("hi");
+  const ping = c.ping();
+  const s2 = await srv.socket(1);
+  s2.hello();
+  const [rejoin] = await srv.sent(s2, "room.join", 1);
+  const [p] = await srv.sent(s2, "ping", 1);
+  s2.ok(p, { t: 1 });
+  await ping;
+  // Made while the rejoin is in flight.
+  const seat = room.takeSeat(0);
+  await new Promise((r) => setTimeout(r, 30));
+  assert.deepEqual(s2.sent.map((f) => f.op).sort(), ["ping", "room.join"], "the room's requests wait for the rejoin");
+  s2.joined(rejoin, 1, 2);
+  const [ch] = await srv.sent(s2, "chat.send", 1);
+  const [st] = await srv.sent(s2, "seat.take", 1);
+  s2.ok(ch, { seq: 3 });
+  s2.ok(st, { seat: 0 });
+  assert.deepEqual(await chat, { seq: 3 });
+  assert.deepEqual(await seat, { seat: 0 });
+  // A gift in flight when the connection drops, and a chat made meanwhile: the rejoin is refused.
+  const gift = room.sendGift("rose", ["bob"]).catch((e) => e);
+  const [g] = await srv.sent(s2, "gift.send", 1);
+  s2.drop();
+  const chat2 = room.chat("again").catch((e) => e);
+  const s3 = await srv.socket(2);
+  s3.hello();
+  s3.err((await srv.sent(s3, "room.join", 1))[0], "BANNED", "banned until 1700000000000");
+  const e = await chat2;
+  assert.ok(e instanceof ChorusError, String(e));
+  assert.equal(e.code, "BANNED", "the rejoin's error");
+  assert.equal(e.op, "chat.send");
+  const ge = await gift;
+  assert.equal(ge.code, "DISCONNECTED", "the gift's outcome is unknown: its answer was lost");
+  assert.equal(ge.reqId, g.d.req_id);
+  assert.deepEqual(s3.sent.map((f) => f.op), ["room.join"], "nothing sent for a room not rejoined");
+  assert.equal(room.state, "left");
+  c.close();
+});
+
+test("a gift cut off by a reconnect goes again with its reqId after the rejoin's answer", async () => {
+  const srv = server();
+  const { c, s, room } = await joinedFake(srv);
+  const gift = room.sendGift("rose", ["bob"]);
+  const [g] = await srv.sent(s, "gift.send", 1);
+  s.drop();
+  const s2 = await srv.socket(1);
+  s2.hello();
+  const [rejoin] = await srv.sent(s2, "room.join", 1);
+  // The gift's retry waits its backoff, then the room: not before the rejoin's answer.
+  await new Promise((r) => setTimeout(r, 400));
+  assert.deepEqual(s2.sentOps("gift.send"), []);
+  s2.joined(rejoin, 1, 2);
+  const [g2] = await srv.sent(s2, "gift.send", 1);
+  assert.equal(g2.d.req_id, g.d.req_id, "the same order");
+  s2.ok(g2, { order: "o", balance: 90 });
+  assert.deepEqual(await gift, { order: "o", balance: 90 });
+  c.close();
+});
 
 // ---- the liveness ping ----
 
