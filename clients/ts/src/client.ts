@@ -84,6 +84,10 @@ interface JoinOut {
   room: Room;
   made: number;
   seq: number;
+  /** The connection (`gen`) it was last sent on (-1: not sent yet). */
+  sentOn: number;
+  /** Whether it succeeded. */
+  ok: boolean;
   /** Resolves once the join ended and its outcome was applied to the rooms. */
   done: Promise<void>;
 }
@@ -201,9 +205,24 @@ export class Client extends Emitter<ClientEvents> {
    * connection, and a room's request (its `room` a room of this client, an operation that needs
    * membership) also for the room's rejoin while the connection may not be in the room (after a
    * reconnect, a `room.left` `unavailable`): it goes once the rejoin is answered, or fails with
-   * what ended the room (the rejoin's error, `NOT_IN_ROOM`, `CLOSED`), unsent.
+   * what ended the room (the rejoin's error, `NOT_IN_ROOM`, `CLOSED`), unsent. `cancel` says,
+   * just before the frame would go, that it must not: the request resolves with null, unsent.
    */
-  private async send<K extends OpName>(op: K, d: OpRequest<K>, timeoutMs: number, onSend?: () => void): Promise<OpOk<K>> {
+  private async send<K extends OpName>(op: K, d: OpRequest<K>, timeoutMs: number, onSend?: () => void): Promise<OpOk<K>>;
+  private async send<K extends OpName>(
+    op: K,
+    d: OpRequest<K>,
+    timeoutMs: number,
+    onSend: (() => void) | undefined,
+    cancel: () => boolean,
+  ): Promise<OpOk<K> | null>;
+  private async send<K extends OpName>(
+    op: K,
+    d: OpRequest<K>,
+    timeoutMs: number,
+    onSend?: () => void,
+    cancel?: () => boolean,
+  ): Promise<OpOk<K> | null> {
     const started = Date.now();
     const left = () => Math.max(1, timeoutMs - (Date.now() - started));
     for (;;) {
@@ -212,6 +231,7 @@ export class Client extends Emitter<ClientEvents> {
       if (!room) break;
       await room.ready(op, left());
     }
+    if (cancel?.()) return null;
     const ws = this.ws;
     if (!ws) throw new ChorusError("DISCONNECTED", "not connected", op);
     const id = this.nextId++;
@@ -269,7 +289,8 @@ export class Client extends Emitter<ClientEvents> {
    * connection ends in the room of the last join sent that succeeded, so a reply is applied
    * only if no later join took the connection elsewhere, and it ends every room joined before.
    * Resolves with the reply to apply, or null: the room ended meanwhile (moved out of by a
-   * later join, left), or a later join of the room was applied already.
+   * later join, left), or a later join of the room was applied already. A join not sent yet
+   * when its room is left is not sent (null).
    */
   async joinRoom(room: Room, d: OpRequest<"room.join">): Promise<JoinOk | null> {
     let settled!: () => void;
@@ -277,6 +298,8 @@ export class Client extends Emitter<ClientEvents> {
       room,
       made: ++this.joinsMade,
       seq: Number.POSITIVE_INFINITY,
+      sentOn: -1,
+      ok: false,
       done: new Promise<void>((r) => (settled = r)),
     };
     this.joinsOut.add(out);
@@ -285,10 +308,21 @@ export class Client extends Emitter<ClientEvents> {
       for (let resends = 0; ; resends++) {
         let sentOn = -1;
         try {
-          ok = await this.send("room.join", d, this.opts.requestTimeoutMs, () => {
-            out.seq = ++this.joinsSent;
-            sentOn = this.gen;
-          });
+          const reply = await this.send(
+            "room.join",
+            d,
+            this.opts.requestTimeoutMs,
+            () => {
+              out.seq = ++this.joinsSent;
+              out.sentOn = sentOn = this.gen;
+            },
+            () => room.state === "left" || room.leaving,
+          );
+          if (!reply) {
+            this.joinsOut.delete(out);
+            return null;
+          }
+          ok = reply;
           break;
         } catch (e) {
           // A join whose reply timed out may still be applied (and a join that moved the
@@ -301,7 +335,13 @@ export class Client extends Emitter<ClientEvents> {
         }
       }
       this.joinsOut.delete(out);
-      if (room.state === "left") return null;
+      out.ok = true;
+      if (room.state === "left" || room.leaving) {
+        // Left while its join went: the join still moved the connection out of the rooms
+        // joined before it (the leave that follows takes it out of this one).
+        this.switchOut(out.seq);
+        return null;
+      }
       const fresh = out.seq > room.joinedAt;
       room.joinedAt = Math.max(room.joinedAt, out.seq);
       // This join may end other rooms, or this one when a later join succeeded already.
@@ -327,6 +367,42 @@ export class Client extends Emitter<ClientEvents> {
     }
   }
 
+  /**
+   * @internal Leaves `room` (`Room.leave`, which let go of it already): at once when the
+   * connection is in the room and no join of it is under way; after the joins of it sent on
+   * this connection otherwise, when one of them put the connection back in (and no later join
+   * of the room was asked for since: that one wins). A room the connection is not in, with no
+   * join of it sent (the connection dropped, its rejoin not sent yet), ends with nothing sent.
+   * Either way it ends (`left`), at once unless the leave goes at once. Resolves once the
+   * connection is out: a `NOT_IN_ROOM`, a lost connection or a closed client say so too.
+   */
+  async leaveRoom(room: Room): Promise<void> {
+    const member = room.state === "joined" || (room.state === "rejoining" && !room.away);
+    const sent = this.joinsOf(room).filter((j) => j.sentOn === this.gen && this.state === "open");
+    const out = async () => {
+      try {
+        await this.request("room.leave", { room: room.id });
+      } catch (e) {
+        const gone = e instanceof ChorusError && (e.code === "NOT_IN_ROOM" || e.code === "DISCONNECTED" || e.code === "CLOSED");
+        if (!gone) throw e;
+      }
+    };
+    if (member && !sent.length) {
+      try {
+        await out();
+      } finally {
+        room.finish("left");
+      }
+      return;
+    }
+    room.finish("left");
+    if (!sent.length) return;
+    const gen = this.gen;
+    await Promise.all(sent.map((j) => j.done));
+    if (gen !== this.gen || !(member || sent.some((j) => j.ok)) || this.rooms.has(room.id)) return;
+    await out();
+  }
+
   private joinsOf(room: Room): JoinOut[] {
     return [...this.joinsOut].filter((j) => j.room === room);
   }
@@ -344,13 +420,14 @@ export class Client extends Emitter<ClientEvents> {
    * last of those that succeeded holds the connection; a room joined before it, or only being
    * joined before it, is out, unless a join of it sent later (or still to be sent) is under way.
    */
-  private switchOut(): void {
+  private switchOut(floor = 0): void {
     let top: Room | null = null;
     for (const r of this.rooms.values()) if (r.state !== "left" && r.joinedAt > (top?.joinedAt ?? 0)) top = r;
-    if (!top) return;
-    const at = top.joinedAt;
+    // `floor`: a join that succeeded for a room left meanwhile (no longer among the rooms).
+    const at = Math.max(top?.joinedAt ?? 0, floor);
+    if (at === 0) return;
     for (const r of [...this.rooms.values()]) {
-      if (r === top || r.state === "left" || this.joinsOf(r).some((j) => j.seq > at)) continue;
+      if ((r === top && r.joinedAt >= at) || r.state === "left" || this.joinsOf(r).some((j) => j.seq > at)) continue;
       r.onLeft("switched");
     }
   }

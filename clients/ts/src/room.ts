@@ -27,8 +27,9 @@ export type RoomEvents = { [K in keyof SequencedEvents]: RoomEvent<SequencedEven
   resumed: { resync: boolean };
   /**
    * The client is no longer in the room: a `room.left` reason (section 7.3), or the client's
-   * own: `left` (`leave()`), `client_closed` (`Client.close()`), the error code of a refused
-   * rejoin, `unavailable` after the rejoin attempts ran out.
+   * own: `left` (`leave()`, also while the room is being rejoined), `client_closed`
+   * (`Client.close()`), the error code of a refused rejoin, `unavailable` after the rejoin
+   * attempts ran out.
    */
   left: { reason: string };
 };
@@ -75,6 +76,10 @@ export class Room extends Emitter<RoomEvents> {
    * rejoin after a gap, which happens in the room.
    */
   away = false;
+  /** @internal `leave()` was called: no join or rejoin of this room goes any more. */
+  leaving = false;
+  /** The promise of `leave()`, once called. */
+  private leaveDone: Promise<void> | null = null;
   /** Requests waiting for the rejoin (see {@link Room.ready}). */
   private readonly waiters = new Set<{ resolve: () => void; fail: (reason: string, err: ChorusError | null) => void }>();
 
@@ -290,15 +295,23 @@ export class Room extends Emitter<RoomEvents> {
   /**
    * Leaves the room. The client lets go of it at once: a `join` of the same room made before
    * the reply is a new join, sent after the leave, and wins (section 4.3: the last sent).
+   *
+   * While the room is being rejoined (after a reconnect, a `room.left` `unavailable`) it ends
+   * at once (`left`, reason `left`) and is not rejoined: with no join of it sent on the
+   * current connection nothing is sent (the connection is not in the room; the server ends
+   * the old connection's membership after its grace window); a join of it already sent is
+   * followed by `room.leave` once it is answered, if it put the connection back in. Resolves
+   * once the connection is out of the room (a `NOT_IN_ROOM` answer, or a connection lost under
+   * the leave, means it is); calling it again, or on an ended room, resolves as well.
    */
-  async leave(): Promise<void> {
+  leave(): Promise<void> {
+    if (this.leaveDone) return this.leaveDone;
+    if (this.state === "left") return Promise.resolve();
+    this.leaving = true;
     this.rejoinGen++;
     this.client.forget(this);
-    try {
-      await this.client.request("room.leave", { room: this.id });
-    } finally {
-      this.finish("left");
-    }
+    this.leaveDone = this.client.leaveRoom(this);
+    return this.leaveDone;
   }
 
   /**
@@ -440,7 +453,7 @@ export class Room extends Emitter<RoomEvents> {
   /** @internal The connection dropped: the room waits for the reconnect. */
   onDisconnected(): void {
     // A first join fails with the connection, and the room goes with it.
-    if (this.state === "left" || this.state === "joining") return;
+    if (this.state === "left" || this.state === "joining" || this.leaving) return;
     this.rejoinGen++;
     this.away = true;
     if (this.state !== "rejoining") {
@@ -455,7 +468,7 @@ export class Room extends Emitter<RoomEvents> {
    * otherwise; the replay before the reply fills the gap.
    */
   rejoin(reason: string): void {
-    if (this.state === "left") return;
+    if (this.state === "left" || this.leaving) return;
     const gen = ++this.rejoinGen;
     // After a gap the connection is still in the room; otherwise it is not (or may not be).
     if (reason !== "gap") this.away = true;
@@ -497,10 +510,10 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   /**
-   * Ends the room (`left` with `reason`); `err` is the refused rejoin's error, which the
-   * requests that waited for the rejoin fail with.
+   * @internal Ends the room (`left` with `reason`); `err` is the refused rejoin's error, which
+   * the requests that waited for the rejoin fail with.
    */
-  private finish(reason: string, err: ChorusError | null = null): void {
+  finish(reason: string, err: ChorusError | null = null): void {
     if (this.state === "left") return;
     this.state = "left";
     this.rejoinGen++;

@@ -1,7 +1,8 @@
 // What the client does around reconnects, against a real node where it can show it, else against
-// a server the test plays (test/fake.mjs) for the orders a node does not show on demand: a room's
-// requests wait for its rejoin (the others do not), the liveness ping goes only after a quiet
-// heartbeat interval, and a listener that throws, from a timer too, breaks nothing.
+// a server the test plays (test/fake.mjs) for the orders a node does not show on demand: a room
+// left during a reconnect is not rejoined, a room's requests wait for its rejoin (the others do
+// not), the liveness ping goes only after a quiet heartbeat interval, and a listener that throws,
+// from a timer too, breaks nothing.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
@@ -37,6 +38,7 @@ function spy() {
 const { ChorusError } = chorus;
 // Imported so: a build without ListenerError still runs the tests, and fails them.
 const isListenerError = (e) => chorus.ListenerError !== undefined && e instanceof chorus.ListenerError;
+const code = (c) => (e) => e instanceof ChorusError && e.code === c;
 
 /** A fake client joined to room `id` at (1, 2): the client, its socket, the room. */
 async function joinedFake(srv, id = "A") {
@@ -46,6 +48,102 @@ async function joinedFake(srv, id = "A") {
   s.joined((await srv.sent(s, "room.join", 1))[0], 1, 2);
   return { c, s, room: await j };
 }
+
+// ---- leave() while reconnecting ----
+
+test("leave() while the client reconnects ends the room at once, sends nothing, and the room is not rejoined", async () => {
+  const { sent, Spy } = spy();
+  // A slow reconnect: the leave comes well before it.
+  const a = client("rl-ann", { WebSocket: Spy, reconnect: { initialMs: 1500, maxMs: 1500 } });
+  const b = client("rl-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-leave-rc");
+  const rb = await b.join("t-leave-rc");
+  await ra.takeSeat(2);
+  await until(() => rb.snapshot.seats[2].user === "rl-ann", 5000, "ann seated");
+  a.dropConnection();
+  await until(() => ra.state === "rejoining", 5000, "the room rejoining");
+  const reasons = [];
+  ra.on("left", (e) => reasons.push(e.reason));
+  const before = sent.length;
+  await ra.leave();
+  assert.equal(ra.state, "left");
+  assert.deepEqual(reasons, ["left"]);
+  assert.equal(a.state, "reconnecting", "the leave did not wait for the connection");
+  assert.deepEqual([...a.rooms.keys()], []);
+  // The reconnect: no rejoin of the room, no leave that could only fail.
+  await a.waitOpen(10_000);
+  await a.ping();
+  const roomOps = sent.slice(before).filter((f) => f.op.startsWith("room."));
+  assert.deepEqual(roomOps, []);
+  // The server agrees: the new connection is not in the room, and the old one's membership
+  // ends with its grace window (the seat is freed).
+  await assert.rejects(a.request("chat.send", { room: "t-leave-rc", text: "still here?" }), code("NOT_IN_ROOM"));
+  await until(() => rb.snapshot.seats[2].user === null, 15_000, "ann's seat freed");
+  assert.deepEqual(reasons, ["left"]);
+});
+
+test("leave() while the rejoin is in flight leaves after its answer, and only if it put the connection back in", async () => {
+  for (const answer of ["joined", "refused"]) {
+    const srv = server();
+    const { c, s, room } = await joinedFake(srv);
+    s.drop();
+    const s2 = await srv.socket(1);
+    s2.hello();
+    const [rejoin] = await srv.sent(s2, "room.join", 1);
+    assert.deepEqual(rejoin.d.since, { epoch: 1, seq: 2 });
+    const reasons = [];
+    room.on("left", (e) => reasons.push(e.reason));
+    let done = false;
+    const leaving = room.leave().then(() => (done = true));
+    assert.equal(room.state, "left", "ended at once");
+    assert.deepEqual(reasons, ["left"]);
+    // The leave must not overtake the rejoin (the server could take it before the join).
+    await new Promise((r) => setTimeout(r, 30));
+    assert.deepEqual(s2.sentOps("room.leave"), [], "no leave before the rejoin's answer");
+    assert.equal(done, false);
+    if (answer === "joined") {
+      s2.joined(rejoin, 1, 2);
+      const [leave] = await srv.sent(s2, "room.leave", 1);
+      s2.ok(leave, {});
+    } else {
+      s2.err(rejoin, "BANNED", "banned");
+    }
+    await leaving;
+    if (answer === "refused") assert.deepEqual(s2.sentOps("room.leave"), [], "a refused rejoin left nothing to leave");
+    assert.deepEqual(reasons, ["left"]);
+    assert.deepEqual([...c.rooms.keys()], []);
+    assert.deepEqual(s2.sentOps("room.join").length, 1, "not rejoined again");
+    c.close();
+  }
+});
+
+test("leave() while the first join is in flight ends the room at once and leaves after the join's answer", async () => {
+  const srv = server();
+  const c = srv.client();
+  const s = await srv.connect(c);
+  const joining = c.join("A");
+  const [join] = await srv.sent(s, "room.join", 1);
+  const room = c.rooms.get("A");
+  const leaving = room.leave();
+  assert.equal(room.state, "left");
+  await new Promise((r) => setTimeout(r, 30));
+  assert.deepEqual(s.sentOps("room.leave"), [], "no leave before the join's answer");
+  s.joined(join, 1, 0);
+  assert.equal(await joining, room, "the join resolves with the room, ended");
+  assert.equal(room.state, "left");
+  const [leave] = await srv.sent(s, "room.leave", 1);
+  s.ok(leave, {});
+  await leaving;
+  assert.deepEqual([...c.rooms.keys()], []);
+  // A join of the room made after the leave is a new join, answered and kept.
+  const again = c.join("A");
+  s.joined((await srv.sent(s, "room.join", 2))[1], 1, 1);
+  const a2 = await again;
+  assert.notEqual(a2, room);
+  assert.equal(a2.state, "joined");
+  c.close();
+});
 
 // ---- requests while reconnecting ----
 
