@@ -145,6 +145,27 @@ test("leave() while the first join is in flight ends the room at once and leaves
   c.close();
 });
 
+test("a join of another room left before its answer still takes the connection out of the room it was in", async () => {
+  const srv = server();
+  const { c, s, room: a } = await joinedFake(srv);
+  const aLeft = a.next("left", () => true, 5000);
+  const jb = c.join("B");
+  const [, fb] = await srv.sent(s, "room.join", 2);
+  const b = c.rooms.get("B");
+  const leaving = b.leave();
+  assert.equal(b.state, "left");
+  // B's join succeeds: the server moved the connection from A to B (section 4.3), then B is left.
+  s.joined(fb, 1, 0);
+  assert.equal(await jb, b);
+  assert.deepEqual(await aLeft, { reason: "switched" }, "A is not believed joined");
+  const [leave] = await srv.sent(s, "room.leave", 1);
+  assert.equal(leave.d.room, "B");
+  s.ok(leave, {});
+  await leaving;
+  assert.deepEqual([...c.rooms.keys()], []);
+  c.close();
+});
+
 // ---- requests while reconnecting ----
 
 test("requests made while the client reconnects: the room's go after its rejoin (chat, seat, gift), a ping at once", async () => {
