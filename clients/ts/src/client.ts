@@ -1,4 +1,4 @@
-import { Emitter } from "./emitter.js";
+import { Emitter, type ListenerError, reportError } from "./emitter.js";
 import { ImInbox } from "./im.js";
 import { type EventFrame, Room } from "./room.js";
 import { Close, type ImMessage, type JoinOk, type OpName, type OpOk, type OpRequest, type RankBoard, type RankPeriod } from "./types.js";
@@ -61,7 +61,11 @@ export interface ClientEvents {
   refreshed: { exp: number };
   /** Every event frame that belongs to no joined room (direct messages, once each; notices). */
   event: EventFrame;
-  /** A failure with no caller to report to (a refresh that failed, a refused reconnect). */
+  /**
+   * A failure with no caller to report to: a refresh that failed, a refused reconnect, an
+   * exception thrown by a listener of the client or of one of its rooms (a `ListenerError`,
+   * the exception as its `cause`; without an `error` listener it goes to `console.error`).
+   */
   error: Error;
 }
 
@@ -80,9 +84,19 @@ interface JoinOut {
   room: Room;
   made: number;
   seq: number;
+  /** The connection (`gen`) it was last sent on (-1: not sent yet). */
+  sentOn: number;
+  /** Whether it succeeded. */
+  ok: boolean;
   /** Resolves once the join ended and its outcome was applied to the rooms. */
   done: Promise<void>;
 }
+
+/**
+ * Operations with a `room` that need no membership: they are not held back while the room is
+ * being rejoined (see {@link Client.send}).
+ */
+const NO_MEMBERSHIP = new Set<string>(["room.create", "room.join", "room.leave", "room.open", "rank.get", "guard.list"]);
 
 /** Close codes after which reconnecting cannot help. */
 const FINAL_CLOSES = new Set<number>([Close.TooManyConnections]);
@@ -128,6 +142,8 @@ export class Client extends Emitter<ClientEvents> {
   private ackTimer: ReturnType<typeof setTimeout> | null = null;
   /** When the current socket last delivered a frame (`Date.now()`). */
   private heardAt = 0;
+  /** Whether the current socket showed a server ping (Node's `ws` does; browsers' do not). */
+  private pingsHeard = false;
   /** Checks that the open socket still delivers (see {@link Client.checkAlive}). */
   private liveTimer: ReturnType<typeof setInterval> | null = null;
   /** The joins under way, and the numbers of the last join asked for and sent (section 4.3). */
@@ -184,19 +200,46 @@ export class Client extends Emitter<ClientEvents> {
     return this.send(op, d, opts.timeoutMs ?? this.opts.requestTimeoutMs);
   }
 
-  /** `request`, calling `onSend` just before the frame goes out. */
-  private async send<K extends OpName>(op: K, d: OpRequest<K>, timeoutMs: number, onSend?: () => void): Promise<OpOk<K>> {
+  /**
+   * `request`, calling `onSend` just before the frame goes out. A request waits for the
+   * connection, and a room's request (its `room` a room of this client, an operation that needs
+   * membership) also for the room's rejoin while the connection may not be in the room (after a
+   * reconnect, a `room.left` `unavailable`): it goes once the rejoin is answered, or fails with
+   * what ended the room (the rejoin's error, `NOT_IN_ROOM`, `CLOSED`), unsent. `cancel` says,
+   * just before the frame would go, that it must not: the request resolves with null, unsent.
+   */
+  private async send<K extends OpName>(op: K, d: OpRequest<K>, timeoutMs: number, onSend?: () => void): Promise<OpOk<K>>;
+  private async send<K extends OpName>(
+    op: K,
+    d: OpRequest<K>,
+    timeoutMs: number,
+    onSend: (() => void) | undefined,
+    cancel: () => boolean,
+  ): Promise<OpOk<K> | null>;
+  private async send<K extends OpName>(
+    op: K,
+    d: OpRequest<K>,
+    timeoutMs: number,
+    onSend?: () => void,
+    cancel?: () => boolean,
+  ): Promise<OpOk<K> | null> {
     const started = Date.now();
-    if (this.state !== "open") await this.waitOpen(timeoutMs);
+    const left = () => Math.max(1, timeoutMs - (Date.now() - started));
+    for (;;) {
+      if (this.state !== "open") await this.waitOpen(left());
+      const room = this.heldBy(op, d);
+      if (!room) break;
+      await room.ready(op, left());
+    }
+    if (cancel?.()) return null;
     const ws = this.ws;
     if (!ws) throw new ChorusError("DISCONNECTED", "not connected", op);
     const id = this.nextId++;
     return new Promise<OpOk<K>>((resolve, reject) => {
-      const left = Math.max(1, timeoutMs - (Date.now() - started));
       const timer = setTimeout(() => {
         this.pending.delete(id);
         reject(new ChorusError("TIMEOUT", `no reply within ${timeoutMs} ms`, op));
-      }, left);
+      }, left());
       this.pending.set(id, { op, resolve, reject, timer });
       try {
         onSend?.();
@@ -207,6 +250,14 @@ export class Client extends Emitter<ClientEvents> {
         reject(new ChorusError("DISCONNECTED", String(e), op));
       }
     });
+  }
+
+  /** The room whose rejoin a request `op` with `d` waits for now (see {@link Client.send}), if any. */
+  private heldBy(op: string, d: unknown): Room | null {
+    if (NO_MEMBERSHIP.has(op)) return null;
+    const id = (d as { room?: unknown } | null)?.room;
+    const r = typeof id === "string" ? this.rooms.get(id) : undefined;
+    return r?.away ? r : null;
   }
 
   /**
@@ -238,7 +289,8 @@ export class Client extends Emitter<ClientEvents> {
    * connection ends in the room of the last join sent that succeeded, so a reply is applied
    * only if no later join took the connection elsewhere, and it ends every room joined before.
    * Resolves with the reply to apply, or null: the room ended meanwhile (moved out of by a
-   * later join, left), or a later join of the room was applied already.
+   * later join, left), or a later join of the room was applied already. A join not sent yet
+   * when its room is left is not sent (null).
    */
   async joinRoom(room: Room, d: OpRequest<"room.join">): Promise<JoinOk | null> {
     let settled!: () => void;
@@ -246,6 +298,8 @@ export class Client extends Emitter<ClientEvents> {
       room,
       made: ++this.joinsMade,
       seq: Number.POSITIVE_INFINITY,
+      sentOn: -1,
+      ok: false,
       done: new Promise<void>((r) => (settled = r)),
     };
     this.joinsOut.add(out);
@@ -254,10 +308,21 @@ export class Client extends Emitter<ClientEvents> {
       for (let resends = 0; ; resends++) {
         let sentOn = -1;
         try {
-          ok = await this.send("room.join", d, this.opts.requestTimeoutMs, () => {
-            out.seq = ++this.joinsSent;
-            sentOn = this.gen;
-          });
+          const reply = await this.send(
+            "room.join",
+            d,
+            this.opts.requestTimeoutMs,
+            () => {
+              out.seq = ++this.joinsSent;
+              out.sentOn = sentOn = this.gen;
+            },
+            () => room.state === "left" || room.leaving,
+          );
+          if (!reply) {
+            this.joinsOut.delete(out);
+            return null;
+          }
+          ok = reply;
           break;
         } catch (e) {
           // A join whose reply timed out may still be applied (and a join that moved the
@@ -270,7 +335,13 @@ export class Client extends Emitter<ClientEvents> {
         }
       }
       this.joinsOut.delete(out);
-      if (room.state === "left") return null;
+      out.ok = true;
+      if (room.state === "left" || room.leaving) {
+        // Left while its join went: the join still moved the connection out of the rooms
+        // joined before it (the leave that follows takes it out of this one).
+        this.switchOut(out.seq);
+        return null;
+      }
       const fresh = out.seq > room.joinedAt;
       room.joinedAt = Math.max(room.joinedAt, out.seq);
       // This join may end other rooms, or this one when a later join succeeded already.
@@ -296,6 +367,42 @@ export class Client extends Emitter<ClientEvents> {
     }
   }
 
+  /**
+   * @internal Leaves `room` (`Room.leave`, which let go of it already): at once when the
+   * connection is in the room and no join of it is under way; after the joins of it sent on
+   * this connection otherwise, when one of them put the connection back in (and no later join
+   * of the room was asked for since: that one wins). A room the connection is not in, with no
+   * join of it sent (the connection dropped, its rejoin not sent yet), ends with nothing sent.
+   * Either way it ends (`left`), at once unless the leave goes at once. Resolves once the
+   * connection is out: a `NOT_IN_ROOM`, a lost connection or a closed client say so too.
+   */
+  async leaveRoom(room: Room): Promise<void> {
+    const member = room.state === "joined" || (room.state === "rejoining" && !room.away);
+    const sent = this.joinsOf(room).filter((j) => j.sentOn === this.gen && this.state === "open");
+    const out = async () => {
+      try {
+        await this.request("room.leave", { room: room.id });
+      } catch (e) {
+        const gone = e instanceof ChorusError && (e.code === "NOT_IN_ROOM" || e.code === "DISCONNECTED" || e.code === "CLOSED");
+        if (!gone) throw e;
+      }
+    };
+    if (member && !sent.length) {
+      try {
+        await out();
+      } finally {
+        room.finish("left");
+      }
+      return;
+    }
+    room.finish("left");
+    if (!sent.length) return;
+    const gen = this.gen;
+    await Promise.all(sent.map((j) => j.done));
+    if (gen !== this.gen || !(member || sent.some((j) => j.ok)) || this.rooms.has(room.id)) return;
+    await out();
+  }
+
   private joinsOf(room: Room): JoinOut[] {
     return [...this.joinsOut].filter((j) => j.room === room);
   }
@@ -313,13 +420,14 @@ export class Client extends Emitter<ClientEvents> {
    * last of those that succeeded holds the connection; a room joined before it, or only being
    * joined before it, is out, unless a join of it sent later (or still to be sent) is under way.
    */
-  private switchOut(): void {
+  private switchOut(floor = 0): void {
     let top: Room | null = null;
     for (const r of this.rooms.values()) if (r.state !== "left" && r.joinedAt > (top?.joinedAt ?? 0)) top = r;
-    if (!top) return;
-    const at = top.joinedAt;
+    // `floor`: a join that succeeded for a room left meanwhile (no longer among the rooms).
+    const at = Math.max(top?.joinedAt ?? 0, floor);
+    if (at === 0) return;
     for (const r of [...this.rooms.values()]) {
-      if (r === top || r.state === "left" || this.joinsOf(r).some((j) => j.seq > at)) continue;
+      if ((r === top && r.joinedAt >= at) || r.state === "left" || this.joinsOf(r).some((j) => j.seq > at)) continue;
       r.onLeft("switched");
     }
   }
@@ -477,6 +585,16 @@ export class Client extends Emitter<ClientEvents> {
     else ws.close(4999, "dropped by the client");
   }
 
+  /**
+   * @internal A listener of the client or of one of its rooms threw: the `error` event when the
+   * application listens to it (and the listener that threw was not one of `error`), else the
+   * console.
+   */
+  override listenerFailed(e: ListenerError): void {
+    if (e.event !== "error" && this.listening("error")) this.emit("error", e);
+    else reportError(e);
+  }
+
   /** @internal */
   forget(room: Room): void {
     if (this.rooms.get(room.id) === room) this.rooms.delete(room.id);
@@ -550,6 +668,15 @@ export class Client extends Emitter<ClientEvents> {
       req.destroy();
       if (gen !== this.gen) return;
       this.onSocketGone(gen, 1006, `HTTP ${res.statusCode}`, refusal);
+    });
+    // Node's `ws` shows the server's pings (section 2: one per heartbeat interval), which
+    // browsers answer unseen: a ping heard shows the socket delivers as well as a frame does,
+    // so a quiet connection needs no `ping` request of its own (see `watchAlive`).
+    this.pingsHeard = false;
+    ws.on?.("ping", () => {
+      if (gen !== this.gen) return;
+      this.heardAt = Date.now();
+      this.pingsHeard = true;
     });
     ws.onmessage = (m) => {
       if (gen !== this.gen) return;
@@ -675,10 +802,11 @@ export class Client extends Emitter<ClientEvents> {
 
   /**
    * A socket can die without a close (a network that drops everything, a sleeping laptop): the
-   * server's pings do not reach the page (browsers answer them unseen), so every heartbeat
+   * server's pings do not reach the page (browsers answer them unseen), so after a heartbeat
    * interval without a frame the client asks `ping`, and a socket that delivers nothing, not
    * even the answer, within another interval is given up as lost (protocol section 8, rule 4):
-   * reconnect and resume.
+   * reconnect and resume. Frames that keep coming make the `ping` needless, and so do the
+   * server's pings where the socket shows them (Node's `ws`).
    */
   private watchAlive(gen: number, heartbeatMs: number): void {
     if (this.liveTimer) clearInterval(this.liveTimer);
@@ -690,7 +818,11 @@ export class Client extends Emitter<ClientEvents> {
   }
 
   private checkAlive(gen: number, every: number): void {
-    if (gen !== this.gen || this.state !== "open" || Date.now() - this.heardAt < every) return;
+    // The server's pings come an interval apart, each maybe a little late (the node pings its
+    // sockets from ticks an eighth of an interval apart): where they are seen, one is quiet
+    // only an eighth of an interval after it was due.
+    const quiet = this.pingsHeard ? every + Math.ceil(every / 8) : every;
+    if (gen !== this.gen || this.state !== "open" || Date.now() - this.heardAt < quiet) return;
     const asked = Date.now();
     this.request("ping", {}, { timeoutMs: every }).catch((e) => {
       if (gen !== this.gen || !(e instanceof ChorusError) || e.code !== "TIMEOUT") return;

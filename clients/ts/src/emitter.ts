@@ -49,11 +49,39 @@ export class Emitter<M extends { [K in keyof M]: unknown }> {
       try {
         (fn as (v: M[K]) => void)(v);
       } catch (e) {
-        // A listener's bug must not break the connection's read loop.
-        setTimeout(() => {
-          throw e;
-        });
+        // A listener's bug must not break the emitter's caller (the connection's read loop, a
+        // reconnect timer): it is reported, never thrown again (a rethrow from a timer would be
+        // an uncaught exception, which ends a Node process).
+        this.listenerFailed(new ListenerError(String(name), e));
       }
     }
   }
+
+  /** Whether `name` has listeners. */
+  protected listening<K extends keyof M>(name: K): boolean {
+    return (this.listeners.get(name)?.size ?? 0) > 0;
+  }
+
+  /**
+   * A listener threw: reports it with `console.error`. The client and its rooms emit it as the
+   * client's `error` event instead when the application listens to that.
+   */
+  protected listenerFailed(e: ListenerError): void {
+    reportError(e);
+  }
+}
+
+/** An exception thrown by an event listener: which event, and the exception as `cause`. */
+export class ListenerError extends Error {
+  readonly event: string;
+  constructor(event: string, cause: unknown) {
+    super(`a "${event}" listener threw: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = "ListenerError";
+    this.event = event;
+  }
+}
+
+/** The last resort for an error nobody listens to: the console, where there is one. */
+export function reportError(e: unknown): void {
+  (globalThis as { console?: { error?: (...a: unknown[]) => void } }).console?.error?.(e);
 }

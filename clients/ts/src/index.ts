@@ -4,6 +4,6 @@ export { Client } from "./client.js";
 export type { ClientEvents, ClientOptions, ConnectionState, SocketFactory, SocketLike, TokenSource } from "./client.js";
 export { Room } from "./room.js";
 export type { EventFrame, RoomEvents, RoomState } from "./room.js";
-export { Emitter } from "./emitter.js";
+export { Emitter, ListenerError } from "./emitter.js";
 export { ChorusError, backoff, uuidv7 } from "./util.js";
 export * from "./types.js";

@@ -1,4 +1,4 @@
-import { Emitter } from "./emitter.js";
+import { Emitter, type ListenerError } from "./emitter.js";
 import type { Client } from "./client.js";
 import {
   type JoinOk,
@@ -13,7 +13,7 @@ import {
   type Snapshot,
   type VolatileEvents,
 } from "./types.js";
-import { ChorusError, backoff, sleep, uuidv7 } from "./util.js";
+import { ChorusError, backoff, notSent, sleep, uuidv7 } from "./util.js";
 
 /** What a room emits: its protocol events, plus the client's view of the room's life. */
 export type RoomEvents = { [K in keyof SequencedEvents]: RoomEvent<SequencedEvents[K]> } & {
@@ -27,8 +27,9 @@ export type RoomEvents = { [K in keyof SequencedEvents]: RoomEvent<SequencedEven
   resumed: { resync: boolean };
   /**
    * The client is no longer in the room: a `room.left` reason (section 7.3), or the client's
-   * own: `left` (`leave()`), `client_closed` (`Client.close()`), the error code of a refused
-   * rejoin, `unavailable` after the rejoin attempts ran out.
+   * own: `left` (`leave()`, also while the room is being rejoined), `client_closed`
+   * (`Client.close()`), the error code of a refused rejoin, `unavailable` after the rejoin
+   * attempts ran out.
    */
   left: { reason: string };
 };
@@ -69,6 +70,18 @@ export class Room extends Emitter<RoomEvents> {
   private rejoinGen = 0;
   /** @internal The place in the order of the joins of this room's last successful join (0: none yet). */
   joinedAt = 0;
+  /**
+   * @internal The connection may not be in the room now (it dropped, the room stopped, a join
+   * of another room may have moved it): the room's requests wait for its rejoin. Not during the
+   * rejoin after a gap, which happens in the room.
+   */
+  away = false;
+  /** @internal `leave()` was called: no join or rejoin of this room goes any more. */
+  leaving = false;
+  /** The promise of `leave()`, once called. */
+  private leaveDone: Promise<void> | null = null;
+  /** Requests waiting for the rejoin (see {@link Room.ready}). */
+  private readonly waiters = new Set<{ resolve: () => void; fail: (reason: string, err: ChorusError | null) => void }>();
 
   /** @internal Made by `Client.join`. */
   constructor(client: Client, id: string, password?: string) {
@@ -215,9 +228,9 @@ export class Room extends Emitter<RoomEvents> {
     const fail = (e: unknown): ChorusError => {
       const err = e instanceof ChorusError ? e : new ChorusError("INTERNAL", String(e), "gift.send");
       // After a failure whose answer was lost, one that says nothing of the order (the room not
-      // joined again in time, or left; the client closed) leaves the outcome unknown: the
-      // rejection says so, with the last retryable code.
-      const silent = err.retryable || err.code === "NOT_IN_ROOM" || err.code === "CLOSED";
+      // joined again in time, or left, or its rejoin refused before the retry went; the client
+      // closed) leaves the outcome unknown: the rejection says so, with the last retryable code.
+      const silent = err.retryable || err.code === "NOT_IN_ROOM" || err.code === "CLOSED" || notSent.has(err);
       const out =
         unknown && unknown !== err && silent
           ? new ChorusError(
@@ -236,7 +249,8 @@ export class Room extends Emitter<RoomEvents> {
         // `NOT_IN_ROOM` too: the gateway's retry may reach the room's next runtime before this
         // client rejoined it (protocol section 5); once rejoined, the same order goes again.
         const again = e instanceof ChorusError && (e.retryable || e.code === "NOT_IN_ROOM");
-        if (e instanceof ChorusError && (e.retryable || e.code === "CLOSED")) unknown = e;
+        // A retry that waited for the room's rejoin in vain was not sent: it leaves nothing unknown.
+        if (e instanceof ChorusError && (e.retryable || e.code === "CLOSED") && !notSent.has(e)) unknown = e;
         if (!again || i + 1 >= attempts || this.state === "left") throw fail(e);
         await sleep(backoff(i, 250, 4000));
         // The sender must be a member again (after a reconnect) before the retry.
@@ -281,15 +295,59 @@ export class Room extends Emitter<RoomEvents> {
   /**
    * Leaves the room. The client lets go of it at once: a `join` of the same room made before
    * the reply is a new join, sent after the leave, and wins (section 4.3: the last sent).
+   *
+   * While the room is being rejoined (after a reconnect, a `room.left` `unavailable`) it ends
+   * at once (`left`, reason `left`) and is not rejoined: with no join of it sent on the
+   * current connection nothing is sent (the connection is not in the room; the server ends
+   * the old connection's membership after its grace window); a join of it already sent is
+   * followed by `room.leave` once it is answered, if it put the connection back in. Resolves
+   * once the connection is out of the room (a `NOT_IN_ROOM` answer, or a connection lost under
+   * the leave, means it is); calling it again, or on an ended room, resolves as well.
    */
-  async leave(): Promise<void> {
+  leave(): Promise<void> {
+    if (this.leaveDone) return this.leaveDone;
+    if (this.state === "left") return Promise.resolve();
+    this.leaving = true;
     this.rejoinGen++;
     this.client.forget(this);
-    try {
-      await this.client.request("room.leave", { room: this.id });
-    } finally {
-      this.finish("left");
-    }
+    this.leaveDone = this.client.leaveRoom(this);
+    return this.leaveDone;
+  }
+
+  /**
+   * @internal Resolves once a request `op` of this room may go: at once unless the connection
+   * may not be in the room (`away`), else when the room's rejoin succeeds. Rejects when the room
+   * ends first, with the refused rejoin's error, `UNAVAILABLE` when the rejoin attempts ran
+   * out, `CLOSED` after `Client.close()`, else `NOT_IN_ROOM`; or after `timeoutMs`
+   * (`TIMEOUT`). Every rejection is of a request that was not sent.
+   */
+  ready(op: string, timeoutMs: number): Promise<void> {
+    if (!this.away) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const unsent = (e: ChorusError) => {
+        notSent.add(e);
+        reject(e);
+      };
+      const w = {
+        resolve: () => {
+          clearTimeout(timer);
+          this.waiters.delete(w);
+          resolve();
+        },
+        fail: (reason: string, err: ChorusError | null) => {
+          clearTimeout(timer);
+          this.waiters.delete(w);
+          const code = err ? err.code : reason === "client_closed" ? "CLOSED" : "NOT_IN_ROOM";
+          const why = err ? `the room's rejoin failed (${err.message})` : `the client is not in the room (${reason})`;
+          unsent(new ChorusError(code, `not sent: ${why}`, op));
+        },
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(w);
+        unsent(new ChorusError("TIMEOUT", `not sent: the room was not rejoined within ${timeoutMs} ms`, op));
+      }, timeoutMs);
+      this.waiters.add(w);
+    });
   }
 
   // ---- what the client feeds in ----
@@ -304,8 +362,10 @@ export class Room extends Emitter<RoomEvents> {
   async join(): Promise<void> {
     const since = this.position ?? undefined;
     if (since) {
-      // A rejoin under way gives way to this join, which resumes the room the same way.
+      // A rejoin under way gives way to this join, which resumes the room the same way. The
+      // connection may be moved to another room before it: the room's requests wait for it.
       this.rejoinGen++;
+      this.away = true;
       if (this.state !== "rejoining") {
         this.state = "rejoining";
         this.emit("rejoining", { reason: "join" });
@@ -340,6 +400,9 @@ export class Room extends Emitter<RoomEvents> {
     this.position = { epoch: ok.epoch, seq: ok.seq };
     this.snapshot = ok.snapshot;
     this.state = "joined";
+    this.away = false;
+    // The requests that waited for this join go now, after it.
+    for (const w of [...this.waiters]) w.resolve();
     this.emit("snapshot", ok.snapshot);
     if (first) {
       const early = this.early;
@@ -390,8 +453,9 @@ export class Room extends Emitter<RoomEvents> {
   /** @internal The connection dropped: the room waits for the reconnect. */
   onDisconnected(): void {
     // A first join fails with the connection, and the room goes with it.
-    if (this.state === "left" || this.state === "joining") return;
+    if (this.state === "left" || this.state === "joining" || this.leaving) return;
     this.rejoinGen++;
+    this.away = true;
     if (this.state !== "rejoining") {
       this.state = "rejoining";
       this.emit("rejoining", { reason: "disconnected" });
@@ -404,13 +468,16 @@ export class Room extends Emitter<RoomEvents> {
    * otherwise; the replay before the reply fills the gap.
    */
   rejoin(reason: string): void {
-    if (this.state === "left") return;
+    if (this.state === "left" || this.leaving) return;
     const gen = ++this.rejoinGen;
+    // After a gap the connection is still in the room; otherwise it is not (or may not be).
+    if (reason !== "gap") this.away = true;
     if (this.state !== "rejoining") {
       this.state = "rejoining";
       this.emit("rejoining", { reason });
     }
     void (async () => {
+      let last: ChorusError | null = null;
       for (let attempt = 0; attempt < MAX_REJOIN_ATTEMPTS; attempt++) {
         // A join of another room under way goes first (section 4.3): if it succeeds, the
         // connection is there and this room ends (`switched`); a rejoin sent after it would
@@ -431,22 +498,33 @@ export class Room extends Emitter<RoomEvents> {
           if (gen !== this.rejoinGen) return;
           if (e instanceof ChorusError && e.code === "DISCONNECTED") return; // the reconnect rejoins
           if (!(e instanceof ChorusError) || !e.retryable) {
-            this.finish(e instanceof ChorusError ? e.code : "error");
+            this.finish(e instanceof ChorusError ? e.code : "error", e instanceof ChorusError ? e : null);
             return;
           }
+          last = e;
           await sleep(backoff(attempt, 200, 5000));
         }
       }
-      if (gen === this.rejoinGen) this.finish("unavailable");
+      if (gen === this.rejoinGen) this.finish("unavailable", last);
     })();
   }
 
-  private finish(reason: string): void {
+  /**
+   * @internal Ends the room (`left` with `reason`); `err` is the refused rejoin's error, which
+   * the requests that waited for the rejoin fail with.
+   */
+  finish(reason: string, err: ChorusError | null = null): void {
     if (this.state === "left") return;
     this.state = "left";
     this.rejoinGen++;
     this.client.forget(this);
+    for (const w of [...this.waiters]) w.fail(reason, err);
     this.emit("left", { reason });
+  }
+
+  /** A listener of this room threw: reported as the client's are (its `error` event, else the console). */
+  protected override listenerFailed(e: ListenerError): void {
+    this.client.listenerFailed(e);
   }
 
   /** Keeps the snapshot current. */

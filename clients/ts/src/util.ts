@@ -32,6 +32,12 @@ export class ChorusError extends Error {
 
 const RETRYABLE = new Set(["UNAVAILABLE", "INTERNAL", "RATE_LIMITED", "TIMEOUT", "DISCONNECTED"]);
 
+/**
+ * Errors of requests that were never sent (they waited for a room's rejoin, which failed): they
+ * say nothing of what an earlier attempt of the same request did.
+ */
+export const notSent = new WeakSet<Error>();
+
 /** `p`, whose `ChorusError` rejection carries `reqId` (the key of the request it made). */
 export async function keyed<T>(p: Promise<T>, reqId: string): Promise<T> {
   try {
