@@ -1,8 +1,25 @@
 // A fake socket for the cases a real node cannot be made to show on demand: replies that come
 // back in another order than their requests, or that never come. The test plays the server:
 // it reads the frames the client sent and answers them in the order it chooses.
+import { after } from "node:test";
 import { Client } from "../dist/index.js";
 import { until } from "./node.mjs";
+
+/**
+ * For a test file: a maker of fake servers (`fakeServer()`) whose sockets are all closed once
+ * the file's tests are done.
+ */
+export function useFakeServers() {
+  const servers = [];
+  after(() => {
+    for (const s of servers) s.closeAll();
+  });
+  return () => {
+    const s = fakeServer();
+    servers.push(s);
+    return s;
+  };
+}
 
 /** A server played by the test: the sockets the clients opened, oldest first. */
 export function fakeServer() {

@@ -3,25 +3,17 @@
 // left during a reconnect is not rejoined, a room's requests wait for its rejoin (the others do
 // not), the liveness ping goes only after a quiet heartbeat interval, and a listener that throws,
 // from a timer too, breaks nothing.
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
 import * as chorus from "../dist/index.js";
-import { fakeServer } from "./fake.mjs";
+import { useFakeServers } from "./fake.mjs";
 import { startNode, until, useNode } from "./node.mjs";
 
 const fx = useNode({ initialMs: 100, maxMs: 1000 });
 const { client } = fx;
 
-const servers = [];
-function server() {
-  const s = fakeServer();
-  servers.push(s);
-  return s;
-}
-after(() => {
-  for (const s of servers) s.closeAll();
-});
+const server = useFakeServers();
 
 /** A WebSocket class that records every frame the client sends, `{ op, d, at }`. */
 function spy() {

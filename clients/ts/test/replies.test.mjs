@@ -1,21 +1,13 @@
 // The client against a server the test plays (test/fake.mjs), for what a real node does not
 // show on demand: replies in another order than their requests, a ledger that stays
 // unavailable, a rejoin refused while a gift waits for it.
-import { test, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ChorusError } from "../dist/index.js";
-import { fakeServer } from "./fake.mjs";
+import { useFakeServers } from "./fake.mjs";
 import { until } from "./node.mjs";
 
-const servers = [];
-function server() {
-  const s = fakeServer();
-  servers.push(s);
-  return s;
-}
-after(() => {
-  for (const s of servers) s.closeAll();
-});
+const server = useFakeServers();
 
 /** The room of every `room.join` sent, in order. */
 const joinsSent = (s) => s.sentOps("room.join").map((f) => f.d.room);
