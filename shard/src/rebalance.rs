@@ -54,10 +54,18 @@ pub struct RebalanceStatus {
 #[derive(Debug, Default)]
 struct State {
     planned: VecDeque<(RoomId, NodeId)>,
-    in_flight: HashMap<RoomId, (NodeId, Instant)>,
+    in_flight: HashMap<RoomId, Flight>,
     done: u64,
     failed: u64,
     recent: VecDeque<Move>,
+}
+
+/// A move started: the room's runtime (`generation`) was sent its handoff to `to`.
+#[derive(Debug)]
+struct Flight {
+    to: NodeId,
+    started: Instant,
+    generation: u64,
 }
 
 /// The shard's planner of moves.
@@ -75,18 +83,33 @@ impl Rebalance {
     /// A room finished its handoff.
     pub(crate) fn done(&self, room: &RoomId) {
         let mut st = self.lock();
-        if let Some((to, started)) = st.in_flight.remove(room) {
+        if let Some(f) = st.in_flight.remove(room) {
             st.done += 1;
             st.recent.push_back(Move {
                 room: room.clone(),
-                to,
-                took_ms: Some(started.elapsed().as_millis() as u64),
+                to: f.to,
+                took_ms: Some(f.started.elapsed().as_millis() as u64),
             });
             while st.recent.len() > RECENT_MOVES {
                 st.recent.pop_front();
             }
         }
         publish_gauges(&st);
+    }
+
+    /// Runtime `generation` of `room` stopped for another reason than the handoff it was sent
+    /// (idle, lease lost, gone): the move ended with it, as the room is no longer here. Without
+    /// this a drain would wait for the handoff's time-out.
+    pub(crate) fn dropped(&self, room: &RoomId, generation: u64) {
+        let mut st = self.lock();
+        if st
+            .in_flight
+            .get(room)
+            .is_some_and(|f| f.generation == generation)
+        {
+            st.in_flight.remove(room);
+            publish_gauges(&st);
+        }
     }
 
     /// How many moves were started and not yet confirmed (their handoff notices not yet
@@ -111,9 +134,9 @@ impl Rebalance {
             in_flight: st
                 .in_flight
                 .iter()
-                .map(|(room, (to, _))| Move {
+                .map(|(room, f)| Move {
                     room: room.clone(),
-                    to: to.clone(),
+                    to: f.to.clone(),
                     took_ms: None,
                 })
                 .collect(),
@@ -161,7 +184,7 @@ fn plan(inner: &Arc<Inner>) {
     let timed_out: Vec<RoomId> = st
         .in_flight
         .iter()
-        .filter(|(_, (_, at))| now.saturating_duration_since(*at) > HANDOFF_TIMEOUT)
+        .filter(|(_, f)| now.saturating_duration_since(f.started) > HANDOFF_TIMEOUT)
         .map(|(r, _)| r.clone())
         .collect();
     for r in timed_out {
@@ -179,9 +202,9 @@ fn plan(inner: &Arc<Inner>) {
 /// Drops planned moves whose target changed, then queues every room of `rooms` that
 /// `owner_of` puts on a node other than `me` and that is neither planned nor in flight.
 /// Linear in rooms plus planned moves (a set of planned rooms, not a scan per room).
-fn plan_moves<'p>(
+fn plan_moves<'p, V>(
     planned: &mut VecDeque<(RoomId, NodeId)>,
-    in_flight: &HashMap<RoomId, (NodeId, Instant)>,
+    in_flight: &HashMap<RoomId, V>,
     rooms: Vec<RoomId>,
     me: &NodeId,
     owner_of: impl Fn(&RoomId) -> Option<&'p NodeId>,
@@ -210,11 +233,14 @@ fn start_next(inner: &Arc<Inner>) {
     };
     // In flight before the room can see the message: a handoff that finishes at once finds
     // its entry (and a drain waiting for it does not stop the node first).
-    inner
-        .rebalance
-        .lock()
-        .in_flight
-        .insert(room.clone(), (to.clone(), Instant::now()));
+    inner.rebalance.lock().in_flight.insert(
+        room.clone(),
+        Flight {
+            to: to.clone(),
+            started: Instant::now(),
+            generation: handle.generation,
+        },
+    );
     match handle.tx.try_send(Box::new(RoomMsg::Handoff(to.clone()))) {
         Ok(()) => {
             info!(%room, %to, "Handing the room off.");

@@ -387,6 +387,8 @@ async fn refuse_missing(
 ) {
     inner.unregister(room, generation);
     rx.close();
+    // A handoff sent to this runtime before it was refused ends with it.
+    inner.rebalance.dropped(room, generation);
     while let Some(msg) = rx.recv().await {
         let RoomMsg::Command(cmd) = *msg else {
             continue;
@@ -414,6 +416,8 @@ async fn refuse_all(
 ) {
     inner.unregister(room, generation);
     rx.close();
+    // A handoff sent to this runtime before it was refused ends with it.
+    inner.rebalance.dropped(room, generation);
     while let Some(msg) = rx.recv().await {
         let RoomMsg::Command(cmd) = *msg else {
             continue;

@@ -84,9 +84,13 @@ fn two_hundred_thousand_rooms_leaving_are_each_planned_once_in_order() {
     let mut planned = VecDeque::new();
     // Planning twice (a second tick) must not queue any room again.
     for _ in 0..2 {
-        plan_moves(&mut planned, &HashMap::new(), rooms.clone(), &me, |_| {
-            Some(&other)
-        });
+        plan_moves(
+            &mut planned,
+            &HashMap::<RoomId, ()>::new(),
+            rooms.clone(),
+            &me,
+            |_| Some(&other),
+        );
     }
     assert_eq!(planned.len(), ROOMS);
     assert!(
@@ -95,4 +99,28 @@ fn two_hundred_thousand_rooms_leaving_are_each_planned_once_in_order() {
             .zip(&rooms)
             .all(|((r, to), want)| r == want && *to == other)
     );
+}
+
+/// A handoff sent to a runtime that then stopped for another reason (idle, lease lost,
+/// refused) ends with that runtime, so a drain does not wait for the handoff's time-out; a
+/// later runtime of the same room keeps the handoff sent to it.
+#[test]
+fn a_handoff_ends_with_the_runtime_it_was_sent_to() {
+    let r = Rebalance::default();
+    let room = RoomId::from("r1");
+    let flight = |generation: u64| Flight {
+        to: NodeId::from("s2"),
+        started: Instant::now(),
+        generation,
+    };
+    r.lock().in_flight.insert(room.clone(), flight(7));
+    r.dropped(&room, 6);
+    assert_eq!(
+        r.in_flight(),
+        1,
+        "an older runtime's stop keeps the newer one's move"
+    );
+    r.dropped(&room, 7);
+    assert_eq!(r.in_flight(), 0);
+    assert_eq!((r.status().done, r.status().failed), (0, 0));
 }

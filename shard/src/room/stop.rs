@@ -134,6 +134,10 @@ impl RoomActor {
             metrics::histogram!(m::HANDOFF_SECONDS).record(took.as_secs_f64());
             self.inner.rebalance.done(&self.room);
             info!(room = %self.room, to = %to, took_ms = took.as_millis() as u64, "Room handed off.");
+        } else {
+            // A handoff sent to this runtime as it stopped for another reason ends here, now
+            // that the room is released and its members told.
+            self.inner.rebalance.dropped(&self.room, generation);
         }
     }
 
