@@ -207,6 +207,8 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     /// HS256 secret (`CHORUS_JWT_SECRET` wins).
     pub jwt_secret: Option<String>,
+    /// The secret gateways prove on their links to shards (`CHORUS_CLUSTER_SECRET` wins).
+    pub cluster_secret: Option<String>,
     /// The audience client tokens must name (`CHORUS_JWT_AUDIENCE` wins); unset: not checked.
     pub jwt_audience: Option<String>,
     /// Admin bearer token (`CHORUS_ADMIN_TOKEN` wins).
@@ -423,6 +425,23 @@ pub fn env_or_file(env: &str, from_file: Option<&String>) -> Option<String> {
         .map(|v| v.trim())
         .find(|v| !v.is_empty())
         .map(str::to_owned)
+}
+
+/// The cluster secret (`CHORUS_CLUSTER_SECRET`, else the file's `cluster_secret`), which a
+/// cluster's shards and gateways must share: a gateway proves it on every link, and a shard
+/// takes no link without it.
+///
+/// # Errors
+/// When it is unset or shorter than 16 bytes.
+pub fn cluster_secret(f: &FileConfig, role: &str) -> anyhow::Result<shard::link::LinkSecret> {
+    let Some(s) = env_or_file("CHORUS_CLUSTER_SECRET", f.cluster_secret.as_ref()) else {
+        anyhow::bail!(
+            "a {role} needs CHORUS_CLUSTER_SECRET (or cluster_secret in the config): the secret \
+             every gateway and shard of the cluster shares, at least {} bytes",
+            shard::link::MIN_SECRET_BYTES
+        );
+    };
+    shard::link::LinkSecret::new(s.as_bytes()).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// The token `GET /metrics` requires: `CHORUS_METRICS_TOKEN`, else the file's `metrics_token`;

@@ -136,6 +136,9 @@ pub struct GatewayConfig {
     /// Bearer token `GET /metrics` on the admin port requires; `None` (the default): the
     /// endpoint is open, as Prometheus scrapers expect.
     pub metrics_token: Option<String>,
+    /// The cluster secret this gateway proves on its links to the shards (`None`: it sends no
+    /// proof, and only shards without a secret take its links).
+    pub link_secret: Option<shard::link::LinkSecret>,
     /// How long a `room.list` page is cached (zero: not cached).
     pub directory_cache: Duration,
     /// Room-directory entries of a shard that has not published for this long are not listed.
@@ -182,6 +185,7 @@ impl Default for GatewayConfig {
             livekit_api_key: None,
             livekit_api_secret: None,
             metrics_token: None,
+            link_secret: None,
             directory_cache: DEFAULT_DIRECTORY_CACHE,
             directory_stale: shard::config::DEFAULT_DIRECTORY_STALE,
             demo_tokens: false,

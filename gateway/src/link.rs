@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use protocol::NodeId;
-use protocol::link::{self, Command, LINK_VERSION, LinkFrame, LinkHello, ToGateway};
+use protocol::link::{self, Command, LINK_VERSION, LinkFrame, ToGateway};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -32,6 +32,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) trait LinkOwner: Send + Sync + 'static {
     /// The gateway's node id, sent in the hello.
     fn node(&self) -> &NodeId;
+    /// The cluster secret the hello proves, if any.
+    fn link_secret(&self) -> Option<&shard::link::LinkSecret>;
     /// Stops the link when cancelled (a gateway: once its drain is over).
     fn link_stop(&self) -> &CancellationToken;
     /// A message from shard `from`.
@@ -136,10 +138,11 @@ async fn serve(
     rx: &mut mpsc::Receiver<Command>,
 ) {
     let mut framed = Framed::new(stream, shard::link::codec());
-    let hello = LinkFrame::Hello(LinkHello {
-        v: LINK_VERSION,
-        gateway: owner.node().clone(),
-    });
+    let hello = LinkFrame::Hello(shard::link::hello(
+        LINK_VERSION,
+        owner.node(),
+        owner.link_secret(),
+    ));
     if framed.send(link::encode(&hello)).await.is_err() {
         return;
     }
@@ -203,6 +206,9 @@ mod tests {
     impl LinkOwner for Owner {
         fn node(&self) -> &NodeId {
             &self.node
+        }
+        fn link_secret(&self) -> Option<&shard::link::LinkSecret> {
+            None
         }
         fn link_stop(&self) -> &CancellationToken {
             &self.stop

@@ -262,6 +262,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
             shard,
             renew_on_traffic: a.test_renew_on_traffic,
             ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
+            link_secret: Some(cli::cluster_secret(&file, "shard")?),
         },
         admin_token: cli::env_or_file("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
         metrics_token: cli::metrics_token(&file),
@@ -274,6 +275,8 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
     let Some(secret) = cli::env_or_file("CHORUS_JWT_SECRET", file.jwt_secret.as_ref()) else {
         anyhow::bail!("a gateway needs CHORUS_JWT_SECRET (or jwt_secret in the config)");
     };
+    let mut settings = cli::gateway_settings(&a.socket, &file)?;
+    settings.link_secret = Some(cli::cluster_secret(&file, "gateway")?);
     let cfg = gateway::node::GatewayNodeConfig {
         node_id: protocol::NodeId::from(a.node_id.as_str()),
         redis: a.redis.clone(),
@@ -281,7 +284,7 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
         admin_addr: a.admin_addr,
         admin_token: cli::env_or_file("CHORUS_ADMIN_TOKEN", file.admin_token.as_ref()),
         jwt_secret: secret.into_bytes(),
-        gateway: cli::gateway_settings(&a.socket, &file)?,
+        gateway: settings,
         ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
         // Gateways only list the catalog; draws happen on shards.
         catalog: std::sync::Arc::new(cli::catalog(&file, b"unused-on-gateways".to_vec())?),

@@ -589,6 +589,10 @@ impl crate::link::LinkOwner for Core {
         &self.node
     }
 
+    fn link_secret(&self) -> Option<&shard::link::LinkSecret> {
+        self.config.link_secret.as_ref()
+    }
+
     /// Links stay up through the drain (see `Core::drain`).
     fn link_stop(&self) -> &CancellationToken {
         &self.drained

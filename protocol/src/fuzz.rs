@@ -112,6 +112,7 @@ fn a_million_hostile_link_frames_never_panic() {
         link::encode(&link::LinkFrame::Hello(link::LinkHello {
             v: link::LINK_VERSION,
             gateway: "g1".into(),
+            auth: None,
         })),
         link::encode(&link::LinkFrame::ToGateway(link::ToGateway::Event(
             link::RoomEvent {

@@ -218,13 +218,27 @@ pub struct RoomEvent {
     pub frame: Bytes,
 }
 
-/// The first frame on a link, from the gateway: who it is and which link version it speaks.
+/// The first frame on a link, from the gateway: who it is, which link version it speaks, and
+/// its proof that it knows the cluster's secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkHello {
     /// The link version ([`LINK_VERSION`]).
     pub v: u16,
     /// The gateway's node id.
     pub gateway: NodeId,
+    /// The proof; a shard that has a cluster secret refuses a hello without a valid one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<LinkAuth>,
+}
+
+/// A gateway's proof on its hello: when it was made and its MAC under the cluster secret
+/// (`shard::link` computes and checks it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkAuth {
+    /// When the proof was made, in ms since the Unix epoch.
+    pub at: u64,
+    /// Lowercase hex of HMAC-SHA256 over the version, the gateway's id and `at`.
+    pub mac: String,
 }
 
 /// Largest link frame body: an event frame is at most a client frame (64 KiB) plus a small
@@ -405,6 +419,15 @@ mod tests {
         round_trip(LinkFrame::Hello(LinkHello {
             v: LINK_VERSION,
             gateway: "g1".into(),
+            auth: None,
+        }));
+        round_trip(LinkFrame::Hello(LinkHello {
+            v: LINK_VERSION,
+            gateway: "g1".into(),
+            auth: Some(LinkAuth {
+                at: 1_700_000_000_000,
+                mac: "00ff".into(),
+            }),
         }));
         round_trip(LinkFrame::Command(Command {
             req: 7,

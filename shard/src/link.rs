@@ -3,8 +3,12 @@
 //! through one bounded outbox per gateway.
 //!
 //! Framing: a 4-byte big-endian length, then a body encoded by [`protocol::link::encode`].
-//! The first frame from a gateway is a [`LinkHello`] with the link version.
+//! The first frame from a gateway is a [`LinkHello`] with the link version and its proof of the
+//! cluster's secret ([`auth`]).
 
+mod auth;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,6 +23,7 @@ use tracing::{info, warn};
 
 use crate::Shard;
 use crate::metrics as m;
+pub use auth::{HELLO_WINDOW, HelloCheck, LinkSecret, MIN_SECRET_BYTES, Refusal, hello};
 
 /// Messages queued to one gateway before rooms wait for it (Block policy: the gateway's link
 /// reader never waits on rooms, so this only slows rooms while that gateway catches up).
@@ -93,8 +98,14 @@ pub async fn accept_failed(e: &std::io::Error, listener: &'static str) {
     tokio::time::sleep(ACCEPT_PAUSE).await;
 }
 
-/// Accepts gateway links until `shutdown`.
-pub async fn serve(shard: Shard, listener: TcpListener, shutdown: CancellationToken) {
+/// Accepts gateway links until `shutdown`, each only once its hello passes `check`.
+pub async fn serve(
+    shard: Shard,
+    listener: TcpListener,
+    check: HelloCheck,
+    shutdown: CancellationToken,
+) {
+    let check = Arc::new(check);
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -105,8 +116,9 @@ pub async fn serve(shard: Shard, listener: TcpListener, shutdown: CancellationTo
                 let _ = stream.set_nodelay(true);
                 let s = shard.clone();
                 let stop = shutdown.clone();
+                let check = check.clone();
                 shard.inner.tracker.spawn(async move {
-                    if let Err(e) = connection(s, stream, stop).await {
+                    if let Err(e) = connection(s, stream, &check, stop).await {
                         warn!(%peer, error = %e, "Gateway link ended with an error.");
                     }
                 });
@@ -157,6 +169,7 @@ async fn write_until<S>(
 async fn connection(
     shard: Shard,
     stream: TcpStream,
+    check: &HelloCheck,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
     let mut framed = Framed::new(stream, codec());
@@ -164,14 +177,24 @@ async fn connection(
         Ok(Some(Ok(body))) => link::decode(body.freeze()).map_err(|e| e.to_string())?,
         _ => return Err("no hello".into()),
     };
-    let LinkFrame::Hello(LinkHello { v, gateway }) = hello else {
+    let LinkFrame::Hello(hello) = hello else {
         return Err("first frame is not a hello".into());
     };
-    if v != LINK_VERSION {
+    if hello.v != LINK_VERSION {
         return Err(format!(
-            "link version {v}, this shard speaks {LINK_VERSION}"
+            "link version {}, this shard speaks {LINK_VERSION}",
+            hello.v
         ));
     }
+    if let Err(why) = check.check(&hello, auth::now_ms()) {
+        metrics::counter!(m::LINKS_REFUSED, "reason" => why.as_str()).increment(1);
+        return Err(format!(
+            "hello of {:?} refused: {} proof of the cluster secret",
+            hello.gateway,
+            why.as_str()
+        ));
+    }
+    let LinkHello { gateway, .. } = hello;
     info!(%gateway, "Gateway link up.");
     let (tx, mut rx) = mpsc::channel::<ToGateway>(GATEWAY_OUTBOX);
     shard.attach_gateway(gateway.clone(), tx.clone());
@@ -296,6 +319,7 @@ mod tests {
                     LinkFrame::Hello(LinkHello {
                         v: u16::try_from(i).unwrap_or(0),
                         gateway: "g".into(),
+                        auth: None,
                     })
                 };
                 write_batch(&mut sink, &mut rx, first, hello).await.unwrap();

@@ -33,6 +33,8 @@ pub const SNAPSHOT_WRITE_FAILURES: &str = "chorus_shard_snapshot_write_failures_
 pub const SNAPSHOT_WRITES_SKIPPED: &str = "chorus_shard_snapshot_writes_skipped_total";
 /// Leases acquired (counter).
 pub const LEASES_ACQUIRED: &str = "chorus_lease_acquired_total";
+/// Gateway links refused at the hello for their proof of the cluster secret.
+pub const LINKS_REFUSED: &str = "chorus_link_refused_total";
 /// Leases renewed (counter; one per lease per tick).
 pub const LEASES_RENEWED: &str = "chorus_lease_renewed_total";
 /// Leases lost: renewal refused, or not proven before the local deadline (counter).
@@ -170,6 +172,10 @@ pub fn describe() {
         "Room stops with no final snapshot write: the state was already stored."
     );
     describe_counter!(LEASES_ACQUIRED, "Room leases acquired.");
+    describe_counter!(
+        LINKS_REFUSED,
+        "Gateway links refused at the hello (label reason: missing, bad, stale, replayed)."
+    );
     describe_counter!(
         ACCEPT_ERRORS,
         "Accepts that failed for want of a resource, each followed by a pause."

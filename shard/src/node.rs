@@ -44,6 +44,8 @@ pub struct ShardNodeConfig {
     /// Ledger URL (`sqlite://<path>` shared on one machine, `postgres://…` or `scylla://…`);
     /// `None`: no gifts.
     pub ledger: Option<String>,
+    /// The secret gateways prove on their links (`None`: any hello is accepted).
+    pub link_secret: Option<crate::link::LinkSecret>,
 }
 
 /// Why a node could not start.
@@ -153,7 +155,16 @@ pub async fn start(
         tracker.clone(),
         cfg.renew_on_traffic,
     );
-    tracker.spawn(crate::link::serve(shard.clone(), link_l, shutdown.clone()));
+    if cfg.link_secret.is_none() {
+        warn!("No cluster secret: any process that reaches the link port can act as a gateway.");
+    }
+    let check = crate::link::HelloCheck::new(cfg.link_secret.clone());
+    tracker.spawn(crate::link::serve(
+        shard.clone(),
+        link_l,
+        check,
+        shutdown.clone(),
+    ));
     let membership = Membership::new(&redis);
     let spec = NodeSpec {
         id: cfg.node_id.clone(),

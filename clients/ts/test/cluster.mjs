@@ -90,6 +90,7 @@ export async function startCluster({ shards = 2 } = {}) {
       ...process.env,
       CHORUS_JWT_SECRET: secret,
       CHORUS_ADMIN_TOKEN: adminToken,
+      CHORUS_CLUSTER_SECRET: randomBytes(16).toString("hex"),
       CHORUS_LUCKY_SECRET: "cluster-lucky-secret",
       CHORUS_LEDGER: `sqlite://${join(dir, "ledger.db")}`,
       CHORUS_LOG: process.env.CHORUS_LOG ?? "warn",

@@ -14,6 +14,10 @@ use crate::node::POLL_INTERVAL;
 pub use crate::node::{NODE_EXIT_TIMEOUT, NODE_READY_TIMEOUT, Node, free_port, wait_listening};
 pub use crate::redis::RedisServer;
 
+/// The secret a test cluster's gateways prove on their links to its shards
+/// (`CHORUS_CLUSTER_SECRET`), so a test can open a link as a gateway would.
+pub const CLUSTER_SECRET: &str = "test-cluster-secret-0123";
+
 /// Distinguishes the clusters one test process starts.
 static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -193,6 +197,10 @@ impl Cluster {
             (
                 "CHORUS_JWT_SECRET".to_owned(),
                 String::from_utf8_lossy(&self.secret).into_owned(),
+            ),
+            (
+                "CHORUS_CLUSTER_SECRET".to_owned(),
+                CLUSTER_SECRET.to_owned(),
             ),
             ("CHORUS_LOG".to_owned(), "info".to_owned()),
             (

@@ -130,6 +130,10 @@ impl ChaosCluster {
                 "CHORUS_JWT_SECRET".into(),
                 String::from_utf8_lossy(&self.secret).into_owned(),
             ),
+            (
+                "CHORUS_CLUSTER_SECRET".into(),
+                "chaos-cluster-secret".into(),
+            ),
             ("CHORUS_LOG".into(), "info".into()),
             ("NO_COLOR".into(), "1".into()),
             ("CHORUS_LUCKY_SECRET".into(), "chaos-lucky".into()),
