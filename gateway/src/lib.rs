@@ -6,7 +6,8 @@
 //! - [`auth`]: HS256 tokens (checked at the upgrade, minted by `chorus token`).
 //! - `server`: the accept loop and the upgrade check (`admission`: new connections per second);
 //!   `session`: one task per socket; `outbox`: the bounded per-socket queue (slow consumer ->
-//!   4000); `wire`: batched socket writes.
+//!   4000); `wire`: batched socket writes; `sock`: the TCP stream under tungstenite, whose
+//!   writes a read can hold off while a batch of ours is under way.
 //! - `shared`: what the gateway's tasks share (`Core`): commands waiting for replies with their
 //!   routing retries, the heartbeat and the drain.
 //! - `hub`: local sessions, room fan-out, and what shards send back.
@@ -45,6 +46,7 @@ mod session;
 mod shared;
 pub mod signal;
 mod social;
+mod sock;
 pub mod standalone;
 mod standing;
 mod users;

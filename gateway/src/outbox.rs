@@ -280,15 +280,14 @@ impl Outbox {
         self.ready.wake();
     }
 
-    /// Waits until a kick is asked for (only the socket's own task calls this, like `recv`).
-    pub(crate) fn kick_asked(&self) -> impl Future<Output = Kick> + '_ {
-        std::future::poll_fn(move |cx| {
-            if let Some(kick) = self.kicked() {
-                return Poll::Ready(kick);
-            }
-            self.ready.register(cx.waker());
-            self.kicked().map_or(Poll::Pending, Poll::Ready)
-        })
+    /// The kick asked for, or `Pending` with the task woken when one is (only the socket's own
+    /// task calls this, like `recv`).
+    pub(crate) fn poll_kick(&self, cx: &mut std::task::Context<'_>) -> Poll<Kick> {
+        if let Some(kick) = self.kicked() {
+            return Poll::Ready(kick);
+        }
+        self.ready.register(cx.waker());
+        self.kicked().map_or(Poll::Pending, Poll::Ready)
     }
 
     /// The kick asked for, if any.

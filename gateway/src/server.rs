@@ -21,6 +21,7 @@ use crate::auth::{Identity, token_from_request};
 use crate::config::HANDSHAKE_TIMEOUT;
 use crate::metrics as m;
 use crate::shared::Core;
+use crate::sock::Sock;
 
 /// Accepts connections until shutdown.
 pub(crate) async fn serve(core: Arc<Core>, listener: TcpListener) {
@@ -76,7 +77,7 @@ fn connection(core: Arc<Core>, stream: TcpStream) -> impl Future<Output = ()> {
 
 /// An upgraded socket: the core handed back, the WebSocket, who it authenticated as, and
 /// whether it acknowledges its direct messages (`?im_ack=1`).
-type Upgraded = (Arc<Core>, WebSocketStream<TcpStream>, Identity, bool);
+type Upgraded = (Arc<Core>, WebSocketStream<Sock>, Identity, bool);
 
 /// Checks the upgrade request and completes the WebSocket handshake; `None` when refused or
 /// failed.
@@ -142,7 +143,8 @@ async fn upgrade(core: Arc<Core>, stream: TcpStream) -> Option<Upgraded> {
         .max_write_buffer_size(cfg.write_buffer_bytes + cfg.max_frame_bytes * 4)
         .max_message_size(Some(cfg.max_frame_bytes))
         .max_frame_size(Some(cfg.max_frame_bytes));
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(ws_config));
+    let handshake =
+        tokio_tungstenite::accept_hdr_async_with_config(Sock::new(stream), check, Some(ws_config));
     let ws = match tokio::time::timeout_at(deadline, handshake).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {

@@ -1,7 +1,10 @@
 //! One task per socket: read loop, outbox writer, heartbeat, flood control and close codes.
 
+mod blocked;
+
+use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -11,7 +14,6 @@ use protocol::ids::is_valid_id;
 use protocol::link::RoomCmd;
 use protocol::{ErrorCode, RoomId, SessionId, UserId};
 use smallvec::SmallVec;
-use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -25,21 +27,24 @@ use crate::hub::text;
 use crate::metrics as m;
 use crate::outbox::{Kick, Outbox, Outgoing, clock_ms, unix_ms};
 use crate::shared::Core;
+use crate::sock::Sock;
 use crate::wire;
+use blocked::Write;
 
 /// Frames of a batch kept inline (no allocation) before the batch spills to the heap.
 const BATCH_INLINE: usize = 8;
 /// A batch of frames for one write.
 type Batch = SmallVec<[Utf8Bytes; BATCH_INLINE]>;
 /// What one turn of a socket's loop leaves to do.
-enum Step<'a> {
+enum Step {
     /// Nothing: wait for the next frame either way.
     Go,
     /// End the connection, with this close (`None`: the peer is gone).
     End(Option<Closing>),
-    /// A write the socket could not take at once. Boxed, so that only a socket that waits
-    /// for its client holds the write's state; inline, it would grow every idle socket's task.
-    Wait(std::pin::Pin<Box<dyn Future<Output = Result<(), Option<Closing>>> + Send + 'a>>),
+    /// A write the socket could not take at once (see `blocked.rs`). Boxed, so that only a
+    /// socket that waits for its client holds the write's state; inline, it would grow every
+    /// idle socket's task.
+    Wait(Box<Write>),
 }
 
 /// How long a blocked write may still run once the socket is to be closed: enough for a peer
@@ -107,7 +112,7 @@ impl Closing {
 /// would keep its arguments beside the locals they are moved into).
 pub(crate) fn run(
     core: Arc<Core>,
-    mut ws: WebSocketStream<TcpStream>,
+    mut ws: WebSocketStream<Sock>,
     who: Identity,
     im_ack: bool,
 ) -> impl Future<Output = ()> {
@@ -165,7 +170,8 @@ pub(crate) fn run(
         outbox,
         limited_in_a_row: 0,
         drained: false,
-        pong_owed: false,
+        flush_owed: false,
+        mid_frame: false,
     };
     async move {
         let closing = s.serve(&mut ws).await;
@@ -201,7 +207,7 @@ pub(crate) fn run(
         }
         s.core.social_disconnected(s.session, &s.user);
         metrics::gauge!(m::CONNECTIONS).decrement(1.0);
-        if by_client {
+        if by_client && !s.mid_frame {
             // The close frame the protocol library queued in answer to the client's (a clean
             // close for the client, not a dropped connection); an error means it went away.
             let _ = Box::pin(timeout(CLOSE_WRITE_TIMEOUT, ws.flush())).await;
@@ -219,10 +225,14 @@ struct Session {
     /// tungstenite's last answer was `Pending` (see `next_message`). Sits in the padding after
     /// `limited_in_a_row`: it costs an idle socket nothing.
     drained: bool,
-    /// The client sent a ping since the last batch: tungstenite queued its pong and may still
-    /// hold it (its read flushes it, unless the socket buffer was full), so the next batch
-    /// flushes tungstenite first. Also in the padding.
-    pong_owed: bool,
+    /// tungstenite may hold bytes of its own: the pong it queued for a client's ping (its read
+    /// flushes it, unless the socket buffer was full or a batch of ours was under way), or a
+    /// ping we gave it. The next batch flushes tungstenite first, and a blocked write after
+    /// its own frames. Also in the padding.
+    flush_owed: bool,
+    /// A write was given up inside a frame of ours: nothing more may be written to the stream,
+    /// not even the answer to the client's close. Also in the padding.
+    mid_frame: bool,
 }
 
 impl Session {
@@ -232,23 +242,27 @@ impl Session {
     /// it holds no timer. The gateway's heartbeat task asks for pings and closes silent or
     /// expired sockets through the outbox (see `Core::heartbeat`), as do slow-consumer and
     /// drain closes; the writes, which need more state, are boxed while they run.
-    async fn serve(&mut self, ws: &mut WebSocketStream<TcpStream>) -> Option<Closing> {
+    async fn serve(&mut self, ws: &mut WebSocketStream<Sock>) -> Option<Closing> {
         loop {
             let step = tokio::select! {
                 biased;
                 out = self.outbox.recv() => match out {
                     Outgoing::Frame(frame) => self.write_batch(ws, frame),
-                    Outgoing::Ping => self.write_flush(ws, Message::Ping(Default::default())),
+                    Outgoing::Ping => Step::Wait(Box::new(Write::ping())),
                     Outgoing::Close(kick) => Step::End(Some(Closing::new(kick.code(), kick.reason()))),
                 },
-                msg = next_message(ws, &mut self.drained) => self.on_message(msg),
+                msg = next_message(ws, &mut self.drained) => match self.on_message(msg) {
+                    ControlFlow::Continue(()) => Step::Go,
+                    ControlFlow::Break(c) => Step::End(c),
+                },
             };
             match step {
                 Step::Go => {}
                 Step::End(c) => return c,
                 Step::Wait(write) => {
-                    // Boxed like the write: only a socket that waits for its client pays.
-                    if let Err(c) = Box::pin(finish_write(write, &self.outbox)).await {
+                    // Boxed like the write: only a socket that waits for its client pays. The
+                    // client's frames are read and handled meanwhile.
+                    if let Err(c) = Box::pin(self.blocked(ws, write)).await {
                         return c;
                     }
                 }
@@ -256,11 +270,15 @@ impl Session {
         }
     }
 
-    /// Handles what the client sent (or that it went away).
-    fn on_message(&mut self, msg: Option<Result<Message, WsError>>) -> Step<'static> {
+    /// Handles what the client sent (or that it went away); `Break` ends the connection with
+    /// that close (`None`: the client closed or is gone).
+    fn on_message(
+        &mut self,
+        msg: Option<Result<Message, WsError>>,
+    ) -> ControlFlow<Option<Closing>> {
         self.outbox.heard();
         let closing = match msg {
-            None | Some(Ok(Message::Close(_))) => return Step::End(None),
+            None | Some(Ok(Message::Close(_))) => return ControlFlow::Break(None),
             Some(Ok(Message::Text(t))) => self.on_text(&t),
             // Binary frames are refused, but they count against the request rate like any
             // other frame, so they cannot flood the connection past its limits either.
@@ -276,7 +294,7 @@ impl Session {
                 Err(close) => Some(close),
             },
             Some(Ok(Message::Ping(_))) => {
-                self.pong_owed = true;
+                self.flush_owed = true;
                 None
             }
             Some(Ok(_)) => None,
@@ -292,71 +310,21 @@ impl Session {
             }
             Some(Err(e)) => {
                 debug!(session = self.session, error = %e, "Socket read failed.");
-                return Step::End(None);
+                return ControlFlow::Break(None);
             }
         };
         match closing {
-            Some(c) => Step::End(Some(c)),
-            None => Step::Go,
+            Some(c) => ControlFlow::Break(Some(c)),
+            None => ControlFlow::Continue(()),
         }
     }
 
     /// Writes `first` and whatever else is queued (up to a batch) in one system call.
     ///
     /// The batch is tried at once, without waiting (the socket almost always takes it whole);
-    /// only a batch the socket cannot take yet, or one behind a pong tungstenite holds, waits,
+    /// only a batch the socket cannot take yet, or one behind bytes tungstenite may hold, waits,
     /// under the write time-out, as a boxed [`Step::Wait`].
-    fn write_batch<'a>(
-        &mut self,
-        ws: &'a mut WebSocketStream<TcpStream>,
-        first: Utf8Bytes,
-    ) -> Step<'a> {
-        // tungstenite holds bytes of its own only after a client's ping (the pong it queued
-        // while reading); everything the session sends through it is flushed at once. Asking
-        // it to flush costs a waker registration, so it is asked only then.
-        let pong_owed = std::mem::take(&mut self.pong_owed);
-        let mut written = 0usize;
-        let frames = match self.write_now(ws, first, pong_owed, &mut written) {
-            Ok(Some(frames)) => frames,
-            Ok(None) => return Step::Go,
-            Err(c) => return Step::End(c),
-        };
-        let limit = self.core.config.write_timeout;
-        Step::Wait(Box::pin(async move {
-            let write = async {
-                // The pong goes first, so our frames never interleave with it.
-                if pong_owed {
-                    ws.flush().await.map_err(|_| ())?;
-                }
-                wire::write_text_frames(ws.get_ref(), &frames, &mut written)
-                    .await
-                    .map_err(|_| ())
-            };
-            match timeout(limit, write).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(())) => Err(None),
-                Err(_) => Err(Some(Closing {
-                    code: close::SLOW_CONSUMER,
-                    reason: "slow consumer",
-                    // Once bytes of this batch went out the stream may end inside a frame,
-                    // and no close frame may follow (PROTOCOL.md: a slow consumer may see
-                    // the connection end without 4000).
-                    with_frame: written == 0,
-                })),
-            }
-        }))
-    }
-
-    /// Takes a batch from the outbox behind `first` and writes what the socket takes now
-    /// (nothing when `pong_owed`: the pong goes first), counting it in `written`; returns the
-    /// batch when some of it is still to be written.
-    fn write_now(
-        &self,
-        ws: &WebSocketStream<TcpStream>,
-        first: Utf8Bytes,
-        pong_owed: bool,
-        written: &mut usize,
-    ) -> Result<Option<Batch>, Option<Closing>> {
+    fn write_batch(&mut self, ws: &WebSocketStream<Sock>, first: Utf8Bytes) -> Step {
         let mut frames = Batch::new();
         frames.push(first);
         while frames.len() < WRITE_BATCH_FRAMES {
@@ -367,26 +335,19 @@ impl Session {
         }
         self.core.hot.frames_out.increment(frames.len() as u64);
         self.core.hot.write_batches.increment(1);
-        if pong_owed {
-            return Ok(Some(frames));
+        // tungstenite holds bytes of its own only after a client's ping (the pong it queued
+        // while reading); everything the session sends through it is flushed at once. Asking
+        // it to flush costs a waker registration, so it is asked only then, and first, so our
+        // frames never interleave with its bytes.
+        if self.flush_owed {
+            return Step::Wait(Box::new(Write::frames(frames, 0)));
         }
-        match wire::try_write_text_frames(ws.get_ref(), &frames, written) {
-            Ok(true) => Ok(None),
-            Ok(false) => Ok(Some(frames)),
-            Err(_) => Err(None),
+        let mut written = 0usize;
+        match wire::try_write_text_frames(ws.get_ref().tcp(), &frames, &mut written) {
+            Ok(true) => Step::Go,
+            Ok(false) => Step::Wait(Box::new(Write::frames(frames, written))),
+            Err(_) => Step::End(None),
         }
-    }
-
-    /// Sends `msg` through tungstenite and flushes it, under the write time-out.
-    fn write_flush<'a>(&self, ws: &'a mut WebSocketStream<TcpStream>, msg: Message) -> Step<'a> {
-        let limit = self.core.config.write_timeout;
-        Step::Wait(Box::pin(async move {
-            match timeout(limit, ws.send(msg)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(_)) => Err(None),
-                Err(_) => Err(Some(Closing::new(close::SLOW_CONSUMER, "slow consumer"))),
-            }
-        }))
     }
 
     fn reply_err(&self, id: Option<u64>, code: ErrorCode, msg: &str) {
@@ -484,30 +445,6 @@ impl Session {
     }
 }
 
-/// Runs a write the socket could not take at once. A close asked for meanwhile (a drain, an
-/// expiry, a newer connection) does not wait for the write's own time-out: the write gets
-/// `KICKED_WRITE_GRACE` to finish (a peer that reads finishes it), then the connection ends.
-async fn finish_write(
-    mut write: std::pin::Pin<Box<dyn Future<Output = Result<(), Option<Closing>>> + Send + '_>>,
-    outbox: &Outbox,
-) -> Result<(), Option<Closing>> {
-    let kick = tokio::select! {
-        biased;
-        done = &mut write => return done,
-        kick = outbox.kick_asked() => kick,
-    };
-    match timeout(KICKED_WRITE_GRACE, write).await {
-        Ok(Ok(())) => Err(Some(Closing::new(kick.code(), kick.reason()))),
-        Ok(Err(c)) => Err(c),
-        // The stream may have stopped inside a frame: no close frame can follow.
-        Err(_) => Err(Some(Closing {
-            code: kick.code(),
-            reason: kick.reason(),
-            with_frame: false,
-        })),
-    }
-}
-
 fn new_room_id() -> RoomId {
     RoomId::from(format!("r-{:012x}", rand::random::<u64>() >> 16))
 }
@@ -520,17 +457,24 @@ fn new_room_id() -> RoomId {
 /// readiness after a short read). A pong tungstenite could not flush (a full socket buffer) goes
 /// out with the next batch's flush or the next read.
 fn next_message<'a>(
-    ws: &'a mut WebSocketStream<TcpStream>,
+    ws: &'a mut WebSocketStream<Sock>,
     drained: &'a mut bool,
 ) -> impl Future<Output = Option<Result<Message, WsError>>> + 'a {
-    std::future::poll_fn(move |cx| {
-        if *drained && ws.get_ref().poll_read_ready(cx).is_pending() {
-            return Poll::Pending;
-        }
-        let next = ws.poll_next_unpin(cx);
-        *drained = next.is_pending();
-        next
-    })
+    std::future::poll_fn(move |cx| poll_message(ws, drained, cx))
+}
+
+/// One poll of [`next_message`].
+fn poll_message(
+    ws: &mut WebSocketStream<Sock>,
+    drained: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Message, WsError>>> {
+    if *drained && ws.get_ref().tcp().poll_read_ready(cx).is_pending() {
+        return Poll::Pending;
+    }
+    let next = ws.poll_next_unpin(cx);
+    *drained = next.is_pending();
+    next
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! buffer on the stack and goes out with one `send`; a larger one goes out as one vectored
 //! `sendmsg` of the frame headers and the shared payloads, without a copy. No buffer outlives
 //! the write. tungstenite still reads, answers pings and closes; the session flushes it before a
-//! batch when it may hold a pong, so its bytes never interleave with ours.
+//! batch when it may hold a pong, and holds its writes off while a batch is under way (`sock.rs`),
+//! so its bytes never interleave with ours.
 
 use std::io::{self, IoSlice};
 
@@ -40,24 +41,11 @@ pub(crate) fn text_header(len: usize) -> ([u8; MAX_HEADER], usize) {
     }
 }
 
-/// Writes `frames` as text frames with as few system calls as the socket allows, counting the
-/// bytes written in `written`: if the write is abandoned (a time-out) with `written` above
-/// zero, the stream may end inside a frame and must not carry another one.
-pub(crate) async fn write_text_frames(
-    stream: &TcpStream,
-    frames: &[Utf8Bytes],
-    written: &mut usize,
-) -> io::Result<()> {
-    while !try_write_text_frames(stream, frames, written)? {
-        stream.writable().await?;
-    }
-    Ok(())
-}
-
 /// Writes what the socket takes of `frames` now, without waiting, from byte `written` on (and
 /// counts what it wrote there): `Ok(true)` once everything went out, `Ok(false)` when the
 /// socket is full. Most batches go out whole at the first call, so the caller can skip a
-/// future, a timer and a readiness wait.
+/// future, a timer and a readiness wait. If the write is abandoned (a time-out) with `written`
+/// above zero, the stream may end inside a frame and must not carry another one.
 pub(crate) fn try_write_text_frames(
     stream: &TcpStream,
     frames: &[Utf8Bytes],
@@ -133,6 +121,19 @@ mod tests {
     use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
 
     use super::*;
+
+    /// Writes `frames` whole, waiting for the socket as needed (the session's blocked write,
+    /// without its reading and time-outs).
+    async fn write_text_frames(
+        stream: &TcpStream,
+        frames: &[Utf8Bytes],
+        written: &mut usize,
+    ) -> io::Result<()> {
+        while !try_write_text_frames(stream, frames, written)? {
+            stream.writable().await?;
+        }
+        Ok(())
+    }
 
     /// Appends `frames` as the bytes a client should read for them.
     fn encode_into(frames: &[Utf8Bytes], out: &mut Vec<u8>) {
