@@ -249,8 +249,9 @@ impl Outbox {
     }
 
     /// Waits for the next frame, ping or order to close (only the socket's writer calls this).
-    /// A close wins over queued frames (the client resumes with `since`), and a ping goes
-    /// before them, so a socket busy with a backlog still proves it is alive.
+    /// A close wins over queued frames (the client resumes with `since`), except a drain's,
+    /// which goes after them; a ping goes before them, so a socket busy with a backlog still
+    /// proves it is alive.
     pub(crate) fn recv(&self) -> impl Future<Output = Outgoing> + '_ {
         std::future::poll_fn(move |cx| {
             if let Some(out) = self.take_next() {
@@ -264,6 +265,15 @@ impl Outbox {
 
     fn take_next(&self) -> Option<Outgoing> {
         if let Some(kick) = self.kicked() {
+            // A drain's 1001 goes after the frames queued before it (none is queued after a
+            // kick): the last events and direct messages the client was sent reach it, since
+            // a connection that does not acknowledge its direct messages counts one queued
+            // as delivered. Every other close wins over the queue.
+            if kick == Kick::GoingAway
+                && let Some(f) = self.try_recv()
+            {
+                return Some(Outgoing::Frame(f));
+            }
             return Some(Outgoing::Close(kick));
         }
         if self.ping.swap(false, Ordering::Relaxed) {
@@ -458,6 +468,31 @@ mod tests {
             (a, b),
             (Outgoing::Frame("x".into()), Outgoing::Frame("y".into()))
         );
+    }
+
+    /// A drain's close goes after the frames queued before it; a slow consumer's (or any
+    /// other) close goes before them, and nothing is queued after a kick.
+    #[tokio::test]
+    async fn a_drain_close_follows_the_queue_and_other_closes_do_not() {
+        let o = Outbox::new(10, 1000, later());
+        o.push("dm".into());
+        o.push("chat".into());
+        o.kick(Kick::GoingAway);
+        assert!(!o.push("late".into()));
+        assert_eq!(o.recv().await, Outgoing::Frame("dm".into()));
+        assert_eq!(o.recv().await, Outgoing::Frame("chat".into()));
+        assert_eq!(o.recv().await, Outgoing::Close(Kick::GoingAway));
+        for kick in [
+            Kick::SlowConsumer,
+            Kick::HeartbeatTimeout,
+            Kick::TokenExpired,
+            Kick::TooManyConnections,
+        ] {
+            let o = Outbox::new(10, 1000, later());
+            o.push("x".into());
+            o.kick(kick);
+            assert_eq!(o.recv().await, Outgoing::Close(kick));
+        }
     }
 
     #[tokio::test]
