@@ -295,7 +295,18 @@ impl RoomState {
     /// held by the protection), while protection is on. Robots, the owner and admins are never
     /// protected, so never read.
     pub fn spend_reads(&self, actor: &UserId, op: &RoomOp) -> Vec<UserId> {
-        if self.vip_rules.protected_level == 0 || self.role(actor) != Role::Admin {
+        // The operation first: a match is all that every other command costs here.
+        let covered = matches!(
+            op,
+            RoomOp::RoomBan(_)
+                | RoomOp::ChatMute(_)
+                | RoomOp::RoomKick(_)
+                | RoomOp::SeatKick(_)
+                | RoomOp::SeatMute(_)
+                | RoomOp::RoomUpdate(_)
+                | RoomOp::SeatCount(_)
+        );
+        if !covered || self.vip_rules.protected_level == 0 || self.role(actor) != Role::Admin {
             return Vec::new();
         }
         let seat_holder = |i: usize| self.durable.seats.get(i).and_then(|s| s.user.as_ref());
