@@ -148,6 +148,10 @@ pub struct GatewayConfig {
     pub demo_tokens: bool,
     /// The guard plans on sale (`guard.plans`).
     pub guard_plans: std::sync::Arc<Vec<crate::guards::GuardPlan>>,
+    /// TEST ONLY: each batched read of users' standing waits for a permit of this semaphore
+    /// (or for it to be closed) first, so a test can hold the gateway's reads back and join
+    /// rooms before they arrive. Never set in production.
+    pub test_hold_standing_reads: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl Default for GatewayConfig {
@@ -190,6 +194,7 @@ impl Default for GatewayConfig {
             directory_stale: shard::config::DEFAULT_DIRECTORY_STALE,
             demo_tokens: false,
             guard_plans: std::sync::Arc::new(crate::guards::default_plans()),
+            test_hold_standing_reads: None,
         }
     }
 }

@@ -27,6 +27,9 @@ struct Slot {
     /// The user's standing (guards held, lifetime gift spend), sent with its joins; `None`
     /// until read, and when it holds nothing.
     standing: Option<Arc<Standing>>,
+    /// Whether the standing was read (even as nothing held): until then joins carry none, and
+    /// the room takes the member's spend for unknown (its VIP protection reads it).
+    standing_read: bool,
     /// When the standing was last asked for (unix ms; 0: never).
     standing_asked: u64,
     /// The room the session is in, and the shard it joined through. Events and evictions for
@@ -202,6 +205,7 @@ impl Hub {
                 out,
                 profile,
                 standing: None,
+                standing_read: false,
                 standing_asked: 0,
                 room: None,
                 join: None,
@@ -254,11 +258,13 @@ impl Hub {
         rooms
     }
 
-    /// The standing `session` sends with its joins (`None`: none read, or nothing held).
+    /// The standing `session` sends with its joins: `None` while none was read (not yet, or
+    /// the read failed), an empty one when the user holds nothing.
     pub(crate) fn standing(&self, session: SessionId) -> Option<Standing> {
         let st = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        let s = st.sessions.get(&session)?.standing.as_ref()?;
-        (!s.is_empty()).then(|| Standing::clone(s))
+        let slot = st.sessions.get(&session)?;
+        slot.standing_read
+            .then(|| slot.standing.as_deref().cloned().unwrap_or_default())
     }
 
     /// Whether `session`'s standing was last asked for more than `max_age_ms` before `now`
@@ -290,6 +296,9 @@ impl Hub {
                     .as_deref()
                     .map_or(s.is_empty(), |had| had == s);
                 slot.standing.clone_from(&held);
+                // A first reading of nothing is not sent on: the room keeps that member's
+                // spend unknown, and reads it only if an admin's moderation needs it.
+                slot.standing_read = true;
                 if same {
                     continue;
                 }

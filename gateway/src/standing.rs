@@ -124,6 +124,10 @@ impl Core {
             if users.is_empty() {
                 return;
             }
+            if let Some(gate) = &self.config.test_hold_standing_reads {
+                // Closed: released for good.
+                let _permit = gate.acquire().await;
+            }
             match ledger.standings(&users, now_ms()).await {
                 Ok(read) => {
                     for (user, (guards, spent)) in users.iter().zip(read) {

@@ -1,6 +1,7 @@
 //! Presence without flaps, with real processes: a planned room move and a gateway drain show
 //! the room no `member.join` / `member.leave` while its members stay; a member who does not
-//! come back leaves after the grace window, and counts stay exact.
+//! come back leaves after the grace window, and counts stay exact. A seated VIP adopted as away
+//! after a failover stays protected from admins until they rejoin.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
 #![allow(
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use kit::client::{Client, Event};
 use kit::cluster::{Cluster, ClusterOptions};
-use protocol::RoomId;
+use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -270,4 +271,85 @@ async fn joining_elsewhere_in_the_grace_window_ends_the_away_member_at_once() {
     assert_eq!(ev.d, json!({"user": "wanderer", "reason": "switched"}));
     let list = member_list(&mut obs, &a).await;
     assert_eq!(list["count"], 1, "{list}");
+}
+
+/// After its owner is killed, the room's new owner adopts the seat holders as away members,
+/// with no standing: until a protected VIP among them rejoins, an admin's moderation of them
+/// has their spend read from the ledger and is refused, not taken for level 0. The owner may.
+#[tokio::test]
+async fn a_seated_vip_not_back_after_a_failover_is_still_protected_from_admins() {
+    let toml = "presence_grace_ms = 60000\n\n[vip]\nthresholds = [10, 100]\nentrance_level = 2\nprotected_level = 2\n";
+    let (mut cluster, _dir) = cluster_with(toml, &[]).await;
+    let token = Some(cluster.admin_token.as_str());
+    let r = kit::admin::grant(cluster.gateways[0].admin, token, "vip", 100, "seed-vip")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let mut host = cluster.connect(0, "hana").await.unwrap();
+    let room = host.create_room(json!({"room": "vip-fo"})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut adm = cluster.connect(1, "adm").await.unwrap();
+    adm.join(&room, false, None).await.unwrap();
+    host.request(
+        "room.admin",
+        json!({"room": room, "user": "adm", "admin": true}),
+    )
+    .await
+    .unwrap();
+    // The VIP sits, then spends 100 coins here: level 2, protected, known to this owner.
+    let mut vip = cluster.connect(1, "vip").await.unwrap();
+    vip.join(&room, false, None).await.unwrap();
+    vip.request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap();
+    let g = json!({"room": room, "req_id": "v1", "gift": "heart", "count": 2, "to": ["hana"]});
+    vip.request("gift.send", g).await.unwrap();
+    let e = adm
+        .request("seat.kick", json!({"room": room, "user": "vip"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(ErrorCode::VipProtected),
+        "before the failover"
+    );
+
+    let (owner, _) = cluster.room_owner("vip-fo").await.unwrap().unwrap();
+    cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
+    for c in [&mut host, &mut adm, &mut vip] {
+        let left = c.next_event_named("room.left", WAIT).await.unwrap();
+        assert_eq!(left.d["reason"], "unavailable");
+    }
+    // The owner and the admin come back; the VIP does not (yet): adopted, away, seated.
+    let ja = host.join_retrying(&room, None, WAIT).await.unwrap();
+    assert_eq!(ja["snapshot"]["seats"][1]["user"], "vip", "seats restored");
+    adm.join_retrying(&room, None, WAIT).await.unwrap();
+    for (op, d) in [
+        ("seat.kick", json!({"room": room, "user": "vip"})),
+        ("seat.mute", json!({"room": room, "seat": 1, "muted": true})),
+        (
+            "chat.mute",
+            json!({"room": room, "user": "vip", "seconds": 60}),
+        ),
+        ("room.kick", json!({"room": room, "user": "vip"})),
+        (
+            "room.ban",
+            json!({"room": room, "user": "vip", "seconds": 60}),
+        ),
+    ] {
+        let e = adm.request(op, d).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::VipProtected), "{op}");
+    }
+    let list = member_list(&mut adm, &room).await;
+    let seated = list["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["user"] == "vip")
+        .unwrap_or_else(|| panic!("the VIP is gone: {list}"))
+        .clone();
+    assert_eq!(seated["seat"], 1, "{list}");
+    host.request("seat.kick", json!({"room": room, "user": "vip"}))
+        .await
+        .unwrap();
 }

@@ -48,7 +48,10 @@ pub struct Command {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
     /// The user's standing (guards held, lifetime gift spend), sent with the same commands as
-    /// the profile when there is any; `None` otherwise.
+    /// the profile once the gateway has read it (an empty one: read, nothing held); `None` on
+    /// every other command, and while the gateway's read is not back (or failed): the room then
+    /// takes the member's spend for unknown, and its VIP protection reads it from the ledger
+    /// (an older gateway sends `None` for nothing held too: read the same way).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standing: Option<Standing>,
 }

@@ -783,8 +783,9 @@ impl RoomActor {
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
             RoomCmd::Op(op) => {
-                // An admin's ban or mute of an absent VIP: their spend comes from the ledger.
-                let spend = self.absent_spend(user, op).await;
+                // An admin's moderation of a user whose spend the room does not know (absent,
+                // or their standing not read yet): the spend comes from the ledger.
+                let spend = self.target_spend(user, op).await;
                 let Some(state) = self.state.as_mut() else {
                     return Err(state::rejected(ErrorCode::RoomNotFound, "no such room"));
                 };
@@ -835,8 +836,7 @@ impl RoomActor {
         } else {
             state.join_as(&cmd.user, at.clone(), j.password.as_deref(), profile, now)?
         };
-        let standing = cmd.standing.clone().unwrap_or_default();
-        state.joined_with(&mut joined, &cmd.user, standing, now);
+        state.joined_with(&mut joined, &cmd.user, cmd.standing.clone(), now);
         if joined.returned {
             metrics::counter!(m::PRESENCE_GRACE, "outcome" => "returned").increment(1);
         }

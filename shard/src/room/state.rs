@@ -523,8 +523,8 @@ impl RoomState {
         self.apply_with(user, at, op, TargetSpend::NotRead, now)
     }
 
-    /// [`Self::apply`], with the lifetime spend the actor read for the operation's absent
-    /// target ([`Self::absent_target`]).
+    /// [`Self::apply`], with the lifetime spend the actor read for the operation's targets
+    /// whose spend the room does not know ([`Self::spend_reads`]), for the VIP protection.
     ///
     /// # Errors
     /// As [`Self::apply`].
@@ -564,9 +564,9 @@ impl RoomState {
             RoomOp::SeatMove(m) => taken(self.seat_move(user, m.user.as_ref(), m.seat)?),
             RoomOp::SeatLock(l) => Outcome::empty(self.seat_lock(user, Some(l.seat), l.locked)?),
             RoomOp::SeatLockAll(l) => Outcome::empty(self.seat_lock(user, None, l.locked)?),
-            RoomOp::SeatMute(m) => Outcome::empty(self.seat_mute(user, m.seat, m.muted)?),
-            RoomOp::SeatKick(k) => Outcome::empty(self.seat_kick(user, &k.user, now)?),
-            RoomOp::SeatCount(c) => Outcome::empty(self.seat_count(user, c.seats)?),
+            RoomOp::SeatMute(m) => Outcome::empty(self.seat_mute(user, m.seat, m.muted, &spend)?),
+            RoomOp::SeatKick(k) => Outcome::empty(self.seat_kick(user, &k.user, &spend, now)?),
+            RoomOp::SeatCount(c) => Outcome::empty(self.seat_count(user, c.seats, &spend)?),
             RoomOp::SeatRequest(r) => pending(self.seat_request(user, r.seat, now)?),
             RoomOp::SeatRequestCancel(_) => Outcome::empty(self.seat_request_cancel(user)?),
             RoomOp::SeatRequests(_) => {
@@ -579,20 +579,20 @@ impl RoomState {
             RoomOp::SeatInviteAccept(_) => taken(self.invite_accept(user, now)?),
             RoomOp::SeatInviteReject(_) => Outcome::empty(self.invite_reject(user, now)?),
             RoomOp::MicPublishing(m) => Outcome::empty(self.mic_publishing(user, m.on, now)?),
-            RoomOp::RoomUpdate(u) => Outcome::empty(self.room_update(user, u)?),
+            RoomOp::RoomUpdate(u) => Outcome::empty(self.room_update(user, u, &spend)?),
             RoomOp::RoomLock(l) => Outcome::empty(self.room_lock(user, l.password.as_deref())?),
             RoomOp::RoomAdmin(a) => Outcome::empty(self.room_admin(user, &a.user, a.admin, now)?),
             RoomOp::RoomTransfer(t) => Outcome::empty(self.room_transfer(user, &t.user, now)?),
             RoomOp::RoomClose(_) => Outcome::empty(self.room_close(user, now)?),
             RoomOp::ChatMute(m) => {
-                Outcome::empty(self.chat_mute(user, &m.user, m.seconds, spend, now)?)
+                Outcome::empty(self.chat_mute(user, &m.user, m.seconds, &spend, now)?)
             }
             RoomOp::ChatUnmute(m) => Outcome::empty(self.chat_unmute(user, &m.user, now)?),
             RoomOp::RoomKick(k) => {
-                Outcome::empty(self.room_kick(user, &k.user, k.ban_seconds, now)?)
+                Outcome::empty(self.room_kick(user, &k.user, k.ban_seconds, &spend, now)?)
             }
             RoomOp::RoomBan(b) => {
-                Outcome::empty(self.room_ban(user, &b.user, b.seconds, spend, now)?)
+                Outcome::empty(self.room_ban(user, &b.user, b.seconds, &spend, now)?)
             }
             RoomOp::RoomUnban(b) => Outcome::empty(self.room_unban(user, &b.user, now)?),
             RoomOp::RoomBans(b) => {

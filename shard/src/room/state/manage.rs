@@ -7,7 +7,9 @@ use protocol::{ErrorCode, UserId};
 
 use super::durable::{check_cover, check_notice, check_password, check_title};
 use super::seats::Cause;
-use super::{Applied, Evicted, Moderation, Rejected, Role, RoomState, Sequenced, rejected};
+use super::{
+    Applied, Evicted, Moderation, Rejected, Role, RoomState, Sequenced, TargetSpend, rejected,
+};
 
 impl RoomState {
     /// The owner or an admin changes the room's info; only the fields that differ are
@@ -19,7 +21,12 @@ impl RoomState {
     /// `FORBIDDEN`; `BAD_REQUEST` for a field that fails its check; for an admin reserving seat
     /// 0 held by another admin `FORBIDDEN`, by a protected VIP `VIP_PROTECTED` (nothing changes
     /// then).
-    pub fn room_update(&mut self, user: &UserId, u: &RoomUpdate) -> Result<Applied, Rejected> {
+    pub fn room_update(
+        &mut self,
+        user: &UserId,
+        u: &RoomUpdate,
+        spend: &TargetSpend,
+    ) -> Result<Applied, Rejected> {
         self.require_staff(user, "only the owner or an admin changes the room")?;
         if u.host_seat == Some(true)
             && !self.durable.host_seat
@@ -28,7 +35,7 @@ impl RoomState {
             && holder != user
         {
             self.require_over(user, holder)?;
-            self.require_unprotected(user, holder)?;
+            self.require_unprotected(user, holder, spend)?;
         }
         if let Some(t) = &u.title {
             check_title(t)?;

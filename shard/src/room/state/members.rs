@@ -21,8 +21,9 @@ use super::{
 pub(crate) struct Member {
     /// The connection; `None` while away (dropped, within the grace window).
     pub(crate) at: Option<SessionRef>,
-    /// When the member joined (unix ms): kept across a return within the window and a move.
-    pub(crate) joined_at: u64,
+    /// When the member joined (unix ms): kept across a return within the window and a move;
+    /// in the top bit, [`SPEND_UNKNOWN`] (there, a member stays 56 bytes).
+    joined: u64,
     /// The profile, shared with the events that carry it; `None` when empty.
     pub(crate) profile: Option<Arc<Profile>>,
     /// While away: when the window passes (unix ms); 0 otherwise.
@@ -31,6 +32,20 @@ pub(crate) struct Member {
     /// Boxed: most members hold no guard, and every place of the members table (the spare
     /// ones too) would otherwise carry the 32 bytes of an empty one.
     standing: Option<Box<Standing>>,
+}
+
+/// Set in [`Member::joined`] while the member's lifetime spend is no reading from the ledger
+/// (none came with the join, nor in a standing change since): a member who joined before the
+/// gateway's read finished (or whose read failed), a seat holder adopted after an unplanned
+/// stop. Until then the room's figure counts the gifts sent here only, and the VIP protection
+/// has the actor read the spend ([`RoomState::spend_reads`]). A unix time in ms never
+/// reaches this bit.
+const SPEND_UNKNOWN: u64 = 1 << 63;
+
+/// [`Member::joined`] of a member who joined at `at` (unix ms), its spend read or not.
+fn joined_stamp(at: u64, spend_known: bool) -> u64 {
+    let flag = if spend_known { 0 } else { SPEND_UNKNOWN };
+    (at & !SPEND_UNKNOWN) | flag
 }
 
 /// The standing of a member who holds nothing.
@@ -56,6 +71,17 @@ impl Member {
     pub(crate) fn set_standing(&mut self, mut s: Standing) {
         s.spent = s.spent.max(self.standing().spent);
         self.standing = boxed(s);
+        self.joined &= !SPEND_UNKNOWN;
+    }
+
+    /// Whether the member's lifetime spend is a reading from the ledger.
+    pub(crate) fn spend_known(&self) -> bool {
+        self.joined & SPEND_UNKNOWN == 0
+    }
+
+    /// When the member joined (unix ms).
+    pub(crate) fn joined_at(&self) -> u64 {
+        self.joined & !SPEND_UNKNOWN
     }
 }
 
@@ -88,6 +114,14 @@ pub struct RosterEntry {
     /// The standing (guards held, lifetime gift spend).
     #[serde(default, skip_serializing_if = "Standing::is_empty")]
     pub s: Standing,
+    /// The lifetime spend in `s` is not a reading from the ledger yet (the next owner's VIP
+    /// protection reads it). Absent, from an older owner: taken as read, as it then was.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub spend_unknown: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A profile as the room keeps it: nothing for an empty one.
@@ -186,7 +220,7 @@ impl RoomState {
             self.robot_members += usize::from(user.is_robot());
             let member = Member {
                 at: Some(at),
-                joined_at: now,
+                joined: joined_stamp(now, false),
                 profile: profile.clone(),
                 away_until: 0,
                 standing: None,
@@ -335,10 +369,11 @@ impl RoomState {
                 .iter()
                 .map(|(u, m)| RosterEntry {
                     user: u.clone(),
-                    joined_at: m.joined_at,
+                    joined_at: m.joined_at(),
                     away_until: (m.away_until != 0).then_some(m.away_until),
                     p: m.profile.as_deref().cloned(),
                     s: m.standing().clone(),
+                    spend_unknown: !m.spend_known(),
                 })
                 .collect(),
         }
@@ -365,7 +400,7 @@ impl RoomState {
             self.robot_members += usize::from(e.user.is_robot());
             let member = Member {
                 at: None,
-                joined_at: e.joined_at,
+                joined: joined_stamp(e.joined_at, !e.spend_unknown),
                 profile: shared_profile(e.p),
                 away_until: until,
                 standing: boxed(e.s),
@@ -399,7 +434,8 @@ impl RoomState {
         for user in strays {
             let member = Member {
                 at: None,
-                joined_at: now,
+                // Unknown until the holder rejoins with it: the VIP protection reads it.
+                joined: joined_stamp(now, false),
                 profile: None,
                 away_until: until,
                 standing: None,
@@ -450,7 +486,7 @@ impl RoomState {
                 Role::Member if seated.contains(&u) => 2,
                 Role::Member => 3,
             };
-            let key = (rank, m.joined_at, u);
+            let key = (rank, m.joined_at(), u);
             if let Some((r, t, a)) = &after
                 && key <= (*r, *t, a)
             {
@@ -483,7 +519,7 @@ impl RoomState {
                     .to_owned(),
                     seat: self.seat_of(u),
                     robot: u.is_robot(),
-                    joined_at: m.joined_at,
+                    joined_at: m.joined_at(),
                     away: m.at.is_none(),
                     p: m.profile.as_deref().cloned(),
                     guard: b.guard,

@@ -38,23 +38,23 @@ impl RoomState {
     }
 
     /// The owner or an admin stops `target` chatting, for `seconds` or until lifted. The
-    /// target need not be present: the mute waits for them (`spend`: an absent target's
-    /// lifetime spend, for the VIP protection).
+    /// target need not be present: the mute waits for them (`spend`: the lifetime spend the
+    /// actor read for a target whose spend the room does not know, for the VIP protection).
     ///
     /// # Errors
     /// `FORBIDDEN` (an admin on the owner or an admin); `VIP_PROTECTED` (an admin on a
-    /// protected VIP); `UNAVAILABLE` when an absent target's spend could not be read;
+    /// protected VIP); `UNAVAILABLE` when the target's spend is unknown and could not be read;
     /// `BAD_REQUEST` for a bad duration, for oneself, or past the bound of mutes.
     pub fn chat_mute(
         &mut self,
         actor: &UserId,
         target: &UserId,
         seconds: Option<u64>,
-        spend: TargetSpend,
+        spend: &TargetSpend,
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
-        self.require_unprotected_given(actor, target, spend)?;
+        self.require_unprotected(actor, target, spend)?;
         let until = until(seconds, now)?;
         if !self.durable.mutes.contains_key(target) && self.durable.mutes.len() >= MAX_MUTES {
             return Err(rejected(
@@ -119,20 +119,23 @@ impl RoomState {
         }
     }
 
-    /// The owner or an admin removes a member, banning them for `ban_seconds` if given.
+    /// The owner or an admin removes a member, banning them for `ban_seconds` if given
+    /// (`spend`: as for [`Self::chat_mute`]).
     ///
     /// # Errors
-    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `USER_NOT_IN_ROOM`;
-    /// `BAD_REQUEST` for a bad duration.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `UNAVAILABLE` when the
+    /// target's spend is unknown and could not be read; `USER_NOT_IN_ROOM`; `BAD_REQUEST` for
+    /// a bad duration.
     pub fn room_kick(
         &mut self,
         actor: &UserId,
         target: &UserId,
         ban_seconds: Option<u64>,
+        spend: &TargetSpend,
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
-        self.require_unprotected(actor, target)?;
+        self.require_unprotected(actor, target, spend)?;
         self.check_target_member(target)?;
         let until = match ban_seconds {
             Some(_) => {
@@ -193,23 +196,23 @@ impl RoomState {
     }
 
     /// The owner or an admin bans a user, for `seconds` or until lifted, removing them if
-    /// present (`spend`: an absent target's lifetime spend, for the VIP protection). A banned
-    /// user's join answers `BANNED`, from any gateway.
+    /// present (`spend`: as for [`Self::chat_mute`]). A banned user's join answers `BANNED`,
+    /// from any gateway.
     ///
     /// # Errors
-    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `UNAVAILABLE` when an
-    /// absent target's spend could not be read; `BAD_REQUEST` for a bad duration or past the
-    /// bound of bans.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `UNAVAILABLE` when the
+    /// target's spend is unknown and could not be read; `BAD_REQUEST` for a bad duration or
+    /// past the bound of bans.
     pub fn room_ban(
         &mut self,
         actor: &UserId,
         target: &UserId,
         seconds: Option<u64>,
-        spend: TargetSpend,
+        spend: &TargetSpend,
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
-        self.require_unprotected_given(actor, target, spend)?;
+        self.require_unprotected(actor, target, spend)?;
         self.check_ban_room(target)?;
         let until = until(seconds, now)?;
         Ok(self.remove_and_ban(actor, target, Some(until), "ban", now))

@@ -7,7 +7,9 @@ use protocol::link::RtcKind;
 use protocol::{ErrorCode, UserId};
 
 use super::durable::{RtcSeen, Seat};
-use super::{Applied, Moderation, Rejected, Role, RoomState, SeatUpdate, Sequenced, rejected};
+use super::{
+    Applied, Moderation, Rejected, Role, RoomState, SeatUpdate, Sequenced, TargetSpend, rejected,
+};
 use protocol::client::RoomInfo;
 
 /// Who caused a seat change.
@@ -281,16 +283,19 @@ impl RoomState {
     }
 
     /// Mutes or unmutes seat `seat`. The owner or an admin mutes any seat (its user cannot
-    /// unmute it; an admin not the owner's or another admin's); the seated user mutes and
-    /// unmutes their own, unless an admin muted it.
+    /// unmute it; an admin not the owner's or another admin's, nor a protected VIP's); the
+    /// seated user mutes and unmutes their own, unless an admin muted it (`spend`: as for
+    /// [`Self::chat_mute`]).
     ///
     /// # Errors
-    /// `NO_SUCH_SEAT`; `FORBIDDEN`.
+    /// `NO_SUCH_SEAT`; `FORBIDDEN`; `VIP_PROTECTED`; `UNAVAILABLE` when the holder's spend is
+    /// unknown and could not be read.
     pub fn seat_mute(
         &mut self,
         user: &UserId,
         seat: u32,
         muted: bool,
+        spend: &TargetSpend,
     ) -> Result<Applied, Rejected> {
         let s = self.seat(seat)?.clone();
         let own = s.user.as_ref() == Some(user);
@@ -307,7 +312,7 @@ impl RoomState {
                 self.require_over(user, holder)?;
                 // Lifting a mute is not protected against; imposing one is.
                 if muted {
-                    self.require_unprotected(user, holder)?;
+                    self.require_unprotected(user, holder, spend)?;
                 }
             }
         } else if !muted && s.admin_muted {
@@ -332,19 +337,21 @@ impl RoomState {
         Ok(applied)
     }
 
-    /// The owner or an admin takes `target` off their seat.
+    /// The owner or an admin takes `target` off their seat (`spend`: as for
+    /// [`Self::chat_mute`]).
     ///
     /// # Errors
-    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `USER_NOT_IN_ROOM`;
-    /// `NOT_SEATED`.
+    /// `FORBIDDEN`; `VIP_PROTECTED` (an admin on a protected VIP); `UNAVAILABLE` when the
+    /// target's spend is unknown and could not be read; `USER_NOT_IN_ROOM`; `NOT_SEATED`.
     pub fn seat_kick(
         &mut self,
         actor: &UserId,
         target: &UserId,
+        spend: &TargetSpend,
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
-        self.require_unprotected(actor, target)?;
+        self.require_unprotected(actor, target, spend)?;
         self.check_target_member(target)?;
         let Some(i) = self.seat_of(target) else {
             return Err(rejected(ErrorCode::NotSeated, "that user holds no seat"));
@@ -375,7 +382,12 @@ impl RoomState {
     /// # Errors
     /// `FORBIDDEN`; `BAD_REQUEST` outside 1..=20; for an admin removing the seat of the owner
     /// or another admin `FORBIDDEN`, of a protected VIP `VIP_PROTECTED`.
-    pub fn seat_count(&mut self, user: &UserId, seats: u32) -> Result<Applied, Rejected> {
+    pub fn seat_count(
+        &mut self,
+        user: &UserId,
+        seats: u32,
+        spend: &TargetSpend,
+    ) -> Result<Applied, Rejected> {
         self.require_staff(user, "only the owner or an admin changes the seat count")?;
         super::durable::check_seat_count(seats)?;
         let n = seats as usize;
@@ -387,7 +399,7 @@ impl RoomState {
         for holder in removed.iter().filter_map(|s| s.user.as_ref()) {
             if holder != user {
                 self.require_over(user, holder)?;
-                self.require_unprotected(user, holder)?;
+                self.require_unprotected(user, holder, spend)?;
             }
         }
         for i in n..self.durable.seats.len() {

@@ -83,18 +83,19 @@ impl VipRules {
     }
 }
 
-/// The lifetime spend of a user who is not a member, for an admin's `room.ban` or
-/// `chat.mute` of them: the room holds members' spend, and the actor reads an absent
-/// target's from the ledger ([`RoomState::absent_target`]) before the rule runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The lifetime spend the actor read from the ledger for the targets of an admin's
+/// moderation whose spend the room does not know ([`RoomState::spend_reads`]): a user who is
+/// not a member, a member who joined before the gateway's read of it arrived (or whose read
+/// failed), a seat holder adopted after an unplanned stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetSpend {
-    /// Nothing read: the target is a member, the operation needs no read, or the node has no
-    /// ledger (then nobody has spent anything).
+    /// Nothing read: every target's spend is known, the operation needs no read, or the node
+    /// has no ledger (then nobody has spent anything but what the room counted).
     NotRead,
-    /// The spend the ledger holds for the target.
-    Read(i64),
-    /// The ledger could not be read: an admin's action is refused with `UNAVAILABLE` (the
-    /// protection fails closed; the owner needs no read).
+    /// The spend the ledger holds for each target read.
+    Read(Vec<(UserId, i64)>),
+    /// The ledger could not be read: an admin's action on a target whose spend is unknown is
+    /// refused with `UNAVAILABLE` (the protection fails closed; the owner needs no read).
     Unreadable,
 }
 
@@ -132,11 +133,22 @@ impl RoomState {
     /// Gives the member who just joined (`joined`) the standing the gateway sent with the
     /// join: kept, shown on its `member.join`, or, for a member already in the room whose
     /// badges change, with `member.update`.
-    pub fn joined_with(&mut self, joined: &mut Joined, user: &UserId, s: Standing, now: u64) {
+    ///
+    /// `None`: the gateway has not read it (yet, or its read failed): the member keeps what the
+    /// room holds, and a new member's spend stays unknown until a standing change brings it.
+    pub fn joined_with(
+        &mut self,
+        joined: &mut Joined,
+        user: &UserId,
+        s: Option<Standing>,
+        now: u64,
+    ) {
         let before = self.badges(user, now);
-        joined.applied.rearm |= self.index_guards(user, &s, now);
-        if let Some(m) = self.members.get_mut(user) {
-            m.set_standing(s);
+        if let Some(s) = s {
+            joined.applied.rearm |= self.index_guards(user, &s, now);
+            if let Some(m) = self.members.get_mut(user) {
+                m.set_standing(s);
+            }
         }
         let after = self.badges(user, now);
         let mut shown = false;
@@ -276,55 +288,96 @@ impl RoomState {
         applied
     }
 
-    /// The user whose lifetime spend the actor must read from the ledger before applying
-    /// `op` from `actor`: the target of an admin's `room.ban` or `chat.mute` who is not a
-    /// member (and not a robot), while VIP protection is on. `None` otherwise.
-    pub fn absent_target<'a>(&self, actor: &UserId, op: &'a RoomOp) -> Option<&'a UserId> {
-        let target = match op {
-            RoomOp::RoomBan(b) => &b.user,
-            RoomOp::ChatMute(m) => &m.user,
-            _ => return None,
+    /// The users whose lifetime spend the actor must read from the ledger before applying
+    /// `op` from `actor` (empty, without allocating, for nearly every command): the targets
+    /// the VIP protection rules on whose spend the room does not know (not a member, or a
+    /// member whose spend is not a reading yet), when the actor is an admin (the owner is not
+    /// held by the protection), while protection is on. Robots, the owner and admins are never
+    /// protected, so never read.
+    pub fn spend_reads(&self, actor: &UserId, op: &RoomOp) -> Vec<UserId> {
+        // The operation first: a match is all that every other command costs here.
+        let covered = matches!(
+            op,
+            RoomOp::RoomBan(_)
+                | RoomOp::ChatMute(_)
+                | RoomOp::RoomKick(_)
+                | RoomOp::SeatKick(_)
+                | RoomOp::SeatMute(_)
+                | RoomOp::RoomUpdate(_)
+                | RoomOp::SeatCount(_)
+        );
+        if !covered || self.vip_rules.protected_level == 0 || self.role(actor) != Role::Admin {
+            return Vec::new();
+        }
+        let seat_holder = |i: usize| self.durable.seats.get(i).and_then(|s| s.user.as_ref());
+        let mut reads = Vec::new();
+        let mut read = |t: &UserId| {
+            let unknown = self.members.get(t).is_none_or(|m| !m.spend_known());
+            if unknown
+                && t != actor
+                && !t.is_robot()
+                && self.role(t) == Role::Member
+                && !reads.contains(t)
+            {
+                reads.push(t.clone());
+            }
         };
-        let needed = self.vip_rules.protected_level > 0
-            && self.role(actor) == Role::Admin
-            && !self.members.contains_key(target)
-            && !target.is_robot();
-        needed.then_some(target)
+        match op {
+            RoomOp::RoomBan(b) => read(&b.user),
+            RoomOp::ChatMute(m) => read(&m.user),
+            // Kicks need a member: a user who is not one is refused without a read.
+            RoomOp::RoomKick(k) if self.members.contains_key(&k.user) => read(&k.user),
+            RoomOp::SeatKick(k) if self.members.contains_key(&k.user) => read(&k.user),
+            RoomOp::SeatMute(m) if m.muted => {
+                if let Some(h) = usize::try_from(m.seat).ok().and_then(seat_holder) {
+                    read(h);
+                }
+            }
+            RoomOp::RoomUpdate(u) if u.host_seat == Some(true) && !self.durable.host_seat => {
+                if let Some(h) = seat_holder(0) {
+                    read(h);
+                }
+            }
+            RoomOp::SeatCount(c) => {
+                let from = usize::try_from(c.seats).unwrap_or(usize::MAX);
+                for s in self.durable.seats.iter().skip(from) {
+                    if let Some(h) = &s.user {
+                        read(h);
+                    }
+                }
+            }
+            _ => {}
+        }
+        reads
     }
 
     /// An admin may not kick, ban or mute a member whose VIP level is at or above the
-    /// protected level; the owner may.
+    /// protected level (nor free their seat, nor mute it); the owner may. The target's spend
+    /// is the room's reading of it, or else the one the actor read (`spend`,
+    /// [`Self::spend_reads`]; the larger of it and what the room counted).
     ///
     /// # Errors
-    /// `VIP_PROTECTED`.
+    /// `VIP_PROTECTED`; `UNAVAILABLE` when the target's spend is unknown and could not be read.
     pub(super) fn require_unprotected(
         &self,
         actor: &UserId,
         target: &UserId,
-    ) -> Result<(), Rejected> {
-        self.require_unprotected_given(actor, target, TargetSpend::NotRead)
-    }
-
-    /// [`Self::require_unprotected`], with the spend the actor read for a target who is not
-    /// a member (`spend`; a member's own standing wins).
-    ///
-    /// # Errors
-    /// `VIP_PROTECTED`; `UNAVAILABLE` when an absent target's spend could not be read.
-    pub(super) fn require_unprotected_given(
-        &self,
-        actor: &UserId,
-        target: &UserId,
-        spend: TargetSpend,
+        spend: &TargetSpend,
     ) -> Result<(), Rejected> {
         let protected = self.vip_rules.protected_level;
         if protected == 0 || self.role(actor) == Role::Owner {
             return Ok(());
         }
-        let spent = match (self.members.get(target), spend) {
-            (Some(m), _) => m.standing().spent,
-            (None, TargetSpend::Read(spent)) => spent,
-            (None, TargetSpend::NotRead) => 0,
-            (None, TargetSpend::Unreadable) => {
+        let member = self.members.get(target);
+        let counted = member.map_or(0, |m| m.standing().spent);
+        let spent = match spend {
+            _ if member.is_some_and(|m| m.spend_known()) || target.is_robot() => counted,
+            TargetSpend::Read(read) => read
+                .iter()
+                .find(|(u, _)| u == target)
+                .map_or(counted, |(_, s)| counted.max(*s)),
+            TargetSpend::NotRead => counted,
+            TargetSpend::Unreadable => {
                 return Err(super::rejected(
                     ErrorCode::Unavailable,
                     "cannot check the user's VIP level now; retry",

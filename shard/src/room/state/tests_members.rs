@@ -119,7 +119,9 @@ fn an_away_member_can_be_kicked() {
     let mut r = room(5_000);
     r.join(&u("a"), at(1), None, 0).unwrap();
     r.disconnect(&u("a"), &at(1), 0).unwrap();
-    let a = r.room_kick(&u("host"), &u("a"), None, 0).unwrap();
+    let a = r
+        .room_kick(&u("host"), &u("a"), None, &super::TargetSpend::NotRead, 0)
+        .unwrap();
     assert_eq!(a.presence, vec![Presence::Leave(u("a"), "kicked")]);
     assert!(a.evicted.is_empty(), "no connection to tell");
     assert_eq!(r.member_count(), 0);
@@ -340,7 +342,7 @@ fn a_ban_or_close_during_a_move_holds_against_the_rejoin() {
     let mut new = room(5_000);
     new.restore(roster.clone(), 100);
     new.rejoin(&u("host"), at(3), None, 110).unwrap();
-    new.room_ban(&u("host"), &u("a"), None, super::TargetSpend::NotRead, 120)
+    new.room_ban(&u("host"), &u("a"), None, &super::TargetSpend::NotRead, 120)
         .unwrap();
     let refused = new.rejoin(&u("a"), at(4), None, 130).unwrap_err();
     assert_eq!(refused.code, ErrorCode::Banned);
@@ -368,7 +370,9 @@ fn a_kick_during_a_move_holds_against_the_rejoin() {
     let mut new = room(5_000);
     new.restore(roster.clone(), 100);
     new.rejoin(&u("host"), at(3), None, 110).unwrap();
-    let kick = new.room_kick(&u("host"), &u("a"), None, 120).unwrap();
+    let kick = new
+        .room_kick(&u("host"), &u("a"), None, &super::TargetSpend::NotRead, 120)
+        .unwrap();
     assert!(kick.evicted.is_empty(), "no connection to tell");
     let refused = new.rejoin(&u("a"), at(4), None, 130).unwrap_err();
     assert_eq!(refused.code, ErrorCode::Banned);
@@ -380,7 +384,8 @@ fn a_kick_during_a_move_holds_against_the_rejoin() {
     let mut late = room(5_000);
     late.restore(roster, 100);
     late.rejoin(&u("host"), at(3), None, 110).unwrap();
-    late.room_kick(&u("host"), &u("b"), None, 120).unwrap();
+    late.room_kick(&u("host"), &u("b"), None, &super::TargetSpend::NotRead, 120)
+        .unwrap();
     assert!(
         late.rejoin(&u("b"), at(6), None, 120 + KICK_MEMORY_MS + 1)
             .is_ok()

@@ -32,6 +32,16 @@ fn moved(r: &RoomState, now: u64) -> RoomState {
     next
 }
 
+/// What the actor passes after reading `who`'s spend from the ledger.
+fn read(who: &str, spent: i64) -> TargetSpend {
+    TargetSpend::Read(vec![(u(who), spent)])
+}
+
+/// No user to read.
+fn none() -> Vec<UserId> {
+    Vec::new()
+}
+
 fn spent(spent: i64) -> Standing {
     Standing {
         guards: Vec::new(),
@@ -151,36 +161,38 @@ fn an_absent_vip_is_protected_by_the_spend_read_for_them() {
     };
     let mut r = fresh();
     // Who needs a read: an admin's ban or mute of a non-member, nothing else.
-    assert_eq!(r.absent_target(&u("adm"), &ban), Some(&u("gone")));
-    assert_eq!(r.absent_target(&u("adm"), &mute), Some(&u("gone")));
-    assert_eq!(r.absent_target(&u("host"), &ban), None, "the owner may");
-    assert_eq!(r.absent_target(&u("mem"), &ban), None, "refused anyway");
+    let gone = vec![u("gone")];
+    assert_eq!(r.spend_reads(&u("adm"), &ban), gone);
+    assert_eq!(r.spend_reads(&u("adm"), &mute), gone);
+    assert_eq!(r.spend_reads(&u("host"), &ban), none(), "the owner may");
+    assert_eq!(r.spend_reads(&u("mem"), &ban), none(), "refused anyway");
     let present = op(serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"t"}}));
+    r.set_standing(&u("t"), spent(0), 1).unwrap();
     assert_eq!(
-        r.absent_target(&u("adm"), &present),
-        None,
-        "a member's spend is held"
+        r.spend_reads(&u("adm"), &present),
+        none(),
+        "a member's spend read is held"
     );
     let unmute = op(serde_json::json!({"op":"chat.unmute","d":{"room":"r1","user":"gone"}}));
-    assert_eq!(r.absent_target(&u("adm"), &unmute), None);
+    assert_eq!(r.spend_reads(&u("adm"), &unmute), none());
     let robot = op(serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"bot:1"}}));
     assert_eq!(
-        r.absent_target(&u("adm"), &robot),
-        None,
+        r.spend_reads(&u("adm"), &robot),
+        none(),
         "robots have no level"
     );
 
     let adm = session(&r, "adm");
     for o in [&ban, &mute] {
         for (spend, want) in [
-            (TargetSpend::Read(250), Some(ErrorCode::VipProtected)),
-            (TargetSpend::Read(350), Some(ErrorCode::VipProtected)),
+            (read("gone", 250), Some(ErrorCode::VipProtected)),
+            (read("gone", 350), Some(ErrorCode::VipProtected)),
             (TargetSpend::Unreadable, Some(ErrorCode::Unavailable)),
-            (TargetSpend::Read(150), None),
+            (read("gone", 150), None),
         ] {
             let mut r = fresh();
             let before = r.durable().clone();
-            let got = r.apply_with(&u("adm"), &adm, o, spend, 1);
+            let got = r.apply_with(&u("adm"), &adm, o, spend.clone(), 1);
             match want {
                 Some(code) => {
                     assert_eq!(got.unwrap_err().code, code, "{o:?} {spend:?}");
@@ -198,9 +210,9 @@ fn an_absent_vip_is_protected_by_the_spend_read_for_them() {
                 .is_ok()
         );
     }
-    // A member's own standing wins over anything passed.
+    // A member's own standing (read) wins over anything passed.
     r.set_standing(&u("t"), spent(250), 1).unwrap();
-    let got = r.apply_with(&u("adm"), &adm, &present, TargetSpend::Read(0), 1);
+    let got = r.apply_with(&u("adm"), &adm, &present, read("t", 0), 1);
     assert_eq!(got.unwrap_err().code, ErrorCode::VipProtected);
 }
 
@@ -208,7 +220,7 @@ fn joined(r: &mut RoomState, who: &str, s: Standing, now: u64) -> Vec<Presence> 
     let mut j = r
         .join(&u(who), super::super::tests_rights::at(70), None, now)
         .unwrap();
-    r.joined_with(&mut j, &u(who), s, now);
+    r.joined_with(&mut j, &u(who), Some(s), now);
     j.applied.presence
 }
 
@@ -526,10 +538,216 @@ fn the_spend_made_in_the_room_survives_a_move_and_the_rejoin() {
         .rejoin(&u("fan"), super::super::tests_rights::at(9), None, 40)
         .unwrap();
     // The gateway's standing, read when the connection opened: 0 spent.
-    next.joined_with(&mut j, &u("fan"), spent(0), 40);
+    next.joined_with(&mut j, &u("fan"), Some(spent(0)), 40);
     assert_eq!(next.badges(&u("fan"), 40).vip, 2);
     assert!(j.applied.presence.is_empty(), "{:?}", j.applied.presence);
     // A newer reading with more spend (gifts elsewhere) raises it.
     next.set_standing(&u("fan"), spent(350), 50).unwrap();
     assert_eq!(next.badges(&u("fan"), 50).vip, 3);
+}
+
+/// Every admin action the protection covers, on `t`, with the seat `t` holds for it.
+fn covered() -> Vec<(usize, serde_json::Value)> {
+    let j = |op: &str, d: serde_json::Value| serde_json::json!({"op": op, "d": d});
+    vec![
+        (
+            2,
+            j("room.kick", serde_json::json!({"room":"r1","user":"t"})),
+        ),
+        (
+            2,
+            j("room.ban", serde_json::json!({"room":"r1","user":"t"})),
+        ),
+        (
+            2,
+            j("chat.mute", serde_json::json!({"room":"r1","user":"t"})),
+        ),
+        (
+            2,
+            j("seat.kick", serde_json::json!({"room":"r1","user":"t"})),
+        ),
+        (
+            2,
+            j(
+                "seat.mute",
+                serde_json::json!({"room":"r1","seat":2,"muted":true}),
+            ),
+        ),
+        (
+            2,
+            j("seat.count", serde_json::json!({"room":"r1","seats":2})),
+        ),
+        (
+            0,
+            j(
+                "room.update",
+                serde_json::json!({"room":"r1","host_seat":true}),
+            ),
+        ),
+    ]
+}
+
+/// `t` of `r` moved to `seat`.
+fn seat_t(r: &mut RoomState, seat: usize) {
+    r.durable.seats[2].user = None;
+    r.durable.seats[seat].user = Some(u("t"));
+}
+
+/// Applies `d` by the admin in the room `mk` makes with `spend`: refused with `want`, changing
+/// nothing, or done (`None`).
+fn admin_with(
+    mk: &dyn Fn() -> RoomState,
+    d: &serde_json::Value,
+    spend: TargetSpend,
+    want: Option<ErrorCode>,
+) {
+    let mut r = mk();
+    let adm = session(&r, "adm");
+    let before = r.durable().clone();
+    let ctx = format!("{d} with {spend:?}");
+    let got = r.apply_with(&u("adm"), &adm, &op(d.clone()), spend, 5);
+    match want {
+        Some(code) => {
+            assert_eq!(got.unwrap_err().code, code, "{ctx}");
+            assert_eq!(r.durable(), &before, "{ctx}: a refusal changed nothing");
+        }
+        None => assert!(got.is_ok(), "{ctx}: {got:?}"),
+    }
+}
+
+/// A member who joined before the gateway's read of their standing arrived (the join carried
+/// none: not read yet, or the read failed) has no known spend. An admin's moderation of them
+/// needs it read from the ledger, as for an absent user, and never takes them for level 0; the
+/// owner needs no read; once the standing arrives nothing is read.
+#[test]
+fn a_member_whose_spend_is_not_read_yet_is_protected_by_the_spend_read_for_them() {
+    for (seat, d) in covered() {
+        let o = op(d.clone());
+        // `t` joined with no standing (as every member of `party` did).
+        let mk = || {
+            let mut r = party();
+            r.set_vip_rules(rules(2));
+            seat_t(&mut r, seat);
+            r
+        };
+        let r = mk();
+        assert_eq!(r.spend_reads(&u("adm"), &o), vec![u("t")], "{d}");
+        assert_eq!(r.spend_reads(&u("host"), &o), none(), "{d}: the owner may");
+        assert_eq!(r.spend_reads(&u("mem"), &o), none(), "{d}: refused anyway");
+        admin_with(&mk, &d, read("t", 250), Some(ErrorCode::VipProtected));
+        admin_with(
+            &mk,
+            &d,
+            TargetSpend::Unreadable,
+            Some(ErrorCode::Unavailable),
+        );
+        admin_with(&mk, &d, read("t", 150), None);
+        // Gifts sent here before the read count: the larger figure decides.
+        let gifted = || {
+            let mut r = mk();
+            r.add_spent(&u("t"), 250, 2);
+            r
+        };
+        admin_with(&gifted, &d, read("t", 0), Some(ErrorCode::VipProtected));
+        // The standing arrives: known, nothing is read, and it decides.
+        let with = |spend: i64| {
+            move || {
+                let mut r = mk();
+                r.set_standing(&u("t"), spent(spend), 3).unwrap();
+                r
+            }
+        };
+        assert_eq!(with(250)().spend_reads(&u("adm"), &o), none(), "{d}");
+        admin_with(
+            &with(250),
+            &d,
+            TargetSpend::NotRead,
+            Some(ErrorCode::VipProtected),
+        );
+        assert_eq!(with(0)().spend_reads(&u("adm"), &o), none(), "{d}");
+        admin_with(&with(0), &d, TargetSpend::NotRead, None);
+    }
+    // A join that carries a standing (even an empty one: read, nothing held) needs no read,
+    // and a later join without one (another connection, its read not back) keeps it.
+    let kick = op(serde_json::json!({"op":"room.kick","d":{"room":"r1","user":"fan"}}));
+    let mut r = party();
+    r.set_vip_rules(rules(2));
+    joined(&mut r, "fan", spent(0), 10);
+    assert_eq!(r.spend_reads(&u("adm"), &kick), none());
+    let mut j = r
+        .join(&u("fan"), super::super::tests_rights::at(71), None, 11)
+        .unwrap();
+    r.joined_with(&mut j, &u("fan"), None, 11);
+    assert_eq!(r.spend_reads(&u("adm"), &kick), none(), "still read");
+    // Nothing is read without protection, nor for anything else than the covered actions.
+    let chat = op(serde_json::json!({"op":"chat.unmute","d":{"room":"r1","user":"t"}}));
+    assert_eq!(r.spend_reads(&u("adm"), &chat), none());
+    let unmute = op(serde_json::json!({"op":"seat.mute","d":{"room":"r1","seat":2,"muted":false}}));
+    assert_eq!(r.spend_reads(&u("adm"), &unmute), none());
+    r.set_vip_rules(rules(0));
+    let ban = op(serde_json::json!({"op":"room.ban","d":{"room":"r1","user":"t"}}));
+    assert_eq!(r.spend_reads(&u("adm"), &ban), none());
+}
+
+/// After an unplanned stop the next runtime adopts the seat holders as away members, without
+/// their standing: until one rejoins with it, an admin's moderation of them needs their spend
+/// read, never level 0. A planned move hands an unknown spend over as unknown.
+#[test]
+fn a_seat_holder_adopted_after_an_unplanned_stop_is_protected_by_the_spend_read() {
+    for (seat, d) in covered() {
+        let o = op(d.clone());
+        let mk = || {
+            let mut r = party();
+            r.set_vip_rules(rules(2));
+            r.set_standing(&u("t"), spent(250), 1).unwrap();
+            seat_t(&mut r, seat);
+            // No roster: the new owner has the saved seats only.
+            let mut next = RoomState::new(
+                protocol::RoomId::from("r1"),
+                r.durable().clone(),
+                2,
+                super::super::Rules::default(),
+            );
+            next.set_vip_rules(rules(2));
+            next.adopt_seated(10);
+            next.join(&u("adm"), super::super::tests_rights::at(5), None, 11)
+                .unwrap();
+            next
+        };
+        assert_eq!(mk().spend_reads(&u("adm"), &o), vec![u("t")], "{d}");
+        admin_with(&mk, &d, read("t", 250), Some(ErrorCode::VipProtected));
+        admin_with(
+            &mk,
+            &d,
+            TargetSpend::Unreadable,
+            Some(ErrorCode::Unavailable),
+        );
+        admin_with(&mk, &d, read("t", 0), None);
+        // Back with the standing the gateway read: known again.
+        let back = || {
+            let mut next = mk();
+            let mut j = next
+                .rejoin(&u("t"), super::super::tests_rights::at(9), None, 12)
+                .unwrap();
+            next.joined_with(&mut j, &u("t"), Some(spent(250)), 12);
+            next
+        };
+        assert_eq!(back().spend_reads(&u("adm"), &o), none(), "{d}");
+        admin_with(
+            &back,
+            &d,
+            TargetSpend::NotRead,
+            Some(ErrorCode::VipProtected),
+        );
+    }
+    // A planned move: the roster says which spends were read.
+    let mut r = party();
+    r.set_vip_rules(rules(2));
+    r.set_standing(&u("mem"), spent(0), 1).unwrap();
+    let mut next = moved(&r, 20);
+    next.join(&u("adm"), super::super::tests_rights::at(5), None, 21)
+        .unwrap();
+    let kick = |who: &str| op(serde_json::json!({"op":"room.kick","d":{"room":"r1","user":who}}));
+    assert_eq!(next.spend_reads(&u("adm"), &kick("t")), vec![u("t")]);
+    assert_eq!(next.spend_reads(&u("adm"), &kick("mem")), none());
 }
