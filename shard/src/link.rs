@@ -4,7 +4,7 @@
 //!
 //! Framing: a 4-byte big-endian length, then a body encoded by [`protocol::link::encode`].
 //! The first frame from a gateway is a [`LinkHello`] with the link version and its proof of the
-//! cluster's secret ([`auth`]).
+//! cluster's secret ([`LinkSecret`], [`HelloCheck`]).
 
 mod auth;
 
