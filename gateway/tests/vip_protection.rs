@@ -50,6 +50,22 @@ async fn launch_holding(hold: Option<Arc<Semaphore>>) -> Server {
     Server::launch(SECRET, ADMIN, gateway, shard).await
 }
 
+/// `room` created by its owner `hana`, who makes `adm` an admin; both in it.
+async fn staffed(s: &Server, room: &RoomId) -> (kit::client::Client, kit::client::Client) {
+    let mut host = s.connect("hana").await;
+    host.create_room(json!({"room": room})).await.unwrap();
+    host.join(room, false, None).await.unwrap();
+    let mut adm = s.connect("adm").await;
+    adm.join(room, false, None).await.unwrap();
+    host.request(
+        "room.admin",
+        json!({"room": room, "user": "adm", "admin": true}),
+    )
+    .await
+    .unwrap();
+    (host, adm)
+}
+
 #[tokio::test]
 async fn an_admin_cannot_ban_or_mute_a_protected_vip_who_left_the_room() {
     let s = launch().await;
@@ -58,17 +74,7 @@ async fn an_admin_cannot_ban_or_mute_a_protected_vip_who_left_the_room() {
         .unwrap();
     assert_eq!(r.status, 200);
     let room = RoomId::from("vip-room");
-    let mut host = s.connect("hana").await;
-    host.create_room(json!({"room": room})).await.unwrap();
-    host.join(&room, false, None).await.unwrap();
-    let mut adm = s.connect("adm").await;
-    adm.join(&room, false, None).await.unwrap();
-    host.request(
-        "room.admin",
-        json!({"room": room, "user": "adm", "admin": true}),
-    )
-    .await
-    .unwrap();
+    let (mut host, mut adm) = staffed(&s, &room).await;
 
     // Two hearts (100 coins) settled: level 2, protected. Then the VIP leaves.
     let mut vip = s.connect("vip").await;
@@ -160,17 +166,7 @@ async fn an_admin_cannot_act_on_a_vip_whose_standing_is_not_read_yet() {
         .unwrap();
 
     let room = RoomId::from("vip-room");
-    let mut host = s.connect("hana").await;
-    host.create_room(json!({"room": room})).await.unwrap();
-    host.join(&room, false, None).await.unwrap();
-    let mut adm = s.connect("adm").await;
-    adm.join(&room, false, None).await.unwrap();
-    host.request(
-        "room.admin",
-        json!({"room": room, "user": "adm", "admin": true}),
-    )
-    .await
-    .unwrap();
+    let (mut host, mut adm) = staffed(&s, &room).await;
     let mut pleb = s.connect("pleb").await;
     pleb.join(&room, false, None).await.unwrap();
     // No standing read has come back: the VIP joins with none, and takes seat 1.
@@ -178,19 +174,7 @@ async fn an_admin_cannot_act_on_a_vip_whose_standing_is_not_read_yet() {
     vip.request("seat.take", json!({"room": room, "seat": 1}))
         .await
         .unwrap();
-    for (op, d) in [
-        ("seat.mute", json!({"room": room, "seat": 1, "muted": true})),
-        ("seat.kick", json!({"room": room, "user": "vip"})),
-        (
-            "chat.mute",
-            json!({"room": room, "user": "vip", "seconds": 60}),
-        ),
-        ("room.kick", json!({"room": room, "user": "vip"})),
-        (
-            "room.ban",
-            json!({"room": room, "user": "vip", "seconds": 60}),
-        ),
-    ] {
+    for (op, d) in kit::client::vip_covered_moderations(&room, "vip", 1) {
         let e = adm.request(op, d).await.unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::VipProtected), "{op}");
     }

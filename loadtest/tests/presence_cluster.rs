@@ -324,19 +324,7 @@ async fn a_seated_vip_not_back_after_a_failover_is_still_protected_from_admins()
     let ja = host.join_retrying(&room, None, WAIT).await.unwrap();
     assert_eq!(ja["snapshot"]["seats"][1]["user"], "vip", "seats restored");
     adm.join_retrying(&room, None, WAIT).await.unwrap();
-    for (op, d) in [
-        ("seat.kick", json!({"room": room, "user": "vip"})),
-        ("seat.mute", json!({"room": room, "seat": 1, "muted": true})),
-        (
-            "chat.mute",
-            json!({"room": room, "user": "vip", "seconds": 60}),
-        ),
-        ("room.kick", json!({"room": room, "user": "vip"})),
-        (
-            "room.ban",
-            json!({"room": room, "user": "vip", "seconds": 60}),
-        ),
-    ] {
+    for (op, d) in kit::client::vip_covered_moderations(&room, "vip", 1) {
         let e = adm.request(op, d).await.unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::VipProtected), "{op}");
     }

@@ -629,6 +629,29 @@ pub async fn create_rooms_close_nine_in_ten(
     Ok(out)
 }
 
+/// The moderations of `user` on `seat` in `room` that VIP protection covers, as `(op, d)`:
+/// seat mute, seat kick, chat mute, room kick, room ban (mutes and bans for 60 s). A test
+/// that an admin is refused each one of a protected VIP walks them all.
+#[must_use]
+pub fn vip_covered_moderations(room: &RoomId, user: &str, seat: u32) -> [(&'static str, Value); 5] {
+    [
+        (
+            "seat.mute",
+            json!({"room": room, "seat": seat, "muted": true}),
+        ),
+        ("seat.kick", json!({"room": room, "user": user})),
+        (
+            "chat.mute",
+            json!({"room": room, "user": user, "seconds": 60}),
+        ),
+        ("room.kick", json!({"room": room, "user": user})),
+        (
+            "room.ban",
+            json!({"room": room, "user": user, "seconds": 60}),
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
