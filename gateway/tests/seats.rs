@@ -231,6 +231,93 @@ async fn a_seat_without_audio_is_freed_at_its_deadline_and_publishing_keeps_it()
     s.stop().await;
 }
 
+/// An admin swaps two seated members in one command: every member sees both seats change
+/// (`swapped`), each user keeps their publishing state, and a member cannot swap, nor anyone
+/// push a holder off without `swap`.
+#[tokio::test]
+async fn an_admin_swaps_two_seated_members_and_everyone_sees_both_seats() {
+    let s = start(|_| {}).await;
+    let (room, mut c) = party(&s, "swap", "free", &["a1", "bob", "carol"], &["a1"]).await;
+    let [host, a1, bob, carol] = c.as_mut_slice() else {
+        unreachable!()
+    };
+    bob.request("seat.take", json!({"room": room, "seat": 1}))
+        .await
+        .unwrap();
+    carol
+        .request("seat.take", json!({"room": room, "seat": 2}))
+        .await
+        .unwrap();
+    carol
+        .request("mic.publishing", json!({"room": room, "on": true}))
+        .await
+        .unwrap();
+    let plain = json!({"room": room, "seat": 2, "user": "bob"});
+    let e = a1.request("seat.move", plain).await.unwrap_err();
+    assert_eq!(code(e), ErrorCode::SeatTaken);
+    let e = bob
+        .request("seat.move", json!({"room": room, "seat": 2, "swap": true}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::Forbidden, "a member cannot swap");
+
+    let ok = a1
+        .request(
+            "seat.move",
+            json!({"room": room, "seat": 2, "user": "bob", "swap": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok, json!({"seat": 2}));
+    for who in [&mut *host, &mut *bob, &mut *carol] {
+        let first = loop {
+            let ev = who.next_event_named("seat.update", WAIT).await.unwrap();
+            if ev.d["reason"] == "swapped" {
+                break ev;
+            }
+        };
+        let second = who.next_event_named("seat.update", WAIT).await.unwrap();
+        let seen: Vec<_> = [&first, &second]
+            .iter()
+            .map(|e| {
+                (
+                    e.d["index"].clone(),
+                    e.d["user"].clone(),
+                    e.d["publishing"].clone(),
+                    e.d["by"].clone(),
+                    e.d["reason"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    json!(1),
+                    json!("carol"),
+                    json!(true),
+                    json!("a1"),
+                    json!("swapped")
+                ),
+                (
+                    json!(2),
+                    json!("bob"),
+                    json!(false),
+                    json!("a1"),
+                    json!("swapped")
+                ),
+            ]
+        );
+    }
+    let snap = host.join(&room, false, None).await.unwrap();
+    let seats = &snap["snapshot"]["seats"];
+    assert_eq!(
+        (&seats[1]["user"], &seats[2]["user"]),
+        (&json!("carol"), &json!("bob"))
+    );
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn a_kick_with_a_ban_removes_the_member_until_the_ban_ends_and_it_is_audited() {
     let s = start(|_| {}).await;

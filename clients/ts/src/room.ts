@@ -116,8 +116,15 @@ export class Room extends Emitter<RoomEvents> {
   muteSeat(seat: number, muted: boolean): Promise<OpOk<"seat.mute">> {
     return this.client.request("seat.mute", { room: this.id, seat, muted });
   }
-  moveSeat(seat: number, user?: string): Promise<OpOk<"seat.move">> {
-    return this.client.request("seat.move", user === undefined ? { room: this.id, seat } : { room: this.id, seat, user });
+  /**
+   * Moves oneself, or (owner or admin) `user`, to `seat`. With `swap`, a seat held by someone
+   * else is exchanged with its holder (owner or admin) instead of refused as `SEAT_TAKEN`.
+   */
+  moveSeat(seat: number, user?: string, options: { swap?: boolean } = {}): Promise<OpOk<"seat.move">> {
+    const d: OpRequest<"seat.move"> = { room: this.id, seat };
+    if (user !== undefined) d.user = user;
+    if (options.swap) d.swap = true;
+    return this.client.request("seat.move", d);
   }
   kickFromSeat(user: string): Promise<OpOk<"seat.kick">> {
     return this.client.request("seat.kick", { room: this.id, user });

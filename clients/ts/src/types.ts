@@ -97,7 +97,7 @@ export interface Ops {
   "seat.take": [{ room: string; seat?: number }, { seat: number }];
   "seat.leave": [{ room: string }, Record<string, never>];
   "seat.lock": [{ room: string; seat: number; locked: boolean }, Record<string, never>];
-  "seat.move": [{ room: string; seat: number; user?: string }, { seat: number }];
+  "seat.move": [{ room: string; seat: number; user?: string; swap?: boolean }, { seat: number }];
   "seat.lock_all": [{ room: string; locked: boolean }, Record<string, never>];
   "seat.mute": [{ room: string; seat: number; muted: boolean }, Record<string, never>];
   "seat.kick": [{ room: string; user: string }, Record<string, never>];

@@ -64,6 +64,14 @@ test("two clients join, chat, take seats and see each other's typed events", asy
 
   await assert.rejects(ra.takeSeat(2), (e) => e instanceof ChorusError && e.code === "SEAT_TAKEN" && !e.retryable);
   await assert.rejects(ra.takeSeat(99), (e) => e instanceof ChorusError && e.code === "NO_SUCH_SEAT");
+  // The owner swaps seats with bob in one step, and back: both seats change for both of them.
+  await ra.takeSeat(1);
+  await assert.rejects(ra.moveSeat(1, "bob"), (e) => e.code === "SEAT_TAKEN");
+  assert.deepEqual(await ra.moveSeat(1, "bob", { swap: true }), { seat: 1 });
+  const swapped = (r) => r.snapshot.seats[1].user === "bob" && r.snapshot.seats[2].user === "alice";
+  await until(() => swapped(ra) && swapped(rb), 5000, "both see the swap");
+  await ra.moveSeat(2, "bob", { swap: true });
+  await until(() => rb.snapshot.seats[2].user === "bob" && rb.snapshot.seats[1].user === "alice", 5000, "swapped back");
   await rb.leaveSeat();
   await until(() => ra.snapshot.seats[2].user === null, 5000, "the seat freed");
   const { members, count } = await ra.members();

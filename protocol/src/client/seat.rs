@@ -40,6 +40,10 @@ pub struct SeatMove {
     /// Whom to move; the sender when absent.
     #[serde(default)]
     pub user: Option<UserId>,
+    /// When the seat is held by someone else, the two users change seats (owner or admin
+    /// only) in place of `SEAT_TAKEN`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub swap: bool,
 }
 
 /// `seat.lock` arguments: the owner or an admin locks or unlocks one seat.

@@ -561,7 +561,7 @@ impl RoomState {
             }
             RoomOp::SeatTake(t) => taken(self.seat_take(user, t.seat, now)?),
             RoomOp::SeatLeave(_) => Outcome::empty(self.seat_leave(user)),
-            RoomOp::SeatMove(m) => taken(self.seat_move(user, m.user.as_ref(), m.seat)?),
+            RoomOp::SeatMove(m) => taken(self.seat_move(user, m.user.as_ref(), m.seat, m.swap)?),
             RoomOp::SeatLock(l) => Outcome::empty(self.seat_lock(user, Some(l.seat), l.locked)?),
             RoomOp::SeatLockAll(l) => Outcome::empty(self.seat_lock(user, None, l.locked)?),
             RoomOp::SeatMute(m) => Outcome::empty(self.seat_mute(user, m.seat, m.muted, &spend)?),
@@ -764,3 +764,7 @@ mod tests_streaks;
 #[cfg(test)]
 #[path = "state/tests_rocket.rs"]
 mod tests_rocket;
+
+#[cfg(test)]
+#[path = "state/tests_swap.rs"]
+mod tests_swap;

@@ -208,17 +208,19 @@ impl RoomState {
         applied
     }
 
-    /// A seated member moves to seat `to`, or the owner or an admin moves `target` there
-    /// (the seat must be free: nobody is pushed off).
+    /// A seated member moves to seat `to`, or the owner or an admin moves `target` there. The
+    /// seat must be free (nobody is pushed off), unless `swap`: then its holder takes the
+    /// moved user's seat ([`Self::seat_swap`]).
     ///
     /// # Errors
     /// `NOT_SEATED`; `USER_NOT_IN_ROOM`; `FORBIDDEN` for moving someone else without the
-    /// right; the seat checks of `seat.take`.
+    /// right; the seat checks of `seat.take`; those of a swap.
     pub fn seat_move(
         &mut self,
         actor: &UserId,
         target: Option<&UserId>,
         to: u32,
+        swap: bool,
     ) -> Result<(u32, Applied), Rejected> {
         let (who, cause) = match target {
             Some(t) if t != actor => {
@@ -233,6 +235,10 @@ impl RoomState {
         };
         if from == to {
             return Ok((to, Applied::default()));
+        }
+        if swap && let Some(holder) = self.seat(to)?.user.clone() {
+            let applied = self.seat_swap(actor, (&who, from), (&holder, to), cause)?;
+            return Ok((to, applied));
         }
         self.check_seat_for(&who, to)?;
         let mut applied = Applied::default();
@@ -251,6 +257,49 @@ impl RoomState {
         s.publish_by = old.publish_by;
         self.seat_event(&mut applied, to as usize, Some(actor), cause, Some("moved"));
         Ok((to, applied))
+    }
+
+    /// `a` on seat `from` and `b` on seat `to` change seats, for `actor` (the owner or an
+    /// admin: the swap moves `b` too, so the actor needs the right over `b` unless it is
+    /// `b`). Each user's publishing state and deadline go with them; mute flags stay with the
+    /// seats, less the old holder's own mute, as when a seat is freed. Both seats must be
+    /// unlocked, and seat 0 of a host-seat room stays the owner's.
+    ///
+    /// # Errors
+    /// `FORBIDDEN` (no right over `b`, or seat 0 of a host-seat room for someone else);
+    /// `SEAT_LOCKED`.
+    fn seat_swap(
+        &mut self,
+        actor: &UserId,
+        (a, from): (&UserId, u32),
+        (b, to): (&UserId, u32),
+        cause: Cause,
+    ) -> Result<Applied, Rejected> {
+        if b != actor {
+            self.require_over(actor, b)?;
+        }
+        let owner = &self.durable.owner;
+        if self.durable.host_seat && ((to == 0 && a != owner) || (from == 0 && b != owner)) {
+            return Err(rejected(ErrorCode::Forbidden, "seat 0 is the owner's"));
+        }
+        if self.seat(from)?.locked || self.seat(to)?.locked {
+            return Err(rejected(ErrorCode::SeatLocked, "seat is locked"));
+        }
+        let (f, t) = (from as usize, to as usize);
+        let seats = &mut self.durable.seats;
+        let (moved, held) = (seats[f].clone(), seats[t].clone());
+        for (i, came) in [(f, held), (t, moved)] {
+            let s = &mut seats[i];
+            s.user = came.user;
+            s.publishing = came.publishing;
+            s.publish_by = came.publish_by;
+            s.muted = s.admin_muted;
+        }
+        let mut applied = Applied::default();
+        for i in [f, t] {
+            self.seat_event(&mut applied, i, Some(actor), cause, Some("swapped"));
+        }
+        Ok(applied)
     }
 
     /// The owner or an admin locks or unlocks seat `seat`, or every seat (`None`). A locked

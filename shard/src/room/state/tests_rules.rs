@@ -663,7 +663,7 @@ fn moving_with_seat_take_keeps_the_publish_deadline_as_seat_move_does() {
     // Hopping to another seat just before the deadline does not buy another T.
     let (_, a) = r.seat_take(&u("a"), Some(2), 1000 + T - 1).unwrap();
     assert_eq!(seat_updates(&a)[1].seat.publish_by, Some(1000 + T));
-    let (_, a) = r.seat_move(&u("a"), None, 3).unwrap();
+    let (_, a) = r.seat_move(&u("a"), None, 3, false).unwrap();
     assert_eq!(seat_updates(&a)[1].seat.publish_by, Some(1000 + T));
     let up = seat_updates(&r.tick(1000 + T));
     assert_eq!(
