@@ -98,7 +98,7 @@ impl Refusal {
 #[derive(Debug, Default)]
 pub struct HelloCheck {
     secret: Option<LinkSecret>,
-    seen: Mutex<HashMap<String, u64>>,
+    seen: Mutex<HashMap<Vec<u8>, u64>>,
 }
 
 impl HelloCheck {
@@ -137,7 +137,9 @@ impl HelloCheck {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         // Proofs older than the window are refused as stale anyway: forget them.
         seen.retain(|_, at| at.abs_diff(now) <= window);
-        if seen.insert(auth.mac.clone(), auth.at).is_some() {
+        // Keyed by the MAC's bytes, not its text: hex has two cases, and a replay of a seen
+        // proof spelled in the other case is the same proof.
+        if seen.insert(given, auth.at).is_some() {
             return Err(Refusal::Replayed);
         }
         Ok(())
@@ -174,6 +176,13 @@ mod tests {
         let good = hello(5, &g1, Some(&secret("cluster-secret-0123")));
         assert_eq!(check.check(&good, now), Ok(()));
         assert_eq!(check.check(&good, now), Err(Refusal::Replayed));
+        // The same proof in capitals is the same proof.
+        let mut shouted = good.clone();
+        if let Some(a) = shouted.auth.as_mut() {
+            a.mac = a.mac.to_uppercase();
+        }
+        assert_ne!(shouted, good);
+        assert_eq!(check.check(&shouted, now), Err(Refusal::Replayed));
         assert_eq!(
             check.check(&hello(5, &g1, None), now),
             Err(Refusal::Missing)
