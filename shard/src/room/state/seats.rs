@@ -210,7 +210,7 @@ impl RoomState {
 
     /// A seated member moves to seat `to`, or the owner or an admin moves `target` there. The
     /// seat must be free (nobody is pushed off), unless `swap`: then its holder takes the
-    /// moved user's seat ([`Self::seat_swap`]).
+    /// moved user's seat (a swap, `seat_swap`).
     ///
     /// # Errors
     /// `NOT_SEATED`; `USER_NOT_IN_ROOM`; `FORBIDDEN` for moving someone else without the
