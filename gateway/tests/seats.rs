@@ -185,15 +185,8 @@ async fn an_invitation_accepted_after_its_time_out_is_refused_as_expired() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn a_seat_without_audio_is_freed_at_its_deadline_and_publishing_keeps_it() {
-    // Carol's seat.take and mic.publishing must both land within the deadline, on a loaded
-    // machine too; bob's freeing is waited for (WAIT per event), not timed.
-    let s = start(|sh| sh.publish_deadline = Duration::from_secs(2)).await;
-    let (room, mut c) = party(&s, "mic", "free", &["bob", "carol"], &[]).await;
-    let [host, bob, carol] = c.as_mut_slice() else {
-        unreachable!()
-    };
+/// Bob takes seat 1 and stays silent; carol takes seat 2 and publishes.
+async fn bob_on_1_carol_publishing_on_2(bob: &mut Client, carol: &mut Client, room: &RoomId) {
     bob.request("seat.take", json!({"room": room, "seat": 1}))
         .await
         .unwrap();
@@ -205,6 +198,18 @@ async fn a_seat_without_audio_is_freed_at_its_deadline_and_publishing_keeps_it()
         .request("mic.publishing", json!({"room": room, "on": true}))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_seat_without_audio_is_freed_at_its_deadline_and_publishing_keeps_it() {
+    // Carol's seat.take and mic.publishing must both land within the deadline, on a loaded
+    // machine too; bob's freeing is waited for (WAIT per event), not timed.
+    let s = start(|sh| sh.publish_deadline = Duration::from_secs(2)).await;
+    let (room, mut c) = party(&s, "mic", "free", &["bob", "carol"], &[]).await;
+    let [host, bob, carol] = c.as_mut_slice() else {
+        unreachable!()
+    };
+    bob_on_1_carol_publishing_on_2(bob, carol, &room).await;
     // Bob never publishes: the server frees his seat, and only his.
     let freed = loop {
         let ev = host.next_event_named("seat.update", WAIT).await.unwrap();
@@ -241,17 +246,7 @@ async fn an_admin_swaps_two_seated_members_and_everyone_sees_both_seats() {
     let [host, a1, bob, carol] = c.as_mut_slice() else {
         unreachable!()
     };
-    bob.request("seat.take", json!({"room": room, "seat": 1}))
-        .await
-        .unwrap();
-    carol
-        .request("seat.take", json!({"room": room, "seat": 2}))
-        .await
-        .unwrap();
-    carol
-        .request("mic.publishing", json!({"room": room, "on": true}))
-        .await
-        .unwrap();
+    bob_on_1_carol_publishing_on_2(bob, carol, &room).await;
     let plain = json!({"room": room, "seat": 2, "user": "bob"});
     let e = a1.request("seat.move", plain).await.unwrap_err();
     assert_eq!(code(e), ErrorCode::SeatTaken);

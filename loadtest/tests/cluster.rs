@@ -742,13 +742,7 @@ async fn killing_the_owner_under_traffic_loses_no_event_for_resuming_clients() {
 /// once (whether the shard ran it is unknown), not after the gateway's 15 s retry budget.
 #[tokio::test]
 async fn a_request_lost_with_its_shards_link_is_answered_at_once() {
-    let mut cluster = Cluster::start(ClusterOptions {
-        shards: 2,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let mut cluster = Cluster::of(2, 1).await.unwrap();
     let room = RoomId::from("lost");
     let (mut a, mut b) = alice_and_bob_in(&cluster, &room).await;
     let (owner, _) = cluster.room_owner("lost").await.unwrap().unwrap();

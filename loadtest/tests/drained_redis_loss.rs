@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use kit::cluster::{Cluster, ClusterOptions};
+use kit::cluster::Cluster;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -49,13 +49,7 @@ async fn two_heartbeats(c: &Cluster, id: &str) {
 
 #[tokio::test]
 async fn a_drained_shard_rejoins_drained_after_redis_loses_the_ring() {
-    let mut cluster = Cluster::start(ClusterOptions {
-        shards: 2,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let mut cluster = Cluster::of(2, 1).await.unwrap();
     cluster.wait_converged().await.unwrap();
     let r = cluster.admin("POST", "/admin/nodes/s1/drain", None).await;
     assert_eq!(r.unwrap().status, 200);

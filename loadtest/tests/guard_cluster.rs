@@ -10,19 +10,13 @@
 
 use std::time::Duration;
 
-use kit::cluster::{Cluster, ClusterOptions};
+use kit::cluster::Cluster;
 use serde_json::json;
 use tokio::time::Instant;
 
 #[tokio::test]
 async fn a_guard_bought_on_one_gateway_shows_in_the_room_held_through_the_other() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 2,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::of(1, 2).await.unwrap();
     let token = Some(cluster.admin_token.as_str());
     let g0 = cluster.gateways[0].admin;
     let r = kit::admin::grant(g0, token, "alice", 5_000, "seed")

@@ -61,13 +61,7 @@ async fn unready_for(addr: SocketAddr, what: &str) {
 
 #[tokio::test]
 async fn cluster_nodes_are_unready_while_redis_is_frozen_and_stay_live() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::of(1, 1).await.unwrap();
     let nodes = [cluster.shards[0].admin, cluster.gateways[0].admin];
     for addr in nodes {
         live(addr).await;

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use kit::cluster::{CLUSTER_SECRET, Cluster, ClusterOptions};
+use kit::cluster::{CLUSTER_SECRET, Cluster};
 use protocol::NodeId;
 use protocol::link::{self, Command, LINK_VERSION, LinkFrame, ToGateway};
 use serde_json::json;
@@ -49,13 +49,7 @@ async fn link_and_create(
 
 #[tokio::test]
 async fn a_link_without_the_cluster_secret_is_refused_and_acts_for_nobody() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::of(1, 1).await.unwrap();
     let shard = &cluster.shards[0];
     for (reason, secret) in [("missing", None), ("bad", Some("not-the-cluster-secret"))] {
         let mut framed = link_and_create(shard.link, secret, "stolen").await;

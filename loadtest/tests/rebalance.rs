@@ -128,13 +128,7 @@ fn percentile(mut v: Vec<u64>, p: f64) -> u64 {
 
 #[tokio::test]
 async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 3,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::of(3, 1).await.unwrap();
     ring_has(&cluster, 3).await;
     let rooms: Vec<RoomId> = (0..12).map(|i| RoomId::from(format!("load-{i}"))).collect();
     let mut pubs = Vec::new();
@@ -369,13 +363,7 @@ async fn draining_a_shard_under_chat_and_gift_load_moves_every_room_without_loss
 
 #[tokio::test]
 async fn adding_weighting_and_removing_nodes_moves_only_the_rooms_that_must_move() {
-    let mut cluster = Cluster::start(ClusterOptions {
-        shards: 3,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let mut cluster = Cluster::of(3, 1).await.unwrap();
     ring_has(&cluster, 3).await;
     let rooms: Vec<RoomId> = (0..48)
         .map(|i| RoomId::from(format!("place-{i}")))
@@ -616,13 +604,7 @@ async fn moving_a_room_whose_owner_is_frozen_completes_after_lease_expiry_with_o
 /// the client gets `room.left` `unavailable`, rejoins by itself and gets the resync.
 #[tokio::test]
 async fn a_move_that_cannot_be_resumed_is_told_to_the_client() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 2,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::of(2, 1).await.unwrap();
     ring_has(&cluster, 2).await;
     let room = RoomId::from("unresumable");
     let mut a = cluster.connect(0, "alice").await.unwrap();
@@ -656,13 +638,7 @@ async fn a_move_that_cannot_be_resumed_is_told_to_the_client() {
 
 #[tokio::test]
 async fn admin_calls_without_the_token_are_refused() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::of(1, 1).await.unwrap();
     let calls = [
         ("GET", "/admin/ring"),
         ("GET", "/admin/nodes"),
@@ -712,13 +688,7 @@ async fn admin_calls_without_the_token_are_refused() {
 /// rather than answered as a ring change, and the ring's version stays.
 #[tokio::test]
 async fn weighting_or_draining_a_gateway_is_refused() {
-    let cluster = Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 1,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::of(1, 1).await.unwrap();
     let version = |r: Value| r["version"].as_u64().unwrap();
     let before = version(
         cluster

@@ -24,13 +24,7 @@ use tokio::time::Instant;
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn cluster() -> Cluster {
-    Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 2,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap()
+    Cluster::of(1, 2).await.unwrap()
 }
 
 async fn send(c: &mut Client, to: &str, text: &str, req: &str) -> Value {

@@ -8,18 +8,12 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use kit::cluster::{Cluster, ClusterOptions};
+use kit::cluster::Cluster;
 use serde_json::json;
 
 /// One shard and two gateways: what one gateway stores, the other reads.
 async fn two_gateways() -> Cluster {
-    Cluster::start(ClusterOptions {
-        shards: 1,
-        gateways: 2,
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap()
+    Cluster::of(1, 2).await.unwrap()
 }
 
 #[tokio::test]

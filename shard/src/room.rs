@@ -373,6 +373,15 @@ async fn load_log(inner: &Arc<Inner>, room: &RoomId) -> EventLog {
     log
 }
 
+/// A runtime refused before it ran: out of the registry, no more commands queued, and a
+/// handoff sent to it meanwhile ends with it. (A runtime that ran ends the handoff later, in
+/// `stop`, once its members are told.)
+fn refused(inner: &Inner, room: &RoomId, generation: u64, rx: &mut mpsc::Receiver<Box<RoomMsg>>) {
+    inner.unregister(room, generation);
+    rx.close();
+    inner.rebalance.dropped(room, generation);
+}
+
 /// The room does not exist: answers the queued commands that cannot create it
 /// `ROOM_NOT_FOUND`, those of `over_rate` (a user past their creation rate) that would create
 /// it `QUOTA_EXCEEDED`, and removes the room from the registry. Another user's command that
@@ -385,10 +394,7 @@ async fn refuse_missing(
     mut rx: mpsc::Receiver<Box<RoomMsg>>,
     over_rate: Option<&UserId>,
 ) {
-    inner.unregister(room, generation);
-    rx.close();
-    // A handoff sent to this runtime before it was refused ends with it.
-    inner.rebalance.dropped(room, generation);
+    refused(inner, room, generation, &mut rx);
     while let Some(msg) = rx.recv().await {
         let RoomMsg::Command(cmd) = *msg else {
             continue;
@@ -414,10 +420,7 @@ async fn refuse_all(
     mut rx: mpsc::Receiver<Box<RoomMsg>>,
     owner_hint: Option<NodeId>,
 ) {
-    inner.unregister(room, generation);
-    rx.close();
-    // A handoff sent to this runtime before it was refused ends with it.
-    inner.rebalance.dropped(room, generation);
+    refused(inner, room, generation, &mut rx);
     while let Some(msg) = rx.recv().await {
         let RoomMsg::Command(cmd) = *msg else {
             continue;

@@ -111,6 +111,19 @@ fn loopback(port: u16) -> SocketAddr {
 }
 
 impl Cluster {
+    /// Starts `shards` shards and `gateways` gateways with the default options.
+    ///
+    /// # Errors
+    /// As [`Cluster::start`].
+    pub async fn of(shards: usize, gateways: usize) -> io::Result<Self> {
+        Self::start(ClusterOptions {
+            shards,
+            gateways,
+            ..ClusterOptions::default()
+        })
+        .await
+    }
+
     /// Starts Redis, the shards, then the gateways, and waits until every node listens.
     ///
     /// # Errors
