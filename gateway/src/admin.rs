@@ -33,6 +33,7 @@ mod cluster_ops;
 mod dashboard;
 mod directory;
 mod health;
+mod messages;
 mod money;
 mod payments;
 mod robots;
@@ -311,6 +312,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::GET, ["rooms", id, "moderation"]) if is_valid_id(id) => {
             cluster_ops::moderation(admin, &RoomId::from(*id)).await
         }
+        (&Method::POST, ["rooms", id, "messages"]) if is_valid_id(id) => {
+            messages::send(admin, RoomId::from(*id), &body).await
+        }
         (&Method::POST, ["rooms", id, "move"]) if is_valid_id(id) => {
             cluster_ops::move_room(admin, id, &body).await
         }
@@ -396,6 +400,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["directory", "pins"]) => "directory_pins",
         (&Method::GET, ["rooms", _]) => "room_get",
         (&Method::POST, ["rooms", _, "move"]) => "room_move",
+        (&Method::POST, ["rooms", _, "messages"]) => "room_message",
         (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",
         (&Method::GET, ["ring"]) => "ring_get",
         (&Method::GET, ["nodes"]) => "nodes_get",

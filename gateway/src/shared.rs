@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use protocol::client::{self, RoomOp};
-use protocol::link::{Command, RoomCmd, ToGateway};
+use protocol::link::{Command, ReplyError, RoomCmd, ToGateway};
 use protocol::{ErrorCode, NodeId, RoomId, SessionId, UserId};
 
 /// First delay before a routing retry; doubles per attempt.
@@ -29,6 +29,9 @@ const PENDING_SWEEP: Duration = Duration::from_millis(500);
 /// socket for silence and token expiry, and pings one slice of them, so each socket gets one
 /// ping per interval and the pings of a big node are spread over the interval, not bunched.
 const HEARTBEAT_SLICES: u32 = 8;
+/// The client request id of a command whose reply the gateway itself waits for
+/// ([`Core::command_reply`]) instead of a socket.
+const WAITED: u64 = u64::MAX;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -60,6 +63,9 @@ pub(crate) struct Core {
     next_req: AtomicU64,
     /// Commands sent and not yet answered, kept for routing retries.
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Replies the gateway waits for itself (the admin API's room messages), by the session
+    /// id each such command was given.
+    waiters: Mutex<HashMap<SessionId, tokio::sync::oneshot::Sender<Answer>>>,
     /// Ledger and catalog for the money ops the gateway answers itself.
     pub(crate) money: money::Money,
     /// The user registry, the gateway bus and direct messages.
@@ -87,6 +93,9 @@ pub(crate) struct HotCounters {
     /// [`crate::metrics::WRITE_BATCHES`].
     pub(crate) write_batches: ::metrics::Counter,
 }
+
+/// A room's answer to a command: the reply's `ok` JSON, or its error.
+pub(crate) type Answer = Result<bytes::Bytes, ReplyError>;
 
 /// A command waiting for its reply.
 struct Pending {
@@ -129,6 +138,7 @@ impl Core {
             next_session: AtomicU64::new(1),
             next_req: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
+            waiters: Mutex::new(HashMap::new()),
             money,
             social,
             users,
@@ -224,7 +234,10 @@ impl Core {
                 // Reject policy: the node is saturated; nothing queues without a bound.
                 drop(pending);
                 ::metrics::counter!(crate::metrics::ERRORS, "code" => "UNAVAILABLE").increment(1);
-                if let Some(id) = cmd.client_id {
+                if cmd.client_id == Some(WAITED) {
+                    let busy = ReplyError::new(ErrorCode::Unavailable, "gateway busy; retry");
+                    self.answer_waiter(cmd.session, Err(busy));
+                } else if let Some(id) = cmd.client_id {
                     let frame =
                         client::encode_err(Some(id), ErrorCode::Unavailable, "gateway busy; retry");
                     if let Some(t) = text(frame) {
@@ -248,6 +261,43 @@ impl Core {
         if !sent {
             self.not_carried(req);
             self.retry_later(req, hint);
+        }
+    }
+
+    /// Sends `cmd` to `room` as the gateway itself (a fresh session that is nobody's socket)
+    /// and waits up to `wait` for the room's answer. Like a client's request it is never sent
+    /// twice once a shard may have run it: a link lost meanwhile, or no answer in time, is
+    /// `UNAVAILABLE` (with `outcome_unknown` when the room may have run it).
+    pub(crate) async fn command_reply(
+        &self,
+        user: &UserId,
+        room: RoomId,
+        cmd: RoomCmd,
+        wait: Duration,
+    ) -> Answer {
+        let session = self.next_session();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.waiters().insert(session, tx);
+        self.send_command(session, user, Some(WAITED), room, cmd, None);
+        let answer = tokio::time::timeout(wait, rx).await;
+        self.waiters().remove(&session);
+        match answer {
+            Ok(Ok(answer)) => answer,
+            _ => Err(ReplyError {
+                outcome_unknown: true,
+                ..ReplyError::new(ErrorCode::Unavailable, "no answer from the room in time")
+            }),
+        }
+    }
+
+    fn waiters(&self) -> MutexGuard<'_, HashMap<SessionId, tokio::sync::oneshot::Sender<Answer>>> {
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands `answer` to whoever waits on `session` ([`Self::command_reply`]).
+    fn answer_waiter(&self, session: SessionId, answer: Answer) {
+        if let Some(tx) = self.waiters().remove(&session) {
+            let _ = tx.send(answer);
         }
     }
 
@@ -329,7 +379,13 @@ impl Core {
                 .remove(&(cmd.session, cmd.room.clone()));
             self.rejoin_failed(cmd, None);
         }
-        if let Some(id) = cmd.client_id
+        if cmd.client_id == Some(WAITED) {
+            let gone = ReplyError {
+                outcome_unknown: true,
+                ..ReplyError::new(ErrorCode::Unavailable, msg)
+            };
+            self.answer_waiter(cmd.session, Err(gone));
+        } else if let Some(id) = cmd.client_id
             && let Some(t) = text(client::encode_err(Some(id), ErrorCode::Unavailable, msg))
         {
             self.hub.send_to(cmd.session, t);
@@ -494,6 +550,14 @@ impl Core {
                 }
             }
         }
+        // A reply the gateway itself waits for goes to its waiter, not to a socket.
+        let msg = match msg {
+            ToGateway::Reply(r) if r.client_id == Some(WAITED) => {
+                self.answer_waiter(r.session, r.outcome);
+                return;
+            }
+            msg => msg,
+        };
         // A client's join or leave that the hub applies is recorded in the user registry.
         let membership = match &msg {
             ToGateway::Reply(r) if r.outcome.is_ok() && r.client_id.is_some() => r

@@ -5,6 +5,7 @@
 //! bytes go to every member.
 
 pub mod chat;
+pub mod custom;
 pub mod directory;
 pub mod gift;
 pub mod guard;
@@ -33,6 +34,9 @@ use crate::error::ErrorCode;
 use crate::ids::{Epoch, RoomId, Seq};
 
 pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
+pub use custom::{
+    CustomEvent, CustomSend, CustomSent, MAX_CUSTOM_DATA_BYTES, MAX_CUSTOM_TYPE_BYTES,
+};
 pub use directory::{RoomEntry, RoomList, RoomListPage};
 pub use gift::{
     Combo, GiftEvent, GiftInfo, GiftList, GiftSend, GiftSent, GiftTargets, LuckyWinEvent,

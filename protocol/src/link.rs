@@ -22,8 +22,9 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// adds the seat and moderation operations and the RTC provider's reports ([`RoomCmd::Rtc`]);
 /// version 4 adds the sender's profile to joins ([`Command::profile`]) and profile changes
 /// ([`RoomCmd::Profile`]); version 5 adds the member's standing (guards held, lifetime gift
-/// spend) to joins ([`Command::standing`]) and its changes ([`RoomCmd::Standing`]).
-pub const LINK_VERSION: u16 = 5;
+/// spend) to joins ([`Command::standing`]) and its changes ([`RoomCmd::Standing`]); version 6
+/// adds the app backend's room messages ([`RoomCmd::Custom`]).
+pub const LINK_VERSION: u16 = 6;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +96,9 @@ pub enum RoomCmd {
     Profile(Profile),
     /// The user's standing changed (a guard bought): the room shows the new badges.
     Standing(Standing),
+    /// A message from the app's backend (the admin API), sent to the room as a `custom` event
+    /// with no sender; the command's user and session are none of a member's.
+    Custom(crate::client::CustomSend),
 }
 
 /// What an RTC provider's webhook says about one participant's audio.
@@ -454,6 +458,22 @@ mod tests {
             client_id: None,
             room: "r1".into(),
             cmd: RoomCmd::Leave(LeaveReason::Switched),
+            profile: None,
+            standing: None,
+        }));
+        round_trip(LinkFrame::Command(Command {
+            req: 9,
+            gateway: "g1".into(),
+            session: 4,
+            user: "@admin".into(),
+            client_id: Some(u64::MAX),
+            room: "r1".into(),
+            cmd: RoomCmd::Custom(crate::client::CustomSend {
+                room: "r1".into(),
+                kind: "notice".into(),
+                data: Some(serde_json::json!({"text": "hi", "n": [1, 2.5, null]})),
+                volatile: true,
+            }),
             profile: None,
             standing: None,
         }));

@@ -785,6 +785,15 @@ impl RoomActor {
                 self.publish(applied, None).await?;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
+            RoomCmd::Custom(c) => {
+                let applied = state.custom(None, c, now_ms())?;
+                let seq = applied.events.last().map(|(s, _)| *s);
+                self.publish(applied, None).await?;
+                Ok(Some((
+                    client::to_json(&client::CustomSent { seq }).into(),
+                    None,
+                )))
+            }
             RoomCmd::Op(op) => {
                 // An admin's moderation of a user whose spend the room does not know (absent,
                 // or their standing not read yet): the spend comes from the ledger.

@@ -1,4 +1,5 @@
-//! `chorus admin rooms …`: the room directory (`GET /admin/rooms`) and its directory pins.
+//! `chorus admin rooms …`: the room directory (`GET /admin/rooms`), its directory pins, and
+//! messages from the app's backend to a room.
 
 use clap::Subcommand;
 use serde_json::json;
@@ -39,6 +40,24 @@ pub enum RoomsVerb {
     },
     /// `GET /admin/directory/pins`: every directory pin.
     Pins,
+    /// `POST /admin/rooms/{room}/messages`: a `custom` event from the app's backend.
+    Message {
+        /// Room id.
+        room: String,
+        /// The message's `type` (e.g. `notice`).
+        #[arg(name = "type")]
+        kind: String,
+        /// Its `data`, as JSON (e.g. `'{"text":"Welcome"}'`).
+        #[arg(long, value_parser = parse_json)]
+        data: Option<serde_json::Value>,
+        /// Send it only to the members in the room now, unsequenced and not kept.
+        #[arg(long)]
+        volatile: bool,
+    },
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
 }
 
 /// `%`-encodes a query value or a path segment (a user id may hold `|`, `+` or `@`).
@@ -99,6 +118,25 @@ impl RoomsVerb {
             }
             Self::Unpin { room } => ("DELETE", format!("/admin/rooms/{room}/pin"), None),
             Self::Pins => ("GET", "/admin/directory/pins".into(), None),
+            Self::Message {
+                room,
+                kind,
+                data,
+                volatile,
+            } => {
+                let mut body = json!({"type": kind});
+                if let Some(d) = data {
+                    body["data"] = d.clone();
+                }
+                if *volatile {
+                    body["volatile"] = true.into();
+                }
+                (
+                    "POST",
+                    format!("/admin/rooms/{}/messages", encode(room)),
+                    Some(body),
+                )
+            }
         }
     }
 }
@@ -124,6 +162,20 @@ mod tests {
             region: Some("eu".into()),
             ttl: None,
         };
+        let msg = RoomsVerb::Message {
+            room: "r1".into(),
+            kind: "notice".into(),
+            data: Some(json!({"text": "hi"})),
+            volatile: true,
+        };
+        assert_eq!(
+            msg.request(),
+            (
+                "POST",
+                "/admin/rooms/r1/messages".into(),
+                Some(json!({"type": "notice", "data": {"text": "hi"}, "volatile": true}))
+            )
+        );
         assert_eq!(
             pin.request(),
             (

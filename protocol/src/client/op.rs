@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{
-    BanList, ChatMute, ChatSend, DecodeError, GiftList, GiftSend, InRoom, MemberList,
+    BanList, ChatMute, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom, MemberList,
     MicPublishing, RankGet, RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave,
     RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave,
     SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp,
@@ -43,6 +43,7 @@ addressed!(
     RoomJoin,
     RoomLeave,
     ChatSend,
+    CustomSend,
     SeatTake,
     SeatLeave,
     SeatLock,
@@ -124,6 +125,8 @@ room_ops! {
     "room.leave" => Leave(RoomLeave),
     /// `chat.send`.
     "chat.send" => Chat(ChatSend),
+    /// `custom.send`: an app-defined message, sequenced or volatile.
+    "custom.send" => Custom(CustomSend),
     /// `seat.take`: a given seat or the first free one.
     "seat.take" => SeatTake(SeatTake),
     /// `seat.leave`.

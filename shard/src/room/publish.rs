@@ -131,7 +131,7 @@ impl RoomActor {
                 self.saved = None;
             }
         }
-        if !applied.events.is_empty() {
+        if !applied.events.is_empty() || !applied.broadcast.is_empty() {
             if let Some(hold) = self.inner.config.test_hold_before_broadcast {
                 info!(room = %self.room, "Test hold before broadcast.");
                 tokio::time::sleep(hold).await;
@@ -146,7 +146,8 @@ impl RoomActor {
                 metrics::counter!(m::BROADCASTS_WITHHELD).increment(1);
                 warn!(room = %self.room, fence = self.fence, "Lease deadline passed while publishing; stopping.");
                 self.lease.cancel();
-                // In the fenced history: it happened, and reaches the members by replay.
+                // In the fenced history: it happened, and reaches the members by replay. (A
+                // volatile message is not sent at all: it promised no delivery.)
                 return Ok(());
             }
         }
@@ -155,6 +156,12 @@ impl RoomActor {
             self.inner.hot.events_sequenced.increment(1);
             for gw in &gws {
                 self.send_event(gw, Audience::All, frame.clone(), Some((epoch, *seq)))
+                    .await;
+            }
+        }
+        for frame in applied.broadcast {
+            for gw in &gws {
+                self.send_event(gw, Audience::All, frame.clone(), None)
                     .await;
             }
         }

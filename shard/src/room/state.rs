@@ -11,6 +11,7 @@ mod directory;
 mod durable;
 mod manage;
 mod members;
+mod messages;
 mod moderation;
 mod offers;
 mod outcome;
@@ -26,8 +27,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::{
-    self, Answered, ChatEvent, ChatSent, InviteView, MAX_CHAT_TEXT_CHARS, Moderation, Pending,
-    Profile, RequestView, RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
+    self, Answered, ChatSent, CustomSent, InviteView, Moderation, Pending, Profile, RequestView,
+    RoomOp, SeatTaken, SeatUpdate, SeatView, Snapshot,
 };
 use protocol::link::{LeaveReason, Membership, RoomCmd, RtcEvent};
 use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
@@ -559,6 +560,11 @@ impl RoomState {
                 let seq = applied.events.last().map_or(0, |(s, _)| *s);
                 Outcome::new(json(&ChatSent { seq }), applied)
             }
+            RoomOp::Custom(c) => {
+                let applied = self.custom(Some(user), c, now)?;
+                let seq = applied.events.last().map(|(s, _)| *s);
+                Outcome::new(json(&CustomSent { seq }), applied)
+            }
             RoomOp::SeatTake(t) => taken(self.seat_take(user, t.seat, now)?),
             RoomOp::SeatLeave(_) => Outcome::empty(self.seat_leave(user)),
             RoomOp::SeatMove(m) => taken(self.seat_move(user, m.user.as_ref(), m.seat, m.swap)?),
@@ -610,51 +616,6 @@ impl RoomState {
                 ));
             }
         })
-    }
-
-    /// A chat message from a member.
-    ///
-    /// # Errors
-    /// `CHAT_MUTED` while a chat mute holds; `BAD_REQUEST` for empty or over-long text.
-    pub fn chat(&mut self, user: &UserId, text: String, now: u64) -> Result<Applied, Rejected> {
-        if let Some(m) = self.durable.mutes.get(user)
-            && m.holds(now)
-        {
-            return Err(Rejected {
-                code: ErrorCode::ChatMuted,
-                msg: Cow::Owned(match m.until {
-                    Some(t) => format!("muted in this room's chat until {t} (unix ms)"),
-                    None => "muted in this room's chat".to_owned(),
-                }),
-            });
-        }
-        let chars = text.chars().count();
-        if chars == 0 || chars > MAX_CHAT_TEXT_CHARS {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "text must be 1..=500 characters",
-            ));
-        }
-        if !protocol::text::is_clean(&text, true) {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "text may not hold control or bidi characters (newline and tab are fine)",
-            ));
-        }
-        let mut applied = Applied::default();
-        let badges = self.badges(user, now);
-        self.push(
-            &mut applied,
-            Sequenced::Chat(ChatEvent {
-                from: user.clone(),
-                text,
-                robot: user.is_robot(),
-                p: self.profile_of(user).map(|p| Profile::clone(p)),
-                guard: badges.guard,
-                vip: badges.vip,
-            }),
-        );
-        Ok(applied)
     }
 
     /// Applies an RTC provider's report about `user` (a verified webhook) at `now`: the same
@@ -768,3 +729,7 @@ mod tests_rocket;
 #[cfg(test)]
 #[path = "state/tests_swap.rs"]
 mod tests_swap;
+
+#[cfg(test)]
+#[path = "state/tests_custom.rs"]
+mod tests_custom;

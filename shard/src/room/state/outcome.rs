@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::{
-    self, ChatEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave, MemberUpdate, Moderation,
-    Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
+    self, ChatEvent, CustomEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave, MemberUpdate,
+    Moderation, Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
 };
 use protocol::link::Membership;
 use protocol::{Epoch, RoomId, Seq, UserId};
@@ -18,6 +18,8 @@ use super::SessionRef;
 pub enum Sequenced {
     /// `chat`.
     Chat(ChatEvent),
+    /// `custom`: an app-defined message.
+    Custom(CustomEvent),
     /// `seat.update`.
     SeatUpdate(SeatUpdate),
     /// `gift`: a settled gift order.
@@ -39,6 +41,7 @@ impl Sequenced {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Chat(_) => "chat",
+            Self::Custom(_) => "custom",
             Self::SeatUpdate(_) => "seat.update",
             Self::Gift(_) => "gift",
             Self::LuckyWin(_) => "gift.lucky",
@@ -56,6 +59,7 @@ impl Sequenced {
         let name = self.name();
         match self {
             Self::Chat(e) => client::encode_event(name, Some(room), at, e),
+            Self::Custom(e) => client::encode_event(name, Some(room), at, e),
             Self::SeatUpdate(e) => client::encode_event(name, Some(room), at, e),
             Self::Gift(e) => client::encode_event(name, Some(room), at, e),
             Self::LuckyWin(e) => client::encode_event(name, Some(room), at, e),
@@ -188,7 +192,7 @@ impl Outcome {
 }
 
 /// What applying a command produced: sequenced events (seq assigned), presence changes,
-/// volatile events for some members, and members removed.
+/// volatile events for some or all members, and members removed.
 #[derive(Debug, Default, PartialEq)]
 pub struct Applied {
     /// Sequenced events, in order, each with its seq.
@@ -197,6 +201,8 @@ pub struct Applied {
     pub presence: Vec<Presence>,
     /// Volatile events for some members.
     pub direct: Vec<Direct>,
+    /// Volatile events for every member in the room now (volatile `custom` messages).
+    pub broadcast: Vec<Bytes>,
     /// Members the room removed.
     pub evicted: Vec<Evicted>,
     /// Whether durable state changed (the actor saves a snapshot).

@@ -420,7 +420,7 @@ fn presence_goes_to_everyone_in_small_rooms_and_to_the_privileged_in_big_ones() 
 
 #[test]
 fn events_and_presence_encode_as_the_protocol_says() {
-    let ev = Sequenced::Chat(ChatEvent {
+    let ev = Sequenced::Chat(client::ChatEvent {
         from: u("a"),
         text: "hi".into(),
         robot: false,

@@ -1,0 +1,91 @@
+//! `POST /admin/rooms/{id}/messages`: the app's backend speaks in a room. The message becomes
+//! a `custom` event with no sender (`"system": true`), sequenced or volatile as asked, through
+//! the same command path as a member's `custom.send`; the call waits for the room's answer.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use protocol::client::CustomSend;
+use protocol::link::RoomCmd;
+use protocol::{ErrorCode, RoomId, UserId};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Admin, Resp, error, json_resp};
+
+/// The user a system message's command carries (rooms do not read it: the link is trusted).
+const SYSTEM_USER: &str = "@admin";
+/// How much longer than the routing retry budget the call waits for the room.
+const ANSWER_SLACK: Duration = Duration::from_secs(1);
+
+/// The body: `custom.send`'s fields without the room (it is in the path).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Body {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    data: Option<serde_json::Value>,
+    #[serde(default)]
+    volatile: bool,
+}
+
+/// Sends the message and answers `200 {"room", "seq"}` (no `seq` for a volatile one), `400`
+/// for a bad body, `404` for a room that does not exist, `503` when the room could not be
+/// reached (`outcome_unknown: true` when it may have taken the message: do not send it again
+/// blindly).
+pub(super) async fn send(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    let Some(core) = &admin.core else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "room messages are sent by gateway nodes",
+        );
+    };
+    let b: Body = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+    };
+    let msg = CustomSend {
+        room: room.clone(),
+        kind: b.kind,
+        data: b.data,
+        volatile: b.volatile,
+    };
+    if let Err(why) = msg.check() {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
+    let wait = core.config.route_retry_budget + ANSWER_SLACK;
+    let answer = core
+        .command_reply(
+            &UserId::from(SYSTEM_USER),
+            room.clone(),
+            RoomCmd::Custom(msg),
+            wait,
+        )
+        .await;
+    match answer {
+        Ok(ok) => {
+            let seq = serde_json::from_slice::<serde_json::Value>(&ok)
+                .ok()
+                .and_then(|v| v.get("seq").cloned());
+            let mut out = json!({ "room": room });
+            if let Some(seq) = seq {
+                out["seq"] = seq;
+            }
+            json_resp(StatusCode::OK, &out)
+        }
+        Err(e) => {
+            let status = match e.code {
+                ErrorCode::RoomNotFound => StatusCode::NOT_FOUND,
+                ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            let mut out = json!({ "error": e.msg, "code": e.code });
+            if e.outcome_unknown {
+                out["outcome_unknown"] = true.into();
+            }
+            json_resp(status, &out)
+        }
+    }
+}

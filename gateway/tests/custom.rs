@@ -1,0 +1,186 @@
+//! End-to-end tests of app-defined room messages on a standalone node: a member's
+//! `custom.send`, sequenced or volatile, the app backend's `POST /admin/rooms/{id}/messages`,
+//! and what a member who resumes is replayed of them.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::Duration;
+
+use gateway::GatewayConfig;
+use kit::client::Client;
+use protocol::{ErrorCode, RoomId};
+use serde_json::{Value, json};
+use shard::ShardConfig;
+
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
+
+const SECRET: &[u8] = b"test-secret-for-custom-messages";
+const ADMIN: &str = "custom-admin";
+const WAIT: Duration = Duration::from_secs(5);
+
+async fn start() -> Server {
+    Server::launch(
+        SECRET,
+        ADMIN,
+        GatewayConfig::default(),
+        ShardConfig::default(),
+    )
+    .await
+}
+
+async fn post(s: &Server, room: &str, body: Value) -> (u16, Value) {
+    let path = format!("/admin/rooms/{room}/messages");
+    let r = kit::admin::call(s.admin, "POST", &path, Some(ADMIN), Some(body))
+        .await
+        .unwrap();
+    (r.status, r.json())
+}
+
+/// `host`'s room `id` with bob and carol in it.
+async fn room_of_three(s: &Server, id: &str) -> (RoomId, [Client; 3]) {
+    let mut host = s.connect("host").await;
+    let room = host.create_room(json!({"room": id})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+    let mut carol = s.connect("carol").await;
+    carol.join(&room, false, None).await.unwrap();
+    (room, [host, bob, carol])
+}
+
+#[tokio::test]
+async fn members_and_the_app_backend_send_custom_messages_sequenced_or_volatile() {
+    let s = start().await;
+    let (room, [mut host, mut bob, mut carol]) = room_of_three(&s, "party").await;
+    let d = json!({"room": room, "type": "game.move", "data": {"x": 3, "y": [1, 2]}});
+    let ok = bob.request("custom.send", d).await.unwrap();
+    let seq = ok["seq"].as_u64().unwrap();
+    for c in [&mut host, &mut bob, &mut carol] {
+        let ev = c.next_event_named("custom", WAIT).await.unwrap();
+        assert_eq!(ev.seq, Some(seq));
+        assert_eq!(
+            ev.d,
+            json!({"from": "bob", "type": "game.move", "data": {"x": 3, "y": [1, 2]}})
+        );
+    }
+    // Volatile: everyone gets it, with no seq, and the room's position does not move.
+    let ok = carol
+        .request(
+            "custom.send",
+            json!({"room": room, "type": "like", "volatile": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok, json!({}));
+    for c in [&mut host, &mut bob, &mut carol] {
+        let ev = c.next_event_named("custom", WAIT).await.unwrap();
+        assert_eq!((ev.seq, ev.epoch), (None, None));
+        assert_eq!(ev.d, json!({"from": "carol", "type": "like"}));
+    }
+    // The app's backend: a system message, sequenced right after bob's.
+    let (st, out) = post(
+        &s,
+        "party",
+        json!({"type": "notice", "data": {"text": "Welcome"}}),
+    )
+    .await;
+    assert_eq!((st, out["seq"].as_u64()), (200, Some(seq + 1)), "{out}");
+    for c in [&mut host, &mut bob, &mut carol] {
+        let ev = c.next_event_named("custom", WAIT).await.unwrap();
+        assert_eq!(ev.seq, Some(seq + 1));
+        assert_eq!(
+            ev.d,
+            json!({"system": true, "type": "notice", "data": {"text": "Welcome"}})
+        );
+    }
+    let (st, out) = post(&s, "party", json!({"type": "confetti", "volatile": true})).await;
+    assert_eq!((st, out), (200, json!({"room": "party"})));
+    let ev = host.next_event_named("custom", WAIT).await.unwrap();
+    assert_eq!(
+        (ev.seq, ev.d),
+        (None, json!({"system": true, "type": "confetti"}))
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_resuming_member_is_replayed_the_sequenced_messages_and_not_the_volatile_ones() {
+    let s = start().await;
+    let (room, [mut host, bob, carol]) = room_of_three(&s, "resume").await;
+    drop(carol);
+    let since = bob.since(&room).unwrap();
+    bob.close().await;
+    let send =
+        |kind: &str, volatile: bool| json!({"room": room, "type": kind, "volatile": volatile});
+    host.request("custom.send", send("kept.1", false))
+        .await
+        .unwrap();
+    host.request("custom.send", send("gone", true))
+        .await
+        .unwrap();
+    let (st, _) = post(&s, "resume", json!({"type": "kept.2"})).await;
+    assert_eq!(st, 200);
+    let (st, _) = post(&s, "resume", json!({"type": "gone", "volatile": true})).await;
+    assert_eq!(st, 200);
+    let mut bob = s.connect("bob").await;
+    bob.set_position(&room, since.epoch, since.seq);
+    let ok = bob.join(&room, true, None).await.unwrap();
+    assert_eq!(ok["resync"], false);
+    let replayed: Vec<String> = bob
+        .queued_events()
+        .iter()
+        .filter(|e| e.ev == "custom")
+        .map(|e| e.d["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(replayed, ["kept.1", "kept.2"]);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bad_messages_missing_rooms_and_chat_mutes_are_refused() {
+    let s = start().await;
+    let (room, [mut host, mut bob, _carol]) = room_of_three(&s, "rules").await;
+    for (body, why) in [
+        (json!({"type": "two words"}), "type"),
+        (json!({"type": "big", "data": "x".repeat(3000)}), "data"),
+        (json!({"type": "ok", "extra": 1}), "unknown field"),
+    ] {
+        let (st, out) = post(&s, "rules", body).await;
+        assert_eq!(st, 400, "{out}");
+        assert!(out["error"].as_str().unwrap().contains(why), "{out}");
+    }
+    let (st, out) = post(&s, "nowhere", json!({"type": "notice"})).await;
+    assert_eq!(
+        (st, out["code"].clone()),
+        (404, json!("ROOM_NOT_FOUND")),
+        "{out}"
+    );
+    let e = bob
+        .request("custom.send", json!({"room": room, "type": "bad type"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::BadRequest));
+    host.request(
+        "chat.mute",
+        json!({"room": room, "user": "bob", "seconds": 60}),
+    )
+    .await
+    .unwrap();
+    for volatile in [false, true] {
+        let d = json!({"room": room, "type": "like", "volatile": volatile});
+        let e = bob.request("custom.send", d).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+    }
+    // Not a member: nothing to send to.
+    let mut dave = s.connect("dave").await;
+    let e = dave
+        .request("custom.send", json!({"room": room, "type": "like"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotInRoom));
+    s.stop().await;
+}

@@ -1,0 +1,127 @@
+//! App-defined messages (`custom.send` and the admin API's): sequenced or volatile, who may
+//! send them, and the refusals that leave the room as it was.
+
+use serde_json::json;
+
+use super::tests_rights::{party, run, u};
+use super::*;
+
+fn custom(kind: &str, data: serde_json::Value, volatile: bool) -> serde_json::Value {
+    json!({"op": "custom.send", "d": {"room": "r1", "type": kind, "data": data, "volatile": volatile}})
+}
+
+fn send(kind: &str, volatile: bool) -> client::CustomSend {
+    client::CustomSend {
+        room: "r1".into(),
+        kind: kind.into(),
+        data: Some(json!({"n": 1})),
+        volatile,
+    }
+}
+
+#[test]
+fn a_members_message_is_sequenced_with_its_sender_and_data() {
+    let mut r = party();
+    let before = r.seq();
+    let out = run(
+        &mut r,
+        "mem",
+        custom("game.move", json!({"x": 3}), false),
+        1,
+    )
+    .unwrap();
+    assert_eq!(r.seq(), before + 1);
+    assert_eq!(out.ok, format!(r#"{{"seq":{}}}"#, before + 1).into_bytes());
+    let [(seq, ev)] = &out.applied.events[..] else {
+        panic!("one event: {:?}", out.applied.events)
+    };
+    assert_eq!(*seq, before + 1);
+    let frame = ev.encode(&RoomId::from("r1"), r.epoch(), *seq);
+    let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();
+    assert_eq!(v["ev"], "custom");
+    assert_eq!(v["seq"], before + 1);
+    assert_eq!(
+        v["d"],
+        json!({"from": "mem", "type": "game.move", "data": {"x": 3}})
+    );
+    assert!(out.applied.broadcast.is_empty());
+}
+
+#[test]
+fn a_volatile_message_goes_to_everyone_unsequenced_and_is_not_kept() {
+    let mut r = party();
+    let before = r.seq();
+    let out = run(&mut r, "lis", custom("like", json!(null), true), 1).unwrap();
+    assert_eq!(&out.ok[..], b"{}");
+    assert_eq!(r.seq(), before, "a volatile message takes no seq");
+    assert!(out.applied.events.is_empty());
+    assert!(!out.applied.durable_changed);
+    let [frame] = &out.applied.broadcast[..] else {
+        panic!("one frame: {:?}", out.applied.broadcast)
+    };
+    let v: serde_json::Value = serde_json::from_slice(frame).unwrap();
+    assert_eq!(
+        v,
+        json!({"ev": "custom", "room": "r1", "d": {"from": "lis", "type": "like"}})
+    );
+}
+
+#[test]
+fn the_apps_backend_sends_as_the_system_without_a_sender() {
+    let mut r = party();
+    let out = r.custom(None, &send("notice", false), 1).unwrap();
+    let [(seq, ev)] = &out.events[..] else {
+        panic!("one event")
+    };
+    let v: serde_json::Value =
+        serde_json::from_slice(&ev.encode(&RoomId::from("r1"), r.epoch(), *seq)).unwrap();
+    assert_eq!(
+        v["d"],
+        json!({"system": true, "type": "notice", "data": {"n": 1}})
+    );
+    let out = r.custom(None, &send("notice", true), 1).unwrap();
+    assert_eq!((out.events.len(), out.broadcast.len()), (0, 1));
+}
+
+#[test]
+fn a_chat_mute_silences_custom_messages_too_and_refusals_change_nothing() {
+    let mut r = party();
+    run(
+        &mut r,
+        "adm",
+        json!({"op": "chat.mute", "d": {"room": "r1", "user": "mem", "seconds": 60}}),
+        1,
+    )
+    .unwrap();
+    let before = r.seq();
+    for volatile in [false, true] {
+        let e = run(&mut r, "mem", custom("like", json!(1), volatile), 2).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ChatMuted);
+    }
+    // The mute ends: the member may send again.
+    assert!(run(&mut r, "mem", custom("like", json!(1), true), 61_000).is_ok());
+    for bad in [
+        custom("has space", json!(1), false),
+        custom("", json!(1), true),
+        custom("big", json!("x".repeat(3000)), false),
+    ] {
+        let e = run(&mut r, "host", bad, 2).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+    }
+    let mut big = send("big", false);
+    big.data = Some(json!("x".repeat(3000)));
+    assert_eq!(
+        r.custom(None, &big, 2).unwrap_err().code,
+        ErrorCode::BadRequest
+    );
+    // Only a member through its own connection sends.
+    let s = r.member(&u("mem")).cloned().unwrap();
+    let stranger = r.apply(
+        &u("nobody"),
+        &s,
+        &super::tests_rights::op(custom("x", json!(1), false)),
+        2,
+    );
+    assert_eq!(stranger.unwrap_err().code, ErrorCode::NotInRoom);
+    assert_eq!(r.seq(), before);
+}
