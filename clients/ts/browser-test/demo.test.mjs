@@ -1,4 +1,5 @@
-// The demo room in a real browser: two users join, take seats, chat and send a gift, each
+// The demo room in a real browser: two users join, take seats, chat, send a heart (a volatile
+// custom message) and a gift, and get the app backend's notice, each
 // seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
 // the member back to a seat, mutes and unmutes their chat, and kicks them.
@@ -57,6 +58,13 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await bob.press("#chat-input", "Enter");
   await alice.locator("#chat-log li", { hasText: "bob: hey alice" }).waitFor({ timeout: T });
   await shot(alice, "03-chat");
+  // A heart: a volatile custom message, floating up on the other page.
+  await alice.click("#like");
+  await bob.locator("#gift-fx .fx.heart", { hasText: "alice" }).first().waitFor({ timeout: T });
+  // The app backend's notice, through the admin API, shown in both chats.
+  const notice = await node.admin("POST", `/admin/rooms/${room}/messages`, { type: "notice", data: { text: "Welcome to the party" } });
+  if (notice.status !== 200) throw new Error(`admin message: ${notice.status} ${JSON.stringify(notice.body)}`);
+  for (const p of [alice, bob]) await p.locator("#chat-log li.sys", { hasText: "📢 Welcome to the party" }).waitFor({ timeout: T });
 
   await alice.locator("#balance", { hasText: "1000" }).waitFor({ timeout: T }); // the demo coins
   await alice.selectOption("#gift-to", "bob");

@@ -96,6 +96,17 @@ export class Room extends Emitter<RoomEvents> {
   chat(text: string): Promise<OpOk<"chat.send">> {
     return this.client.request("chat.send", { room: this.id, text });
   }
+  /**
+   * Sends an app-defined message (`type`, and any JSON `data` up to 2 KiB) to everyone in the
+   * room. With `volatile` it goes only to those in the room now, without a seq, and is never
+   * replayed: for likes and other bursts worth nothing a second later.
+   */
+  sendCustom(type: string, data?: unknown, options: { volatile?: boolean } = {}): Promise<OpOk<"custom.send">> {
+    const d: OpRequest<"custom.send"> = { room: this.id, type };
+    if (data !== undefined) d.data = data;
+    if (options.volatile) d.volatile = true;
+    return this.client.request("custom.send", d);
+  }
   takeSeat(seat?: number): Promise<OpOk<"seat.take">> {
     return this.client.request("seat.take", seat === undefined ? { room: this.id } : { room: this.id, seat });
   }

@@ -94,6 +94,7 @@ export interface Ops {
   "room.join": [{ room: string; since?: Position; password?: string }, JoinOk];
   "room.leave": [{ room: string }, Record<string, never>];
   "chat.send": [{ room: string; text: string }, { seq: number }];
+  "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
   "seat.take": [{ room: string; seat?: number }, { seat: number }];
   "seat.leave": [{ room: string }, Record<string, never>];
   "seat.lock": [{ room: string; seat: number; locked: boolean }, Record<string, never>];
@@ -256,6 +257,20 @@ export interface ChatEvent extends Badges {
   robot?: boolean;
 }
 
+/**
+ * An app-defined message (section 5.37): `type` and `data` are the app's own. From a member
+ * (`from`, with the sender's badges and profile as on chat) or from the app's backend
+ * (`system`, no `from`). Sequenced unless it was sent volatile: then it has no `epoch`/`seq`.
+ */
+export interface CustomEvent extends Badges {
+  from?: string;
+  system?: boolean;
+  type: string;
+  data?: unknown;
+  p?: Profile;
+  robot?: boolean;
+}
+
 export interface GiftEvent extends Badges {
   order: string;
   from: string;
@@ -284,6 +299,8 @@ export interface GiftEvent extends Badges {
 /** Sequenced room events (section 7.1): each carries `epoch` and `seq`. */
 export interface SequencedEvents {
   chat: ChatEvent;
+  /** Sequenced, or volatile when sent so (then without `epoch` and `seq`). */
+  custom: CustomEvent;
   "seat.update": SeatUpdate;
   gift: GiftEvent;
   "gift.lucky": { order: string; user: string; multiplier: number; coins: number };

@@ -79,6 +79,25 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(members.map((m) => m.user).sort(), ["alice", "bob"]);
 });
 
+test("app-defined messages: a sequenced one moves the position, a volatile one does not", async () => {
+  const a = client("cu-alice");
+  const b = client("cu-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-custom");
+  const rb = await b.join("t-custom");
+  const moved = rb.next("custom", (e) => e.type === "game.move");
+  const ok = await ra.sendCustom("game.move", { x: 3, y: [1, 2] });
+  const ev = await moved;
+  assert.deepEqual([ev.from, ev.data, ev.seq], ["cu-alice", { x: 3, y: [1, 2] }, ok.seq]);
+  assert.deepEqual(rb.position, { epoch: ev.epoch, seq: ok.seq });
+  const liked = rb.next("custom", (e) => e.type === "like");
+  assert.deepEqual(await ra.sendCustom("like", undefined, { volatile: true }), {});
+  const like = await liked;
+  assert.deepEqual([like.from, like.seq, like.epoch, like.data], ["cu-alice", undefined, undefined, undefined]);
+  assert.deepEqual(rb.position, { epoch: ev.epoch, seq: ok.seq }, "a volatile message takes no seq");
+  await assert.rejects(ra.sendCustom("no spaces allowed"), (e) => e instanceof ChorusError && e.code === "BAD_REQUEST");
+});
+
 test("a connection is in one room: joining another ends the first (switched), and joining it again really joins", async () => {
   const a = client("sw-alice");
   await a.connect();

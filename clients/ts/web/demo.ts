@@ -1,5 +1,6 @@
 // The demo room served by a Chorus node at `/`: join a room with a user name (demo tokens) or
-// a pasted token, the seat grid (in apply mode members ask and staff approve), chat, gifts
+// a pasted token, the seat grid (in apply mode members ask and staff approve), chat, hearts
+// (volatile custom messages), the app backend's notices, gifts
 // with an animation, the wallet, the members (staff invite to a seat, mute chat and kick) and
 // the connection's state. Built with the client package (`node build.mjs --web ...`).
 import { Client, ChorusError, type Gift, type Room, type Seat } from "../src/index.js";
@@ -225,6 +226,15 @@ function giftFx(gift: string, from: string, to: string[]): void {
   setTimeout(() => fx.remove(), 2400);
 }
 
+/** A heart floating up for a `like` (a volatile custom message). */
+function heartFx(from: string | undefined): void {
+  const fx = el("div", "❤", "fx heart");
+  fx.append(el("small", from ?? ""));
+  fx.style.left = `${70 + Math.random() * 25}%`;
+  $("gift-fx").append(fx);
+  setTimeout(() => fx.remove(), 1800);
+}
+
 function renderGifts(): void {
   const box = $("gifts");
   box.replaceChildren();
@@ -244,6 +254,12 @@ function renderGifts(): void {
 
 function wire(r: Room): void {
   r.on("chat", (e) => log(`${e.from}: ${e.text}`));
+  r.on("custom", (e) => {
+    if (e.type === "like") heartFx(e.from);
+    // The app backend's notices (POST /admin/rooms/{id}/messages with {"type":"notice","data":{"text":…}}).
+    const text = (e.data as { text?: unknown } | undefined)?.text;
+    if (e.system && e.type === "notice" && typeof text === "string") log(`📢 ${text}`, "sys");
+  });
   r.on("seat.update", () => {
     renderSeats();
     renderMembers();
@@ -381,6 +397,9 @@ async function main(): Promise<void> {
       await room!.chat(text);
       input.value = "";
     });
+  };
+  $("like").onclick = () => {
+    if (room) void run("chat-error", () => room!.sendCustom("like", undefined, { volatile: true }));
   };
   if (params.get("user") && demo) void run("login-error", join);
 }
