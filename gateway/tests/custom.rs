@@ -184,3 +184,43 @@ async fn bad_messages_missing_rooms_and_chat_mutes_are_refused() {
     assert_eq!(e.code(), Some(ErrorCode::NotInRoom));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_owner_mutes_the_rooms_chat_for_members_and_lifts_it() {
+    let s = start().await;
+    let (room, [mut host, mut bob, mut carol]) = room_of_three(&s, "hush").await;
+    host.request(
+        "room.admin",
+        json!({"room": room, "user": "carol", "admin": true}),
+    )
+    .await
+    .unwrap();
+    let mute = |on: bool| json!({"room": room, "chat_muted": on});
+    host.request("room.update", mute(true)).await.unwrap();
+    let ev = bob.next_event_named("room.update", WAIT).await.unwrap();
+    assert_eq!(ev.d, json!({"by": "host", "chat_muted": true}));
+    let mut dave = s.connect("dave").await;
+    let ok = dave.join(&room, false, None).await.unwrap();
+    assert_eq!(ok["snapshot"]["chat_muted"], true);
+    let e = bob
+        .request("chat.send", json!({"room": room, "text": "hi"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+    let e = bob
+        .request(
+            "custom.send",
+            json!({"room": room, "type": "like", "volatile": true}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+    // The staff still speak.
+    carol.chat(&room, "admins may").await.unwrap();
+    host.chat(&room, "and the owner").await.unwrap();
+    carol.request("room.update", mute(false)).await.unwrap();
+    bob.chat(&room, "back").await.unwrap();
+    let ok = dave.join(&room, false, None).await.unwrap();
+    assert!(ok["snapshot"].get("chat_muted").is_none(), "{ok}");
+    s.stop().await;
+}

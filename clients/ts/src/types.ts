@@ -39,6 +39,8 @@ export interface Snapshot {
   cover: string;
   seat_mode: "free" | "apply";
   host_seat: boolean;
+  /** The chat is muted for everyone but the owner and the admins (absent when not). */
+  chat_muted?: boolean;
   seats: Seat[];
   members: number;
   /** How many of the members are robots (absent when none). */
@@ -113,7 +115,7 @@ export interface Ops {
   "seat.invite.reject": [{ room: string }, Record<string, never>];
   "mic.publishing": [{ room: string; on: boolean }, Record<string, never>];
   "room.update": [
-    { room: string; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean },
+    { room: string; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; chat_muted?: boolean },
     Record<string, never>,
   ];
   /** `password` sets or changes it; absent (or null) unlocks. */
@@ -304,7 +306,7 @@ export interface SequencedEvents {
   "seat.update": SeatUpdate;
   gift: GiftEvent;
   "gift.lucky": { order: string; user: string; multiplier: number; coins: number };
-  "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; seats?: number; locked?: boolean };
+  "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; seats?: number; locked?: boolean; chat_muted?: boolean };
   "room.role": { user: string; role: "owner" | "admin" | "member"; by: string };
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
   "rocket.launch": RocketLaunch;

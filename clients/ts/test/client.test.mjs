@@ -79,7 +79,7 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(members.map((m) => m.user).sort(), ["alice", "bob"]);
 });
 
-test("app-defined messages: a sequenced one moves the position, a volatile one does not", async () => {
+test("app-defined messages: a sequenced one moves the position, a volatile one does not; a room-wide chat mute", async () => {
   const a = client("cu-alice");
   const b = client("cu-bob");
   await Promise.all([a.connect(), b.connect()]);
@@ -96,6 +96,15 @@ test("app-defined messages: a sequenced one moves the position, a volatile one d
   assert.deepEqual([like.from, like.seq, like.epoch, like.data], ["cu-alice", undefined, undefined, undefined]);
   assert.deepEqual(rb.position, { epoch: ev.epoch, seq: ok.seq }, "a volatile message takes no seq");
   await assert.rejects(ra.sendCustom("no spaces allowed"), (e) => e instanceof ChorusError && e.code === "BAD_REQUEST");
+  // The owner mutes the room's chat: the snapshots follow, a member is refused, the owner is not.
+  await ra.update({ chat_muted: true });
+  await until(() => rb.snapshot.chat_muted === true, 5000, "bob sees the room muted");
+  await assert.rejects(rb.chat("hello?"), (e) => e.code === "CHAT_MUTED");
+  await assert.rejects(rb.sendCustom("like", undefined, { volatile: true }), (e) => e.code === "CHAT_MUTED");
+  await ra.chat("the owner still speaks");
+  await ra.update({ chat_muted: false });
+  await until(() => rb.snapshot.chat_muted === false, 5000, "bob sees it lifted");
+  await rb.chat("back");
 });
 
 test("a connection is in one room: joining another ends the first (switched), and joining it again really joins", async () => {

@@ -33,6 +33,9 @@ pub struct RoomUpdate {
     /// Reserve seat 0 for the owner, or stop reserving it.
     #[serde(default)]
     pub host_seat: Option<bool>,
+    /// Mute the room's chat for everyone but the owner and the admins, or lift that.
+    #[serde(default)]
+    pub chat_muted: Option<bool>,
 }
 
 /// `room.lock` arguments: the owner or an admin sets, changes or (with `null`) removes the
@@ -92,6 +95,9 @@ pub struct RoomInfo {
     /// Whether joiners need a password now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locked: Option<bool>,
+    /// Whether the chat is muted for everyone but the owner and the admins now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_muted: Option<bool>,
 }
 
 /// The `room.role` event: a user's role changed.

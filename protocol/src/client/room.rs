@@ -149,6 +149,9 @@ pub struct Snapshot {
     /// Seat 0 is the owner's alone.
     #[serde(default)]
     pub host_seat: bool,
+    /// The chat is muted for everyone but the owner and the admins (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub chat_muted: bool,
     /// Every seat, by index.
     pub seats: Vec<SeatView>,
     /// Current member count (including the joiner), robots included.

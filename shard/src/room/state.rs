@@ -304,6 +304,7 @@ impl RoomState {
             cover: d.cover.clone(),
             seat_mode: d.seat_mode,
             host_seat: d.host_seat,
+            chat_muted: d.chat_muted,
             seats: (0..d.seats.len()).map(|i| self.seat_view(i)).collect(),
             members: self.members.len() as u64,
             robots: self.robot_members as u64,

@@ -154,6 +154,9 @@ pub struct Durable {
     /// Seat 0 is the owner's alone.
     #[serde(default)]
     pub host_seat: bool,
+    /// The chat is muted for everyone but the owner and the admins (`room.update`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chat_muted: bool,
     /// Closed by the owner: nobody joins until the owner reopens it.
     #[serde(default)]
     pub closed: bool,
@@ -218,6 +221,7 @@ impl Durable {
             cover: String::new(),
             seat_mode: SeatMode::Free,
             host_seat: false,
+            chat_muted: false,
             closed: false,
             requests: Vec::new(),
             invites: Vec::new(),

@@ -71,6 +71,10 @@ impl RoomState {
             d.host_seat = h;
             info.host_seat = Some(h);
         }
+        if let Some(m) = u.chat_muted.filter(|m| *m != d.chat_muted) {
+            d.chat_muted = m;
+            info.chat_muted = Some(m);
+        }
         let mut applied = Applied::default();
         if info
             == (RoomInfo {

@@ -6,11 +6,18 @@ use std::borrow::Cow;
 use protocol::client::{self, ChatEvent, CustomEvent, CustomSend, MAX_CHAT_TEXT_CHARS, Profile};
 use protocol::{ErrorCode, UserId};
 
-use super::{Applied, Rejected, RoomState, Sequenced, rejected};
+use super::{Applied, Rejected, Role, RoomState, Sequenced, rejected};
 
 impl RoomState {
-    /// `CHAT_MUTED` while a chat mute on `user` holds at `now`.
+    /// `CHAT_MUTED` while a chat mute on `user` holds at `now`, or while the room's chat is
+    /// muted and `user` is neither the owner nor an admin.
     fn check_not_muted(&self, user: &UserId, now: u64) -> Result<(), Rejected> {
+        if self.durable.chat_muted && self.role(user) < Role::Admin {
+            return Err(rejected(
+                ErrorCode::ChatMuted,
+                "the room's chat is muted for members",
+            ));
+        }
         match self.durable.mutes.get(user) {
             Some(m) if m.holds(now) => Err(Rejected {
                 code: ErrorCode::ChatMuted,

@@ -125,3 +125,49 @@ fn a_chat_mute_silences_custom_messages_too_and_refusals_change_nothing() {
     assert_eq!(stranger.unwrap_err().code, ErrorCode::NotInRoom);
     assert_eq!(r.seq(), before);
 }
+
+#[test]
+fn a_room_wide_chat_mute_silences_members_but_not_the_staff_until_lifted() {
+    let mut r = party();
+    let mute = |on: bool| json!({"op": "room.update", "d": {"room": "r1", "chat_muted": on}});
+    let chat = json!({"op": "chat.send", "d": {"room": "r1", "text": "hi"}});
+    // Only the staff mute the room.
+    let e = run(&mut r, "mem", mute(true), 1).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Forbidden);
+    let out = run(&mut r, "adm", mute(true), 1).unwrap();
+    let [(_, Sequenced::RoomUpdate(info))] = &out.applied.events[..] else {
+        panic!("one room.update: {:?}", out.applied.events)
+    };
+    assert_eq!(
+        (info.chat_muted, info.by.clone()),
+        (Some(true), Some(u("adm")))
+    );
+    assert!(out.applied.durable_changed);
+    assert!(r.snapshot().chat_muted);
+    // Muting a muted room changes nothing.
+    assert!(
+        run(&mut r, "host", mute(true), 2)
+            .unwrap()
+            .applied
+            .events
+            .is_empty()
+    );
+    let before = r.seq();
+    for who in ["mem", "t", "lis"] {
+        let e = run(&mut r, who, chat.clone(), 3).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ChatMuted, "{who}");
+        let e = run(&mut r, who, custom("like", json!(1), true), 3).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ChatMuted, "{who}");
+    }
+    assert_eq!(r.seq(), before);
+    // The owner and the admins still speak, and so does the app's backend.
+    for who in ["host", "adm"] {
+        run(&mut r, who, chat.clone(), 3).unwrap();
+        run(&mut r, who, custom("like", json!(1), false), 3).unwrap();
+    }
+    r.custom(None, &send("notice", false), 3).unwrap();
+    // Lifted: members speak again; the snapshot says nothing (the field is absent when off).
+    run(&mut r, "host", mute(false), 4).unwrap();
+    run(&mut r, "mem", chat, 5).unwrap();
+    assert!(!r.snapshot().chat_muted);
+}
