@@ -13,6 +13,8 @@ use shard::gifts::{Catalog, GiftDef, Prize};
 use crate::config::GatewayConfig;
 
 mod admin;
+mod events;
+pub use events::events_settings;
 mod rooms;
 use crate::standalone::StandaloneConfig;
 pub use admin::{AdminArgs, AdminVerb, RobotsVerb};
@@ -326,6 +328,12 @@ pub struct FileConfig {
     pub big_win_multiplier: Option<u32>,
     /// HMAC key of `POST /rtc/webhook` (`CHORUS_RTC_WEBHOOK_SECRET` wins).
     pub rtc_webhook_secret: Option<String>,
+    /// Where rooms POST their events (`CHORUS_EVENTS_WEBHOOK_URL` wins).
+    pub events_webhook_url: Option<String>,
+    /// HMAC key of the event webhook's signature (`CHORUS_EVENTS_WEBHOOK_SECRET` wins).
+    pub events_webhook_secret: Option<String>,
+    /// The event kinds sent (all when absent; `CHORUS_EVENTS_WEBHOOK_KINDS` wins).
+    pub events_webhook_kinds: Option<Vec<String>>,
     /// HMAC key of `POST /payments/webhook` (`CHORUS_PAYMENTS_WEBHOOK_SECRET` wins).
     pub payments_webhook_secret: Option<String>,
     /// The payment provider's price list: product id to coins.
@@ -653,6 +661,7 @@ pub fn standalone_config(
         g.max_frame_bytes = v;
     }
     let mut s = shard_settings(a.idle_unload_ms, None, f);
+    s.events = events_settings(f)?;
     if let Some(v) = a.auto_create {
         s.auto_create = v;
     }

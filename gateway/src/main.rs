@@ -236,6 +236,7 @@ fn shard_node(a: &cli::ShardArgs) -> anyhow::Result<()> {
         cli::env_or_file("CHORUS_LUCKY_SECRET", file.lucky_secret.as_ref()).unwrap_or_default();
     let mut shard = cli::shard_settings(a.idle_unload_ms, a.lease_ttl_ms, &file);
     shard.durable_history = true;
+    shard.events = cli::events_settings(&file)?;
     shard.catalog = std::sync::Arc::new(cli::catalog(&file, lucky.into_bytes()).map_err(|e| {
         anyhow::anyhow!("{e} (shards need CHORUS_LUCKY_SECRET when the catalog has lucky gifts)")
     })?);

@@ -121,6 +121,9 @@ pub struct ShardConfig {
     pub rocket: Arc<crate::room::state::RocketRules>,
     /// The VIP levels and their perks.
     pub vip: Arc<crate::room::state::VipRules>,
+    /// Where rooms send their events for the app's backend (event webhooks); none when
+    /// `None`.
+    pub events: Option<crate::events::EventsConfig>,
     /// TEST ONLY: abort the process when a rocket launch's rewards are paid, before it is
     /// announced, to test that the next owner announces it once and pays nothing twice.
     pub test_crash_after_rocket_payout: bool,
@@ -175,6 +178,7 @@ impl Default for ShardConfig {
                 progress_interval_ms: 1000,
             }),
             vip: Arc::default(),
+            events: None,
             test_crash_after_rocket_payout: false,
             test_crash_after_debit: false,
             test_crash_after_settle: false,

@@ -23,6 +23,7 @@ mod audit;
 mod boards;
 pub mod config;
 mod directory;
+pub mod events;
 pub mod gateway_link;
 pub mod gifts;
 pub mod link;
@@ -101,6 +102,8 @@ pub(crate) struct Inner {
     create_rate: quota::CreateRate,
     /// Publishes the rooms' directory summaries.
     directory: Arc<directory::Publisher>,
+    /// Sends the rooms' events to the app's backend, when configured.
+    events: Option<events::Notifier>,
     hot: HotCounters,
 }
 
@@ -158,6 +161,10 @@ impl Shard {
             config.directory_stale,
             shutdown.clone(),
         ));
+        let events = config
+            .events
+            .clone()
+            .map(|c| events::Notifier::start(c, node.clone(), &tracker, shutdown.clone()));
         let me = Self {
             inner: Arc::new(Inner {
                 node,
@@ -177,6 +184,7 @@ impl Shard {
                 rebalance: rebalance::Rebalance::default(),
                 create_rate,
                 directory: publisher,
+                events,
                 hot: HotCounters {
                     room_commands: ::metrics::counter!(crate::metrics::ROOM_COMMANDS),
                     events_sequenced: ::metrics::counter!(crate::metrics::EVENTS_SEQUENCED),

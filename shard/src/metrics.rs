@@ -50,6 +50,15 @@ pub const FENCED_WRITES_REJECTED: &str = "chorus_fenced_writes_rejected_total";
 /// events (counter): the events are in the fenced history, and a new owner replays them.
 pub const BROADCASTS_WITHHELD: &str = "chorus_shard_broadcasts_withheld_total";
 
+/// Counter: events the event webhook delivered (a 2xx answer).
+pub const EVENTS_WEBHOOK_SENT: &str = "chorus_events_webhook_sent_total";
+/// Counter: event webhook POSTs that failed (an error, a time-out or a non-2xx answer); each
+/// is retried until its batch's attempts run out.
+pub const EVENTS_WEBHOOK_FAILURES: &str = "chorus_events_webhook_failures_total";
+/// Counter: events never delivered, by `why`: `queue_full` (the app is slower than the
+/// rooms) or `undelivered` (their batch's retries ran out).
+pub const EVENTS_WEBHOOK_DROPPED: &str = "chorus_events_webhook_dropped_total";
+
 /// Gift sagas settled by the room that took them (counter).
 pub const GIFTS_SETTLED: &str = "chorus_gifts_settled_total";
 /// Unfinished sagas resolved by the owner's recovery (counter; label `outcome`).
@@ -97,6 +106,15 @@ pub fn describe() {
     );
     describe_gauge!(HANDOFFS, "Room handoffs by state.");
     describe_gauge!(ROOMS_RUNNING, "Rooms running on this node.");
+    describe_counter!(EVENTS_WEBHOOK_SENT, "Events the event webhook delivered.");
+    describe_counter!(
+        EVENTS_WEBHOOK_FAILURES,
+        "Event webhook POSTs that failed (retried)."
+    );
+    describe_counter!(
+        EVENTS_WEBHOOK_DROPPED,
+        "Events never delivered, by why (queue_full, undelivered)."
+    );
     describe_gauge!(ROBOT_ROOMS_RUNNING, "Rooms whose robots run on this node.");
     describe_counter!(ROBOT_ACTIONS, "Robot actions, by kind.");
     describe_counter!(

@@ -8,6 +8,7 @@ mod directory;
 mod gifts;
 pub(crate) use gifts::sweep_orphans;
 mod lifecycle;
+mod notify;
 pub(crate) use lifecycle::sweep_retention;
 pub(crate) mod log;
 mod publish;
@@ -283,6 +284,9 @@ async fn start(
         && actor.create(durable, false).await.is_ok()
     {
         debug!(room = %actor.room, "Robot room created.");
+        if let Some(owner) = actor.state.as_ref().map(|s| s.durable().owner.clone()) {
+            actor.notify_room("room.created", &owner);
+        }
     }
     if actor.state.is_some() {
         actor.set_robots(robot_config).await;
@@ -744,6 +748,7 @@ impl RoomActor {
             durable.owner_region = cmd.profile.as_ref().and_then(|p| p.region.clone());
             self.check_create_rate(user)?;
             self.create(durable, true).await?;
+            self.notify_room("room.created", user);
             self.list_note(0, true);
             if let RoomCmd::Op(RoomOp::Create(_)) = &cmd.cmd {
                 let ok = client::to_json(&RoomCreated {
@@ -807,6 +812,11 @@ impl RoomActor {
                 // any other change that was not stored did not happen.
                 if out.membership != Some(Membership::Left) {
                     published?;
+                }
+                match op {
+                    RoomOp::RoomClose(_) => self.notify_room("room.closed", user),
+                    RoomOp::RoomOpen(_) => self.notify_room("room.opened", user),
+                    _ => {}
                 }
                 Ok(Some((out.ok, out.membership)))
             }

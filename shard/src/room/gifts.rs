@@ -615,14 +615,18 @@ impl RoomActor {
     /// recorded in the ledger for the next owner ([`owe_event`]). In a cluster the write that
     /// publishes the event closes the gift's open record (a no-op for one never opened).
     async fn publish_gift(&mut self, order: GiftOrder, open: bool) {
-        let Some(state) = self.state.as_mut() else {
+        if self.state.is_none() {
             return;
-        };
+        }
         let order_id = order.gift_id;
         if !self.inner.owner.proven(&self.valid) {
             event_not_published(&self.inner, &self.room, order_id, open).await;
             return;
         }
+        self.notify_gift(&order);
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
         let coins = order.total();
         let win = order
             .lucky

@@ -159,6 +159,7 @@ impl RoomActor {
                     .await;
             }
         }
+        self.notify(&applied);
         for frame in applied.broadcast {
             for gw in &gws {
                 self.send_event(gw, Audience::All, frame.clone(), None)

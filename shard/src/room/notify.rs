@@ -1,0 +1,76 @@
+//! What a room tells the app's backend (event webhooks, `crate::events`): built from what the
+//! room published, only for the kinds the operator asked for, and never waited on.
+
+use serde_json::json;
+use storage::ledger::GiftOrder;
+
+use super::RoomActor;
+use super::state::{Applied, Presence, Sequenced};
+
+impl RoomActor {
+    /// Queues the events of a published change: members in and out (after the grace window,
+    /// as presence shows them), seats and moderation.
+    pub(super) fn notify(&self, applied: &Applied) {
+        let Some(n) = &self.inner.events else { return };
+        for (_, ev) in &applied.events {
+            match ev {
+                Sequenced::SeatUpdate(s) if n.wants("seat.changed") => {
+                    let d = json!({
+                        "index": s.seat.index,
+                        "user": s.seat.user,
+                        "by": s.by,
+                        "cause": s.cause,
+                        "reason": s.reason,
+                    });
+                    n.emit("seat.changed", &self.room, d);
+                }
+                Sequenced::Moderation(m) if n.wants("moderation") => {
+                    let d = serde_json::to_value(m).unwrap_or_default();
+                    n.emit("moderation", &self.room, d);
+                }
+                _ => {}
+            }
+        }
+        for p in &applied.presence {
+            match p {
+                Presence::Join(user, ..) => {
+                    n.emit("member.joined", &self.room, json!({ "user": user }));
+                }
+                Presence::Leave(user, reason) => {
+                    let d = json!({ "user": user, "reason": reason });
+                    n.emit("member.left", &self.room, d);
+                }
+                Presence::Update(..) => {}
+            }
+        }
+    }
+
+    /// Queues `gift.settled` for an order the room publishes (once per order: a storm's merged
+    /// event still makes one webhook event per order).
+    pub(super) fn notify_gift(&self, order: &GiftOrder) {
+        let Some(n) = &self.inner.events else { return };
+        if !n.wants("gift.settled") {
+            return;
+        }
+        let mut d = json!({
+            "order": order.gift_id,
+            "from": order.sender,
+            "to": order.recipients,
+            "gift": order.gift,
+            "count": order.count,
+            "coins": order.total(),
+        });
+        if let Some(l) = &order.lucky {
+            d["lucky_multiplier"] = l.multiplier.into();
+            d["lucky_coins"] = l.coins.into();
+        }
+        n.emit("gift.settled", &self.room, d);
+    }
+
+    /// Queues a room lifecycle event (`room.created`, `room.closed`, `room.opened`).
+    pub(super) fn notify_room(&self, kind: &'static str, by: &protocol::UserId) {
+        if let Some(n) = &self.inner.events {
+            n.emit(kind, &self.room, json!({ "by": by }));
+        }
+    }
+}
