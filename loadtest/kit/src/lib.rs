@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod client;
 pub mod cluster;
+pub mod hooks;
 pub mod node;
 pub mod postgres;
 pub mod procfs;
