@@ -28,6 +28,8 @@ use tracing::{debug, warn};
 pub const QUEUE: usize = 10_000;
 /// Events per POST at most.
 pub const BATCH: usize = 100;
+/// At shutdown, how long the sender may spend on what is still queued (one try each).
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(3);
 /// How long the sender waits for more events after the first of a batch.
 const GATHER: Duration = Duration::from_millis(50);
 /// Attempts per batch before it is dropped (about 31 s of backoff in all).
@@ -54,8 +56,8 @@ pub const KINDS: [&str; 8] = [
 ];
 
 /// Where and how to send (`events_webhook_url`, `events_webhook_secret`,
-/// `events_webhook_kinds`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `events_webhook_kinds`). Its `Debug` leaves the secret out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct EventsConfig {
     /// An `http://` URL (TLS is a proxy's business: see README).
     pub url: http::Uri,
@@ -63,6 +65,16 @@ pub struct EventsConfig {
     pub secret: Vec<u8>,
     /// The kinds sent; every kind when `None`.
     pub kinds: Option<BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for EventsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventsConfig")
+            .field("url", &self.url)
+            .field("secret", &"<redacted>")
+            .field("kinds", &self.kinds)
+            .finish()
+    }
 }
 
 impl EventsConfig {
@@ -217,14 +229,22 @@ async fn send_loop(
         }
         deliver(&client, &config, &batch, &shutdown).await;
     }
-    // Shutting down: what is queued gets one try.
+    // Shutting down: what is queued gets one try, within a bound (a node must stop even when
+    // the app does not answer).
     rx.close();
     let mut rest = Vec::new();
     while let Ok(ev) = rx.try_recv() {
         rest.push(ev);
     }
-    for chunk in rest.chunks(BATCH) {
-        let _ = post(&client, &config, chunk).await;
+    let flush = async {
+        for chunk in rest.chunks(BATCH) {
+            if post(&client, &config, chunk).await.is_err() {
+                break;
+            }
+        }
+    };
+    if tokio::time::timeout(SHUTDOWN_FLUSH, flush).await.is_err() {
+        debug!("Event webhook: queued events left unsent at shutdown.");
     }
 }
 
@@ -315,6 +335,10 @@ mod tests {
         let c = EventsConfig::new("http://a/h", "0123456789abcdef", Some(&some))
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(c.wants("gift.settled") && !c.wants("member.joined"));
+        assert!(
+            !format!("{c:?}").contains("0123456789abcdef"),
+            "the secret stays out of logs"
+        );
         let bad = ["gift".to_owned()];
         assert!(EventsConfig::new("http://a/h", "0123456789abcdef", Some(&bad)).is_err());
     }
