@@ -315,6 +315,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::POST, ["rooms", id, "messages"]) if is_valid_id(id) => {
             messages::send(admin, RoomId::from(*id), &body).await
         }
+        (&Method::PUT, ["rooms", id, "attrs"]) if is_valid_id(id) => {
+            messages::attrs(admin, RoomId::from(*id), &body).await
+        }
         (&Method::POST, ["rooms", id, "move"]) if is_valid_id(id) => {
             cluster_ops::move_room(admin, id, &body).await
         }
@@ -401,6 +404,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["rooms", _]) => "room_get",
         (&Method::POST, ["rooms", _, "move"]) => "room_move",
         (&Method::POST, ["rooms", _, "messages"]) => "room_message",
+        (&Method::PUT, ["rooms", _, "attrs"]) => "room_attrs",
         (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",
         (&Method::GET, ["ring"]) => "ring_get",
         (&Method::GET, ["nodes"]) => "nodes_get",

@@ -224,3 +224,55 @@ async fn the_owner_mutes_the_rooms_chat_for_members_and_lifts_it() {
     assert!(ok["snapshot"].get("chat_muted").is_none(), "{ok}");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn room_attributes_are_set_by_staff_and_the_backend_and_outlive_an_unload() {
+    let shard = ShardConfig {
+        idle_unload: Duration::from_millis(200),
+        ..ShardConfig::default()
+    };
+    let s = Server::launch(SECRET, ADMIN, GatewayConfig::default(), shard).await;
+    let (room, [mut host, mut bob, carol]) = room_of_three(&s, "attrs").await;
+    let set = json!({"room": room, "set": {"theme": "night", "pk": [3, 1]}});
+    host.request("room.attrs", set).await.unwrap();
+    let ev = bob.next_event_named("room.attrs", WAIT).await.unwrap();
+    assert_eq!(
+        ev.d,
+        json!({"by": "host", "set": {"pk": [3, 1], "theme": "night"}})
+    );
+    let e = bob
+        .request("room.attrs", json!({"room": room, "set": {"theme": "day"}}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Forbidden));
+    // The backend changes one and removes the other: only that is announced, with no `by`.
+    let path = "/admin/rooms/attrs/attrs";
+    let body = json!({"set": {"pk": [4, 1], "theme": "night"}, "remove": ["song"]});
+    let r = kit::admin::call(s.admin, "PUT", path, Some(ADMIN), Some(body))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ev = bob.next_event_named("room.attrs", WAIT).await.unwrap();
+    assert_eq!(ev.d, json!({"by": null, "set": {"pk": [4, 1]}}));
+    assert_eq!(r.json()["seq"], ev.seq.unwrap());
+    let bad = json!({"set": {"bad key": 1}});
+    let r = kit::admin::call(s.admin, "PUT", path, Some(ADMIN), Some(bad))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400, "{}", r.body);
+    // Everyone leaves, the room unloads; a joiner finds the attributes as they were.
+    for c in [&mut host, &mut bob] {
+        c.request("room.leave", json!({"room": room}))
+            .await
+            .unwrap();
+    }
+    drop(carol);
+    s.wait_unloaded("attrs", WAIT * 3).await;
+    let mut dave = s.connect("dave").await;
+    let ok = dave.join(&room, false, None).await.unwrap();
+    assert_eq!(
+        ok["snapshot"]["attrs"],
+        json!({"pk": [4, 1], "theme": "night"})
+    );
+    s.stop().await;
+}

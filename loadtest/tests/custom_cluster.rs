@@ -1,7 +1,8 @@
 //! App-defined room messages in a cluster, with real processes: a volatile `custom` crosses
 //! gateways, the app backend's system message is sent through either gateway's admin API, and
 //! a member who resumes after the owner is killed is replayed the sequenced messages (from the
-//! fenced history the new owner loads) and none of the volatile ones.
+//! fenced history the new owner loads) and none of the volatile ones, and finds the room's
+//! attributes as the old owner left them.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
 #![allow(
@@ -99,6 +100,14 @@ async fn messages_cross_gateways_and_the_sequenced_ones_survive_a_killed_owner()
         )
         .await
         .unwrap();
+    // The owner's room attributes are state: the next owner starts from them.
+    alice
+        .request(
+            "room.attrs",
+            json!({"room": room, "set": {"theme": "night"}}),
+        )
+        .await
+        .unwrap();
     let (owner, _) = cluster.room_owner("notices").await.unwrap().unwrap();
     cluster.shard_mut(&owner).unwrap().node.kill9().unwrap();
     // Bob comes back through the other gateway, from where he was.
@@ -106,6 +115,7 @@ async fn messages_cross_gateways_and_the_sequenced_ones_survive_a_killed_owner()
     bob.set_position(&room, since.epoch, since.seq);
     let ok = bob.join_retrying(&room, None, WAIT * 4).await.unwrap();
     assert_eq!(ok["resync"], false, "the history moved with the room: {ok}");
+    assert_eq!(ok["snapshot"]["attrs"], json!({"theme": "night"}));
     let replayed: Vec<Value> = bob
         .queued_events()
         .iter()

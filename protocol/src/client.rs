@@ -4,6 +4,7 @@
 //! writes replies and events straight into bytes, so an event is serialized once and the same
 //! bytes go to every member.
 
+pub mod attrs;
 pub mod chat;
 pub mod custom;
 pub mod directory;
@@ -33,6 +34,7 @@ use serde_json::value::RawValue;
 use crate::error::ErrorCode;
 use crate::ids::{Epoch, RoomId, Seq};
 
+pub use attrs::{AttrsEvent, MAX_ATTR_VALUE_BYTES, MAX_ATTRS_BYTES, MAX_ROOM_ATTRS, RoomAttrs};
 pub use chat::{ChatEvent, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS};
 pub use custom::{
     CustomEvent, CustomSend, CustomSent, MAX_CUSTOM_DATA_BYTES, MAX_CUSTOM_TYPE_BYTES,

@@ -23,7 +23,8 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// version 4 adds the sender's profile to joins ([`Command::profile`]) and profile changes
 /// ([`RoomCmd::Profile`]); version 5 adds the member's standing (guards held, lifetime gift
 /// spend) to joins ([`Command::standing`]) and its changes ([`RoomCmd::Standing`]); version 6
-/// adds the app backend's room messages ([`RoomCmd::Custom`]).
+/// adds the app backend's room messages and attributes ([`RoomCmd::Custom`],
+/// [`RoomCmd::Attrs`]).
 pub const LINK_VERSION: u16 = 6;
 
 /// A room command from one session, with the ids needed to answer it.
@@ -99,6 +100,8 @@ pub enum RoomCmd {
     /// A message from the app's backend (the admin API), sent to the room as a `custom` event
     /// with no sender; the command's user and session are none of a member's.
     Custom(crate::client::CustomSend),
+    /// The app's backend sets or removes room attributes (the admin API); `by` is null.
+    Attrs(crate::client::RoomAttrs),
 }
 
 /// What an RTC provider's webhook says about one participant's audio.

@@ -745,7 +745,10 @@ impl RoomActor {
         if let Some(mut durable) =
             state::creation(&cmd.cmd, self.state.is_some(), user, auto_create)?
         {
-            durable.owner_region = cmd.profile.as_ref().and_then(|p| p.region.clone());
+            durable.owner_region = cmd
+                .profile
+                .as_ref()
+                .and_then(|p| p.region.as_deref().map(Into::into));
             self.check_create_rate(user)?;
             self.create(durable, true).await?;
             self.notify_room("room.created", user);
@@ -789,6 +792,15 @@ impl RoomActor {
                 let applied = state.rtc(user, ev, now_ms());
                 self.publish(applied, None).await?;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
+            }
+            RoomCmd::Attrs(a) => {
+                let applied = state.room_attrs(None, a)?;
+                let seq = applied.events.last().map(|(s, _)| *s);
+                self.publish(applied, None).await?;
+                Ok(Some((
+                    client::to_json(&client::CustomSent { seq }).into(),
+                    None,
+                )))
             }
             RoomCmd::Custom(c) => {
                 let applied = state.custom(None, c, now_ms())?;

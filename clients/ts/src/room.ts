@@ -143,6 +143,16 @@ export class Room extends Emitter<RoomEvents> {
   publishing(on: boolean): Promise<OpOk<"mic.publishing">> {
     return this.client.request("mic.publishing", { room: this.id, on });
   }
+  /**
+   * Sets and removes room attributes (owner or admin; section 5.38): `set` maps keys to any
+   * JSON, `remove` lists keys. The snapshot's `attrs` follows the `room.attrs` events.
+   */
+  setAttrs(set: Record<string, unknown>, remove: string[] = []): Promise<OpOk<"room.attrs">> {
+    const d: OpRequest<"room.attrs"> = { room: this.id };
+    if (Object.keys(set).length > 0) d.set = set;
+    if (remove.length > 0) d.remove = remove;
+    return this.client.request("room.attrs", d);
+  }
   /** `room.update` (owner or admin): only the fields given change. */
   update(d: Omit<OpRequest<"room.update">, "room">): Promise<OpOk<"room.update">> {
     return this.client.request("room.update", { ...d, room: this.id });
@@ -567,6 +577,13 @@ export class Room extends Emitter<RoomEvents> {
             s.seats.push({ index: i, user: null, locked: false, muted: false, admin_muted: false, publishing: false });
           }
         }
+        break;
+      }
+      case "room.attrs": {
+        const attrs: Record<string, unknown> = { ...(s.attrs ?? {}) };
+        for (const k of (d.removed as string[] | undefined) ?? []) delete attrs[k];
+        Object.assign(attrs, (d.set as Record<string, unknown> | undefined) ?? {});
+        s.attrs = attrs;
         break;
       }
       case "room.role": {

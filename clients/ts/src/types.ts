@@ -41,6 +41,8 @@ export interface Snapshot {
   host_seat: boolean;
   /** The chat is muted for everyone but the owner and the admins (absent when not). */
   chat_muted?: boolean;
+  /** The room's app-defined attributes (section 5.38; absent when none). */
+  attrs?: Record<string, unknown>;
   seats: Seat[];
   members: number;
   /** How many of the members are robots (absent when none). */
@@ -96,6 +98,7 @@ export interface Ops {
   "room.join": [{ room: string; since?: Position; password?: string }, JoinOk];
   "room.leave": [{ room: string }, Record<string, never>];
   "chat.send": [{ room: string; text: string }, { seq: number }];
+  "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
   "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
   "seat.take": [{ room: string; seat?: number }, { seat: number }];
   "seat.leave": [{ room: string }, Record<string, never>];
@@ -308,6 +311,8 @@ export interface SequencedEvents {
   "gift.lucky": { order: string; user: string; multiplier: number; coins: number };
   "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; seats?: number; locked?: boolean; chat_muted?: boolean };
   "room.role": { user: string; role: "owner" | "admin" | "member"; by: string };
+  /** Room attributes changed (section 5.38): only what changed; `by` null for the app's backend. */
+  "room.attrs": { by: string | null; set?: Record<string, unknown>; removed?: string[] };
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
   "rocket.launch": RocketLaunch;
 }
@@ -349,6 +354,7 @@ export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
   "gift",
   "gift.lucky",
   "room.update",
+  "room.attrs",
   "room.role",
   "moderation",
   "rocket.launch",

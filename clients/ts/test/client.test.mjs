@@ -79,7 +79,7 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(members.map((m) => m.user).sort(), ["alice", "bob"]);
 });
 
-test("app-defined messages: a sequenced one moves the position, a volatile one does not; a room-wide chat mute", async () => {
+test("app-defined messages: a sequenced one moves the position, a volatile one does not; a room-wide chat mute; room attributes", async () => {
   const a = client("cu-alice");
   const b = client("cu-bob");
   await Promise.all([a.connect(), b.connect()]);
@@ -105,6 +105,16 @@ test("app-defined messages: a sequenced one moves the position, a volatile one d
   await ra.update({ chat_muted: false });
   await until(() => rb.snapshot.chat_muted === false, 5000, "bob sees it lifted");
   await rb.chat("back");
+  // Room attributes: the owner sets two and removes one; every snapshot follows, a joiner's too.
+  await ra.setAttrs({ theme: "night", pk: [3, 1] });
+  await until(() => rb.snapshot.attrs?.theme === "night", 5000, "bob sees the attributes");
+  await ra.setAttrs({ pk: [4, 1] }, ["theme"]);
+  await until(() => rb.snapshot.attrs?.theme === undefined && rb.snapshot.attrs?.pk?.[0] === 4, 5000, "bob sees the change");
+  await assert.rejects(rb.setAttrs({ theme: "day" }), (e) => e.code === "FORBIDDEN");
+  const c = client("cu-carol");
+  await c.connect();
+  const rc = await c.join("t-custom");
+  assert.deepEqual(rc.snapshot.attrs, { pk: [4, 1] });
 });
 
 test("a connection is in one room: joining another ends the first (switched), and joining it again really joins", async () => {

@@ -1,12 +1,14 @@
-//! `POST /admin/rooms/{id}/messages`: the app's backend speaks in a room. The message becomes
-//! a `custom` event with no sender (`"system": true`), sequenced or volatile as asked, through
-//! the same command path as a member's `custom.send`; the call waits for the room's answer.
+//! The app backend's hand in a room: `POST /admin/rooms/{id}/messages` sends a message (a
+//! `custom` event with no sender, `"system": true`, sequenced or volatile as asked) and
+//! `PUT /admin/rooms/{id}/attrs` sets or removes room attributes (a `room.attrs` event with
+//! `by` null). Both go through the same command path as a member's operation and wait for the
+//! room's answer.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
-use protocol::client::CustomSend;
+use protocol::client::{CustomSend, RoomAttrs};
 use protocol::link::RoomCmd;
 use protocol::{ErrorCode, RoomId, UserId};
 use serde::Deserialize;
@@ -29,6 +31,49 @@ struct Body {
     data: Option<serde_json::Value>,
     #[serde(default)]
     volatile: bool,
+}
+
+/// The attributes body: `room.attrs`'s fields without the room.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttrsBody {
+    #[serde(default)]
+    set: std::collections::BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    remove: Vec<String>,
+}
+
+/// Sets and removes attributes and answers as [`send`] does (`seq` absent when nothing
+/// changed).
+pub(super) async fn attrs(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    let Some(core) = &admin.core else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "room attributes are set by gateway nodes",
+        );
+    };
+    let b: AttrsBody = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+    };
+    let a = RoomAttrs {
+        room: room.clone(),
+        set: b.set,
+        remove: b.remove,
+    };
+    if let Err(why) = a.check() {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
+    let wait = core.config.route_retry_budget + ANSWER_SLACK;
+    let answer = core
+        .command_reply(
+            &UserId::from(SYSTEM_USER),
+            room.clone(),
+            RoomCmd::Attrs(a),
+            wait,
+        )
+        .await;
+    answered(room, answer)
 }
 
 /// Sends the message and answers `200 {"room", "seq"}` (no `seq` for a volatile one), `400`
@@ -64,6 +109,11 @@ pub(super) async fn send(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
             wait,
         )
         .await;
+    answered(room, answer)
+}
+
+/// The HTTP answer to a room's answer: `200 {"room", "seq"?}`, or the error with its code.
+fn answered(room: RoomId, answer: crate::shared::Answer) -> Resp {
     match answer {
         Ok(ok) => {
             let seq = serde_json::from_slice::<serde_json::Value>(&ok)

@@ -54,6 +54,22 @@ pub enum RoomsVerb {
         #[arg(long)]
         volatile: bool,
     },
+    /// `PUT /admin/rooms/{room}/attrs`: set or remove room attributes.
+    Attrs {
+        /// Room id.
+        room: String,
+        /// `KEY=JSON` to set (repeatable), e.g. `--set 'theme="night"'`.
+        #[arg(long = "set", value_parser = parse_attr)]
+        set: Vec<(String, serde_json::Value)>,
+        /// A key to remove (repeatable).
+        #[arg(long = "remove")]
+        remove: Vec<String>,
+    },
+}
+
+fn parse_attr(s: &str) -> Result<(String, serde_json::Value), String> {
+    let (k, v) = s.split_once('=').ok_or("expected KEY=JSON")?;
+    Ok((k.to_owned(), parse_json(v)?))
 }
 
 fn parse_json(s: &str) -> Result<serde_json::Value, String> {
@@ -137,6 +153,15 @@ impl RoomsVerb {
                     Some(body),
                 )
             }
+            Self::Attrs { room, set, remove } => {
+                let set: serde_json::Map<String, serde_json::Value> = set.iter().cloned().collect();
+                let body = json!({"set": set, "remove": remove});
+                (
+                    "PUT",
+                    format!("/admin/rooms/{}/attrs", encode(room)),
+                    Some(body),
+                )
+            }
         }
     }
 }
@@ -168,6 +193,19 @@ mod tests {
             data: Some(json!({"text": "hi"})),
             volatile: true,
         };
+        let attrs = RoomsVerb::Attrs {
+            room: "r1".into(),
+            set: vec![("theme".into(), json!("night"))],
+            remove: vec!["song".into()],
+        };
+        assert_eq!(
+            attrs.request(),
+            (
+                "PUT",
+                "/admin/rooms/r1/attrs".into(),
+                Some(json!({"set": {"theme": "night"}, "remove": ["song"]}))
+            )
+        );
         assert_eq!(
             msg.request(),
             (

@@ -27,18 +27,20 @@ pub struct CustomSend {
     pub volatile: bool,
 }
 
+/// Whether `s` is an app-defined name: a custom message's `type`, a room attribute's key.
+pub fn is_app_name(s: &str) -> bool {
+    (1..=MAX_CUSTOM_TYPE_BYTES).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+}
+
 impl CustomSend {
     /// Checks `type` and the size of `data`; the reason when they break the rules.
     ///
     /// # Errors
     /// The rule broken, as a message for `BAD_REQUEST`.
     pub fn check(&self) -> Result<(), &'static str> {
-        let name_ok = (1..=MAX_CUSTOM_TYPE_BYTES).contains(&self.kind.len())
-            && self
-                .kind
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
-        if !name_ok {
+        if !is_app_name(&self.kind) {
             return Err("type must be 1..=32 characters of A-Z a-z 0-9 _ . : -");
         }
         let size = self

@@ -7,10 +7,10 @@ use serde_json::value::RawValue;
 
 use super::{
     BanList, ChatMute, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom, MemberList,
-    MicPublishing, RankGet, RoomAdmin, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave,
-    RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave,
-    SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp,
-    WalletBalance, WalletOp, args,
+    MicPublishing, RankGet, RoomAdmin, RoomAttrs, RoomBan, RoomCreate, RoomJoin, RoomKick,
+    RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick,
+    SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom,
+    UserOp, WalletBalance, WalletOp, args,
 };
 use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -44,6 +44,7 @@ addressed!(
     RoomLeave,
     ChatSend,
     CustomSend,
+    RoomAttrs,
     SeatTake,
     SeatLeave,
     SeatLock,
@@ -163,6 +164,8 @@ room_ops! {
     "mic.publishing" => MicPublishing(MicPublishing),
     /// `room.update`: change title, notice, cover, seat mode, host seat (owner/admin).
     "room.update" => RoomUpdate(RoomUpdate),
+    /// `room.attrs`: set or remove the room's app-defined attributes (owner/admin).
+    "room.attrs" => RoomAttrs(RoomAttrs),
     /// `room.lock`: set, change or remove the password (owner/admin).
     "room.lock" => RoomLock(RoomLock),
     /// `room.admin`: grant or revoke the admin role (owner).

@@ -152,6 +152,9 @@ pub struct Snapshot {
     /// The chat is muted for everyone but the owner and the admins (present only then).
     #[serde(default, skip_serializing_if = "crate::client::is_false")]
     pub chat_muted: bool,
+    /// The room's app-defined attributes (`room.attrs`; absent when none).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub attrs: std::collections::BTreeMap<String, serde_json::Value>,
     /// Every seat, by index.
     pub seats: Vec<SeatView>,
     /// Current member count (including the joiner), robots included.

@@ -101,7 +101,7 @@ impl RoomActor {
             score,
             robots,
             locked,
-            region: d.owner_region.clone(),
+            region: d.owner_region.as_deref().map(str::to_owned),
             pinned: false,
         });
     }

@@ -6,6 +6,7 @@
 //! gift's recipients (`recipients`), among others; this file keeps membership, the rights
 //! every rule checks, and the dispatch of `RoomState::apply`.
 
+mod attrs;
 mod deadlines;
 mod directory;
 mod durable;
@@ -305,6 +306,7 @@ impl RoomState {
             seat_mode: d.seat_mode,
             host_seat: d.host_seat,
             chat_muted: d.chat_muted,
+            attrs: self.attrs(),
             seats: (0..d.seats.len()).map(|i| self.seat_view(i)).collect(),
             members: self.members.len() as u64,
             robots: self.robot_members as u64,
@@ -587,6 +589,7 @@ impl RoomState {
             RoomOp::SeatInviteReject(_) => Outcome::empty(self.invite_reject(user, now)?),
             RoomOp::MicPublishing(m) => Outcome::empty(self.mic_publishing(user, m.on, now)?),
             RoomOp::RoomUpdate(u) => Outcome::empty(self.room_update(user, u, &spend)?),
+            RoomOp::RoomAttrs(a) => Outcome::empty(self.room_attrs(Some(user), a)?),
             RoomOp::RoomLock(l) => Outcome::empty(self.room_lock(user, l.password.as_deref())?),
             RoomOp::RoomAdmin(a) => Outcome::empty(self.room_admin(user, &a.user, a.admin, now)?),
             RoomOp::RoomTransfer(t) => Outcome::empty(self.room_transfer(user, &t.user, now)?),

@@ -20,7 +20,7 @@ impl RoomState {
         if *user != self.durable.owner || self.durable.owner_region.as_deref() == region {
             return None;
         }
-        self.durable.owner_region = region.map(str::to_owned);
+        self.durable.owner_region = region.map(Into::into);
         Some(Applied::changed())
     }
 }

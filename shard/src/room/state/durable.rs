@@ -157,6 +157,9 @@ pub struct Durable {
     /// The chat is muted for everyone but the owner and the admins (`room.update`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub chat_muted: bool,
+    /// The app-defined attributes (`room.attrs`); boxed, and absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attrs: Option<Box<std::collections::BTreeMap<String, serde_json::Value>>>,
     /// Closed by the owner: nobody joins until the owner reopens it.
     #[serde(default)]
     pub closed: bool,
@@ -188,7 +191,7 @@ pub struct Durable {
     /// The owner's region, from their profile when they create or join the room (the room
     /// directory's region filter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner_region: Option<String>,
+    pub owner_region: Option<Box<str>>,
     /// The room rocket (absent until a gift fuels it). Boxed: most rooms never fuel one, and
     /// every room's actor carries its durable state.
     #[serde(default, skip_serializing_if = "super::rocket::is_idle")]
@@ -222,6 +225,7 @@ impl Durable {
             seat_mode: SeatMode::Free,
             host_seat: false,
             chat_muted: false,
+            attrs: None,
             closed: false,
             requests: Vec::new(),
             invites: Vec::new(),

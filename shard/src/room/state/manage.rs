@@ -204,7 +204,9 @@ impl RoomState {
         self.durable.owner = target.clone();
         // The directory shows the owner's region: now the new owner's (unknown when their
         // profile has none), never the old owner's.
-        self.durable.owner_region = self.profile_of(target).and_then(|p| p.region.clone());
+        self.durable.owner_region = self
+            .profile_of(target)
+            .and_then(|p| p.region.as_deref().map(Into::into));
         for (who, role) in [(target, "owner"), (user, "member")] {
             self.push(
                 &mut applied,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::{
-    self, ChatEvent, CustomEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave, MemberUpdate,
-    Moderation, Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
+    self, AttrsEvent, ChatEvent, CustomEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave,
+    MemberUpdate, Moderation, Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
 };
 use protocol::link::Membership;
 use protocol::{Epoch, RoomId, Seq, UserId};
@@ -28,6 +28,8 @@ pub enum Sequenced {
     LuckyWin(LuckyWinEvent),
     /// `room.update`: room info changed.
     RoomUpdate(RoomInfo),
+    /// `room.attrs`: app-defined attributes changed.
+    RoomAttrs(AttrsEvent),
     /// `room.role`: a user's role changed.
     Role(RoleChange),
     /// `moderation`: a mute, kick or ban and their lifting.
@@ -46,6 +48,7 @@ impl Sequenced {
             Self::Gift(_) => "gift",
             Self::LuckyWin(_) => "gift.lucky",
             Self::RoomUpdate(_) => "room.update",
+            Self::RoomAttrs(_) => "room.attrs",
             Self::Role(_) => "room.role",
             Self::Moderation(_) => "moderation",
             Self::RocketLaunch(_) => "rocket.launch",
@@ -64,6 +67,7 @@ impl Sequenced {
             Self::Gift(e) => client::encode_event(name, Some(room), at, e),
             Self::LuckyWin(e) => client::encode_event(name, Some(room), at, e),
             Self::RoomUpdate(e) => client::encode_event(name, Some(room), at, e),
+            Self::RoomAttrs(e) => client::encode_event(name, Some(room), at, e),
             Self::Role(e) => client::encode_event(name, Some(room), at, e),
             Self::Moderation(e) => client::encode_event(name, Some(room), at, e),
             Self::RocketLaunch(e) => client::encode_event(name, Some(room), at, e),

@@ -171,3 +171,98 @@ fn a_room_wide_chat_mute_silences_members_but_not_the_staff_until_lifted() {
     run(&mut r, "mem", chat, 5).unwrap();
     assert!(!r.snapshot().chat_muted);
 }
+
+fn attrs_op(set: serde_json::Value, remove: &[&str]) -> serde_json::Value {
+    json!({"op": "room.attrs", "d": {"room": "r1", "set": set, "remove": remove}})
+}
+
+#[test]
+fn the_staff_set_and_remove_attributes_and_only_changes_are_announced() {
+    let mut r = party();
+    let e = run(&mut r, "mem", attrs_op(json!({"theme": "night"}), &[]), 1).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Forbidden);
+    let out = run(
+        &mut r,
+        "adm",
+        attrs_op(json!({"theme": "night", "pk": [0, 0]}), &[]),
+        1,
+    )
+    .unwrap();
+    let [(_, Sequenced::RoomAttrs(ev))] = &out.applied.events[..] else {
+        panic!("one room.attrs: {:?}", out.applied.events)
+    };
+    assert_eq!(ev.by, Some(u("adm")));
+    assert_eq!(
+        serde_json::to_value(&ev.set).unwrap(),
+        json!({"pk": [0, 0], "theme": "night"})
+    );
+    assert!(out.applied.durable_changed);
+    assert_eq!(
+        serde_json::to_value(r.snapshot().attrs).unwrap(),
+        json!({"pk": [0, 0], "theme": "night"})
+    );
+    // The same values again, and removing a key that is not there: nothing to announce.
+    let out = run(
+        &mut r,
+        "host",
+        attrs_op(json!({"theme": "night"}), &["song"]),
+        2,
+    )
+    .unwrap();
+    assert!(out.applied.events.is_empty() && !out.applied.durable_changed);
+    // The app's backend changes one and removes another: only those are in the event.
+    let a = client::RoomAttrs {
+        room: "r1".into(),
+        set: [("pk".to_owned(), json!([3, 1]))].into(),
+        remove: vec!["theme".into()],
+    };
+    let out = r.room_attrs(None, &a).unwrap();
+    let [(_, Sequenced::RoomAttrs(ev))] = &out.events[..] else {
+        panic!("one room.attrs")
+    };
+    assert_eq!(
+        (ev.by.clone(), ev.removed.clone()),
+        (None, vec!["theme".to_owned()])
+    );
+    assert_eq!(
+        serde_json::to_value(r.snapshot().attrs).unwrap(),
+        json!({"pk": [3, 1]})
+    );
+    // All removed: the snapshot has none, and the durable state keeps no empty map.
+    r.room_attrs(
+        None,
+        &client::RoomAttrs {
+            room: "r1".into(),
+            set: Default::default(),
+            remove: vec!["pk".into()],
+        },
+    )
+    .unwrap();
+    assert!(r.snapshot().attrs.is_empty() && r.durable().attrs.is_none());
+}
+
+#[test]
+fn attributes_past_the_rooms_bounds_are_refused_whole() {
+    let mut r = party();
+    let twenty: serde_json::Map<String, serde_json::Value> =
+        (0..20).map(|i| (format!("k{i}"), json!(i))).collect();
+    run(&mut r, "host", attrs_op(twenty.into(), &[]), 1).unwrap();
+    let before = r.seq();
+    let e = run(&mut r, "host", attrs_op(json!({"k20": 1}), &[]), 2).unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    // Replacing and removing within the bound works.
+    run(&mut r, "host", attrs_op(json!({"k20": 1}), &["k0"]), 2).unwrap();
+    // Eight values of 1,000 bytes and more are past the 8,192-byte total.
+    let big: serde_json::Map<String, serde_json::Value> = (0..9)
+        .map(|i| (format!("k{i}"), json!("x".repeat(998))))
+        .collect();
+    let e = run(&mut r, "host", attrs_op(big.into(), &[]), 3).unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert_eq!(r.seq(), before + 1);
+    assert_eq!(r.snapshot().attrs.len(), 20);
+    assert_eq!(
+        r.snapshot().attrs["k1"],
+        json!(1),
+        "the refused change left nothing behind"
+    );
+}

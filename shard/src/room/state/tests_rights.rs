@@ -570,7 +570,7 @@ fn a_transfer_shows_the_new_owners_region() {
         2,
     )
     .unwrap();
-    assert_eq!(r.durable().owner_region, None);
+    assert_eq!(r.durable().owner_region.as_deref(), None);
 }
 
 /// The owner's ban of an admin takes the role away (`room.role` `member`, before the
