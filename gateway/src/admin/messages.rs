@@ -46,34 +46,15 @@ struct AttrsBody {
 /// Sets and removes attributes and answers as [`send`] does (`seq` absent when nothing
 /// changed).
 pub(super) async fn attrs(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
-    let Some(core) = &admin.core else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "room attributes are set by gateway nodes",
-        );
-    };
-    let b: AttrsBody = match serde_json::from_slice(body) {
-        Ok(b) => b,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
-    };
-    let a = RoomAttrs {
-        room: room.clone(),
-        set: b.set,
-        remove: b.remove,
-    };
-    if let Err(why) = a.check() {
-        return error(StatusCode::BAD_REQUEST, why);
-    }
-    let wait = core.config.route_retry_budget + ANSWER_SLACK;
-    let answer = core
-        .command_reply(
-            &UserId::from(SYSTEM_USER),
-            room.clone(),
-            RoomCmd::Attrs(a),
-            wait,
-        )
-        .await;
-    answered(room, answer)
+    command(admin, room, body, |room, b: AttrsBody| {
+        let a = RoomAttrs {
+            room,
+            set: b.set,
+            remove: b.remove,
+        };
+        a.check().map(|()| RoomCmd::Attrs(a))
+    })
+    .await
 }
 
 /// Sends the message and answers `200 {"room", "seq"}` (no `seq` for a volatile one), `400`
@@ -81,33 +62,43 @@ pub(super) async fn attrs(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
 /// reached (`outcome_unknown: true` when it may have taken the message: do not send it again
 /// blindly).
 pub(super) async fn send(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    command(admin, room, body, |room, b: Body| {
+        let msg = CustomSend {
+            room,
+            kind: b.kind,
+            data: b.data,
+            volatile: b.volatile,
+        };
+        msg.check().map(|()| RoomCmd::Custom(msg))
+    })
+    .await
+}
+
+/// Parses the body, builds the room command (`Err`: why the body is refused, a 400), sends it
+/// as the app's backend and answers with the room's answer.
+async fn command<B: serde::de::DeserializeOwned>(
+    admin: &Admin,
+    room: RoomId,
+    body: &Bytes,
+    build: impl FnOnce(RoomId, B) -> Result<RoomCmd, &'static str>,
+) -> Resp {
     let Some(core) = &admin.core else {
         return error(
             StatusCode::NOT_FOUND,
-            "room messages are sent by gateway nodes",
+            "the backend's room calls are served by gateway nodes",
         );
     };
-    let b: Body = match serde_json::from_slice(body) {
+    let b: B = match serde_json::from_slice(body) {
         Ok(b) => b,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
     };
-    let msg = CustomSend {
-        room: room.clone(),
-        kind: b.kind,
-        data: b.data,
-        volatile: b.volatile,
+    let cmd = match build(room.clone(), b) {
+        Ok(cmd) => cmd,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    if let Err(why) = msg.check() {
-        return error(StatusCode::BAD_REQUEST, why);
-    }
     let wait = core.config.route_retry_budget + ANSWER_SLACK;
     let answer = core
-        .command_reply(
-            &UserId::from(SYSTEM_USER),
-            room.clone(),
-            RoomCmd::Custom(msg),
-            wait,
-        )
+        .command_reply(&UserId::from(SYSTEM_USER), room.clone(), cmd, wait)
         .await;
     answered(room, answer)
 }
