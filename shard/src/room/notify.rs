@@ -33,14 +33,14 @@ impl RoomActor {
         }
         for p in &applied.presence {
             match p {
-                Presence::Join(user, ..) => {
+                Presence::Join(user, ..) if n.wants("member.joined") => {
                     n.emit("member.joined", &self.room, json!({ "user": user }));
                 }
-                Presence::Leave(user, reason) => {
+                Presence::Leave(user, reason) if n.wants("member.left") => {
                     let d = json!({ "user": user, "reason": reason });
                     n.emit("member.left", &self.room, d);
                 }
-                Presence::Update(..) => {}
+                _ => {}
             }
         }
     }
@@ -69,7 +69,7 @@ impl RoomActor {
 
     /// Queues a room lifecycle event (`room.created`, `room.closed`, `room.opened`).
     pub(super) fn notify_room(&self, kind: &'static str, by: &protocol::UserId) {
-        if let Some(n) = &self.inner.events {
+        if let Some(n) = self.inner.events.as_ref().filter(|n| n.wants(kind)) {
             n.emit(kind, &self.room, json!({ "by": by }));
         }
     }
