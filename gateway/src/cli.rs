@@ -267,6 +267,8 @@ pub struct FileConfig {
     pub presence_full_max: Option<usize>,
     /// member.count interval, ms.
     pub member_count_interval_ms: Option<u64>,
+    /// Shortest time between two `room.likes` of a room, ms (at least 100).
+    pub likes_interval_ms: Option<u64>,
     /// A member whose connection drops stays (away) this many ms before it leaves (0: at once).
     pub presence_grace_ms: Option<u64>,
     /// A seated user must publish audio within this many ms, or the seat is freed (0: off).
@@ -596,6 +598,9 @@ pub fn shard_settings(
     }
     if let Some(v) = ms(f.member_count_interval_ms) {
         s.member_count_interval = v;
+    }
+    if let Some(v) = f.likes_interval_ms {
+        s.likes_interval = Duration::from_millis(v.max(100));
     }
     if let Some(v) = ms(f.presence_grace_ms) {
         s.presence_grace = v;

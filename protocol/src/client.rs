@@ -11,6 +11,7 @@ pub mod directory;
 pub mod gift;
 pub mod guard;
 pub mod im;
+pub mod like;
 pub mod manage;
 pub mod members;
 pub mod moderation;
@@ -51,6 +52,7 @@ pub use im::{
     BlockList, ImAck, ImBlocks, ImHistory, ImMessage, ImPage, ImSend, ImSent, ImUser, MAX_BLOCKS,
     MAX_IM_ACK_IDS, MAX_IM_TEXT_CHARS,
 };
+pub use like::{LikeSend, LikeSent, LikesEvent, MAX_LIKES_PER_SEND, MAX_RECENT_LIKERS};
 pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
 pub use members::{MemberEntry, MemberList, MemberPage, MemberUpdate};
 pub use moderation::{

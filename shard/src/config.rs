@@ -75,6 +75,8 @@ pub struct ShardConfig {
     pub presence_grace: Duration,
     /// Coalescing interval of `member.count` in big rooms.
     pub member_count_interval: Duration,
+    /// Shortest time between two `room.likes` of a room (the likes between share one).
+    pub likes_interval: Duration,
     /// Joining a missing room creates it with the joiner as owner (standalone default).
     pub auto_create: bool,
     /// Write every sequenced event to the fenced history store before publishing it, so
@@ -156,6 +158,7 @@ impl Default for ShardConfig {
             presence_full_max: DEFAULT_PRESENCE_FULL_MAX,
             presence_grace: DEFAULT_PRESENCE_GRACE,
             member_count_interval: DEFAULT_MEMBER_COUNT_INTERVAL,
+            likes_interval: Duration::from_secs(1),
             auto_create: true,
             durable_history: false,
             handoff_rate_per_sec: DEFAULT_HANDOFF_RATE_PER_SEC,

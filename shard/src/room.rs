@@ -559,6 +559,7 @@ impl RoomActor {
                     .and_then(RoomState::next_storm_flush)
                     .map(instant_at),
                 rocket: self.rocket_progress_due(),
+                likes: self.likes_due(),
                 robot: self.robot_due(),
                 listing: self.list_refresh_due(),
                 // A room running robots stays while they are configured, even with nobody in
@@ -632,6 +633,9 @@ impl RoomActor {
                     }
                     if due.rocket.is_some() {
                         Box::pin(self.send_rocket_progress()).await;
+                    }
+                    if due.likes.is_some() {
+                        Box::pin(self.publish_likes()).await;
                     }
                     if due.robot.is_some() {
                         Box::pin(self.robot_tick()).await;

@@ -6,11 +6,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{
-    BanList, ChatMute, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom, MemberList,
-    MicPublishing, RankGet, RoomAdmin, RoomAttrs, RoomBan, RoomCreate, RoomJoin, RoomKick,
-    RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick,
-    SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom,
-    UserOp, WalletBalance, WalletOp, args,
+    BanList, ChatMute, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom, LikeSend,
+    MemberList, MicPublishing, RankGet, RoomAdmin, RoomAttrs, RoomBan, RoomCreate, RoomJoin,
+    RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite,
+    SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake,
+    UserInRoom, UserOp, WalletBalance, WalletOp, args,
 };
 use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -44,6 +44,7 @@ addressed!(
     RoomLeave,
     ChatSend,
     CustomSend,
+    LikeSend,
     RoomAttrs,
     SeatTake,
     SeatLeave,
@@ -128,6 +129,8 @@ room_ops! {
     "chat.send" => Chat(ChatSend),
     /// `custom.send`: an app-defined message, sequenced or volatile.
     "custom.send" => Custom(CustomSend),
+    /// `like.send`: likes for the room's counter, announced coalesced (`room.likes`).
+    "like.send" => Like(LikeSend),
     /// `seat.take`: a given seat or the first free one.
     "seat.take" => SeatTake(SeatTake),
     /// `seat.leave`.

@@ -155,6 +155,9 @@ pub struct Snapshot {
     /// The room's app-defined attributes (`room.attrs`; absent when none).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub attrs: std::collections::BTreeMap<String, serde_json::Value>,
+    /// The room's like total (`like.send`; absent at 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub likes: u64,
     /// Every seat, by index.
     pub seats: Vec<SeatView>,
     /// Current member count (including the joiner), robots included.

@@ -238,6 +238,23 @@ impl RoomActor {
         }
     }
 
+    /// When the next `room.likes` may go out (None: no likes wait).
+    pub(super) fn likes_due(&self) -> Option<Instant> {
+        let every = self.inner.config.likes_interval.as_millis() as u64;
+        self.state.as_ref()?.likes_due(every).map(super::instant_at)
+    }
+
+    /// Announces the likes that wait: the total is written with the room's state first, so a
+    /// total any member saw survives a crash of this owner.
+    pub(super) async fn publish_likes(&mut self) {
+        let now = super::now_ms();
+        let Some(applied) = self.state.as_mut().and_then(|s| s.take_likes(now)) else {
+            return;
+        };
+        // A write that fails stops the runtime; the next owner goes on from the saved total.
+        let _ = self.publish(applied, None).await;
+    }
+
     /// Every member's session, grouped by gateway.
     pub(super) fn sessions_by_gateway(&self) -> HashMap<NodeId, Vec<SessionId>> {
         let members = self.state.as_ref().into_iter().flat_map(RoomState::members);

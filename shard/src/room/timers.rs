@@ -16,6 +16,8 @@ pub(super) struct Timers {
     pub(super) storm: Option<Instant>,
     /// `rocket.progress` (only while the rocket moved).
     pub(super) rocket: Option<Instant>,
+    /// `room.likes` (only while likes wait).
+    pub(super) likes: Option<Instant>,
     /// The next robot action.
     pub(super) robot: Option<Instant>,
     /// The directory score's refresh (only while recent gifts count).
@@ -32,6 +34,7 @@ impl Timers {
             self.deadline,
             self.storm,
             self.rocket,
+            self.likes,
             self.robot,
             self.listing,
             self.idle,
@@ -49,6 +52,7 @@ impl Timers {
             deadline: due(self.deadline),
             storm: due(self.storm),
             rocket: due(self.rocket),
+            likes: due(self.likes),
             robot: due(self.robot),
             listing: due(self.listing),
             idle: due(self.idle),

@@ -160,6 +160,10 @@ pub struct Durable {
     /// The app-defined attributes (`room.attrs`); boxed, and absent when there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attrs: Option<Box<std::collections::BTreeMap<String, serde_json::Value>>>,
+    /// The room's like total (`like.send`). Saved with the room's next write, at the latest
+    /// with the `room.likes` that announces it (docs/ARCHITECTURE.md, section 7, "Likes").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub likes: u64,
     /// Closed by the owner: nobody joins until the owner reopens it.
     #[serde(default)]
     pub closed: bool,
@@ -226,6 +230,7 @@ impl Durable {
             host_seat: false,
             chat_muted: false,
             attrs: None,
+            likes: 0,
             closed: false,
             requests: Vec::new(),
             invites: Vec::new(),
@@ -305,4 +310,8 @@ pub(super) fn check_cover(c: &str) -> Result<(), Rejected> {
             "cover must be an http(s) URL of at most 512 printable ASCII bytes",
         ))
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

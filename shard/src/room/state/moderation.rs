@@ -112,9 +112,9 @@ impl RoomState {
             } else {
                 // An away member has no connection to tell: remembered, so that a gateway's
                 // rejoin for a move under way does not undo the kick.
-                self.kicked_away
-                    .retain(|_, t| now.saturating_sub(*t) <= super::KICK_MEMORY_MS);
-                self.kicked_away.insert(target.clone(), now);
+                let kicked = self.kicked_away.get_or_insert_with(Box::default);
+                kicked.retain(|_, t| now.saturating_sub(*t) <= super::KICK_MEMORY_MS);
+                kicked.insert(target.clone(), now);
             }
         }
     }
