@@ -1,5 +1,5 @@
-// The demo room in a real browser: two users join, take seats, chat, send a heart (a volatile
-// custom message) and a gift, and get the app backend's notice, each
+// The demo room in a real browser: two users join, take seats, chat, like the room (the
+// coalesced like counter) and send a gift, and get the app backend's notice, each
 // seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
 // the member back to a seat, mutes and unmutes their chat, and kicks them.
@@ -58,9 +58,11 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await bob.press("#chat-input", "Enter");
   await alice.locator("#chat-log li", { hasText: "bob: hey alice" }).waitFor({ timeout: T });
   await shot(alice, "03-chat");
-  // A heart: a volatile custom message, floating up on the other page.
+  // Likes: hearts float up on the other page, named after the liker, and both counters follow.
   await alice.click("#like");
   await bob.locator("#gift-fx .fx.heart", { hasText: "alice" }).first().waitFor({ timeout: T });
+  await alice.click("#like");
+  for (const p of [alice, bob]) await p.locator("#like-count", { hasText: /^2$/ }).waitFor({ timeout: T });
   // The app backend's notice, through the admin API, shown in both chats.
   const notice = await node.admin("POST", `/admin/rooms/${room}/messages`, { type: "notice", data: { text: "Welcome to the party" } });
   if (notice.status !== 200) throw new Error(`admin message: ${notice.status} ${JSON.stringify(notice.body)}`);

@@ -107,6 +107,14 @@ export class Room extends Emitter<RoomEvents> {
     if (options.volatile) d.volatile = true;
     return this.client.request("custom.send", d);
   }
+  /**
+   * Likes the room (`count` taps at once, 1..=100; section 5.39): answers the room's total.
+   * Everyone gets what was added as one `room.likes` at most once a second, and the
+   * snapshot's `likes` follows it.
+   */
+  like(count = 1): Promise<OpOk<"like.send">> {
+    return this.client.request("like.send", count === 1 ? { room: this.id } : { room: this.id, count });
+  }
   takeSeat(seat?: number): Promise<OpOk<"seat.take">> {
     return this.client.request("seat.take", seat === undefined ? { room: this.id } : { room: this.id, seat });
   }
@@ -601,6 +609,9 @@ export class Room extends Emitter<RoomEvents> {
         break;
       case "member.count":
         s.members = d.count as number;
+        break;
+      case "room.likes":
+        s.likes = d.total as number;
         break;
     }
   }

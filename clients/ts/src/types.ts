@@ -43,6 +43,8 @@ export interface Snapshot {
   chat_muted?: boolean;
   /** The room's app-defined attributes (section 5.38; absent when none). */
   attrs?: Record<string, unknown>;
+  /** The room's like total (section 5.39; absent at 0). */
+  likes?: number;
   seats: Seat[];
   members: number;
   /** How many of the members are robots (absent when none). */
@@ -100,6 +102,7 @@ export interface Ops {
   "chat.send": [{ room: string; text: string }, { seq: number }];
   "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
   "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
+  "like.send": [{ room: string; count?: number }, { total: number }];
   "seat.take": [{ room: string; seat?: number }, { seat: number }];
   "seat.leave": [{ room: string }, Record<string, never>];
   "seat.lock": [{ room: string; seat: number; locked: boolean }, Record<string, never>];
@@ -335,6 +338,8 @@ export interface VolatileEvents {
   "member.update": Badges & { user: string; p?: Profile };
   "member.count": { count: number };
   "rocket.progress": { level: number; fuel: number; target: number; launches: number };
+  /** Likes added since the last one (section 5.39): at most one a second. */
+  "room.likes": { total: number; added: number; recent: string[] };
   "seat.request": { user: string; seat: number | null; expires_at: number };
   "seat.request.update": { user: string; state: string; by?: string; seat?: number };
   "seat.invite": { user: string; by: string; seat: number | null; expires_at: number };

@@ -117,6 +117,31 @@ test("app-defined messages: a sequenced one moves the position, a volatile one d
   assert.deepEqual(rc.snapshot.attrs, { pk: [4, 1] });
 });
 
+test("likes: each reply counts its own, everyone gets the added likes coalesced, and the snapshots follow", async () => {
+  const a = client("lk-alice");
+  const b = client("lk-bob");
+  await Promise.all([a.connect(), b.connect()]);
+  const ra = await a.join("t-likes");
+  const rb = await b.join("t-likes");
+  assert.equal(ra.snapshot.likes, undefined, "no likes yet");
+  const seen = [];
+  rb.on("room.likes", (e) => seen.push(e));
+  assert.deepEqual(await ra.like(), { total: 1 });
+  assert.deepEqual(await rb.like(5), { total: 6 });
+  assert.deepEqual(await ra.like(4), { total: 10 });
+  await until(() => rb.snapshot.likes === 10 && ra.snapshot.likes === 10, 5000, "both snapshots reach the total");
+  assert.ok(seen.length >= 1 && seen.length <= 3, `coalesced: ${seen.length} events for 3 calls`);
+  assert.equal(seen.reduce((n, e) => n + e.added, 0), 10, "every like in exactly one event");
+  const last = seen[seen.length - 1];
+  assert.deepEqual([last.total, last.seq, last.epoch], [10, undefined, undefined]);
+  assert.ok(last.recent.length >= 1 && last.recent.every((u) => u === "lk-alice" || u === "lk-bob"));
+  await assert.rejects(ra.like(0), (e) => e instanceof ChorusError && e.code === "BAD_REQUEST");
+  const c = client("lk-carol");
+  await c.connect();
+  const rc = await c.join("t-likes");
+  assert.equal(rc.snapshot.likes, 10);
+});
+
 test("a connection is in one room: joining another ends the first (switched), and joining it again really joins", async () => {
   const a = client("sw-alice");
   await a.connect();

@@ -226,7 +226,7 @@ function giftFx(gift: string, from: string, to: string[]): void {
   setTimeout(() => fx.remove(), 2400);
 }
 
-/** A heart floating up for a `like` (a volatile custom message). */
+/** A heart floating up for a like (`room.likes`, or an app's volatile custom `like`). */
 function heartFx(from: string | undefined): void {
   const fx = el("div", "❤", "fx heart");
   fx.append(el("small", from ?? ""));
@@ -254,6 +254,12 @@ function renderGifts(): void {
 
 function wire(r: Room): void {
   r.on("chat", (e) => log(`${e.from}: ${e.text}`));
+  // Likes come coalesced: one `room.likes` a second with what was added; a few hearts float
+  // up for it, the first named after the latest liker.
+  r.on("room.likes", (e) => {
+    $("like-count").textContent = String(e.total);
+    for (let i = 0; i < Math.min(e.added, 8); i++) heartFx(i === 0 ? e.recent[0] : undefined);
+  });
   r.on("custom", (e) => {
     if (e.type === "like") heartFx(e.from);
     // The app backend's notices (POST /admin/rooms/{id}/messages with {"type":"notice","data":{"text":…}}).
@@ -311,6 +317,7 @@ function wire(r: Room): void {
   });
   r.on("snapshot", (s) => {
     $("room-title").textContent = s.title;
+    $("like-count").textContent = String(s.likes ?? 0);
     renderSeats();
   });
   r.on("rejoining", (e) => log(`rejoining (${e.reason})…`, "sys"));
@@ -372,6 +379,7 @@ async function enter(c: Client, user: string, pasted: string, roomId: string): P
   $("room-name").textContent = roomId;
   $("me").textContent = me;
   $("room-title").textContent = r.snapshot?.title ?? "";
+  $("like-count").textContent = String(r.snapshot?.likes ?? 0);
   renderSeats();
   renderGifts();
   await Promise.all([refreshMembers(), refreshWallet(), refreshRequests()]);
@@ -399,7 +407,10 @@ async function main(): Promise<void> {
     });
   };
   $("like").onclick = () => {
-    if (room) void run("chat-error", () => room!.sendCustom("like", undefined, { volatile: true }));
+    if (room)
+      void run("chat-error", async () => {
+        $("like-count").textContent = String((await room!.like()).total);
+      });
   };
   if (params.get("user") && demo) void run("login-error", join);
 }
