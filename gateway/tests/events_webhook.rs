@@ -1,12 +1,14 @@
 //! The event webhook end to end on a standalone node: a real HTTP receiver on loopback gets
 //! what a room did (created, members in and out, a seat, a gift settled through the ledger, a
 //! kick, the room closed) in order, in signed batches, and a batch it refused is sent again
-//! with the same event ids.
+//! with the same event ids; the sequenced messages, attribute changes and rocket launches; and
+//! only the kinds asked for (chat lines only then).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
 )]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gateway::GatewayConfig;
@@ -14,6 +16,7 @@ use kit::hooks::Receiver;
 use serde_json::{Value, json};
 use shard::ShardConfig;
 use shard::events::{EventsConfig, signature};
+use shard::state::{RocketLevel, RocketRules};
 
 #[path = "support/server.rs"]
 mod server;
@@ -67,6 +70,8 @@ async fn a_rooms_life_reaches_the_app_in_order_and_a_refused_batch_comes_again()
     bob.request("seat.take", json!({"room": room, "seat": 1}))
         .await
         .unwrap();
+    // Chat lines are sent only when asked for by name: none below.
+    bob.chat(&room, "not for the app").await.unwrap();
     let req_id = "0190c5d2-0000-7000-8000-000000000001";
     host.request(
         "gift.send",
@@ -174,5 +179,90 @@ async fn only_the_kinds_asked_for_are_sent() {
     let (events, _) = delivered_until(&mut rx, "room.closed").await;
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["room.created", "room.closed"]);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_when_asked() {
+    let mut rx = Receiver::start(0).await.unwrap();
+    let kinds: Vec<String> = [
+        "chat.sent",
+        "message.custom",
+        "room.attrs",
+        "rocket.launched",
+    ]
+    .map(String::from)
+    .to_vec();
+    let shard = ShardConfig {
+        events: Some(EventsConfig::new(&rx.url, HOOK_SECRET, Some(&kinds)).unwrap()),
+        // One rose fills the first level.
+        rocket: Arc::new(RocketRules {
+            levels: vec![RocketLevel {
+                fuel: 10,
+                top: vec![5],
+                present: 0,
+                present_coins: 0,
+            }],
+            daily_cap: 0,
+            progress_interval_ms: 1000,
+        }),
+        ..ShardConfig::default()
+    };
+    let s = Server::launch(SECRET, ADMIN, GatewayConfig::default(), shard).await;
+    let grant = kit::admin::grant(s.admin, Some(ADMIN), "host", 100, "g2")
+        .await
+        .unwrap();
+    assert_eq!(grant.status, 200, "{}", grant.body);
+    let mut host = s.connect("host").await;
+    let room = host.create_room(json!({"room": "talk"})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+    let chat = bob.chat(&room, "hello app").await.unwrap();
+    let volatile = json!({"room": room, "type": "like", "volatile": true});
+    bob.request("custom.send", volatile).await.unwrap();
+    let custom = json!({"room": room, "type": "game.move", "data": {"x": 1}});
+    let moved = bob.request("custom.send", custom).await.unwrap();
+    let set = json!({"room": room, "set": {"theme": "night"}});
+    host.request("room.attrs", set).await.unwrap();
+    let gift = json!({"room": room, "req_id": "0190c5d2-0000-7000-8000-0000000000aa",
+        "gift": "rose", "to": ["bob"]});
+    let order = host.request("gift.send", gift).await.unwrap()["order"].clone();
+    let (events, _) = delivered_until(&mut rx, "rocket.launched").await;
+    let got: Vec<(&str, &Value)> = events
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), &e["data"]))
+        .collect();
+    let launch = &got[3].1;
+    assert_eq!(
+        got[..3],
+        [
+            (
+                "chat.sent",
+                &json!({"seq": chat, "from": "bob", "text": "hello app"})
+            ),
+            (
+                "message.custom",
+                &json!({"seq": moved["seq"], "from": "bob", "system": false,
+                    "type": "game.move", "data": {"x": 1}})
+            ),
+            (
+                "room.attrs",
+                &json!({"by": "host", "set": {"theme": "night"}})
+            ),
+        ],
+        "the volatile message is not sent: {events:?}"
+    );
+    assert_eq!(got[3].0, "rocket.launched");
+    assert_eq!(
+        (
+            &launch["launch"],
+            &launch["level"],
+            &launch["order"],
+            &launch["by"]
+        ),
+        (&json!(1), &json!(1), &order, &json!("host"))
+    );
+    assert_eq!(got.len(), 4, "nothing else: {events:?}");
     s.stop().await;
 }

@@ -44,7 +44,7 @@ pub const TIMESTAMP_HEADER: &str = "x-chorus-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-chorus-signature";
 
 /// Every kind of event, as the webhook names them.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 12] = [
     "room.created",
     "room.closed",
     "room.opened",
@@ -53,7 +53,15 @@ pub const KINDS: [&str; 8] = [
     "seat.changed",
     "gift.settled",
     "moderation",
+    "room.attrs",
+    "rocket.launched",
+    "message.custom",
+    "chat.sent",
 ];
+
+/// The kinds sent only when the operator lists them: one event per chat line is a volume an
+/// app asks for (a moderation pipeline, a compliance log), not one it gets by default.
+pub const OPT_IN_KINDS: [&str; 1] = ["chat.sent"];
 
 /// Where and how to send (`events_webhook_url`, `events_webhook_secret`,
 /// `events_webhook_kinds`). Its `Debug` leaves the secret out.
@@ -63,7 +71,7 @@ pub struct EventsConfig {
     pub url: http::Uri,
     /// The HMAC key of the signature.
     pub secret: Vec<u8>,
-    /// The kinds sent; every kind when `None`.
+    /// The kinds sent; every kind but the [`OPT_IN_KINDS`] when `None`.
     pub kinds: Option<BTreeSet<String>>,
 }
 
@@ -113,7 +121,10 @@ impl EventsConfig {
 
     /// Whether events of `kind` are sent.
     pub fn wants(&self, kind: &str) -> bool {
-        self.kinds.as_ref().is_none_or(|k| k.contains(kind))
+        match &self.kinds {
+            Some(k) => k.contains(kind),
+            None => !OPT_IN_KINDS.contains(&kind),
+        }
     }
 }
 
@@ -130,7 +141,7 @@ pub struct Event {
     pub room: RoomId,
     /// The node that ran the room.
     pub node: NodeId,
-    /// What happened (per kind; see PROTOCOL.md's section on event webhooks).
+    /// What happened (per kind; see the README, "Event webhooks").
     pub data: serde_json::Value,
 }
 
@@ -320,7 +331,14 @@ mod tests {
     #[test]
     fn the_config_wants_an_http_url_a_long_secret_and_known_kinds() {
         let ok = EventsConfig::new("http://app.internal:8080/chorus", "0123456789abcdef", None);
-        assert!(ok.is_ok_and(|c| c.wants("gift.settled") && c.wants("member.left")));
+        assert!(ok.is_ok_and(|c| c.wants("gift.settled")
+            && c.wants("member.left")
+            && c.wants("rocket.launched")
+            && !c.wants("chat.sent")));
+        let chat = ["chat.sent".to_owned()];
+        let c = EventsConfig::new("http://a/h", "0123456789abcdef", Some(&chat))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.wants("chat.sent") && !c.wants("gift.settled"));
         for (url, secret) in [
             ("https://app.example/hook", "0123456789abcdef"),
             ("/relative", "0123456789abcdef"),

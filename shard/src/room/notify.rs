@@ -9,11 +9,34 @@ use super::state::{Applied, Presence, Sequenced};
 
 impl RoomActor {
     /// Queues the events of a published change: members in and out (after the grace window,
-    /// as presence shows them), seats and moderation.
+    /// as presence shows them), seats, moderation, attributes, rocket launches, and the
+    /// sequenced messages (volatile ones are never sent).
     pub(super) fn notify(&self, applied: &Applied) {
         let Some(n) = &self.inner.events else { return };
-        for (_, ev) in &applied.events {
+        for (seq, ev) in &applied.events {
             match ev {
+                Sequenced::Chat(c) if n.wants("chat.sent") => {
+                    let d = json!({ "seq": seq, "from": c.from, "text": c.text });
+                    n.emit("chat.sent", &self.room, d);
+                }
+                Sequenced::Custom(c) if n.wants("message.custom") => {
+                    let d = json!({
+                        "seq": seq,
+                        "from": c.from,
+                        "system": c.system,
+                        "type": c.kind,
+                        "data": c.data,
+                    });
+                    n.emit("message.custom", &self.room, d);
+                }
+                Sequenced::RoomAttrs(a) if n.wants("room.attrs") => {
+                    let d = serde_json::to_value(a).unwrap_or_default();
+                    n.emit("room.attrs", &self.room, d);
+                }
+                Sequenced::RocketLaunch(l) if n.wants("rocket.launched") => {
+                    let d = serde_json::to_value(l).unwrap_or_default();
+                    n.emit("rocket.launched", &self.room, d);
+                }
                 Sequenced::SeatUpdate(s) if n.wants("seat.changed") => {
                     let d = json!({
                         "index": s.seat.index,
