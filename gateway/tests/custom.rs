@@ -276,3 +276,44 @@ async fn room_attributes_are_set_by_staff_and_the_backend_and_outlive_an_unload(
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn slow_mode_holds_members_to_a_line_an_interval_and_says_when_the_next_may_go() {
+    let s = start().await;
+    let (room, [mut host, mut bob, _carol]) = room_of_three(&s, "slow").await;
+    host.request("room.update", json!({"room": room, "slow_mode": 1}))
+        .await
+        .unwrap();
+    let ev = bob.next_event_named("room.update", WAIT).await.unwrap();
+    assert_eq!(ev.d, json!({"by": "host", "slow_mode": 1}));
+    bob.chat(&room, "first").await.unwrap();
+    let e = bob.chat(&room, "too soon").await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::SlowMode));
+    // The refusal names the time (unix ms) the next line may go: at that time it does.
+    let msg = e.to_string();
+    let next: u64 = msg
+        .rsplit("the next at ")
+        .next()
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no time in {msg:?}"));
+    // The staff are never held back.
+    for i in 0..3 {
+        host.chat(&room, &format!("host {i}")).await.unwrap();
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    tokio::time::sleep(Duration::from_millis(next.saturating_sub(now) + 1)).await;
+    bob.chat(&room, "second").await.unwrap();
+    let mut dave = s.connect("dave").await;
+    let ok = dave.join(&room, false, None).await.unwrap();
+    assert_eq!(ok["snapshot"]["slow_mode"], 1);
+    let e = host
+        .request("room.update", json!({"room": room, "slow_mode": 301}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::BadRequest));
+    s.stop().await;
+}

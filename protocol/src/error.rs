@@ -48,6 +48,9 @@ pub enum ErrorCode {
     Banned,
     /// The sender is muted in the room's chat (the message says until when).
     ChatMuted,
+    /// The room is in slow mode and the sender's last chat line was too recent (the message
+    /// says when the next may go).
+    SlowMode,
     /// A direct message between two users one of whom blocked the other.
     Blocked,
     /// The request id was used before for another request (another gift, count, recipients
@@ -99,6 +102,7 @@ impl ErrorCode {
             Self::RoomClosed => "ROOM_CLOSED",
             Self::Banned => "BANNED",
             Self::ChatMuted => "CHAT_MUTED",
+            Self::SlowMode => "SLOW_MODE",
             Self::Blocked => "BLOCKED",
             Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",

@@ -575,7 +575,7 @@ export class Room extends Emitter<RoomEvents> {
         break;
       }
       case "room.update": {
-        for (const k of ["title", "notice", "cover", "seat_mode", "host_seat", "locked", "chat_muted"] as const) {
+        for (const k of ["title", "notice", "cover", "seat_mode", "host_seat", "locked", "chat_muted", "slow_mode"] as const) {
           if (k in d) (s as unknown as Record<string, unknown>)[k] = d[k];
         }
         if (typeof d.seats === "number") {

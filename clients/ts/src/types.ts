@@ -41,6 +41,8 @@ export interface Snapshot {
   host_seat: boolean;
   /** The chat is muted for everyone but the owner and the admins (absent when not). */
   chat_muted?: boolean;
+  /** Slow mode: seconds between two chat lines of a member who is not staff (absent: off). */
+  slow_mode?: number;
   /** The room's app-defined attributes (section 5.38; absent when none). */
   attrs?: Record<string, unknown>;
   /** The room's like total (section 5.39; absent at 0). */
@@ -121,7 +123,7 @@ export interface Ops {
   "seat.invite.reject": [{ room: string }, Record<string, never>];
   "mic.publishing": [{ room: string; on: boolean }, Record<string, never>];
   "room.update": [
-    { room: string; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; chat_muted?: boolean },
+    { room: string; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; chat_muted?: boolean; slow_mode?: number },
     Record<string, never>,
   ];
   /** `password` sets or changes it; absent (or null) unlocks. */
@@ -312,7 +314,7 @@ export interface SequencedEvents {
   "seat.update": SeatUpdate;
   gift: GiftEvent;
   "gift.lucky": { order: string; user: string; multiplier: number; coins: number };
-  "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; seats?: number; locked?: boolean; chat_muted?: boolean };
+  "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; seats?: number; locked?: boolean; chat_muted?: boolean; slow_mode?: number };
   "room.role": { user: string; role: "owner" | "admin" | "member"; by: string };
   /** Room attributes changed (section 5.38): only what changed; `by` null for the app's backend. */
   "room.attrs": { by: string | null; set?: Record<string, unknown>; removed?: string[] };
@@ -387,6 +389,7 @@ export type ErrorCode =
   | "ROOM_CLOSED"
   | "BANNED"
   | "CHAT_MUTED"
+  | "SLOW_MODE"
   | "BLOCKED"
   | "IDEMPOTENCY_CONFLICT"
   | "INSUFFICIENT_FUNDS"

@@ -79,7 +79,7 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(members.map((m) => m.user).sort(), ["alice", "bob"]);
 });
 
-test("app-defined messages: a sequenced one moves the position, a volatile one does not; a room-wide chat mute; room attributes", async () => {
+test("app-defined messages: a sequenced one moves the position, a volatile one does not; a room-wide chat mute; slow mode; room attributes", async () => {
   const a = client("cu-alice");
   const b = client("cu-bob");
   await Promise.all([a.connect(), b.connect()]);
@@ -105,6 +105,16 @@ test("app-defined messages: a sequenced one moves the position, a volatile one d
   await ra.update({ chat_muted: false });
   await until(() => rb.snapshot.chat_muted === false, 5000, "bob sees it lifted");
   await rb.chat("back");
+  // Slow mode: one line a minute for members; the snapshots follow, the owner is not held back.
+  await ra.update({ slow_mode: 60 });
+  await until(() => rb.snapshot.slow_mode === 60, 5000, "bob sees slow mode");
+  await rb.chat("one line");
+  await assert.rejects(rb.chat("and another"), (e) => e instanceof ChorusError && e.code === "SLOW_MODE" && !e.retryable);
+  await ra.chat("the owner");
+  await ra.chat("speaks freely");
+  await ra.update({ slow_mode: 0 });
+  await until(() => rb.snapshot.slow_mode === 0, 5000, "bob sees it off");
+  await rb.chat("free again");
   // Room attributes: the owner sets two and removes one; every snapshot follows, a joiner's too.
   await ra.setAttrs({ theme: "night", pk: [3, 1] });
   await until(() => rb.snapshot.attrs?.theme === "night", 5000, "bob sees the attributes");

@@ -36,6 +36,10 @@ pub struct RoomUpdate {
     /// Mute the room's chat for everyone but the owner and the admins, or lift that.
     #[serde(default)]
     pub chat_muted: Option<bool>,
+    /// Slow mode: a member who is not staff sends at most one chat line this many seconds
+    /// (0..=300; 0 turns it off).
+    #[serde(default)]
+    pub slow_mode: Option<u32>,
 }
 
 /// `room.lock` arguments: the owner or an admin sets, changes or (with `null`) removes the
@@ -69,6 +73,9 @@ pub struct RoomTransfer {
     pub user: UserId,
 }
 
+/// The longest slow-mode interval, in seconds.
+pub const MAX_SLOW_MODE_S: u32 = 300;
+
 /// The `room.update` event: the fields that changed, and who changed them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoomInfo {
@@ -98,6 +105,9 @@ pub struct RoomInfo {
     /// Whether the chat is muted for everyone but the owner and the admins now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_muted: Option<bool>,
+    /// The slow mode's interval now, in seconds (0: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_mode: Option<u32>,
 }
 
 /// The `room.role` event: a user's role changed.

@@ -152,6 +152,9 @@ pub struct Snapshot {
     /// The chat is muted for everyone but the owner and the admins (present only then).
     #[serde(default, skip_serializing_if = "crate::client::is_false")]
     pub chat_muted: bool,
+    /// Slow mode: seconds between two chat lines of a member who is not staff (absent: off).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub slow_mode: u32,
     /// The room's app-defined attributes (`room.attrs`; absent when none).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub attrs: std::collections::BTreeMap<String, serde_json::Value>,
@@ -235,5 +238,9 @@ pub struct RoomLeft {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }

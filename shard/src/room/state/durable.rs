@@ -157,6 +157,9 @@ pub struct Durable {
     /// The chat is muted for everyone but the owner and the admins (`room.update`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub chat_muted: bool,
+    /// Slow mode: seconds between two chat lines of a member who is not staff (0: off).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub slow_mode: u32,
     /// The app-defined attributes (`room.attrs`); boxed, and absent when there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attrs: Option<Box<std::collections::BTreeMap<String, serde_json::Value>>>,
@@ -229,6 +232,7 @@ impl Durable {
             seat_mode: SeatMode::Free,
             host_seat: false,
             chat_muted: false,
+            slow_mode: 0,
             attrs: None,
             likes: 0,
             closed: false,
@@ -313,5 +317,9 @@ pub(super) fn check_cover(c: &str) -> Result<(), Rejected> {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }

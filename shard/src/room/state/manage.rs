@@ -1,7 +1,7 @@
 //! Room management rules: room info, the password, admins, ownership transfer, closing and
 //! reopening.
 
-use protocol::client::manage::MAX_ADMINS;
+use protocol::client::manage::{MAX_ADMINS, MAX_SLOW_MODE_S};
 use protocol::client::{RoleChange, RoomInfo, RoomUpdate};
 use protocol::{ErrorCode, UserId};
 
@@ -46,6 +46,12 @@ impl RoomState {
         if let Some(c) = &u.cover {
             check_cover(c)?;
         }
+        if u.slow_mode.is_some_and(|s| s > MAX_SLOW_MODE_S) {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "slow_mode must be 0..=300 seconds",
+            ));
+        }
         let d = &mut self.durable;
         let mut info = RoomInfo {
             by: Some(user.clone()),
@@ -74,6 +80,12 @@ impl RoomState {
         if let Some(m) = u.chat_muted.filter(|m| *m != d.chat_muted) {
             d.chat_muted = m;
             info.chat_muted = Some(m);
+        }
+        if let Some(s) = u.slow_mode.filter(|s| *s != d.slow_mode) {
+            d.slow_mode = s;
+            info.slow_mode = Some(s);
+            // A new interval starts afresh: nobody waits for a line sent under the old one.
+            self.last_chat = None;
         }
         let mut applied = Applied::default();
         if info

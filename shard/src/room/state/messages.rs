@@ -30,12 +30,46 @@ impl RoomState {
         }
     }
 
+    /// `SLOW_MODE` while the room is in slow mode and `user`, not staff, chatted less than
+    /// its interval before `now`.
+    fn check_slow_mode(&self, user: &UserId, now: u64) -> Result<(), Rejected> {
+        let every = u64::from(self.durable.slow_mode) * 1000;
+        if every == 0 || self.role(user) >= Role::Admin {
+            return Ok(());
+        }
+        match self.last_chat.as_ref().and_then(|m| m.get(user)) {
+            Some(&at) if now < at.saturating_add(every) => Err(Rejected {
+                code: ErrorCode::SlowMode,
+                msg: Cow::Owned(format!(
+                    "slow mode: one line every {} s; the next at {} (unix ms)",
+                    self.durable.slow_mode,
+                    at + every
+                )),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a chat line of `user` at `now` for the slow mode (while it is on, and for
+    /// members who are not staff), forgetting the lines older than its interval.
+    fn note_chat(&mut self, user: &UserId, now: u64) {
+        let every = u64::from(self.durable.slow_mode) * 1000;
+        if every == 0 || self.role(user) >= Role::Admin {
+            return;
+        }
+        let last = self.last_chat.get_or_insert_with(Box::default);
+        last.retain(|_, at| now < at.saturating_add(every));
+        last.insert(user.clone(), now);
+    }
+
     /// A chat message from a member.
     ///
     /// # Errors
-    /// `CHAT_MUTED` while a chat mute holds; `BAD_REQUEST` for empty or over-long text.
+    /// `CHAT_MUTED` while a chat mute holds; `SLOW_MODE` while the room's slow mode holds the
+    /// sender back; `BAD_REQUEST` for empty or over-long text.
     pub fn chat(&mut self, user: &UserId, text: String, now: u64) -> Result<Applied, Rejected> {
         self.check_not_muted(user, now)?;
+        self.check_slow_mode(user, now)?;
         let chars = text.chars().count();
         if chars == 0 || chars > MAX_CHAT_TEXT_CHARS {
             return Err(rejected(
@@ -49,6 +83,7 @@ impl RoomState {
                 "text may not hold control or bidi characters (newline and tab are fine)",
             ));
         }
+        self.note_chat(user, now);
         let mut applied = Applied::default();
         let badges = self.badges(user, now);
         self.push(
