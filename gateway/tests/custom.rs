@@ -317,3 +317,52 @@ async fn slow_mode_holds_members_to_a_line_an_interval_and_says_when_the_next_ma
     assert_eq!(e.code(), Some(ErrorCode::BadRequest));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_chat_line_is_recalled_by_its_sender_or_the_staff_and_a_resume_replays_the_recall() {
+    let s = start().await;
+    let (room, [mut host, mut bob, carol]) = room_of_three(&s, "recall").await;
+    let since = carol.since(&room).unwrap();
+    carol.close().await;
+    let line = bob.chat(&room, "oops").await.unwrap();
+    let recall = |seq: u64| json!({"room": room, "seq": seq});
+    bob.request("chat.recall", recall(line)).await.unwrap();
+    let ev = host.next_event_named("chat.recall", WAIT).await.unwrap();
+    assert_eq!(ev.d, json!({"line": line, "from": "bob", "by": "bob"}));
+    assert_eq!(ev.seq, Some(line + 1));
+    // Again: answered, nothing new. The owner takes a line of bob's back; bob cannot do that
+    // to the owner's.
+    bob.request("chat.recall", recall(line)).await.unwrap();
+    let rude = bob.chat(&room, "rude").await.unwrap();
+    let own = host.chat(&room, "owner's").await.unwrap();
+    let e = bob.request("chat.recall", recall(own)).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Forbidden));
+    host.request("chat.recall", recall(rude)).await.unwrap();
+    let e = host
+        .request("chat.recall", recall(own + 100))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NoSuchMessage));
+    // Carol resumes: each line, then the recall that hides it, in order.
+    let mut carol = s.connect("carol").await;
+    carol.set_position(&room, since.epoch, since.seq);
+    let ok = carol.join(&room, true, None).await.unwrap();
+    assert_eq!(ok["resync"], false);
+    let replayed: Vec<Value> = carol
+        .queued_events()
+        .iter()
+        .filter(|e| e.ev.starts_with("chat"))
+        .map(|e| json!([e.ev, e.seq, e.d.get("line")]))
+        .collect();
+    assert_eq!(
+        replayed,
+        [
+            json!(["chat", line, null]),
+            json!(["chat.recall", line + 1, line]),
+            json!(["chat", rude, null]),
+            json!(["chat", own, null]),
+            json!(["chat.recall", own + 1, rude]),
+        ]
+    );
+    s.stop().await;
+}

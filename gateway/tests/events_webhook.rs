@@ -187,6 +187,7 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
     let mut rx = Receiver::start(0).await.unwrap();
     let kinds: Vec<String> = [
         "chat.sent",
+        "chat.recalled",
         "message.custom",
         "room.attrs",
         "rocket.launched",
@@ -219,6 +220,8 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
     let mut bob = s.connect("bob").await;
     bob.join(&room, false, None).await.unwrap();
     let chat = bob.chat(&room, "hello app").await.unwrap();
+    let recall = json!({"room": room, "seq": chat});
+    host.request("chat.recall", recall).await.unwrap();
     let volatile = json!({"room": room, "type": "like", "volatile": true});
     bob.request("custom.send", volatile).await.unwrap();
     let custom = json!({"room": room, "type": "game.move", "data": {"x": 1}});
@@ -233,13 +236,17 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         .iter()
         .map(|e| (e["kind"].as_str().unwrap(), &e["data"]))
         .collect();
-    let launch = &got[3].1;
+    let launch = &got[4].1;
     assert_eq!(
-        got[..3],
+        got[..4],
         [
             (
                 "chat.sent",
                 &json!({"seq": chat, "from": "bob", "text": "hello app"})
+            ),
+            (
+                "chat.recalled",
+                &json!({"seq": chat, "from": "bob", "by": "host"})
             ),
             (
                 "message.custom",
@@ -253,7 +260,7 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         ],
         "the volatile message is not sent: {events:?}"
     );
-    assert_eq!(got[3].0, "rocket.launched");
+    assert_eq!(got[4].0, "rocket.launched");
     assert_eq!(
         (
             &launch["launch"],
@@ -263,6 +270,6 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         ),
         (&json!(1), &json!(1), &order, &json!("host"))
     );
-    assert_eq!(got.len(), 4, "nothing else: {events:?}");
+    assert_eq!(got.len(), 5, "nothing else: {events:?}");
     s.stop().await;
 }

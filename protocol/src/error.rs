@@ -51,6 +51,9 @@ pub enum ErrorCode {
     /// The room is in slow mode and the sender's last chat line was too recent (the message
     /// says when the next may go).
     SlowMode,
+    /// `chat.recall` named no chat line the room remembers (another epoch's, one past the
+    /// last 64, or not a chat line).
+    NoSuchMessage,
     /// A direct message between two users one of whom blocked the other.
     Blocked,
     /// The request id was used before for another request (another gift, count, recipients
@@ -103,6 +106,7 @@ impl ErrorCode {
             Self::Banned => "BANNED",
             Self::ChatMuted => "CHAT_MUTED",
             Self::SlowMode => "SLOW_MODE",
+            Self::NoSuchMessage => "NO_SUCH_MESSAGE",
             Self::Blocked => "BLOCKED",
             Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",

@@ -24,7 +24,7 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// ([`RoomCmd::Profile`]); version 5 adds the member's standing (guards held, lifetime gift
 /// spend) to joins ([`Command::standing`]) and its changes ([`RoomCmd::Standing`]); version 6
 /// adds the app backend's room messages and attributes ([`RoomCmd::Custom`],
-/// [`RoomCmd::Attrs`]); version 7 adds `like.send` to the room operations.
+/// [`RoomCmd::Attrs`]); version 7 adds `like.send` and `chat.recall` to the room operations.
 pub const LINK_VERSION: u16 = 7;
 
 /// A room command from one session, with the ids needed to answer it.

@@ -1,6 +1,6 @@
-// The demo room in a real browser: two users join, take seats, chat, like the room (the
-// coalesced like counter) and send a gift, and get the app backend's notice, each
-// seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
+// The demo room in a real browser: two users join, take seats, chat (and take a line back),
+// like the room (the coalesced like counter), send a gift and get the app backend's notice,
+// each seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
 // the member back to a seat, mutes and unmutes their chat, and kicks them.
 import { test, after, before } from "node:test";
@@ -57,6 +57,12 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await bob.fill("#chat-input", "hey alice");
   await bob.press("#chat-input", "Enter");
   await alice.locator("#chat-log li", { hasText: "bob: hey alice" }).waitFor({ timeout: T });
+  // Bob takes his line back: both pages show it recalled.
+  await bob.fill("#chat-input", "oops, wrong room");
+  await bob.press("#chat-input", "Enter");
+  await alice.locator("#chat-log li", { hasText: "bob: oops, wrong room" }).waitFor({ timeout: T });
+  await bob.locator("#chat-log li", { hasText: "bob: oops, wrong room" }).locator("button.recall").click();
+  for (const p of [alice, bob]) await p.locator("#chat-log li.recalled", { hasText: "bob recalled a message" }).waitFor({ timeout: T });
   await shot(alice, "03-chat");
   // Likes: hearts float up on the other page, named after the liker, and both counters follow.
   await alice.click("#like");

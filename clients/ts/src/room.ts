@@ -97,6 +97,13 @@ export class Room extends Emitter<RoomEvents> {
     return this.client.request("chat.send", { room: this.id, text });
   }
   /**
+   * Takes back the chat line at `seq` (its `chat.send` answer): one's own within 2 minutes, or
+   * (owner or admin) a line of someone below. Everyone gets `chat.recall` naming it.
+   */
+  recallChat(seq: number): Promise<OpOk<"chat.recall">> {
+    return this.client.request("chat.recall", { room: this.id, seq });
+  }
+  /**
    * Sends an app-defined message (`type`, and any JSON `data` up to 2 KiB) to everyone in the
    * room. With `volatile` it goes only to those in the room now, without a seq, and is never
    * replayed: for likes and other bursts worth nothing a second later.

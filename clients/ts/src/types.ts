@@ -102,6 +102,7 @@ export interface Ops {
   "room.join": [{ room: string; since?: Position; password?: string }, JoinOk];
   "room.leave": [{ room: string }, Record<string, never>];
   "chat.send": [{ room: string; text: string }, { seq: number }];
+  "chat.recall": [{ room: string; seq: number }, Record<string, never>];
   "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
   "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
   "like.send": [{ room: string; count?: number }, { total: number }];
@@ -309,6 +310,8 @@ export interface GiftEvent extends Badges {
 /** Sequenced room events (section 7.1): each carries `epoch` and `seq`. */
 export interface SequencedEvents {
   chat: ChatEvent;
+  /** A chat line was taken back (section 5.40): hide the `chat` whose seq is `line`, in this epoch. */
+  "chat.recall": { line: number; from: string; by: string };
   /** Sequenced, or volatile when sent so (then without `epoch` and `seq`). */
   custom: CustomEvent;
   "seat.update": SeatUpdate;
@@ -357,6 +360,7 @@ export type RoomEvent<D> = D & { readonly room: string; readonly epoch?: number;
  */
 export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
   "chat",
+  "chat.recall",
   "seat.update",
   "gift",
   "gift.lucky",
@@ -390,6 +394,7 @@ export type ErrorCode =
   | "BANNED"
   | "CHAT_MUTED"
   | "SLOW_MODE"
+  | "NO_SUCH_MESSAGE"
   | "BLOCKED"
   | "IDEMPOTENCY_CONFLICT"
   | "INSUFFICIENT_FUNDS"

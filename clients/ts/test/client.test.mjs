@@ -79,7 +79,7 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(members.map((m) => m.user).sort(), ["alice", "bob"]);
 });
 
-test("app-defined messages: a sequenced one moves the position, a volatile one does not; a room-wide chat mute; slow mode; room attributes", async () => {
+test("app-defined messages: a sequenced one moves the position, a volatile one does not; a room-wide chat mute; slow mode; a chat line recalled; room attributes", async () => {
   const a = client("cu-alice");
   const b = client("cu-bob");
   await Promise.all([a.connect(), b.connect()]);
@@ -115,6 +115,14 @@ test("app-defined messages: a sequenced one moves the position, a volatile one d
   await ra.update({ slow_mode: 0 });
   await until(() => rb.snapshot.slow_mode === 0, 5000, "bob sees it off");
   await rb.chat("free again");
+  // A line taken back: everyone hears which; someone else's is refused, a missing one too.
+  const oops = await rb.chat("oops");
+  const recalled = ra.next("chat.recall", (e) => e.line === oops.seq);
+  await assert.rejects(ra.recallChat(oops.seq + 1000), (e) => e.code === "NO_SUCH_MESSAGE");
+  await rb.recallChat(oops.seq);
+  const r = await recalled;
+  assert.deepEqual([r.from, r.by, r.epoch], ["cu-bob", "cu-bob", ev.epoch]);
+  assert.ok(r.seq > oops.seq, "the recall is sequenced after the line");
   // Room attributes: the owner sets two and removes one; every snapshot follows, a joiner's too.
   await ra.setAttrs({ theme: "night", pk: [3, 1] });
   await until(() => rb.snapshot.attrs?.theme === "night", 5000, "bob sees the attributes");

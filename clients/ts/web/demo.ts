@@ -31,11 +31,27 @@ function setConn(state: string, text: string): void {
   c.textContent = text;
 }
 
-function log(text: string, cls = ""): void {
+function log(text: string, cls = ""): HTMLElement {
   const list = $("chat-log");
-  list.append(el("li", text, cls));
+  const li = el("li", text, cls);
+  list.append(li);
   while (list.children.length > 300) list.firstChild?.remove();
   list.scrollTop = list.scrollHeight;
+  return li;
+}
+
+/** A chat line, with a recall button on one's own lines and, for the staff, on others'. */
+function chatLine(from: string, text: string, seq: number | undefined): void {
+  const li = log(`${from}: ${text}`);
+  if (seq === undefined) return;
+  li.dataset.seq = String(seq);
+  const s = room?.snapshot;
+  const staff = !!s && (s.owner === me || s.admins.includes(me));
+  if (from !== me && !staff) return;
+  const b = el("button", "↩", "recall");
+  b.title = "take this line back (chat.recall)";
+  b.onclick = () => void run("chat-error", () => room!.recallChat(seq));
+  li.append(b);
 }
 
 function showError(id: string, e: unknown): void {
@@ -253,7 +269,13 @@ function renderGifts(): void {
 }
 
 function wire(r: Room): void {
-  r.on("chat", (e) => log(`${e.from}: ${e.text}`));
+  r.on("chat", (e) => chatLine(e.from, e.text, e.seq));
+  r.on("chat.recall", (e) => {
+    const li = document.querySelector<HTMLElement>(`#chat-log li[data-seq="${e.line}"]`);
+    if (!li) return;
+    li.textContent = e.by === e.from ? `${e.from} recalled a message` : `${e.by} removed a message of ${e.from}`;
+    li.className = "sys recalled";
+  });
   // Likes come coalesced: one `room.likes` a second with what was added; a few hearts float
   // up for it, the first named after the latest liker.
   r.on("room.likes", (e) => {

@@ -1,4 +1,4 @@
-//! `chat.send` and the `chat` event.
+//! `chat.send` and the `chat` event; `chat.recall` and the `chat.recall` event.
 
 use serde::{Deserialize, Serialize};
 
@@ -42,4 +42,30 @@ pub struct ChatEvent {
     /// The sender's VIP level (absent at 0).
     #[serde(default, skip_serializing_if = "crate::client::guard::is_zero")]
     pub vip: u8,
+}
+
+/// How long a sender may recall their own chat line, in ms.
+pub const RECALL_WINDOW_MS: u64 = 120_000;
+/// How many of its latest chat lines a room remembers for `chat.recall`.
+pub const RECALLABLE_LINES: usize = 64;
+
+/// `chat.recall` arguments: the line is named by its seq in the room's current epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatRecall {
+    /// The room.
+    pub room: RoomId,
+    /// The seq of the `chat` event to recall.
+    pub seq: Seq,
+}
+
+/// The `chat.recall` event: a chat line was taken back (clients hide it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatRecalled {
+    /// The seq of the `chat` event recalled (in the same epoch as this event); named apart
+    /// from the event's own `seq`.
+    pub line: Seq,
+    /// Who sent the line.
+    pub from: UserId,
+    /// Who recalled it: the sender, the owner or an admin.
+    pub by: UserId,
 }

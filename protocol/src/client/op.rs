@@ -6,11 +6,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{
-    BanList, ChatMute, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom, LikeSend,
-    MemberList, MicPublishing, RankGet, RoomAdmin, RoomAttrs, RoomBan, RoomCreate, RoomJoin,
-    RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite,
-    SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake,
-    UserInRoom, UserOp, WalletBalance, WalletOp, args,
+    BanList, ChatMute, ChatRecall, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom,
+    LikeSend, MemberList, MicPublishing, RankGet, RoomAdmin, RoomAttrs, RoomBan, RoomCreate,
+    RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount,
+    SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest,
+    SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
 };
 use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -43,6 +43,7 @@ addressed!(
     RoomJoin,
     RoomLeave,
     ChatSend,
+    ChatRecall,
     CustomSend,
     LikeSend,
     RoomAttrs,
@@ -127,6 +128,8 @@ room_ops! {
     "room.leave" => Leave(RoomLeave),
     /// `chat.send`.
     "chat.send" => Chat(ChatSend),
+    /// `chat.recall`: take a chat line back (its sender within 2 minutes, or the staff).
+    "chat.recall" => ChatRecall(ChatRecall),
     /// `custom.send`: an app-defined message, sequenced or volatile.
     "custom.send" => Custom(CustomSend),
     /// `like.send`: likes for the room's counter, announced coalesced (`room.likes`).

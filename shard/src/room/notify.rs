@@ -19,6 +19,10 @@ impl RoomActor {
                     let d = json!({ "seq": seq, "from": c.from, "text": c.text });
                     n.emit("chat.sent", &self.room, d);
                 }
+                Sequenced::ChatRecall(r) if n.wants("chat.recalled") => {
+                    let d = json!({ "seq": r.line, "from": r.from, "by": r.by });
+                    n.emit("chat.recalled", &self.room, d);
+                }
                 Sequenced::Custom(c) if n.wants("message.custom") => {
                     let d = json!({
                         "seq": seq,

@@ -1,12 +1,26 @@
-//! The room's messages: chat lines, and the app's own (`custom`) messages from members and
-//! from the app's backend. A chat mute silences both.
+//! The room's messages: chat lines (and taking one back), and the app's own (`custom`)
+//! messages from members and from the app's backend. A chat mute silences both; slow mode
+//! spaces a member's chat lines.
 
 use std::borrow::Cow;
 
-use protocol::client::{self, ChatEvent, CustomEvent, CustomSend, MAX_CHAT_TEXT_CHARS, Profile};
-use protocol::{ErrorCode, UserId};
+use protocol::client::{
+    self, ChatEvent, ChatRecalled, CustomEvent, CustomSend, MAX_CHAT_TEXT_CHARS, Profile,
+    RECALL_WINDOW_MS, RECALLABLE_LINES,
+};
+use protocol::{ErrorCode, Seq, UserId};
 
 use super::{Applied, Rejected, Role, RoomState, Sequenced, rejected};
+
+/// A chat line the room remembers for `chat.recall`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ChatLine {
+    seq: Seq,
+    from: UserId,
+    /// When it was sent (unix ms).
+    at: u64,
+    recalled: bool,
+}
 
 impl RoomState {
     /// `CHAT_MUTED` while a chat mute on `user` holds at `now`, or while the room's chat is
@@ -95,6 +109,68 @@ impl RoomState {
                 p: self.profile_of(user).map(|p| Profile::clone(p)),
                 guard: badges.guard,
                 vip: badges.vip,
+            }),
+        );
+        let lines = self.recent_chat.get_or_insert_with(Box::default);
+        if lines.len() >= RECALLABLE_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(ChatLine {
+            seq: self.seq,
+            from: user.clone(),
+            at: now,
+            recalled: false,
+        });
+        Ok(applied)
+    }
+
+    /// Takes back the chat line at `seq` of this epoch: its sender within
+    /// [`RECALL_WINDOW_MS`], or the owner or an admin over the sender (as for a kick). A line
+    /// recalled already is answered again with no new event.
+    ///
+    /// # Errors
+    /// `NO_SUCH_MESSAGE` for a line the room does not remember (not a chat line, an earlier
+    /// epoch's, older than the last [`RECALLABLE_LINES`]); `FORBIDDEN` for someone else's line
+    /// without the rights over its sender, or one's own past the window.
+    pub fn chat_recall(&mut self, user: &UserId, seq: Seq, now: u64) -> Result<Applied, Rejected> {
+        let Some(line) = self
+            .recent_chat
+            .as_ref()
+            .and_then(|lines| lines.iter().find(|l| l.seq == seq))
+        else {
+            return Err(rejected(
+                ErrorCode::NoSuchMessage,
+                "no such chat line in this room (only the last 64 of the current epoch)",
+            ));
+        };
+        if line.recalled {
+            return Ok(Applied::default());
+        }
+        let from = line.from.clone();
+        if from == *user {
+            if now > line.at.saturating_add(RECALL_WINDOW_MS) {
+                return Err(rejected(
+                    ErrorCode::Forbidden,
+                    "a sender may recall a line within 2 minutes",
+                ));
+            }
+        } else {
+            self.require_over(user, &from)?;
+        }
+        if let Some(l) = self
+            .recent_chat
+            .as_mut()
+            .and_then(|lines| lines.iter_mut().find(|l| l.seq == seq))
+        {
+            l.recalled = true;
+        }
+        let mut applied = Applied::default();
+        self.push(
+            &mut applied,
+            Sequenced::ChatRecall(ChatRecalled {
+                line: seq,
+                from,
+                by: user.clone(),
             }),
         );
         Ok(applied)

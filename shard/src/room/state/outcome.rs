@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::{
-    self, AttrsEvent, ChatEvent, CustomEvent, GiftEvent, LuckyWinEvent, MemberJoin, MemberLeave,
-    MemberUpdate, Moderation, Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
+    self, AttrsEvent, ChatEvent, ChatRecalled, CustomEvent, GiftEvent, LuckyWinEvent, MemberJoin,
+    MemberLeave, MemberUpdate, Moderation, Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
 };
 use protocol::link::Membership;
 use protocol::{Epoch, RoomId, Seq, UserId};
@@ -18,6 +18,8 @@ use super::SessionRef;
 pub enum Sequenced {
     /// `chat`.
     Chat(ChatEvent),
+    /// `chat.recall`: a chat line taken back.
+    ChatRecall(ChatRecalled),
     /// `custom`: an app-defined message.
     Custom(CustomEvent),
     /// `seat.update`.
@@ -43,6 +45,7 @@ impl Sequenced {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Chat(_) => "chat",
+            Self::ChatRecall(_) => "chat.recall",
             Self::Custom(_) => "custom",
             Self::SeatUpdate(_) => "seat.update",
             Self::Gift(_) => "gift",
@@ -62,6 +65,7 @@ impl Sequenced {
         let name = self.name();
         match self {
             Self::Chat(e) => client::encode_event(name, Some(room), at, e),
+            Self::ChatRecall(e) => client::encode_event(name, Some(room), at, e),
             Self::Custom(e) => client::encode_event(name, Some(room), at, e),
             Self::SeatUpdate(e) => client::encode_event(name, Some(room), at, e),
             Self::Gift(e) => client::encode_event(name, Some(room), at, e),

@@ -1,4 +1,4 @@
-//! The chat's room-wide rules: slow mode.
+//! The chat's rules: slow mode, and taking a line back (`chat.recall`).
 
 use serde_json::json;
 
@@ -79,4 +79,80 @@ fn only_staff_set_slow_mode_and_within_its_bound() {
     let custom = json!({"op": "custom.send", "d": {"room": "r1", "type": "game.move"}});
     run(&mut r, "mem", custom.clone(), 2).unwrap();
     run(&mut r, "mem", custom, 3).unwrap();
+}
+
+fn recall(seq: u64) -> serde_json::Value {
+    json!({"op": "chat.recall", "d": {"room": "r1", "seq": seq}})
+}
+
+fn seq_of(out: &Outcome) -> u64 {
+    out.applied.events.last().map(|(s, _)| *s).unwrap()
+}
+
+#[test]
+fn a_sender_recalls_their_line_within_two_minutes_once() {
+    let mut r = party();
+    let line = seq_of(&run(&mut r, "mem", chat("oops"), 1_000).unwrap());
+    let out = run(&mut r, "mem", recall(line), 121_000).unwrap();
+    let [(seq, Sequenced::ChatRecall(ev))] = &out.applied.events[..] else {
+        panic!("one chat.recall: {:?}", out.applied.events)
+    };
+    assert_eq!(*seq, line + 1, "the recall is sequenced after the line");
+    assert_eq!(
+        (ev.line, ev.from.as_str(), ev.by.as_str()),
+        (line, "mem", "mem")
+    );
+    assert!(!out.applied.durable_changed);
+    // Again: answered, with no second event.
+    let again = run(&mut r, "mem", recall(line), 121_001).unwrap();
+    assert!(again.applied.events.is_empty());
+    // Past the window: refused.
+    let late = seq_of(&run(&mut r, "mem", chat("kept"), 200_000).unwrap());
+    let err = run(&mut r, "mem", recall(late), 320_001).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Forbidden);
+}
+
+#[test]
+fn the_staff_recall_lines_of_those_below_them_at_any_age() {
+    let mut r = party();
+    let mem = seq_of(&run(&mut r, "mem", chat("rude"), 0).unwrap());
+    let host = seq_of(&run(&mut r, "host", chat("owner's"), 0).unwrap());
+    let adm = seq_of(&run(&mut r, "adm", chat("admin's"), 0).unwrap());
+    // Another member cannot; an admin can take a member's line back, not the owner's.
+    let err = run(&mut r, "lis", recall(mem), 1).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Forbidden);
+    let out = run(&mut r, "adm", recall(mem), 10_000_000).unwrap();
+    let [(_, Sequenced::ChatRecall(ev))] = &out.applied.events[..] else {
+        panic!("one chat.recall")
+    };
+    assert_eq!((ev.from.as_str(), ev.by.as_str()), ("mem", "adm"));
+    assert_eq!(
+        run(&mut r, "adm", recall(host), 1).unwrap_err().code,
+        ErrorCode::Forbidden
+    );
+    run(&mut r, "host", recall(adm), 1).unwrap();
+}
+
+#[test]
+fn only_the_latest_chat_lines_of_this_epoch_can_be_recalled() {
+    let mut r = party();
+    let first = seq_of(&run(&mut r, "mem", chat("first"), 0).unwrap());
+    // Not a chat line (a custom message), and no line at all.
+    let custom = json!({"op": "custom.send", "d": {"room": "r1", "type": "x"}});
+    let other = seq_of(&run(&mut r, "mem", custom, 0).unwrap());
+    for seq in [other, 999_999] {
+        let err = run(&mut r, "host", recall(seq), 1).unwrap_err();
+        assert_eq!(err.code, ErrorCode::NoSuchMessage, "{seq}");
+    }
+    for i in 0..client::RECALLABLE_LINES {
+        run(&mut r, "host", chat(&format!("line {i}")), 1).unwrap();
+    }
+    let err = run(&mut r, "host", recall(first), 2).unwrap_err();
+    assert_eq!(
+        err.code,
+        ErrorCode::NoSuchMessage,
+        "pushed out by newer lines"
+    );
+    let refused = run(&mut r, "mem", recall(first), 2).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::NoSuchMessage);
 }
