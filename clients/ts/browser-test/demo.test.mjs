@@ -1,4 +1,5 @@
-// The demo room in a real browser: two users join, take seats, chat (and take a line back),
+// The demo room in a real browser: two users join, take seats, chat (one takes a line back,
+// the owner mutes the chat and sets slow mode),
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
 // each seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
@@ -63,6 +64,17 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await alice.locator("#chat-log li", { hasText: "bob: oops, wrong room" }).waitFor({ timeout: T });
   await bob.locator("#chat-log li", { hasText: "bob: oops, wrong room" }).locator("button.recall").click();
   for (const p of [alice, bob]) await p.locator("#chat-log li.recalled", { hasText: "bob recalled a message" }).waitFor({ timeout: T });
+  // The owner mutes the chat for members, then sets slow mode instead: bob's page says so.
+  await alice.click("#chat-mute");
+  await bob.locator("#chat-rules", { hasText: "the chat is muted for members" }).waitFor({ timeout: T });
+  await bob.fill("#chat-input", "muted?");
+  await bob.press("#chat-input", "Enter");
+  await bob.locator("#chat-error", { hasText: "CHAT_MUTED" }).waitFor({ timeout: T });
+  await alice.locator("#chat-mute", { hasText: "Let members chat" }).click();
+  await alice.selectOption("#slow-mode", "30");
+  await bob.locator("#chat-rules", { hasText: /^slow mode: one line every 30 s$/ }).waitFor({ timeout: T });
+  await alice.selectOption("#slow-mode", "0");
+  await bob.locator("#chat-rules", { hasText: /^$/ }).waitFor({ state: "attached", timeout: T });
   await shot(alice, "03-chat");
   // Likes: hearts float up on the other page, named after the liker, and both counters follow.
   await alice.click("#like");

@@ -90,6 +90,27 @@ function renderSeats(): void {
   // A requester seated another way (approved, or by an admin's move) has no request left.
   for (const seat of s.seats) if (seat.user) requests.delete(seat.user);
   renderStaff(staff, s.seat_mode);
+  renderChatRules(staff, s.chat_muted === true, s.slow_mode ?? 0);
+}
+
+/** The room's chat rules for everyone to see, and the staff's switches for them. */
+function renderChatRules(staff: boolean, muted: boolean, slow: number): void {
+  const rules = [muted ? "the chat is muted for members" : "", slow > 0 ? `slow mode: one line every ${slow} s` : ""];
+  $("chat-rules").textContent = rules.filter(Boolean).join(" · ");
+  if (!staff || !room) return;
+  const r = room;
+  const mute = $<HTMLButtonElement>("chat-mute");
+  mute.textContent = muted ? "Let members chat" : "Mute the chat for members";
+  mute.onclick = () => run("seat-error", () => r.update({ chat_muted: !muted }));
+  const select = $<HTMLSelectElement>("slow-mode");
+  if (![...select.options].some((o) => o.value === String(slow))) {
+    // An interval set elsewhere (another client, the API) that the list does not offer.
+    const other = el("option", `${slow} s`);
+    other.value = String(slow);
+    select.append(other);
+  }
+  select.value = String(slow);
+  select.onchange = () => run("seat-error", () => r.update({ slow_mode: Number(select.value) }));
 }
 
 /** The staff's tools: the seat mode and, in apply mode, the pending requests to answer. */
