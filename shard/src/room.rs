@@ -799,21 +799,11 @@ impl RoomActor {
             }
             RoomCmd::Attrs(a) => {
                 let applied = state.room_attrs(None, a)?;
-                let seq = applied.events.last().map(|(s, _)| *s);
-                self.publish(applied, None).await?;
-                Ok(Some((
-                    client::to_json(&client::CustomSent { seq }).into(),
-                    None,
-                )))
+                self.publish_for_backend(applied).await
             }
             RoomCmd::Custom(c) => {
                 let applied = state.custom(None, c, now_ms())?;
-                let seq = applied.events.last().map(|(s, _)| *s);
-                self.publish(applied, None).await?;
-                Ok(Some((
-                    client::to_json(&client::CustomSent { seq }).into(),
-                    None,
-                )))
+                self.publish_for_backend(applied).await
             }
             RoomCmd::Op(op) => {
                 // An admin's moderation of a user whose spend the room does not know (absent,
@@ -837,6 +827,18 @@ impl RoomActor {
                 Ok(Some((out.ok, out.membership)))
             }
         }
+    }
+
+    /// Publishes a change the app's backend made (the admin API), answered with the seq of
+    /// the event it made: none for a volatile message, or a change that changed nothing.
+    async fn publish_for_backend(
+        &mut self,
+        applied: state::Applied,
+    ) -> Result<Option<(Bytes, Option<Membership>)>, Rejected> {
+        let seq = applied.events.last().map(|(s, _)| *s);
+        self.publish(applied, None).await?;
+        let ok = client::to_json(&client::CustomSent { seq });
+        Ok(Some((ok.into(), None)))
     }
 
     /// A join (`trusted`: a gateway's rejoin after a handoff, without the password check):
