@@ -318,6 +318,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::PUT, ["rooms", id, "attrs"]) if is_valid_id(id) => {
             messages::attrs(admin, RoomId::from(*id), &body).await
         }
+        (&Method::POST, ["rooms", id, "moderation"]) if is_valid_id(id) => {
+            messages::moderate(admin, RoomId::from(*id), &body).await
+        }
         (&Method::POST, ["rooms", id, "move"]) if is_valid_id(id) => {
             cluster_ops::move_room(admin, id, &body).await
         }
@@ -405,6 +408,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::POST, ["rooms", _, "move"]) => "room_move",
         (&Method::POST, ["rooms", _, "messages"]) => "room_message",
         (&Method::PUT, ["rooms", _, "attrs"]) => "room_attrs",
+        (&Method::POST, ["rooms", _, "moderation"]) => "room_moderate",
         (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",
         (&Method::GET, ["ring"]) => "ring_get",
         (&Method::GET, ["nodes"]) => "nodes_get",

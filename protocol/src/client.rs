@@ -59,7 +59,8 @@ pub use like::{LikeSend, LikeSent, LikesEvent, MAX_LIKES_PER_SEND, MAX_RECENT_LI
 pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
 pub use members::{MemberEntry, MemberList, MemberPage, MemberUpdate};
 pub use moderation::{
-    BanList, BanPage, BanView, ChatMute, Moderation, RoomBan, RoomKick, UserInRoom,
+    BackendAction, BackendModeration, BanList, BanPage, BanView, ChatMute, Moderation, RoomBan,
+    RoomKick, UserInRoom,
 };
 pub use op::{Addressed, ImOp, Op, RoomOp};
 pub use profile::Profile;

@@ -24,7 +24,8 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// ([`RoomCmd::Profile`]); version 5 adds the member's standing (guards held, lifetime gift
 /// spend) to joins ([`Command::standing`]) and its changes ([`RoomCmd::Standing`]); version 6
 /// adds the app backend's room messages and attributes ([`RoomCmd::Custom`],
-/// [`RoomCmd::Attrs`]); version 7 adds `like.send` and `chat.recall` to the room operations.
+/// [`RoomCmd::Attrs`]); version 7 adds `like.send` and `chat.recall` to the room operations and the app
+/// backend's moderation ([`RoomCmd::Moderate`]).
 pub const LINK_VERSION: u16 = 7;
 
 /// A room command from one session, with the ids needed to answer it.
@@ -102,6 +103,9 @@ pub enum RoomCmd {
     Custom(crate::client::CustomSend),
     /// The app's backend sets or removes room attributes (the admin API); `by` is null.
     Attrs(crate::client::RoomAttrs),
+    /// The app's backend kicks, bans, mutes or lifts those on a user (the admin API); `by`
+    /// is null.
+    Moderate(crate::client::BackendModeration),
 }
 
 /// What an RTC provider's webhook says about one participant's audio.

@@ -805,6 +805,10 @@ impl RoomActor {
                 let applied = state.custom(None, c, now_ms())?;
                 self.publish_for_backend(applied).await
             }
+            RoomCmd::Moderate(m) => {
+                let applied = state.backend_moderate(m, now_ms())?;
+                self.publish_for_backend(applied).await
+            }
             RoomCmd::Op(op) => {
                 // An admin's moderation of a user whose spend the room does not know (absent,
                 // or their standing not read yet): the spend comes from the ledger.

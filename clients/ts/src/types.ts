@@ -140,7 +140,7 @@ export interface Ops {
   "room.unban": [{ room: string; user: string }, Record<string, never>];
   "room.bans": [
     { room: string; cursor?: string; limit?: number },
-    { bans: { user: string; until: number | null; by: string }[]; next: string | null },
+    { bans: { user: string; until: number | null; by: string | null }[]; next: string | null },
   ];
   "room.list": [
     { cursor?: string; limit?: number; region?: string; query?: string },
@@ -318,7 +318,8 @@ export interface SequencedEvents {
   gift: GiftEvent;
   "gift.lucky": { order: string; user: string; multiplier: number; coins: number };
   "room.update": { by: string | null; title?: string; notice?: string; cover?: string; seat_mode?: "free" | "apply"; host_seat?: boolean; seats?: number; locked?: boolean; chat_muted?: boolean; slow_mode?: number };
-  "room.role": { user: string; role: "owner" | "admin" | "member"; by: string };
+  /** `by` null: the app's backend banned the admin. */
+  "room.role": { user: string; role: "owner" | "admin" | "member"; by: string | null };
   /** Room attributes changed (section 5.38): only what changed; `by` null for the app's backend. */
   "room.attrs": { by: string | null; set?: Record<string, unknown>; removed?: string[] };
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };

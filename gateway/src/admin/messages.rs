@@ -1,14 +1,15 @@
 //! The app backend's hand in a room: `POST /admin/rooms/{id}/messages` sends a message (a
-//! `custom` event with no sender, `"system": true`, sequenced or volatile as asked) and
+//! `custom` event with no sender, `"system": true`, sequenced or volatile as asked),
 //! `PUT /admin/rooms/{id}/attrs` sets or removes room attributes (a `room.attrs` event with
-//! `by` null). Both go through the same command path as a member's operation and wait for the
-//! room's answer.
+//! `by` null) and `POST /admin/rooms/{id}/moderation` kicks, bans or mutes a user or lifts
+//! those (a `moderation` event with `by` null). All go through the same command path as a
+//! member's operation and wait for the room's answer.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
-use protocol::client::{CustomSend, RoomAttrs};
+use protocol::client::{BackendModeration, CustomSend, RoomAttrs};
 use protocol::link::RoomCmd;
 use protocol::{ErrorCode, RoomId, UserId};
 use serde::Deserialize;
@@ -53,6 +54,16 @@ pub(super) async fn attrs(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
             remove: b.remove,
         };
         a.check().map(|()| RoomCmd::Attrs(a))
+    })
+    .await
+}
+
+/// Kicks, bans or mutes a user, or lifts a ban or a mute, and answers as [`send`] does (`seq`
+/// of the `moderation` event, absent when there was nothing to lift); `403` on the room's
+/// owner, `404` for a kick of a user not in the room.
+pub(super) async fn moderate(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    command(admin, room, body, |_, m: BackendModeration| {
+        Ok(RoomCmd::Moderate(m))
     })
     .await
 }
@@ -118,8 +129,9 @@ fn answered(room: RoomId, answer: crate::shared::Answer) -> Resp {
         }
         Err(e) => {
             let status = match e.code {
-                ErrorCode::RoomNotFound => StatusCode::NOT_FOUND,
+                ErrorCode::RoomNotFound | ErrorCode::UserNotInRoom => StatusCode::NOT_FOUND,
                 ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+                ErrorCode::Forbidden => StatusCode::FORBIDDEN,
                 _ => StatusCode::SERVICE_UNAVAILABLE,
             };
             let mut out = json!({ "error": e.msg, "code": e.code });

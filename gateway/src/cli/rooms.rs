@@ -1,5 +1,5 @@
 //! `chorus admin rooms …`: the room directory (`GET /admin/rooms`), its directory pins, and
-//! messages from the app's backend to a room.
+//! the app backend's messages, attributes and moderation in a room.
 
 use clap::Subcommand;
 use serde_json::json;
@@ -53,6 +53,19 @@ pub enum RoomsVerb {
         /// Send it only to the members in the room now, unsequenced and not kept.
         #[arg(long)]
         volatile: bool,
+    },
+    /// `POST /admin/rooms/{room}/moderation`: kick, ban or mute a user, or lift a ban or mute.
+    Moderate {
+        /// Room id.
+        room: String,
+        /// `kick`, `ban`, `unban`, `mute` or `unmute`.
+        #[arg(value_parser = ["kick", "ban", "unban", "mute", "unmute"])]
+        action: String,
+        /// The user.
+        user: String,
+        /// How long a ban or mute holds (a kick: bans for that long too); none: until lifted.
+        #[arg(long)]
+        seconds: Option<u64>,
     },
     /// `PUT /admin/rooms/{room}/attrs`: set or remove room attributes.
     Attrs {
@@ -153,6 +166,22 @@ impl RoomsVerb {
                     Some(body),
                 )
             }
+            Self::Moderate {
+                room,
+                action,
+                user,
+                seconds,
+            } => {
+                let mut body = json!({"action": action, "user": user});
+                if let Some(s) = seconds {
+                    body["seconds"] = (*s).into();
+                }
+                (
+                    "POST",
+                    format!("/admin/rooms/{}/moderation", encode(room)),
+                    Some(body),
+                )
+            }
             Self::Attrs { room, set, remove } => {
                 let set: serde_json::Map<String, serde_json::Value> = set.iter().cloned().collect();
                 let body = json!({"set": set, "remove": remove});
@@ -220,6 +249,20 @@ mod tests {
                 "POST",
                 "/admin/rooms/r1/pin".into(),
                 Some(json!({"scope": "region", "region": "eu"}))
+            )
+        );
+        let ban = RoomsVerb::Moderate {
+            room: "r1".into(),
+            action: "ban".into(),
+            user: "auth0|x".into(),
+            seconds: Some(60),
+        };
+        assert_eq!(
+            ban.request(),
+            (
+                "POST",
+                "/admin/rooms/r1/moderation".into(),
+                Some(json!({"action": "ban", "user": "auth0|x", "seconds": 60}))
             )
         );
     }

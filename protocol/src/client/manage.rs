@@ -117,6 +117,6 @@ pub struct RoleChange {
     pub user: UserId,
     /// `owner`, `admin` or `member`.
     pub role: String,
-    /// Who changed it.
-    pub by: UserId,
+    /// Who changed it; `null` for the app's backend (an admin it banned).
+    pub by: Option<UserId>,
 }

@@ -74,8 +74,8 @@ pub struct BanView {
     pub user: UserId,
     /// Unix ms when it ends; absent until lifted.
     pub until: Option<u64>,
-    /// Who banned them.
-    pub by: UserId,
+    /// Who banned them; `null` for the app's backend (the admin API).
+    pub by: Option<UserId>,
 }
 
 /// The `ok` of `room.bans`.
@@ -102,4 +102,34 @@ pub struct Moderation {
     pub until: Option<u64>,
     /// When it happened (unix ms).
     pub at: u64,
+}
+/// What the app's backend does to a user in a room (`POST /admin/rooms/{id}/moderation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendAction {
+    /// Take the user out of the room (banned too when `seconds` is given).
+    Kick,
+    /// Ban the user, for `seconds` or until lifted, taking them out if present.
+    Ban,
+    /// Lift a ban.
+    Unban,
+    /// Stop the user chatting, for `seconds` or until lifted.
+    Mute,
+    /// Lift a chat mute.
+    Unmute,
+}
+
+/// The app backend's moderation of one user in a room; the link carries it as
+/// `RoomCmd::Moderate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendModeration {
+    /// What to do.
+    pub action: BackendAction,
+    /// To whom.
+    pub user: UserId,
+    /// How long a ban or mute holds (`kick`: the ban that comes with it), 1..=2,592,000;
+    /// absent: until lifted (`kick`: no ban).
+    #[serde(default)]
+    pub seconds: Option<u64>,
 }

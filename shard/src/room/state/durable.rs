@@ -109,8 +109,8 @@ pub struct Invite {
 pub struct Penalty {
     /// When it ends; `None` until lifted.
     pub until: Option<u64>,
-    /// Who set it.
-    pub by: UserId,
+    /// Who set it; `None` for the app's backend (the admin API).
+    pub by: Option<UserId>,
 }
 
 impl Penalty {

@@ -183,12 +183,12 @@ impl RoomState {
             Sequenced::Role(RoleChange {
                 user: target.clone(),
                 role: role.into(),
-                by: user.clone(),
+                by: Some(user.clone()),
             }),
         );
         let action = if admin { "admin_set" } else { "admin_unset" };
         self.durable
-            .audit(entry(action, Some(target), user, None, now));
+            .audit(entry(action, Some(target), Some(user), None, now));
         Ok(applied)
     }
 
@@ -225,7 +225,7 @@ impl RoomState {
                 Sequenced::Role(RoleChange {
                     user: who.clone(),
                     role: role.into(),
-                    by: user.clone(),
+                    by: Some(user.clone()),
                 }),
             );
         }
@@ -240,7 +240,7 @@ impl RoomState {
             );
         }
         self.durable
-            .audit(entry("transfer", Some(target), user, None, now));
+            .audit(entry("transfer", Some(target), Some(user), None, now));
         Ok(applied)
     }
 
@@ -271,7 +271,8 @@ impl RoomState {
                 });
             }
         }
-        self.durable.audit(entry("close", None, user, None, now));
+        self.durable
+            .audit(entry("close", None, Some(user), None, now));
         Ok(applied)
     }
 
@@ -285,7 +286,8 @@ impl RoomState {
         if self.durable.closed {
             self.durable.closed = false;
             applied.durable_changed = true;
-            self.durable.audit(entry("reopen", None, user, None, now));
+            self.durable
+                .audit(entry("reopen", None, Some(user), None, now));
         }
         Ok(applied)
     }
@@ -295,14 +297,14 @@ impl RoomState {
 pub(super) fn entry(
     action: &str,
     user: Option<&UserId>,
-    by: &UserId,
+    by: Option<&UserId>,
     until: Option<u64>,
     at: u64,
 ) -> Moderation {
     Moderation {
         action: action.to_owned(),
         user: user.cloned(),
-        by: Some(by.clone()),
+        by: by.cloned(),
         until,
         at,
     }

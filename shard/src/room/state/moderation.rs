@@ -4,7 +4,7 @@
 use std::ops::Bound;
 
 use protocol::client::moderation::{MAX_BAN_PAGE, MAX_PENALTY_SECS};
-use protocol::client::{BanPage, BanView, RoleChange};
+use protocol::client::{BackendAction, BackendModeration, BanPage, BanView, RoleChange};
 use protocol::{ErrorCode, UserId};
 
 use super::durable::{MAX_BANS, MAX_MUTES, Penalty};
@@ -55,6 +55,17 @@ impl RoomState {
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
         self.require_unprotected(actor, target, spend)?;
+        self.mute(Some(actor), target, seconds, now)
+    }
+
+    /// Mutes `target` for `seconds` (or until lifted), by `by` (`None`: the app's backend).
+    fn mute(
+        &mut self,
+        by: Option<&UserId>,
+        target: &UserId,
+        seconds: Option<u64>,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
         let until = until(seconds, now)?;
         if !self.durable.mutes.contains_key(target) && self.durable.mutes.len() >= MAX_MUTES {
             return Err(rejected(
@@ -64,15 +75,87 @@ impl RoomState {
         }
         let penalty = Penalty {
             until,
-            by: actor.clone(),
+            by: by.cloned(),
         };
         self.durable.mutes.insert(target.clone(), penalty);
         let mut applied = Applied::default();
         self.moderated(
             &mut applied,
-            entry("chat_mute", Some(target), actor, until, now),
+            entry("chat_mute", Some(target), by, until, now),
         );
         Ok(applied)
+    }
+
+    /// Lifts `target`'s chat mute, if any, by `by`.
+    fn unmute(&mut self, by: Option<&UserId>, target: &UserId, now: u64) -> Applied {
+        let mut applied = Applied::default();
+        if self.durable.mutes.remove(target).is_some() {
+            self.moderated(
+                &mut applied,
+                entry("chat_unmute", Some(target), by, None, now),
+            );
+        }
+        applied
+    }
+
+    /// Lifts `target`'s ban, if any, by `by`.
+    fn unban(&mut self, by: Option<&UserId>, target: &UserId, now: u64) -> Applied {
+        let mut applied = Applied::default();
+        if self.durable.bans.remove(target).is_some() {
+            self.moderated(&mut applied, entry("unban", Some(target), by, None, now));
+        }
+        applied
+    }
+
+    /// The app's backend (the admin API) kicks, bans or mutes `m.user`, or lifts a ban or a
+    /// mute: as the owner could, over anyone but the owner, and regardless of VIP protection
+    /// (a perk against the room's staff, not the platform). Recorded with no `by`.
+    ///
+    /// # Errors
+    /// `FORBIDDEN` on the owner; `USER_NOT_IN_ROOM` for a kick of a non-member; `BAD_REQUEST`
+    /// for a bad duration or past the bound of bans or mutes.
+    pub fn backend_moderate(
+        &mut self,
+        m: &BackendModeration,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        let target = &m.user;
+        if *target == self.durable.owner {
+            return Err(rejected(
+                ErrorCode::Forbidden,
+                "not on the room's owner: close the room or transfer it",
+            ));
+        }
+        match m.action {
+            BackendAction::Mute => self.mute(None, target, m.seconds, now),
+            BackendAction::Unmute => Ok(self.unmute(None, target, now)),
+            BackendAction::Unban => Ok(self.unban(None, target, now)),
+            BackendAction::Kick => {
+                self.check_target_member(target)?;
+                self.kick_or_ban(None, target, m.seconds.map(Some), "kick", now)
+            }
+            BackendAction::Ban => self.kick_or_ban(None, target, Some(m.seconds), "ban", now),
+        }
+    }
+
+    /// Checks a ban's bound and duration (`ban`: `Some(seconds)` to ban), then removes and
+    /// bans as [`Self::remove_and_ban`].
+    fn kick_or_ban(
+        &mut self,
+        by: Option<&UserId>,
+        target: &UserId,
+        ban: Option<Option<u64>>,
+        action: &str,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        let ban = match ban {
+            Some(seconds) => {
+                self.check_ban_room(target)?;
+                Some(until(seconds, now)?)
+            }
+            None => None,
+        };
+        Ok(self.remove_and_ban(by, target, ban, action, now))
     }
 
     /// The owner or an admin lifts a chat mute (none: nothing happens).
@@ -86,20 +169,19 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
-        let mut applied = Applied::default();
-        if self.durable.mutes.remove(target).is_some() {
-            self.moderated(
-                &mut applied,
-                entry("chat_unmute", Some(target), actor, None, now),
-            );
-        }
-        Ok(applied)
+        Ok(self.unmute(Some(actor), target, now))
     }
 
     /// Takes `target` out of the room for `action`: seat freed, `member.leave` and
     /// `room.left` with reason `kicked`.
-    fn remove_for(&mut self, applied: &mut Applied, actor: &UserId, target: &UserId, now: u64) {
-        if let Some(m) = self.take_out(applied, target, Some(actor), Cause::Admin, "kicked") {
+    fn remove_for(
+        &mut self,
+        applied: &mut Applied,
+        by: Option<&UserId>,
+        target: &UserId,
+        now: u64,
+    ) {
+        if let Some(m) = self.take_out(applied, target, by, Cause::Admin, "kicked") {
             applied
                 .presence
                 .push(Presence::Leave(target.clone(), "kicked"));
@@ -137,34 +219,27 @@ impl RoomState {
         self.require_over(actor, target)?;
         self.require_unprotected(actor, target, spend)?;
         self.check_target_member(target)?;
-        let until = match ban_seconds {
-            Some(_) => {
-                self.check_ban_room(target)?;
-                until(ban_seconds, now)?
-            }
-            None => None,
-        };
-        let ban = ban_seconds.is_some().then_some(until);
-        Ok(self.remove_and_ban(actor, target, ban, "kick", now))
+        self.kick_or_ban(Some(actor), target, ban_seconds.map(Some), "kick", now)
     }
 
     /// Takes `target` out (if present), bans them when `ban` is given (until its time, or
     /// until lifted), and records `action`.
     fn remove_and_ban(
         &mut self,
-        actor: &UserId,
+        by: Option<&UserId>,
         target: &UserId,
         ban: Option<Option<u64>>,
         action: &str,
         now: u64,
     ) -> Applied {
         let mut applied = Applied::default();
-        self.remove_for(&mut applied, actor, target, now);
+        self.remove_for(&mut applied, by, target, now);
         if let Some(until) = ban {
-            let by = actor.clone();
-            self.durable
-                .bans
-                .insert(target.clone(), Penalty { until, by });
+            let penalty = Penalty {
+                until,
+                by: by.cloned(),
+            };
+            self.durable.bans.insert(target.clone(), penalty);
             // A banned admin (only the owner can ban one) is staff no more: the role goes with
             // the ban, announced, and does not come back with an unban.
             if self.durable.admins.contains(target) {
@@ -174,14 +249,14 @@ impl RoomState {
                     Sequenced::Role(RoleChange {
                         user: target.clone(),
                         role: "member".into(),
-                        by: actor.clone(),
+                        by: by.cloned(),
                     }),
                 );
                 self.withdraw_invites_by(&mut applied, target);
             }
         }
         let until = ban.flatten();
-        self.moderated(&mut applied, entry(action, Some(target), actor, until, now));
+        self.moderated(&mut applied, entry(action, Some(target), by, until, now));
         applied
     }
 
@@ -213,9 +288,7 @@ impl RoomState {
     ) -> Result<Applied, Rejected> {
         self.require_over(actor, target)?;
         self.require_unprotected(actor, target, spend)?;
-        self.check_ban_room(target)?;
-        let until = until(seconds, now)?;
-        Ok(self.remove_and_ban(actor, target, Some(until), "ban", now))
+        self.kick_or_ban(Some(actor), target, Some(seconds), "ban", now)
     }
 
     /// The owner or an admin lifts a ban (none: nothing happens).
@@ -229,11 +302,7 @@ impl RoomState {
         now: u64,
     ) -> Result<Applied, Rejected> {
         self.require_staff(actor, "only the owner or an admin lifts bans")?;
-        let mut applied = Applied::default();
-        if self.durable.bans.remove(target).is_some() {
-            self.moderated(&mut applied, entry("unban", Some(target), actor, None, now));
-        }
-        Ok(applied)
+        Ok(self.unban(Some(actor), target, now))
     }
 
     /// One page of the bans in force, by user id after `cursor`.

@@ -675,3 +675,78 @@ fn moving_with_seat_take_keeps_the_publish_deadline_as_seat_move_does() {
         (3, None, Some("publish_timeout"))
     );
 }
+
+/// The app's backend moderates like the owner, past VIP protection, never the owner, and with
+/// no `by`.
+#[test]
+fn the_backend_kicks_bans_and_mutes_anyone_but_the_owner_with_no_by() {
+    use protocol::client::{BackendAction, BackendModeration};
+    let mut r = party();
+    let m = |action, user: &str, seconds| BackendModeration {
+        action,
+        user: u(user),
+        seconds,
+    };
+    // An admin, banned: out, no longer staff, the role change and the ban with no `by`.
+    let out = r
+        .backend_moderate(&m(BackendAction::Ban, "adm", Some(60)), 1_000)
+        .unwrap();
+    assert!(!r.is_member(&u("adm")));
+    assert!(!r.durable.admins.contains(&u("adm")));
+    assert_eq!(r.durable.bans[&u("adm")].by, None);
+    assert_eq!(r.durable.bans[&u("adm")].until, Some(61_000));
+    let by: Vec<(&str, Option<UserId>)> = out
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Sequenced::Role(c) => Some(("role", c.by.clone())),
+            Sequenced::Moderation(m) => Some(("moderation", m.by.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(by, [("role", None), ("moderation", None)]);
+    assert_eq!(out.evicted.len(), 1);
+    // A mute and its lifting; lifting what is not there changes nothing.
+    r.backend_moderate(&m(BackendAction::Mute, "mem", None), 2_000)
+        .unwrap();
+    assert_eq!(
+        run(
+            &mut r,
+            "mem",
+            serde_json::json!({"op": "chat.send", "d": {"room": "r1", "text": "x"}}),
+            3_000
+        )
+        .unwrap_err()
+        .code,
+        ErrorCode::ChatMuted
+    );
+    let lifted = r
+        .backend_moderate(&m(BackendAction::Unmute, "mem", None), 4_000)
+        .unwrap();
+    assert_eq!(lifted.events.len(), 1);
+    let again = r
+        .backend_moderate(&m(BackendAction::Unmute, "mem", None), 4_000)
+        .unwrap();
+    assert!(again.events.is_empty());
+    // A kick needs a member; a kick with seconds bans too; unban lifts it.
+    let err = r
+        .backend_moderate(&m(BackendAction::Kick, "stranger", None), 5_000)
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::UserNotInRoom);
+    r.backend_moderate(&m(BackendAction::Kick, "lis", Some(10)), 5_000)
+        .unwrap();
+    assert!(!r.is_member(&u("lis")) && r.durable.bans.contains_key(&u("lis")));
+    r.backend_moderate(&m(BackendAction::Unban, "lis", None), 6_000)
+        .unwrap();
+    assert!(!r.durable.bans.contains_key(&u("lis")));
+    // Never the owner; a bad duration changes nothing.
+    let err = r
+        .backend_moderate(&m(BackendAction::Ban, "host", None), 7_000)
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Forbidden);
+    let err = r
+        .backend_moderate(&m(BackendAction::Ban, "t", Some(0)), 7_000)
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::BadRequest);
+    assert!(r.is_member(&u("t")) && !r.durable.bans.contains_key(&u("t")));
+}

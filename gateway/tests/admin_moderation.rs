@@ -1,0 +1,161 @@
+//! The app backend's moderation end to end on a standalone node: `POST
+//! /admin/rooms/{id}/moderation` kicks, bans and mutes users of a live room and lifts those,
+//! with the events members see, the `BANNED` join, the audit list, and the refusals.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::time::Duration;
+
+use gateway::GatewayConfig;
+use protocol::ErrorCode;
+use serde_json::{Value, json};
+use shard::ShardConfig;
+
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
+
+const SECRET: &[u8] = b"test-secret-for-backend-moderation";
+const ADMIN: &str = "moderation-admin";
+const WAIT: Duration = Duration::from_secs(5);
+
+async fn moderate(s: &Server, room: &str, body: Value) -> (u16, Value) {
+    let path = format!("/admin/rooms/{room}/moderation");
+    let r = kit::admin::call(s.admin, "POST", &path, Some(ADMIN), Some(body))
+        .await
+        .unwrap();
+    (r.status, r.json())
+}
+
+#[tokio::test]
+async fn the_backend_bans_mutes_and_kicks_members_and_lifts_those() {
+    let s = Server::launch(
+        SECRET,
+        ADMIN,
+        GatewayConfig::default(),
+        ShardConfig::default(),
+    )
+    .await;
+    let mut host = s.connect("host").await;
+    let room = host.create_room(json!({"room": "report"})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+    let mut carol = s.connect("carol").await;
+    carol.join(&room, false, None).await.unwrap();
+
+    // A mute: carol's chat is refused until it is lifted.
+    let (st, out) = moderate(&s, "report", json!({"action": "mute", "user": "carol"})).await;
+    assert_eq!(st, 200, "{out}");
+    let ev = host.next_event_named("moderation", WAIT).await.unwrap();
+    assert_eq!(
+        (&ev.d["action"], &ev.d["user"], &ev.d["by"], ev.seq),
+        (
+            &json!("chat_mute"),
+            &json!("carol"),
+            &Value::Null,
+            out["seq"].as_u64()
+        )
+    );
+    let e = carol.chat(&room, "hi").await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+    let (st, _) = moderate(&s, "report", json!({"action": "unmute", "user": "carol"})).await;
+    assert_eq!(st, 200);
+    carol.chat(&room, "back").await.unwrap();
+
+    // A ban for a minute: bob is taken out and cannot come back.
+    let ban = json!({"action": "ban", "user": "bob", "seconds": 60});
+    let (st, out) = moderate(&s, "report", ban).await;
+    assert_eq!(st, 200, "{out}");
+    let left = bob.next_event_named("room.left", WAIT).await.unwrap();
+    assert_eq!(left.d["reason"], "kicked");
+    let ev = host.next_event_named("member.leave", WAIT).await.unwrap();
+    assert_eq!(
+        (&ev.d["user"], &ev.d["reason"]),
+        (&json!("bob"), &json!("kicked"))
+    );
+    let e = bob.join(&room, false, None).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Banned));
+    let bans = host
+        .request("room.bans", json!({"room": room}))
+        .await
+        .unwrap();
+    assert_eq!(bans["bans"][0]["user"], "bob");
+    assert_eq!(bans["bans"][0]["by"], Value::Null);
+    let (st, _) = moderate(&s, "report", json!({"action": "unban", "user": "bob"})).await;
+    assert_eq!(st, 200);
+    bob.join(&room, false, None).await.unwrap();
+
+    // A kick: out, and free to come back.
+    let (st, _) = moderate(&s, "report", json!({"action": "kick", "user": "carol"})).await;
+    assert_eq!(st, 200);
+    let left = carol.next_event_named("room.left", WAIT).await.unwrap();
+    assert_eq!(left.d["reason"], "kicked");
+    carol.join(&room, false, None).await.unwrap();
+
+    // The audit list has every action, each with no `by`.
+    let r = kit::admin::call(
+        s.admin,
+        "GET",
+        "/admin/rooms/report/moderation",
+        Some(ADMIN),
+        None,
+    )
+    .await
+    .unwrap();
+    let audit: Vec<(String, Value)> = r.json()["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["action"].as_str().unwrap().to_owned(), a["by"].clone()))
+        .collect();
+    let actions: Vec<&str> = audit.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["chat_mute", "chat_unmute", "ban", "unban", "kick"]
+    );
+    assert!(audit.iter().all(|(_, by)| by.is_null()), "{audit:?}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_owner_absent_users_bad_bodies_and_missing_rooms_are_refused() {
+    let s = Server::launch(
+        SECRET,
+        ADMIN,
+        GatewayConfig::default(),
+        ShardConfig::default(),
+    )
+    .await;
+    let mut host = s.connect("host").await;
+    let room = host.create_room(json!({"room": "strict"})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let (st, out) = moderate(&s, "strict", json!({"action": "ban", "user": "host"})).await;
+    assert_eq!((st, &out["code"]), (403, &json!("FORBIDDEN")), "{out}");
+    let (st, out) = moderate(&s, "strict", json!({"action": "kick", "user": "nobody"})).await;
+    assert_eq!(
+        (st, &out["code"]),
+        (404, &json!("USER_NOT_IN_ROOM")),
+        "{out}"
+    );
+    let (st, out) = moderate(&s, "nowhere", json!({"action": "kick", "user": "x"})).await;
+    assert_eq!((st, &out["code"]), (404, &json!("ROOM_NOT_FOUND")), "{out}");
+    for bad in [
+        json!({"action": "smite", "user": "x"}),
+        json!({"action": "ban"}),
+        json!({"action": "ban", "user": "x", "extra": 1}),
+        json!({"action": "ban", "user": "x", "seconds": 0}),
+    ] {
+        let (st, out) = moderate(&s, "strict", bad.clone()).await;
+        assert_eq!(st, 400, "{bad} → {out}");
+    }
+    // Banning someone not present works: the ban waits for them.
+    let (st, _) = moderate(&s, "strict", json!({"action": "ban", "user": "later"})).await;
+    assert_eq!(st, 200);
+    let mut later = s.connect("later").await;
+    let e = later.join(&room, false, None).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Banned));
+    s.stop().await;
+}
