@@ -21,6 +21,16 @@ const SECRET: &[u8] = b"test-secret-for-backend-moderation";
 const ADMIN: &str = "moderation-admin";
 const WAIT: Duration = Duration::from_secs(5);
 
+async fn start() -> Server {
+    Server::launch(
+        SECRET,
+        ADMIN,
+        GatewayConfig::default(),
+        ShardConfig::default(),
+    )
+    .await
+}
+
 async fn moderate(s: &Server, room: &str, body: Value) -> (u16, Value) {
     let path = format!("/admin/rooms/{room}/moderation");
     let r = kit::admin::call(s.admin, "POST", &path, Some(ADMIN), Some(body))
@@ -31,13 +41,7 @@ async fn moderate(s: &Server, room: &str, body: Value) -> (u16, Value) {
 
 #[tokio::test]
 async fn the_backend_bans_mutes_and_kicks_members_and_lifts_those() {
-    let s = Server::launch(
-        SECRET,
-        ADMIN,
-        GatewayConfig::default(),
-        ShardConfig::default(),
-    )
-    .await;
+    let s = start().await;
     let mut host = s.connect("host").await;
     let room = host.create_room(json!({"room": "report"})).await.unwrap();
     host.join(&room, false, None).await.unwrap();
@@ -122,13 +126,7 @@ async fn the_backend_bans_mutes_and_kicks_members_and_lifts_those() {
 
 #[tokio::test]
 async fn the_owner_absent_users_bad_bodies_and_missing_rooms_are_refused() {
-    let s = Server::launch(
-        SECRET,
-        ADMIN,
-        GatewayConfig::default(),
-        ShardConfig::default(),
-    )
-    .await;
+    let s = start().await;
     let mut host = s.connect("host").await;
     let room = host.create_room(json!({"room": "strict"})).await.unwrap();
     host.join(&room, false, None).await.unwrap();

@@ -22,15 +22,23 @@ pub struct LikeSend {
 }
 
 impl LikeSend {
-    /// The count, checked.
+    /// The count, checked ([`checked_like_count`]).
     ///
     /// # Errors
     /// The rule broken, as a message for `BAD_REQUEST`.
     pub fn checked_count(&self) -> Result<u32, &'static str> {
-        match self.count.unwrap_or(1) {
-            n @ 1..=MAX_LIKES_PER_SEND => Ok(n),
-            _ => Err("count must be 1..=100"),
-        }
+        checked_like_count(self.count)
+    }
+}
+
+/// A `like.send` count, checked: 1 when absent, else 1..=100.
+///
+/// # Errors
+/// The rule broken, as a message for `BAD_REQUEST`.
+pub fn checked_like_count(count: Option<u32>) -> Result<u32, &'static str> {
+    match count.unwrap_or(1) {
+        n @ 1..=MAX_LIKES_PER_SEND => Ok(n),
+        _ => Err("count must be 1..=100"),
     }
 }
 

@@ -26,12 +26,8 @@ impl RoomState {
     /// # Errors
     /// `BAD_REQUEST` for a count outside 1..=100.
     pub fn like(&mut self, user: &UserId, count: Option<u32>) -> Result<u64, Rejected> {
-        let n = client::LikeSend {
-            room: self.id.clone(),
-            count,
-        }
-        .checked_count()
-        .map_err(|why| rejected(ErrorCode::BadRequest, why))?;
+        let n = client::like::checked_like_count(count)
+            .map_err(|why| rejected(ErrorCode::BadRequest, why))?;
         let total = self.durable.likes.saturating_add(u64::from(n));
         self.durable.likes = total;
         let pending = self.likes.get_or_insert_with(Box::default);
