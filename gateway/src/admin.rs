@@ -321,6 +321,15 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::POST, ["rooms", id, "moderation"]) if is_valid_id(id) => {
             messages::moderate(admin, RoomId::from(*id), &body).await
         }
+        (&Method::POST, ["rooms", id, "close"]) if is_valid_id(id) => {
+            messages::close(admin, RoomId::from(*id), &body).await
+        }
+        (&Method::POST, ["rooms", id, "open"]) if is_valid_id(id) => {
+            messages::open(admin, RoomId::from(*id), &body).await
+        }
+        (&Method::PATCH, ["rooms", id]) if is_valid_id(id) => {
+            messages::update(admin, RoomId::from(*id), &body).await
+        }
         (&Method::POST, ["rooms", id, "move"]) if is_valid_id(id) => {
             cluster_ops::move_room(admin, id, &body).await
         }
@@ -409,6 +418,9 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::POST, ["rooms", _, "messages"]) => "room_message",
         (&Method::PUT, ["rooms", _, "attrs"]) => "room_attrs",
         (&Method::POST, ["rooms", _, "moderation"]) => "room_moderate",
+        (&Method::POST, ["rooms", _, "close"]) => "room_close",
+        (&Method::POST, ["rooms", _, "open"]) => "room_open",
+        (&Method::PATCH, ["rooms", _]) => "room_update",
         (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",
         (&Method::GET, ["ring"]) => "ring_get",
         (&Method::GET, ["nodes"]) => "nodes_get",

@@ -1,6 +1,8 @@
 //! The app backend's moderation end to end on a standalone node: `POST
 //! /admin/rooms/{id}/moderation` kicks, bans and mutes users of a live room and lifts those,
-//! with the events members see, the `BANNED` join, the audit list, and the refusals.
+//! with the events members see, the `BANNED` join, the audit list, and the refusals; `POST
+//! /admin/rooms/{id}/close` and `…/open` close a room past its owner and reopen it, and `PATCH
+//! /admin/rooms/{id}` changes its info.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -32,8 +34,17 @@ async fn start() -> Server {
 }
 
 async fn moderate(s: &Server, room: &str, body: Value) -> (u16, Value) {
-    let path = format!("/admin/rooms/{room}/moderation");
-    let r = kit::admin::call(s.admin, "POST", &path, Some(ADMIN), Some(body))
+    call(
+        s,
+        "POST",
+        &format!("/admin/rooms/{room}/moderation"),
+        Some(body),
+    )
+    .await
+}
+
+async fn call(s: &Server, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let r = kit::admin::call(s.admin, method, path, Some(ADMIN), body)
         .await
         .unwrap();
     (r.status, r.json())
@@ -145,6 +156,7 @@ async fn the_owner_absent_users_bad_bodies_and_missing_rooms_are_refused() {
         json!({"action": "ban"}),
         json!({"action": "ban", "user": "x", "extra": 1}),
         json!({"action": "ban", "user": "x", "seconds": 0}),
+        json!(["ban", "x", 60]),
     ] {
         let (st, out) = moderate(&s, "strict", bad.clone()).await;
         assert_eq!(st, 400, "{bad} → {out}");
@@ -155,5 +167,71 @@ async fn the_owner_absent_users_bad_bodies_and_missing_rooms_are_refused() {
     let mut later = s.connect("later").await;
     let e = later.join(&room, false, None).await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::Banned));
+    s.stop().await;
+}
+
+/// The backend changes a live room's info (`by` null), closes it past its owner with a reason
+/// the joiners are told, and reopens it.
+#[tokio::test]
+async fn the_backend_changes_closes_and_reopens_a_room_its_owner_cannot_reopen() {
+    let s = start().await;
+    let mut host = s.connect("host").await;
+    let room = host.create_room(json!({"room": "lounge"})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+
+    // Its info: announced with no `by`, and in force (the chat is muted for members).
+    let change = json!({"title": "Renamed", "chat_muted": true});
+    let (st, out) = call(&s, "PATCH", "/admin/rooms/lounge", Some(change)).await;
+    assert_eq!(st, 200, "{out}");
+    let ev = bob.next_event_named("room.update", WAIT).await.unwrap();
+    assert_eq!(
+        (&ev.d["title"], &ev.d["chat_muted"], &ev.d["by"], ev.seq),
+        (
+            &json!("Renamed"),
+            &json!(true),
+            &Value::Null,
+            out["seq"].as_u64()
+        )
+    );
+    let e = bob.chat(&room, "hi").await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::ChatMuted));
+    for bad in [json!({"titel": "x"}), json!({"slow_mode": 301}), json!([])] {
+        let (st, out) = call(&s, "PATCH", "/admin/rooms/lounge", Some(bad.clone())).await;
+        assert_eq!(st, 400, "{bad} → {out}");
+    }
+
+    // Closed with a reason: everyone out, joins refused with it, the owner cannot reopen.
+    let why = json!({"reason": "reported for spam"});
+    let (st, out) = call(&s, "POST", "/admin/rooms/lounge/close", Some(why)).await;
+    assert_eq!(st, 200, "{out}");
+    for c in [&mut host, &mut bob] {
+        let left = c.next_event_named("room.left", WAIT).await.unwrap();
+        assert_eq!(left.d["reason"], "closed");
+    }
+    let e = bob.join(&room, false, None).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::RoomClosed));
+    assert!(e.to_string().contains("reported for spam"), "{e}");
+    let e = host
+        .request("room.open", json!({"room": room}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Forbidden));
+    let (st, info) = call(&s, "GET", "/admin/rooms/lounge", None).await;
+    assert_eq!(st, 200);
+    let closed = &info["details"]["platform_closed"];
+    assert_eq!(closed["reason"], "reported for spam", "{info}");
+
+    // Reopened by the backend (no body needed): the owner and members come back.
+    let (st, out) = call(&s, "POST", "/admin/rooms/lounge/open", None).await;
+    assert_eq!(st, 200, "{out}");
+    host.join(&room, false, None).await.unwrap();
+    bob.join(&room, false, None).await.unwrap();
+    let (st, out) = call(&s, "POST", "/admin/rooms/nowhere/close", None).await;
+    assert_eq!((st, &out["code"]), (404, &json!("ROOM_NOT_FOUND")), "{out}");
+    let long = json!({"reason": "x".repeat(201)});
+    let (st, _) = call(&s, "POST", "/admin/rooms/lounge/close", Some(long)).await;
+    assert_eq!(st, 400);
     s.stop().await;
 }

@@ -179,6 +179,25 @@ async fn only_the_kinds_asked_for_are_sent() {
     let (events, _) = delivered_until(&mut rx, "room.closed").await;
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["room.created", "room.closed"]);
+    // The platform reopens it (a kind not asked for) and closes it: `by` null, its reason.
+    for (path, body) in [
+        ("/admin/rooms/quiet/open", None),
+        ("/admin/rooms/quiet/close", Some(json!({"reason": "spam"}))),
+    ] {
+        let r = kit::admin::call(s.admin, "POST", path, Some(ADMIN), body)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{path}");
+    }
+    let (events, _) = delivered_until(&mut rx, "room.closed").await;
+    let seen: Vec<(&str, &Value)> = events
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), &e["data"]))
+        .collect();
+    assert_eq!(
+        seen,
+        [("room.closed", &json!({"by": null, "reason": "spam"}))]
+    );
     s.stop().await;
 }
 

@@ -56,7 +56,9 @@ pub use im::{
     MAX_IM_ACK_IDS, MAX_IM_TEXT_CHARS,
 };
 pub use like::{LikeSend, LikeSent, LikesEvent, MAX_LIKES_PER_SEND, MAX_RECENT_LIKERS};
-pub use manage::{RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate};
+pub use manage::{
+    BackendManage, RoleChange, RoomAdmin, RoomInfo, RoomLock, RoomTransfer, RoomUpdate,
+};
 pub use members::{MemberEntry, MemberList, MemberPage, MemberUpdate};
 pub use moderation::{
     BackendAction, BackendModeration, BanList, BanPage, BanView, ChatMute, Moderation, RoomBan,

@@ -25,8 +25,9 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// spend) to joins ([`Command::standing`]) and its changes ([`RoomCmd::Standing`]); version 6
 /// adds the app backend's room messages and attributes ([`RoomCmd::Custom`],
 /// [`RoomCmd::Attrs`]); version 7 adds `like.send` and `chat.recall` to the room operations and the app
-/// backend's moderation ([`RoomCmd::Moderate`]).
-pub const LINK_VERSION: u16 = 7;
+/// backend's moderation ([`RoomCmd::Moderate`]); version 8 adds the app backend's closing,
+/// reopening and changing of a room ([`RoomCmd::Manage`]).
+pub const LINK_VERSION: u16 = 8;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +107,8 @@ pub enum RoomCmd {
     /// The app's backend kicks, bans, mutes or lifts those on a user (the admin API); `by`
     /// is null.
     Moderate(crate::client::BackendModeration),
+    /// The app's backend closes, reopens or changes the room (the admin API); `by` is null.
+    Manage(crate::client::BackendManage),
 }
 
 /// What an RTC provider's webhook says about one participant's audio.

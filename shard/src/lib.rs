@@ -258,6 +258,7 @@ impl Shard {
             "owner": d.owner,
             "admins": d.admins,
             "closed": d.closed,
+            "platform_closed": d.platform_closed,
             "bans": penalties(&d.bans),
             "chat_mutes": penalties(&d.mutes),
             "audit": d.audit,

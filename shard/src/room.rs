@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use protocol::client::{self, JoinOk, RoomCreated, RoomLeft, RoomOp};
+use protocol::client::{self, BackendManage, JoinOk, RoomCreated, RoomLeft, RoomOp};
 use protocol::link::{Audience, Command, LeaveReason, Membership, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, NodeId, RoomId, UserId};
 use tokio::sync::mpsc;
@@ -285,7 +285,7 @@ async fn start(
     {
         debug!(room = %actor.room, "Robot room created.");
         if let Some(owner) = actor.state.as_ref().map(|s| s.durable().owner.clone()) {
-            actor.notify_room("room.created", &owner);
+            actor.notify_room("room.created", Some(&owner), None);
         }
     }
     if actor.state.is_some() {
@@ -690,6 +690,7 @@ impl RoomActor {
                     "away": state.away_count(),
                     "fence": self.fence,
                     "closed": d.closed,
+                    "platform_closed": d.platform_closed,
                     "requests": d.requests,
                     "bans": d.bans.len(),
                     "chat_mutes": d.mutes.len(),
@@ -755,7 +756,7 @@ impl RoomActor {
                 .and_then(|p| p.region.as_deref().map(Into::into));
             self.check_create_rate(user)?;
             self.create(durable, true).await?;
-            self.notify_room("room.created", user);
+            self.notify_room("room.created", Some(user), None);
             self.list_note(0, true);
             if let RoomCmd::Op(RoomOp::Create(_)) = &cmd.cmd {
                 let ok = client::to_json(&RoomCreated {
@@ -809,6 +810,22 @@ impl RoomActor {
                 let applied = state.backend_moderate(m, now_ms())?;
                 self.publish_for_backend(applied).await
             }
+            RoomCmd::Manage(m) => {
+                let was_closed = state.durable().closed;
+                let by_platform = state.durable().platform_closed.is_some();
+                let applied = state.backend_manage(m, now_ms())?;
+                let answer = self.publish_for_backend(applied).await?;
+                match m {
+                    BackendManage::Close { reason } if !by_platform => {
+                        self.notify_room("room.closed", None, Some(reason));
+                    }
+                    BackendManage::Open if was_closed => {
+                        self.notify_room("room.opened", None, None)
+                    }
+                    _ => {}
+                }
+                Ok(answer)
+            }
             RoomCmd::Op(op) => {
                 // An admin's moderation of a user whose spend the room does not know (absent,
                 // or their standing not read yet): the spend comes from the ledger.
@@ -824,8 +841,8 @@ impl RoomActor {
                     published?;
                 }
                 match op {
-                    RoomOp::RoomClose(_) => self.notify_room("room.closed", user),
-                    RoomOp::RoomOpen(_) => self.notify_room("room.opened", user),
+                    RoomOp::RoomClose(_) => self.notify_room("room.closed", Some(user), None),
+                    RoomOp::RoomOpen(_) => self.notify_room("room.opened", Some(user), None),
                     _ => {}
                 }
                 Ok(Some((out.ok, out.membership)))

@@ -1,15 +1,18 @@
 //! The app backend's hand in a room: `POST /admin/rooms/{id}/messages` sends a message (a
 //! `custom` event with no sender, `"system": true`, sequenced or volatile as asked),
 //! `PUT /admin/rooms/{id}/attrs` sets or removes room attributes (a `room.attrs` event with
-//! `by` null) and `POST /admin/rooms/{id}/moderation` kicks, bans or mutes a user or lifts
-//! those (a `moderation` event with `by` null). All go through the same command path as a
-//! member's operation and wait for the room's answer.
+//! `by` null), `POST /admin/rooms/{id}/moderation` kicks, bans or mutes a user or lifts
+//! those (a `moderation` event with `by` null), `POST /admin/rooms/{id}/close` and `…/open`
+//! close a room (its owner cannot reopen it) and reopen it, and `PATCH /admin/rooms/{id}`
+//! changes its info (a `room.update` with `by` null). All go through the same command path as
+//! a member's operation and wait for the room's answer.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
-use protocol::client::{BackendModeration, CustomSend, RoomAttrs};
+use protocol::client::room::SeatMode;
+use protocol::client::{BackendManage, BackendModeration, CustomSend, RoomAttrs, RoomUpdate};
 use protocol::link::RoomCmd;
 use protocol::{ErrorCode, RoomId, UserId};
 use serde::Deserialize;
@@ -68,6 +71,84 @@ pub(super) async fn moderate(admin: &Admin, room: RoomId, body: &Bytes) -> Resp 
     .await
 }
 
+/// The close body: why, as joiners are told (the body may be empty).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloseBody {
+    #[serde(default)]
+    reason: String,
+}
+
+/// An empty body (`POST /admin/rooms/{id}/open`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+/// The update body: `room.update`'s fields without the room.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    notice: Option<String>,
+    #[serde(default)]
+    cover: Option<String>,
+    #[serde(default)]
+    seat_mode: Option<SeatMode>,
+    #[serde(default)]
+    host_seat: Option<bool>,
+    #[serde(default)]
+    chat_muted: Option<bool>,
+    #[serde(default)]
+    slow_mode: Option<u32>,
+}
+
+/// Closes the room: members taken out, joins refused `ROOM_CLOSED` with the reason, and the
+/// owner's `room.open` refused until [`open`]. Answers as [`send`] does.
+pub(super) async fn close(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    command(admin, room, &or_empty(body), |_, b: CloseBody| {
+        let m = BackendManage::Close { reason: b.reason };
+        m.check().map(|()| RoomCmd::Manage(m))
+    })
+    .await
+}
+
+/// Reopens the room, whoever closed it; an open room is left as is.
+pub(super) async fn open(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    command(admin, room, &or_empty(body), |_, NoFields {}| {
+        Ok(RoomCmd::Manage(BackendManage::Open))
+    })
+    .await
+}
+
+/// Changes the room's info as `room.update` does, past the staff's rights; answers as
+/// [`send`] does (`seq` absent when nothing changed).
+pub(super) async fn update(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    command(admin, room, body, |room, b: UpdateBody| {
+        Ok(RoomCmd::Manage(BackendManage::Update(RoomUpdate {
+            room,
+            title: b.title,
+            notice: b.notice,
+            cover: b.cover,
+            seat_mode: b.seat_mode,
+            host_seat: b.host_seat,
+            chat_muted: b.chat_muted,
+            slow_mode: b.slow_mode,
+        })))
+    })
+    .await
+}
+
+/// An empty body read as `{}`.
+fn or_empty(body: &Bytes) -> Bytes {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Bytes::from_static(b"{}")
+    } else {
+        body.clone()
+    }
+}
+
 /// Sends the message and answers `200 {"room", "seq"}` (no `seq` for a volatile one), `400`
 /// for a bad body, `404` for a room that does not exist, `503` when the room could not be
 /// reached (`outcome_unknown: true` when it may have taken the message: do not send it again
@@ -99,8 +180,13 @@ async fn command<B: serde::de::DeserializeOwned>(
             "the backend's room calls are served by gateway nodes",
         );
     };
-    let b: B = match serde_json::from_slice(body) {
-        Ok(b) => b,
+    // An object only: serde would also read a struct from an array of its fields.
+    let b: B = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) if v.is_object() => match serde_json::from_value(v) {
+            Ok(b) => b,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+        },
+        Ok(_) => return error(StatusCode::BAD_REQUEST, "body: expected a JSON object"),
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
     };
     let cmd = match build(room.clone(), b) {

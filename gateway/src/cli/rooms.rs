@@ -1,5 +1,6 @@
 //! `chorus admin rooms …`: the room directory (`GET /admin/rooms`), its directory pins, and
-//! the app backend's messages, attributes and moderation in a room.
+//! the app backend's messages, attributes and moderation in a room, and its closing,
+//! reopening and changing of a room.
 
 use clap::Subcommand;
 use serde_json::json;
@@ -66,6 +67,45 @@ pub enum RoomsVerb {
         /// How long a ban or mute holds (a kick: bans for that long too); none: until lifted.
         #[arg(long)]
         seconds: Option<u64>,
+    },
+    /// `POST /admin/rooms/{room}/close`: close the room; its owner cannot reopen it.
+    Close {
+        /// Room id.
+        room: String,
+        /// Why, as joiners are told.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// `POST /admin/rooms/{room}/open`: reopen the room, whoever closed it.
+    Open {
+        /// Room id.
+        room: String,
+    },
+    /// `PATCH /admin/rooms/{room}`: change the room's info, as `room.update` does.
+    Update {
+        /// Room id.
+        room: String,
+        /// New title.
+        #[arg(long)]
+        title: Option<String>,
+        /// New notice (announcement).
+        #[arg(long)]
+        notice: Option<String>,
+        /// New cover URL (empty to clear).
+        #[arg(long)]
+        cover: Option<String>,
+        /// `free` or `apply`.
+        #[arg(long, value_parser = ["free", "apply"])]
+        seat_mode: Option<String>,
+        /// Reserve seat 0 for the owner (`true`) or stop reserving it.
+        #[arg(long)]
+        host_seat: Option<bool>,
+        /// Mute the chat for everyone but the owner and the admins, or lift that.
+        #[arg(long)]
+        chat_muted: Option<bool>,
+        /// Slow mode's interval in seconds (0..=300; 0: off).
+        #[arg(long)]
+        slow_mode: Option<u32>,
     },
     /// `PUT /admin/rooms/{room}/attrs`: set or remove room attributes.
     Attrs {
@@ -182,6 +222,40 @@ impl RoomsVerb {
                     Some(body),
                 )
             }
+            Self::Close { room, reason } => {
+                let body = reason.as_ref().map(|r| json!({ "reason": r }));
+                ("POST", format!("/admin/rooms/{}/close", encode(room)), body)
+            }
+            Self::Open { room } => ("POST", format!("/admin/rooms/{}/open", encode(room)), None),
+            Self::Update {
+                room,
+                title,
+                notice,
+                cover,
+                seat_mode,
+                host_seat,
+                chat_muted,
+                slow_mode,
+            } => {
+                let fields = [
+                    ("title", title.as_ref().map(|v| json!(v))),
+                    ("notice", notice.as_ref().map(|v| json!(v))),
+                    ("cover", cover.as_ref().map(|v| json!(v))),
+                    ("seat_mode", seat_mode.as_ref().map(|v| json!(v))),
+                    ("host_seat", host_seat.map(|v| json!(v))),
+                    ("chat_muted", chat_muted.map(|v| json!(v))),
+                    ("slow_mode", slow_mode.map(|v| json!(v))),
+                ];
+                let body: serde_json::Map<String, serde_json::Value> = fields
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+                    .collect();
+                (
+                    "PATCH",
+                    format!("/admin/rooms/{}", encode(room)),
+                    Some(body.into()),
+                )
+            }
             Self::Attrs { room, set, remove } => {
                 let set: serde_json::Map<String, serde_json::Value> = set.iter().cloned().collect();
                 let body = json!({"set": set, "remove": remove});
@@ -263,6 +337,47 @@ mod tests {
                 "POST",
                 "/admin/rooms/r1/moderation".into(),
                 Some(json!({"action": "ban", "user": "auth0|x", "seconds": 60}))
+            )
+        );
+    }
+
+    #[test]
+    fn close_open_and_update_send_only_what_is_given() {
+        let close = RoomsVerb::Close {
+            room: "r 1".into(),
+            reason: Some("spam".into()),
+        };
+        assert_eq!(
+            close.request(),
+            (
+                "POST",
+                "/admin/rooms/r%201/close".into(),
+                Some(json!({"reason": "spam"}))
+            )
+        );
+        let open = RoomsVerb::Open { room: "r1".into() };
+        assert_eq!(
+            open.request(),
+            ("POST", "/admin/rooms/r1/open".into(), None)
+        );
+        let update = RoomsVerb::Update {
+            room: "r1".into(),
+            title: Some("Late".into()),
+            notice: None,
+            cover: None,
+            seat_mode: Some("apply".into()),
+            host_seat: None,
+            chat_muted: Some(false),
+            slow_mode: Some(0),
+        };
+        assert_eq!(
+            update.request(),
+            (
+                "PATCH",
+                "/admin/rooms/r1".into(),
+                Some(
+                    json!({"title": "Late", "seat_mode": "apply", "chat_muted": false, "slow_mode": 0})
+                )
             )
         );
     }

@@ -73,6 +73,42 @@ pub struct RoomTransfer {
     pub user: UserId,
 }
 
+/// The longest reason the app's backend gives for closing a room, in characters.
+pub const MAX_CLOSE_REASON_CHARS: usize = 200;
+
+/// What the app's backend does to a room as a whole (the admin API); the link carries it as
+/// `RoomCmd::Manage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendManage {
+    /// Close the room (`POST /admin/rooms/{id}/close`): every member is taken out, and the
+    /// owner cannot reopen it; only the app's backend does.
+    Close {
+        /// Why, as the room's joiners are told (up to 200 characters; may be empty).
+        reason: String,
+    },
+    /// Reopen the room, whoever closed it (`POST /admin/rooms/{id}/open`).
+    Open,
+    /// Change the room's info as `room.update` does, past the staff's rights
+    /// (`PATCH /admin/rooms/{id}`); the `room.update` event's `by` is null.
+    Update(RoomUpdate),
+}
+
+impl BackendManage {
+    /// Checks what can be checked without the room: the close reason's length.
+    ///
+    /// # Errors
+    /// Why it is refused.
+    pub fn check(&self) -> Result<(), &'static str> {
+        match self {
+            Self::Close { reason } if reason.chars().count() > MAX_CLOSE_REASON_CHARS => {
+                Err("reason is longer than 200 characters")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The longest slow-mode interval, in seconds.
 pub const MAX_SLOW_MODE_S: u32 = 300;
 

@@ -94,10 +94,20 @@ impl RoomActor {
         n.emit("gift.settled", &self.room, d);
     }
 
-    /// Queues a room lifecycle event (`room.created`, `room.closed`, `room.opened`).
-    pub(super) fn notify_room(&self, kind: &'static str, by: &protocol::UserId) {
+    /// Queues a room lifecycle event (`room.created`, `room.closed`, `room.opened`): `by`
+    /// null for the app's backend, whose close carries its `reason`.
+    pub(super) fn notify_room(
+        &self,
+        kind: &'static str,
+        by: Option<&protocol::UserId>,
+        reason: Option<&str>,
+    ) {
         if let Some(n) = self.inner.events.as_ref().filter(|n| n.wants(kind)) {
-            n.emit(kind, &self.room, json!({ "by": by }));
+            let mut d = json!({ "by": by });
+            if let Some(r) = reason {
+                d["reason"] = r.into();
+            }
+            n.emit(kind, &self.room, d);
         }
     }
 }

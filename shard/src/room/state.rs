@@ -36,7 +36,7 @@ use protocol::link::{LeaveReason, Membership, RoomCmd, RtcEvent};
 use protocol::{Epoch, ErrorCode, NodeId, RoomId, Seq, SessionId, UserId};
 use serde::Serialize;
 
-pub use durable::{Durable, Invite, Penalty, RtcSeen, Rules, Seat, SeatReq};
+pub use durable::{Durable, Invite, Penalty, PlatformClose, RtcSeen, Rules, Seat, SeatReq};
 use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
@@ -458,13 +458,20 @@ impl RoomState {
     /// Whether `user` may join at `now`, password aside.
     ///
     /// # Errors
-    /// `ROOM_CLOSED` when the owner closed the room; `BANNED` while a ban holds.
+    /// `ROOM_CLOSED` when the owner or the platform closed the room (with the platform's
+    /// reason); `BANNED` while a ban holds.
     pub fn admits(&self, user: &UserId, now: u64) -> Result<(), Rejected> {
         if self.durable.closed {
-            return Err(rejected(
-                ErrorCode::RoomClosed,
-                "the room is closed by its owner",
-            ));
+            return Err(match &self.durable.platform_closed {
+                None => rejected(ErrorCode::RoomClosed, "the room is closed by its owner"),
+                Some(c) if c.reason.is_empty() => {
+                    rejected(ErrorCode::RoomClosed, "the room is closed by the platform")
+                }
+                Some(c) => Rejected {
+                    code: ErrorCode::RoomClosed,
+                    msg: Cow::Owned(format!("the room is closed by the platform: {}", c.reason)),
+                },
+            });
         }
         if let Some(ban) = self.durable.bans.get(user)
             && ban.holds(now)
@@ -787,3 +794,7 @@ mod tests_likes;
 #[cfg(test)]
 #[path = "state/tests_chat.rs"]
 mod tests_chat;
+
+#[cfg(test)]
+#[path = "state/tests_backend.rs"]
+mod tests_backend;

@@ -129,6 +129,15 @@ pub struct RtcSeen {
     pub at: u64,
 }
 
+/// A close by the app's backend: why, and when (unix ms).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlatformClose {
+    /// The reason the backend gave (may be empty); joiners are told it.
+    pub reason: String,
+    /// When the room was closed.
+    pub at: u64,
+}
+
 /// The state that survives an unload or a change of owner (saved through fenced writes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Durable {
@@ -167,9 +176,13 @@ pub struct Durable {
     /// with the `room.likes` that announces it (docs/ARCHITECTURE.md, section 7, "Likes").
     #[serde(default, skip_serializing_if = "is_zero")]
     pub likes: u64,
-    /// Closed by the owner: nobody joins until the owner reopens it.
+    /// Closed by the owner or the app's backend: nobody joins until it is reopened.
     #[serde(default)]
     pub closed: bool,
+    /// Closed by the app's backend (the admin API): the owner cannot reopen it. Boxed and
+    /// absent for every other room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_closed: Option<Box<PlatformClose>>,
     /// Pending seat requests, oldest first.
     #[serde(default)]
     pub requests: Vec<SeatReq>,
@@ -236,6 +249,7 @@ impl Durable {
             attrs: None,
             likes: 0,
             closed: false,
+            platform_closed: None,
             requests: Vec::new(),
             invites: Vec::new(),
             mutes: BTreeMap::new(),

@@ -2,13 +2,14 @@
 //! reopening.
 
 use protocol::client::manage::{MAX_ADMINS, MAX_SLOW_MODE_S};
-use protocol::client::{RoleChange, RoomInfo, RoomUpdate};
+use protocol::client::{BackendManage, RoleChange, RoomInfo, RoomUpdate};
 use protocol::{ErrorCode, UserId};
 
 use super::durable::{check_cover, check_notice, check_password, check_title};
 use super::seats::Cause;
 use super::{
-    Applied, Evicted, Moderation, Rejected, Role, RoomState, Sequenced, TargetSpend, rejected,
+    Applied, Evicted, Moderation, PlatformClose, Rejected, Role, RoomState, Sequenced, TargetSpend,
+    rejected,
 };
 
 impl RoomState {
@@ -37,26 +38,19 @@ impl RoomState {
             self.require_over(user, holder)?;
             self.require_unprotected(user, holder, spend)?;
         }
-        if let Some(t) = &u.title {
-            check_title(t)?;
-        }
-        if let Some(n) = &u.notice {
-            check_notice(n)?;
-        }
-        if let Some(c) = &u.cover {
-            check_cover(c)?;
-        }
-        if u.slow_mode.is_some_and(|s| s > MAX_SLOW_MODE_S) {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "slow_mode must be 0..=300 seconds",
-            ));
-        }
+        check_update(u)?;
+        Ok(self.apply_update(Some(user), u))
+    }
+
+    /// Applies a checked update made by `by` (`None`: the app's backend): the fields that
+    /// differ change and are announced; reserving seat 0 frees it from anyone but the owner.
+    fn apply_update(&mut self, by: Option<&UserId>, u: &RoomUpdate) -> Applied {
         let d = &mut self.durable;
-        let mut info = RoomInfo {
-            by: Some(user.clone()),
+        let unchanged = RoomInfo {
+            by: by.cloned(),
             ..RoomInfo::default()
         };
+        let mut info = unchanged.clone();
         if let Some(t) = u.title.as_ref().filter(|t| **t != d.title) {
             d.title.clone_from(t);
             info.title = Some(t.clone());
@@ -88,13 +82,8 @@ impl RoomState {
             self.last_chat = None;
         }
         let mut applied = Applied::default();
-        if info
-            == (RoomInfo {
-                by: Some(user.clone()),
-                ..RoomInfo::default()
-            })
-        {
-            return Ok(applied);
+        if info == unchanged {
+            return applied;
         }
         applied.durable_changed = true;
         let host_taken = self.durable.host_seat
@@ -104,9 +93,9 @@ impl RoomState {
                 .is_some_and(|u| *u != self.durable.owner);
         self.push(&mut applied, Sequenced::RoomUpdate(info));
         if host_taken {
-            self.free_seat(&mut applied, 0, Some(user), Cause::Admin, Some("host_seat"));
+            self.free_seat(&mut applied, 0, by, Cause::Admin, Some("host_seat"));
         }
-        Ok(applied)
+        applied
     }
 
     /// The owner or an admin sets, changes or (with `None`) removes the password. Members
@@ -252,11 +241,17 @@ impl RoomState {
     /// `FORBIDDEN`.
     pub fn room_close(&mut self, user: &UserId, now: u64) -> Result<Applied, Rejected> {
         self.require_owner(user, "only the owner closes the room")?;
+        Ok(self.close(Some(user), now))
+    }
+
+    /// Closes the room for `by` (`None`: the app's backend): seats freed, requests and
+    /// invitations dropped, every member taken out (`room.left` `closed`).
+    fn close(&mut self, by: Option<&UserId>, now: u64) -> Applied {
         let mut applied = Applied::changed();
         self.durable.closed = true;
         for i in 0..self.durable.seats.len() {
             if self.durable.seats[i].user.is_some() {
-                self.free_seat(&mut applied, i, Some(user), Cause::Admin, Some("closed"));
+                self.free_seat(&mut applied, i, by, Cause::Admin, Some("closed"));
             }
         }
         self.durable.requests.clear();
@@ -271,9 +266,8 @@ impl RoomState {
                 });
             }
         }
-        self.durable
-            .audit(entry("close", None, Some(user), None, now));
-        Ok(applied)
+        self.durable.audit(entry("close", None, by, None, now));
+        applied
     }
 
     /// The owner reopens a closed room (no membership needed; an open room is left as is).
@@ -282,15 +276,77 @@ impl RoomState {
     /// `FORBIDDEN`.
     pub fn room_open(&mut self, user: &UserId, now: u64) -> Result<Applied, Rejected> {
         self.require_owner(user, "only the owner reopens the room")?;
-        let mut applied = Applied::default();
-        if self.durable.closed {
-            self.durable.closed = false;
-            applied.durable_changed = true;
-            self.durable
-                .audit(entry("reopen", None, Some(user), None, now));
+        if self.durable.platform_closed.is_some() {
+            return Err(rejected(
+                ErrorCode::Forbidden,
+                "the platform closed this room; only the platform reopens it",
+            ));
         }
-        Ok(applied)
+        Ok(self.reopen(Some(user), now))
     }
+
+    /// Reopens a closed room for `by` (`None`: the app's backend); an open room is left as
+    /// is.
+    fn reopen(&mut self, by: Option<&UserId>, now: u64) -> Applied {
+        let mut applied = Applied::default();
+        if self.durable.closed || self.durable.platform_closed.is_some() {
+            self.durable.closed = false;
+            self.durable.platform_closed = None;
+            applied.durable_changed = true;
+            self.durable.audit(entry("reopen", None, by, None, now));
+        }
+        applied
+    }
+
+    /// The app's backend closes the room (the owner cannot reopen it), reopens it, or changes
+    /// its info past the staff's rights (seat 0 reserved from anyone, VIP protection aside).
+    /// Recorded and announced with no `by`. Closing a room the backend closed already only
+    /// replaces the reason.
+    ///
+    /// # Errors
+    /// `BAD_REQUEST` for an update field that fails its check or a reason that is too long.
+    pub fn backend_manage(&mut self, m: &BackendManage, now: u64) -> Result<Applied, Rejected> {
+        m.check()
+            .map_err(|why| rejected(ErrorCode::BadRequest, why))?;
+        match m {
+            BackendManage::Close { reason } => {
+                let again = self.durable.platform_closed.is_some();
+                self.durable.platform_closed = Some(Box::new(PlatformClose {
+                    reason: reason.clone(),
+                    at: now,
+                }));
+                if again {
+                    return Ok(Applied::changed());
+                }
+                Ok(self.close(None, now))
+            }
+            BackendManage::Open => Ok(self.reopen(None, now)),
+            BackendManage::Update(u) => {
+                check_update(u)?;
+                Ok(self.apply_update(None, u))
+            }
+        }
+    }
+}
+
+/// Checks an update's fields (title, notice, cover, slow-mode interval).
+fn check_update(u: &RoomUpdate) -> Result<(), Rejected> {
+    if let Some(t) = &u.title {
+        check_title(t)?;
+    }
+    if let Some(n) = &u.notice {
+        check_notice(n)?;
+    }
+    if let Some(c) = &u.cover {
+        check_cover(c)?;
+    }
+    if u.slow_mode.is_some_and(|s| s > MAX_SLOW_MODE_S) {
+        return Err(rejected(
+            ErrorCode::BadRequest,
+            "slow_mode must be 0..=300 seconds",
+        ));
+    }
+    Ok(())
 }
 
 /// An audit entry (and `moderation` event body).
