@@ -95,7 +95,8 @@ pub enum BackendManage {
 }
 
 impl BackendManage {
-    /// Checks what can be checked without the room: the close reason's length.
+    /// Checks what can be checked without the room: the close reason, shown to joiners, is
+    /// one line of at most 200 characters.
     ///
     /// # Errors
     /// Why it is refused.
@@ -103,6 +104,9 @@ impl BackendManage {
         match self {
             Self::Close { reason } if reason.chars().count() > MAX_CLOSE_REASON_CHARS => {
                 Err("reason is longer than 200 characters")
+            }
+            Self::Close { reason } if !crate::text::is_clean(reason, false) => {
+                Err("reason may not hold control or bidi characters")
             }
             _ => Ok(()),
         }
