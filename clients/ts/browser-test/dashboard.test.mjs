@@ -1,6 +1,7 @@
 // The operator dashboard in a real browser on a two-shard cluster: it shows the nodes and
 // the rooms each shard runs with their fences; "Drain" on s1 shows the rebalance and its
-// rooms moving to s2; "Weight" brings s1 back; "Move" pins one room to s1.
+// rooms moving to s2; "Weight" brings s1 back; "Move" pins one room to s1; "Close" closes it
+// for the platform with a reason its member is told, and "Reopen" lets them back.
 import { test, after, before } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
@@ -96,6 +97,17 @@ test("the dashboard shows a drain moving every room of s1 to s2", async () => {
   await page.locator("#result", { hasText: `move ${moved}: 200` }).waitFor({ timeout: T });
   await page.locator(`#leases tr[data-room="${moved}"][data-shard="s1"]`).waitFor({ timeout: T });
   await shot(page, "13-dashboard-moved");
+  // "Close" asks for the reason and closes the room for the platform: its member is taken out,
+  // and cannot join again until "Reopen".
+  const closed = users.find((c) => c.rooms.has(moved));
+  page.once("dialog", (d) => void d.accept("closed for review"));
+  await page.locator(`#leases tr[data-room="${moved}"] button[data-action="close"]`).click();
+  await page.locator("#result", { hasText: `close ${moved}: 200` }).waitFor({ timeout: T });
+  await until(async () => !closed.rooms.has(moved) || closed.rooms.get(moved).state !== "joined", T, "the member taken out");
+  await assert.rejects(closed.join(moved), (e) => e.code === "ROOM_CLOSED" && e.message.includes("closed for review"));
+  await page.locator(`#leases tr[data-room="${moved}"] button[data-action="reopen"]`).click();
+  await page.locator("#result", { hasText: `reopen ${moved}: 200` }).waitFor({ timeout: T });
+  await closed.join(moved);
   for (const c of users) c.close();
   console.log(`dashboard browser test: ${((Date.now() - started) / 1000).toFixed(1)} s`);
 });

@@ -130,9 +130,19 @@ function renderLeases(data: any): void {
       const cell = el("td");
       const pick = el("select");
       for (const id of shards.filter((x) => x !== s.node)) pick.append(new Option(id, id));
+      const path = `/admin/rooms/${encodeURIComponent(r.room)}`;
       if (pick.options.length) {
-        cell.append(pick, " ", button("Move", () => void act(`move ${r.room}`, "POST", `/admin/rooms/${encodeURIComponent(r.room)}/move`, { to: pick.value })));
+        cell.append(pick, " ", button("Move", () => void act(`move ${r.room}`, "POST", `${path}/move`, { to: pick.value })), " ");
       }
+      // The platform closes a room (its owner cannot reopen it) or reopens one.
+      cell.append(
+        button("Close", () => {
+          const reason = prompt(`Close ${r.room}: the reason joiners are told`, "closed by the platform");
+          if (reason !== null) void act(`close ${r.room}`, "POST", `${path}/close`, { reason });
+        }),
+        " ",
+        button("Reopen", () => void act(`reopen ${r.room}`, "POST", `${path}/open`)),
+      );
       tr.append(cell);
       body.append(tr);
     }
