@@ -1,8 +1,9 @@
 //! The event webhook end to end on a standalone node: a real HTTP receiver on loopback gets
 //! what a room did (created, members in and out, a seat, a gift settled through the ledger, a
 //! kick, the room closed) in order, in signed batches, and a batch it refused is sent again
-//! with the same event ids; the sequenced messages, attribute changes and rocket launches; and
-//! only the kinds asked for (chat lines only then).
+//! with the same event ids; the sequenced messages, attribute changes and rocket launches;
+//! members' reports with the line reported; and only the kinds asked for (chat lines only
+//! then).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -290,5 +291,66 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         (&json!(1), &json!(1), &order, &json!("host"))
     );
     assert_eq!(got.len(), 5, "nothing else: {events:?}");
+    s.stop().await;
+}
+
+/// A member's report reaches the app once, with the reported line as the room sent it; a
+/// report of the room names no user.
+#[tokio::test]
+async fn a_report_reaches_the_app_once_with_the_reported_line() {
+    let mut rx = Receiver::start(0).await.unwrap();
+    let s = start(&rx.url, Some(&["report.filed".to_owned()])).await;
+    let mut host = s.connect("host").await;
+    let room = host.create_room(json!({"room": "reports"})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+    let seq = bob.chat(&room, "cheap coins at example.com").await.unwrap();
+    let report = json!({"room": room, "seq": seq, "reason": "spam", "text": "an ad"});
+    let ok = host.request("report.send", report.clone()).await.unwrap();
+    assert_eq!(ok, json!({}));
+    let again = host.request("report.send", report).await.unwrap();
+    assert_eq!(again, json!({"duplicate": true}));
+    let of_room = json!({"room": room, "reason": "other"});
+    host.request("report.send", of_room).await.unwrap();
+    let (events, _) = rx
+        .delivered_until(
+            |e| e["kind"] == "report.filed" && e["data"]["user"].is_null(),
+            WAIT,
+            |_| {},
+        )
+        .await;
+    let data: Vec<&Value> = events.iter().map(|e| &e["data"]).collect();
+    let [line, room_report] = data[..] else {
+        panic!("two reports, the duplicate not sent: {events:?}")
+    };
+    assert_eq!(
+        (
+            &line["reporter"],
+            &line["user"],
+            &line["seq"],
+            &line["reason"],
+            &line["text"]
+        ),
+        (
+            &json!("host"),
+            &json!("bob"),
+            &json!(seq),
+            &json!("spam"),
+            &json!("an ad")
+        )
+    );
+    assert_eq!(
+        (&line["line"]["from"], &line["line"]["text"]),
+        (&json!("bob"), &json!("cheap coins at example.com"))
+    );
+    assert_eq!(
+        (
+            &room_report["user"],
+            &room_report["line"],
+            &room_report["reason"]
+        ),
+        (&Value::Null, &Value::Null, &json!("other"))
+    );
     s.stop().await;
 }

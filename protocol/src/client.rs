@@ -17,6 +17,7 @@ pub mod members;
 pub mod moderation;
 mod op;
 pub mod profile;
+pub mod report;
 pub mod rocket;
 pub mod room;
 pub mod seat;
@@ -66,6 +67,9 @@ pub use moderation::{
 };
 pub use op::{Addressed, ImOp, Op, RoomOp};
 pub use profile::Profile;
+pub use report::{
+    MAX_REPORT_TEXT_CHARS, MAX_REPORTS_PER_WINDOW, REPORT_WINDOW_MS, ReportFiled, ReportSend,
+};
 pub use rocket::{RocketLaunch, RocketProgress, RocketReward};
 pub use room::{
     InRoom, JoinOk, MemberCount, MemberJoin, MemberLeave, RoomCreate, RoomCreated, RoomJoin,

@@ -44,7 +44,7 @@ pub const TIMESTAMP_HEADER: &str = "x-chorus-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-chorus-signature";
 
 /// Every kind of event, as the webhook names them.
-pub const KINDS: [&str; 13] = [
+pub const KINDS: [&str; 14] = [
     "room.created",
     "room.closed",
     "room.opened",
@@ -58,6 +58,7 @@ pub const KINDS: [&str; 13] = [
     "message.custom",
     "chat.sent",
     "chat.recalled",
+    "report.filed",
 ];
 
 /// The kinds sent only when the operator lists them: one event per chat line is a volume an

@@ -18,6 +18,8 @@ pub const ROBOT_STARTS: &str = "chorus_robot_runtime_starts_total";
 /// Counter: members whose connection dropped, by `outcome`: `returned` within the grace
 /// window (no presence shown) or `expired` (`member.leave` `disconnected`).
 pub const PRESENCE_GRACE: &str = "chorus_presence_grace_total";
+/// Counter: reports members filed (`report.send`), duplicates not counted.
+pub const REPORTS_FILED: &str = "chorus_reports_filed_total";
 /// Commands applied by rooms (counter).
 pub const ROOM_COMMANDS: &str = "chorus_shard_room_commands_total";
 /// Commands refused because a room's inbox was full (counter).
@@ -124,6 +126,10 @@ pub fn describe() {
     describe_counter!(ROBOT_GIFT_COINS, "Coins robots spent on gifts.");
     describe_counter!(ROBOT_STARTS, "Robot runtimes started on this node.");
     describe_counter!(ROOM_COMMANDS, "Commands applied by rooms.");
+    describe_counter!(
+        REPORTS_FILED,
+        "Reports members filed (duplicates not counted)."
+    );
     describe_counter!(
         ROOM_INBOX_FULL,
         "Commands refused because a room inbox was full."

@@ -826,6 +826,16 @@ impl RoomActor {
                 }
                 Ok(answer)
             }
+            RoomCmd::Op(RoomOp::Report(r)) => {
+                let filed = state.report(user, at, r, now_ms())?;
+                if !filed.duplicate {
+                    self.notify_report(user, r, &filed);
+                }
+                let ok = client::ReportFiled {
+                    duplicate: filed.duplicate,
+                };
+                Ok(Some((client::to_json(&ok).into(), None)))
+            }
             RoomCmd::Op(op) => {
                 // An admin's moderation of a user whose spend the room does not know (absent,
                 // or their standing not read yet): the spend comes from the ledger.

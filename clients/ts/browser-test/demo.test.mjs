@@ -1,10 +1,11 @@
-// The demo room in a real browser: two users join, take seats, chat (one takes a line back,
-// the owner mutes the chat and sets slow mode),
+// The demo room in a real browser: two users join, take seats, chat (one reports a line of the
+// other's, one takes a line back, the owner mutes the chat and sets slow mode),
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
 // each seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
 // the member back to a seat, mutes and unmutes their chat, and kicks them.
 import { test, after, before } from "node:test";
+import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
 import { startNode } from "../test/node.mjs";
 import { launch, shot } from "./browser.mjs";
@@ -58,6 +59,11 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await bob.fill("#chat-input", "hey alice");
   await bob.press("#chat-input", "Enter");
   await alice.locator("#chat-log li", { hasText: "bob: hey alice" }).waitFor({ timeout: T });
+  // Bob reports alice's line (his own lines have no report button); the button says it went.
+  const hi = bob.locator("#chat-log li", { hasText: "alice: hi bob" });
+  assert.equal(await bob.locator("#chat-log li", { hasText: "bob: hey alice" }).locator("button.report").count(), 0);
+  await hi.locator("button.report").click();
+  await hi.locator(".reported", { hasText: "reported" }).waitFor({ timeout: T });
   // Bob takes his line back: both pages show it recalled.
   await bob.fill("#chat-input", "oops, wrong room");
   await bob.press("#chat-input", "Enter");

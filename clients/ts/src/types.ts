@@ -106,6 +106,10 @@ export interface Ops {
   "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
   "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
   "like.send": [{ room: string; count?: number }, { total: number }];
+  "report.send": [
+    { room: string; user?: string; seq?: number; reason: string; text?: string },
+    { duplicate?: boolean },
+  ];
   "seat.take": [{ room: string; seat?: number }, { seat: number }];
   "seat.leave": [{ room: string }, Record<string, never>];
   "seat.lock": [{ room: string; seat: number; locked: boolean }, Record<string, never>];

@@ -123,6 +123,12 @@ test("app-defined messages: a sequenced one moves the position, a volatile one d
   const r = await recalled;
   assert.deepEqual([r.from, r.by, r.epoch], ["cu-bob", "cu-bob", ev.epoch]);
   assert.ok(r.seq > oops.seq, "the recall is sequenced after the line");
+  // Reports: a line (its sender is the user reported), the same again a duplicate, oneself refused.
+  const rude = await rb.chat("rude words");
+  assert.deepEqual(await ra.report("abuse", { seq: rude.seq, text: "in the chat" }), {});
+  assert.deepEqual(await ra.report("abuse", { seq: rude.seq, text: "again" }), { duplicate: true });
+  await assert.rejects(rb.report("spam", { user: "cu-bob" }), (e) => e.code === "BAD_REQUEST");
+  await assert.rejects(ra.report("not a code"), (e) => e.code === "BAD_REQUEST");
   // Room attributes: the owner sets two and removes one; every snapshot follows, a joiner's too.
   await ra.setAttrs({ theme: "night", pk: [3, 1] });
   await until(() => rb.snapshot.attrs?.theme === "night", 5000, "bob sees the attributes");

@@ -40,13 +40,26 @@ function log(text: string, cls = ""): HTMLElement {
   return li;
 }
 
-/** A chat line, with a recall button on one's own lines and, for the staff, on others'. */
+/**
+ * A chat line, with a recall button on one's own lines and, for the staff, on others', and a
+ * report button on others'.
+ */
 function chatLine(from: string, text: string, seq: number | undefined): void {
   const li = log(`${from}: ${text}`);
   if (seq === undefined) return;
   li.dataset.seq = String(seq);
   const s = room?.snapshot;
   const staff = !!s && (s.owner === me || s.admins.includes(me));
+  if (from !== me) {
+    const f = el("button", "⚑", "report");
+    f.title = "report this line to the moderators (report.send)";
+    f.onclick = () =>
+      void run("chat-error", async () => {
+        const ok = await room!.report("inappropriate", { seq });
+        f.replaceWith(el("span", ok.duplicate ? "reported already" : "reported", "reported"));
+      });
+    li.append(f);
+  }
   if (from !== me && !staff) return;
   const b = el("button", "↩", "recall");
   b.title = "take this line back (chat.recall)";

@@ -7,10 +7,10 @@ use serde_json::value::RawValue;
 
 use super::{
     BanList, ChatMute, ChatRecall, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom,
-    LikeSend, MemberList, MicPublishing, RankGet, RoomAdmin, RoomAttrs, RoomBan, RoomCreate,
-    RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer, SeatCount,
-    SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute, SeatRequest,
-    SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
+    LikeSend, MemberList, MicPublishing, RankGet, ReportSend, RoomAdmin, RoomAttrs, RoomBan,
+    RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer,
+    SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute,
+    SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
 };
 use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -46,6 +46,7 @@ addressed!(
     ChatRecall,
     CustomSend,
     LikeSend,
+    ReportSend,
     RoomAttrs,
     SeatTake,
     SeatLeave,
@@ -178,6 +179,8 @@ room_ops! {
     "room.admin" => RoomAdmin(RoomAdmin),
     /// `room.transfer`: hand the room to another member (owner).
     "room.transfer" => RoomTransfer(RoomTransfer),
+    /// `report.send`: report a user, a chat line or the room to the app's moderators.
+    "report.send" => Report(ReportSend),
     /// `room.close`: close the room; every member is taken out (owner).
     "room.close" => RoomClose(InRoom),
     /// `room.open`: reopen a closed room (owner, no membership needed).

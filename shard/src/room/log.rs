@@ -87,6 +87,15 @@ impl EventLog {
         self.expire(now);
     }
 
+    /// The frame of event `(epoch, seq)`, while the log holds it.
+    pub(crate) fn frame(&self, epoch: Epoch, seq: Seq) -> Option<&Bytes> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.epoch == epoch && e.seq == seq)
+            .map(|e| &e.frame)
+    }
+
     /// Drops events older than the age bound.
     pub(crate) fn expire(&mut self, now: Instant) {
         while let Some(e) = self.entries.front() {

@@ -5,7 +5,7 @@ use serde_json::json;
 use storage::ledger::GiftOrder;
 
 use super::RoomActor;
-use super::state::{Applied, Presence, Sequenced};
+use super::state::{Applied, Filed, Presence, Sequenced};
 
 impl RoomActor {
     /// Queues the events of a published change: members in and out (after the grace window,
@@ -92,6 +92,42 @@ impl RoomActor {
             d["lucky_coins"] = l.coins.into();
         }
         n.emit("gift.settled", &self.room, d);
+    }
+
+    /// Counts a member's report and queues `report.filed`, with the reported line as the room
+    /// sent it (its event's `d`) while the room's log holds it.
+    pub(super) fn notify_report(
+        &self,
+        reporter: &protocol::UserId,
+        r: &protocol::client::ReportSend,
+        filed: &Filed,
+    ) {
+        metrics::counter!(crate::metrics::REPORTS_FILED).increment(1);
+        tracing::info!(room = %self.room, %reporter, user = ?filed.user, reason = %r.reason, "Report filed.");
+        let Some(n) = self
+            .inner
+            .events
+            .as_ref()
+            .filter(|n| n.wants("report.filed"))
+        else {
+            return;
+        };
+        let epoch = self.state.as_ref().map(|s| s.epoch());
+        let line = filed
+            .seq
+            .zip(epoch)
+            .and_then(|(seq, epoch)| self.log.frame(epoch, seq))
+            .and_then(|f| serde_json::from_slice::<serde_json::Value>(f).ok())
+            .and_then(|mut v| v.get_mut("d").map(serde_json::Value::take));
+        let d = json!({
+            "reporter": reporter,
+            "user": filed.user,
+            "seq": filed.seq,
+            "line": line,
+            "reason": r.reason,
+            "text": r.text,
+        });
+        n.emit("report.filed", &self.room, d);
     }
 
     /// Queues a room lifecycle event (`room.created`, `room.closed`, `room.opened`): `by`

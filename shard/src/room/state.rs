@@ -18,6 +18,7 @@ mod moderation;
 mod offers;
 mod outcome;
 mod recipients;
+mod reports;
 mod rocket;
 mod seats;
 mod standing;
@@ -40,6 +41,7 @@ pub use durable::{Durable, Invite, Penalty, PlatformClose, RtcSeen, Rules, Seat,
 use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
+pub use reports::Filed;
 pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
 pub use standing::{Badges, MAX_VIP_LEVELS, TargetSpend, VipRules};
 pub use streaks::{GiftMark, GiftPublished, GiftRules};
@@ -187,15 +189,20 @@ pub struct RoomState {
         reason = "one pointer in place of an empty map's 48 bytes in every room's actor"
     )]
     last_chat: Option<Box<HashMap<UserId, u64>>>,
-    /// The latest chat lines of this epoch, oldest first, for `chat.recall` (boxed: absent
-    /// until the first line).
-    #[allow(
-        clippy::box_collection,
-        reason = "one pointer in place of an empty deque's 32 bytes in every room's actor"
-    )]
-    recent_chat: Option<Box<VecDeque<messages::ChatLine>>>,
+    /// What this epoch remembers of its chat lines and reports (boxed: absent until the first
+    /// of either).
+    recent: Option<Box<Recent>>,
     epoch: Epoch,
     seq: Seq,
+}
+
+/// What a room remembers of this epoch, in memory only: its latest chat lines (for
+/// `chat.recall` and reports) and the reports of the last ten minutes (for duplicates and each
+/// reporter's allowance), each oldest first.
+#[derive(Debug, Default)]
+struct Recent {
+    lines: VecDeque<messages::ChatLine>,
+    reports: VecDeque<reports::Remembered>,
 }
 
 impl RoomState {
@@ -218,7 +225,7 @@ impl RoomState {
             vip_rules: Arc::default(),
             likes: None,
             last_chat: None,
-            recent_chat: None,
+            recent: None,
             epoch,
             seq: 0,
         }
@@ -662,7 +669,11 @@ impl RoomState {
                 let page = self.member_list(l.cursor.as_deref(), l.limit, now)?;
                 Outcome::new(json(&page), Applied::default())
             }
-            RoomOp::RoomOpen(_) | RoomOp::Create(_) | RoomOp::Join(_) | RoomOp::Gift(_) => {
+            RoomOp::RoomOpen(_)
+            | RoomOp::Create(_)
+            | RoomOp::Join(_)
+            | RoomOp::Gift(_)
+            | RoomOp::Report(_) => {
                 return Err(rejected(
                     ErrorCode::Internal,
                     "this operation is run by the room actor",
@@ -798,3 +809,7 @@ mod tests_chat;
 #[cfg(test)]
 #[path = "state/tests_backend.rs"]
 mod tests_backend;
+
+#[cfg(test)]
+#[path = "state/tests_reports.rs"]
+mod tests_reports;

@@ -111,7 +111,7 @@ impl RoomState {
                 vip: badges.vip,
             }),
         );
-        let lines = self.recent_chat.get_or_insert_with(Box::default);
+        let lines = &mut self.recent.get_or_insert_with(Box::default).lines;
         if lines.len() >= RECALLABLE_LINES {
             lines.pop_front();
         }
@@ -124,6 +124,14 @@ impl RoomState {
         Ok(applied)
     }
 
+    /// The sender of the chat line at `seq` of this epoch, while the room remembers it.
+    pub(super) fn line_sender(&self, seq: Seq) -> Option<&UserId> {
+        self.recent
+            .as_ref()
+            .and_then(|r| r.lines.iter().find(|l| l.seq == seq))
+            .map(|l| &l.from)
+    }
+
     /// Takes back the chat line at `seq` of this epoch: its sender within
     /// [`RECALL_WINDOW_MS`], or the owner or an admin over the sender (as for a kick). A line
     /// recalled already is answered again with no new event.
@@ -134,9 +142,9 @@ impl RoomState {
     /// without the rights over its sender, or one's own past the window.
     pub fn chat_recall(&mut self, user: &UserId, seq: Seq, now: u64) -> Result<Applied, Rejected> {
         let Some(line) = self
-            .recent_chat
+            .recent
             .as_ref()
-            .and_then(|lines| lines.iter().find(|l| l.seq == seq))
+            .and_then(|r| r.lines.iter().find(|l| l.seq == seq))
         else {
             return Err(rejected(
                 ErrorCode::NoSuchMessage,
@@ -158,9 +166,9 @@ impl RoomState {
             self.require_over(user, &from)?;
         }
         if let Some(l) = self
-            .recent_chat
+            .recent
             .as_mut()
-            .and_then(|lines| lines.iter_mut().find(|l| l.seq == seq))
+            .and_then(|r| r.lines.iter_mut().find(|l| l.seq == seq))
         {
             l.recalled = true;
         }
