@@ -38,8 +38,9 @@ impl RoomState {
         Ok(total)
     }
 
-    /// Whether likes wait to be announced.
-    pub fn likes_pending(&self) -> bool {
+    /// Whether likes wait to be announced (the tests' view; the actor asks [`Self::likes_due`]).
+    #[cfg(test)]
+    pub(super) fn likes_pending(&self) -> bool {
         self.likes.as_ref().is_some_and(|l| l.added > 0)
     }
 

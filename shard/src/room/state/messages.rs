@@ -45,11 +45,12 @@ impl RoomState {
     }
 
     /// `SLOW_MODE` while the room is in slow mode and `user`, not staff, chatted less than
-    /// its interval before `now`.
-    fn check_slow_mode(&self, user: &UserId, now: u64) -> Result<(), Rejected> {
+    /// its interval before `now`; else whether slow mode holds `user` (their line is then
+    /// noted with [`Self::note_chat`]).
+    fn check_slow_mode(&self, user: &UserId, now: u64) -> Result<bool, Rejected> {
         let every = u64::from(self.durable.slow_mode) * 1000;
         if every == 0 || self.role(user) >= Role::Admin {
-            return Ok(());
+            return Ok(false);
         }
         match self.last_chat.as_ref().and_then(|m| m.get(user)) {
             Some(&at) if now < at.saturating_add(every) => Err(Rejected {
@@ -60,17 +61,14 @@ impl RoomState {
                     at + every
                 )),
             }),
-            _ => Ok(()),
+            _ => Ok(true),
         }
     }
 
-    /// Records a chat line of `user` at `now` for the slow mode (while it is on, and for
-    /// members who are not staff), forgetting the lines older than its interval.
+    /// Records a chat line of `user`, whom slow mode holds, at `now`, forgetting the lines
+    /// older than its interval.
     fn note_chat(&mut self, user: &UserId, now: u64) {
         let every = u64::from(self.durable.slow_mode) * 1000;
-        if every == 0 || self.role(user) >= Role::Admin {
-            return;
-        }
         let last = self.last_chat.get_or_insert_with(Box::default);
         last.retain(|_, at| now < at.saturating_add(every));
         last.insert(user.clone(), now);
@@ -83,7 +81,7 @@ impl RoomState {
     /// sender back; `BAD_REQUEST` for empty or over-long text.
     pub fn chat(&mut self, user: &UserId, text: String, now: u64) -> Result<Applied, Rejected> {
         self.check_not_muted(user, now)?;
-        self.check_slow_mode(user, now)?;
+        let held = self.check_slow_mode(user, now)?;
         let chars = text.chars().count();
         if chars == 0 || chars > MAX_CHAT_TEXT_CHARS {
             return Err(rejected(
@@ -97,7 +95,9 @@ impl RoomState {
                 "text may not hold control or bidi characters (newline and tab are fine)",
             ));
         }
-        self.note_chat(user, now);
+        if held {
+            self.note_chat(user, now);
+        }
         let mut applied = Applied::default();
         let badges = self.badges(user, now);
         self.push(
