@@ -148,6 +148,10 @@ async fn bad_messages_missing_rooms_and_chat_mutes_are_refused() {
         (json!({"type": "two words"}), "type"),
         (json!({"type": "big", "data": "x".repeat(3000)}), "data"),
         (json!({"type": "ok", "extra": 1}), "unknown field"),
+        (
+            json!({"type": "ok", "data": {"t": "\u{1b}[2J"}}),
+            "control or bidi",
+        ),
     ] {
         let (st, out) = post(&s, "rules", body).await;
         assert_eq!(st, 400, "{out}");
@@ -159,11 +163,13 @@ async fn bad_messages_missing_rooms_and_chat_mutes_are_refused() {
         (404, json!("ROOM_NOT_FOUND")),
         "{out}"
     );
-    let e = bob
-        .request("custom.send", json!({"room": room, "type": "bad type"}))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::BadRequest));
+    for d in [
+        json!({"room": room, "type": "bad type"}),
+        json!({"room": room, "type": "ok", "data": ["rtl \u{202E}txt.exe"]}),
+    ] {
+        let e = bob.request("custom.send", d).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::BadRequest));
+    }
     host.request(
         "chat.mute",
         json!({"room": room, "user": "bob", "seconds": 60}),

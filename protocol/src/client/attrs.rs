@@ -52,6 +52,9 @@ impl RoomAttrs {
         {
             return Err("an attribute value is at most 1024 bytes of JSON");
         }
+        if !self.set.values().all(crate::text::is_clean_json) {
+            return Err(super::custom::UNCLEAN_DATA);
+        }
         Ok(())
     }
 }
@@ -105,6 +108,11 @@ mod tests {
         assert!(attrs(json!({"big": "x".repeat(1022)}), &[]).check().is_ok());
         assert!(
             attrs(json!({"big": "x".repeat(1023)}), &[])
+                .check()
+                .is_err()
+        );
+        assert!(
+            attrs(json!({"song": {"title": "\u{202E}evil"}}), &[])
                 .check()
                 .is_err()
         );

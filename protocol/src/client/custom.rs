@@ -27,6 +27,10 @@ pub struct CustomSend {
     pub volatile: bool,
 }
 
+/// Why app-defined JSON with a control or bidi character in a string is refused.
+pub const UNCLEAN_DATA: &str =
+    "data may not hold control or bidi characters in its strings (newline and tab are fine)";
+
 /// Whether `s` is an app-defined name: a custom message's `type`, a room attribute's key.
 pub fn is_app_name(s: &str) -> bool {
     (1..=MAX_CUSTOM_TYPE_BYTES).contains(&s.len())
@@ -49,6 +53,9 @@ impl CustomSend {
             .map_or(0, |d| serde_json::to_vec(d).map_or(usize::MAX, |v| v.len()));
         if size > MAX_CUSTOM_DATA_BYTES {
             return Err("data must be at most 2048 bytes of JSON");
+        }
+        if !self.data.as_ref().is_none_or(crate::text::is_clean_json) {
+            return Err(UNCLEAN_DATA);
         }
         Ok(())
     }
@@ -121,5 +128,9 @@ mod tests {
         // 2,048 bytes encoded pass, one more does not: a string of n bytes encodes as n + 2.
         assert!(send("t", Some(json!("a".repeat(2046)))).check().is_ok());
         assert!(send("t", Some(json!("a".repeat(2047)))).check().is_err());
+        // Strings in data follow the chat's rule: lines are fine, control and bidi are not.
+        assert!(send("t", Some(json!({"text": "a\nb"}))).check().is_ok());
+        let err = send("t", Some(json!({"text": ["\u{1b}[2J"]}))).check();
+        assert_eq!(err, Err(UNCLEAN_DATA));
     }
 }
