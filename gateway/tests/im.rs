@@ -1,6 +1,7 @@
 //! Direct messages end to end on a standalone node: live delivery to every connection of the
 //! recipient and the sender's other connections, the backlog on connect (in order, once),
-//! idempotent retries, blocks, history paging and the limits.
+//! idempotent retries, blocks, history paging, typed messages (a room invitation) and the
+//! limits.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -263,6 +264,9 @@ async fn limits_have_their_codes() {
         json!({"to": "bot:amy", "text": "hi", "req_id": "k"}),
         json!({"to": "not a user", "text": "hi", "req_id": "k"}),
         json!({"to": "bob", "text": "hi", "req_id": "has space"}),
+        json!({"to": "bob", "text": "hi", "req_id": "k", "type": "no spaces"}),
+        json!({"to": "bob", "text": "hi", "req_id": "k", "data": {"room": "r1"}}),
+        json!({"to": "bob", "text": "hi", "req_id": "k", "type": "pic", "data": "x".repeat(2100)}),
     ];
     for d in bad {
         let r = ann.request("im.send", d.clone()).await;
@@ -335,5 +339,47 @@ async fn a_retry_is_answered_whatever_the_rate_and_spends_none_of_it() {
         bob.queued_events().iter().all(|e| e.ev != "im"),
         "each message once"
     );
+    s.stop().await;
+}
+
+/// A typed message (here a room invitation) reaches the recipient live and in the history with
+/// its type and data; a retry must repeat them.
+#[tokio::test]
+async fn a_typed_message_keeps_its_type_and_data() {
+    let s = start(|_| {}).await;
+    let mut ann = s.connect("ann").await;
+    let mut bob = s.connect("bob").await;
+    let invite = json!({
+        "to": "bob",
+        "text": "ann invites you to Late Night",
+        "req_id": "inv-1",
+        "type": "room.invite",
+        "data": {"room": "late-night", "seat": 3},
+    });
+    let ok = ann.request("im.send", invite.clone()).await.unwrap();
+    let m = next_im(&mut bob).await;
+    assert_eq!(
+        (&m["id"], &m["type"], &m["data"], &m["text"]),
+        (
+            &ok["id"],
+            &json!("room.invite"),
+            &json!({"room": "late-night", "seat": 3}),
+            &json!("ann invites you to Late Night")
+        )
+    );
+    let again = ann.request("im.send", invite.clone()).await.unwrap();
+    assert_eq!(again["id"], ok["id"], "a retry answers the first message");
+    let mut elsewhere = invite;
+    elsewhere["data"]["room"] = json!("elsewhere");
+    assert_eq!(
+        code(ann.request("im.send", elsewhere).await),
+        ErrorCode::IdempotencyConflict
+    );
+    let page = bob
+        .request("im.history", json!({"with": "ann"}))
+        .await
+        .unwrap();
+    assert_eq!(page["messages"][0]["type"], "room.invite");
+    assert_eq!(page["messages"][0]["data"]["seat"], 3);
     s.stop().await;
 }

@@ -49,6 +49,10 @@ pub struct Outgoing<'a> {
     pub to: &'a UserId,
     /// The text (already checked).
     pub text: &'a str,
+    /// A typed message's app-defined type (already checked).
+    pub kind: Option<&'a str>,
+    /// A typed message's data, as JSON (already checked).
+    pub data_json: Option<&'a str>,
     /// The sender's idempotency key.
     pub req_id: &'a str,
     /// The sender's profile JSON (an object), when not empty.
@@ -118,17 +122,23 @@ pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
         from: &'a UserId,
         to: &'a UserId,
         text: &'a str,
+        #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+        kind: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<&'a serde_json::value::RawValue>,
         #[serde(skip_serializing_if = "Option::is_none")]
         p: Option<&'a serde_json::value::RawValue>,
     }
-    let p = m
-        .profile_json
-        .and_then(|p| serde_json::from_str::<&serde_json::value::RawValue>(p).ok());
+    fn raw(j: Option<&str>) -> Option<&serde_json::value::RawValue> {
+        j.and_then(|j| serde_json::from_str(j).ok())
+    }
     let json = serde_json::to_string(&Body {
         from: m.from,
         to: m.to,
         text: m.text,
-        p,
+        kind: m.kind,
+        data: raw(m.data_json),
+        p: raw(m.profile_json),
     })
     .unwrap_or_else(|_| "{}".to_owned());
     json.strip_prefix('{')
@@ -140,22 +150,63 @@ pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
 /// The `req_id` record: what a retry must match to count as the same message. The recipient
 /// ends at the first `|`: a `|` of its own (user ids may hold one) is written as U+001F, which
 /// neither an id nor a message's text may hold, so no two messages share a record (and ids
-/// without a `|` keep the records stored before user ids could hold one).
-pub(crate) fn req_record(to: &UserId, text: &str) -> String {
-    format!("{}|{text}", to.as_str().replace('|', "\u{1f}"))
+/// without a `|` keep the records stored before user ids could hold one). A typed message's
+/// type and data follow, each after a U+001E, which neither the text, a type nor JSON text
+/// holds; a plain message's record is as it always was.
+pub(crate) fn req_record(m: &Outgoing<'_>) -> String {
+    let mut r = format!("{}|{}", m.to.as_str().replace('|', "\u{1f}"), m.text);
+    if let Some(kind) = m.kind {
+        r.push('\u{1e}');
+        r.push_str(kind);
+        r.push('\u{1e}');
+        r.push_str(m.data_json.unwrap_or_default());
+    }
+    r
 }
 
 #[cfg(test)]
 mod record_tests {
     use super::*;
 
+    fn plain(to: &UserId, text: &'static str) -> String {
+        req_record(&Outgoing {
+            from: to,
+            to,
+            text,
+            kind: None,
+            data_json: None,
+            req_id: "r",
+            profile_json: None,
+        })
+    }
+
     #[test]
     fn a_bar_in_the_recipient_cannot_make_two_messages_one_record() {
-        let a = req_record(&UserId::from("auth0|7"), "hi");
-        let b = req_record(&UserId::from("auth0"), "7|hi");
+        let a = plain(&UserId::from("auth0|7"), "hi");
+        let b = plain(&UserId::from("auth0"), "7|hi");
         assert_ne!(a, b);
         // Unchanged for ids without a `|`.
-        assert_eq!(req_record(&UserId::from("bob"), "a|b"), "bob|a|b");
+        assert_eq!(plain(&UserId::from("bob"), "a|b"), "bob|a|b");
+    }
+
+    #[test]
+    fn a_typed_messages_record_holds_its_type_and_data() {
+        let bob = UserId::from("bob");
+        let typed = |kind, data| {
+            req_record(&Outgoing {
+                from: &bob,
+                to: &bob,
+                text: "hi",
+                kind: Some(kind),
+                data_json: data,
+                req_id: "r",
+                profile_json: None,
+            })
+        };
+        let a = typed("room.invite", Some(r#"{"room":"a"}"#));
+        assert_ne!(a, typed("room.invite", Some(r#"{"room":"b"}"#)));
+        assert_ne!(a, typed("pic", Some(r#"{"room":"a"}"#)));
+        assert_ne!(typed("pic", None), plain(&bob, "hi"));
     }
 }
 

@@ -1,5 +1,6 @@
 //! The direct-message store against a real redis-server and against SQLite: one contract on
-//! both engines (order, undelivered messages, idempotent retries, blocks, bounds, history).
+//! both engines (order, undelivered messages, idempotent retries, blocks, bounds, history,
+//! typed messages).
 #![allow(clippy::unwrap_used)]
 
 use kit::redis::RedisServer;
@@ -13,6 +14,8 @@ async fn send(s: &ImStore, from: &UserId, to: &UserId, text: &str, req: &str) ->
         from,
         to,
         text,
+        kind: None,
+        data_json: None,
         req_id: req,
         profile_json: None,
     })
@@ -39,6 +42,8 @@ async fn contract(s: ImStore) {
             from: &cy,
             to: &bob,
             text: "from cy",
+            kind: None,
+            data_json: None,
             req_id: "k1",
             profile_json: Some(r#"{"name":"Cy"}"#),
         })
@@ -82,6 +87,8 @@ async fn contract(s: ImStore) {
         from: &ann,
         to: &bob,
         text,
+        kind: None,
+        data_json: None,
         req_id,
         profile_json: None,
     };
@@ -155,6 +162,43 @@ async fn contract(s: ImStore) {
     let owed = s.undelivered(&ann).await.unwrap();
     assert_eq!(owed.len(), KEEP_PER_USER);
     assert!(owed.windows(2).all(|w| w[0].0 < w[1].0), "oldest first");
+
+    let (dee, eve) = (UserId::from("dee"), UserId::from("eve"));
+    // A typed message keeps its type and data; a retry must repeat them, and the same text
+    // of another type under the key is a conflict.
+    let typed = |kind: &'static str, data: &'static str| Outgoing {
+        from: &dee,
+        to: &eve,
+        text: "ann invites you to Late Night",
+        kind: Some(kind),
+        data_json: Some(data),
+        req_id: "k-invite",
+        profile_json: None,
+    };
+    let invite = typed("room.invite", r#"{"room":"late-night"}"#);
+    let m4 = new(s.send(&invite).await.unwrap());
+    let e4 = parse(&m4.json);
+    assert_eq!(
+        (e4.kind.as_deref(), e4.data),
+        (
+            Some("room.invite"),
+            Some(serde_json::json!({"room": "late-night"}))
+        )
+    );
+    assert_eq!(
+        s.send(&invite).await.unwrap(),
+        Sent::Repeated {
+            id: m4.id,
+            at: m4.at
+        }
+    );
+    let other = typed("room.invite", r#"{"room":"elsewhere"}"#);
+    assert_eq!(s.send(&other).await.unwrap(), Sent::Conflict);
+    s.delivered(&eve, &[m4.id]).await.unwrap();
+    assert!(
+        parse(&kept[0]).kind.is_none(),
+        "a plain message has no type"
+    );
 }
 
 #[tokio::test]

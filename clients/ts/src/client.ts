@@ -524,6 +524,14 @@ export class Client extends Emitter<ClientEvents> {
   sendIm(to: string, text: string, reqId: string = uuidv7()): Promise<OpOk<"im.send">> {
     return keyed(this.request("im.send", { to, text, req_id: reqId }), reqId);
   }
+  /**
+   * Sends a typed direct message (section 13.1): an app-defined `type` (a room invitation, a
+   * picture) with its JSON `data` (2 KiB at most), and the `text` a client that does not know
+   * the type shows. Idempotent by `reqId` as `sendIm`; a retry must repeat type and data.
+   */
+  sendTypedIm(to: string, type: string, data: unknown, text: string, reqId: string = uuidv7()): Promise<OpOk<"im.send">> {
+    return keyed(this.request("im.send", { to, text, req_id: reqId, type, data }), reqId);
+  }
   /** One page of the caller's direct messages, newest first (section 13.2). */
   imHistory(d: OpRequest<"im.history"> = {}): Promise<OpOk<"im.history">> {
     return this.request("im.history", d);

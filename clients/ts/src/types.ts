@@ -192,7 +192,7 @@ export interface Ops {
     { users: { user: string; at: number; p?: Profile }[]; next?: string },
   ];
   "follow.rooms": [{ limit?: number }, { rooms: { room: string; users: string[] }[] }];
-  "im.send": [{ to: string; text: string; req_id: string }, { id: number; at: number }];
+  "im.send": [{ to: string; text: string; req_id: string; type?: string; data?: unknown }, { id: number; at: number }];
   "im.history": [{ with?: string; before?: number; limit?: number }, { messages: ImMessage[]; next: number | null }];
   "im.ack": [{ ids: number[] }, Record<string, never>];
   "im.block": [{ user: string }, Record<string, never>];
@@ -232,7 +232,12 @@ export interface ImMessage {
   at: number;
   from: string;
   to: string;
+  /** The text; for a typed message, what to show when the type is unknown. */
   text: string;
+  /** A typed message's app-defined type (e.g. `"room.invite"`); absent for plain text. */
+  type?: string;
+  /** A typed message's JSON. */
+  data?: unknown;
   p?: Profile;
 }
 

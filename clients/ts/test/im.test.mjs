@@ -1,8 +1,8 @@
 // Direct messages through the client against a real standalone node: acknowledged delivery
 // (section 13.7) is asked for and acknowledged by itself, a message the server sends again
 // after a dropped connection reaches the application once, and an acknowledged one is not owed
-// to the next connection. A spy socket counts the raw `im` frames, to show the server did send
-// the duplicate the client dropped.
+// to the next connection; a typed message arrives with its type and data. A spy socket counts
+// the raw `im` frames, to show the server did send the duplicate the client dropped.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
@@ -125,4 +125,18 @@ test("imAck: false keeps the old rule (no im_ack in hello, no acknowledgements)"
     page.messages.map((m) => m.text),
     ["hi"],
   );
+});
+
+test("a typed message (a room invitation) arrives with its type and data", async () => {
+  const ann = client("typed-ann");
+  const bob = client("typed-bob");
+  await Promise.all([ann.connect(), bob.connect()]);
+  const got = [];
+  bob.on("im", (m) => got.push(m));
+  const sent = await ann.sendTypedIm("typed-bob", "room.invite", { room: "late-night" }, "ann invites you to Late Night");
+  await until(() => got.length === 1, 5000, "the invitation");
+  assert.deepEqual([got[0].id, got[0].type, got[0].data, got[0].text], [sent.id, "room.invite", { room: "late-night" }, "ann invites you to Late Night"]);
+  await assert.rejects(ann.sendTypedIm("typed-bob", "no spaces", null, "x"), (e) => e.code === "BAD_REQUEST");
+  ann.close();
+  bob.close();
 });

@@ -161,7 +161,7 @@ fn check(from: &UserId, a: &ImSend) -> Result<(), (ErrorCode, &'static str)> {
             "text may not hold control or bidi characters (newline and tab are fine)",
         ));
     }
-    Ok(())
+    a.check_typed().map_err(|why| (ErrorCode::BadRequest, why))
 }
 
 /// Takes one of `from`'s `im.send` tokens on this gateway; false when none is left.
@@ -206,10 +206,13 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
         .filter(|p| !p.is_empty())
         .map(|p| client::to_json(&*p));
     let profile_json = profile.as_deref().and_then(|p| std::str::from_utf8(p).ok());
+    let data_json = a.data.as_ref().map(serde_json::Value::to_string);
     let m = Outgoing {
         from,
         to: &a.to,
         text: &a.text,
+        kind: a.kind.as_deref(),
+        data_json: data_json.as_deref(),
         req_id: &a.req_id,
         profile_json,
     };

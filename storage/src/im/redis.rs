@@ -138,7 +138,7 @@ impl RedisIm {
 
     pub(super) async fn send(&self, m: &Outgoing<'_>) -> Result<Sent> {
         let mut conn = self.conn.clone();
-        let record = super::req_record(m.to, m.text);
+        let record = super::req_record(m);
         let reply: Vec<String> = self
             .scripts
             .send
@@ -189,7 +189,7 @@ impl RedisIm {
             .query_async(&mut conn)
             .await
             .map_err(map_err)?;
-        let record = super::req_record(m.to, m.text);
+        let record = super::req_record(m);
         first.map(|f| judge(&f, &record)).transpose()
     }
 

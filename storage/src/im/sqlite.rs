@@ -145,7 +145,7 @@ impl SqliteIm {
         let from = m.from.as_str().to_owned();
         let to = m.to.as_str().to_owned();
         let req_id = m.req_id.to_owned();
-        let record = super::req_record(m.to, m.text);
+        let record = super::req_record(m);
         let body = super::body_fragment(m);
         let pending = self.pending.clone();
         let last_sweep = self.last_sweep.clone();
@@ -235,7 +235,7 @@ impl SqliteIm {
     pub(super) async fn repeat(&self, m: &Outgoing<'_>) -> Result<Option<Sent>> {
         let from = m.from.as_str().to_owned();
         let req_id = m.req_id.to_owned();
-        let record = super::req_record(m.to, m.text);
+        let record = super::req_record(m);
         let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
         self.with(move |conn| {
             // Unexpired only, as `send` counts them (it deletes the expired first).
