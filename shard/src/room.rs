@@ -4,6 +4,7 @@
 //! publishes. It starts only after its node claimed the room's lease (docs/ARCHITECTURE.md,
 //! section 4) and stops the moment the lease keeper cancels its token.
 
+mod backend;
 mod directory;
 mod gifts;
 pub(crate) use gifts::sweep_orphans;
@@ -25,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use protocol::client::{self, BackendManage, JoinOk, RoomCreated, RoomLeft, RoomOp};
+use protocol::client::{self, JoinOk, RoomCreated, RoomLeft, RoomOp};
 use protocol::link::{Audience, Command, LeaveReason, Membership, ReplyError, RoomCmd};
 use protocol::{ErrorCode, FencingToken, NodeId, RoomId, UserId};
 use tokio::sync::mpsc;
@@ -798,33 +799,8 @@ impl RoomActor {
                 self.publish(applied, None).await?;
                 Ok(Some((Bytes::from_static(b"{}"), None)))
             }
-            RoomCmd::Attrs(a) => {
-                let applied = state.room_attrs(None, a)?;
-                self.publish_for_backend(applied).await
-            }
-            RoomCmd::Custom(c) => {
-                let applied = state.custom(None, c, now_ms())?;
-                self.publish_for_backend(applied).await
-            }
-            RoomCmd::Moderate(m) => {
-                let applied = state.backend_moderate(m, now_ms())?;
-                self.publish_for_backend(applied).await
-            }
-            RoomCmd::Manage(m) => {
-                let was_closed = state.durable().closed;
-                let by_platform = state.durable().platform_closed.is_some();
-                let applied = state.backend_manage(m, now_ms())?;
-                let answer = self.publish_for_backend(applied).await?;
-                match m {
-                    BackendManage::Close { reason } if !by_platform => {
-                        self.notify_room("room.closed", None, Some(reason));
-                    }
-                    BackendManage::Open if was_closed => {
-                        self.notify_room("room.opened", None, None)
-                    }
-                    _ => {}
-                }
-                Ok(answer)
+            RoomCmd::Attrs(_) | RoomCmd::Custom(_) | RoomCmd::Moderate(_) | RoomCmd::Manage(_) => {
+                self.backend(&cmd.cmd).await
             }
             RoomCmd::Op(RoomOp::Report(r)) => {
                 let filed = state.report(user, at, r, now_ms())?;
@@ -858,18 +834,6 @@ impl RoomActor {
                 Ok(Some((out.ok, out.membership)))
             }
         }
-    }
-
-    /// Publishes a change the app's backend made (the admin API), answered with the seq of
-    /// the event it made: none for a volatile message, or a change that changed nothing.
-    async fn publish_for_backend(
-        &mut self,
-        applied: state::Applied,
-    ) -> Result<Option<(Bytes, Option<Membership>)>, Rejected> {
-        let seq = applied.events.last().map(|(s, _)| *s);
-        self.publish(applied, None).await?;
-        let ok = client::to_json(&client::CustomSent { seq });
-        Ok(Some((ok.into(), None)))
     }
 
     /// A join (`trusted`: a gateway's rejoin after a handoff, without the password check):
