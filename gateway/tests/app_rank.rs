@@ -14,8 +14,7 @@ use serde_json::{Value, json};
 use shard::ShardConfig;
 use shard::gifts::Catalog;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"app-rank-test-secret";

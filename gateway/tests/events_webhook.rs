@@ -19,8 +19,7 @@ use shard::ShardConfig;
 use shard::events::{EventsConfig, signature};
 use shard::state::{RocketLevel, RocketRules};
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"test-secret-for-event-webhooks";

@@ -20,8 +20,7 @@ use shard::ShardConfig;
 use shard::state::{GiftRules, VipRules};
 use tokio::time::Instant;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"guards-test-secret";

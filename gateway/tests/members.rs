@@ -16,8 +16,7 @@ use serde_json::{Value, json};
 use shard::ShardConfig;
 use tokio::time::Instant;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"test-secret-for-members";

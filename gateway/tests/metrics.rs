@@ -8,8 +8,7 @@
 use gateway::GatewayConfig;
 use shard::ShardConfig;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"metrics-test-secret";

@@ -13,36 +13,35 @@ use serde_json::{Value, json};
 use shard::ShardConfig;
 use shard::gifts::Catalog;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"money-test-secret";
 const ADMIN: &str = "money-admin";
 const WAIT: Duration = Duration::from_secs(5);
 
+async fn start() -> Server {
+    start_with(|_| {}).await
+}
+
+/// A server whose shard configuration `tune` has adjusted.
+async fn start_with(tune: impl FnOnce(&mut ShardConfig)) -> Server {
+    let gateway = GatewayConfig {
+        rate_per_sec: 10_000,
+        rate_burst: 10_000,
+        drain_window: Duration::from_millis(100),
+        ..GatewayConfig::default()
+    };
+    let mut shard = ShardConfig {
+        catalog: std::sync::Arc::new(Catalog::default_with_secret(b"lucky".to_vec())),
+        ..ShardConfig::default()
+    };
+    tune(&mut shard);
+    Server::launch(SECRET, ADMIN, gateway, shard).await
+}
+
 impl Server {
-    async fn start() -> Server {
-        Self::start_with(|_| {}).await
-    }
-
-    /// A server whose shard configuration `tune` has adjusted.
-    async fn start_with(tune: impl FnOnce(&mut ShardConfig)) -> Server {
-        let gateway = GatewayConfig {
-            rate_per_sec: 10_000,
-            rate_burst: 10_000,
-            drain_window: Duration::from_millis(100),
-            ..GatewayConfig::default()
-        };
-        let mut shard = ShardConfig {
-            catalog: std::sync::Arc::new(Catalog::default_with_secret(b"lucky".to_vec())),
-            ..ShardConfig::default()
-        };
-        tune(&mut shard);
-        Server::launch(SECRET, ADMIN, gateway, shard).await
-    }
-
-    async fn grant(&self, user: &str, amount: i64, key: &str) -> Value {
+    async fn grant_coins(&self, user: &str, amount: i64, key: &str) -> Value {
         let r = kit::admin::grant(self.admin, Some(ADMIN), user, amount, key)
             .await
             .unwrap();
@@ -64,14 +63,14 @@ fn gift(room: &RoomId, req: &str, gift: &str, to: Value) -> Value {
 
 #[tokio::test]
 async fn grants_are_idempotent_and_need_the_admin_token() {
-    let s = Server::start().await;
-    assert_eq!(s.grant("alice", 100, "k1").await["balance"], 100);
-    let again = s.grant("alice", 100, "k1").await;
+    let s = start().await;
+    assert_eq!(s.grant_coins("alice", 100, "k1").await["balance"], 100);
+    let again = s.grant_coins("alice", 100, "k1").await;
     assert_eq!(
         (again["balance"].as_i64(), again["applied"].as_bool()),
         (Some(100), Some(false))
     );
-    assert_eq!(s.grant("alice", 50, "k2").await["balance"], 150);
+    assert_eq!(s.grant_coins("alice", 50, "k2").await["balance"], 150);
     // A key reused for another amount is a conflict, and credits nothing.
     let reused = kit::admin::grant(s.admin, Some(ADMIN), "alice", 999, "k1")
         .await
@@ -116,8 +115,8 @@ async fn grants_are_idempotent_and_need_the_admin_token() {
 
 #[tokio::test]
 async fn a_gift_debits_once_credits_the_recipient_and_is_broadcast() {
-    let s = Server::start().await;
-    s.grant("alice", 100, "g").await;
+    let s = start().await;
+    s.grant_coins("alice", 100, "g").await;
     let mut a = s.connect("alice").await;
     let mut b = s.connect("bob").await;
     let room = RoomId::from("gifts");
@@ -184,8 +183,8 @@ async fn a_gift_debits_once_credits_the_recipient_and_is_broadcast() {
 #[tokio::test]
 async fn a_uuid7_request_gets_a_time_ordered_order_id_and_its_retries_the_same_order() {
     const REQ: &str = "0190f1a2-b3c4-7d5e-8f60-0123456789ab";
-    let s = Server::start().await;
-    s.grant("alice", 100, "g").await;
+    let s = start().await;
+    s.grant_coins("alice", 100, "g").await;
     let mut a = s.connect("alice").await;
     let room = RoomId::from("v7");
     a.join(&room, false, None).await.unwrap();
@@ -219,8 +218,8 @@ async fn a_uuid7_request_gets_a_time_ordered_order_id_and_its_retries_the_same_o
 /// stored saga's fence as a newer owner and stop its runtime (every retry would stop it again).
 #[tokio::test]
 async fn a_req_id_reused_in_a_room_with_a_lower_fence_is_a_conflict_that_stops_nothing() {
-    let s = Server::start_with(|sh| sh.idle_unload = Duration::from_millis(200)).await;
-    s.grant("alice", 100, "g").await;
+    let s = start_with(|sh| sh.idle_unload = Duration::from_millis(200)).await;
+    s.grant_coins("alice", 100, "g").await;
     let mut a = s.connect("alice").await;
     let (first, second) = (RoomId::from("first"), RoomId::from("second"));
     // The first room's second runtime (it wrote under its first fence, then unloaded).
@@ -274,8 +273,8 @@ async fn a_req_id_reused_in_a_room_with_a_lower_fence_is_a_conflict_that_stops_n
 
 #[tokio::test]
 async fn twenty_concurrent_gifts_over_a_balance_for_ten() {
-    let s = Server::start().await;
-    s.grant("alice", 100, "g").await;
+    let s = start().await;
+    s.grant_coins("alice", 100, "g").await;
     let mut a = s.connect("alice").await;
     let mut b = s.connect("bob").await;
     let room = RoomId::from("race");
@@ -311,8 +310,8 @@ async fn twenty_concurrent_gifts_over_a_balance_for_ten() {
 
 #[tokio::test]
 async fn batch_gifts_to_the_seated_and_bad_gift_requests() {
-    let s = Server::start().await;
-    s.grant("host", 1000, "g").await;
+    let s = start().await;
+    s.grant_coins("host", 1000, "g").await;
     let room = RoomId::from("batch");
     let mut h = s.connect("host").await;
     h.join(&room, false, None).await.unwrap();
@@ -402,7 +401,7 @@ async fn batch_gifts_to_the_seated_and_bad_gift_requests() {
 
 #[tokio::test]
 async fn catalog_leaderboards_and_lucky_gifts() {
-    let s = Server::start().await;
+    let s = start().await;
     let mut a = s.connect("alice").await;
     let list = a.request("gift.list", json!({})).await.unwrap();
     let gifts = list["gifts"].as_array().unwrap();
@@ -412,8 +411,8 @@ async fn catalog_leaderboards_and_lucky_gifts() {
             .any(|g| g["id"] == "rose" && g["price"] == 10 && g["kind"] == "normal")
     );
     assert!(gifts.iter().any(|g| g["kind"] == "lucky"));
-    s.grant("alice", 100_000, "g").await;
-    s.grant("carol", 100_000, "g").await;
+    s.grant_coins("alice", 100_000, "g").await;
+    s.grant_coins("carol", 100_000, "g").await;
     let room = RoomId::from("ranks");
     let mut b = s.connect("bob").await;
     let mut c = s.connect("carol").await;
@@ -481,12 +480,12 @@ async fn catalog_leaderboards_and_lucky_gifts() {
 
 #[tokio::test]
 async fn conservation_over_thousands_of_random_gifts() {
-    let s = Server::start().await;
+    let s = start().await;
     let users = ["u0", "u1", "u2", "u3", "u4"];
     let mut clients = Vec::new();
     let room = RoomId::from("conserve");
     for u in users {
-        s.grant(u, 5_000, "g").await;
+        s.grant_coins(u, 5_000, "g").await;
         let mut c = s.connect(u).await;
         c.join(&room, false, None).await.unwrap();
         clients.push(c);
@@ -538,8 +537,8 @@ async fn conservation_over_thousands_of_random_gifts() {
 /// and the runtime publishes the gift's event again, to the members it has now.
 #[tokio::test]
 async fn an_owed_gift_event_recorded_late_reaches_the_running_room() {
-    let s = Server::start_with(|c| c.orphan_sweep = Duration::from_millis(200)).await;
-    s.grant("alice", 100, "g1").await;
+    let s = start_with(|c| c.orphan_sweep = Duration::from_millis(200)).await;
+    s.grant_coins("alice", 100, "g1").await;
     let room = RoomId::from("late-owed");
     let mut a = s.connect("alice").await;
     let mut b = s.connect("bob").await;
@@ -580,7 +579,7 @@ async fn an_owed_gift_event_recorded_late_reaches_the_running_room() {
 
 #[tokio::test]
 async fn rank_get_of_a_missing_room_is_room_not_found_and_of_a_quiet_room_is_empty() {
-    let s = Server::start().await;
+    let s = start().await;
     let mut a = s.connect("alice").await;
     let rank = |room: &str| json!({"room": room, "board": "senders", "period": "all"});
     let missing = a.request("rank.get", rank("nowhere")).await.unwrap_err();
@@ -632,7 +631,7 @@ async fn a_lucky_prize_too_large_to_count_is_refused_and_the_room_keeps_serving(
             catalog.lucky_multiplier(id.as_bytes()) == 4
         })
         .unwrap();
-    let s = Server::start_with(|c| c.catalog = std::sync::Arc::new(catalog)).await;
+    let s = start_with(|c| c.catalog = std::sync::Arc::new(catalog)).await;
     let room = RoomId::from("jackpot-room");
     let mut a = s.connect("alice").await;
     let mut b = s.connect("bob").await;

@@ -17,8 +17,7 @@ use serde_json::json;
 use shard::ShardConfig;
 use yaml_rust2::{Yaml, YamlLoader};
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const ADMIN: &str = "openapi-admin";

@@ -2,7 +2,7 @@
 //! signature check, JSON, one ledger booking and its statement line per payment
 //! (docs/BENCHMARKS-LOG.md, "Wallet top-ups"). By hand, in release:
 //!
-//! `cargo test --release -p gateway --test payments_bench -- --ignored --nocapture`
+//! `cargo test --release -p gateway --test it -- --ignored --nocapture payments_bench::`
 //!
 //! `CHORUS_BENCH_TOPUPS` payments (default 20,000), each a new payment id, from
 //! `CHORUS_BENCH_SENDERS` keep-alive connections (default 32) at once.
@@ -25,11 +25,9 @@ use serde_json::json;
 use shard::ShardConfig;
 use tokio::net::TcpStream;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
+use crate::support::webhook;
 use server::Server;
-#[path = "support/webhook.rs"]
-mod webhook;
 use webhook::{chorus_headers, now};
 
 const HOOK_SECRET: &str = "bench-secret";

@@ -17,28 +17,27 @@ use serde_json::{Value, json};
 use shard::ShardConfig;
 use shard::gifts::Catalog;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"robots-test-secret";
 const ADMIN: &str = "robots-admin";
 const WAIT: Duration = Duration::from_secs(5);
 
-impl Server {
-    async fn start() -> Server {
-        let gateway = GatewayConfig {
-            drain_window: Duration::from_millis(100),
-            ..GatewayConfig::default()
-        };
-        let shard = ShardConfig {
-            catalog: std::sync::Arc::new(Catalog::default_with_secret(b"lucky".to_vec())),
-            robot_reconcile: Duration::from_millis(100),
-            ..ShardConfig::default()
-        };
-        Server::launch(SECRET, ADMIN, gateway, shard).await
-    }
+async fn start() -> Server {
+    let gateway = GatewayConfig {
+        drain_window: Duration::from_millis(100),
+        ..GatewayConfig::default()
+    };
+    let shard = ShardConfig {
+        catalog: std::sync::Arc::new(Catalog::default_with_secret(b"lucky".to_vec())),
+        robot_reconcile: Duration::from_millis(100),
+        ..ShardConfig::default()
+    };
+    Server::launch(SECRET, ADMIN, gateway, shard).await
+}
 
+impl Server {
     /// An admin call with the token.
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> AdminResponse {
         kit::admin::call(self.admin, method, path, Some(ADMIN), body)
@@ -76,7 +75,7 @@ fn refused(r: &AdminResponse) -> (u16, String) {
 
 #[tokio::test]
 async fn robot_configs_are_created_read_listed_replaced_switched_and_deleted() {
-    let s = Server::start().await;
+    let s = start().await;
     // Behind the admin token like every /admin call.
     let anon = kit::admin::get(s.admin, "/admin/robots", None)
         .await
@@ -207,7 +206,7 @@ async fn robot_configs_are_created_read_listed_replaced_switched_and_deleted() {
 
 #[tokio::test]
 async fn a_config_stored_through_the_api_runs_its_robots_until_disabled() {
-    let s = Server::start().await;
+    let s = start().await;
     let mut v = config("live");
     v["enabled"] = true.into();
     v["chat"] = json!({"every_s": 0.3, "phrases": ["beep"]});
@@ -247,7 +246,7 @@ async fn a_config_stored_through_the_api_runs_its_robots_until_disabled() {
 
 #[tokio::test]
 async fn bad_robot_configs_are_refused_with_what_is_wrong() {
-    let s = Server::start().await;
+    let s = start().await;
     type Patch = fn(&mut Value);
     let cases: [(&str, Patch); 8] = [
         ("seat.every_s", |v| v["seat"]["every_s"] = (-1).into()),
@@ -297,7 +296,7 @@ async fn bad_robot_configs_are_refused_with_what_is_wrong() {
 
 #[tokio::test]
 async fn a_gift_budget_above_a_robots_wallet_is_refused() {
-    let s = Server::start().await;
+    let s = start().await;
     s.grant("bot:amy", 100, "fund-amy").await;
     s.grant("bot:bo", 500, "fund-bo").await;
     let mut v = config("gala");
@@ -339,7 +338,7 @@ async fn a_gift_budget_above_a_robots_wallet_is_refused() {
 
 #[tokio::test]
 async fn robot_tokens_are_refused_at_the_upgrade() {
-    let s = Server::start().await;
+    let s = start().await;
     let t = client::mint_token(SECRET, "bot:amy", Duration::from_secs(60)).unwrap();
     match client::connect(&s.url, Some(&t)).await {
         Err(ClientError::Refused(status)) => assert_eq!(status, 401),
@@ -379,7 +378,7 @@ async fn cli(s: &Server, args: &[&str]) -> (bool, Value, String) {
 
 #[tokio::test]
 async fn chorus_admin_robots_drives_every_call() {
-    let s = Server::start().await;
+    let s = start().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("party.json");
     std::fs::write(&file, config("party").to_string()).unwrap();

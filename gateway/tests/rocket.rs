@@ -15,8 +15,7 @@ use shard::ShardConfig;
 use shard::state::{RocketLevel, RocketRules};
 use tokio::time::Instant;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"rocket-test-secret";

@@ -18,11 +18,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use shard::ShardConfig;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
+use crate::support::webhook;
 use server::Server;
-#[path = "support/webhook.rs"]
-mod webhook;
 use webhook::{chorus_headers, now, send};
 
 const SECRET: &[u8] = b"rtc-test-secret";

@@ -13,11 +13,9 @@ use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use shard::ShardConfig;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
+use crate::support::webhook;
 use server::Server;
-#[path = "support/webhook.rs"]
-mod webhook;
 use webhook::{chorus_headers, now, send};
 
 const SECRET: &[u8] = b"test-secret-for-seats";

@@ -21,12 +21,10 @@ use serde_json::json;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
-#[path = "support/standalone.rs"]
-mod standalone;
+use crate::support::standalone;
 use standalone::WAIT;
 
 /// How far behind the room the slow reader falls: ~5 MB of chat, more than a loopback send

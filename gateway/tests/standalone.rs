@@ -9,12 +9,10 @@ use std::time::Duration;
 use protocol::{ErrorCode, RoomId};
 use serde_json::json;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
-#[path = "support/standalone.rs"]
-mod standalone;
+use crate::support::standalone;
 use standalone::{RawWs, WAIT, code};
 
 #[tokio::test]

@@ -14,12 +14,10 @@ use protocol::{ErrorCode, RoomId};
 use serde_json::json;
 use tokio::time::Instant;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
-#[path = "support/standalone.rs"]
-mod standalone;
+use crate::support::standalone;
 use standalone::{SECRET, WAIT, code};
 
 #[tokio::test]

@@ -20,8 +20,7 @@ use serde_json::{Value, json};
 use shard::ShardConfig;
 use shard::state::GiftRules;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"storm-test-secret";

@@ -17,8 +17,7 @@ use shard::ShardConfig;
 use shard::state::VipRules;
 use tokio::sync::Semaphore;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"vip-protection-test-secret";

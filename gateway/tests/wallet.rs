@@ -14,8 +14,7 @@ use protocol::{ErrorCode, RoomId};
 use serde_json::{Value, json};
 use shard::ShardConfig;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"wallet-test-secret";

@@ -15,8 +15,7 @@ use kit::admin::{AdminResponse, call};
 use serde_json::{Value, json};
 use shard::ShardConfig;
 
-#[path = "support/server.rs"]
-mod server;
+use crate::support::server;
 use server::Server;
 
 const SECRET: &[u8] = b"web-test-secret";

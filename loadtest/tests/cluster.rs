@@ -16,7 +16,7 @@ use protocol::RoomId;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-mod support;
+use crate::support;
 
 use support::{HISTORY_FAILED, WAIT, alice_and_bob_in, events_until_room_left, one_shard_cluster};
 

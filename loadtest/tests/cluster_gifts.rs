@@ -10,7 +10,7 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

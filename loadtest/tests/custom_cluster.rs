@@ -16,7 +16,7 @@ use kit::cluster::Cluster;
 use protocol::RoomId;
 use serde_json::{Value, json};
 
-mod support;
+use crate::support;
 
 use support::WAIT;
 

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use shard::events::signature;
 use tokio::time::Instant;
 
-mod support;
+use crate::support;
 
 use support::WAIT;
 

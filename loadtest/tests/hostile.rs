@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo build --release -p gateway
-//! CHORUS_BIN=$PWD/target/release/chorus cargo test --release -p loadtest --test hostile -- --ignored --nocapture
+//! CHORUS_BIN=$PWD/target/release/chorus cargo test --release -p loadtest --test it -- --ignored --nocapture hostile::
 //! ```
 #![allow(
     clippy::unwrap_used,

@@ -13,7 +13,7 @@ use kit::cluster::Cluster;
 use protocol::RoomId;
 use serde_json::json;
 
-mod support;
+use crate::support;
 
 use support::WAIT;
 

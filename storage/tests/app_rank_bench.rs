@@ -1,7 +1,7 @@
 //! App leaderboard read latency at 1,000 and at 10,000,000 gifts, on SQLite and PostgreSQL
 //! (docs/BENCHMARKS-LOG.md, "App leaderboards"). By hand, in release:
 //!
-//! `cargo test --release -p storage --test app_rank_bench -- --ignored --nocapture --test-threads 1`
+//! `cargo test --release -p storage --test it -- --ignored --nocapture --test-threads 1 app_rank_bench::`
 //!
 //! `CHORUS_BENCH_GIFTS` (default 10,000,000; a comma list runs each) gifts are modelled and their
 //! rows written straight into `app_rank` (booking 10 M gifts one by one would take hours; the

@@ -19,9 +19,7 @@ use storage::ledger::{
     SettleOutcome, day_of, now_ms,
 };
 
-#[macro_use]
-#[path = "support/ledger.rs"]
-mod fixture;
+use crate::support::ledger as fixture;
 use fixture::{Fixture, postgres, scylla, sqlite};
 
 conformance!(

@@ -17,9 +17,7 @@ use storage::ledger::{
     now_ms,
 };
 
-#[macro_use]
-#[path = "support/ledger.rs"]
-mod fixture;
+use crate::support::ledger as fixture;
 use fixture::{Fixture, postgres, scylla, sqlite};
 
 conformance!(

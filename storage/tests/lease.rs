@@ -14,12 +14,10 @@ use storage::lease::{ClaimOutcome, LeaseOwner, LeaseStore, RENEW_CHUNK_MAX};
 use storage::redis::Redis;
 use tokio::time::Instant;
 
-#[path = "support/owner.rs"]
-mod support;
+use crate::support::owner as support;
 use support::owner;
 
-#[path = "support/admin.rs"]
-mod admin_support;
+use crate::support::admin as admin_support;
 use admin_support::{admin, command_calls};
 
 /// Lease TTL for tests that never let a lease expire.

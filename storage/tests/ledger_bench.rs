@@ -1,7 +1,7 @@
 //! Gift throughput of the ledger engines under concurrency, by hand in release (not a
 //! pass/fail timing test: run it and read the figure):
 //!
-//! `cargo test --release -p storage --test ledger_bench -- --ignored --nocapture postgres_gift_throughput`
+//! `cargo test --release -p storage --test it -- --ignored --nocapture ledger_bench::postgres_gift_throughput`
 //!
 //! Kept apart from the conformance suite (`ledger_conformance.rs`), which checks what every
 //! engine must do; this measures how fast two of them do it.
@@ -13,15 +13,12 @@ use std::sync::Arc;
 use protocol::UserId;
 use storage::ledger::GiftOutcome;
 
-// The kit's `conformance!` macro is for the conformance suites.
-#[allow(unused_macros)]
-#[path = "support/ledger.rs"]
-mod fixture;
+use crate::support::ledger as fixture;
 use fixture::{Fixture, postgres, sqlite};
 
 /// Durable SQLite throughput under concurrency (group commit). Not a pass/fail timing test:
 /// run it by hand and read the figure:
-/// `cargo test --release -p storage --test ledger_bench -- --ignored --nocapture sqlite_gift_throughput`
+/// `cargo test --release -p storage --test it -- --ignored --nocapture ledger_bench::sqlite_gift_throughput`
 /// Request ids are `b<i>` strings (v5 gift ids, random in the saga index) unless
 /// `CHORUS_BENCH_REQ_IDS` is `uuid7` (time-ordered ids) or `uuid4`; `CHORUS_BENCH_IN_FLIGHT`
 /// sets the gifts in flight (default 2,048) and `CHORUS_BENCH_GIFTS_PER_SENDER` the gifts per

@@ -20,9 +20,7 @@ use storage::ledger::{
     Period, RecoveryOutcome, SagaState, VoidOutcome, VoidReason, saga,
 };
 
-#[macro_use]
-#[path = "support/ledger.rs"]
-mod fixture;
+use crate::support::ledger as fixture;
 use fixture::{Fixture, postgres, scylla, sqlite};
 
 conformance!(

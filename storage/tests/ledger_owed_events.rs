@@ -14,9 +14,7 @@ use storage::ledger::{
 };
 use uuid::Uuid;
 
-#[macro_use]
-#[path = "support/ledger.rs"]
-mod fixture;
+use crate::support::ledger as fixture;
 use fixture::{Fixture, postgres, scylla, sqlite};
 
 conformance!(

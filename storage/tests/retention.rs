@@ -13,8 +13,7 @@ use storage::redis::Redis;
 use storage::snapshot::{Change, Created, Expired, ROOMS_DB_FILE, SnapshotStore};
 use uuid::Uuid;
 
-#[path = "support/owner.rs"]
-mod support;
+use crate::support::owner as support;
 use support::owner;
 
 const TTL: Duration = Duration::from_secs(30);

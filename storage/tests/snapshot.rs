@@ -15,12 +15,10 @@ use storage::snapshot::{Change, HistoryEntry, ROOMS_DB_FILE, SnapshotStore, Stor
 use tokio::time::Instant;
 use uuid::Uuid;
 
-#[path = "support/owner.rs"]
-mod support;
+use crate::support::owner as support;
 use support::owner;
 
-#[path = "support/admin.rs"]
-mod admin_support;
+use crate::support::admin as admin_support;
 use admin_support::{admin, command_calls};
 
 /// Lease TTL for tests that never let a lease expire.

@@ -1,7 +1,7 @@
 //! Statement page latency at 10 or at 10 million movements, on SQLite and PostgreSQL
 //! (docs/BENCHMARKS-LOG.md, "Wallet statements"). By hand, in release:
 //!
-//! `cargo test --release -p storage --test wallet_bench -- --ignored --nocapture --test-threads 1`
+//! `cargo test --release -p storage --test it -- --ignored --nocapture --test-threads 1 wallet_bench::`
 //!
 //! One user gets `CHORUS_BENCH_MOVEMENTS` movements (default 10,000,000), written straight
 //! into the statement table in one bulk insert (far quicker than booking them one by one;

@@ -1,8 +1,6 @@
 //! The in-process standalone server the gateway's end-to-end tests start: `gateway::standalone`
 //! on loopback port 0 with its data in a temp dir, and kit clients with test tokens. Each test
 //! file adds its own starters (`impl Server` in the file) that choose the configuration.
-// Each test binary includes this file and uses part of it.
-#![allow(dead_code, reason = "each test binary uses part of the shared server")]
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,9 +1,5 @@
 //! What the standalone test files share: the server's start-up variants, a bare WebSocket and
 //! the error code of a reply.
-#![allow(
-    dead_code,
-    reason = "each test file that includes this module uses part of it"
-)]
 
 use std::time::Duration;
 

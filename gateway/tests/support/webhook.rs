@@ -1,6 +1,5 @@
 //! Signing and sending RTC webhooks for the end-to-end tests, computed here independently of
 //! the server's own verifier.
-#![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -25,3 +25,25 @@ pub mod redis;
 pub mod standalone;
 
 pub use client::token;
+
+/// The files in a crate's `tests` directory that `tests/main.rs` does not declare as a module.
+/// A crate's integration tests are one binary (`autotests = false`, one `[[test]]` at
+/// `tests/main.rs`), so a file without its `mod` line there would never be built or run.
+///
+/// # Errors
+/// The directory or `main.rs` cannot be read.
+pub fn undeclared_test_files(tests: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let main = std::fs::read_to_string(tests.join("main.rs"))?;
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(tests)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let Some(module) = name.strip_suffix(".rs") else {
+            continue;
+        };
+        if module != "main" && !main.lines().any(|l| l == format!("mod {module};")) {
+            missing.push(name);
+        }
+    }
+    missing.sort();
+    Ok(missing)
+}

@@ -1,9 +1,5 @@
 //! What the cluster test files share: the usual wait, a one-shard cluster, alice and bob in a
 //! room, and the metrics they read.
-#![allow(
-    dead_code,
-    reason = "each test file that includes this module uses part of it"
-)]
 
 use std::time::Duration;
 

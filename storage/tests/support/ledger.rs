@@ -1,8 +1,6 @@
 //! The ledger test kit shared by the conformance suites: a fresh ledger per test on each
 //! engine, and the `conformance!` macro that runs one check against every engine.
 
-#![allow(dead_code)]
-
 use kit::postgres::PgServer;
 use protocol::{RoomId, UserId};
 use storage::ledger::{GiftOrder, Ledger, gift_id, now_ms};
