@@ -29,6 +29,7 @@ mod money;
 mod openapi;
 mod payments;
 mod payments_bench;
+mod pk;
 mod robots;
 mod robots_admin;
 mod robots_restart;

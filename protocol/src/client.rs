@@ -16,6 +16,7 @@ pub mod manage;
 pub mod members;
 pub mod moderation;
 mod op;
+pub mod pk;
 pub mod profile;
 pub mod report;
 pub mod rocket;
@@ -66,6 +67,10 @@ pub use moderation::{
     RoomKick, UserInRoom,
 };
 pub use op::{Addressed, ImOp, Op, RoomOp};
+pub use pk::{
+    DEFAULT_PK_SECONDS, MAX_PK_SECONDS, MIN_PK_SECONDS, PkEnd, PkScore, PkStart, PkStartEvent,
+    PkStarted,
+};
 pub use profile::Profile;
 pub use report::{
     MAX_REPORT_TEXT_CHARS, MAX_REPORTS_PER_WINDOW, REPORT_WINDOW_MS, ReportFiled, ReportSend,

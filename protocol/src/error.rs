@@ -56,6 +56,10 @@ pub enum ErrorCode {
     NoSuchMessage,
     /// A direct message between two users one of whom blocked the other.
     Blocked,
+    /// `pk.start` in a room where a PK is already on.
+    PkOn,
+    /// `pk.stop` in a room where no PK is on.
+    NoPk,
     /// The request id was used before for another request (another gift, count, recipients
     /// or room): a reuse, not a retry; nothing was done. Send with a new id.
     IdempotencyConflict,
@@ -108,6 +112,8 @@ impl ErrorCode {
             Self::SlowMode => "SLOW_MODE",
             Self::NoSuchMessage => "NO_SUCH_MESSAGE",
             Self::Blocked => "BLOCKED",
+            Self::PkOn => "PK_ON",
+            Self::NoPk => "NO_PK",
             Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
             Self::GiftVoided => "GIFT_VOIDED",

@@ -26,8 +26,9 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// adds the app backend's room messages and attributes ([`RoomCmd::Custom`],
 /// [`RoomCmd::Attrs`]); version 7 adds `like.send` and `chat.recall` to the room operations and the app
 /// backend's moderation ([`RoomCmd::Moderate`]); version 8 adds the app backend's closing,
-/// reopening and changing of a room ([`RoomCmd::Manage`]).
-pub const LINK_VERSION: u16 = 8;
+/// reopening and changing of a room ([`RoomCmd::Manage`]) and `report.send`; version 9 adds
+/// `pk.start` and `pk.stop`.
+pub const LINK_VERSION: u16 = 9;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -44,7 +44,7 @@ pub const TIMESTAMP_HEADER: &str = "x-chorus-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-chorus-signature";
 
 /// Every kind of event, as the webhook names them.
-pub const KINDS: [&str; 14] = [
+pub const KINDS: [&str; 15] = [
     "room.created",
     "room.closed",
     "room.opened",
@@ -55,6 +55,7 @@ pub const KINDS: [&str; 14] = [
     "moderation",
     "room.attrs",
     "rocket.launched",
+    "pk.ended",
     "message.custom",
     "chat.sent",
     "chat.recalled",

@@ -559,7 +559,7 @@ impl RoomActor {
                     .as_ref()
                     .and_then(RoomState::next_storm_flush)
                     .map(instant_at),
-                rocket: self.rocket_progress_due(),
+                rocket: self.progress_due(),
                 likes: self.likes_due(),
                 robot: self.robot_due(),
                 listing: self.list_refresh_due(),
@@ -633,7 +633,7 @@ impl RoomActor {
                         Box::pin(self.flush_storm(false)).await;
                     }
                     if due.rocket.is_some() {
-                        Box::pin(self.send_rocket_progress()).await;
+                        Box::pin(self.send_progress()).await;
                     }
                     if due.likes.is_some() {
                         Box::pin(self.publish_likes()).await;

@@ -1,7 +1,8 @@
 // The demo room in a real browser: two users join, take seats, chat (one reports a line of the
 // other's, one takes a line back, the owner mutes the chat and sets slow mode),
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
-// each seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
+// play a PK (the owner starts and stops it, a gift scores for a team), each seeing the other's
+// events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
 // the member back to a seat, mutes and unmutes their chat, and kicks them.
 import { test, after, before } from "node:test";
@@ -100,6 +101,22 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await shot(bob, "04-bob-receives-gift");
   await alice.locator("#balance", { hasText: "990" }).waitFor({ timeout: T });
   await bob.locator("#earnings", { hasText: "5" }).waitFor({ timeout: T });
+
+  // A PK: the owner starts one (the left half of the seats, bob's among them, against the right);
+  // a rose to bob scores for red on both pages; the owner stops it and both pages name the winner.
+  await alice.locator("#pk-toggle", { hasText: "Start a PK" }).click();
+  for (const p of [alice, bob]) await p.locator("#pk-title", { hasText: "PK #1" }).waitFor({ timeout: T });
+  await bob.locator('#seats .seat.red[data-index="1"]').waitFor({ timeout: T });
+  await bob.locator('#seats .seat.blue[data-index="4"]').waitFor({ timeout: T });
+  await alice.locator('#gifts button[data-gift="rose"]').click();
+  for (const p of [alice, bob]) await p.locator("#pk-red", { hasText: /^10$/ }).waitFor({ timeout: T });
+  await shot(bob, "04b-pk-scores");
+  await alice.locator("#pk-toggle", { hasText: "Stop the PK" }).click();
+  for (const p of [alice, bob]) {
+    await p.locator("#pk-result", { hasText: "PK #1: red wins, 10 to 0 (red's top sender alice)" }).waitFor({ timeout: T });
+    await p.locator("#pk").waitFor({ state: "hidden", timeout: T });
+  }
+  await alice.locator("#balance", { hasText: "980" }).waitFor({ timeout: T });
 
   // Restart the node: the pages show "reconnecting", then resume in the new process.
   await node.stop("SIGTERM");

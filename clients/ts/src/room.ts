@@ -132,6 +132,18 @@ export class Room extends Emitter<RoomEvents> {
   report(reason: string, about: { user?: string; seq?: number; text?: string } = {}): Promise<OpOk<"report.send">> {
     return this.client.request("report.send", { room: this.id, reason, ...about });
   }
+  /**
+   * Starts a PK (owner or admin, section 16.5): a gift battle of `seconds` (30..=3600, 300 by
+   * default) between two teams of seats; without teams, the seats other than the host seat
+   * split in two halves. `PK_ON` while one is on.
+   */
+  startPk(opts: { seconds?: number; red?: number[]; blue?: number[] } = {}): Promise<OpOk<"pk.start">> {
+    return this.client.request("pk.start", { room: this.id, ...opts });
+  }
+  /** Ends the PK that is on before its time (owner or admin); `NO_PK` when none is. */
+  stopPk(): Promise<OpOk<"pk.stop">> {
+    return this.client.request("pk.stop", { room: this.id });
+  }
   takeSeat(seat?: number): Promise<OpOk<"seat.take">> {
     return this.client.request("seat.take", seat === undefined ? { room: this.id } : { room: this.id, seat });
   }
@@ -629,6 +641,25 @@ export class Room extends Emitter<RoomEvents> {
         break;
       case "room.likes":
         s.likes = d.total as number;
+        break;
+      case "pk.start":
+        s.pk = {
+          pk: d.pk as number,
+          red: 0,
+          blue: 0,
+          ends_at: d.ends_at as number,
+          red_seats: d.red_seats as number[],
+          blue_seats: d.blue_seats as number[],
+        };
+        break;
+      case "pk.score":
+        if (s.pk && s.pk.pk === d.pk) {
+          s.pk.red = d.red as number;
+          s.pk.blue = d.blue as number;
+        }
+        break;
+      case "pk.end":
+        delete s.pk;
         break;
     }
   }

@@ -51,6 +51,8 @@ export interface Snapshot {
   members: number;
   /** How many of the members are robots (absent when none). */
   robots?: number;
+  /** The PK that is on, with its teams (section 16.5; absent: none). */
+  pk?: PkScore & { red_seats: number[]; blue_seats: number[] };
   epoch: number;
   seq: number;
 }
@@ -106,6 +108,8 @@ export interface Ops {
   "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
   "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
   "like.send": [{ room: string; count?: number }, { total: number }];
+  "pk.start": [{ room: string; seconds?: number; red?: number[]; blue?: number[] }, { pk: number; ends_at: number }];
+  "pk.stop": [{ room: string }, Record<string, never>];
   "report.send": [
     { room: string; user?: string; seq?: number; reason: string; text?: string },
     { duplicate?: boolean },
@@ -333,6 +337,31 @@ export interface SequencedEvents {
   "room.attrs": { by: string | null; set?: Record<string, unknown>; removed?: string[] };
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
   "rocket.launch": RocketLaunch;
+  /** A PK began (section 16.5): a gift battle between the users on two teams of seats. */
+  "pk.start": { pk: number; red_seats: number[]; blue_seats: number[]; ends_at: number; by: string };
+  /** A PK ended: its scores, the winner and each team's top sender. */
+  "pk.end": PkEnd;
+}
+
+/** A PK's scores (coins), as `pk.score` and the snapshot show them. */
+export interface PkScore {
+  pk: number;
+  red: number;
+  blue: number;
+  ends_at: number;
+}
+
+/** The end of a PK (section 16.5). */
+export interface PkEnd {
+  pk: number;
+  red: number;
+  blue: number;
+  winner: "red" | "blue" | "draw";
+  red_top?: string;
+  blue_top?: string;
+  reason: "time" | "stopped";
+  /** Who stopped it (absent when it ran its length). */
+  by?: string;
 }
 
 /** The room rocket launched (section 16.2): every reward listed was credited. */
@@ -353,6 +382,8 @@ export interface VolatileEvents {
   "member.update": Badges & { user: string; p?: Profile };
   "member.count": { count: number };
   "rocket.progress": { level: number; fuel: number; target: number; launches: number };
+  /** A PK's scores (section 16.5): latest wins, at a bounded rate. */
+  "pk.score": PkScore;
   /** Likes added since the last one (section 5.39): at most one a second. */
   "room.likes": { total: number; added: number; recent: string[] };
   "seat.request": { user: string; seat: number | null; expires_at: number };
@@ -379,6 +410,8 @@ export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
   "room.role",
   "moderation",
   "rocket.launch",
+  "pk.start",
+  "pk.end",
 ]);
 
 /** The protocol's error codes (section 10); a server may add codes: accept unknown ones. */
@@ -406,6 +439,8 @@ export type ErrorCode =
   | "SLOW_MODE"
   | "NO_SUCH_MESSAGE"
   | "BLOCKED"
+  | "PK_ON"
+  | "NO_PK"
   | "IDEMPOTENCY_CONFLICT"
   | "INSUFFICIENT_FUNDS"
   | "GIFT_VOIDED"

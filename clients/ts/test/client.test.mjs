@@ -297,6 +297,36 @@ test("a gift whose reply is lost rejects with its reqId: sent again with it, it 
   assert.deepEqual(await k.balance(), { balance: 100 - rose.price, earnings: 0 });
 });
 
+test("a PK: the owner starts it, gifts to a team's seat score, the snapshot shows it, the stop names the winner", async () => {
+  const granted = await fx.node.admin("POST", "/admin/wallets/pk-fan/grant", { amount: 100, key: "ts-pk-fan-1" });
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  const [h, r, f] = [client("pk-host"), client("pk-red"), client("pk-fan")];
+  await Promise.all([h.connect(), r.connect(), f.connect()]);
+  const rh = await h.join("t-pk");
+  const rr = await r.join("t-pk");
+  const rf = await f.join("t-pk");
+  await rr.takeSeat(2);
+  await assert.rejects(rf.startPk(), (e) => e.code === "FORBIDDEN");
+  const started = rf.next("pk.start");
+  const ok = await rh.startPk({ seconds: 60, red: [2], blue: [3] });
+  const ev = await started;
+  assert.deepEqual([ev.pk, ev.red_seats, ev.blue_seats, ev.ends_at, ev.by], [ok.pk, [2], [3], ok.ends_at, "pk-host"]);
+  assert.ok(typeof ev.seq === "number", "pk.start is sequenced");
+  await assert.rejects(rh.startPk(), (e) => e.code === "PK_ON");
+  const scored = rh.next("pk.score", (e) => e.red > 0);
+  const gift = await rf.sendGift("rose", ["pk-red"]);
+  const score = await scored;
+  assert.deepEqual([score.red, score.blue, score.seq], [100 - gift.balance, 0, undefined]);
+  await until(() => rf.snapshot.pk?.red === 100 - gift.balance, 5000, "the snapshot follows the score");
+  assert.deepEqual(rf.snapshot.pk.red_seats, [2]);
+  const ended = rf.next("pk.end");
+  assert.deepEqual(await rh.stopPk(), {});
+  const end = await ended;
+  assert.deepEqual([end.winner, end.red_top, end.reason, end.by], ["red", "pk-fan", "stopped", "pk-host"]);
+  assert.equal(rf.snapshot.pk, undefined, "no PK on in the snapshot");
+  await assert.rejects(rh.stopPk(), (e) => e.code === "NO_PK");
+});
+
 test("joined() that waits longer than its time-out rejects with a ChorusError TIMEOUT", async () => {
   // The reconnect waits a minute: the room stays rejoining.
   const a = client("jt-ann", { reconnect: { initialMs: 60_000, maxMs: 60_000 } });

@@ -1,7 +1,8 @@
 // The demo room served by a Chorus node at `/`: join a room with a user name (demo tokens) or
 // a pasted token, the seat grid (in apply mode members ask and staff approve), chat, hearts
 // (volatile custom messages), the app backend's notices, gifts
-// with an animation, the wallet, the members (staff invite to a seat, mute chat and kick) and
+// with an animation, a PK between two halves of the seats (staff start and stop it; everyone
+// sees the score), the wallet, the members (staff invite to a seat, mute chat and kick) and
 // the connection's state. Built with the client package (`node build.mjs --web ...`).
 import { Client, ChorusError, type Gift, type Room, type Seat } from "../src/index.js";
 
@@ -99,7 +100,13 @@ function renderSeats(): void {
   const s = room?.snapshot;
   if (!s || !room) return;
   const staff = s.owner === me || s.admins.includes(me);
-  for (const seat of s.seats) grid.append(seatCard(seat, staff, s.seat_mode === "apply"));
+  for (const seat of s.seats) {
+    const card = seatCard(seat, staff, s.seat_mode === "apply");
+    if (s.pk?.red_seats.includes(seat.index)) card.classList.add("red");
+    if (s.pk?.blue_seats.includes(seat.index)) card.classList.add("blue");
+    grid.append(card);
+  }
+  renderPk(staff);
   // A requester seated another way (approved, or by an admin's move) has no request left.
   for (const seat of s.seats) if (seat.user) requests.delete(seat.user);
   renderStaff(staff, s.seat_mode);
@@ -124,6 +131,25 @@ function renderChatRules(staff: boolean, muted: boolean, slow: number): void {
   }
   select.value = String(slow);
   select.onchange = () => run("seat-error", () => r.update({ slow_mode: Number(select.value) }));
+}
+
+/** The PK that is on (its score and time left), and the staff's button to start or stop one. */
+function renderPk(staff: boolean): void {
+  const pk = room?.snapshot?.pk;
+  $("pk").hidden = !pk;
+  if (pk) {
+    $("pk-title").textContent = `PK #${pk.pk}`;
+    $("pk-red").textContent = String(pk.red);
+    $("pk-blue").textContent = String(pk.blue);
+    const total = pk.red + pk.blue;
+    $("pk-bar").style.width = `${total === 0 ? 50 : (100 * pk.red) / total}%`;
+    $("pk-left").textContent = `${Math.max(0, Math.ceil((pk.ends_at - Date.now()) / 1000))} s left`;
+  }
+  if (!staff || !room) return;
+  const r = room;
+  const toggle = $<HTMLButtonElement>("pk-toggle");
+  toggle.textContent = pk ? "Stop the PK" : "Start a PK";
+  toggle.onclick = () => run("seat-error", async () => (pk ? r.stopPk() : r.startPk({ seconds: 60 })));
 }
 
 /** The staff's tools: the seat mode and, in apply mode, the pending requests to answer. */
@@ -327,6 +353,20 @@ function wire(r: Room): void {
     renderMembers();
   });
   r.on("room.update", () => renderSeats());
+  r.on("pk.start", (e) => {
+    $("pk-result").textContent = "";
+    log(`${e.by} started PK #${e.pk}: seats ${e.red_seats.join(", ")} against ${e.blue_seats.join(", ")}`, "sys");
+    renderSeats();
+  });
+  r.on("pk.score", () => renderPk(false));
+  r.on("pk.end", (e) => {
+    const who = e.winner === "draw" ? "a draw" : `${e.winner} wins`;
+    const tops = [e.red_top ? `red's top sender ${e.red_top}` : "", e.blue_top ? `blue's ${e.blue_top}` : ""].filter(Boolean).join(", ");
+    const text = `PK #${e.pk}: ${who}, ${e.red} to ${e.blue}${tops ? ` (${tops})` : ""}`;
+    $("pk-result").textContent = text;
+    log(text, "sys");
+    renderSeats();
+  });
   r.on("room.role", (e) => {
     log(`${e.user} is now ${e.role}`, "sys");
     renderSeats();
@@ -468,6 +508,10 @@ async function main(): Promise<void> {
         $("like-count").textContent = String((await room!.like()).total);
       });
   };
+  // The PK's time left ticks between its score events.
+  setInterval(() => {
+    if (room?.snapshot?.pk) renderPk(false);
+  }, 1000);
   if (params.get("user") && demo) void run("login-error", join);
 }
 

@@ -7,10 +7,10 @@ use serde_json::value::RawValue;
 
 use super::{
     BanList, ChatMute, ChatRecall, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom,
-    LikeSend, MemberList, MicPublishing, RankGet, ReportSend, RoomAdmin, RoomAttrs, RoomBan,
-    RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate, SeatAnswer,
-    SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove, SeatMute,
-    SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
+    LikeSend, MemberList, MicPublishing, PkStart, RankGet, ReportSend, RoomAdmin, RoomAttrs,
+    RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate,
+    SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove,
+    SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
 };
 use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -72,6 +72,7 @@ addressed!(
     RoomBan,
     BanList,
     MemberList,
+    PkStart,
 );
 
 impl Addressed for RoomCreate {
@@ -201,6 +202,10 @@ room_ops! {
     "member.list" => MemberList(MemberList),
     /// `gift.send`: a paid gift, settled through the ledger.
     "gift.send" => Gift(GiftSend),
+    /// `pk.start`: start a timed gift battle between two teams of seats (owner/admin).
+    "pk.start" => PkStart(PkStart),
+    /// `pk.stop`: end the PK that is on before its time (owner/admin).
+    "pk.stop" => PkStop(InRoom),
 }
 
 /// Every operation a client can send.

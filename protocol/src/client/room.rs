@@ -168,6 +168,9 @@ pub struct Snapshot {
     /// How many of the members are robots (absent when none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub robots: u64,
+    /// The PK that is on, with its teams (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pk: Option<crate::client::PkScore>,
     /// The room's current epoch.
     pub epoch: Epoch,
     /// The last seq of this epoch (0 before the first event).

@@ -669,7 +669,7 @@ impl RoomActor {
         // with the write of its merged event, so an order never published is fuel only once,
         // when the room's next runtime publishes it.
         let published = state.record_gift(gift, open, now);
-        let rocket = published.fuelled;
+        let moved = (published.fuelled, published.pk_scored);
         let mut applied = published.applied;
         applied.presence.extend(vip_moved.presence);
         if let Some(win) = win {
@@ -681,9 +681,7 @@ impl RoomActor {
         // cannot publish it stops, the sender's answer still says settled, and the event is
         // owed to the room's next runtime.
         self.publish_gifts(applied, published.orders).await;
-        if rocket {
-            self.rocket_changed();
-        }
+        self.gifts_moved(moved.0, moved.1);
     }
 
     /// At load, before the room serves (cluster): publishes the events of the gifts a previous

@@ -9,7 +9,7 @@ use super::state::{Applied, Filed, Presence, Sequenced};
 
 impl RoomActor {
     /// Queues the events of a published change: members in and out (after the grace window,
-    /// as presence shows them), seats, moderation, attributes, rocket launches, and the
+    /// as presence shows them), seats, moderation, attributes, rocket launches, PK results, and the
     /// sequenced messages (volatile ones are never sent).
     pub(super) fn notify(&self, applied: &Applied) {
         let Some(n) = &self.inner.events else { return };
@@ -40,6 +40,10 @@ impl RoomActor {
                 Sequenced::RocketLaunch(l) if n.wants("rocket.launched") => {
                     let d = serde_json::to_value(l).unwrap_or_default();
                     n.emit("rocket.launched", &self.room, d);
+                }
+                Sequenced::PkEnd(e) if n.wants("pk.ended") => {
+                    let d = serde_json::to_value(e).unwrap_or_default();
+                    n.emit("pk.ended", &self.room, d);
                 }
                 Sequenced::SeatUpdate(s) if n.wants("seat.changed") => {
                     let d = json!({

@@ -1,5 +1,5 @@
 //! The room rocket in the room actor: paying a decided launch through the ledger, announcing
-//! it, and the bounded-rate `rocket.progress`.
+//! it, and the bounded-rate progress events: `rocket.progress`, and a PK's `pk.score`.
 //!
 //! Only the room's owner pays (its lease proven before every reward), and it pays a launch the
 //! state machine decided and stored as pending (see `state/rocket.rs`): every reward under its
@@ -72,11 +72,14 @@ impl Payer<'_> {
 /// The rocket's run-time part in a room actor.
 #[derive(Debug, Default)]
 pub(super) struct RocketRun {
-    /// The launch whose rewards a task is paying now.
-    paying: Option<u64>,
+    /// The launch whose rewards a task is paying now (launches count from 1; one word, and the
+    /// actor stays in its allocation class).
+    paying: Option<std::num::NonZeroU64>,
     /// Fuel changed since the last `rocket.progress`.
     dirty: bool,
-    /// When the last `rocket.progress` went out.
+    /// A PK's score changed since the last `pk.score`.
+    pk_dirty: bool,
+    /// When the last progress event went out.
     last: Option<Instant>,
 }
 
@@ -94,32 +97,58 @@ pub(crate) fn reward_key(
 }
 
 impl RoomActor {
-    /// After a gift: the rocket's progress is due, and a launch it decided is paid.
-    pub(super) fn rocket_changed(&mut self) {
-        self.rocket.dirty = true;
-        self.pay_launch();
+    /// After gift events went out: the progress of what they moved is due (the rocket's, a
+    /// PK's score), and a launch they decided is paid.
+    pub(super) fn gifts_moved(&mut self, fuelled: bool, pk_scored: bool) {
+        self.rocket.pk_dirty |= pk_scored;
+        if fuelled {
+            self.rocket.dirty = true;
+            self.pay_launch();
+        }
     }
 
-    /// When the next `rocket.progress` may go out (None: nothing to send).
-    pub(super) fn rocket_progress_due(&self) -> Option<Instant> {
-        if !self.rocket.dirty {
+    /// When the next progress event may go out (None: nothing to send). The rocket's and the
+    /// PK's share one rate: at most one of each per `rocket_progress_ms`.
+    pub(super) fn progress_due(&self) -> Option<Instant> {
+        if !self.rocket.dirty && !self.rocket.pk_dirty {
             return None;
         }
         let every = Duration::from_millis(self.inner.config.rocket.progress_interval_ms);
         Some(self.rocket.last.map_or_else(Instant::now, |t| t + every))
     }
 
-    /// Sends `rocket.progress` (volatile, latest wins) to every member.
-    pub(super) async fn send_rocket_progress(&mut self) {
+    /// Sends `rocket.progress` and `pk.score` (volatile, latest wins), whichever moved, to
+    /// every member.
+    pub(super) async fn send_progress(&mut self) {
+        let (rocket, pk) = (self.rocket.dirty, self.rocket.pk_dirty);
         self.rocket.dirty = false;
+        self.rocket.pk_dirty = false;
         self.rocket.last = Some(Instant::now());
-        let Some(p) = self.state.as_ref().and_then(|s| s.rocket_progress()) else {
+        let Some(state) = self.state.as_ref() else {
             return;
         };
-        let frame = protocol::client::encode_event("rocket.progress", Some(&self.room), None, &p);
+        let mut frames = Vec::with_capacity(2);
+        if let Some(p) = state.rocket_progress().filter(|_| rocket) {
+            frames.push(protocol::client::encode_event(
+                "rocket.progress",
+                Some(&self.room),
+                None,
+                &p,
+            ));
+        }
+        if let Some(p) = state.pk_view(false).filter(|_| pk) {
+            frames.push(protocol::client::encode_event(
+                "pk.score",
+                Some(&self.room),
+                None,
+                &p,
+            ));
+        }
         for gw in self.gateways() {
-            self.send_event(&gw, Audience::All, frame.clone(), None)
-                .await;
+            for frame in &frames {
+                self.send_event(&gw, Audience::All, frame.clone(), None)
+                    .await;
+            }
         }
     }
 
@@ -134,13 +163,13 @@ impl RoomActor {
         else {
             return;
         };
-        if self.rocket.paying == Some(launch.number) {
+        if self.rocket.paying.map(std::num::NonZeroU64::get) == Some(launch.number) {
             return;
         }
         let Some(ledger) = self.inner.ledger.clone() else {
             return;
         };
-        self.rocket.paying = Some(launch.number);
+        self.rocket.paying = std::num::NonZeroU64::new(launch.number);
         let inner = self.inner.clone();
         let room = self.room.clone();
         let lease = self.lease.clone();
@@ -174,7 +203,7 @@ impl RoomActor {
 
     /// Every reward of launch `number` is booked: announce it (and clear it) in one write.
     pub(super) async fn rocket_paid(&mut self, number: u64) {
-        if self.rocket.paying == Some(number) {
+        if self.rocket.paying.map(std::num::NonZeroU64::get) == Some(number) {
             self.rocket.paying = None;
         }
         let Some(state) = self.state.as_mut() else {

@@ -17,6 +17,7 @@ mod messages;
 mod moderation;
 mod offers;
 mod outcome;
+mod pk;
 mod recipients;
 mod reports;
 mod rocket;
@@ -41,6 +42,7 @@ pub use durable::{Durable, Invite, Penalty, PlatformClose, RtcSeen, Rules, Seat,
 use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
+pub use pk::{Pk, Pks};
 pub use reports::Filed;
 pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
 pub use standing::{Badges, MAX_VIP_LEVELS, TargetSpend, VipRules};
@@ -344,6 +346,7 @@ impl RoomState {
             seats: (0..d.seats.len()).map(|i| self.seat_view(i)).collect(),
             members: self.members.len() as u64,
             robots: self.robot_members as u64,
+            pk: self.pk_view(true),
             epoch: self.epoch,
             seq: self.seq,
         }
@@ -665,6 +668,11 @@ impl RoomState {
                 let page = self.room_bans(user, b.cursor.as_ref(), b.limit, now)?;
                 Outcome::new(json(&page), Applied::default())
             }
+            RoomOp::PkStart(p) => {
+                let (started, applied) = self.pk_start(user, p, now)?;
+                Outcome::new(json(&started), applied)
+            }
+            RoomOp::PkStop(_) => Outcome::empty(self.pk_stop(user)?),
             RoomOp::MemberList(l) => {
                 let page = self.member_list(l.cursor.as_deref(), l.limit, now)?;
                 Outcome::new(json(&page), Applied::default())
@@ -789,6 +797,10 @@ mod tests_streaks;
 #[cfg(test)]
 #[path = "state/tests_rocket.rs"]
 mod tests_rocket;
+
+#[cfg(test)]
+#[path = "state/tests_pk.rs"]
+mod tests_pk;
 
 #[cfg(test)]
 #[path = "state/tests_swap.rs"]

@@ -48,11 +48,9 @@ impl RoomActor {
         if out.orders.is_empty() {
             return;
         }
-        let fuelled = out.fuelled;
+        let moved = (out.fuelled, out.pk_scored);
         self.publish_gifts(out.applied, out.orders).await;
-        if fuelled {
-            self.rocket_changed();
-        }
+        self.gifts_moved(moved.0, moved.1);
     }
 
     /// At stop: the orders a storm still holds go out in their merged events, or, when the

@@ -14,7 +14,7 @@ pub(super) struct Timers {
     pub(super) deadline: Option<Instant>,
     /// A held gift storm's flush.
     pub(super) storm: Option<Instant>,
-    /// `rocket.progress` (only while the rocket moved).
+    /// `rocket.progress` and `pk.score` (only while the rocket or a PK score moved).
     pub(super) rocket: Option<Instant>,
     /// `room.likes` (only while likes wait).
     pub(super) likes: Option<Instant>,

@@ -1,6 +1,6 @@
 //! The room's clock: the earliest time anything in it falls due, and the tick that applies
 //! everything due (seats not published in time, requests and invitations, chat mutes and
-//! bans, RTC reports, away members, ended guard badges).
+//! bans, RTC reports, away members, ended guard badges, the end of a PK).
 
 use protocol::UserId;
 
@@ -23,6 +23,7 @@ impl RoomState {
         let bans = d.bans.values().filter_map(|p| p.until);
         let away = self.next_away_deadline();
         let guard = self.guard_ends.first().map(|(t, _)| *t);
+        let pk = self.pk_ends_at();
         let rtc = d
             .rtc
             .iter()
@@ -36,12 +37,14 @@ impl RoomState {
             .chain(rtc)
             .chain(away)
             .chain(guard)
+            .chain(pk)
             .min()
     }
 
     /// Everything due at `now`: seats whose user did not publish in time are freed, requests
     /// and invitations expire, chat mutes and bans end, old RTC reports go, members whose
-    /// grace window passed leave, guard badges that ended are shown gone.
+    /// grace window passed leave, guard badges that ended are shown gone, a PK at its time
+    /// ends.
     pub fn tick(&mut self, now: u64) -> Applied {
         let mut applied = Applied::default();
         self.expire_away(&mut applied, now);
@@ -49,6 +52,7 @@ impl RoomState {
         self.expire_pending(&mut applied, now);
         self.expire_penalties(&mut applied, now);
         self.expire_guards(&mut applied, now);
+        self.expire_pk(&mut applied, now);
         let keep = self.rtc_keep_ms();
         let seated: Vec<UserId> = self
             .durable

@@ -216,6 +216,9 @@ pub struct Durable {
     /// every room's actor carries its durable state.
     #[serde(default, skip_serializing_if = "super::rocket::is_idle")]
     pub rocket: Option<Box<super::rocket::Rocket>>,
+    /// The room's PKs (absent until the first). Boxed, as the rocket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pk: Option<Box<super::pk::Pks>>,
 }
 
 impl Durable {
@@ -260,6 +263,7 @@ impl Durable {
             roster: None,
             owner_region: None,
             rocket: None,
+            pk: None,
         })
     }
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use protocol::client::{
     self, AttrsEvent, ChatEvent, ChatRecalled, CustomEvent, GiftEvent, LuckyWinEvent, MemberJoin,
-    MemberLeave, MemberUpdate, Moderation, Profile, RocketLaunch, RoleChange, RoomInfo, SeatUpdate,
+    MemberLeave, MemberUpdate, Moderation, PkEnd, PkStartEvent, Profile, RocketLaunch, RoleChange,
+    RoomInfo, SeatUpdate,
 };
 use protocol::link::Membership;
 use protocol::{Epoch, RoomId, Seq, UserId};
@@ -38,6 +39,10 @@ pub enum Sequenced {
     Moderation(Moderation),
     /// `rocket.launch`: the room rocket launched and its rewards were paid.
     RocketLaunch(RocketLaunch),
+    /// `pk.start`: a PK began.
+    PkStart(PkStartEvent),
+    /// `pk.end`: a PK ended, with its scores and winner.
+    PkEnd(PkEnd),
 }
 
 impl Sequenced {
@@ -55,6 +60,8 @@ impl Sequenced {
             Self::Role(_) => "room.role",
             Self::Moderation(_) => "moderation",
             Self::RocketLaunch(_) => "rocket.launch",
+            Self::PkStart(_) => "pk.start",
+            Self::PkEnd(_) => "pk.end",
         }
     }
 
@@ -75,6 +82,8 @@ impl Sequenced {
             Self::Role(e) => client::encode_event(name, Some(room), at, e),
             Self::Moderation(e) => client::encode_event(name, Some(room), at, e),
             Self::RocketLaunch(e) => client::encode_event(name, Some(room), at, e),
+            Self::PkStart(e) => client::encode_event(name, Some(room), at, e),
+            Self::PkEnd(e) => client::encode_event(name, Some(room), at, e),
         }
     }
 }

@@ -71,6 +71,8 @@ pub struct GiftPublished {
     pub orders: Vec<GiftMark>,
     /// Whether the orders' coins went into the rocket (its progress moved).
     pub fuelled: bool,
+    /// Whether a PK's score moved (a durable change of the same write).
+    pub pk_scored: bool,
 }
 
 /// What identifies a streak: sender, gift and the recipients (sorted).
@@ -309,10 +311,19 @@ impl RoomState {
             }
         }
         for e in emit {
-            self.push(&mut out.applied, Sequenced::Gift(e));
+            self.emit_gift(&mut out, e, now);
         }
         self.fuel_published(&sender, &fuel, now, &mut out);
         out
+    }
+
+    /// Sequences a `gift` event that goes out at `now`, scoring it for the PK that is on.
+    fn emit_gift(&mut self, out: &mut GiftPublished, e: GiftEvent, now: u64) {
+        if self.pk_score(&e, now) {
+            out.pk_scored = true;
+            out.applied.durable_changed = true;
+        }
+        self.push(&mut out.applied, Sequenced::Gift(e));
     }
 
     /// Adds the coins of `orders` (of `sender`), whose events go out in `out`, as rocket fuel
@@ -376,7 +387,7 @@ impl RoomState {
             let mut fuel = Vec::with_capacity(h.orders.len());
             let sender = h.event.from.clone();
             let e = h.release(&mut out, &mut fuel);
-            self.push(&mut out.applied, Sequenced::Gift(e));
+            self.emit_gift(&mut out, e, now);
             self.fuel_published(&sender, &fuel, now, &mut out);
         }
         out

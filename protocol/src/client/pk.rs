@@ -1,0 +1,113 @@
+//! PK: a timed gift battle between two teams of a room's seats, red and blue. The staff starts
+//! it (`pk.start`) and may stop it early (`pk.stop`, whose `d` is `{room}`); the value of the gifts the users seated on
+//! a team's seats receive while it is on is that team's score. The room announces the start and
+//! the end as sequenced events (`pk.start`, `pk.end`), and the scores as a volatile `pk.score`
+//! at a bounded rate; a joiner's snapshot carries the PK that is on.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{RoomId, UserId};
+
+/// A PK's length when `pk.start` names none (seconds).
+pub const DEFAULT_PK_SECONDS: u32 = 300;
+/// The shortest PK (seconds).
+pub const MIN_PK_SECONDS: u32 = 30;
+/// The longest PK (seconds).
+pub const MAX_PK_SECONDS: u32 = 3600;
+
+/// `pk.start` arguments: the teams (seat indexes) and the length. Without teams, the seats
+/// other than the host seat are split in two halves: the first red, the second blue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkStart {
+    /// The room.
+    pub room: RoomId,
+    /// Seconds, 30..=3600 (300 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u32>,
+    /// The red team's seats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub red: Option<Vec<u32>>,
+    /// The blue team's seats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue: Option<Vec<u32>>,
+}
+
+impl PkStart {
+    /// The length in seconds, checked: 300 when absent, else 30..=3600.
+    ///
+    /// # Errors
+    /// The rule broken, as a message for `BAD_REQUEST`.
+    pub fn checked_seconds(&self) -> Result<u32, &'static str> {
+        match self.seconds.unwrap_or(DEFAULT_PK_SECONDS) {
+            s @ MIN_PK_SECONDS..=MAX_PK_SECONDS => Ok(s),
+            _ => Err("seconds must be 30..=3600"),
+        }
+    }
+}
+
+/// The `ok` of `pk.start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkStarted {
+    /// The PK's number in the room (1, 2, …).
+    pub pk: u64,
+    /// When it ends (unix ms).
+    pub ends_at: u64,
+}
+
+/// The sequenced `pk.start` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkStartEvent {
+    /// The PK's number in the room.
+    pub pk: u64,
+    /// The red team's seats.
+    pub red_seats: Vec<u32>,
+    /// The blue team's seats.
+    pub blue_seats: Vec<u32>,
+    /// When it ends (unix ms).
+    pub ends_at: u64,
+    /// Who started it.
+    pub by: UserId,
+}
+
+/// The volatile `pk.score` event (latest wins), and the PK in a joiner's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkScore {
+    /// The PK's number in the room.
+    pub pk: u64,
+    /// The red team's score (coins).
+    pub red: i64,
+    /// The blue team's score (coins).
+    pub blue: i64,
+    /// When it ends (unix ms).
+    pub ends_at: u64,
+    /// The red team's seats (in the snapshot only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub red_seats: Option<Vec<u32>>,
+    /// The blue team's seats (in the snapshot only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue_seats: Option<Vec<u32>>,
+}
+
+/// The sequenced `pk.end` event: the scores, the winner and each team's top sender.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkEnd {
+    /// The PK's number in the room.
+    pub pk: u64,
+    /// The red team's score (coins).
+    pub red: i64,
+    /// The blue team's score (coins).
+    pub blue: i64,
+    /// `red`, `blue` or `draw`.
+    pub winner: String,
+    /// Who sent the red team the most coins (absent: nobody, or robots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub red_top: Option<UserId>,
+    /// Who sent the blue team the most coins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue_top: Option<UserId>,
+    /// `time` (it ran its length) or `stopped` (the staff ended it early).
+    pub reason: String,
+    /// Who stopped it (absent when it ran its length).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<UserId>,
+}
