@@ -29,6 +29,7 @@ mod likes_cluster;
 mod link_auth;
 mod money_crash;
 mod money_postgres;
+mod pk_cluster;
 mod presence_cluster;
 mod rebalance;
 mod robots_cluster;
