@@ -330,6 +330,12 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::PATCH, ["rooms", id]) if is_valid_id(id) => {
             messages::update(admin, RoomId::from(*id), &body).await
         }
+        (&Method::POST, ["rooms", id, "pk"]) if is_valid_id(id) => {
+            messages::pk_start(admin, RoomId::from(*id), &body).await
+        }
+        (&Method::DELETE, ["rooms", id, "pk"]) if is_valid_id(id) => {
+            messages::pk_stop(admin, RoomId::from(*id), &body).await
+        }
         (&Method::POST, ["rooms", id, "move"]) if is_valid_id(id) => {
             cluster_ops::move_room(admin, id, &body).await
         }
@@ -421,6 +427,8 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::POST, ["rooms", _, "close"]) => "room_close",
         (&Method::POST, ["rooms", _, "open"]) => "room_open",
         (&Method::PATCH, ["rooms", _]) => "room_update",
+        (&Method::POST, ["rooms", _, "pk"]) => "room_pk_start",
+        (&Method::DELETE, ["rooms", _, "pk"]) => "room_pk_stop",
         (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",
         (&Method::GET, ["ring"]) => "ring_get",
         (&Method::GET, ["nodes"]) => "nodes_get",

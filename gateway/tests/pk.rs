@@ -164,3 +164,59 @@ async fn gifts_to_each_teams_seats_score_and_the_owners_stop_names_the_winner() 
     assert_eq!(replayed.seq, end.seq);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_apps_backend_starts_and_stops_a_pk_through_the_admin_api() {
+    let mut rx = Receiver::start(0).await.unwrap();
+    let s = start(&rx.url).await;
+    let room = RoomId::from("backend-pk");
+    let mut host = s.connect("host").await;
+    host.create_room(json!({"room": room, "seats": 8}))
+        .await
+        .unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let call = |method: &'static str, body: Option<serde_json::Value>| {
+        kit::admin::call(
+            s.admin,
+            method,
+            "/admin/rooms/backend-pk/pk",
+            Some(ADMIN),
+            body,
+        )
+    };
+
+    let r = call("POST", Some(json!({"seconds": 10}))).await.unwrap();
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = call("POST", Some(json!({"seconds": 60, "colour": "red"})))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = call("POST", Some(json!({"seconds": 60}))).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ok = r.json();
+    assert_eq!(ok["pk"], 1, "{ok}");
+    let e = host.next_event_named("pk.start", WAIT).await.unwrap();
+    assert_eq!(
+        e.d,
+        json!({"pk": 1, "red_seats": [0, 1, 2, 3], "blue_seats": [4, 5, 6, 7],
+            "ends_at": ok["ends_at"], "by": null})
+    );
+    assert_eq!(Some(ok["seq"].as_u64().unwrap()), e.seq);
+    let r = call("POST", None).await.unwrap();
+    assert_eq!((r.status, r.json()["code"].clone()), (409, json!("PK_ON")));
+
+    let r = call("DELETE", None).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let end = host.next_event_named("pk.end", WAIT).await.unwrap();
+    assert_eq!(
+        end.d,
+        json!({"pk": 1, "red": 0, "blue": 0, "winner": "draw", "reason": "stopped"})
+    );
+    let r = call("DELETE", None).await.unwrap();
+    assert_eq!((r.status, r.json()["code"].clone()), (404, json!("NO_PK")));
+    let (events, _) = rx
+        .delivered_until(|e| e["kind"] == "pk.ended", WAIT, |_| {})
+        .await;
+    assert_eq!(events.last().unwrap()["data"], end.d);
+    s.stop().await;
+}

@@ -338,7 +338,8 @@ export interface SequencedEvents {
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
   "rocket.launch": RocketLaunch;
   /** A PK began (section 16.5): a gift battle between the users on two teams of seats. */
-  "pk.start": { pk: number; red_seats: number[]; blue_seats: number[]; ends_at: number; by: string };
+  /** `by` null: the app's backend started it. */
+  "pk.start": { pk: number; red_seats: number[]; blue_seats: number[]; ends_at: number; by: string | null };
   /** A PK ended: its scores, the winner and each team's top sender. */
   "pk.end": PkEnd;
 }

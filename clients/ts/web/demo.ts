@@ -355,7 +355,7 @@ function wire(r: Room): void {
   r.on("room.update", () => renderSeats());
   r.on("pk.start", (e) => {
     $("pk-result").textContent = "";
-    log(`${e.by} started PK #${e.pk}: seats ${e.red_seats.join(", ")} against ${e.blue_seats.join(", ")}`, "sys");
+    log(`${e.by ?? "the platform"} started PK #${e.pk}: seats ${e.red_seats.join(", ")} against ${e.blue_seats.join(", ")}`, "sys");
     renderSeats();
   });
   r.on("pk.score", () => renderPk(false));

@@ -3,8 +3,9 @@
 //! `PUT /admin/rooms/{id}/attrs` sets or removes room attributes (a `room.attrs` event with
 //! `by` null), `POST /admin/rooms/{id}/moderation` kicks, bans or mutes a user or lifts
 //! those (a `moderation` event with `by` null), `POST /admin/rooms/{id}/close` and `…/open`
-//! close a room (its owner cannot reopen it) and reopen it, and `PATCH /admin/rooms/{id}`
-//! changes its info (a `room.update` with `by` null). All go through the same command path as
+//! close a room (its owner cannot reopen it) and reopen it, `PATCH /admin/rooms/{id}`
+//! changes its info (a `room.update` with `by` null), and `POST` / `DELETE
+//! /admin/rooms/{id}/pk` start and stop a PK (`pk.start` with `by` null, `pk.end`). All go through the same command path as
 //! a member's operation and wait for the room's answer.
 
 use std::time::Duration;
@@ -12,7 +13,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::StatusCode;
 use protocol::client::room::SeatMode;
-use protocol::client::{BackendManage, BackendModeration, CustomSend, RoomAttrs, RoomUpdate};
+use protocol::client::{
+    BackendManage, BackendModeration, CustomSend, PkStart, RoomAttrs, RoomUpdate,
+};
 use protocol::link::RoomCmd;
 use protocol::{ErrorCode, RoomId, UserId};
 use serde::Deserialize;
@@ -140,6 +143,41 @@ pub(super) async fn update(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
     .await
 }
 
+/// The PK body: `pk.start`'s fields without the room.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PkBody {
+    #[serde(default)]
+    seconds: Option<u32>,
+    #[serde(default)]
+    red: Option<Vec<u32>>,
+    #[serde(default)]
+    blue: Option<Vec<u32>>,
+}
+
+/// Starts a PK as `pk.start` does; answers `{"room","seq","pk","ends_at"}`, `409` while one is
+/// on.
+pub(super) async fn pk_start(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    command(admin, room, &or_empty(body), |room, b: PkBody| {
+        let m = BackendManage::PkStart(PkStart {
+            room,
+            seconds: b.seconds,
+            red: b.red,
+            blue: b.blue,
+        });
+        m.check().map(|()| RoomCmd::Manage(m))
+    })
+    .await
+}
+
+/// Ends the PK that is on; `404` when none is.
+pub(super) async fn pk_stop(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
+    command(admin, room, &or_empty(body), |_, NoFields {}| {
+        Ok(RoomCmd::Manage(BackendManage::PkStop))
+    })
+    .await
+}
+
 /// An empty body read as `{}`.
 fn or_empty(body: &Bytes) -> Bytes {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -200,22 +238,26 @@ async fn command<B: serde::de::DeserializeOwned>(
     answered(room, answer)
 }
 
-/// The HTTP answer to a room's answer: `200 {"room", "seq"?}`, or the error with its code.
+/// The HTTP answer to a room's answer: `200 {"room", "seq"?}` (and a PK's `pk` and
+/// `ends_at`), or the error with its code.
 fn answered(room: RoomId, answer: crate::shared::Answer) -> Resp {
     match answer {
         Ok(ok) => {
-            let seq = serde_json::from_slice::<serde_json::Value>(&ok)
-                .ok()
-                .and_then(|v| v.get("seq").cloned());
+            let v = serde_json::from_slice::<serde_json::Value>(&ok).unwrap_or_default();
             let mut out = json!({ "room": room });
-            if let Some(seq) = seq {
-                out["seq"] = seq;
+            for key in ["seq", "pk", "ends_at"] {
+                if let Some(x) = v.get(key).filter(|x| !x.is_null()) {
+                    out[key] = x.clone();
+                }
             }
             json_resp(StatusCode::OK, &out)
         }
         Err(e) => {
             let status = match e.code {
-                ErrorCode::RoomNotFound | ErrorCode::UserNotInRoom => StatusCode::NOT_FOUND,
+                ErrorCode::RoomNotFound | ErrorCode::UserNotInRoom | ErrorCode::NoPk => {
+                    StatusCode::NOT_FOUND
+                }
+                ErrorCode::PkOn => StatusCode::CONFLICT,
                 ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
                 ErrorCode::Forbidden => StatusCode::FORBIDDEN,
                 _ => StatusCode::SERVICE_UNAVAILABLE,

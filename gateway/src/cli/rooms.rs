@@ -81,6 +81,25 @@ pub enum RoomsVerb {
         /// Room id.
         room: String,
     },
+    /// `POST /admin/rooms/{room}/pk`: start a PK, a gift battle between two teams of seats.
+    PkStart {
+        /// Room id.
+        room: String,
+        /// Its length, 30..=3600 s (300 when not given).
+        #[arg(long)]
+        seconds: Option<u32>,
+        /// The red team's seats, comma-separated (with --blue; neither: the halves).
+        #[arg(long, value_delimiter = ',')]
+        red: Option<Vec<u32>>,
+        /// The blue team's seats, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        blue: Option<Vec<u32>>,
+    },
+    /// `DELETE /admin/rooms/{room}/pk`: end the PK that is on.
+    PkStop {
+        /// Room id.
+        room: String,
+    },
     /// `PATCH /admin/rooms/{room}`: change the room's info, as `room.update` does.
     Update {
         /// Room id.
@@ -227,6 +246,26 @@ impl RoomsVerb {
                 ("POST", format!("/admin/rooms/{}/close", encode(room)), body)
             }
             Self::Open { room } => ("POST", format!("/admin/rooms/{}/open", encode(room)), None),
+            Self::PkStart {
+                room,
+                seconds,
+                red,
+                blue,
+            } => {
+                let mut body = serde_json::Map::new();
+                if let Some(s) = seconds {
+                    body.insert("seconds".into(), json!(s));
+                }
+                if let Some(r) = red {
+                    body.insert("red".into(), json!(r));
+                }
+                if let Some(b) = blue {
+                    body.insert("blue".into(), json!(b));
+                }
+                let path = format!("/admin/rooms/{}/pk", encode(room));
+                ("POST", path, Some(body.into()))
+            }
+            Self::PkStop { room } => ("DELETE", format!("/admin/rooms/{}/pk", encode(room)), None),
             Self::Update {
                 room,
                 title,
@@ -354,6 +393,25 @@ mod tests {
                 "/admin/rooms/r%201/close".into(),
                 Some(json!({"reason": "spam"}))
             )
+        );
+        let pk = RoomsVerb::PkStart {
+            room: "r1".into(),
+            seconds: Some(120),
+            red: Some(vec![1, 2]),
+            blue: Some(vec![5, 6]),
+        };
+        assert_eq!(
+            pk.request(),
+            (
+                "POST",
+                "/admin/rooms/r1/pk".into(),
+                Some(json!({"seconds": 120, "red": [1, 2], "blue": [5, 6]}))
+            )
+        );
+        let stop = RoomsVerb::PkStop { room: "r1".into() };
+        assert_eq!(
+            stop.request(),
+            ("DELETE", "/admin/rooms/r1/pk".into(), None)
         );
         let open = RoomsVerb::Open { room: "r1".into() };
         assert_eq!(

@@ -92,6 +92,11 @@ pub enum BackendManage {
     /// Change the room's info as `room.update` does, past the staff's rights
     /// (`PATCH /admin/rooms/{id}`); the `room.update` event's `by` is null.
     Update(RoomUpdate),
+    /// Start a PK as `pk.start` does (`POST /admin/rooms/{id}/pk`); the `pk.start` event's
+    /// `by` is null.
+    PkStart(crate::client::PkStart),
+    /// End the PK that is on (`DELETE /admin/rooms/{id}/pk`); the `pk.end` event has no `by`.
+    PkStop,
 }
 
 impl BackendManage {
@@ -108,6 +113,7 @@ impl BackendManage {
             Self::Close { reason } if !crate::text::is_clean(reason, false) => {
                 Err("reason may not hold control or bidi characters")
             }
+            Self::PkStart(p) => p.checked_seconds().map(|_| ()),
             _ => Ok(()),
         }
     }

@@ -65,8 +65,8 @@ pub struct PkStartEvent {
     pub blue_seats: Vec<u32>,
     /// When it ends (unix ms).
     pub ends_at: u64,
-    /// Who started it.
-    pub by: UserId,
+    /// Who started it (`null`: the app's backend).
+    pub by: Option<UserId>,
 }
 
 /// The volatile `pk.score` event (latest wins), and the PK in a joiner's snapshot.
@@ -107,7 +107,7 @@ pub struct PkEnd {
     pub blue_top: Option<UserId>,
     /// `time` (it ran its length) or `stopped` (the staff ended it early).
     pub reason: String,
-    /// Who stopped it (absent when it ran its length).
+    /// Who stopped it (absent when it ran its length or the app's backend stopped it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<UserId>,
 }

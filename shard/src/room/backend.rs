@@ -33,6 +33,15 @@ impl RoomActor {
                 let applied = state.backend_moderate(m, now)?;
                 self.publish_for_backend(applied).await
             }
+            RoomCmd::Manage(BackendManage::PkStart(p)) => {
+                // Answered with the PK's number and end beside the event's seq.
+                let (started, applied) = state.pk_start(None, p, now)?;
+                let seq = applied.events.last().map(|(s, _)| *s);
+                self.publish(applied, None).await?;
+                let ok =
+                    serde_json::json!({"seq": seq, "pk": started.pk, "ends_at": started.ends_at});
+                Ok(Some((ok.to_string().into(), None)))
+            }
             RoomCmd::Manage(m) => {
                 let was_closed = state.durable().closed;
                 let by_platform = state.durable().platform_closed.is_some();

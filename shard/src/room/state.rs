@@ -669,10 +669,10 @@ impl RoomState {
                 Outcome::new(json(&page), Applied::default())
             }
             RoomOp::PkStart(p) => {
-                let (started, applied) = self.pk_start(user, p, now)?;
+                let (started, applied) = self.pk_start(Some(user), p, now)?;
                 Outcome::new(json(&started), applied)
             }
-            RoomOp::PkStop(_) => Outcome::empty(self.pk_stop(user)?),
+            RoomOp::PkStop(_) => Outcome::empty(self.pk_stop(Some(user))?),
             RoomOp::MemberList(l) => {
                 let page = self.member_list(l.cursor.as_deref(), l.limit, now)?;
                 Outcome::new(json(&page), Applied::default())

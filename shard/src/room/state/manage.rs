@@ -298,8 +298,9 @@ impl RoomState {
         applied
     }
 
-    /// The app's backend closes the room (the owner cannot reopen it), reopens it, or changes
-    /// its info past the staff's rights (seat 0 reserved from anyone, VIP protection aside).
+    /// The app's backend closes the room (the owner cannot reopen it), reopens it, changes its
+    /// info past the staff's rights (seat 0 reserved from anyone, VIP protection aside), or
+    /// starts or stops a PK.
     /// Recorded and announced with no `by`. Closing a room the backend closed already only
     /// replaces the reason.
     ///
@@ -325,6 +326,8 @@ impl RoomState {
                 check_update(u)?;
                 Ok(self.apply_update(None, u))
             }
+            BackendManage::PkStart(p) => self.pk_start(None, p, now).map(|(_, applied)| applied),
+            BackendManage::PkStop => self.pk_stop(None),
         }
     }
 }

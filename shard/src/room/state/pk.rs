@@ -52,8 +52,9 @@ pub struct Pk {
 }
 
 impl RoomState {
-    /// The owner or an admin starts a PK at `now`: the teams named, or the seats other than
-    /// the host seat split in two halves (the first red). Sequences `pk.start`.
+    /// The owner or an admin (`by`; `None`: the app's backend) starts a PK at `now`: the
+    /// teams named, or the seats other than the host seat split in two halves (the first red).
+    /// Sequences `pk.start`.
     ///
     /// # Errors
     /// `FORBIDDEN` for a member; `PK_ON` while one is on; `BAD_REQUEST` for a length out of
@@ -61,11 +62,13 @@ impl RoomState {
     /// in the room, or fewer than two seats to split.
     pub fn pk_start(
         &mut self,
-        user: &UserId,
+        by: Option<&UserId>,
         args: &PkStart,
         now: u64,
     ) -> Result<(PkStarted, Applied), super::Rejected> {
-        self.require_staff(user, "only the owner or an admin starts a PK")?;
+        if let Some(user) = by {
+            self.require_staff(user, "only the owner or an admin starts a PK")?;
+        }
         if self.durable.pk.as_ref().is_some_and(|p| p.on.is_some()) {
             return Err(rejected(ErrorCode::PkOn, "a PK is already on in this room"));
         }
@@ -94,7 +97,7 @@ impl RoomState {
                 red_seats,
                 blue_seats,
                 ends_at,
-                by: user.clone(),
+                by: by.cloned(),
             }),
         );
         Ok((PkStarted { pk, ends_at }, applied))
@@ -133,14 +136,17 @@ impl RoomState {
         }
     }
 
-    /// The owner or an admin ends the PK that is on before its time.
+    /// The owner or an admin (`by`; `None`: the app's backend) ends the PK that is on before
+    /// its time.
     ///
     /// # Errors
     /// `FORBIDDEN` for a member; `NO_PK` when none is on.
-    pub fn pk_stop(&mut self, user: &UserId) -> Result<Applied, super::Rejected> {
-        self.require_staff(user, "only the owner or an admin stops a PK")?;
+    pub fn pk_stop(&mut self, by: Option<&UserId>) -> Result<Applied, super::Rejected> {
+        if let Some(user) = by {
+            self.require_staff(user, "only the owner or an admin stops a PK")?;
+        }
         let mut applied = Applied::default();
-        if !self.pk_end(&mut applied, "stopped", Some(user)) {
+        if !self.pk_end(&mut applied, "stopped", by) {
             return Err(rejected(ErrorCode::NoPk, "no PK is on in this room"));
         }
         Ok(applied)

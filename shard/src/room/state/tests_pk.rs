@@ -115,7 +115,7 @@ fn gifts_to_each_teams_seats_score_for_it_and_the_pk_ends_at_its_time() {
         (vec![0, 1, 2, 3], vec![4, 5, 6, 7])
     );
     assert_eq!(ev.ends_at, T0 + 5 * MIN);
-    assert_eq!(ev.by, u("host"));
+    assert_eq!(ev.by, Some(u("host")));
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&out.ok).unwrap(),
         serde_json::json!({"pk": 1, "ends_at": T0 + 5 * MIN})
@@ -343,4 +343,35 @@ fn the_pk_is_kept_in_the_durable_state_and_shown_to_joiners() {
     // A room that never had a PK stores nothing of it.
     let plain = serde_json::to_value(&room().durable).unwrap();
     assert!(plain.get("pk").is_none(), "{plain}");
+}
+
+#[test]
+fn the_apps_backend_starts_and_stops_a_pk_past_the_staffs_rights() {
+    use protocol::client::BackendManage;
+    let mut r = room();
+    let start = BackendManage::PkStart(PkStart {
+        room: RoomId::from("r1"),
+        seconds: Some(90),
+        red: None,
+        blue: None,
+    });
+    let out = r.backend_manage(&start, T0).unwrap();
+    let ev = started(&out);
+    assert_eq!((ev.pk, ev.by, ev.ends_at), (1, None, T0 + 90_000));
+    assert_eq!(
+        r.backend_manage(&start, T0 + 1).err().map(|e| e.code),
+        Some(ErrorCode::PkOn)
+    );
+    let too_long = BackendManage::PkStart(PkStart {
+        room: RoomId::from("r1"),
+        seconds: Some(4000),
+        red: None,
+        blue: None,
+    });
+    assert_eq!(too_long.check(), Err("seconds must be 30..=3600"));
+    let out = r.backend_manage(&BackendManage::PkStop, T0 + 2).unwrap();
+    let end = ended(&out).unwrap();
+    assert_eq!((end.reason.as_str(), end.by), ("stopped", None));
+    let again = r.backend_manage(&BackendManage::PkStop, T0 + 3);
+    assert_eq!(again.err().map(|e| e.code), Some(ErrorCode::NoPk));
 }
