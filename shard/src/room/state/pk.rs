@@ -220,7 +220,7 @@ impl RoomState {
                 continue;
             };
             *score = score.saturating_add(each);
-            credit(from, &ev.from, each);
+            super::rocket::credit(from, &ev.from, each, MAX_SENDERS);
             moved = true;
         }
         moved
@@ -247,16 +247,4 @@ fn top_sender(from: &BTreeMap<UserId, i64>) -> Option<UserId> {
         .filter(|(u, c)| !u.is_robot() && **c > 0)
         .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
         .map(|(u, _)| u.clone())
-}
-
-/// Adds `coins` to `user`'s contribution, keeping at most [`MAX_SENDERS`]: past that the
-/// smallest one is dropped.
-fn credit(from: &mut BTreeMap<UserId, i64>, user: &UserId, coins: i64) {
-    let c = from.entry(user.clone()).or_default();
-    *c = c.saturating_add(coins);
-    if from.len() > MAX_SENDERS
-        && let Some(least) = from.iter().min_by_key(|(_, c)| **c).map(|(u, _)| u.clone())
-    {
-        from.remove(&least);
-    }
 }

@@ -223,7 +223,7 @@ impl RoomState {
         let target = rules.levels[r.level as usize % rules.levels.len()].fuel;
         let was = r.fuel;
         r.fuel = r.fuel.saturating_add(coins);
-        credit(&mut r.contrib, sender, coins);
+        credit(&mut r.contrib, sender, coins, MAX_CONTRIBUTORS);
         if r.pending.is_some() {
             if was < target && r.fuel >= target {
                 // Filled while it cannot launch: this order is the launch's, later.
@@ -302,7 +302,7 @@ impl RoomState {
         if r.fuel > 0
             && let Some((o, sender)) = &order
         {
-            credit(&mut r.contrib, sender, r.fuel);
+            credit(&mut r.contrib, sender, r.fuel, MAX_CONTRIBUTORS);
             if r.fuel >= rules.levels[r.level as usize].fuel {
                 r.filled_by = Some((*o, sender.clone()));
             }
@@ -360,12 +360,12 @@ fn draw_key(room: &protocol::RoomId, launch: u64, user: &UserId) -> u64 {
     u64::from_le_bytes(first)
 }
 
-/// Adds `coins` to `user`'s contribution, keeping at most [`MAX_CONTRIBUTORS`]: past that the
-/// smallest one is dropped.
-fn credit(contrib: &mut BTreeMap<UserId, i64>, user: &UserId, coins: i64) {
+/// Adds `coins` to `user`'s contribution, keeping at most `max` contributors: past that the
+/// smallest one is dropped (the largest stay, so the top contributors are still right).
+pub(super) fn credit(contrib: &mut BTreeMap<UserId, i64>, user: &UserId, coins: i64, max: usize) {
     let c = contrib.entry(user.clone()).or_default();
     *c = c.saturating_add(coins);
-    if contrib.len() > MAX_CONTRIBUTORS
+    if contrib.len() > max
         && let Some(least) = contrib
             .iter()
             .min_by_key(|(_, c)| **c)
