@@ -5,8 +5,8 @@
 //! those (a `moderation` event with `by` null), `POST /admin/rooms/{id}/close` and `…/open`
 //! close a room (its owner cannot reopen it) and reopen it, `PATCH /admin/rooms/{id}`
 //! changes its info (a `room.update` with `by` null), and `POST` / `DELETE
-//! /admin/rooms/{id}/pk` start and stop a PK (`pk.start` with `by` null, `pk.end`). All go through the same command path as
-//! a member's operation and wait for the room's answer.
+//! /admin/rooms/{id}/pk` start and stop a PK (`pk.start` with `by` null, `pk.end`). All go
+//! through the same command path as a member's operation and wait for the room's answer.
 
 use std::time::Duration;
 

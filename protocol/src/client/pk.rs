@@ -1,8 +1,9 @@
 //! PK: a timed gift battle between two teams of a room's seats, red and blue. The staff starts
-//! it (`pk.start`) and may stop it early (`pk.stop`, whose `d` is `{room}`); the value of the gifts the users seated on
-//! a team's seats receive while it is on is that team's score. The room announces the start and
-//! the end as sequenced events (`pk.start`, `pk.end`), and the scores as a volatile `pk.score`
-//! at a bounded rate; a joiner's snapshot carries the PK that is on.
+//! it (`pk.start`) and may stop it early (`pk.stop`, whose `d` is `{room}`); the value of the
+//! gifts the users seated on a team's seats receive while it is on is that team's score. The
+//! room announces the start and the end as sequenced events (`pk.start`, `pk.end`), and the
+//! scores as a volatile `pk.score` at a bounded rate; a joiner's snapshot carries the PK that
+//! is on.
 
 use serde::{Deserialize, Serialize};
 
