@@ -47,6 +47,28 @@ async fn start(hook: &str) -> Server {
     Server::launch(SECRET, ADMIN, gateway, shard).await
 }
 
+/// Waits until the room directory (`room.list`) shows `room` with its PK flag at `on`.
+async fn listed_with_pk(c: &mut kit::client::Client, room: &RoomId, on: bool) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let page = c.request("room.list", json!({"limit": 50})).await.unwrap();
+        let entry = page["rooms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["room"] == room.as_str())
+            .cloned();
+        if entry.as_ref().is_some_and(|e| e.get("pk").is_some() == on) {
+            if on {
+                assert_eq!(entry.unwrap()["pk"], true);
+            }
+            return;
+        }
+        assert!(Instant::now() < deadline, "not listed with pk {on}: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn gifts_to_each_teams_seats_score_and_the_owners_stop_names_the_winner() {
     let mut rx = Receiver::start(0).await.unwrap();
@@ -90,6 +112,8 @@ async fn gifts_to_each_teams_seats_score_and_the_owners_stop_names_the_winner() 
     );
     let err = host.request("pk.start", pk).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::PkOn));
+    // The directory marks the room as in a PK.
+    listed_with_pk(&mut w, &room, true).await;
 
     // Three roses to red's seat, one to blue's, one to a listener (no team).
     let started = Instant::now();
@@ -148,6 +172,7 @@ async fn gifts_to_each_teams_seats_score_and_the_owners_stop_names_the_winner() 
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::NoPk));
+    listed_with_pk(&mut after, &room, false).await;
     // The app's backend gets the result.
     let (events, _) = rx
         .delivered_until(|e| e["kind"] == "pk.ended", WAIT, |_| {})

@@ -100,6 +100,7 @@ fn entry(i: usize) -> RoomEntry {
         locked: i.is_multiple_of(23),
         region: Some(REGIONS[i % REGIONS.len()].to_owned()),
         pinned: false,
+        pk: false,
     }
 }
 

@@ -548,6 +548,7 @@ mod tests {
             locked: false,
             region: Some("eu".into()),
             pinned: false,
+            pk: false,
         };
         let line = index_line("n1", &e);
         assert_eq!(parse_index(&line), ("n1", "eu"));

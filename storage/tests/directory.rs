@@ -27,6 +27,8 @@ fn entry(room: &str, title: &str, members: u64, region: Option<&str>) -> RoomEnt
         locked: false,
         region: region.map(str::to_owned),
         pinned: false,
+        // Some in a PK: the flag comes back as it went in.
+        pk: members % 2 == 1,
     }
 }
 
@@ -83,6 +85,9 @@ async fn contract(store: DirectoryStore) {
         ids(&first),
         ["room-29", "room-28", "room-27", "room-26", "room-25"]
     );
+    // The entries come back as they went in (a PK flag too).
+    assert_eq!(first.rooms[0], entry("room-29", "Party 29", 29, Some("us")));
+    assert!(first.rooms[0].pk && !first.rooms[1].pk);
     let every = all_pages(&store, args(7)).await;
     assert_eq!(every.len(), 32);
     assert_eq!(every.iter().collect::<HashSet<_>>().len(), 32);

@@ -216,6 +216,8 @@ export interface RoomListEntry {
   locked: boolean;
   region?: string;
   pinned?: boolean;
+  /** A PK is on in the room (section 16.5; present only then). */
+  pk?: boolean;
 }
 
 /** One movement of the caller's statement (`wallet.history`, section 6.5). */

@@ -98,6 +98,9 @@ pub struct RoomEntry {
     /// Pinned by an operator (listed first).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
+    /// A PK is on in it (PROTOCOL.md section 16.5), for a client's "PK" tab or badge.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pk: bool,
 }
 
 /// The `ok` of `room.list`.

@@ -86,7 +86,8 @@ impl RoomActor {
         let score = ((members as f64 + heat / GIFT_COINS_PER_POINT) * 10.0).round() / 10.0;
         let robots = self.robots.is_some() || state.robot_count() > 0;
         let locked = d.password.is_some();
-        let flags = u8::from(robots) | (u8::from(locked) << 1);
+        let pk = state.pk_view(false).is_some();
+        let flags = u8::from(robots) | (u8::from(locked) << 1) | (u8::from(pk) << 2);
         let key = (members, seated, flags, score.to_bits());
         if !durable && self.listing.last == Some(key) {
             return;
@@ -103,6 +104,7 @@ impl RoomActor {
             locked,
             region: d.owner_region.as_deref().map(str::to_owned),
             pinned: false,
+            pk,
         });
     }
 
