@@ -31,6 +31,22 @@ pub struct CustomSend {
 pub const UNCLEAN_DATA: &str =
     "data may not hold control or bidi characters in its strings (newline and tab are fine)";
 
+/// Checks app-defined message data (a custom message's, a typed direct message's): at most
+/// [`MAX_CUSTOM_DATA_BYTES`] of JSON, and clean strings ([`crate::text::is_clean_json`]).
+///
+/// # Errors
+/// The rule broken, as a message for `BAD_REQUEST`.
+pub fn check_app_data(data: &serde_json::Value) -> Result<(), &'static str> {
+    let size = serde_json::to_vec(data).map_or(usize::MAX, |v| v.len());
+    if size > MAX_CUSTOM_DATA_BYTES {
+        Err("data must be at most 2048 bytes of JSON")
+    } else if !crate::text::is_clean_json(data) {
+        Err(UNCLEAN_DATA)
+    } else {
+        Ok(())
+    }
+}
+
 /// Whether `s` is an app-defined name: a custom message's `type`, a room attribute's key.
 pub fn is_app_name(s: &str) -> bool {
     (1..=MAX_CUSTOM_TYPE_BYTES).contains(&s.len())
@@ -47,17 +63,7 @@ impl CustomSend {
         if !is_app_name(&self.kind) {
             return Err("type must be 1..=32 characters of A-Z a-z 0-9 _ . : -");
         }
-        let size = self
-            .data
-            .as_ref()
-            .map_or(0, |d| serde_json::to_vec(d).map_or(usize::MAX, |v| v.len()));
-        if size > MAX_CUSTOM_DATA_BYTES {
-            return Err("data must be at most 2048 bytes of JSON");
-        }
-        if !self.data.as_ref().is_none_or(crate::text::is_clean_json) {
-            return Err(UNCLEAN_DATA);
-        }
-        Ok(())
+        self.data.as_ref().map_or(Ok(()), check_app_data)
     }
 }
 

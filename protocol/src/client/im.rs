@@ -50,16 +50,7 @@ impl ImSend {
         match &self.data {
             None => Ok(()),
             Some(_) if self.kind.is_none() => Err("data needs a type"),
-            Some(d) => {
-                let size = serde_json::to_vec(d).map_or(usize::MAX, |v| v.len());
-                if size > super::custom::MAX_CUSTOM_DATA_BYTES {
-                    Err("data must be at most 2048 bytes of JSON")
-                } else if !crate::text::is_clean_json(d) {
-                    Err(super::custom::UNCLEAN_DATA)
-                } else {
-                    Ok(())
-                }
-            }
+            Some(d) => super::custom::check_app_data(d),
         }
     }
 }
