@@ -673,7 +673,13 @@ pub fn liveness(h: &[Record], inp: &Inputs, w: &[Window]) -> (Verdict, BTreeMap<
         };
         match r.kind() {
             Kind::Ok => {
+                // An answer timed before the outage began (the history is in completion
+                // order) says nothing about its end.
                 if let Some(from) = outage_from.remove(room) {
+                    if r.t < from {
+                        outage_from.insert(room, from);
+                        continue;
+                    }
                     v.checked += 1;
                     let hold = w
                         .iter()
@@ -689,7 +695,8 @@ pub fn liveness(h: &[Record], inp: &Inputs, w: &[Window]) -> (Verdict, BTreeMap<
                         ));
                     }
                 }
-                last_ok.insert(room, r.t);
+                let last = last_ok.entry(room).or_insert(r.t);
+                *last = (*last).max(r.t);
             }
             Kind::Fail | Kind::Unknown => {
                 let since = last_ok.get(room).copied().unwrap_or(r.t);
