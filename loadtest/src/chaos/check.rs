@@ -673,8 +673,8 @@ pub fn liveness(h: &[Record], inp: &Inputs, w: &[Window]) -> (Verdict, BTreeMap<
         };
         match r.kind() {
             Kind::Ok => {
-                // An answer timed before the outage began (the history is in completion
-                // order) says nothing about its end.
+                // The clients' records interleave, so `t` is not in order: an answer timed
+                // before the outage began says nothing about its end.
                 if let Some(from) = outage_from.remove(room) {
                     if r.t < from {
                         outage_from.insert(room, from);
