@@ -36,6 +36,7 @@ mod health;
 mod messages;
 mod money;
 mod payments;
+mod reports;
 mod robots;
 mod rtc;
 mod users;
@@ -109,6 +110,8 @@ pub(crate) struct Admin {
     pub(crate) ready: Readiness,
     /// The robot room configurations every shard reconciles from (`/admin/robots`).
     pub(crate) robots: storage::robots::RobotStore,
+    /// The moderation queue (`/admin/reports`).
+    pub(crate) reports: storage::reports::ReportStore,
     /// The room snapshots, read to tell whether a room exists.
     pub(crate) snapshots: storage::snapshot::SnapshotStore,
     /// The room directory (`/admin/rooms`, directory pins).
@@ -386,6 +389,9 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
         (_, ["robots", rest @ ..]) => robots::serve(admin, &method, rest, &body).await,
+        (_, ["reports", rest @ ..]) => {
+            reports::serve(&admin.reports, &method, rest, uri_query, &body).await
+        }
         (_, ["users", rest @ ..]) => users::serve(admin, &method, rest, &body).await,
         (&Method::GET, ["ledger", "totals"]) => match &admin.core {
             Some(core) => money::totals(&core.money).await,
@@ -450,6 +456,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::GET, ["sellers", _]) => "seller_get",
         (&Method::GET, ["ledger", "totals"]) => "ledger_totals",
         (_, ["robots", rest @ ..]) => robots::verb_of(method, rest),
+        (_, ["reports", rest @ ..]) => reports::verb_of(method, rest),
         (_, ["users", rest @ ..]) => users::verb_of(method, rest),
         _ => "other",
     }

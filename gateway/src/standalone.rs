@@ -85,6 +85,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     let robots = storage::robots::RobotStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("robot configs: {e}")))?;
+    let reports = storage::reports::ReportStore::sqlite(&cfg.data_dir)
+        .await
+        .map_err(|e| StartError::Storage(format!("reports: {e}")))?;
     let im = storage::im::ImStore::sqlite(&cfg.data_dir)
         .await
         .map_err(|e| StartError::Storage(format!("direct messages: {e}")))?;
@@ -114,6 +117,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             ledger: Some(ledger.clone()),
             robots: robots.clone(),
             directory: directory.clone(),
+            reports: reports.clone(),
         },
         shutdown.clone(),
         tracker.clone(),
@@ -181,6 +185,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         membership: None,
         ready: Readiness::Standalone,
         robots,
+        reports,
         snapshots,
         directory: dir,
     });

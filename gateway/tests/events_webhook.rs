@@ -293,8 +293,8 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
     s.stop().await;
 }
 
-/// A member's report reaches the app once, with the reported line as the room sent it; a
-/// report of the room names no user.
+/// A member's report reaches the app once, with its id in the moderation queue and the
+/// reported line as the room sent it; a report of the room names no user.
 #[tokio::test]
 async fn a_report_reaches_the_app_once_with_the_reported_line() {
     let mut rx = Receiver::start(0).await.unwrap();
@@ -307,7 +307,8 @@ async fn a_report_reaches_the_app_once_with_the_reported_line() {
     let seq = bob.chat(&room, "cheap coins at example.com").await.unwrap();
     let report = json!({"room": room, "seq": seq, "reason": "spam", "text": "an ad"});
     let ok = host.request("report.send", report.clone()).await.unwrap();
-    assert_eq!(ok, json!({}));
+    let id = ok["id"].as_u64().unwrap();
+    assert_eq!(ok, json!({"id": id}), "the moderation queue's id");
     let again = host.request("report.send", report).await.unwrap();
     assert_eq!(again, json!({"duplicate": true}));
     let of_room = json!({"room": room, "reason": "other"});
@@ -323,6 +324,8 @@ async fn a_report_reaches_the_app_once_with_the_reported_line() {
     let [line, room_report] = data[..] else {
         panic!("two reports, the duplicate not sent: {events:?}")
     };
+    assert_eq!(line["id"], json!(id), "the app can resolve it by id");
+    assert_eq!(room_report["id"], json!(id + 1));
     assert_eq!(
         (
             &line["reporter"],

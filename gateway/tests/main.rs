@@ -30,6 +30,7 @@ mod openapi;
 mod payments;
 mod payments_bench;
 mod pk;
+mod reports;
 mod robots;
 mod robots_admin;
 mod robots_restart;

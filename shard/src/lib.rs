@@ -69,6 +69,8 @@ pub struct Stores {
     pub robots: storage::robots::RobotStore,
     /// The room directory the shard's rooms publish to.
     pub directory: storage::directory::DirectoryStore,
+    /// The moderation queue members' reports go to.
+    pub reports: storage::reports::ReportStore,
 }
 
 /// A running shard. Cheap to clone.
@@ -87,6 +89,8 @@ pub(crate) struct Inner {
     ledger: Option<Ledger>,
     /// Robot room configurations.
     robots: storage::robots::RobotStore,
+    /// The moderation queue.
+    reports: storage::reports::ReportStore,
     /// Rooms whose robots run here (kept by their actors, read by the robot reconcile).
     robot_rooms: Mutex<std::collections::HashSet<RoomId>>,
     /// Rooms whose robot configuration (which does not create its room) found no room when
@@ -175,6 +179,7 @@ impl Shard {
                 snapshots: room::snapshots::Snapshots::new(stores.snapshots),
                 ledger: stores.ledger,
                 robots: stores.robots,
+                reports: stores.reports,
                 robot_rooms: Mutex::new(std::collections::HashSet::new()),
                 robot_roomless: Mutex::new(std::collections::HashSet::new()),
                 tracker,
@@ -268,6 +273,11 @@ impl Shard {
     /// The robot room configurations this shard reads.
     pub fn robot_store(&self) -> &storage::robots::RobotStore {
         &self.inner.robots
+    }
+
+    /// The moderation queue this shard's rooms file reports to.
+    pub fn report_store(&self) -> &storage::reports::ReportStore {
+        &self.inner.reports
     }
 
     /// The money ledger this shard books gifts in (`None`: gifts are refused).

@@ -20,6 +20,8 @@ pub const ROBOT_STARTS: &str = "chorus_robot_runtime_starts_total";
 pub const PRESENCE_GRACE: &str = "chorus_presence_grace_total";
 /// Counter: reports members filed (`report.send`), duplicates not counted.
 pub const REPORTS_FILED: &str = "chorus_reports_filed_total";
+/// Counter: reports the moderation queue could not store after its tries.
+pub const REPORTS_UNSTORED: &str = "chorus_reports_unstored_total";
 /// Commands applied by rooms (counter).
 pub const ROOM_COMMANDS: &str = "chorus_shard_room_commands_total";
 /// Commands refused because a room's inbox was full (counter).
@@ -129,6 +131,10 @@ pub fn describe() {
     describe_counter!(
         REPORTS_FILED,
         "Reports members filed (duplicates not counted)."
+    );
+    describe_counter!(
+        REPORTS_UNSTORED,
+        "Reports the moderation queue could not store after its tries."
     );
     describe_counter!(
         ROOM_INBOX_FULL,

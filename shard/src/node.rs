@@ -150,6 +150,7 @@ pub async fn start(
             ledger,
             robots: storage::robots::RobotStore::redis(&redis),
             directory,
+            reports: storage::reports::ReportStore::redis(&redis),
         },
         shutdown.clone(),
         tracker.clone(),

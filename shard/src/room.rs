@@ -804,13 +804,16 @@ impl RoomActor {
             }
             RoomCmd::Op(RoomOp::Report(r)) => {
                 let filed = state.report(user, at, r, now_ms())?;
-                if !filed.duplicate {
-                    self.notify_report(user, r, &filed);
+                if filed.duplicate {
+                    let ok = client::ReportFiled {
+                        duplicate: true,
+                        id: None,
+                    };
+                    return Ok(Some((client::to_json(&ok).into(), None)));
                 }
-                let ok = client::ReportFiled {
-                    duplicate: filed.duplicate,
-                };
-                Ok(Some((client::to_json(&ok).into(), None)))
+                // Answered once the moderation queue holds it.
+                self.file_report(cmd, r, &filed);
+                Ok(None)
             }
             RoomCmd::Op(op) => {
                 // An admin's moderation of a user whose spend the room does not know (absent,

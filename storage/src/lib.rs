@@ -10,6 +10,7 @@
 //! - [`redis`]: connection setup and script loading.
 //! - [`registry`]: user -> gateways and user -> room now, and the gateway bus.
 //! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
+//! - [`reports`]: the moderation queue (members' reports until a moderator resolves them).
 //! - [`ledger`]: the money ledger contract and its SQLite, PostgreSQL and Scylla engines.
 //! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 //! - [`sqlite_cell`]: one SQLite connection shared by async callers without parking threads.
@@ -27,6 +28,7 @@ pub mod membership;
 pub mod profiles;
 pub mod redis;
 pub mod registry;
+pub mod reports;
 pub mod robots;
 pub mod snapshot;
 pub mod sqlite_cell;

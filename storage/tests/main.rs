@@ -26,6 +26,7 @@ mod ledger_conformance;
 mod ledger_owed_events;
 mod ledger_postgres;
 mod registry;
+mod reports;
 mod retention;
 mod robots;
 mod snapshot;

@@ -22,6 +22,7 @@ pub(crate) struct Server {
     pub(crate) dir: tempfile::TempDir,
     secret: Vec<u8>,
     admin_token: String,
+    config: (GatewayConfig, ShardConfig),
 }
 
 impl Server {
@@ -34,14 +35,23 @@ impl Server {
         shard: ShardConfig,
     ) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(dir, secret, admin_token, (gateway, shard)).await
+    }
+
+    async fn start_in(
+        dir: tempfile::TempDir,
+        secret: &[u8],
+        admin_token: &str,
+        config: (GatewayConfig, ShardConfig),
+    ) -> Server {
         let running = standalone::start(StandaloneConfig {
             ws_addr: "127.0.0.1:0".parse().expect("loopback address"),
             admin_addr: "127.0.0.1:0".parse().expect("loopback address"),
             data_dir: dir.path().to_owned(),
             jwt_secret: secret.to_vec(),
             admin_token: Some(admin_token.into()),
-            gateway,
-            shard,
+            gateway: config.0.clone(),
+            shard: config.1.clone(),
             ledger: String::new(),
         })
         .await
@@ -53,7 +63,16 @@ impl Server {
             dir,
             secret: secret.to_vec(),
             admin_token: admin_token.to_owned(),
+            config,
         }
+    }
+
+    /// Stops the server and starts it again on the same data directory (new ports).
+    pub(crate) async fn relaunch(mut self) -> Server {
+        if let Some(r) = self.running.take() {
+            r.stop(Duration::from_secs(5)).await;
+        }
+        Self::start_in(self.dir, &self.secret, &self.admin_token, self.config).await
     }
 
     /// The admin API's view of `room` (`GET /admin/rooms/{room}`).

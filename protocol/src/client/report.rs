@@ -65,6 +65,10 @@ pub struct ReportFiled {
     /// minutes: it is not sent again.
     #[serde(default, skip_serializing_if = "Not::not")]
     pub duplicate: bool,
+    /// The report's id in the app's moderation queue, once stored there (absent for a
+    /// duplicate, and when the queue could not be written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
 }
 
 #[cfg(test)]
@@ -104,10 +108,18 @@ mod tests {
             serde_json::to_string(&ReportFiled::default()).unwrap(),
             "{}"
         );
-        let dup = ReportFiled { duplicate: true };
+        let dup = ReportFiled {
+            duplicate: true,
+            id: None,
+        };
         assert_eq!(
             serde_json::to_string(&dup).unwrap(),
             r#"{"duplicate":true}"#
         );
+        let stored = ReportFiled {
+            duplicate: false,
+            id: Some(12),
+        };
+        assert_eq!(serde_json::to_string(&stored).unwrap(), r#"{"id":12}"#);
     }
 }

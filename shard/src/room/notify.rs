@@ -1,8 +1,13 @@
 //! What a room tells the app's backend (event webhooks, `crate::events`): built from what the
 //! room published, only for the kinds the operator asked for, and never waited on.
 
+use std::time::Duration;
+
+use serde::Deserialize;
 use serde_json::json;
+use serde_json::value::RawValue;
 use storage::ledger::GiftOrder;
+use storage::reports::{NewReport, ReportStore};
 
 use super::RoomActor;
 use super::state::{Applied, Filed, Presence, Sequenced};
@@ -98,40 +103,59 @@ impl RoomActor {
         n.emit("gift.settled", &self.room, d);
     }
 
-    /// Counts a member's report and queues `report.filed`, with the reported line as the room
-    /// sent it (its event's `d`) while the room's log holds it.
-    pub(super) fn notify_report(
+    /// Files a member's report in the moderation queue, then answers the reporter with its id
+    /// and queues `report.filed` (with the id) for the app. The reported line goes with it as
+    /// the room sent it (its event's `d`) while the room's log holds it. The write runs beside
+    /// the room, which goes on with its next command.
+    pub(super) fn file_report(
         &self,
-        reporter: &protocol::UserId,
+        cmd: &protocol::link::Command,
         r: &protocol::client::ReportSend,
         filed: &Filed,
     ) {
         metrics::counter!(crate::metrics::REPORTS_FILED).increment(1);
+        let reporter = &cmd.user;
         tracing::info!(room = %self.room, %reporter, user = ?filed.user, reason = %r.reason, "Report filed.");
-        let Some(n) = self
-            .inner
-            .events
-            .as_ref()
-            .filter(|n| n.wants("report.filed"))
-        else {
-            return;
-        };
         let epoch = self.state.as_ref().map(|s| s.epoch());
         let line = filed
             .seq
             .zip(epoch)
             .and_then(|(seq, epoch)| self.log.frame(epoch, seq))
-            .and_then(|f| serde_json::from_slice::<serde_json::Value>(f).ok())
-            .and_then(|mut v| v.get_mut("d").map(serde_json::Value::take));
-        let d = json!({
-            "reporter": reporter,
-            "user": filed.user,
-            "seq": filed.seq,
-            "line": line,
-            "reason": r.reason,
-            "text": r.text,
+            .and_then(|f| serde_json::from_slice::<EventData<'_>>(f).ok())
+            .map(|e| e.d.to_owned());
+        let report = NewReport {
+            room: self.room.clone(),
+            reporter: reporter.clone(),
+            user: filed.user.clone(),
+            seq: filed.seq,
+            line,
+            reason: r.reason.clone(),
+            text: r.text.clone(),
+            at: crate::room::now_ms(),
+        };
+        let inner = self.inner.clone();
+        let cmd = cmd.clone();
+        self.inner.tracker.spawn(async move {
+            let id = store_report(&inner.reports, &report).await;
+            if let Some(n) = inner.events.as_ref().filter(|n| n.wants("report.filed")) {
+                let d = json!({
+                    "id": id,
+                    "reporter": report.reporter,
+                    "user": report.user,
+                    "seq": report.seq,
+                    "line": report.line,
+                    "reason": report.reason,
+                    "text": report.text,
+                });
+                n.emit("report.filed", &report.room, d);
+            }
+            let ok = protocol::client::ReportFiled {
+                duplicate: false,
+                id,
+            };
+            let ok = protocol::client::to_json(&ok).into();
+            inner.reply_direct(&cmd, Ok(ok), None).await;
         });
-        n.emit("report.filed", &self.room, d);
     }
 
     /// Queues a room lifecycle event (`room.created`, `room.closed`, `room.opened`): `by`
@@ -148,6 +172,38 @@ impl RoomActor {
                 d["reason"] = r.into();
             }
             n.emit(kind, &self.room, d);
+        }
+    }
+}
+
+/// An event frame's `d`, borrowed.
+#[derive(Deserialize)]
+struct EventData<'a> {
+    #[serde(borrow)]
+    d: &'a RawValue,
+}
+
+/// Waits between tries of a report's write.
+const REPORT_RETRIES: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
+
+/// Writes `report` to the queue, trying again twice; its id, or `None` (logged and counted)
+/// when every try failed: the app still gets `report.filed`, without an id.
+async fn store_report(store: &ReportStore, report: &NewReport) -> Option<u64> {
+    let mut waits = REPORT_RETRIES.iter();
+    loop {
+        match store.file(report).await {
+            Ok(id) => return Some(id),
+            Err(e) => match waits.next() {
+                Some(wait) => {
+                    tracing::debug!(room = %report.room, error = %e, "Report not stored yet; trying again.");
+                    tokio::time::sleep(*wait).await;
+                }
+                None => {
+                    metrics::counter!(crate::metrics::REPORTS_UNSTORED).increment(1);
+                    tracing::warn!(room = %report.room, reporter = %report.reporter, error = %e, "Report not stored in the moderation queue.");
+                    return None;
+                }
+            },
         }
     }
 }

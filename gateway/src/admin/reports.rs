@@ -1,0 +1,171 @@
+//! The moderation queue's admin calls: list members' reports (by status, room or reported
+//! user, newest first, in pages), read one, and resolve one. Every node reads the same store
+//! (Redis in a cluster, the node's SQLite file standalone). What a resolution does to the user
+//! (a warning, a ban) is the app's: these calls record the decision; the room calls
+//! (`/admin/rooms/{id}/…`) and the user calls act.
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use protocol::client::custom::is_app_name;
+use protocol::ids::{is_valid_id, is_valid_user_id};
+use protocol::{RoomId, UserId};
+use serde::Deserialize;
+use serde_json::json;
+use storage::reports::{MAX_PAGE, Query, ReportStore, Resolution, Resolved, Status};
+
+use super::{Resp, error, json_resp, query_pairs};
+
+/// Longest resolution note, in characters.
+pub(crate) const MAX_NOTE_CHARS: usize = 500;
+
+fn unavailable(e: &storage::StorageError) -> Resp {
+    error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
+}
+
+fn bad(msg: &str) -> Resp {
+    error(StatusCode::BAD_REQUEST, msg)
+}
+
+fn no_report() -> Resp {
+    error(StatusCode::NOT_FOUND, "no such report")
+}
+
+/// Serves `/admin/reports[/…]`; `rest` is the path after `reports`.
+pub(super) async fn serve(
+    store: &ReportStore,
+    method: &Method,
+    rest: &[&str],
+    query: Option<&str>,
+    body: &Bytes,
+) -> Resp {
+    match (method, rest) {
+        (&Method::GET, []) => list(store, query).await,
+        (&Method::GET, [id]) => match id.parse() {
+            Ok(id) => get(store, id).await,
+            Err(_) => no_report(),
+        },
+        (&Method::POST, [id, "resolve"]) => match id.parse() {
+            Ok(id) => resolve(store, id, body).await,
+            Err(_) => no_report(),
+        },
+        _ => error(StatusCode::NOT_FOUND, "no such admin call"),
+    }
+}
+
+/// The `chorus_admin_calls_total` verb of a reports call (`rest` as in [`serve`]).
+pub(super) fn verb_of(method: &Method, rest: &[&str]) -> &'static str {
+    match (method, rest) {
+        (&Method::GET, []) => "reports_list",
+        (&Method::GET, [_]) => "reports_get",
+        (&Method::POST, [_, "resolve"]) => "reports_resolve",
+        _ => "other",
+    }
+}
+
+/// The list's query: `status`, `room`, `user`, `before`, `limit`.
+fn parse_query(query: Option<&str>) -> Result<Query, &'static str> {
+    let mut q = Query::default();
+    for (k, v) in query_pairs(query) {
+        match k.as_str() {
+            "status" => {
+                q.status = match v.as_str() {
+                    "open" => Status::Open,
+                    "resolved" => Status::Resolved,
+                    "all" => Status::All,
+                    _ => return Err("status: open, resolved or all"),
+                }
+            }
+            "room" if is_valid_id(&v) => q.room = Some(RoomId::from(v.as_str())),
+            "room" => return Err("room: not a room id"),
+            "user" if is_valid_user_id(&v) => q.user = Some(UserId::from(v.as_str())),
+            "user" => return Err("user: not a user id"),
+            "before" => q.before = Some(v.parse().map_err(|_| "before: a report id")?),
+            "limit" => match v.parse() {
+                Ok(l @ 1..=MAX_PAGE) => q.limit = l,
+                _ => return Err("limit: 1..=200"),
+            },
+            _ => {}
+        }
+    }
+    Ok(q)
+}
+
+async fn list(store: &ReportStore, query: Option<&str>) -> Resp {
+    let q = match parse_query(query) {
+        Ok(q) => q,
+        Err(msg) => return bad(msg),
+    };
+    match store.list(&q).await {
+        Ok(page) => json_resp(StatusCode::OK, &json!(page)),
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn get(store: &ReportStore, id: u64) -> Resp {
+    match store.get(id).await {
+        Ok(Some(r)) => json_resp(StatusCode::OK, &json!(r)),
+        Ok(None) => no_report(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// `POST /admin/reports/{id}/resolve` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    action: String,
+    #[serde(default)]
+    note: Option<String>,
+    #[serde(default)]
+    by: Option<String>,
+}
+
+impl ResolveBody {
+    fn check(&self) -> Result<(), &'static str> {
+        if !is_app_name(&self.action) {
+            return Err("action must be 1..=32 characters of A-Z a-z 0-9 _ . : -");
+        }
+        if self.by.as_deref().is_some_and(|b| !is_app_name(b)) {
+            return Err("by must be 1..=32 characters of A-Z a-z 0-9 _ . : -");
+        }
+        if let Some(n) = &self.note {
+            if n.chars().count() > MAX_NOTE_CHARS {
+                return Err("note must be at most 500 characters");
+            }
+            if !protocol::text::is_clean(n, true) {
+                return Err(
+                    "note may not hold control or bidi characters (newline and tab are fine)",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn resolve(store: &ReportStore, id: u64, body: &Bytes) -> Resp {
+    let b: ResolveBody = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => return bad(&format!("body: {e}")),
+    };
+    if let Err(msg) = b.check() {
+        return bad(msg);
+    }
+    let res = Resolution {
+        action: b.action,
+        note: b.note,
+        by: b.by,
+        at: crate::outbox::unix_ms(),
+    };
+    match store.resolve(id, &res).await {
+        Ok(Resolved::Now(r)) => {
+            tracing::info!(report = id, action = %res.action, by = ?res.by, "Report resolved.");
+            json_resp(StatusCode::OK, &json!(r))
+        }
+        Ok(Resolved::Already(r)) => json_resp(
+            StatusCode::CONFLICT,
+            &json!({ "error": "report already resolved", "report": r }),
+        ),
+        Ok(Resolved::Missing) => no_report(),
+        Err(e) => unavailable(&e),
+    }
+}
