@@ -107,6 +107,14 @@ async fn contract(s: ReportStore) {
         all_pages(&s, query(Status::Open, 1)).await,
         [id4, id3, id2, id1]
     );
+    let exact = s.list(&query(Status::Open, 4)).await.unwrap();
+    assert_eq!(
+        (exact.reports.len(), exact.next),
+        (4, None),
+        "a page that ends the list says so"
+    );
+    let first = s.list(&query(Status::Open, 3)).await.unwrap();
+    assert_eq!(first.next, Some(id2));
     assert_eq!(
         all_pages(&s, query(Status::Resolved, 50)).await,
         Vec::<u64>::new()

@@ -166,17 +166,22 @@ impl RedisReports {
                 });
             };
             scanned += ids.len();
-            for r in self.read(&ids).await? {
-                if q.admits(&r) {
-                    reports.push(r);
-                    if reports.len() == q.limit {
-                        let next = reports.last().map(|r| r.id);
-                        return Ok(Page { reports, next });
-                    }
+            let full_batch = ids.len() == SCAN_BATCH;
+            let mut found = self.read(&ids).await?.into_iter().filter(|r| q.admits(r));
+            for r in found.by_ref() {
+                reports.push(r);
+                if reports.len() == q.limit {
+                    break;
                 }
             }
+            if reports.len() == q.limit {
+                // A next page when this batch holds more, or the index may.
+                let more = found.next().is_some() || full_batch;
+                let next = reports.last().map(|r| r.id).filter(|_| more);
+                return Ok(Page { reports, next });
+            }
             below = Some(last);
-            if ids.len() < SCAN_BATCH {
+            if !full_batch {
                 return Ok(Page {
                     reports,
                     next: None,
