@@ -759,10 +759,12 @@ pub fn rocket(f: &FileConfig) -> anyhow::Result<shard::state::RocketRules> {
     Ok(r)
 }
 
+mod reports;
 #[cfg(test)]
 mod tests;
 mod users;
 mod wallets;
 
+pub use reports::{ReportStatus, ReportsVerb};
 pub use users::UsersVerb;
 pub use wallets::WalletsVerb;

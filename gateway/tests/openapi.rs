@@ -96,6 +96,10 @@ fn every_call_the_node_serves_is_in_the_contract() {
     let mut served = router_calls("gateway/src/admin.rs", "/admin");
     served.extend(router_calls("gateway/src/admin/robots.rs", "/admin/robots"));
     served.extend(router_calls("gateway/src/admin/users.rs", "/admin/users"));
+    served.extend(router_calls(
+        "gateway/src/admin/reports.rs",
+        "/admin/reports",
+    ));
     assert!(served.len() > 30, "{served:?}");
     let missing: Vec<_> = served.difference(&contract).collect();
     assert!(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
-use super::{RoomsVerb, UsersVerb, WalletsVerb};
+use super::{ReportsVerb, RoomsVerb, UsersVerb, WalletsVerb};
 
 /// `chorus admin` flags.
 #[derive(Debug, Clone, Args)]
@@ -104,6 +104,12 @@ pub enum AdminVerb {
         /// The call.
         #[command(subcommand)]
         verb: RobotsVerb,
+    },
+    /// The moderation queue: members' reports (`/admin/reports`).
+    Reports {
+        /// The call.
+        #[command(subcommand)]
+        verb: ReportsVerb,
     },
     /// User profiles (`/admin/users/{id}/profile`).
     Users {
@@ -236,6 +242,7 @@ impl AdminVerb {
             ),
             Self::Robots { verb } => return verb.request(),
             Self::Users { verb } => verb.request(),
+            Self::Reports { verb } => verb.request(),
             Self::Rooms { verb } => verb.request(),
             Self::Wallets { verb } => verb.request(),
         })

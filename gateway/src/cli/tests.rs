@@ -127,6 +127,45 @@ fn admin_users_calls_send_only_the_fields_given() {
 }
 
 #[test]
+fn admin_reports_calls_name_their_filters_and_decision() {
+    let list = AdminVerb::Reports {
+        verb: ReportsVerb::List {
+            status: ReportStatus::All,
+            room: Some("party".into()),
+            user: Some("auth0|a+b".into()),
+            before: Some(40),
+            limit: Some(10),
+        },
+    };
+    let (method, path, body) = list.request().unwrap();
+    assert_eq!(
+        (method, path.as_str(), body),
+        (
+            "GET",
+            "/admin/reports?status=all&room=party&user=auth0%7Ca%2Bb&before=40&limit=10",
+            None
+        )
+    );
+    let resolve = AdminVerb::Reports {
+        verb: ReportsVerb::Resolve {
+            id: 7,
+            action: "warned".into(),
+            note: None,
+            by: Some("mod-anna".into()),
+        },
+    };
+    let (method, path, body) = resolve.request().unwrap();
+    assert_eq!(
+        (method, path.as_str()),
+        ("POST", "/admin/reports/7/resolve")
+    );
+    assert_eq!(
+        body,
+        Some(serde_json::json!({"action": "warned", "by": "mod-anna"}))
+    );
+}
+
+#[test]
 fn admin_calls_percent_encode_user_ids_in_their_paths() {
     let user = "auth0|5f7c+a@b".to_owned();
     let calls = [
