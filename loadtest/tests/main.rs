@@ -32,6 +32,7 @@ mod money_postgres;
 mod pk_cluster;
 mod presence_cluster;
 mod rebalance;
+mod reports_cluster;
 mod robots_cluster;
 mod rocket_crash;
 mod seats_cluster;
