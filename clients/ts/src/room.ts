@@ -125,7 +125,8 @@ export class Room extends Emitter<RoomEvents> {
   /**
    * Reports a user, a chat line (`seq`, its `chat` event's; its sender is the user reported)
    * or, with neither, the room to the app's moderators. `reason` is the app's code (e.g.
-   * `"spam"`), `text` the reporter's words. Nobody in the room sees it; the same report again
+   * `"spam"`), `text` the reporter's words. Nobody in the room sees it; it waits in the
+   * app's moderation queue, and the answer is its id there (`{id}`). The same report again
    * within 10 minutes answers `{duplicate: true}`, and more than 5 in 10 minutes answer
    * `RATE_LIMITED`.
    */

@@ -112,7 +112,8 @@ export interface Ops {
   "pk.stop": [{ room: string }, Record<string, never>];
   "report.send": [
     { room: string; user?: string; seq?: number; reason: string; text?: string },
-    { duplicate?: boolean },
+    /** `id`: the report's id in the app's moderation queue (absent for a duplicate). */
+    { duplicate?: boolean; id?: number },
   ];
   "seat.take": [{ room: string; seat?: number }, { seat: number }];
   "seat.leave": [{ room: string }, Record<string, never>];

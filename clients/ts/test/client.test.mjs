@@ -125,7 +125,9 @@ test("app-defined messages: a sequenced one moves the position, a volatile one d
   assert.ok(r.seq > oops.seq, "the recall is sequenced after the line");
   // Reports: a line (its sender is the user reported), the same again a duplicate, oneself refused.
   const rude = await rb.chat("rude words");
-  assert.deepEqual(await ra.report("abuse", { seq: rude.seq, text: "in the chat" }), {});
+  const filed = await ra.report("abuse", { seq: rude.seq, text: "in the chat" });
+  assert.ok(Number.isInteger(filed.id) && filed.id > 0, JSON.stringify(filed));
+  assert.deepEqual(filed, { id: filed.id }, "the moderation queue's id");
   assert.deepEqual(await ra.report("abuse", { seq: rude.seq, text: "again" }), { duplicate: true });
   await assert.rejects(rb.report("spam", { user: "cu-bob" }), (e) => e.code === "BAD_REQUEST");
   await assert.rejects(ra.report("not a code"), (e) => e.code === "BAD_REQUEST");

@@ -1,7 +1,8 @@
 export {};
 // The operator dashboard served by every node at `/dashboard` on its admin port: nodes with
 // weights and health, the ring, rooms and their leases per shard, the rebalance, live charts
-// from this node's `/metrics`, and drain / weight / move buttons that call the admin API.
+// from this node's `/metrics`, drain / weight / move buttons that call the admin API, and
+// the members' reports with a "Resolve" per open one.
 // The admin token is typed in and kept in this script's memory only.
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
@@ -150,6 +151,121 @@ function renderLeases(data: any): void {
   }
 }
 
+// ---- the moderation queue: members' reports (newest first), resolved from here ----
+
+const ACTIONS = ["dismissed", "warned", "removed", "banned"];
+/** Pages of reports shown ("More" adds one); each refresh reloads that many. */
+let reportPages = 1;
+/** Counts loads: only the latest draws, so a slow refresh never overwrites a newer list. */
+let reportsLoad = 0;
+/** The action picked per open report: kept across redraws (the list is redrawn every 5 s). */
+const picked = new Map<number, string>();
+let reportsTimer: ReturnType<typeof setTimeout> | null = null;
+
+/** Loads `reportPages` pages of the chosen status, following `next`, and draws them. */
+async function loadReports(): Promise<void> {
+  const load = ++reportsLoad;
+  const status = $<HTMLSelectElement>("reports-status").value;
+  const list: any[] = [];
+  let next: unknown = null;
+  try {
+    for (let page = 0; page < reportPages && (page === 0 || next != null); page++) {
+      const before = page ? `&before=${encodeURIComponent(String(next))}` : "";
+      const r = await api("GET", `/admin/reports?status=${encodeURIComponent(status)}${before}`);
+      if (load !== reportsLoad) return;
+      if (r.status === 401) {
+        stop("the admin token was refused");
+        return;
+      }
+      if (r.status !== 200) {
+        $("reports-result").textContent = `reports: ${r.status} ${errorOf(r.json)}`;
+        return;
+      }
+      list.push(...(r.json?.reports ?? []));
+      next = r.json?.next ?? null;
+    }
+  } catch (e) {
+    if (load === reportsLoad) $("reports-result").textContent = `reports unreachable: ${String(e)}`;
+    return;
+  }
+  renderReports(list, next);
+}
+
+function renderReports(list: any[], next: unknown): void {
+  $("reports").querySelector("tbody")!.replaceChildren(...list.map(reportRow));
+  $("reports-more").hidden = next == null;
+}
+
+/** One report; every cell is set as text (the reason, words and line come from members). */
+function reportRow(r: any): HTMLTableRowElement {
+  const tr = rowOf([when(r.at), r.room, r.reporter, r.user ?? "the room", r.reason, r.text, r.line?.text]);
+  tr.dataset.report = String(r.id);
+  tr.dataset.status = String(r.status);
+  if (r.line?.from != null) tr.cells[6].title = `said by ${r.line.from}`;
+  const cell = el("td");
+  if (r.status === "open") {
+    const pick = el("select");
+    pick.dataset.reportAction = String(r.id);
+    for (const a of ACTIONS) pick.append(new Option(a, a));
+    pick.value = picked.get(r.id) ?? ACTIONS[0];
+    pick.onchange = () => picked.set(r.id, pick.value);
+    const go = button("Resolve", () => {
+      go.disabled = true;
+      void resolveReport(r.id, pick.value);
+    });
+    cell.append(pick, " ", go);
+  } else {
+    cell.textContent = resolution(r.resolution);
+    if (r.resolution?.action != null) cell.dataset.resolution = String(r.resolution.action);
+  }
+  tr.append(cell);
+  return tr;
+}
+
+function resolution(res: any): string {
+  if (!res) return "–";
+  return `${res.action} by ${res.by ?? "–"} · ${when(res.at)}${res.note ? ` · ${res.note}` : ""}`;
+}
+
+function when(ms: unknown): string {
+  return typeof ms === "number" ? new Date(ms).toLocaleString() : "–";
+}
+
+function errorOf(json: any): string {
+  return typeof json === "string" ? json : (json?.error ?? JSON.stringify(json));
+}
+
+/** Resolves one report as the dashboard, says how it went, and reloads the list at once. */
+async function resolveReport(id: number, action: string): Promise<void> {
+  const r = await api("POST", `/admin/reports/${encodeURIComponent(String(id))}/resolve`, { action, by: "dashboard" });
+  const res = $("reports-result");
+  res.dataset.status = String(r.status);
+  if (r.status === 200) res.textContent = `report ${id}: ${action}`;
+  // Another moderator was first: say what they decided.
+  else if (r.status === 409) res.textContent = `report ${id} was resolved already: ${resolution(r.json?.report?.resolution)}`;
+  else res.textContent = `resolve report ${id}: ${r.status} ${errorOf(r.json)}`;
+  if (r.status === 200 || r.status === 409) picked.delete(id);
+  await loadReports();
+}
+
+/** The next load of reports 5 s after this one ends, for as long as sign-in `session` lasts. */
+function scheduleReports(session: number): void {
+  reportsTimer = setTimeout(() => {
+    void loadReports().finally(() => {
+      if (session === signedIn && reportsTimer !== null) scheduleReports(session);
+    });
+  }, 5000);
+}
+
+$("reports-status").onchange = () => {
+  reportPages = 1;
+  void loadReports();
+};
+$("reports-more").onclick = () => {
+  reportPages++;
+  void loadReports();
+};
+
 // ---- live charts from the Prometheus text of this node's /metrics ----
 
 interface Series {
@@ -290,6 +406,10 @@ async function refresh(): Promise<void> {
 function stop(why: string): void {
   if (timer) clearTimeout(timer);
   timer = null;
+  if (reportsTimer) clearTimeout(reportsTimer);
+  reportsTimer = null;
+  reportsLoad++;
+  $("reports").querySelector("tbody")!.replaceChildren();
   signedIn++;
   token = "";
   $("dash").hidden = true;
@@ -310,8 +430,10 @@ async function signIn(): Promise<void> {
   $("signin").hidden = true;
   $("dash").hidden = false;
   $("signin-error").textContent = "";
-  await refresh();
+  reportPages = 1;
+  await Promise.all([refresh(), loadReports()]);
   schedule(++signedIn);
+  scheduleReports(signedIn);
 }
 
 /** Counts sign-ins: a refresh that ends after a sign-out (or a new sign-in) schedules nothing. */
