@@ -11,6 +11,7 @@
 //! - [`registry`]: user -> gateways and user -> room now, and the gateway bus.
 //! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
 //! - [`reports`]: the moderation queue (members' reports until a moderator resolves them).
+//! - [`suspensions`]: accounts the platform shut out, until a time or until lifted.
 //! - [`ledger`]: the money ledger contract and its SQLite, PostgreSQL and Scylla engines.
 //! - [`profiles`], [`follows`]: users' stored profiles and who follows whom (Redis / SQLite).
 //! - [`sqlite_cell`]: one SQLite connection shared by async callers without parking threads.
@@ -32,5 +33,6 @@ pub mod reports;
 pub mod robots;
 pub mod snapshot;
 pub mod sqlite_cell;
+pub mod suspensions;
 
 pub use error::{Result, StorageError};

@@ -30,6 +30,7 @@ mod reports;
 mod retention;
 mod robots;
 mod snapshot;
+mod suspensions;
 mod users;
 mod wallet_bench;
 mod wallet_conformance;
