@@ -393,6 +393,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             reports::serve(&admin.reports, &method, rest, uri_query, &body).await
         }
         (_, ["users", rest @ ..]) => users::serve(admin, &method, rest, &body).await,
+        (&Method::GET, ["suspensions"]) => match &admin.core {
+            Some(core) => users::suspensions(core),
+            None => error(StatusCode::NOT_FOUND, "users are served by gateway nodes"),
+        },
         (&Method::GET, ["ledger", "totals"]) => match &admin.core {
             Some(core) => money::totals(&core.money).await,
             None => error(
@@ -458,6 +462,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (_, ["robots", rest @ ..]) => robots::verb_of(method, rest),
         (_, ["reports", rest @ ..]) => reports::verb_of(method, rest),
         (_, ["users", rest @ ..]) => users::verb_of(method, rest),
+        (&Method::GET, ["suspensions"]) => "suspensions_list",
         _ => "other",
     }
 }

@@ -49,6 +49,7 @@ mod social;
 mod sock;
 pub mod standalone;
 mod standing;
+mod suspension;
 mod users;
 mod wallet;
 mod web;

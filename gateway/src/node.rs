@@ -210,9 +210,11 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         crate::users::Users::new(
             storage::profiles::ProfileStore::redis(&redis),
             storage::follows::FollowStore::redis(&redis),
+            storage::suspensions::SuspensionStore::redis(&redis),
         ),
     );
     crate::social::start(&core).await?;
+    crate::suspension::start(&core).await?;
     let directory = crate::directory::Directory::new(
         storage::directory::DirectoryStore::redis(&redis),
         cfg.gateway.directory_stale,

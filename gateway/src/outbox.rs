@@ -111,15 +111,18 @@ pub(crate) enum Kick {
     TokenExpired = 4,
     /// The user's newer connections pushed this one over the per-user cap: 4001.
     TooManyConnections = 5,
+    /// The platform suspended the user's account: 4003.
+    Suspended = 6,
 }
 
 impl Kick {
-    const ALL: [Kick; 5] = [
+    const ALL: [Kick; 6] = [
         Kick::SlowConsumer,
         Kick::GoingAway,
         Kick::HeartbeatTimeout,
         Kick::TokenExpired,
         Kick::TooManyConnections,
+        Kick::Suspended,
     ];
 
     fn from_u8(v: u8) -> Option<Self> {
@@ -134,6 +137,7 @@ impl Kick {
             Kick::HeartbeatTimeout => close::HEARTBEAT_TIMEOUT,
             Kick::TokenExpired => close::POLICY,
             Kick::TooManyConnections => close::TOO_MANY_CONNECTIONS,
+            Kick::Suspended => close::SUSPENDED,
         }
     }
 
@@ -145,6 +149,7 @@ impl Kick {
             Kick::HeartbeatTimeout => "heartbeat timeout",
             Kick::TokenExpired => "token expired",
             Kick::TooManyConnections => "too many connections for this user",
+            Kick::Suspended => "account suspended",
         }
     }
 }

@@ -156,6 +156,11 @@ pub(crate) fn run(
     if core.shutdown.is_cancelled() {
         outbox.kick(Kick::GoingAway);
     }
+    // A suspended user is closed after `hello` (checked after `add`, so a suspension applied
+    // meanwhile closes this socket either here or there).
+    if core.users.suspended.of(&who.user).is_some() {
+        outbox.kick(Kick::Suspended);
+    }
     metrics::gauge!(m::CONNECTIONS).increment(1.0);
     // After `hello`: the direct messages the user is owed, the stored profile, and the guards
     // and lifetime spend the user's rooms show as badges, in one task.

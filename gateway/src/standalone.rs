@@ -98,6 +98,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         storage::follows::FollowStore::sqlite(&cfg.data_dir)
             .await
             .map_err(|e| StartError::Storage(format!("follows: {e}")))?,
+        storage::suspensions::SuspensionStore::sqlite(&cfg.data_dir)
+            .await
+            .map_err(|e| StartError::Storage(format!("suspensions: {e}")))?,
     );
     let directory = storage::directory::DirectoryStore::memory_with_pins_file(&cfg.data_dir)
         .await
@@ -157,6 +160,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         cfg.gateway.directory_cache,
     );
     let _ = core.directory.set(dir.clone());
+    crate::suspension::start(&core)
+        .await
+        .map_err(|e| StartError::Storage(format!("suspensions: {e}")))?;
     if direct_link()? {
         // The rooms hand replies and events to the gateway on their own tasks: one task
         // hand-off less per delivery (see `shard::gateway_link`). Weak: the shard outlives

@@ -50,6 +50,8 @@ pub(crate) struct Users {
     pub(crate) profiles: ProfileStore,
     /// Who follows whom.
     pub(crate) follows: FollowStore,
+    /// Account suspensions (`crate::suspension`).
+    pub(crate) suspended: crate::suspension::Suspended,
     /// When each user last changed their profile here ([`clock_ms`]).
     gate: Mutex<HashMap<UserId, u64>>,
     /// Each user's last `follow.rooms` answer, whole (every room), and when it was read.
@@ -57,10 +59,15 @@ pub(crate) struct Users {
 }
 
 impl Users {
-    pub(crate) fn new(profiles: ProfileStore, follows: FollowStore) -> Self {
+    pub(crate) fn new(
+        profiles: ProfileStore,
+        follows: FollowStore,
+        suspensions: storage::suspensions::SuspensionStore,
+    ) -> Self {
         Self {
             profiles,
             follows,
+            suspended: crate::suspension::Suspended::new(suspensions),
             gate: Mutex::new(HashMap::new()),
             followed: Mutex::new(HashMap::new()),
         }
@@ -522,6 +529,9 @@ mod tests {
         let users = Users::new(
             ProfileStore::sqlite(dir.path()).await.expect("profiles"),
             FollowStore::sqlite(dir.path()).await.expect("follows"),
+            storage::suspensions::SuspensionStore::sqlite(dir.path())
+                .await
+                .expect("suspensions"),
         );
         let (ann, bob) = (UserId::from("ann"), UserId::from("bob"));
         assert!(users.admit_change(&ann, 10_000));

@@ -42,6 +42,7 @@ mod slow_reader;
 mod standalone;
 mod standalone_connection;
 mod storm;
+mod suspension;
 mod users;
 mod vip_protection;
 mod wallet;

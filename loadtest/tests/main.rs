@@ -38,6 +38,7 @@ mod rocket_crash;
 mod seats_cluster;
 mod snapshots;
 mod social_cluster;
+mod suspension_cluster;
 mod users_cluster;
 
 /// Every file in `tests/` is declared above: one without its `mod` line would never run.

@@ -162,4 +162,6 @@ pub mod close {
     /// Heartbeat time-out: nothing heard from the peer for two heartbeats; reconnect and
     /// resume with `since`. Not 1000, which would tell the client all went as meant.
     pub const HEARTBEAT_TIMEOUT: u16 = 4002;
+    /// The user's account is suspended by the platform: do not reconnect.
+    pub const SUSPENDED: u16 = 4003;
 }

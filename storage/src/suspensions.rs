@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ::redis::Script;
 use ::redis::aio::ConnectionManager;
 use protocol::UserId;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StorageError};
@@ -171,7 +171,7 @@ impl SuspensionStore {
                 let (user, until) = (user.to_string(), s.until.map(sql_ms));
                 let version = cell
                     .call(move |c| {
-                        let tx = c.transaction()?;
+                        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
                         tx.execute(
                             "INSERT INTO suspensions (user, until, doc) VALUES (?1, ?2, ?3)
                              ON CONFLICT (user) DO UPDATE SET until = ?2, doc = ?3",
@@ -212,7 +212,7 @@ impl SuspensionStore {
             Self::Sqlite(cell) => {
                 let user = user.to_string();
                 cell.call(move |c| {
-                    let tx = c.transaction()?;
+                    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
                     let n = tx.execute("DELETE FROM suspensions WHERE user = ?1", [user])?;
                     if n > 0 {
                         bump(&tx)?;

@@ -1,6 +1,8 @@
-//! The user calls of the admin API: read and set a user's profile. Served by nodes with
-//! sessions (gateways, standalone): a change is stored, then reaches the user's sessions on
-//! the node and the rooms they are in, like `user.update`.
+//! The user calls of the admin API: read and set a user's profile, and suspend an account.
+//! Served by nodes with sessions (gateways, standalone): a profile change is stored, then
+//! reaches the user's sessions on the node and the rooms they are in, like `user.update`; a
+//! suspension is stored, then closes the user's sockets on every gateway
+//! (`crate::suspension`).
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -44,8 +46,154 @@ pub(super) async fn serve(admin: &Admin, method: &Method, rest: &[&str], body: &
                 Err((_, msg)) => error(StatusCode::SERVICE_UNAVAILABLE, &msg),
             }
         }
+        (&Method::GET, [user, "suspension"]) if is_valid_user_id(user) => {
+            let user = UserId::from(*user);
+            let s = core.users.suspended.of(&user);
+            json_resp(StatusCode::OK, &suspension_json(&user, s.as_ref()))
+        }
+        (&Method::PUT, [user, "suspension"]) if is_valid_user_id(user) => {
+            suspend(core, UserId::from(*user), body).await
+        }
+        (&Method::DELETE, [user, "suspension"]) if is_valid_user_id(user) => {
+            lift(core, UserId::from(*user)).await
+        }
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
     }
+}
+
+/// Longest suspension with a time: ten years.
+const MAX_SUSPENSION_SECS: u64 = 10 * 365 * 24 * 3600;
+/// Longest reason, in characters.
+const MAX_REASON_CHARS: usize = 200;
+
+/// `PUT /admin/users/{user}/suspension` body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuspendBody {
+    /// How long; absent: until lifted.
+    #[serde(default)]
+    seconds: Option<u64>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    by: Option<String>,
+}
+
+impl SuspendBody {
+    fn check(&self) -> Result<(), &'static str> {
+        if self
+            .seconds
+            .is_some_and(|s| s == 0 || s > MAX_SUSPENSION_SECS)
+        {
+            return Err("seconds: 1..=315360000 (ten years), or absent for until lifted");
+        }
+        if self.reason.as_deref().is_some_and(|r| {
+            r.chars().count() > MAX_REASON_CHARS || !protocol::text::is_clean(r, false)
+        }) {
+            return Err("reason: at most 200 characters, no control or bidi characters");
+        }
+        if self
+            .by
+            .as_deref()
+            .is_some_and(|b| !protocol::client::custom::is_app_name(b))
+        {
+            return Err("by must be 1..=32 characters of A-Z a-z 0-9 _ . : -");
+        }
+        Ok(())
+    }
+}
+
+/// `{user, suspended, reason?, until?, at?, by?}`.
+pub(super) fn suspension_json(
+    user: &UserId,
+    s: Option<&storage::suspensions::Suspension>,
+) -> serde_json::Value {
+    match s {
+        Some(s) => json!({
+            "user": user,
+            "suspended": true,
+            "reason": s.reason,
+            "until": s.until,
+            "at": s.at,
+            "by": s.by,
+        }),
+        None => json!({ "user": user, "suspended": false }),
+    }
+}
+
+/// Stores the suspension, applies it here and tells the other gateways holding the user's
+/// sockets (the rest learn it from the store within `suspension::REFRESH`).
+async fn suspend(core: &std::sync::Arc<crate::shared::Core>, user: UserId, body: &Bytes) -> Resp {
+    let b: SuspendBody = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+    };
+    if let Err(msg) = b.check() {
+        return error(StatusCode::BAD_REQUEST, msg);
+    }
+    let now = crate::outbox::unix_ms();
+    let s = storage::suspensions::Suspension {
+        reason: b.reason,
+        until: b
+            .seconds
+            .map(|secs| now.saturating_add(secs.saturating_mul(1000))),
+        at: now,
+        by: b.by,
+    };
+    if let Err(e) = core.users.suspended.store().put(&user, &s, now).await {
+        return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
+    }
+    tracing::info!(%user, until = ?s.until, by = ?s.by, "Account suspended.");
+    core.apply_suspension(&user, Some(s.clone()));
+    notify_gateways(core, &user, Some(&s)).await;
+    json_resp(StatusCode::OK, &suspension_json(&user, Some(&s)))
+}
+
+async fn lift(core: &std::sync::Arc<crate::shared::Core>, user: UserId) -> Resp {
+    match core.users.suspended.store().lift(&user).await {
+        Ok(true) => {
+            tracing::info!(%user, "Account suspension lifted.");
+            core.apply_suspension(&user, None);
+            json_resp(StatusCode::OK, &suspension_json(&user, None))
+        }
+        Ok(false) => error(StatusCode::NOT_FOUND, "not suspended"),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
+}
+
+/// Sends the suspension to the other gateways that hold `user`'s sockets.
+async fn notify_gateways(
+    core: &std::sync::Arc<crate::shared::Core>,
+    user: &UserId,
+    s: Option<&storage::suspensions::Suspension>,
+) {
+    let gateways = match core.gateways_of(user).await {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(%user, error = %e, "Could not read where the user is connected; the gateways learn the suspension from the store.");
+            return;
+        }
+    };
+    let notice = crate::social::Notice::Suspended {
+        user: user.clone(),
+        suspension: s.cloned(),
+    };
+    for gw in gateways.iter().filter(|g| **g != core.node) {
+        core.notify(gw, &notice).await;
+    }
+}
+
+/// `GET /admin/suspensions`: every suspension that holds now, newest first (as this gateway
+/// knows them: the store's within `suspension::REFRESH`).
+pub(super) fn suspensions(core: &crate::shared::Core) -> Resp {
+    let all: Vec<_> = core
+        .users
+        .suspended
+        .current()
+        .iter()
+        .map(|(u, s)| suspension_json(u, Some(s)))
+        .collect();
+    json_resp(StatusCode::OK, &json!({ "suspensions": all }))
 }
 
 /// A user id usable in a path, not a robot's (robots have no stored profile).
@@ -58,6 +206,9 @@ pub(super) fn verb_of(method: &Method, rest: &[&str]) -> &'static str {
     match (method, rest) {
         (&Method::GET, [_, "profile"]) => "user_profile_get",
         (&Method::PUT, [_, "profile"]) => "user_profile_set",
+        (&Method::GET, [_, "suspension"]) => "user_suspension_get",
+        (&Method::PUT, [_, "suspension"]) => "user_suspend",
+        (&Method::DELETE, [_, "suspension"]) => "user_unsuspend",
         _ => "other",
     }
 }

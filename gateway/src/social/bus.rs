@@ -51,6 +51,11 @@ pub(crate) enum Notice {
     Profile { user: UserId, profile: Profile },
     /// `user`'s standing changed (a guard bought): read it again from the ledger.
     Standing { user: UserId },
+    /// `user` was suspended (their sockets here close with 4003), or `suspension` null: lifted.
+    Suspended {
+        user: UserId,
+        suspension: Option<storage::suspensions::Suspension>,
+    },
 }
 
 /// Listens on this gateway's channel (starting with `feed`, opened before the gateway took
