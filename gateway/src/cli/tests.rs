@@ -127,6 +127,43 @@ fn admin_users_calls_send_only_the_fields_given() {
 }
 
 #[test]
+fn admin_suspension_calls_send_whole_seconds_and_encode_the_user() {
+    let suspend = AdminVerb::Users {
+        verb: UsersVerb::Suspend {
+            id: "auth0|x".into(),
+            ttl: Some(Duration::from_secs(86_400)),
+            reason: Some("spam".into()),
+            by: None,
+        },
+    };
+    let (method, path, body) = suspend.request().unwrap();
+    assert_eq!(
+        (method, path.as_str()),
+        ("PUT", "/admin/users/auth0%7Cx/suspension")
+    );
+    assert_eq!(
+        body,
+        Some(serde_json::json!({"seconds": 86_400, "reason": "spam"}))
+    );
+    let forever = AdminVerb::Users {
+        verb: UsersVerb::Suspend {
+            id: "ann".into(),
+            ttl: None,
+            reason: None,
+            by: None,
+        },
+    };
+    assert_eq!(forever.request().unwrap().2, Some(serde_json::json!({})));
+    let reinstate = AdminVerb::Users {
+        verb: UsersVerb::Reinstate { id: "ann".into() },
+    };
+    assert_eq!(
+        reinstate.request().unwrap(),
+        ("DELETE", "/admin/users/ann/suspension".into(), None)
+    );
+}
+
+#[test]
 fn admin_reports_calls_name_their_filters_and_decision() {
     let list = AdminVerb::Reports {
         verb: ReportsVerb::List {

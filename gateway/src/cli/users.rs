@@ -1,4 +1,5 @@
-//! `chorus admin users`: read and set a user's profile through the admin API.
+//! `chorus admin users`: read and set a user's profile, and suspend or reinstate an account,
+//! through the admin API.
 
 use clap::Subcommand;
 use serde_json::{Map, Value};
@@ -28,6 +29,32 @@ pub enum UsersVerb {
         #[arg(long)]
         region: Option<String>,
     },
+    /// `PUT /admin/users/{id}/suspension`: shut the account out (its sockets close with 4003).
+    Suspend {
+        /// User id.
+        id: String,
+        /// For this long (e.g. `24h`, `7days`); absent: until reinstated.
+        #[arg(long = "for", value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
+        /// Why (for operators).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Who decided.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// `DELETE /admin/users/{id}/suspension`: lift the suspension.
+    Reinstate {
+        /// User id.
+        id: String,
+    },
+    /// `GET /admin/users/{id}/suspension`.
+    Suspension {
+        /// User id.
+        id: String,
+    },
+    /// `GET /admin/suspensions`: every suspension that holds now.
+    Suspended,
 }
 
 impl UsersVerb {
@@ -53,6 +80,39 @@ impl UsersVerb {
                     Some(Value::Object(body)),
                 )
             }
+            Self::Suspend {
+                id,
+                ttl,
+                reason,
+                by,
+            } => {
+                let mut body = Map::new();
+                if let Some(d) = ttl {
+                    // At least a second: the API counts whole seconds from 1.
+                    body.insert("seconds".into(), Value::from(d.as_secs().max(1)));
+                }
+                for (k, v) in [("reason", reason), ("by", by)] {
+                    if let Some(v) = v {
+                        body.insert(k.into(), Value::String(v.clone()));
+                    }
+                }
+                (
+                    "PUT",
+                    format!("/admin/users/{}/suspension", encode(id)),
+                    Some(Value::Object(body)),
+                )
+            }
+            Self::Reinstate { id } => (
+                "DELETE",
+                format!("/admin/users/{}/suspension", encode(id)),
+                None,
+            ),
+            Self::Suspension { id } => (
+                "GET",
+                format!("/admin/users/{}/suspension", encode(id)),
+                None,
+            ),
+            Self::Suspended => ("GET", "/admin/suspensions".into(), None),
         }
     }
 }
