@@ -99,7 +99,7 @@ interface JoinOut {
 const NO_MEMBERSHIP = new Set<string>(["room.create", "room.join", "room.leave", "room.open", "rank.get", "guard.list"]);
 
 /** Close codes after which reconnecting cannot help. */
-const FINAL_CLOSES = new Set<number>([Close.TooManyConnections]);
+const FINAL_CLOSES = new Set<number>([Close.TooManyConnections, Close.Suspended]);
 
 /**
  * Most times a join whose reply timed out is sent again before it fails with `TIMEOUT`; a dead

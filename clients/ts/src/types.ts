@@ -467,4 +467,6 @@ export const Close = {
   SlowConsumer: 4000,
   TooManyConnections: 4001,
   HeartbeatTimeout: 4002,
+  /** The platform suspended the user's account: the client does not reconnect. */
+  Suspended: 4003,
 } as const;

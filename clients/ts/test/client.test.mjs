@@ -426,6 +426,23 @@ test("a static token that expires under the connection (1008) stops the client: 
   assert.equal(errors[0]?.code, "UNAUTHORIZED");
 });
 
+test("a suspended account is closed with 4003 and the client stops: no reconnect loop, the rooms end", async () => {
+  const c = client("sus-ivy");
+  const states = [];
+  c.on("state", ({ state, reason }) => states.push([state, reason]));
+  await c.connect();
+  const room = await c.join("sus-room");
+  const left = new Promise((r) => room.on("left", r));
+  const put = await fx.node.admin("PUT", "/admin/users/sus-ivy/suspension", { reason: "test" });
+  assert.equal(put.status, 200, JSON.stringify(put.body));
+  await until(() => c.state === "closed", 15_000, "the client stops");
+  assert.match(states.at(-1)[1], /4003/);
+  assert.ok(!states.some(([st]) => st === "reconnecting"), JSON.stringify(states));
+  await left;
+  const del = await fx.node.admin("DELETE", "/admin/users/sus-ivy/suspension");
+  assert.equal(del.status, 200, JSON.stringify(del.body));
+});
+
 test("a request that gets no reply in time fails with TIMEOUT", async () => {
   const c = client("tim");
   await c.connect();
