@@ -207,7 +207,11 @@ pub(crate) fn run(
             }))
             .await;
         }
-        if let Some(leave) = s.core.hub.remove(s.session) {
+        if let Some(mut leave) = s.core.hub.remove(s.session) {
+            // A suspended user leaves their room at once: no grace window to come back in.
+            if s.outbox.kicked() == Some(Kick::Suspended) {
+                leave.reason = protocol::link::LeaveReason::Left;
+            }
             s.core.send_leaves(vec![leave]);
         }
         s.core.social_disconnected(s.session, &s.user);

@@ -77,6 +77,12 @@ async fn a_suspended_user_is_shut_out_until_lifted() {
         assert_eq!(close.reason.as_str(), "account suspended");
     }
     shut_out(&s, "troll").await;
+    // Out of the room at once, not after the presence grace ("disconnected").
+    let gone = host.next_event_named("member.leave", WAIT).await.unwrap();
+    assert_eq!(
+        (&gone.d["user"], &gone.d["reason"]),
+        (&json!("troll"), &json!("left"))
+    );
     host.chat(&room, "still here").await.unwrap();
 
     // Read back and listed.
