@@ -2,7 +2,8 @@ export {};
 // The operator dashboard served by every node at `/dashboard` on its admin port: nodes with
 // weights and health, the ring, rooms and their leases per shard, the rebalance, live charts
 // from this node's `/metrics`, drain / weight / move buttons that call the admin API, and
-// the members' reports with a "Resolve" per open one.
+// the members' reports with a "Resolve" per open one and a "Suspend" for the account reported,
+// and the suspended accounts with a "Lift" each.
 // The admin token is typed in and kept in this script's memory only.
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
@@ -160,7 +161,8 @@ let reportPages = 1;
 let reportsLoad = 0;
 /** The action picked per open report: kept across redraws (the list is redrawn every 5 s). */
 const picked = new Map<number, string>();
-let reportsTimer: ReturnType<typeof setTimeout> | null = null;
+/** The 5 s reload of reports and suspensions. */
+let moderationTimer: ReturnType<typeof setTimeout> | null = null;
 
 /** Loads `reportPages` pages of the chosen status, following `next`, and draws them. */
 async function loadReports(): Promise<void> {
@@ -218,8 +220,24 @@ function reportRow(r: any): HTMLTableRowElement {
     cell.textContent = resolution(r.resolution);
     if (r.resolution?.action != null) cell.dataset.resolution = String(r.resolution.action);
   }
-  tr.append(cell);
+  tr.append(cell, suspendCell(r));
   return tr;
+}
+
+/** A duration and a "Suspend" for the account a report names (none for a report on a room). */
+function suspendCell(r: any): HTMLTableCellElement {
+  const cell = el("td");
+  if (r.user == null) return cell;
+  const pick = durationSelect();
+  pick.dataset.suspendFor = String(r.id);
+  pick.value = suspendPicked.get(r.id) ?? DURATIONS[0][1];
+  pick.onchange = () => suspendPicked.set(r.id, pick.value);
+  const go = button("Suspend", () => {
+    go.disabled = true;
+    void suspendFromReport(r, pick.value);
+  });
+  cell.append(pick, " ", go);
+  return cell;
 }
 
 function resolution(res: any): string {
@@ -248,11 +266,149 @@ async function resolveReport(id: number, action: string): Promise<void> {
   await loadReports();
 }
 
-/** The next load of reports 5 s after this one ends, for as long as sign-in `session` lasts. */
-function scheduleReports(session: number): void {
-  reportsTimer = setTimeout(() => {
-    void loadReports().finally(() => {
-      if (session === signedIn && reportsTimer !== null) scheduleReports(session);
+/**
+ * Suspends the account a report names, with the report as the reason, then resolves the
+ * report as "suspended" (409: someone resolved it first, which is fine) and reloads both lists.
+ */
+async function suspendFromReport(r: any, seconds: string): Promise<void> {
+  const res = $("reports-result");
+  const s = await suspend(String(r.user), seconds, `report ${r.id}: ${r.reason}`);
+  res.dataset.status = String(s.status);
+  if (s.status !== 200) {
+    res.textContent = `suspend ${r.user}: ${s.status} ${errorOf(s.json)}`;
+  } else {
+    const done = `${r.user} suspended ${durationLabel(seconds)}`;
+    const d = await api("POST", `/admin/reports/${encodeURIComponent(String(r.id))}/resolve`, { action: "suspended", by: "dashboard" });
+    if (d.status === 200) res.textContent = `${done}; report ${r.id}: suspended`;
+    else if (d.status === 409) res.textContent = `${done}; report ${r.id} was resolved already: ${resolution(d.json?.report?.resolution)}`;
+    else res.textContent = `${done}; resolve report ${r.id}: ${d.status} ${errorOf(d.json)}`;
+    if (d.status === 200 || d.status === 409) picked.delete(r.id);
+    suspendPicked.delete(r.id);
+  }
+  await loadModeration();
+}
+
+// ---- suspended accounts: listed, lifted, and suspended by id ----
+
+/** The durations offered: [label, seconds] ("": until lifted). */
+const DURATIONS: [string, string][] = [
+  ["24 h", "86400"],
+  ["7 days", "604800"],
+  ["until lifted", ""],
+];
+/** The duration picked per report, kept across redraws like `picked`. */
+const suspendPicked = new Map<number, string>();
+let suspensionsLoad = 0;
+
+function durationSelect(pick = el("select")): HTMLSelectElement {
+  for (const [label, seconds] of DURATIONS) pick.append(new Option(label, seconds));
+  return pick;
+}
+
+function durationLabel(seconds: string): string {
+  const d = DURATIONS.find(([, s]) => s === seconds);
+  return d && d[1] ? `for ${d[0]}` : "until lifted";
+}
+
+/** `text` fit for a suspension's reason: one line (no control or bidi characters), 200 at most. */
+function reasonOf(text: string): string {
+  const line = text.replace(/[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g, " ").trim();
+  // Counted in characters (code points), as the node counts them.
+  return Array.from(line).slice(0, 200).join("");
+}
+
+/** PUTs a suspension of `user` by the dashboard; `seconds` "" is until lifted. */
+function suspend(user: string, seconds: string, reason: string): Promise<{ status: number; json: any }> {
+  const why = reasonOf(reason);
+  const body = { ...(seconds ? { seconds: Number(seconds) } : {}), ...(why ? { reason: why } : {}), by: "dashboard" };
+  return api("PUT", `/admin/users/${encodeURIComponent(user)}/suspension`, body);
+}
+
+/** Loads every suspension that holds now (newest first) and draws them. */
+async function loadSuspensions(): Promise<void> {
+  const load = ++suspensionsLoad;
+  let r: { status: number; json: any };
+  try {
+    r = await api("GET", "/admin/suspensions");
+  } catch (e) {
+    if (load === suspensionsLoad) $("suspensions-result").textContent = `suspensions unreachable: ${String(e)}`;
+    return;
+  }
+  if (load !== suspensionsLoad) return;
+  if (r.status === 401) {
+    stop("the admin token was refused");
+    return;
+  }
+  if (r.status !== 200) {
+    $("suspensions-result").textContent = `suspensions: ${r.status} ${errorOf(r.json)}`;
+    return;
+  }
+  $("suspensions").querySelector("tbody")!.replaceChildren(...(r.json?.suspensions ?? []).map(suspensionRow));
+}
+
+/** One suspension, every cell as text (the user id and reason may come from members). */
+function suspensionRow(s: any): HTMLTableRowElement {
+  const tr = rowOf([s.user, s.reason, s.until == null ? "until lifted" : when(s.until), s.by, when(s.at)]);
+  tr.dataset.user = String(s.user);
+  if (s.until != null) tr.cells[2].dataset.until = String(s.until);
+  const cell = el("td");
+  const go = button("Lift", () => {
+    go.disabled = true;
+    void lift(String(s.user));
+  });
+  cell.append(go);
+  tr.append(cell);
+  return tr;
+}
+
+/** Lifts a suspension, says how it went, and reloads the list. */
+async function lift(user: string): Promise<void> {
+  const r = await api("DELETE", `/admin/users/${encodeURIComponent(user)}/suspension`);
+  const res = $("suspensions-result");
+  res.dataset.status = String(r.status);
+  if (r.status === 200) res.textContent = `${user}: suspension lifted`;
+  // Lifted by someone else, or its time ran out.
+  else if (r.status === 404) res.textContent = `${user} was not suspended any more`;
+  else res.textContent = `lift ${user}: ${r.status} ${errorOf(r.json)}`;
+  await loadSuspensions();
+}
+
+/** The form: suspends any user by id. */
+async function suspendByForm(): Promise<void> {
+  const input = $<HTMLInputElement>("suspend-user");
+  const user = input.value.trim();
+  if (!user) return;
+  const seconds = $<HTMLSelectElement>("suspend-for").value;
+  const reason = $<HTMLInputElement>("suspend-reason");
+  const r = await suspend(user, seconds, reason.value);
+  const res = $("suspensions-result");
+  res.dataset.status = String(r.status);
+  if (r.status === 200) {
+    res.textContent = `${user} suspended ${durationLabel(seconds)}`;
+    input.value = "";
+    reason.value = "";
+  } else {
+    res.textContent = `suspend ${user}: ${r.status} ${errorOf(r.json)}`;
+  }
+  await loadSuspensions();
+}
+
+durationSelect($<HTMLSelectElement>("suspend-for"));
+$("suspend-form").onsubmit = (ev) => {
+  ev.preventDefault();
+  void suspendByForm();
+};
+
+/** Reports and suspensions, loaded together. */
+function loadModeration(): Promise<unknown> {
+  return Promise.all([loadReports(), loadSuspensions()]);
+}
+
+/** The next load of both 5 s after this one ends, for as long as sign-in `session` lasts. */
+function scheduleModeration(session: number): void {
+  moderationTimer = setTimeout(() => {
+    void loadModeration().finally(() => {
+      if (session === signedIn && moderationTimer !== null) scheduleModeration(session);
     });
   }, 5000);
 }
@@ -406,10 +562,12 @@ async function refresh(): Promise<void> {
 function stop(why: string): void {
   if (timer) clearTimeout(timer);
   timer = null;
-  if (reportsTimer) clearTimeout(reportsTimer);
-  reportsTimer = null;
+  if (moderationTimer) clearTimeout(moderationTimer);
+  moderationTimer = null;
   reportsLoad++;
+  suspensionsLoad++;
   $("reports").querySelector("tbody")!.replaceChildren();
+  $("suspensions").querySelector("tbody")!.replaceChildren();
   signedIn++;
   token = "";
   $("dash").hidden = true;
@@ -431,9 +589,9 @@ async function signIn(): Promise<void> {
   $("dash").hidden = false;
   $("signin-error").textContent = "";
   reportPages = 1;
-  await Promise.all([refresh(), loadReports()]);
+  await Promise.all([refresh(), loadModeration()]);
   schedule(++signedIn);
-  scheduleReports(signedIn);
+  scheduleModeration(signedIn);
 }
 
 /** Counts sign-ins: a refresh that ends after a sign-out (or a new sign-in) schedules nothing. */

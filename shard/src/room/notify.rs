@@ -1,5 +1,6 @@
 //! What a room tells the app's backend (event webhooks, `crate::events`): built from what the
-//! room published, only for the kinds the operator asked for, and never waited on.
+//! room published, only for the kinds the operator asked for, and never waited on; and the
+//! moderation queue a member's report is filed in, beside the room.
 
 use std::time::Duration;
 
