@@ -6,6 +6,7 @@
 //! waiting caller: a burst of connects then grows the pool to hundreds of threads, each with its
 //! stack and allocator cache, for a connection that serves one call at a time anyway.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rusqlite::Connection;
@@ -44,4 +45,30 @@ impl SqliteCell {
         .await
         .map_err(|e| StorageError::backend(what, e))?
     }
+}
+
+/// Opens `<dir>/<file>` on the blocking pool, creating the directory, the file and `schema`,
+/// in WAL mode (a reader runs beside a writer) with a 5 s busy time-out; `what` names the
+/// store in errors.
+pub(crate) async fn open_wal(
+    dir: &Path,
+    file: &'static str,
+    schema: &'static str,
+    what: &'static str,
+) -> Result<Connection> {
+    let dir = dir.to_owned();
+    let backend =
+        move |e: &dyn std::fmt::Display| StorageError::backend_msg(format!("{what}: {e}"));
+    tokio::task::spawn_blocking(move || -> Result<Connection> {
+        std::fs::create_dir_all(&dir).map_err(|e| backend(&e))?;
+        let conn = Connection::open(dir.join(file)).map_err(|e| backend(&e))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(|e| backend(&e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| backend(&e))?;
+        conn.execute_batch(schema).map_err(|e| backend(&e))?;
+        Ok(conn)
+    })
+    .await
+    .map_err(|e| backend(&e))?
 }

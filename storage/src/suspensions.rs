@@ -15,11 +15,10 @@ use std::sync::Arc;
 use ::redis::Script;
 use ::redis::aio::ConnectionManager;
 use protocol::UserId;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StorageError};
-use crate::profiles::USERS_DB_FILE;
 use crate::redis::map_err;
 use crate::sqlite_cell::SqliteCell;
 
@@ -130,21 +129,13 @@ impl SuspensionStore {
     /// # Errors
     /// `Backend` when the directory or the database cannot be opened.
     pub async fn sqlite(data_dir: &Path) -> Result<Self> {
-        let dir = data_dir.to_owned();
-        let backend = |e| StorageError::backend("suspensions", e);
-        let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
-            std::fs::create_dir_all(&dir).map_err(|e| StorageError::backend("suspensions", e))?;
-            let conn = Connection::open(dir.join(USERS_DB_FILE)).map_err(backend)?;
-            conn.busy_timeout(std::time::Duration::from_secs(5))
-                .map_err(backend)?;
-            conn.pragma_update(None, "journal_mode", "WAL")
-                .map_err(backend)?;
-            conn.execute_batch(SCHEMA).map_err(backend)?;
-            Ok(conn)
-        })
-        .await
-        .map_err(|e| StorageError::backend("suspensions", e))??;
-        Ok(Self::Sqlite(SqliteCell::new(conn, "suspensions")))
+        let conn = crate::profiles::open_users_db(data_dir, SCHEMA).await?;
+        let cell = SqliteCell::new(conn, "suspensions");
+        // The users' file syncs only at checkpoints; a suspension the API acknowledged is kept
+        // through a power cut too.
+        cell.call(|c| c.pragma_update(None, "synchronous", "FULL"))
+            .await?;
+        Ok(Self::Sqlite(cell))
     }
 
     /// Suspends `user` (replacing a suspension they had), at `now` (unix ms); the new version.

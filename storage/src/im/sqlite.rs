@@ -12,9 +12,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use super::{
     Blocked, IDS_PER_MS, IM_DB_FILE, KEEP_PER_USER, Outgoing, REQ_ID_TTL, Sent, Stored, now_ms,
 };
-use crate::error::{Result, StorageError};
+use crate::error::Result;
 use crate::key_set::KeySet;
-use crate::sqlite_cell::SqliteCell;
+use crate::sqlite_cell::{SqliteCell, open_wal};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS im_log (
@@ -62,10 +62,6 @@ impl std::fmt::Debug for SqliteIm {
     }
 }
 
-fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
-    StorageError::backend("im store", e)
-}
-
 /// [`super::oldest_kept_id`] at `now` (unix ms), as SQLite stores ids.
 fn kept_floor(now: i64) -> i64 {
     let now = u64::try_from(now).unwrap_or(0);
@@ -101,19 +97,7 @@ fn trim(tx: &Connection, user: &str, now: i64) -> rusqlite::Result<()> {
 
 impl SqliteIm {
     pub(super) async fn open(data_dir: &Path) -> Result<Self> {
-        let dir = data_dir.to_owned();
-        let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
-            std::fs::create_dir_all(&dir).map_err(backend)?;
-            let conn = Connection::open(dir.join(IM_DB_FILE)).map_err(backend)?;
-            conn.busy_timeout(std::time::Duration::from_secs(5))
-                .map_err(backend)?;
-            conn.pragma_update(None, "journal_mode", "WAL")
-                .map_err(backend)?;
-            conn.execute_batch(SCHEMA).map_err(backend)?;
-            Ok(conn)
-        })
-        .await
-        .map_err(backend)??;
+        let conn = open_wal(data_dir, IM_DB_FILE, SCHEMA, "im store").await?;
         let conn = SqliteCell::new(conn, "im store");
         let owed = conn
             .call(|c| {

@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
+use rusqlite::OptionalExtension;
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension};
 
 use super::{Page, Query, REPORTS_DB_FILE, Report, Status, parse};
-use crate::error::{Result, StorageError};
-use crate::sqlite_cell::SqliteCell;
+use crate::error::Result;
+use crate::sqlite_cell::{SqliteCell, open_wal};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS reports (
@@ -36,10 +36,6 @@ impl std::fmt::Debug for SqliteReports {
     }
 }
 
-fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> StorageError {
-    StorageError::backend("report store", e)
-}
-
 /// A row's id as the store answers it (ids start at 1).
 fn id_of(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
@@ -57,19 +53,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 
 impl SqliteReports {
     pub(super) async fn open(data_dir: &Path, keep: usize) -> Result<Self> {
-        let dir = data_dir.to_owned();
-        let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
-            std::fs::create_dir_all(&dir).map_err(backend)?;
-            let conn = Connection::open(dir.join(REPORTS_DB_FILE)).map_err(backend)?;
-            conn.busy_timeout(std::time::Duration::from_secs(5))
-                .map_err(backend)?;
-            conn.pragma_update(None, "journal_mode", "WAL")
-                .map_err(backend)?;
-            conn.execute_batch(SCHEMA).map_err(backend)?;
-            Ok(conn)
-        })
-        .await
-        .map_err(backend)??;
+        let conn = open_wal(data_dir, REPORTS_DB_FILE, SCHEMA, "report store").await?;
         Ok(Self {
             conn: SqliteCell::new(conn, "report store"),
             keep,
