@@ -408,7 +408,9 @@ impl Core {
                 self.profile_applied(&user, crate::auth::shared_profile(profile));
             }
             Notice::Standing { user } => self.refresh_standing(&user),
-            Notice::Suspended { user, suspension } => self.apply_suspension(&user, suspension),
+            Notice::Suspended { user, suspension } => {
+                self.apply_suspension(&user, Some(suspension));
+            }
         }
     }
 }

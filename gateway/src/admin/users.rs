@@ -145,7 +145,7 @@ async fn suspend(core: &std::sync::Arc<crate::shared::Core>, user: UserId, body:
     }
     tracing::info!(%user, until = ?s.until, by = ?s.by, "Account suspended.");
     core.apply_suspension(&user, Some(s.clone()));
-    notify_gateways(core, &user, Some(&s)).await;
+    notify_gateways(core, &user, &s).await;
     json_resp(StatusCode::OK, &suspension_json(&user, Some(&s)))
 }
 
@@ -165,7 +165,7 @@ async fn lift(core: &std::sync::Arc<crate::shared::Core>, user: UserId) -> Resp 
 async fn notify_gateways(
     core: &std::sync::Arc<crate::shared::Core>,
     user: &UserId,
-    s: Option<&storage::suspensions::Suspension>,
+    s: &storage::suspensions::Suspension,
 ) {
     let gateways = match core.gateways_of(user).await {
         Ok(g) => g,
@@ -176,7 +176,7 @@ async fn notify_gateways(
     };
     let notice = crate::social::Notice::Suspended {
         user: user.clone(),
-        suspension: s.cloned(),
+        suspension: s.clone(),
     };
     for gw in gateways.iter().filter(|g| **g != core.node) {
         core.notify(gw, &notice).await;

@@ -51,10 +51,11 @@ pub(crate) enum Notice {
     Profile { user: UserId, profile: Profile },
     /// `user`'s standing changed (a guard bought): read it again from the ledger.
     Standing { user: UserId },
-    /// `user` was suspended (their sockets here close with 4003), or `suspension` null: lifted.
+    /// `user` was suspended: their sockets here close with 4003. (A lift needs no notice: a
+    /// suspended user has no sockets; gateways learn it from the store.)
     Suspended {
         user: UserId,
-        suspension: Option<storage::suspensions::Suspension>,
+        suspension: storage::suspensions::Suspension,
     },
 }
 
