@@ -69,6 +69,7 @@ async fn reports_wait_for_a_moderator_and_survive_a_restart() {
     // Listed newest first, with the line as members saw it.
     let open = get(&s, "/admin/reports").await;
     assert_eq!(ids(&open), [id3, id2, id1]);
+    assert_eq!(open.json()["open"], 3, "the backlog");
     let first = &open.json()["reports"][2];
     assert_eq!(
         (
@@ -129,7 +130,13 @@ async fn reports_wait_for_a_moderator_and_survive_a_restart() {
     assert_eq!(twice.status, 409, "{}", twice.body);
     assert_eq!(twice.json()["report"]["resolution"]["action"], "warned");
     assert_eq!(ids(&get(&s, "/admin/reports").await), [id3, id2]);
-    assert_eq!(ids(&get(&s, "/admin/reports?status=resolved").await), [id1]);
+    let resolved = get(&s, "/admin/reports?status=resolved").await;
+    assert_eq!(ids(&resolved), [id1]);
+    assert_eq!(
+        resolved.json()["open"],
+        2,
+        "the backlog, whatever the filter"
+    );
 
     // Refused: unknown reports, bad decisions and bad queries; no token.
     for (status, r) in [

@@ -272,6 +272,17 @@ impl ReportStore {
         }
     }
 
+    /// How many reports wait for a moderator (the queue's backlog).
+    ///
+    /// # Errors
+    /// `Unavailable` / `Backend` when the engine fails.
+    pub async fn open_count(&self) -> Result<u64> {
+        match self {
+            Self::Redis(s) => s.open_count().await,
+            Self::Sqlite(s) => s.open_count().await,
+        }
+    }
+
     /// Resolves a report once: a second resolution leaves the first.
     ///
     /// # Errors

@@ -85,6 +85,7 @@ async fn contract(s: ReportStore) {
         }
     );
     assert_eq!(s.get(id4 + 1).await.unwrap(), None);
+    assert_eq!(s.open_count().await.unwrap(), 4);
 
     // The JSON a moderator reads.
     let json = serde_json::to_value(&got).unwrap();
@@ -153,6 +154,7 @@ async fn contract(s: ReportStore) {
         s.resolve(id4 + 10, &resolution("warned")).await.unwrap(),
         Resolved::Missing
     );
+    assert_eq!(s.open_count().await.unwrap(), 3, "one resolved, once");
     assert_eq!(
         all_pages(&s, query(Status::Open, 50)).await,
         [id4, id2, id1]
@@ -181,6 +183,11 @@ async fn contract(s: ReportStore) {
     let kept: Vec<u64> = (last - 4..=last).rev().collect();
     assert_eq!(all_pages(&s, query(Status::All, 2)).await, kept);
     assert_eq!(s.get(id1).await.unwrap(), None, "the oldest went");
+    assert_eq!(
+        s.open_count().await.unwrap(),
+        4,
+        "the dropped ones leave the backlog: id4 and the three new"
+    );
     assert_eq!(s.get(id2).await.unwrap(), None);
     let of_spammer = Query {
         user: Some(UserId::from("spammer")),

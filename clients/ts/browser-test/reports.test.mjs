@@ -71,6 +71,7 @@ test("the dashboard lists reports and resolves one as the dashboard", async () =
   const order = await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.report));
   assert.ok(order.indexOf(roomId) < order.indexOf(lineId), `order ${order}`);
   assert.ok(await page.locator("#reports-more").isHidden(), "one page: no More");
+  assert.equal(await page.locator("#reports-open").textContent(), "2 open", "the backlog");
   await shot(page, "30-dashboard-reports-open");
 
   // Resolve the line's report as "warned".
@@ -92,6 +93,8 @@ test("the dashboard lists reports and resolves one as the dashboard", async () =
   assert.ok(!resolved.body.reports.some((x) => String(x.id) === roomId), "the room's report is still open");
   const open = await cluster.admin("GET", "/admin/reports?status=open");
   assert.deepEqual(open.body.reports.map((x) => String(x.id)), [roomId]);
+  assert.equal(open.body.open, 1);
+  await until(async () => (await page.locator("#reports-open").textContent()) === "1 open", T, "the backlog shrinks");
 
   // The "resolved" view shows it with its resolution and no Resolve button.
   await page.selectOption("#reports-status", "resolved");

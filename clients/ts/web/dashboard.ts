@@ -170,6 +170,7 @@ async function loadReports(): Promise<void> {
   const status = $<HTMLSelectElement>("reports-status").value;
   const list: any[] = [];
   let next: unknown = null;
+  let open: unknown = null;
   try {
     for (let page = 0; page < reportPages && (page === 0 || next != null); page++) {
       const before = page ? `&before=${encodeURIComponent(String(next))}` : "";
@@ -185,12 +186,15 @@ async function loadReports(): Promise<void> {
       }
       list.push(...(r.json?.reports ?? []));
       next = r.json?.next ?? null;
+      open = r.json?.open ?? open;
     }
   } catch (e) {
     if (load === reportsLoad) $("reports-result").textContent = `reports unreachable: ${String(e)}`;
     return;
   }
   renderReports(list, next);
+  // The whole queue's backlog, whatever the status shown.
+  $("reports-open").textContent = typeof open === "number" ? `${open} open` : "";
 }
 
 function renderReports(list: any[], next: unknown): void {

@@ -95,8 +95,13 @@ async fn list(store: &ReportStore, query: Option<&str>) -> Resp {
         Ok(q) => q,
         Err(msg) => return bad(msg),
     };
-    match store.list(&q).await {
-        Ok(page) => json_resp(StatusCode::OK, &json!(page)),
+    // The page, and the queue's backlog whatever the filter (a moderator's "N open").
+    match tokio::try_join!(store.list(&q), store.open_count()) {
+        Ok((page, open)) => {
+            let mut v = json!(page);
+            v["open"] = open.into();
+            json_resp(StatusCode::OK, &v)
+        }
         Err(e) => unavailable(&e),
     }
 }

@@ -197,6 +197,15 @@ impl RedisReports {
         }
     }
 
+    pub(super) async fn open_count(&self) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        ::redis::cmd("ZCARD")
+            .arg(OPEN)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)
+    }
+
     pub(super) async fn resolve(&self, id: u64, res: &str) -> Result<bool> {
         let mut conn = self.conn.clone();
         let done: i64 = self

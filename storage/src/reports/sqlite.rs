@@ -144,6 +144,20 @@ impl SqliteReports {
         Ok(Page { reports, next })
     }
 
+    pub(super) async fn open_count(&self) -> Result<u64> {
+        let n = self
+            .conn
+            .call(|c| {
+                c.query_row(
+                    "SELECT COUNT(*) FROM reports WHERE resolution IS NULL",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     pub(super) async fn resolve(&self, id: u64, res: String) -> Result<bool> {
         let n = self
             .conn
