@@ -7,6 +7,7 @@
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use protocol::client::custom::is_app_name;
+use protocol::client::report::{Words, check_words};
 use protocol::ids::{is_valid_id, is_valid_user_id};
 use protocol::{RoomId, UserId};
 use serde::Deserialize;
@@ -14,9 +15,6 @@ use serde_json::json;
 use storage::reports::{MAX_PAGE, Query, ReportStore, Resolution, Resolved, Status};
 
 use super::{Resp, error, json_resp, query_pairs};
-
-/// Longest resolution note, in characters.
-pub(crate) const MAX_NOTE_CHARS: usize = 500;
 
 fn unavailable(e: &storage::StorageError) -> Resp {
     error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
@@ -134,14 +132,12 @@ impl ResolveBody {
             return Err("by must be 1..=32 characters of A-Z a-z 0-9 _ . : -");
         }
         if let Some(n) = &self.note {
-            if n.chars().count() > MAX_NOTE_CHARS {
-                return Err("note must be at most 500 characters");
-            }
-            if !protocol::text::is_clean(n, true) {
-                return Err(
-                    "note may not hold control or bidi characters (newline and tab are fine)",
-                );
-            }
+            check_words(n).map_err(|w| match w {
+                Words::TooLong => "note must be at most 500 characters",
+                Words::Unclean => {
+                    "note may not hold control or bidi characters (newline and tab are fine)"
+                }
+            })?;
         }
         Ok(())
     }

@@ -45,17 +45,39 @@ impl ReportSend {
             return Err("reason must be 1..=32 characters of A-Z a-z 0-9 _ . : -");
         }
         if let Some(t) = &self.text {
-            if t.chars().count() > MAX_REPORT_TEXT_CHARS {
-                return Err("text must be at most 500 characters");
-            }
-            if !crate::text::is_clean(t, true) {
-                return Err(
-                    "text may not hold control or bidi characters (newline and tab are fine)",
-                );
-            }
+            check_words(t).map_err(|w| match w {
+                Words::TooLong => "text must be at most 500 characters",
+                Words::Unclean => {
+                    "text may not hold control or bidi characters (newline and tab are fine)"
+                }
+            })?;
         }
         Ok(())
     }
+}
+
+/// What is wrong with a person's words ([`check_words`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Words {
+    /// Past [`MAX_REPORT_TEXT_CHARS`].
+    TooLong,
+    /// A control or bidi character (newline and tab are fine).
+    Unclean,
+}
+
+/// The rule for a reporter's words, and for a moderator's note on a report: at most
+/// [`MAX_REPORT_TEXT_CHARS`] characters, several lines, no control or bidi characters.
+///
+/// # Errors
+/// The rule broken.
+pub fn check_words(t: &str) -> Result<(), Words> {
+    if t.chars().count() > MAX_REPORT_TEXT_CHARS {
+        return Err(Words::TooLong);
+    }
+    if !crate::text::is_clean(t, true) {
+        return Err(Words::Unclean);
+    }
+    Ok(())
 }
 
 /// The `ok` of `report.send`.
