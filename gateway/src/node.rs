@@ -214,7 +214,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         ),
     );
     crate::social::start(&core).await?;
-    crate::suspension::start(&core).await?;
+    crate::suspension::start(&core, true).await?;
     let directory = crate::directory::Directory::new(
         storage::directory::DirectoryStore::redis(&redis),
         cfg.gateway.directory_stale,

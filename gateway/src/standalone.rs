@@ -160,7 +160,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         cfg.gateway.directory_cache,
     );
     let _ = core.directory.set(dir.clone());
-    crate::suspension::start(&core)
+    crate::suspension::start(&core, false)
         .await
         .map_err(|e| StartError::Storage(format!("suspensions: {e}")))?;
     if direct_link()? {

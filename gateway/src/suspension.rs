@@ -130,13 +130,17 @@ impl Core {
     }
 }
 
-/// Loads the suspensions before the gateway takes connections, then follows the store.
+/// Loads the suspensions before the gateway takes connections; with `follow` (a cluster
+/// gateway, whose peers change the store too) then follows the store. A standalone node's own
+/// admin API is the store's only writer and applies each change here, so it reads it once.
 ///
 /// # Errors
 /// The store cannot be read.
-pub(crate) async fn start(core: &Arc<Core>) -> storage::Result<()> {
+pub(crate) async fn start(core: &Arc<Core>, follow_store: bool) -> storage::Result<()> {
     core.users.suspended.refresh().await?;
-    core.tracker.spawn(follow(core.clone()));
+    if follow_store {
+        core.tracker.spawn(follow(core.clone()));
+    }
     Ok(())
 }
 
