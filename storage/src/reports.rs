@@ -10,8 +10,10 @@
 //! - Redis (cluster mode): keys under the `{reports}` hash tag: `chorus:{reports}:seq` (the
 //!   last id), `chorus:{reports}:doc` and `chorus:{reports}:res` (hashes id → document,
 //!   id → resolution), and sorted sets of ids (score = id): `:all`, `:open`, `:resolved`,
-//!   `:room:<room>`, `:user:<user>`. Filing and resolving are one script each.
-//! - SQLite (standalone mode): `<data_dir>/reports.db`, table `reports`.
+//!   `:room:<room>`, `:user:<user>`; `:filing:<key>` holds a filing's id for an hour. Filing
+//!   and resolving are one script each.
+//! - SQLite (standalone mode): `<data_dir>/reports.db`, tables `reports` and `filings` (key →
+//!   id, bounded with the reports).
 
 mod redis;
 mod sqlite;
@@ -233,15 +235,17 @@ impl ReportStore {
         }
     }
 
-    /// Stores a report; its id.
+    /// Stores a report; its id. `key` names the filing (the filer makes one, e.g. a UUID, and
+    /// keeps it through its retries): the same key again stores nothing and answers the first
+    /// id, so a retry of a write whose answer was lost does not queue the report twice.
     ///
     /// # Errors
     /// `Unavailable` / `Backend` when the engine fails.
-    pub async fn file(&self, r: &NewReport) -> Result<u64> {
+    pub async fn file(&self, r: &NewReport, key: &str) -> Result<u64> {
         let doc = serde_json::to_string(r).map_err(|e| StorageError::backend("reports", e))?;
         match self {
-            Self::Redis(s) => s.file(r, &doc).await,
-            Self::Sqlite(s) => s.file(r, doc).await,
+            Self::Redis(s) => s.file(r, key, &doc).await,
+            Self::Sqlite(s) => s.file(r, key, doc).await,
         }
     }
 

@@ -61,20 +61,24 @@ fn query(status: Status, limit: usize) -> Query {
 async fn contract(s: ReportStore) {
     // Filed: ids grow by one, and a report reads back as it went in, open.
     let a = report("r1", "ann", Some("spammer"), "spam", 1_000);
-    let id1 = s.file(&a).await.unwrap();
+    let id1 = s.file(&a, "k1").await.unwrap();
     let id2 = s
-        .file(&report("r1", "bob", None, "other", 2_000))
+        .file(&report("r1", "bob", None, "other", 2_000), "k2")
         .await
         .unwrap();
     let id3 = s
-        .file(&report("r2", "cid", Some("spammer"), "spam", 3_000))
+        .file(&report("r2", "cid", Some("spammer"), "spam", 3_000), "k3")
         .await
         .unwrap();
     let id4 = s
-        .file(&report("r2", "ann", Some("troll"), "harassment", 4_000))
+        .file(&report("r2", "ann", Some("troll"), "harassment", 4_000), "k4")
         .await
         .unwrap();
     assert_eq!((id2, id3, id4), (id1 + 1, id1 + 2, id1 + 3));
+    // A filing tried again with its key (its first answer lost) is the first report, not a
+    // second one.
+    assert_eq!(s.file(&a, "k1").await.unwrap(), id1);
+    assert_eq!(s.file(&a, "k3").await.unwrap(), id3);
     let got = s.get(id1).await.unwrap().unwrap();
     assert_eq!(
         got,
@@ -176,7 +180,10 @@ async fn contract(s: ReportStore) {
     let mut last = id4;
     for i in 0..3 {
         last = s
-            .file(&report("r3", "dan", Some("spammer"), "spam", 5_000 + i))
+            .file(
+                &report("r3", "dan", Some("spammer"), "spam", 5_000 + i),
+                &format!("bound-{i}"),
+            )
             .await
             .unwrap();
     }
@@ -217,7 +224,7 @@ async fn the_sqlite_store_keeps_the_contract_and_survives_a_reopen() {
     let all = again.list(&query(Status::All, 50)).await.unwrap();
     assert_eq!(all.reports.len(), 5, "the reports are on disk");
     let next = again
-        .file(&report("r9", "eve", None, "other", 9_000))
+        .file(&report("r9", "eve", None, "other", 9_000), "after-reopen")
         .await
         .unwrap();
     assert_eq!(next, all.reports[0].id + 1, "ids go on after a reopen");

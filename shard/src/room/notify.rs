@@ -190,9 +190,12 @@ const REPORT_RETRIES: [Duration; 2] = [Duration::from_millis(200), Duration::fro
 /// Writes `report` to the queue, trying again twice; its id, or `None` (logged and counted)
 /// when every try failed: the app still gets `report.filed`, without an id.
 async fn store_report(store: &ReportStore, report: &NewReport) -> Option<u64> {
+    // One key through every try: a try whose answer was lost after the write went through
+    // answers that write's id instead of queueing the report again.
+    let key = uuid::Uuid::now_v7().to_string();
     let mut waits = REPORT_RETRIES.iter();
     loop {
-        match store.file(report).await {
+        match store.file(report, &key).await {
             Ok(id) => return Some(id),
             Err(e) => match waits.next() {
                 Some(wait) => {

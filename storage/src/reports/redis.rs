@@ -23,17 +23,27 @@ fn room_key(r: &RoomId) -> String {
 fn user_key(u: &UserId) -> String {
     format!("chorus:{{reports}}:user:{u}")
 }
+fn filing_key(key: &str) -> String {
+    format!("chorus:{{reports}}:filing:{key}")
+}
+/// How long a filing key answers its id: far past any retry of the filing.
+const FILING_TTL_SECS: u64 = 3_600;
 
-/// FILE: `KEYS = [seq, doc, res, all, open, resolved, room index, user index?]`,
-/// `ARGV = [document, keep]`. Stores the report under the next id and drops the oldest past
-/// `keep` (at most 100 a call), with their index entries in the two indexes touched; the id.
+/// FILE: `KEYS = [seq, doc, res, all, open, resolved, filing, room index, user index?]`,
+/// `ARGV = [document, keep, filing ttl s]`. A filing key already set answers the id it holds
+/// (a retry of a write that went through); else stores the report under the next id, marks
+/// the filing, and drops the oldest past `keep` (at most 100 a call), with their index entries
+/// in the two indexes touched; the id.
 const FILE_LUA: &str = r"
+local before = redis.call('GET', KEYS[7])
+if before then return tonumber(before) end
 local id = redis.call('INCR', KEYS[1])
+redis.call('SET', KEYS[7], id, 'EX', ARGV[3])
 redis.call('HSET', KEYS[2], id, ARGV[1])
 redis.call('ZADD', KEYS[4], id, id)
 redis.call('ZADD', KEYS[5], id, id)
-redis.call('ZADD', KEYS[7], id, id)
-if KEYS[8] then redis.call('ZADD', KEYS[8], id, id) end
+redis.call('ZADD', KEYS[8], id, id)
+if KEYS[9] then redis.call('ZADD', KEYS[9], id, id) end
 local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[2])
 if over > 0 then
   local old = redis.call('ZRANGE', KEYS[4], 0, math.min(over, 100) - 1)
@@ -43,7 +53,7 @@ if over > 0 then
   redis.call('HDEL', KEYS[2], unpack(old))
   redis.call('HDEL', KEYS[3], unpack(old))
   local floor = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-  for i = 7, #KEYS do redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. floor) end
+  for i = 8, #KEYS do redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. floor) end
 end
 return id
 ";
@@ -86,7 +96,7 @@ impl RedisReports {
         }
     }
 
-    pub(super) async fn file(&self, r: &NewReport, doc: &str) -> Result<u64> {
+    pub(super) async fn file(&self, r: &NewReport, key: &str, doc: &str) -> Result<u64> {
         let mut conn = self.conn.clone();
         let mut call = self.scripts.0.prepare_invoke();
         call.key(SEQ)
@@ -94,12 +104,13 @@ impl RedisReports {
             .key(RES)
             .key(ALL)
             .key(OPEN)
-            .key(RESOLVED);
+            .key(RESOLVED)
+            .key(filing_key(key));
         call.key(room_key(&r.room));
         if let Some(u) = &r.user {
             call.key(user_key(u));
         }
-        call.arg(doc).arg(self.keep);
+        call.arg(doc).arg(self.keep).arg(FILING_TTL_SECS);
         call.invoke_async(&mut conn).await.map_err(map_err)
     }
 

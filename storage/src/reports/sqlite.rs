@@ -21,6 +21,11 @@ CREATE TABLE IF NOT EXISTS reports (
 CREATE INDEX IF NOT EXISTS reports_by_room ON reports (room, id);
 CREATE INDEX IF NOT EXISTS reports_by_user ON reports (user, id);
 CREATE INDEX IF NOT EXISTS reports_open ON reports (id) WHERE resolution IS NULL;
+CREATE TABLE IF NOT EXISTS filings (
+    key TEXT PRIMARY KEY,
+    id INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS filings_by_id ON filings (id);
 ";
 
 /// The SQLite engine; cheap to clone.
@@ -60,7 +65,8 @@ impl SqliteReports {
         })
     }
 
-    pub(super) async fn file(&self, r: &super::NewReport, doc: String) -> Result<u64> {
+    pub(super) async fn file(&self, r: &super::NewReport, key: &str, doc: String) -> Result<u64> {
+        let key = key.to_owned();
         let room = r.room.to_string();
         let user = r.user.as_ref().map(ToString::to_string);
         let keep = i64::try_from(self.keep).unwrap_or(i64::MAX);
@@ -68,15 +74,24 @@ impl SqliteReports {
             .conn
             .call(move |c| {
                 let tx = c.transaction()?;
+                let before: Option<i64> = tx
+                    .query_row("SELECT id FROM filings WHERE key = ?1", [&key], |r| r.get(0))
+                    .optional()?;
+                if let Some(id) = before {
+                    return Ok(id);
+                }
                 tx.execute(
                     "INSERT INTO reports (room, user, doc) VALUES (?1, ?2, ?3)",
                     rusqlite::params![room, user, doc],
                 )?;
                 let id = tx.last_insert_rowid();
                 tx.execute(
-                    "DELETE FROM reports WHERE id <= ?1",
-                    [id.saturating_sub(keep)],
+                    "INSERT INTO filings (key, id) VALUES (?1, ?2)",
+                    rusqlite::params![key, id],
                 )?;
+                let floor = id.saturating_sub(keep);
+                tx.execute("DELETE FROM reports WHERE id <= ?1", [floor])?;
+                tx.execute("DELETE FROM filings WHERE id <= ?1", [floor])?;
                 tx.commit()?;
                 Ok(id)
             })
