@@ -112,6 +112,8 @@ pub(crate) struct Admin {
     pub(crate) robots: storage::robots::RobotStore,
     /// The moderation queue (`/admin/reports`).
     pub(crate) reports: storage::reports::ReportStore,
+    /// The event webhook's sender (when configured): resolutions and suspensions taken here.
+    pub(crate) events: Option<shard::events::Notifier>,
     /// The room snapshots, read to tell whether a room exists.
     pub(crate) snapshots: storage::snapshot::SnapshotStore,
     /// The room directory (`/admin/rooms`, directory pins).
@@ -389,9 +391,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
             None => error(StatusCode::NOT_FOUND, "wallets are served by gateway nodes"),
         },
         (_, ["robots", rest @ ..]) => robots::serve(admin, &method, rest, &body).await,
-        (_, ["reports", rest @ ..]) => {
-            reports::serve(&admin.reports, &method, rest, uri_query, &body).await
-        }
+        (_, ["reports", rest @ ..]) => reports::serve(admin, &method, rest, uri_query, &body).await,
         (_, ["users", rest @ ..]) => users::serve(admin, &method, rest, &body).await,
         (&Method::GET, ["suspensions"]) => match &admin.core {
             Some(core) => users::suspensions(core),

@@ -289,6 +289,7 @@ fn gateway_node(a: &cli::GatewayArgs) -> anyhow::Result<()> {
         ledger: a.ledger.clone().or_else(|| file.ledger.clone()),
         // Gateways only list the catalog; draws happen on shards.
         catalog: std::sync::Arc::new(cli::catalog(&file, b"unused-on-gateways".to_vec())?),
+        events: cli::events_settings(&file)?,
     };
     run_until_signal(gateway::node::start_gateway(cfg), "gateway")
 }

@@ -50,6 +50,9 @@ pub struct GatewayNodeConfig {
     pub ledger: Option<String>,
     /// The gift catalog (for `gift.list`).
     pub catalog: Arc<Catalog>,
+    /// The event webhook, for the moderation decisions this gateway's admin API takes (a
+    /// report resolved, an account suspended or reinstated); rooms' events come from shards.
+    pub events: Option<shard::events::EventsConfig>,
 }
 
 /// The settings of a shard node, with the admin port the binary adds to it.
@@ -155,6 +158,7 @@ pub async fn start_shard(cfg: ShardRoleConfig) -> Result<Running, StartError> {
         metrics_token: cfg.metrics_token,
         robots: node.shard.robot_store().clone(),
         reports: node.shard.report_store().clone(),
+        events: node.shard.events().cloned(),
         snapshots: SnapshotStore::redis(&node.redis),
         shard: Some(node.shard),
         leases: node.leases,
@@ -233,6 +237,9 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
     membership.join(&spec, 1).await?;
     tracker.spawn(membership.clone().keep_in_ring(spec, 1, shutdown.clone()));
     tracker.spawn(crate::server::serve(core.clone(), ws_l));
+    let events = cfg.events.clone().map(|c| {
+        shard::events::Notifier::start(c, cfg.node_id.clone(), &tracker, shutdown.clone())
+    });
     let admin = Arc::new(Admin {
         node: cfg.node_id.clone(),
         core: Some(core),
@@ -243,6 +250,7 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
         membership: Some(membership),
         robots: RobotStore::redis(&redis),
         reports: storage::reports::ReportStore::redis(&redis),
+        events,
         snapshots: SnapshotStore::redis(&redis),
         directory,
         ready: Readiness::Cluster(redis),

@@ -181,6 +181,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         tracker.spawn(core.clone().link_reader(rx));
     }
     tracker.spawn(crate::server::serve(core.clone(), ws));
+    let events = shard.events().cloned();
     let admin = Arc::new(admin::Admin {
         node: core.node.clone(),
         core: Some(core),
@@ -192,6 +193,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
         ready: Readiness::Standalone,
         robots,
         reports,
+        events,
         snapshots,
         directory: dir,
     });

@@ -3,7 +3,7 @@
 //! kick, the room closed) in order, in signed batches, and a batch it refused is sent again
 //! with the same event ids; the sequenced messages, attribute changes and rocket launches;
 //! members' reports with the line reported; and only the kinds asked for (chat lines only
-//! then).
+//! then); and the platform's decisions on reports and accounts.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -353,6 +353,94 @@ async fn a_report_reaches_the_app_once_with_the_reported_line() {
             &room_report["reason"]
         ),
         (&Value::Null, &Value::Null, &json!("other"))
+    );
+    s.stop().await;
+}
+
+/// The platform's moderation decisions reach the app from the node that took them: a report
+/// resolved (once: a second resolve is refused and sends nothing), an account suspended and
+/// reinstated (in no room: `room` null); a lift of nobody's suspension sends nothing.
+#[tokio::test]
+async fn the_platforms_decisions_reach_the_app_once_each() {
+    let mut rx = Receiver::start(0).await.unwrap();
+    let kinds = ["report.resolved", "user.suspended", "user.reinstated"].map(str::to_owned);
+    let s = start(&rx.url, Some(&kinds)).await;
+    let mut host = s.connect("host").await;
+    let room = host.create_room(json!({"room": "decide"})).await.unwrap();
+    host.join(&room, false, None).await.unwrap();
+    let mut bob = s.connect("bob").await;
+    bob.join(&room, false, None).await.unwrap();
+    let filed = host
+        .request(
+            "report.send",
+            json!({"room": room, "user": "bob", "reason": "spam"}),
+        )
+        .await
+        .unwrap();
+    let id = filed["id"].as_u64().unwrap();
+    let addr = s.admin;
+    let call = |method: &'static str, path: String, body: Option<Value>| async move {
+        kit::admin::call(addr, method, &path, Some(ADMIN), body).await
+    };
+    let decision = json!({"action": "warned", "note": "first time", "by": "mod-anna"});
+    let resolve = format!("/admin/reports/{id}/resolve");
+    let resolved = call("POST", resolve.clone(), Some(decision.clone()))
+        .await
+        .unwrap();
+    assert_eq!(resolved.status, 200, "{}", resolved.body);
+    let again = call("POST", resolve, Some(decision)).await.unwrap();
+    assert_eq!(again.status, 409, "{}", again.body);
+    let nobody = call("DELETE", "/admin/users/carol/suspension".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(nobody.status, 404, "{}", nobody.body);
+    let body = json!({"seconds": 3600, "reason": "spam", "by": "mod-anna"});
+    let suspended = call("PUT", "/admin/users/bob/suspension".into(), Some(body))
+        .await
+        .unwrap();
+    assert_eq!(suspended.status, 200, "{}", suspended.body);
+    let lifted = call("DELETE", "/admin/users/bob/suspension".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(lifted.status, 200, "{}", lifted.body);
+
+    let (events, _) = delivered_until(&mut rx, "user.reinstated").await;
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["report.resolved", "user.suspended", "user.reinstated"],
+        "one event per decision taken: {events:?}"
+    );
+    let [report, suspension, reinstated] = &events[..] else {
+        unreachable!()
+    };
+    assert_eq!(report["room"], json!("decide"));
+    assert_eq!(
+        report["data"],
+        serde_json::from_str::<Value>(&resolved.body).unwrap(),
+        "the report as the admin API answered it"
+    );
+    assert_eq!(
+        (
+            &report["data"]["status"],
+            &report["data"]["user"],
+            &report["data"]["resolution"]["action"]
+        ),
+        (&json!("resolved"), &json!("bob"), &json!("warned"))
+    );
+    assert_eq!(suspension["room"], Value::Null, "an account is in no room");
+    assert_eq!(
+        suspension["data"],
+        serde_json::from_str::<Value>(&suspended.body).unwrap()
+    );
+    assert_eq!(
+        (&suspension["data"]["reason"], &suspension["data"]["by"]),
+        (&json!("spam"), &json!("mod-anna"))
+    );
+    assert!(suspension["data"]["until"].as_u64().is_some());
+    assert_eq!(
+        (&reinstated["room"], &reinstated["data"]),
+        (&Value::Null, &json!({"user": "bob"}))
     );
     s.stop().await;
 }

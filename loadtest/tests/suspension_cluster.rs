@@ -1,7 +1,8 @@
 //! Account suspension in a cluster, with real processes: a suspension made through one
 //! gateway closes the user's socket on another at once (the gateway bus), reaches a gateway
 //! where the user has no socket yet through the store (its refresh), and a lift made on one
-//! gateway reaches the others the same way.
+//! gateway reaches the others the same way. Each decision reaches the app's event webhook
+//! from the gateway that took it.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
 
@@ -11,7 +12,8 @@ use tokio::time::Instant;
 
 use kit::admin;
 use kit::client::{self, ClientError};
-use kit::cluster::Cluster;
+use kit::cluster::{Cluster, ClusterOptions};
+use kit::hooks::Receiver;
 use serde_json::json;
 
 use crate::support::WAIT;
@@ -48,7 +50,21 @@ async fn until_connect_ends(cluster: &Cluster, gw: usize, user: &str, want: Opti
 
 #[tokio::test]
 async fn a_suspension_reaches_every_gateway() {
-    let cluster = Cluster::of(1, 2).await.unwrap();
+    let mut hooks = Receiver::start(0).await.unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        shards: 1,
+        gateways: 2,
+        env: vec![
+            ("CHORUS_EVENTS_WEBHOOK_URL".into(), hooks.url.clone()),
+            (
+                "CHORUS_EVENTS_WEBHOOK_SECRET".into(),
+                "cluster-event-webhook-secret".into(),
+            ),
+        ],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
     let token = Some(cluster.admin_token.clone());
     let token = token.as_deref();
     let mut troll = cluster.connect(1, "troll").await.unwrap();
@@ -107,4 +123,32 @@ async fn a_suspension_reaches_every_gateway() {
     assert_eq!(del.status, 200, "{}", del.body);
     until_connect_ends(&cluster, 0, "troll", None).await;
     assert_eq!(connect_ends(&cluster, 0, "lurker").await, Some(4003));
+
+    // The app heard each decision once, from the gateway that took it (two gateways' POSTs
+    // may come in either order: wait for three events).
+    let heard = std::cell::Cell::new(0);
+    let third = |_: &serde_json::Value| {
+        heard.set(heard.get() + 1);
+        heard.get() == 3
+    };
+    let (events, _) = hooks.delivered_until(third, WAIT, |_| {}).await;
+    let mut seen: Vec<(String, String, String)> = events
+        .iter()
+        .map(|e| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (s(&e["kind"]), s(&e["data"]["user"]), s(&e["node"]))
+        })
+        .collect();
+    seen.sort();
+    let (g0, g1) = (&cluster.gateways[0].id, &cluster.gateways[1].id);
+    let want = |k: &str, u: &str, n: &String| (k.to_owned(), u.to_owned(), n.clone());
+    assert_eq!(
+        seen,
+        [
+            want("user.reinstated", "troll", g1),
+            want("user.suspended", "lurker", g0),
+            want("user.suspended", "troll", g0),
+        ],
+        "{events:?}"
+    );
 }

@@ -1,6 +1,7 @@
 //! Room events for the app's backend (event webhooks): what rooms do (created, closed, members
 //! in and out, seats, gifts settled, moderation), POSTed in signed batches to the operator's
-//! URL by the node that runs the room.
+//! URL by the node that runs the room; and the platform's moderation decisions (a report
+//! resolved, an account suspended or reinstated), sent by the node whose admin API took them.
 //!
 //! A room never waits for the app: events go into one bounded queue per node (a full queue
 //! drops, counted), and one task sends them in order, in batches, retrying a failed batch with
@@ -44,7 +45,7 @@ pub const TIMESTAMP_HEADER: &str = "x-chorus-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-chorus-signature";
 
 /// Every kind of event, as the webhook names them.
-pub const KINDS: [&str; 15] = [
+pub const KINDS: [&str; 18] = [
     "room.created",
     "room.closed",
     "room.opened",
@@ -60,6 +61,9 @@ pub const KINDS: [&str; 15] = [
     "chat.sent",
     "chat.recalled",
     "report.filed",
+    "report.resolved",
+    "user.suspended",
+    "user.reinstated",
 ];
 
 /// The kinds sent only when the operator lists them: one event per chat line is a volume an
@@ -140,9 +144,9 @@ pub struct Event {
     pub kind: &'static str,
     /// When the room did it (unix ms).
     pub at: u64,
-    /// The room.
-    pub room: RoomId,
-    /// The node that ran the room.
+    /// The room; `None` (null) for an event about an account (`user.*`).
+    pub room: Option<RoomId>,
+    /// The node that ran the room, or whose admin API took the decision.
     pub node: NodeId,
     /// What happened (per kind; see the README, "Event webhooks").
     pub data: serde_json::Value,
@@ -178,6 +182,15 @@ impl Notifier {
 
     /// Queues an event of `kind` about `room`; dropped (and counted) when the queue is full.
     pub fn emit(&self, kind: &'static str, room: &RoomId, data: serde_json::Value) {
+        self.queue(kind, Some(room.clone()), data);
+    }
+
+    /// Queues an event of `kind` about an account, in no room (`user.suspended`, …).
+    pub fn emit_account(&self, kind: &'static str, data: serde_json::Value) {
+        self.queue(kind, None, data);
+    }
+
+    fn queue(&self, kind: &'static str, room: Option<RoomId>, data: serde_json::Value) {
         if !self.wants(kind) {
             return;
         }
@@ -185,7 +198,7 @@ impl Notifier {
             id: uuid::Uuid::now_v7().to_string(),
             kind,
             at: unix_ms(),
-            room: room.clone(),
+            room,
             node: self.node.clone(),
             data,
         };

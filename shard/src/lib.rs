@@ -275,6 +275,12 @@ impl Shard {
         &self.inner.robots
     }
 
+    /// The event webhook's sender, when one is configured (the admin API's moderation
+    /// decisions go out through it too).
+    pub fn events(&self) -> Option<&events::Notifier> {
+        self.inner.events.as_ref()
+    }
+
     /// The moderation queue this shard's rooms file reports to.
     pub fn report_store(&self) -> &storage::reports::ReportStore {
         &self.inner.reports

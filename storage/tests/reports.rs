@@ -71,7 +71,10 @@ async fn contract(s: ReportStore) {
         .await
         .unwrap();
     let id4 = s
-        .file(&report("r2", "ann", Some("troll"), "harassment", 4_000), "k4")
+        .file(
+            &report("r2", "ann", Some("troll"), "harassment", 4_000),
+            "k4",
+        )
         .await
         .unwrap();
     assert_eq!((id2, id3, id4), (id1 + 1, id1 + 2, id1 + 3));

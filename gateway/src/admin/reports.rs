@@ -2,7 +2,8 @@
 //! user, newest first, in pages), read one, and resolve one. Every node reads the same store
 //! (Redis in a cluster, the node's SQLite file standalone). What a resolution does to the user
 //! (a warning, a ban) is the app's: these calls record the decision; the room calls
-//! (`/admin/rooms/{id}/…`) and the user calls act.
+//! (`/admin/rooms/{id}/…`) and the user calls act. A resolution goes to the event webhook as
+//! `report.resolved` from the node that took it.
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -12,9 +13,10 @@ use protocol::ids::{is_valid_id, is_valid_user_id};
 use protocol::{RoomId, UserId};
 use serde::Deserialize;
 use serde_json::json;
+use shard::events::Notifier;
 use storage::reports::{MAX_PAGE, Query, ReportStore, Resolution, Resolved, Status};
 
-use super::{Resp, error, json_resp, query_pairs};
+use super::{Admin, Resp, error, json_resp, query_pairs};
 
 fn unavailable(e: &storage::StorageError) -> Resp {
     error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
@@ -30,12 +32,13 @@ fn no_report() -> Resp {
 
 /// Serves `/admin/reports[/…]`; `rest` is the path after `reports`.
 pub(super) async fn serve(
-    store: &ReportStore,
+    admin: &Admin,
     method: &Method,
     rest: &[&str],
     query: Option<&str>,
     body: &Bytes,
 ) -> Resp {
+    let store = &admin.reports;
     match (method, rest) {
         (&Method::GET, []) => list(store, query).await,
         (&Method::GET, [id]) => match id.parse() {
@@ -43,7 +46,7 @@ pub(super) async fn serve(
             Err(_) => no_report(),
         },
         (&Method::POST, [id, "resolve"]) => match id.parse() {
-            Ok(id) => resolve(store, id, body).await,
+            Ok(id) => resolve(store, admin.events.as_ref(), id, body).await,
             Err(_) => no_report(),
         },
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
@@ -143,7 +146,7 @@ impl ResolveBody {
     }
 }
 
-async fn resolve(store: &ReportStore, id: u64, body: &Bytes) -> Resp {
+async fn resolve(store: &ReportStore, events: Option<&Notifier>, id: u64, body: &Bytes) -> Resp {
     let b: ResolveBody = match serde_json::from_slice(body) {
         Ok(b) => b,
         Err(e) => return bad(&format!("body: {e}")),
@@ -160,7 +163,11 @@ async fn resolve(store: &ReportStore, id: u64, body: &Bytes) -> Resp {
     match store.resolve(id, &res).await {
         Ok(Resolved::Now(r)) => {
             tracing::info!(report = id, action = %res.action, by = ?res.by, "Report resolved.");
-            json_resp(StatusCode::OK, &json!(r))
+            let answer = json!(r);
+            if let Some(n) = events {
+                n.emit("report.resolved", &r.filed.room, answer.clone());
+            }
+            json_resp(StatusCode::OK, &answer)
         }
         Ok(Resolved::Already(r)) => json_resp(
             StatusCode::CONFLICT,

@@ -10,6 +10,7 @@ use protocol::UserId;
 use protocol::client::Profile;
 use protocol::ids::is_valid_user_id;
 use serde_json::json;
+use shard::events::Notifier;
 
 use super::{Admin, Resp, error, json_resp};
 
@@ -52,10 +53,10 @@ pub(super) async fn serve(admin: &Admin, method: &Method, rest: &[&str], body: &
             json_resp(StatusCode::OK, &suspension_json(&user, s.as_ref()))
         }
         (&Method::PUT, [user, "suspension"]) if is_valid_user_id(user) => {
-            suspend(core, UserId::from(*user), body).await
+            suspend(core, admin.events.as_ref(), UserId::from(*user), body).await
         }
         (&Method::DELETE, [user, "suspension"]) if is_valid_user_id(user) => {
-            lift(core, UserId::from(*user)).await
+            lift(core, admin.events.as_ref(), UserId::from(*user)).await
         }
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
     }
@@ -122,8 +123,14 @@ pub(super) fn suspension_json(
 }
 
 /// Stores the suspension, applies it here and tells the other gateways holding the user's
-/// sockets (the rest learn it from the store within `suspension::REFRESH`).
-async fn suspend(core: &std::sync::Arc<crate::shared::Core>, user: UserId, body: &Bytes) -> Resp {
+/// sockets (the rest learn it from the store within `suspension::REFRESH`); then the event
+/// webhook's `user.suspended`.
+async fn suspend(
+    core: &std::sync::Arc<crate::shared::Core>,
+    events: Option<&Notifier>,
+    user: UserId,
+    body: &Bytes,
+) -> Resp {
     let b: SuspendBody = match serde_json::from_slice(body) {
         Ok(b) => b,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
@@ -146,14 +153,25 @@ async fn suspend(core: &std::sync::Arc<crate::shared::Core>, user: UserId, body:
     tracing::info!(%user, until = ?s.until, by = ?s.by, "Account suspended.");
     core.apply_suspension(&user, Some(s.clone()));
     notify_gateways(core, &user, &s).await;
-    json_resp(StatusCode::OK, &suspension_json(&user, Some(&s)))
+    let answer = suspension_json(&user, Some(&s));
+    if let Some(n) = events {
+        n.emit_account("user.suspended", answer.clone());
+    }
+    json_resp(StatusCode::OK, &answer)
 }
 
-async fn lift(core: &std::sync::Arc<crate::shared::Core>, user: UserId) -> Resp {
+async fn lift(
+    core: &std::sync::Arc<crate::shared::Core>,
+    events: Option<&Notifier>,
+    user: UserId,
+) -> Resp {
     match core.users.suspended.store().lift(&user).await {
         Ok(true) => {
             tracing::info!(%user, "Account suspension lifted.");
             core.apply_suspension(&user, None);
+            if let Some(n) = events {
+                n.emit_account("user.reinstated", json!({ "user": user }));
+            }
             json_resp(StatusCode::OK, &suspension_json(&user, None))
         }
         Ok(false) => error(StatusCode::NOT_FOUND, "not suspended"),

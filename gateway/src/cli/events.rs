@@ -5,8 +5,9 @@ use shard::events::EventsConfig;
 
 use super::{FileConfig, env_or_file};
 
-/// The event webhook of a node that runs rooms (standalone, shard): none without a URL; a URL
-/// needs the secret.
+/// The event webhook of a node (standalone and shards send their rooms' events; every node
+/// sends the moderation decisions its admin API takes): none without a URL; a URL needs the
+/// secret.
 ///
 /// # Errors
 /// A URL without a secret, or a bad URL, secret or kind.

@@ -75,7 +75,9 @@ impl SqliteReports {
             .call(move |c| {
                 let tx = c.transaction()?;
                 let before: Option<i64> = tx
-                    .query_row("SELECT id FROM filings WHERE key = ?1", [&key], |r| r.get(0))
+                    .query_row("SELECT id FROM filings WHERE key = ?1", [&key], |r| {
+                        r.get(0)
+                    })
                     .optional()?;
                 if let Some(id) = before {
                     return Ok(id);
