@@ -43,6 +43,7 @@ mod standalone;
 mod standalone_connection;
 mod storm;
 mod suspension;
+mod system_messages;
 mod users;
 mod vip_protection;
 mod wallet;

@@ -1,5 +1,6 @@
 //! The social layer across gateways with real processes: direct messages between gateways
-//! (acknowledged: one the closing connection got but did not acknowledge comes again),
+//! (acknowledged: one the closing connection got but did not acknowledge comes again; the
+//! app's own message through the other gateway's admin API),
 //! an offline message delivered on connect through the other gateway, one room per user when
 //! two joins race on two gateways, a SIGKILLed gateway's registry entries going away, a
 //! backlog read that failed in a Redis blip tried again while its session lives, and a message
@@ -86,6 +87,19 @@ async fn direct_messages_cross_gateways_and_an_offline_one_arrives_through_the_o
         next_im(&mut bob).await["text"],
         "live again",
         "no duplicate, no retry echo"
+    );
+    // The app's message through gateway 1's admin API reaches Bob on gateway 0, marked.
+    let token = Some(cluster.admin_token.as_str());
+    let body = json!({"from": "official", "text": "from the app", "req_id": "app-1"});
+    let path = "/admin/users/bob/messages";
+    let sent = kit::admin::call(cluster.gateways[1].admin, "POST", path, token, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    let m = next_im(&mut bob).await;
+    assert_eq!(
+        (&m["id"], &m["from"], &m["system"]),
+        (&sent.json()["id"], &json!("official"), &json!(true))
     );
     // A figure for the notes: send to receipt across gateways (debug build, loopback).
     // Five senders: each user's burst is 10 messages.

@@ -57,6 +57,9 @@ pub struct Outgoing<'a> {
     pub req_id: &'a str,
     /// The sender's profile JSON (an object), when not empty.
     pub profile_json: Option<&'a str>,
+    /// Sent by the app's backend (the admin API) as `from`, not by a client: the `im` event
+    /// says `"system":true`.
+    pub system: bool,
 }
 
 /// A stored message.
@@ -128,6 +131,8 @@ pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
         data: Option<&'a serde_json::value::RawValue>,
         #[serde(skip_serializing_if = "Option::is_none")]
         p: Option<&'a serde_json::value::RawValue>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        system: bool,
     }
     fn raw(j: Option<&str>) -> Option<&serde_json::value::RawValue> {
         j.and_then(|j| serde_json::from_str(j).ok())
@@ -139,6 +144,7 @@ pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
         kind: m.kind,
         data: raw(m.data_json),
         p: raw(m.profile_json),
+        system: m.system,
     })
     .unwrap_or_else(|_| "{}".to_owned());
     json.strip_prefix('{')
@@ -152,7 +158,8 @@ pub(crate) fn body_fragment(m: &Outgoing<'_>) -> String {
 /// neither an id nor a message's text may hold, so no two messages share a record (and ids
 /// without a `|` keep the records stored before user ids could hold one). A typed message's
 /// type and data follow, each after a U+001E, which neither the text, a type nor JSON text
-/// holds; a plain message's record is as it always was.
+/// holds; a plain message's record is as it always was. A system message's ends with a
+/// U+001D, so the app's message never matches a client's under the same key.
 pub(crate) fn req_record(m: &Outgoing<'_>) -> String {
     let mut r = format!("{}|{}", m.to.as_str().replace('|', "\u{1f}"), m.text);
     if let Some(kind) = m.kind {
@@ -160,6 +167,9 @@ pub(crate) fn req_record(m: &Outgoing<'_>) -> String {
         r.push_str(kind);
         r.push('\u{1e}');
         r.push_str(m.data_json.unwrap_or_default());
+    }
+    if m.system {
+        r.push('\u{1d}');
     }
     r
 }
@@ -177,6 +187,7 @@ mod record_tests {
             data_json: None,
             req_id: "r",
             profile_json: None,
+            system: false,
         })
     }
 
@@ -201,12 +212,31 @@ mod record_tests {
                 data_json: data,
                 req_id: "r",
                 profile_json: None,
+                system: false,
             })
         };
         let a = typed("room.invite", Some(r#"{"room":"a"}"#));
         assert_ne!(a, typed("room.invite", Some(r#"{"room":"b"}"#)));
         assert_ne!(a, typed("pic", Some(r#"{"room":"a"}"#)));
         assert_ne!(typed("pic", None), plain(&bob, "hi"));
+    }
+
+    #[test]
+    fn the_apps_message_never_shares_a_record_with_a_clients() {
+        let (bob, ann) = (UserId::from("bob"), UserId::from("ann"));
+        let sent = |system| {
+            req_record(&Outgoing {
+                from: &ann,
+                to: &bob,
+                text: "hi",
+                kind: None,
+                data_json: None,
+                req_id: "r",
+                profile_json: None,
+                system,
+            })
+        };
+        assert_ne!(sent(true), sent(false));
     }
 }
 

@@ -18,6 +18,7 @@ async fn send(s: &ImStore, from: &UserId, to: &UserId, text: &str, req: &str) ->
         data_json: None,
         req_id: req,
         profile_json: None,
+        system: false,
     })
     .await
     .unwrap()
@@ -46,6 +47,7 @@ async fn contract(s: ImStore) {
             data_json: None,
             req_id: "k1",
             profile_json: Some(r#"{"name":"Cy"}"#),
+            system: false,
         })
         .await
         .unwrap());
@@ -91,6 +93,7 @@ async fn contract(s: ImStore) {
         data_json: None,
         req_id,
         profile_json: None,
+        system: false,
     };
     assert_eq!(
         s.repeat(&again("hi \"bob\"\nline two", "k1"))
@@ -174,6 +177,7 @@ async fn contract(s: ImStore) {
         data_json: Some(data),
         req_id: "k-invite",
         profile_json: None,
+        system: false,
     };
     let invite = typed("room.invite", r#"{"room":"late-night"}"#);
     let m4 = new(s.send(&invite).await.unwrap());

@@ -246,6 +246,9 @@ export interface ImMessage {
   /** A typed message's JSON. */
   data?: unknown;
   p?: Profile;
+  /** `true` when the app's backend sent it as `from` (its official account; section 13.8):
+   * show it as the app's. A member's message never has it. */
+  system?: boolean;
 }
 
 /** A leaderboard: top senders (contribution) or top receivers (charm). */

@@ -1,4 +1,5 @@
-//! The user calls of the admin API: read and set a user's profile, and suspend an account.
+//! The user calls of the admin API: read and set a user's profile, suspend an account, and
+//! send a user a direct message from the app's own account.
 //! Served by nodes with sessions (gateways, standalone): a profile change is stored, then
 //! reaches the user's sessions on the node and the rooms they are in, like `user.update`; a
 //! suspension is stored, then closes the user's sockets on every gateway
@@ -9,6 +10,7 @@ use http::{Method, StatusCode};
 use protocol::UserId;
 use protocol::client::Profile;
 use protocol::ids::is_valid_user_id;
+use serde::Deserialize;
 use serde_json::json;
 use shard::events::Notifier;
 
@@ -57,6 +59,9 @@ pub(super) async fn serve(admin: &Admin, method: &Method, rest: &[&str], body: &
         }
         (&Method::DELETE, [user, "suspension"]) if is_valid_user_id(user) => {
             lift(core, admin.events.as_ref(), UserId::from(*user)).await
+        }
+        (&Method::POST, [user, "messages"]) if is_valid_user_id(user) => {
+            message(core, UserId::from(*user), body).await
         }
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
     }
@@ -179,6 +184,53 @@ async fn lift(
     }
 }
 
+/// `POST /admin/users/{user}/messages` body: `im.send`'s fields but `to`, and the sender.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageBody {
+    from: UserId,
+    text: String,
+    req_id: String,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    data: Option<serde_json::Value>,
+}
+
+/// The app's backend sends `to` a direct message as its `from` account
+/// (`crate::social::im::send_system`).
+async fn message(core: &std::sync::Arc<crate::shared::Core>, to: UserId, body: &Bytes) -> Resp {
+    use crate::social::im::{SystemRefusal, send_system};
+    let b: MessageBody = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+    };
+    if !is_valid_user_id(b.from.as_str()) {
+        return error(StatusCode::BAD_REQUEST, "from: not a user id");
+    }
+    let send = protocol::client::ImSend {
+        to,
+        text: b.text,
+        req_id: b.req_id,
+        kind: b.kind,
+        data: b.data,
+    };
+    match send_system(core, &b.from, &send).await {
+        Ok(sent) => json_resp(StatusCode::OK, &json!(sent)),
+        Err(SystemRefusal::Refused(code, why)) => {
+            let status = match code {
+                protocol::ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+                _ => StatusCode::CONFLICT,
+            };
+            json_resp(status, &json!({ "error": why, "code": code }))
+        }
+        Err(SystemRefusal::Unavailable) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "messages unavailable; retry with the same req_id",
+        ),
+    }
+}
+
 /// Sends the suspension to the other gateways that hold `user`'s sockets.
 async fn notify_gateways(
     core: &std::sync::Arc<crate::shared::Core>,
@@ -227,6 +279,7 @@ pub(super) fn verb_of(method: &Method, rest: &[&str]) -> &'static str {
         (&Method::GET, [_, "suspension"]) => "user_suspension_get",
         (&Method::PUT, [_, "suspension"]) => "user_suspend",
         (&Method::DELETE, [_, "suspension"]) => "user_unsuspend",
+        (&Method::POST, [_, "messages"]) => "user_message",
         _ => "other",
     }
 }

@@ -144,7 +144,7 @@ fn parse_attr(s: &str) -> Result<(String, serde_json::Value), String> {
     Ok((k.to_owned(), parse_json(v)?))
 }
 
-fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+pub(super) fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
 }
 

@@ -164,6 +164,31 @@ fn admin_suspension_calls_send_whole_seconds_and_encode_the_user() {
 }
 
 #[test]
+fn admin_user_message_sends_its_fields_to_the_encoded_user() {
+    let msg = AdminVerb::Users {
+        verb: UsersVerb::Message {
+            id: "auth0|x".into(),
+            from: "official".into(),
+            text: "You won".into(),
+            req_id: "reward-1".into(),
+            kind: Some("reward".into()),
+            data: Some(serde_json::json!({"coins": 10})),
+        },
+    };
+    assert_eq!(
+        msg.request().unwrap(),
+        (
+            "POST",
+            "/admin/users/auth0%7Cx/messages".into(),
+            Some(serde_json::json!({
+                "from": "official", "text": "You won", "req_id": "reward-1",
+                "type": "reward", "data": {"coins": 10}
+            }))
+        )
+    );
+}
+
+#[test]
 fn admin_reports_calls_name_their_filters_and_decision() {
     let list = AdminVerb::Reports {
         verb: ReportsVerb::List {

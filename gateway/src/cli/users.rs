@@ -1,10 +1,10 @@
-//! `chorus admin users`: read and set a user's profile, and suspend or reinstate an account,
-//! through the admin API.
+//! `chorus admin users`: read and set a user's profile, suspend or reinstate an account, and
+//! send a user a direct message from the app's account, through the admin API.
 
 use clap::Subcommand;
 use serde_json::{Map, Value};
 
-use super::rooms::encode;
+use super::rooms::{encode, parse_json};
 
 /// The user calls of `chorus admin users`.
 #[derive(Debug, Clone, Subcommand)]
@@ -55,6 +55,27 @@ pub enum UsersVerb {
     },
     /// `GET /admin/suspensions`: every suspension that holds now.
     Suspended,
+    /// `POST /admin/users/{id}/messages`: a direct message from the app's own account,
+    /// marked `system`.
+    Message {
+        /// The recipient.
+        id: String,
+        /// The app's account it comes from (e.g. `official`).
+        #[arg(long)]
+        from: String,
+        /// The text (what a client that does not know the type shows).
+        #[arg(long)]
+        text: String,
+        /// The idempotency key: the same key again sends nothing new.
+        #[arg(long = "req-id")]
+        req_id: String,
+        /// A typed message's type (e.g. `reward`).
+        #[arg(long = "type")]
+        kind: Option<String>,
+        /// Its data, as JSON.
+        #[arg(long, value_parser = parse_json, requires = "kind")]
+        data: Option<Value>,
+    },
 }
 
 impl UsersVerb {
@@ -113,6 +134,30 @@ impl UsersVerb {
                 None,
             ),
             Self::Suspended => ("GET", "/admin/suspensions".into(), None),
+            Self::Message {
+                id,
+                from,
+                text,
+                req_id,
+                kind,
+                data,
+            } => {
+                let mut body = Map::new();
+                for (k, v) in [("from", from), ("text", text), ("req_id", req_id)] {
+                    body.insert(k.into(), Value::String(v.clone()));
+                }
+                if let Some(k) = kind {
+                    body.insert("type".into(), Value::String(k.clone()));
+                }
+                if let Some(d) = data {
+                    body.insert("data".into(), d.clone());
+                }
+                (
+                    "POST",
+                    format!("/admin/users/{}/messages", encode(id)),
+                    Some(Value::Object(body)),
+                )
+            }
         }
     }
 }

@@ -215,6 +215,7 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
         data_json: data_json.as_deref(),
         req_id: &a.req_id,
         profile_json,
+        system: false,
     };
     let refused = |code, msg| err(core, session, id, code, msg);
     if !take_token(core, from) {
@@ -269,8 +270,19 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
         ),
     );
     ::metrics::counter!(crate::metrics::IM_SENT).increment(1);
-    // To the recipient on every gateway, and to the sender's other connections.
-    for (user, inbox) in [(&a.to, true), (from, false)] {
+    fan_out(core, &stored, &a.to, from, Some(session)).await;
+}
+
+/// Sends a stored message to `to` on every gateway, and to `from`'s other connections (all but
+/// `except`, the sending one).
+async fn fan_out(
+    core: &Arc<Core>,
+    stored: &storage::im::Stored,
+    to: &UserId,
+    from: &UserId,
+    except: Option<SessionId>,
+) {
+    for (user, inbox) in [(to, true), (from, false)] {
         let gateways = match core.gateways_of(user).await {
             Ok(g) => g,
             Err(e) => {
@@ -280,7 +292,7 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
         };
         for gw in gateways {
             if gw == core.node {
-                let except = (!inbox).then_some(session);
+                let except = if inbox { None } else { except };
                 deliver_local(core, user, stored.id, &stored.json, inbox, except);
             } else {
                 let notice = Notice::Im {
@@ -293,6 +305,76 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
             }
         }
     }
+}
+
+/// Why the app's message was not sent.
+#[derive(Debug)]
+pub(crate) enum SystemRefusal {
+    /// A rule of `im.send` broken (`BAD_REQUEST`), or a block (`BLOCKED`), or the key used
+    /// for another message (`IDEMPOTENCY_CONFLICT`).
+    Refused(ErrorCode, &'static str),
+    /// The store failed: retry with the same `req_id`.
+    Unavailable,
+}
+
+/// A direct message from the app's backend (`POST /admin/users/{user}/messages`): `a` sent as
+/// `from`, an account the app keeps for itself (its official or support account), with
+/// `"system":true` in the event so clients can tell it from a member's; `im.send`'s rules,
+/// blocks, idempotency, backlog and delivery, without the per-user rate. The sender's `p` is
+/// `from`'s stored profile. The message's `{id, at}`, the first one's for a retry.
+pub(crate) async fn send_system(
+    core: &Arc<Core>,
+    from: &UserId,
+    a: &ImSend,
+) -> Result<ImSent, SystemRefusal> {
+    check(from, a).map_err(|(code, why)| SystemRefusal::Refused(code, why))?;
+    if from.is_robot() {
+        return Err(SystemRefusal::Refused(
+            ErrorCode::BadRequest,
+            "from may not be a robot",
+        ));
+    }
+    let profile = match core.users.profiles.get(from).await {
+        Ok(p) => Some(p.effective()).filter(|p| !p.is_empty()),
+        Err(e) => {
+            warn!(error = %e, "Profile store failed.");
+            return Err(SystemRefusal::Unavailable);
+        }
+    };
+    let profile = profile.map(|p| client::to_json(&p));
+    let data_json = a.data.as_ref().map(serde_json::Value::to_string);
+    let m = Outgoing {
+        from,
+        to: &a.to,
+        text: &a.text,
+        kind: a.kind.as_deref(),
+        data_json: data_json.as_deref(),
+        req_id: &a.req_id,
+        profile_json: profile.as_deref().and_then(|p| std::str::from_utf8(p).ok()),
+        system: true,
+    };
+    let refused = |code, why| Err(SystemRefusal::Refused(code, why));
+    let stored = match core.social.im.send(&m).await {
+        Ok(Sent::New(m)) => m,
+        Ok(Sent::Repeated { id, at }) => return Ok(ImSent { id, at }),
+        Ok(Sent::Conflict) => return refused(ErrorCode::IdempotencyConflict, CONFLICT),
+        Ok(Sent::BlockedByRecipient) => {
+            return refused(ErrorCode::Blocked, "the recipient blocked the sender");
+        }
+        Ok(Sent::BlockedBySender) => {
+            return refused(ErrorCode::Blocked, "the sender blocked the recipient");
+        }
+        Err(e) => {
+            warn!(error = %e, "Direct message store failed.");
+            return Err(SystemRefusal::Unavailable);
+        }
+    };
+    ::metrics::counter!(crate::metrics::IM_SENT).increment(1);
+    fan_out(core, &stored, &a.to, from, None).await;
+    Ok(ImSent {
+        id: stored.id,
+        at: stored.at,
+    })
 }
 
 /// Queues message `id` to `user`'s sessions here (but `except`); a session still reading its
