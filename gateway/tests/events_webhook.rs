@@ -239,6 +239,21 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
     let mut bob = s.connect("bob").await;
     bob.join(&room, false, None).await.unwrap();
     let chat = bob.chat(&room, "hello app").await.unwrap();
+    let answer = json!({"room": room, "text": "hi bob", "mentions": ["bob"], "reply_to": chat});
+    let answer = host.request("chat.send", answer).await.unwrap()["seq"].clone();
+    // Bob's socket gets the answer with its mention and the line it answers.
+    let mut lines = Vec::new();
+    while lines.len() < 2 {
+        lines.push(bob.next_event_named("chat", WAIT).await.unwrap());
+    }
+    assert_eq!(
+        (lines[1].seq, &lines[1].d),
+        (
+            answer.as_u64(),
+            &json!({"from": "host", "text": "hi bob", "mentions": ["bob"],
+                "reply": {"seq": chat, "from": "bob"}})
+        )
+    );
     let recall = json!({"room": room, "seq": chat});
     host.request("chat.recall", recall).await.unwrap();
     let volatile = json!({"room": room, "type": "like", "volatile": true});
@@ -255,13 +270,18 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         .iter()
         .map(|e| (e["kind"].as_str().unwrap(), &e["data"]))
         .collect();
-    let launch = &got[4].1;
+    let launch = &got[5].1;
     assert_eq!(
-        got[..4],
+        got[..5],
         [
             (
                 "chat.sent",
                 &json!({"seq": chat, "from": "bob", "text": "hello app"})
+            ),
+            (
+                "chat.sent",
+                &json!({"seq": answer, "from": "host", "text": "hi bob", "mentions": ["bob"],
+                    "reply": {"seq": chat, "from": "bob"}})
             ),
             (
                 "chat.recalled",
@@ -279,7 +299,7 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         ],
         "the volatile message is not sent: {events:?}"
     );
-    assert_eq!(got[4].0, "rocket.launched");
+    assert_eq!(got[5].0, "rocket.launched");
     assert_eq!(
         (
             &launch["launch"],
@@ -289,7 +309,7 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         ),
         (&json!(1), &json!(1), &order, &json!("host"))
     );
-    assert_eq!(got.len(), 5, "nothing else: {events:?}");
+    assert_eq!(got.len(), 6, "nothing else: {events:?}");
     s.stop().await;
 }
 

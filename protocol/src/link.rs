@@ -457,6 +457,8 @@ mod tests {
             cmd: RoomCmd::Op(RoomOp::Chat(ChatSend {
                 room: "r1".into(),
                 text: "hi".into(),
+                mentions: Vec::new(),
+                reply_to: None,
             })),
             profile: None,
             standing: None,

@@ -93,8 +93,15 @@ export class Room extends Emitter<RoomEvents> {
 
   // ---- room operations: one typed helper per op ----
 
-  chat(text: string): Promise<OpOk<"chat.send">> {
-    return this.client.request("chat.send", { room: this.id, text });
+  /**
+   * Sends a chat line; `mentions` names members of the room it mentions (at most 10), and
+   * `replyTo` the seq of a line it answers (one of the room's last 64 of this epoch).
+   */
+  chat(text: string, opts: { mentions?: string[]; replyTo?: number } = {}): Promise<OpOk<"chat.send">> {
+    const d: OpRequest<"chat.send"> = { room: this.id, text };
+    if (opts.mentions?.length) d.mentions = opts.mentions;
+    if (opts.replyTo !== undefined) d.reply_to = opts.replyTo;
+    return this.client.request("chat.send", d);
   }
   /**
    * Takes back the chat line at `seq` (its `chat.send` answer): one's own within 2 minutes, or

@@ -103,7 +103,7 @@ export interface Ops {
   ];
   "room.join": [{ room: string; since?: Position; password?: string }, JoinOk];
   "room.leave": [{ room: string }, Record<string, never>];
-  "chat.send": [{ room: string; text: string }, { seq: number }];
+  "chat.send": [{ room: string; text: string; mentions?: string[]; reply_to?: number }, { seq: number }];
   "chat.recall": [{ room: string; seq: number }, Record<string, never>];
   "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
   "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
@@ -285,6 +285,10 @@ export interface ChatEvent extends Badges {
   p?: Profile;
   /** The sender is a robot (present only then). */
   robot?: boolean;
+  /** The members the line mentions (present only then; section 5.5). */
+  mentions?: string[];
+  /** The line it answers: its seq in this epoch and its sender (present only then). */
+  reply?: { seq: number; from: string };
 }
 
 /**

@@ -54,6 +54,16 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.equal(ev.room, "t-chat");
   assert.equal(ev.seq, ok.seq);
   assert.deepEqual(rb.position, { epoch: ev.epoch, seq: ev.seq });
+  // Bob answers alice's line and mentions her; a plain line carries neither field.
+  assert.equal(ev.mentions, undefined);
+  const answer = ra.next("chat", (e) => e.text === "hi alice");
+  const sent = await rb.chat("hi alice", { mentions: ["alice"], replyTo: ok.seq });
+  const got = await answer;
+  assert.equal(got.seq, sent.seq);
+  assert.deepEqual(got.mentions, ["alice"]);
+  assert.deepEqual(got.reply, { seq: ok.seq, from: "alice" });
+  await assert.rejects(rb.chat("hey", { mentions: ["nobody"] }), (e) => e.code === "BAD_REQUEST");
+  await assert.rejects(rb.chat("re", { replyTo: 99999 }), (e) => e.code === "NO_SUCH_MESSAGE");
 
   const seated = ra.next("seat.update", (e) => e.user === "bob");
   const { seat } = await rb.takeSeat(2);

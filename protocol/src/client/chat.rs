@@ -6,6 +6,8 @@ use crate::ids::{RoomId, Seq, UserId};
 
 /// Longest chat message, in characters (Unicode scalar values).
 pub const MAX_CHAT_TEXT_CHARS: usize = 500;
+/// Most members one chat line may mention.
+pub const MAX_MENTIONS: usize = 10;
 
 /// `chat.send` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -14,6 +16,14 @@ pub struct ChatSend {
     pub room: RoomId,
     /// The message, 1..=500 characters.
     pub text: String,
+    /// Members the line mentions (extension): at most [`MAX_MENTIONS`], each once, members of
+    /// the room now, not the sender.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<UserId>,
+    /// The line this one answers (extension): its seq in the room's current epoch, a line
+    /// the room still remembers (as for `chat.recall`) and not taken back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<Seq>,
 }
 
 /// The `ok` of `chat.send`.
@@ -42,6 +52,22 @@ pub struct ChatEvent {
     /// The sender's VIP level (absent at 0).
     #[serde(default, skip_serializing_if = "crate::client::guard::is_zero")]
     pub vip: u8,
+    /// The members the line mentions (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<UserId>,
+    /// The line it answers (absent when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<ChatReply>,
+}
+
+/// The line a chat line answers: its seq (this epoch) and sender, so a client that holds the
+/// line quotes it and one that does not still says whom it answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatReply {
+    /// The answered line's seq.
+    pub seq: Seq,
+    /// Its sender.
+    pub from: UserId,
 }
 
 /// How long a sender may recall their own chat line, in ms.

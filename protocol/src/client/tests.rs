@@ -9,7 +9,9 @@ fn decodes_core_ops() {
         r.op,
         Op::Room(RoomOp::Chat(ChatSend {
             room: "r1".into(),
-            text: "hi".into()
+            text: "hi".into(),
+            mentions: Vec::new(),
+            reply_to: None,
         }))
     );
     let r = decode_request(r#"{"id":1,"op":"ping"}"#).unwrap();
@@ -98,6 +100,29 @@ fn bad_frames_keep_the_id_when_readable() {
 }
 
 #[test]
+fn a_chat_line_may_mention_members_and_answer_a_line() {
+    let r = decode_request(
+        r#"{"id":1,"op":"chat.send","d":{"room":"r1","text":"hi","mentions":["a","b"],"reply_to":4}}"#,
+    )
+    .unwrap();
+    let Op::Room(RoomOp::Chat(c)) = r.op else {
+        panic!("a chat.send")
+    };
+    assert_eq!(
+        (c.mentions, c.reply_to),
+        (vec![UserId::from("a"), UserId::from("b")], Some(4))
+    );
+    let null_reply = r#"{"id":1,"op":"chat.send","d":{"room":"r1","text":"hi","reply_to":null}}"#;
+    assert!(
+        decode_request(null_reply).is_ok(),
+        "null reply_to is no reply"
+    );
+    let null_mentions =
+        r#"{"id":1,"op":"chat.send","d":{"room":"r1","text":"hi","mentions":null}}"#;
+    assert!(decode_request(null_mentions).is_err(), "a shape error");
+}
+
+#[test]
 fn encodes_replies_and_events() {
     let ok = encode_ok(3, &ChatSent { seq: 4 });
     assert_eq!(&ok[..], br#"{"re":3,"ok":{"seq":4}}"#);
@@ -118,6 +143,8 @@ fn encodes_replies_and_events() {
             p: None,
             guard: false,
             vip: 0,
+            mentions: Vec::new(),
+            reply: None,
         },
     );
     assert_eq!(
@@ -132,6 +159,8 @@ fn encodes_replies_and_events() {
         p: None,
         guard: false,
         vip: 0,
+        mentions: Vec::new(),
+        reply: None,
     };
     assert_eq!(
         to_json(&robot),

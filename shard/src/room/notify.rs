@@ -22,7 +22,13 @@ impl RoomActor {
         for (seq, ev) in &applied.events {
             match ev {
                 Sequenced::Chat(c) if n.wants("chat.sent") => {
-                    let d = json!({ "seq": seq, "from": c.from, "text": c.text });
+                    let mut d = json!({ "seq": seq, "from": c.from, "text": c.text });
+                    if !c.mentions.is_empty() {
+                        d["mentions"] = json!(c.mentions);
+                    }
+                    if let Some(r) = &c.reply {
+                        d["reply"] = json!(r);
+                    }
                     n.emit("chat.sent", &self.room, d);
                 }
                 Sequenced::ChatRecall(r) if n.wants("chat.recalled") => {

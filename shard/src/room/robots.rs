@@ -349,6 +349,8 @@ impl RoomActor {
         let op = RoomOp::Chat(ChatSend {
             room: self.room.clone(),
             text,
+            mentions: Vec::new(),
+            reply_to: None,
         });
         self.robot_op(id, op, "chat").await;
         robots.timers[i].chat = Some(Instant::now() + robots.jittered(chat.every_s));

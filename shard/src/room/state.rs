@@ -613,7 +613,7 @@ impl RoomState {
                 }
             }
             RoomOp::Chat(c) => {
-                let applied = self.chat(user, c.text.clone(), now)?;
+                let applied = self.chat(user, c, now)?;
                 let seq = applied.events.last().map_or(0, |(s, _)| *s);
                 Outcome::new(json(&ChatSent { seq }), applied)
             }

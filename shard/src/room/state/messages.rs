@@ -5,8 +5,8 @@
 use std::borrow::Cow;
 
 use protocol::client::{
-    self, ChatEvent, ChatRecalled, CustomEvent, CustomSend, MAX_CHAT_TEXT_CHARS, Profile,
-    RECALL_WINDOW_MS, RECALLABLE_LINES,
+    self, ChatEvent, ChatRecalled, ChatReply, ChatSend, CustomEvent, CustomSend,
+    MAX_CHAT_TEXT_CHARS, MAX_MENTIONS, Profile, RECALL_WINDOW_MS, RECALLABLE_LINES,
 };
 use protocol::{ErrorCode, Seq, UserId};
 
@@ -74,27 +74,31 @@ impl RoomState {
         last.insert(user.clone(), now);
     }
 
-    /// A chat message from a member.
+    /// A chat message from a member, mentioning members and answering a line when it says so.
     ///
     /// # Errors
     /// `CHAT_MUTED` while a chat mute holds; `SLOW_MODE` while the room's slow mode holds the
-    /// sender back; `BAD_REQUEST` for empty or over-long text.
-    pub fn chat(&mut self, user: &UserId, text: String, now: u64) -> Result<Applied, Rejected> {
+    /// sender back; `BAD_REQUEST` for empty or over-long text, or a mention of oneself, of
+    /// someone not in the room, twice, or of more than [`MAX_MENTIONS`]; `NO_SUCH_MESSAGE`
+    /// for a `reply_to` the room does not remember or that was taken back.
+    pub fn chat(&mut self, user: &UserId, c: &ChatSend, now: u64) -> Result<Applied, Rejected> {
         self.check_not_muted(user, now)?;
         let held = self.check_slow_mode(user, now)?;
-        let chars = text.chars().count();
+        let chars = c.text.chars().count();
         if chars == 0 || chars > MAX_CHAT_TEXT_CHARS {
             return Err(rejected(
                 ErrorCode::BadRequest,
                 "text must be 1..=500 characters",
             ));
         }
-        if !protocol::text::is_clean(&text, true) {
+        if !protocol::text::is_clean(&c.text, true) {
             return Err(rejected(
                 ErrorCode::BadRequest,
                 "text may not hold control or bidi characters (newline and tab are fine)",
             ));
         }
+        self.check_mentions(user, &c.mentions)?;
+        let reply = c.reply_to.map(|seq| self.replied_line(seq)).transpose()?;
         if held {
             self.note_chat(user, now);
         }
@@ -104,11 +108,13 @@ impl RoomState {
             &mut applied,
             Sequenced::Chat(ChatEvent {
                 from: user.clone(),
-                text,
+                text: c.text.clone(),
                 robot: user.is_robot(),
                 p: self.profile_of(user).map(|p| Profile::clone(p)),
                 guard: badges.guard,
                 vip: badges.vip,
+                mentions: c.mentions.clone(),
+                reply,
             }),
         );
         let lines = &mut self.recent.get_or_insert_with(Box::default).lines;
@@ -122,6 +128,65 @@ impl RoomState {
             recalled: false,
         });
         Ok(applied)
+    }
+
+    /// `BAD_REQUEST` unless `mentions` names at most [`MAX_MENTIONS`] members of the room, each
+    /// once, none of them `user`.
+    fn check_mentions(&self, user: &UserId, mentions: &[UserId]) -> Result<(), Rejected> {
+        if mentions.len() > MAX_MENTIONS {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "a line may mention at most 10 members",
+            ));
+        }
+        for (i, m) in mentions.iter().enumerate() {
+            let why = if m == user {
+                "a line may not mention its sender"
+            } else if mentions[..i].contains(m) {
+                "a member is mentioned twice"
+            } else if !self.is_member(m) {
+                "a mentioned user is not in the room"
+            } else {
+                continue;
+            };
+            return Err(rejected(ErrorCode::BadRequest, why));
+        }
+        Ok(())
+    }
+
+    /// The line at `seq` a chat line answers: one the room remembers and that was not taken
+    /// back.
+    fn replied_line(&self, seq: Seq) -> Result<ChatReply, Rejected> {
+        self.recent
+            .as_ref()
+            .and_then(|r| r.lines.iter().find(|l| l.seq == seq && !l.recalled))
+            .map(|l| ChatReply {
+                seq,
+                from: l.from.clone(),
+            })
+            .ok_or_else(|| {
+                rejected(
+                    ErrorCode::NoSuchMessage,
+                    "reply_to: no such chat line in this room (only the last 64 of the current epoch, not taken back)",
+                )
+            })
+    }
+
+    /// A plain chat line (no mentions, no reply): the tests' shorthand for [`Self::chat`].
+    #[cfg(test)]
+    pub(super) fn chat_line(
+        &mut self,
+        user: &UserId,
+        text: String,
+        now: u64,
+    ) -> Result<Applied, Rejected> {
+        let c = ChatSend {
+            room: self.id().clone(),
+            text,
+            mentions: Vec::new(),
+            reply_to: None,
+        };
+        self.chat(user, &c, now)
     }
 
     /// The sender of the chat line at `seq` of this epoch, while the room remembers it.

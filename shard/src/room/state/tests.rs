@@ -89,15 +89,15 @@ fn chat_needs_membership_and_bounded_text_and_is_sequenced() {
     );
     r.join(&u("a"), at(1), None, 0).unwrap();
     assert_eq!(
-        r.chat(&u("a"), String::new(), 0).unwrap_err().code,
+        r.chat_line(&u("a"), String::new(), 0).unwrap_err().code,
         ErrorCode::BadRequest
     );
     assert_eq!(
-        r.chat(&u("a"), "é".repeat(501), 0).unwrap_err().code,
+        r.chat_line(&u("a"), "é".repeat(501), 0).unwrap_err().code,
         ErrorCode::BadRequest
     );
-    assert!(r.chat(&u("a"), "é".repeat(500), 0).is_ok());
-    let a = r.chat(&u("a"), "two".into(), 0).unwrap();
+    assert!(r.chat_line(&u("a"), "é".repeat(500), 0).is_ok());
+    let a = r.chat_line(&u("a"), "two".into(), 0).unwrap();
     assert_eq!(a.events.len(), 1);
     assert_eq!(a.events[0].0, 2);
     assert_eq!(r.seq(), 2);
@@ -206,10 +206,10 @@ fn seq_is_gap_free_across_event_kinds() {
     let mut r = room(4, None);
     r.join(&u("a"), at(1), None, 0).unwrap();
     let mut seqs = Vec::new();
-    seqs.extend(r.chat(&u("a"), "1".into(), 0).unwrap().events);
+    seqs.extend(r.chat_line(&u("a"), "1".into(), 0).unwrap().events);
     seqs.extend(r.seat_take(&u("a"), None, 0).unwrap().1.events);
     seqs.extend(r.seat_take(&u("a"), Some(3), 0).unwrap().1.events);
-    seqs.extend(r.chat(&u("a"), "2".into(), 0).unwrap().events);
+    seqs.extend(r.chat_line(&u("a"), "2".into(), 0).unwrap().events);
     let got: Vec<Seq> = seqs.iter().map(|(s, _)| *s).collect();
     assert_eq!(got, vec![1, 2, 3, 4, 5]);
     assert_eq!(r.snapshot().seq, 5);
@@ -427,6 +427,8 @@ fn events_and_presence_encode_as_the_protocol_says() {
         p: None,
         guard: false,
         vip: 0,
+        mentions: Vec::new(),
+        reply: None,
     });
     let frame = ev.encode(&RoomId::from("r1"), 3, 9);
     let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();
@@ -500,7 +502,7 @@ fn control_and_bidi_characters_are_refused_in_chat_titles_and_passwords() {
     let mut r = room(2, None);
     r.join(&u("a"), at(1), None, 0).unwrap();
     for bad in ["nul\0", "esc\u{1b}[2J", "\u{202E}txt.exe"] {
-        let e = r.chat(&u("a"), bad.into(), 0).unwrap_err();
+        let e = r.chat_line(&u("a"), bad.into(), 0).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
         let e = Durable::new(u("h"), bad.into(), 4, None).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest, "{bad:?}");
@@ -509,7 +511,7 @@ fn control_and_bidi_characters_are_refused_in_chat_titles_and_passwords() {
     }
     // Newlines and tabs are fine in chat, not in a title; nothing was sequenced above.
     assert_eq!(r.seq(), 0);
-    r.chat(&u("a"), "two\nlines\tok".into(), 0).unwrap();
+    r.chat_line(&u("a"), "two\nlines\tok".into(), 0).unwrap();
     assert!(Durable::new(u("h"), "two\nlines".into(), 4, None).is_err());
     assert!(Durable::new(u("h"), "Friday night 🎤".into(), 4, None).is_ok());
 }

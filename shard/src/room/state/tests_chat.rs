@@ -1,8 +1,8 @@
-//! The chat's rules: slow mode, and taking a line back (`chat.recall`).
+//! The chat's rules: slow mode, taking a line back (`chat.recall`), mentions and replies.
 
 use serde_json::json;
 
-use super::tests_rights::{party, run};
+use super::tests_rights::{party, run, u};
 use super::*;
 
 fn chat(text: &str) -> serde_json::Value {
@@ -155,4 +155,102 @@ fn only_the_latest_chat_lines_of_this_epoch_can_be_recalled() {
     );
     let refused = run(&mut r, "mem", recall(first), 2).unwrap_err();
     assert_eq!(refused.code, ErrorCode::NoSuchMessage);
+}
+
+fn chat_with(text: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut d = json!({"room": "r1", "text": text});
+    for (k, v) in extra.as_object().unwrap() {
+        d[k] = v.clone();
+    }
+    json!({"op": "chat.send", "d": d})
+}
+
+fn the_chat(out: &Outcome) -> &client::ChatEvent {
+    let [(_, Sequenced::Chat(ev))] = &out.applied.events[..] else {
+        panic!("one chat: {:?}", out.applied.events)
+    };
+    ev
+}
+
+#[test]
+fn a_line_mentions_members_of_the_room_each_once_and_never_its_sender() {
+    let mut r = party();
+    let out = run(
+        &mut r,
+        "mem",
+        chat_with("hi both", json!({"mentions": ["host", "lis"]})),
+        0,
+    )
+    .unwrap();
+    let ev = the_chat(&out);
+    assert_eq!(ev.mentions, [u("host"), u("lis")]);
+    let encoded = serde_json::to_value(ev).unwrap();
+    assert_eq!(encoded["mentions"], json!(["host", "lis"]));
+    // A plain line carries neither field.
+    let plain = serde_json::to_value(the_chat(&run(&mut r, "mem", chat("x"), 0).unwrap())).unwrap();
+    assert_eq!((plain.get("mentions"), plain.get("reply")), (None, None));
+
+    let eleven: Vec<String> = (0..11).map(|i| format!("u{i}")).collect();
+    for (mentions, why) in [
+        (json!(["mem"]), "its sender"),
+        (json!(["host", "host"]), "twice"),
+        (json!(["nobody"]), "not in the room"),
+        (json!(eleven), "at most 10"),
+    ] {
+        let err = run(
+            &mut r,
+            "mem",
+            chat_with("hey", json!({"mentions": mentions})),
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, ErrorCode::BadRequest, "{why}");
+        assert!(err.msg.contains(why), "{why}: {}", err.msg);
+    }
+    // A refused line took no seq: the next one follows the last accepted.
+    let before = r.seq;
+    run(&mut r, "mem", chat("after"), 0).unwrap();
+    assert_eq!(r.seq, before + 1);
+}
+
+#[test]
+fn a_reply_names_the_line_it_answers_while_the_room_remembers_it() {
+    let mut r = party();
+    let asked = seq_of(&run(&mut r, "mem", chat("who sings next?"), 1_000).unwrap());
+    let out = run(
+        &mut r,
+        "lis",
+        chat_with("me!", json!({"reply_to": asked})),
+        2_000,
+    )
+    .unwrap();
+    let reply = the_chat(&out).reply.clone().unwrap();
+    assert_eq!((reply.seq, reply.from.as_str()), (asked, "mem"));
+    assert_eq!(
+        serde_json::to_value(the_chat(&out)).unwrap()["reply"],
+        json!({"seq": asked, "from": "mem"})
+    );
+    // A line taken back, a custom message, and no line at all cannot be answered.
+    let gone = seq_of(&run(&mut r, "mem", chat("oops"), 3_000).unwrap());
+    run(&mut r, "mem", recall(gone), 3_001).unwrap();
+    let custom = json!({"op": "custom.send", "d": {"room": "r1", "type": "x"}});
+    let other = seq_of(&run(&mut r, "mem", custom, 3_002).unwrap());
+    for seq in [gone, other, 999_999] {
+        let err = run(
+            &mut r,
+            "lis",
+            chat_with("re", json!({"reply_to": seq})),
+            4_000,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, ErrorCode::NoSuchMessage, "{seq}");
+    }
+    // Mentions and a reply together.
+    let both = chat_with("@mem yes", json!({"reply_to": asked, "mentions": ["mem"]}));
+    let ev = run(&mut r, "host", both, 5_000).unwrap();
+    let ev = the_chat(&ev);
+    assert_eq!(
+        (ev.mentions.len(), ev.reply.as_ref().map(|r| r.seq)),
+        (1, Some(asked))
+    );
 }

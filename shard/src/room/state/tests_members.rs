@@ -141,7 +141,7 @@ fn profiles_ride_on_join_chat_and_update() {
         &frame[..],
         br#"{"ev":"member.join","room":"r1","d":{"user":"a","p":{"name":"A"}}}"#
     );
-    let c = r.chat(&u("a"), "hi".into(), 0).unwrap();
+    let c = r.chat_line(&u("a"), "hi".into(), 0).unwrap();
     let Sequenced::Chat(ev) = &c.events[0].1 else {
         panic!()
     };

@@ -26,7 +26,7 @@ fn file(r: &mut RoomState, who: &str, rep: &ReportSend, now: u64) -> Result<File
 fn a_member_reports_a_line_a_user_or_the_room_and_a_repeat_is_a_duplicate() {
     let mut r = party();
     let seq = r
-        .chat(&u("t"), "buy coins at example.com".into(), 1_000)
+        .chat_line(&u("t"), "buy coins at example.com".into(), 1_000)
         .unwrap()
         .events[0]
         .0;
@@ -56,7 +56,7 @@ fn a_member_reports_a_line_a_user_or_the_room_and_a_repeat_is_a_duplicate() {
 #[test]
 fn bad_reports_are_refused() {
     let mut r = party();
-    let seq = r.chat(&u("t"), "hello".into(), 1_000).unwrap().events[0].0;
+    let seq = r.chat_line(&u("t"), "hello".into(), 1_000).unwrap().events[0].0;
     let mut code = |who, rep: ReportSend| file(&mut r, who, &rep, 2_000).unwrap_err().code;
     assert_eq!(
         code("t", report(None, Some(seq), "spam")),

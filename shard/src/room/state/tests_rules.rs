@@ -312,7 +312,7 @@ fn chat_mutes_hold_until_their_end_and_the_server_announces_it() {
         (m.action.as_str(), m.until, m.by.clone()),
         ("chat_mute", Some(31_000), Some(u("adm")))
     );
-    let e = r.chat(&u("mem"), "hi".into(), 30_999).unwrap_err();
+    let e = r.chat_line(&u("mem"), "hi".into(), 30_999).unwrap_err();
     assert_eq!(e.code, ErrorCode::ChatMuted);
     assert!(e.msg.contains("31000"), "{}", e.msg);
     let a = r.tick(31_000);
@@ -320,7 +320,7 @@ fn chat_mutes_hold_until_their_end_and_the_server_announces_it() {
         panic!()
     };
     assert_eq!((m.action.as_str(), m.by.clone()), ("chat_unmute", None));
-    r.chat(&u("mem"), "hi".into(), 31_000).unwrap();
+    r.chat_line(&u("mem"), "hi".into(), 31_000).unwrap();
     assert_eq!(r.durable().audit.len(), 1, "the mute is audited");
 }
 
