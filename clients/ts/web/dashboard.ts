@@ -3,7 +3,8 @@ export {};
 // weights and health, the ring, rooms and their leases per shard, the rebalance, live charts
 // from this node's `/metrics`, drain / weight / move buttons that call the admin API, and
 // the members' reports with a "Resolve" per open one and a "Suspend" for the account reported,
-// and the suspended accounts with a "Lift" each.
+// the suspended accounts with a "Lift" each, and a form that sends a user a direct message
+// from the app's own account.
 // The admin token is typed in and kept in this script's memory only.
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
@@ -401,6 +402,59 @@ durationSelect($<HTMLSelectElement>("suspend-for"));
 $("suspend-form").onsubmit = (ev) => {
   ev.preventDefault();
   void suspendByForm();
+};
+
+// ---- a direct message to one user from the app's own account ----
+
+/**
+ * A fresh idempotency key: every Send is a new message. `crypto.randomUUID` needs a secure
+ * context (https or localhost); a dashboard on plain http elsewhere gets 128 random bits.
+ */
+function freshReqId(): string {
+  if (typeof crypto.randomUUID === "function") return crypto.randomUUID();
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The form: sends a user a direct message as `from` and says how it went, as text. */
+async function messageByForm(): Promise<void> {
+  const user = $<HTMLInputElement>("message-user").value.trim();
+  const from = $<HTMLInputElement>("message-from").value.trim();
+  const text = $<HTMLInputElement>("message-text");
+  const type = $<HTMLInputElement>("message-type").value.trim();
+  if (!user || !from || !text.value) return;
+  const send = $<HTMLButtonElement>("message-send");
+  const res = $("message-status");
+  send.disabled = true;
+  delete res.dataset.status;
+  res.textContent = `sending to ${user}…`;
+  let r: { status: number; json: any };
+  try {
+    const body = { from, text: text.value, req_id: freshReqId(), ...(type ? { type } : {}) };
+    r = await api("POST", `/admin/users/${encodeURIComponent(user)}/messages`, body);
+  } catch (e) {
+    res.textContent = `message ${user}: unreachable: ${String(e)}`;
+    return;
+  } finally {
+    send.disabled = false;
+  }
+  if (r.status === 401) {
+    stop("the admin token was refused");
+    return;
+  }
+  res.dataset.status = String(r.status);
+  if (r.status === 200) {
+    res.textContent = `sent #${r.json?.id}`;
+    text.value = "";
+  } else {
+    // 400: a bad field or recipient; 409: BLOCKED or IDEMPOTENCY_CONFLICT; 503: retry.
+    const code = r.json && typeof r.json === "object" && r.json.code ? ` (${r.json.code})` : "";
+    res.textContent = `message ${user}: ${r.status} ${errorOf(r.json)}${code}`;
+  }
+}
+
+$("message-form").onsubmit = (ev) => {
+  ev.preventDefault();
+  void messageByForm();
 };
 
 /** Reports and suspensions, loaded together. */
