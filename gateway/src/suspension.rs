@@ -61,18 +61,17 @@ impl Suspended {
         known.by_user.get(user).filter(|s| s.holds_at(now)).cloned()
     }
 
-    /// Every suspension that holds now, newest first.
-    pub(crate) fn current(&self) -> Vec<(UserId, Suspension)> {
+    /// Every suspension that holds now, newest first, as the store has them (the admin API's
+    /// reads: a change made through another gateway shows at once, not after a refresh).
+    ///
+    /// # Errors
+    /// The store's, when it cannot be read.
+    pub(crate) async fn stored(&self) -> storage::Result<Vec<(UserId, Suspension)>> {
         let now = unix_ms();
-        let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
-        let mut all: Vec<_> = known
-            .by_user
-            .iter()
-            .filter(|(_, s)| s.holds_at(now))
-            .map(|(u, s)| (u.clone(), s.clone()))
-            .collect();
+        let (_, all) = self.store.all().await?;
+        let mut all: Vec<_> = all.into_iter().filter(|(_, s)| s.holds_at(now)).collect();
         all.sort_by(|a, b| b.1.at.cmp(&a.1.at).then_with(|| a.0.cmp(&b.0)));
-        all
+        Ok(all)
     }
 
     /// Remembers `user`'s suspension (`None`: lifted) as this gateway learned it.

@@ -99,6 +99,16 @@ async fn a_suspension_reaches_every_gateway() {
     .await
     .unwrap();
     assert_eq!(put.status, 200, "{}", put.body);
+    // The other gateway's admin API reads the store: it knows at once, before its refresh.
+    let read = admin::get(
+        cluster.gateways[1].admin,
+        "/admin/users/lurker/suspension",
+        token,
+    )
+    .await
+    .unwrap()
+    .json();
+    assert_eq!(read["suspended"], true, "{read}");
     until_connect_ends(&cluster, 1, "lurker", Some(4003)).await;
     let listed = admin::get(cluster.gateways[1].admin, "/admin/suspensions", token)
         .await

@@ -51,8 +51,13 @@ pub(super) async fn serve(admin: &Admin, method: &Method, rest: &[&str], body: &
         }
         (&Method::GET, [user, "suspension"]) if is_valid_user_id(user) => {
             let user = UserId::from(*user);
-            let s = core.users.suspended.of(&user);
-            json_resp(StatusCode::OK, &suspension_json(&user, s.as_ref()))
+            match core.users.suspended.stored().await {
+                Ok(all) => {
+                    let s = all.iter().find(|(u, _)| *u == user).map(|(_, s)| s);
+                    json_resp(StatusCode::OK, &suspension_json(&user, s))
+                }
+                Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+            }
         }
         (&Method::PUT, [user, "suspension"]) if is_valid_user_id(user) => {
             suspend(core, admin.events.as_ref(), UserId::from(*user), body).await
@@ -253,17 +258,18 @@ async fn notify_gateways(
     }
 }
 
-/// `GET /admin/suspensions`: every suspension that holds now, newest first (as this gateway
-/// knows them: the store's within `suspension::REFRESH`).
-pub(super) fn suspensions(core: &crate::shared::Core) -> Resp {
-    let all: Vec<_> = core
-        .users
-        .suspended
-        .current()
-        .iter()
-        .map(|(u, s)| suspension_json(u, Some(s)))
-        .collect();
-    json_resp(StatusCode::OK, &json!({ "suspensions": all }))
+/// `GET /admin/suspensions`: every suspension that holds now, newest first, from the store.
+pub(super) async fn suspensions(core: &crate::shared::Core) -> Resp {
+    match core.users.suspended.stored().await {
+        Ok(all) => {
+            let all: Vec<_> = all
+                .iter()
+                .map(|(u, s)| suspension_json(u, Some(s)))
+                .collect();
+            json_resp(StatusCode::OK, &json!({ "suspensions": all }))
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
 }
 
 /// A user id usable in a path, not a robot's (robots have no stored profile).
