@@ -43,6 +43,7 @@ mod users;
 mod wallet;
 
 pub(crate) use health::Readiness;
+pub(crate) use reports::REPORTS_OPEN;
 
 /// How long an admin connection may take to send a request's headers, and how long it may sit
 /// idle between requests, before it is closed: the WebSocket port's handshake bound.
@@ -164,6 +165,10 @@ pub(crate) async fn serve(
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    tracker.spawn(reports::watch_backlog(
+        admin.reports.clone(),
+        shutdown.clone(),
+    ));
     let open = Arc::new(Semaphore::new(ADMIN_MAX_CONNECTIONS));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())

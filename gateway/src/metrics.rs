@@ -53,4 +53,8 @@ pub fn describe() {
         RTC_WEBHOOKS,
         "RTC provider webhooks answered, by format and outcome."
     );
+    describe_gauge!(
+        crate::admin::REPORTS_OPEN,
+        "Open reports in the moderation queue (queue-wide: every node reports the same)."
+    );
 }

@@ -1,7 +1,7 @@
 //! The moderation queue end to end on a standalone node: members' reports over the WebSocket
 //! wait in the queue with their ids, a moderator lists them (by status, room, reported user,
-//! in pages), reads one and resolves it once, bad calls are refused, and the queue survives
-//! a restart of the node.
+//! in pages), reads one and resolves it once, bad calls are refused, the backlog gauge follows
+//! the queue, and the queue survives a restart of the node.
 
 use gateway::GatewayConfig;
 use kit::admin::{self, AdminResponse};
@@ -12,6 +12,8 @@ use crate::support::server::Server;
 
 const SECRET: &[u8] = b"test-secret-for-the-report-queue";
 const ADMIN: &str = "reports-admin";
+/// Longer than the backlog gauge's period (5 s).
+const WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 async fn get(s: &Server, path: &str) -> AdminResponse {
     admin::get(s.admin, path, Some(ADMIN)).await.unwrap()
@@ -65,6 +67,13 @@ async fn reports_wait_for_a_moderator_and_survive_a_restart() {
     let of_host = json!({"room": room, "user": "host", "reason": "harassment"});
     let id3 = id_of(&bob.request("report.send", of_host).await.unwrap());
     assert_eq!((id2, id3), (id1 + 1, id1 + 2));
+    // The backlog gauge follows the queue by itself (its periodic read; nothing listed yet).
+    assert!(
+        admin::wait_metric(s.admin, "chorus_reports_open", 3.0, WAIT)
+            .await
+            .unwrap(),
+        "chorus_reports_open reaches 3"
+    );
 
     // Listed newest first, with the line as members saw it.
     let open = get(&s, "/admin/reports").await;
@@ -136,6 +145,11 @@ async fn reports_wait_for_a_moderator_and_survive_a_restart() {
         resolved.json()["open"],
         2,
         "the backlog, whatever the filter"
+    );
+    assert_eq!(
+        admin::metric(s.admin, "chorus_reports_open").await.unwrap(),
+        2.0,
+        "a list sets the gauge at once"
     );
 
     // Refused: unknown reports, bad decisions and bad queries; no token.

@@ -3,7 +3,10 @@
 //! (Redis in a cluster, the node's SQLite file standalone). What a resolution does to the user
 //! (a warning, a ban) is the app's: these calls record the decision; the room calls
 //! (`/admin/rooms/{id}/…`) and the user calls act. A resolution goes to the event webhook as
-//! `report.resolved` from the node that took it.
+//! `report.resolved` from the node that took it. Every node keeps the gauge
+//! `chorus_reports_open` at the queue's backlog, for alerts.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -17,6 +20,40 @@ use shard::events::Notifier;
 use storage::reports::{MAX_PAGE, Query, ReportStore, Resolution, Resolved, Status};
 
 use super::{Admin, Resp, error, json_resp, query_pairs};
+
+/// The gauge of the queue's backlog (open reports), the same queue-wide figure on every node.
+pub(crate) const REPORTS_OPEN: &str = "chorus_reports_open";
+/// How often a node reads the backlog for [`REPORTS_OPEN`].
+const BACKLOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Keeps [`REPORTS_OPEN`] at the queue's backlog until `shutdown`: read every
+/// [`BACKLOG_EVERY`] (one count: Redis `ZCARD`, or SQLite over the index of open reports),
+/// and by every list this node serves. A failed read leaves the last value.
+pub(crate) async fn watch_backlog(
+    store: ReportStore,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut every = tokio::time::interval(BACKLOG_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        match store.open_count().await {
+            Ok(n) => set_backlog(n),
+            Err(e) => tracing::debug!(error = %e, "Could not read the reports' backlog."),
+        }
+    }
+}
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "a gauge is an f64; a backlog past 2^53 is not a concern"
+)]
+fn set_backlog(open: u64) {
+    metrics::gauge!(REPORTS_OPEN).set(open as f64);
+}
 
 fn unavailable(e: &storage::StorageError) -> Resp {
     error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
@@ -99,6 +136,7 @@ async fn list(store: &ReportStore, query: Option<&str>) -> Resp {
     // The page, and the queue's backlog whatever the filter (a moderator's "N open").
     match tokio::try_join!(store.list(&q), store.open_count()) {
         Ok((page, open)) => {
+            set_backlog(open);
             let mut v = json!(page);
             v["open"] = open.into();
             json_resp(StatusCode::OK, &v)
