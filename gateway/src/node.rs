@@ -240,6 +240,9 @@ pub async fn start_gateway(cfg: GatewayNodeConfig) -> Result<Running, StartError
     let events = cfg.events.clone().map(|c| {
         shard::events::Notifier::start(c, cfg.node_id.clone(), &tracker, shutdown.clone())
     });
+    if let Some(n) = &events {
+        let _ = core.events.set(n.clone());
+    }
     let admin = Arc::new(Admin {
         node: cfg.node_id.clone(),
         core: Some(core),

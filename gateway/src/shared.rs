@@ -80,6 +80,8 @@ pub(crate) struct Core {
     pub(crate) hot: HotCounters,
     /// The room directory `room.list` reads (set once at start).
     pub(crate) directory: std::sync::OnceLock<Arc<crate::directory::Directory>>,
+    /// The event webhook's sender, when configured (set once at start): `im.sent`.
+    pub(crate) events: std::sync::OnceLock<shard::events::Notifier>,
     /// Users whose standing the next batched ledger read fetches.
     pub(crate) standing_queue: crate::standing::StandingQueue,
 }
@@ -144,6 +146,7 @@ impl Core {
             users,
             rejoining: Mutex::new(std::collections::HashSet::new()),
             directory: std::sync::OnceLock::new(),
+            events: std::sync::OnceLock::new(),
             standing_queue: crate::standing::StandingQueue::default(),
             hot: HotCounters {
                 requests: ::metrics::counter!(crate::metrics::REQUESTS),

@@ -182,6 +182,9 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
     }
     tracker.spawn(crate::server::serve(core.clone(), ws));
     let events = shard.events().cloned();
+    if let Some(n) = &events {
+        let _ = core.events.set(n.clone());
+    }
     let admin = Arc::new(admin::Admin {
         node: core.node.clone(),
         core: Some(core),

@@ -70,8 +70,10 @@ async fn a_rooms_life_reaches_the_app_in_order_and_a_refused_batch_comes_again()
     bob.request("seat.take", json!({"room": room, "seat": 1}))
         .await
         .unwrap();
-    // Chat lines are sent only when asked for by name: none below.
+    // Chat lines and direct messages are sent only when asked for by name: none below.
     bob.chat(&room, "not for the app").await.unwrap();
+    let dm = json!({"to": "host", "text": "nor this", "req_id": "dm-1"});
+    bob.request("im.send", dm).await.unwrap();
     let req_id = "0190c5d2-0000-7000-8000-000000000001";
     host.request(
         "gift.send",
@@ -461,6 +463,50 @@ async fn the_platforms_decisions_reach_the_app_once_each() {
     assert_eq!(
         (&reinstated["room"], &reinstated["data"]),
         (&Value::Null, &json!({"user": "bob"}))
+    );
+    s.stop().await;
+}
+
+/// Direct messages reach the app when it asks for `im.sent` by name: a member's and the app's
+/// own (marked `system`), each as the `im` event's `d`; a retry is not sent again.
+#[tokio::test]
+async fn direct_messages_reach_the_app_only_when_asked() {
+    let mut rx = Receiver::start(0).await.unwrap();
+    let s = start(&rx.url, Some(&["im.sent".to_owned()])).await;
+    let mut ann = s.connect("ann").await;
+    let dm = json!({"to": "bob", "text": "hi bob", "req_id": "dm-1"});
+    let sent = ann.request("im.send", dm.clone()).await.unwrap();
+    assert_eq!(ann.request("im.send", dm).await.unwrap(), sent, "a retry");
+    let body = json!({"from": "official", "text": "welcome", "req_id": "w-1"});
+    let app = kit::admin::call(
+        s.admin,
+        "POST",
+        "/admin/users/bob/messages",
+        Some(ADMIN),
+        Some(body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(app.status, 200, "{}", app.body);
+    let (events, _) = delivered_until(&mut rx, "im.sent").await;
+    let mut events = events;
+    if events.len() < 2 {
+        events.extend(delivered_until(&mut rx, "im.sent").await.0);
+    }
+    let data: Vec<&Value> = events.iter().map(|e| &e["data"]).collect();
+    assert_eq!(
+        data,
+        [
+            &json!({"id": sent["id"], "at": sent["at"], "from": "ann", "to": "bob", "text": "hi bob"}),
+            &json!({"id": app.json()["id"], "at": app.json()["at"], "from": "official", "to": "bob",
+                "text": "welcome", "system": true}),
+        ],
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e["room"].is_null() && e["kind"] == "im.sent")
     );
     s.stop().await;
 }

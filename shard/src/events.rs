@@ -45,7 +45,7 @@ pub const TIMESTAMP_HEADER: &str = "x-chorus-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-chorus-signature";
 
 /// Every kind of event, as the webhook names them.
-pub const KINDS: [&str; 18] = [
+pub const KINDS: [&str; 19] = [
     "room.created",
     "room.closed",
     "room.opened",
@@ -64,11 +64,13 @@ pub const KINDS: [&str; 18] = [
     "report.resolved",
     "user.suspended",
     "user.reinstated",
+    "im.sent",
 ];
 
-/// The kinds sent only when the operator lists them: one event per chat line is a volume an
-/// app asks for (a moderation pipeline, a compliance log), not one it gets by default.
-pub const OPT_IN_KINDS: [&str; 1] = ["chat.sent"];
+/// The kinds sent only when the operator lists them: one event per chat line or direct
+/// message is a volume an app asks for (a moderation pipeline, a compliance log), not one it
+/// gets by default.
+pub const OPT_IN_KINDS: [&str; 2] = ["chat.sent", "im.sent"];
 
 /// Where and how to send (`events_webhook_url`, `events_webhook_secret`,
 /// `events_webhook_kinds`). Its `Debug` leaves the secret out.

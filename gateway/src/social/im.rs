@@ -274,7 +274,7 @@ async fn send(core: &Arc<Core>, session: SessionId, from: &UserId, id: u64, a: I
 }
 
 /// Sends a stored message to `to` on every gateway, and to `from`'s other connections (all but
-/// `except`, the sending one).
+/// `except`, the sending one); and to the event webhook as `im.sent` when it asks for them.
 async fn fan_out(
     core: &Arc<Core>,
     stored: &storage::im::Stored,
@@ -282,6 +282,12 @@ async fn fan_out(
     from: &UserId,
     except: Option<SessionId>,
 ) {
+    if let Some(n) = core.events.get().filter(|n| n.wants("im.sent")) {
+        match serde_json::from_str(&stored.json) {
+            Ok(d) => n.emit_account("im.sent", d),
+            Err(e) => warn!(error = %e, "A stored direct message is not JSON."),
+        }
+    }
     for (user, inbox) in [(to, true), (from, false)] {
         let gateways = match core.gateways_of(user).await {
             Ok(g) => g,
