@@ -1,5 +1,6 @@
 // The demo room in a real browser: two users join, take seats, chat (one reports a line of the
-// other's, one takes a line back, the owner mutes the chat and sets slow mode),
+// other's, one takes a line back, one answers the other's line mentioning them, the owner
+// mutes the chat and sets slow mode),
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
 // play a PK (the owner starts and stops it, a gift scores for a team), each seeing the other's
 // events; a node restart shows "reconnecting", then both resume. In a room
@@ -71,6 +72,19 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   await alice.locator("#chat-log li", { hasText: "bob: oops, wrong room" }).waitFor({ timeout: T });
   await bob.locator("#chat-log li", { hasText: "bob: oops, wrong room" }).locator("button.recall").click();
   for (const p of [alice, bob]) await p.locator("#chat-log li.recalled", { hasText: "bob recalled a message" }).waitFor({ timeout: T });
+  // Bob answers alice's line with its Reply button and mentions her: both pages quote her line,
+  // and only on hers does his line stand out as mentioning her.
+  await hi.locator("button.reply").click();
+  await bob.locator("#chat-replying", { hasText: "replying to alice: hi bob" }).waitFor({ timeout: T });
+  await bob.fill("#chat-input", "@alice yes");
+  await bob.press("#chat-input", "Enter");
+  await bob.locator("#chat-replying").waitFor({ state: "hidden", timeout: T });
+  for (const p of [alice, bob]) {
+    const line = p.locator("#chat-log li", { hasText: "bob: @alice yes" });
+    await line.locator(".quote", { hasText: /^↪ alice: hi bob$/ }).waitFor({ timeout: T });
+  }
+  await alice.locator("#chat-log li.mentions-me", { hasText: "bob: @alice yes" }).waitFor({ timeout: T });
+  assert.equal(await bob.locator("#chat-log li", { hasText: "bob: @alice yes" }).evaluate((li) => li.classList.contains("mentions-me")), false);
   // The owner mutes the chat for members, then sets slow mode instead: bob's page says so.
   await alice.click("#chat-mute");
   await bob.locator("#chat-rules", { hasText: "the chat is muted for members" }).waitFor({ timeout: T });

@@ -4,7 +4,7 @@
 // with an animation, a PK between two halves of the seats (staff start and stop it; everyone
 // sees the score), the wallet, the members (staff invite to a seat, mute chat and kick) and
 // the connection's state. Built with the client package (`node build.mjs --web ...`).
-import { Client, ChorusError, type Gift, type Room, type Seat } from "../src/index.js";
+import { Client, ChorusError, type ChatEvent, type Gift, type Room, type Seat } from "../src/index.js";
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
 const EMOJI: Record<string, string> = { rose: "🌹", heart: "❤️", rocket: "🚀", clover: "🍀" };
@@ -18,6 +18,8 @@ const members = new Set<string>();
 const requests = new Map<string, number | null>();
 /** Members whose chat is muted, as the room's `moderation` events said. */
 const chatMuted = new Set<string>();
+/** The chat line the next send answers (its Reply button), until sent or cancelled. */
+let replying: { seq: number; from: string } | null = null;
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, cls?: string): HTMLElementTagNameMap[K] {
   const e = document.createElement(tag);
@@ -42,13 +44,26 @@ function log(text: string, cls = ""): HTMLElement {
 }
 
 /**
- * A chat line, with a recall button on one's own lines and, for the staff, on others', and a
+ * A chat line: a quote of the line it answers, highlighted when it mentions this user, with a
+ * Reply button, a recall button on one's own lines and, for the staff, on others', and a
  * report button on others'.
  */
-function chatLine(from: string, text: string, seq: number | undefined): void {
+function chatLine(e: ChatEvent & { seq?: number }): void {
+  const { from, text, seq } = e;
   const li = log(`${from}: ${text}`);
+  if (e.reply) {
+    // The quoted line's text while the page still shows it (recalled lines lose it).
+    const quoted = document.querySelector<HTMLElement>(`#chat-log li[data-seq="${e.reply.seq}"]`)?.dataset.text;
+    li.prepend(el("span", `↪ ${e.reply.from}: ${quoted ?? "…"}`, "quote"));
+  }
+  if (e.mentions?.includes(me)) li.classList.add("mentions-me");
   if (seq === undefined) return;
   li.dataset.seq = String(seq);
+  li.dataset.text = text;
+  const r = el("button", "Reply", "reply");
+  r.title = "answer this line (chat.send with reply_to)";
+  r.onclick = () => startReply(seq, from, text);
+  li.append(r);
   const s = room?.snapshot;
   const staff = !!s && (s.owner === me || s.admins.includes(me));
   if (from !== me) {
@@ -66,6 +81,36 @@ function chatLine(from: string, text: string, seq: number | undefined): void {
   b.title = "take this line back (chat.recall)";
   b.onclick = () => void run("chat-error", () => room!.recallChat(seq));
   li.append(b);
+}
+
+/** Reply mode: the bar above the input says which line the next send answers. */
+function startReply(seq: number, from: string, text: string): void {
+  replying = { seq, from };
+  $("chat-replying-text").textContent = `replying to ${from}: ${text.length > 40 ? `${text.slice(0, 40)}…` : text}`;
+  $("chat-replying").hidden = false;
+  $("chat-input").focus();
+}
+
+function stopReply(): void {
+  replying = null;
+  $("chat-replying").hidden = true;
+  $("chat-replying-text").textContent = "";
+}
+
+/**
+ * The members a line mentions: the answered line's sender, then the `@name`s that name a
+ * member now (others stay plain text, as the server would refuse them); not oneself, each
+ * once, at most 10.
+ */
+function mentionsOf(text: string, reply: { from: string } | null): string[] {
+  const names = [...(reply ? [reply.from] : []), ...[...text.matchAll(/@([A-Za-z0-9_.:@+|-]+)/g)].map((m) => m[1]!)];
+  const out: string[] = [];
+  for (const n of names) {
+    // "@bob:" or "@bob." at the end of a phrase names bob.
+    const u = members.has(n) ? n : n.replace(/[.:]+$/, "");
+    if (u !== me && members.has(u) && !out.includes(u)) out.push(u);
+  }
+  return out.slice(0, 10);
 }
 
 function showError(id: string, e: unknown): void {
@@ -329,10 +374,12 @@ function renderGifts(): void {
 }
 
 function wire(r: Room): void {
-  r.on("chat", (e) => chatLine(e.from, e.text, e.seq));
+  r.on("chat", (e) => chatLine(e));
   r.on("chat.recall", (e) => {
     const li = document.querySelector<HTMLElement>(`#chat-log li[data-seq="${e.line}"]`);
     if (!li) return;
+    delete li.dataset.text;
+    if (replying?.seq === e.line) stopReply();
     li.textContent = e.by === e.from ? `${e.from} recalled a message` : `${e.by} removed a message of ${e.from}`;
     li.className = "sys recalled";
   });
@@ -419,6 +466,7 @@ function wire(r: Room): void {
   r.on("rejoining", (e) => log(`rejoining (${e.reason})…`, "sys"));
   r.on("resumed", (e) => {
     setConn("resumed", e.resync ? "resumed (resynced)" : "resumed");
+    if (e.resync) stopReply(); // its seq belonged to the chat that is gone
     log(e.resync ? "resumed: the room was reloaded, missed chat is gone" : "resumed: nothing missed", "sys");
     void refreshMembers().catch(() => {});
     void refreshWallet().catch(() => {});
@@ -497,11 +545,15 @@ async function main(): Promise<void> {
     const input = $<HTMLInputElement>("chat-input");
     const text = input.value.trim();
     if (!text || !room) return;
+    const reply = replying;
     void run("chat-error", async () => {
-      await room!.chat(text);
+      const mentions = mentionsOf(text, reply);
+      await room!.chat(text, reply ? { mentions, replyTo: reply.seq } : { mentions });
       input.value = "";
+      if (replying === reply) stopReply();
     });
   };
+  $("chat-replying-cancel").onclick = () => stopReply();
   $("like").onclick = () => {
     if (room)
       void run("chat-error", async () => {
