@@ -29,6 +29,7 @@ mod money;
 mod openapi;
 mod payments;
 mod payments_bench;
+mod pins;
 mod pk;
 mod reports;
 mod robots;

@@ -39,8 +39,8 @@ use crate::ids::{Epoch, RoomId, Seq};
 
 pub use attrs::{AttrsEvent, MAX_ATTR_VALUE_BYTES, MAX_ATTRS_BYTES, MAX_ROOM_ATTRS, RoomAttrs};
 pub use chat::{
-    ChatEvent, ChatRecall, ChatRecalled, ChatReply, ChatSend, ChatSent, MAX_CHAT_TEXT_CHARS,
-    MAX_MENTIONS, RECALL_WINDOW_MS, RECALLABLE_LINES,
+    ChatEvent, ChatPin, ChatPinned, ChatRecall, ChatRecalled, ChatReply, ChatSend, ChatSent,
+    MAX_CHAT_TEXT_CHARS, MAX_MENTIONS, PinnedLine, RECALL_WINDOW_MS, RECALLABLE_LINES,
 };
 pub use custom::{
     CustomEvent, CustomSend, CustomSent, MAX_CUSTOM_DATA_BYTES, MAX_CUSTOM_TYPE_BYTES,

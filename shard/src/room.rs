@@ -802,6 +802,13 @@ impl RoomActor {
             RoomCmd::Attrs(_) | RoomCmd::Custom(_) | RoomCmd::Moderate(_) | RoomCmd::Manage(_) => {
                 self.backend(&cmd.cmd).await
             }
+            RoomCmd::Op(RoomOp::ChatPin(p)) => {
+                // The line's text as members saw it, from the resume log.
+                let text = p.seq.and_then(|seq| self.log.chat_text(state.epoch(), seq));
+                let applied = state.chat_pin(user, at, p.seq, text, now_ms())?;
+                self.publish(applied, None).await?;
+                Ok(Some((Bytes::from_static(b"{}"), None)))
+            }
             RoomCmd::Op(RoomOp::Report(r)) => {
                 let filed = state.report(user, at, r, now_ms())?;
                 if filed.duplicate {

@@ -111,6 +111,14 @@ export class Room extends Emitter<RoomEvents> {
     return this.client.request("chat.recall", { room: this.id, seq });
   }
   /**
+   * Pins the chat line at `seq` above the chat for everyone, newcomers included (owner or
+   * admin), or takes the pinned line down (`null`). Everyone gets `chat.pin`; the snapshot's
+   * `pinned` follows it.
+   */
+  pinChat(seq: number | null): Promise<OpOk<"chat.pin">> {
+    return this.client.request("chat.pin", { room: this.id, seq });
+  }
+  /**
    * Sends an app-defined message (`type`, and any JSON `data` up to 2 KiB) to everyone in the
    * room. With `volatile` it goes only to those in the room now, without a seq, and is never
    * replayed: for likes and other bursts worth nothing a second later.
@@ -622,6 +630,12 @@ export class Room extends Emitter<RoomEvents> {
             s.seats.push({ index: i, user: null, locked: false, muted: false, admin_muted: false, publishing: false });
           }
         }
+        break;
+      }
+      case "chat.pin": {
+        const line = d.line as Snapshot["pinned"] | null;
+        if (line) s.pinned = line;
+        else delete s.pinned;
         break;
       }
       case "room.attrs": {

@@ -53,8 +53,20 @@ export interface Snapshot {
   robots?: number;
   /** The PK that is on, with its teams (section 16.5; absent: none). */
   pk?: PkScore & { red_seats: number[]; blue_seats: number[] };
+  /** The pinned chat line (section 5.42; absent: none). */
+  pinned?: PinnedLine;
   epoch: number;
   seq: number;
+}
+
+/** A pinned chat line: the line (its seq in `epoch`, sender and text), who pinned it and when. */
+export interface PinnedLine {
+  seq: number;
+  epoch: number;
+  from: string;
+  text: string;
+  by: string;
+  at: number;
 }
 
 export interface JoinOk extends Position {
@@ -105,6 +117,7 @@ export interface Ops {
   "room.leave": [{ room: string }, Record<string, never>];
   "chat.send": [{ room: string; text: string; mentions?: string[]; reply_to?: number }, { seq: number }];
   "chat.recall": [{ room: string; seq: number }, Record<string, never>];
+  "chat.pin": [{ room: string; seq: number | null }, Record<string, never>];
   "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
   "custom.send": [{ room: string; type: string; data?: unknown; volatile?: boolean }, { seq?: number }];
   "like.send": [{ room: string; count?: number }, { total: number }];
@@ -335,6 +348,8 @@ export interface SequencedEvents {
   chat: ChatEvent;
   /** A chat line was taken back (section 5.40): hide the `chat` whose seq is `line`, in this epoch. */
   "chat.recall": { line: number; from: string; by: string };
+  /** The pinned line changed (section 5.42): `line` null when none is pinned now. */
+  "chat.pin": { by: string; line: PinnedLine | null };
   /** Sequenced, or volatile when sent so (then without `epoch` and `seq`). */
   custom: CustomEvent;
   "seat.update": SeatUpdate;
@@ -413,6 +428,7 @@ export type RoomEvent<D> = D & { readonly room: string; readonly epoch?: number;
 export const SEQUENCED_EVENTS: ReadonlySet<string> = new Set([
   "chat",
   "chat.recall",
+  "chat.pin",
   "seat.update",
   "gift",
   "gift.lucky",

@@ -64,6 +64,15 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(got.reply, { seq: ok.seq, from: "alice" });
   await assert.rejects(rb.chat("hey", { mentions: ["nobody"] }), (e) => e.code === "BAD_REQUEST");
   await assert.rejects(rb.chat("re", { replyTo: 99999 }), (e) => e.code === "NO_SUCH_MESSAGE");
+  // The owner pins her line: bob's snapshot follows the event, and so does its removal.
+  const pinned = rb.next("chat.pin", (e) => e.line !== null);
+  await ra.pinChat(ok.seq);
+  assert.deepEqual([(await pinned).line.text, rb.snapshot.pinned?.text, rb.snapshot.pinned?.by], ["hello bob", "hello bob", "alice"]);
+  await assert.rejects(rb.pinChat(ok.seq), (e) => e.code === "FORBIDDEN");
+  const unpinned = rb.next("chat.pin", (e) => e.line === null);
+  await ra.pinChat(null);
+  await unpinned;
+  assert.equal(rb.snapshot.pinned, undefined);
 
   const seated = ra.next("seat.update", (e) => e.user === "bob");
   const { seat } = await rb.takeSeat(2);

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{RoomId, Seq, UserId};
+use crate::ids::{Epoch, RoomId, Seq, UserId};
 
 /// Longest chat message, in characters (Unicode scalar values).
 pub const MAX_CHAT_TEXT_CHARS: usize = 500;
@@ -94,4 +94,41 @@ pub struct ChatRecalled {
     pub from: UserId,
     /// Who recalled it: the sender, the owner or an admin.
     pub by: UserId,
+}
+
+/// `chat.pin` arguments: the chat line to pin (its seq in the room's current epoch), or `None`
+/// (`null`) to unpin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatPin {
+    /// The room.
+    pub room: RoomId,
+    /// The line; `None`: take the pinned line down.
+    #[serde(default)]
+    pub seq: Option<Seq>,
+}
+
+/// The room's pinned chat line, as the snapshot and the `chat.pin` event carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedLine {
+    /// The line's seq, in `epoch`.
+    pub seq: Seq,
+    /// The epoch the line was sent in (a room that moved since is in a later one).
+    pub epoch: Epoch,
+    /// Its sender.
+    pub from: UserId,
+    /// Its text.
+    pub text: String,
+    /// Who pinned it.
+    pub by: UserId,
+    /// When it was pinned (unix ms).
+    pub at: u64,
+}
+
+/// The `chat.pin` event: the line pinned now, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatPinned {
+    /// Who changed it.
+    pub by: UserId,
+    /// The pinned line; `None` (`null`): none is pinned now.
+    pub line: Option<PinnedLine>,
 }

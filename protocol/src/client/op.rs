@@ -6,11 +6,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{
-    BanList, ChatMute, ChatRecall, ChatSend, CustomSend, DecodeError, GiftList, GiftSend, InRoom,
-    LikeSend, MemberList, MicPublishing, PkStart, RankGet, ReportSend, RoomAdmin, RoomAttrs,
-    RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer, RoomUpdate,
-    SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll, SeatMove,
-    SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
+    BanList, ChatMute, ChatPin, ChatRecall, ChatSend, CustomSend, DecodeError, GiftList, GiftSend,
+    InRoom, LikeSend, MemberList, MicPublishing, PkStart, RankGet, ReportSend, RoomAdmin,
+    RoomAttrs, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer,
+    RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll,
+    SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
 };
 use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -44,6 +44,7 @@ addressed!(
     RoomLeave,
     ChatSend,
     ChatRecall,
+    ChatPin,
     CustomSend,
     LikeSend,
     ReportSend,
@@ -132,6 +133,8 @@ room_ops! {
     "chat.send" => Chat(ChatSend),
     /// `chat.recall`: take a chat line back (its sender within 2 minutes, or the staff).
     "chat.recall" => ChatRecall(ChatRecall),
+    /// `chat.pin`: pin a chat line for everyone, or take it down (owner/admin).
+    "chat.pin" => ChatPin(ChatPin),
     /// `custom.send`: an app-defined message, sequenced or volatile.
     "custom.send" => Custom(CustomSend),
     /// `like.send`: likes for the room's counter, announced coalesced (`room.likes`).

@@ -171,6 +171,9 @@ pub struct Snapshot {
     /// The PK that is on, with its teams (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pk: Option<crate::client::PkScore>,
+    /// The pinned chat line (`chat.pin`; absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<crate::client::PinnedLine>,
     /// The room's current epoch.
     pub epoch: Epoch,
     /// The last seq of this epoch (0 before the first event).

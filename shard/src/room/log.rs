@@ -96,6 +96,22 @@ impl EventLog {
             .map(|e| &e.frame)
     }
 
+    /// The text of the chat line at `(epoch, seq)`, as the room sent it, while the log holds
+    /// it (`None` too when that event is not a chat line).
+    pub(crate) fn chat_text(&self, epoch: Epoch, seq: Seq) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Frame {
+            ev: String,
+            d: Line,
+        }
+        #[derive(serde::Deserialize)]
+        struct Line {
+            text: String,
+        }
+        let f: Frame = serde_json::from_slice(self.frame(epoch, seq)?).ok()?;
+        (f.ev == "chat").then_some(f.d.text)
+    }
+
     /// Drops events older than the age bound.
     pub(crate) fn expire(&mut self, now: Instant) {
         while let Some(e) = self.entries.front() {

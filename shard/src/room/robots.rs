@@ -395,7 +395,12 @@ impl RoomActor {
         let Some(state) = self.state.as_ref() else {
             return;
         };
-        let spent = state.durable().robot_spent.get(id).copied().unwrap_or(0);
+        let spent = state
+            .durable()
+            .robot_spent
+            .as_ref()
+            .and_then(|s| s.get(id).copied())
+            .unwrap_or(0);
         if spent.saturating_add(cost) > gift.budget {
             robots.timers[i].gift = None;
             return;

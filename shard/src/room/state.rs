@@ -17,6 +17,7 @@ mod messages;
 mod moderation;
 mod offers;
 mod outcome;
+mod pins;
 mod pk;
 mod recipients;
 mod reports;
@@ -347,6 +348,7 @@ impl RoomState {
             members: self.members.len() as u64,
             robots: self.robot_members as u64,
             pk: self.pk_view(true),
+            pinned: d.pinned.as_deref().cloned(),
             epoch: self.epoch,
             seq: self.seq,
         }
@@ -681,7 +683,8 @@ impl RoomState {
             | RoomOp::Create(_)
             | RoomOp::Join(_)
             | RoomOp::Gift(_)
-            | RoomOp::Report(_) => {
+            | RoomOp::Report(_)
+            | RoomOp::ChatPin(_) => {
                 return Err(rejected(
                     ErrorCode::Internal,
                     "this operation is run by the room actor",
@@ -707,7 +710,12 @@ impl RoomState {
     /// Counts `coins` against robot `user`'s gift budget (durable, so a new owner's robots
     /// do not spend it again).
     pub fn robot_spend(&mut self, user: &UserId, coins: i64) -> Applied {
-        let spent = self.durable.robot_spent.entry(user.clone()).or_default();
+        let spent = self
+            .durable
+            .robot_spent
+            .get_or_insert_with(Box::default)
+            .entry(user.clone())
+            .or_default();
         *spent = spent.saturating_add(coins);
         Applied::changed()
     }

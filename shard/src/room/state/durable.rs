@@ -176,6 +176,9 @@ pub struct Durable {
     /// with the `room.likes` that announces it (docs/ARCHITECTURE.md, section 7, "Likes").
     #[serde(default, skip_serializing_if = "is_zero")]
     pub likes: u64,
+    /// The pinned chat line (`chat.pin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Box<protocol::client::PinnedLine>>,
     /// Closed by the owner or the app's backend: nobody joins until it is reopened.
     #[serde(default)]
     pub closed: bool,
@@ -202,8 +205,9 @@ pub struct Durable {
     #[serde(default)]
     pub rtc: BTreeMap<UserId, RtcSeen>,
     /// Coins each robot has ordered in gifts here, over the room's life (its budget's count).
-    #[serde(default)]
-    pub robot_spent: BTreeMap<UserId, i64>,
+    /// Boxed and absent until a robot gifts: most rooms have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub robot_spent: Option<Box<BTreeMap<UserId, i64>>>,
     /// The members a planned move hands to the next owner: written only by the old owner's
     /// last save, taken out by the next owner before its first write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -251,6 +255,7 @@ impl Durable {
             slow_mode: 0,
             attrs: None,
             likes: 0,
+            pinned: None,
             closed: false,
             platform_closed: None,
             requests: Vec::new(),
@@ -259,7 +264,7 @@ impl Durable {
             bans: BTreeMap::new(),
             audit: VecDeque::new(),
             rtc: BTreeMap::new(),
-            robot_spent: BTreeMap::new(),
+            robot_spent: None,
             roster: None,
             owner_region: None,
             rocket: None,

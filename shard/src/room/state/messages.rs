@@ -157,12 +157,10 @@ impl RoomState {
     /// The line at `seq` a chat line answers: one the room remembers and that was not taken
     /// back.
     fn replied_line(&self, seq: Seq) -> Result<ChatReply, Rejected> {
-        self.recent
-            .as_ref()
-            .and_then(|r| r.lines.iter().find(|l| l.seq == seq && !l.recalled))
-            .map(|l| ChatReply {
+        self.unrecalled_sender(seq)
+            .map(|from| ChatReply {
                 seq,
-                from: l.from.clone(),
+                from: from.clone(),
             })
             .ok_or_else(|| {
                 rejected(
@@ -187,6 +185,15 @@ impl RoomState {
             reply_to: None,
         };
         self.chat(user, &c, now)
+    }
+
+    /// The sender of the chat line at `seq` of this epoch while the room remembers it, unless
+    /// it was taken back.
+    pub(super) fn unrecalled_sender(&self, seq: Seq) -> Option<&UserId> {
+        self.recent
+            .as_ref()
+            .and_then(|r| r.lines.iter().find(|l| l.seq == seq && !l.recalled))
+            .map(|l| &l.from)
     }
 
     /// The sender of the chat line at `seq` of this epoch, while the room remembers it.
@@ -246,6 +253,7 @@ impl RoomState {
                 by: user.clone(),
             }),
         );
+        self.unpin_recalled(user, seq, &mut applied);
         Ok(applied)
     }
 

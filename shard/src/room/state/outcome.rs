@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use protocol::client::{
-    self, AttrsEvent, ChatEvent, ChatRecalled, CustomEvent, GiftEvent, LuckyWinEvent, MemberJoin,
-    MemberLeave, MemberUpdate, Moderation, PkEnd, PkStartEvent, Profile, RocketLaunch, RoleChange,
-    RoomInfo, SeatUpdate,
+    self, AttrsEvent, ChatEvent, ChatPinned, ChatRecalled, CustomEvent, GiftEvent, LuckyWinEvent,
+    MemberJoin, MemberLeave, MemberUpdate, Moderation, PkEnd, PkStartEvent, Profile, RocketLaunch,
+    RoleChange, RoomInfo, SeatUpdate,
 };
 use protocol::link::Membership;
 use protocol::{Epoch, RoomId, Seq, UserId};
@@ -21,6 +21,8 @@ pub enum Sequenced {
     Chat(ChatEvent),
     /// `chat.recall`: a chat line taken back.
     ChatRecall(ChatRecalled),
+    /// `chat.pin`: the pinned line changed.
+    ChatPin(ChatPinned),
     /// `custom`: an app-defined message.
     Custom(CustomEvent),
     /// `seat.update`.
@@ -51,6 +53,7 @@ impl Sequenced {
         match self {
             Self::Chat(_) => "chat",
             Self::ChatRecall(_) => "chat.recall",
+            Self::ChatPin(_) => "chat.pin",
             Self::Custom(_) => "custom",
             Self::SeatUpdate(_) => "seat.update",
             Self::Gift(_) => "gift",
@@ -73,6 +76,7 @@ impl Sequenced {
         match self {
             Self::Chat(e) => client::encode_event(name, Some(room), at, e),
             Self::ChatRecall(e) => client::encode_event(name, Some(room), at, e),
+            Self::ChatPin(e) => client::encode_event(name, Some(room), at, e),
             Self::Custom(e) => client::encode_event(name, Some(room), at, e),
             Self::SeatUpdate(e) => client::encode_event(name, Some(room), at, e),
             Self::Gift(e) => client::encode_event(name, Some(room), at, e),

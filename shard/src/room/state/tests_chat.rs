@@ -1,8 +1,9 @@
-//! The chat's rules: slow mode, taking a line back (`chat.recall`), mentions and replies.
+//! The chat's rules: slow mode, taking a line back (`chat.recall`), mentions and replies,
+//! and the pinned line (`chat.pin`).
 
 use serde_json::json;
 
-use super::tests_rights::{party, run, u};
+use super::tests_rights::{party, run, session, u};
 use super::*;
 
 fn chat(text: &str) -> serde_json::Value {
@@ -253,4 +254,108 @@ fn a_reply_names_the_line_it_answers_while_the_room_remembers_it() {
         (ev.mentions.len(), ev.reply.as_ref().map(|r| r.seq)),
         (1, Some(asked))
     );
+}
+
+fn pin(
+    r: &mut RoomState,
+    who: &str,
+    seq: Option<u64>,
+    text: Option<&str>,
+) -> Result<Applied, Rejected> {
+    let at = session(r, who);
+    r.chat_pin(&u(who), &at, seq, text.map(str::to_owned), 7_000)
+}
+
+fn the_pin(applied: &Applied) -> &client::ChatPinned {
+    let [(_, Sequenced::ChatPin(ev))] = &applied.events[..] else {
+        panic!("one chat.pin: {:?}", applied.events)
+    };
+    ev
+}
+
+#[test]
+fn the_staff_pin_a_line_for_everyone_and_take_it_down() {
+    let mut r = party();
+    let line = seq_of(&run(&mut r, "mem", chat("the set list is up"), 1_000).unwrap());
+    let pinned = pin(&mut r, "adm", Some(line), Some("the set list is up")).unwrap();
+    assert!(pinned.durable_changed);
+    let want = client::PinnedLine {
+        seq: line,
+        epoch: r.epoch(),
+        from: u("mem"),
+        text: "the set list is up".into(),
+        by: u("adm"),
+        at: 7_000,
+    };
+    assert_eq!(the_pin(&pinned).line.as_ref(), Some(&want));
+    assert_eq!(
+        r.snapshot().pinned.as_ref(),
+        Some(&want),
+        "newcomers see it"
+    );
+    // Kept with the durable state, so it outlives a move or a restart.
+    let saved: Durable =
+        serde_json::from_value(serde_json::to_value(r.durable()).unwrap()).unwrap();
+    assert_eq!(saved.pinned.as_deref(), Some(&want));
+    // The same line again changes nothing.
+    assert!(
+        pin(&mut r, "host", Some(line), Some("the set list is up"))
+            .unwrap()
+            .events
+            .is_empty()
+    );
+
+    // Members may not; lines the room does not remember, or whose text is gone, cannot be.
+    assert_eq!(
+        pin(&mut r, "mem", Some(line), Some("x")).unwrap_err().code,
+        ErrorCode::Forbidden
+    );
+    assert_eq!(
+        pin(&mut r, "nobody", Some(line), Some("x"))
+            .unwrap_err()
+            .code,
+        ErrorCode::NotInRoom
+    );
+    for (seq, text) in [(999_999, Some("x")), (line, None)] {
+        let err = pin(&mut r, "host", Some(seq), text).unwrap_err();
+        assert_eq!(err.code, ErrorCode::NoSuchMessage, "{seq} {text:?}");
+    }
+
+    // Taken down: an event with no line, and nothing the second time.
+    let down = pin(&mut r, "host", None, None).unwrap();
+    assert_eq!(
+        (the_pin(&down).line.as_ref(), the_pin(&down).by.as_str()),
+        (None, "host")
+    );
+    assert_eq!(r.snapshot().pinned, None);
+    assert!(pin(&mut r, "host", None, None).unwrap().events.is_empty());
+}
+
+#[test]
+fn a_pinned_line_taken_back_comes_down_with_it() {
+    let mut r = party();
+    let kept = seq_of(&run(&mut r, "host", chat("welcome"), 1_000).unwrap());
+    let oops = seq_of(&run(&mut r, "mem", chat("oops"), 1_000).unwrap());
+    pin(&mut r, "host", Some(oops), Some("oops")).unwrap();
+    // Another line's recall leaves the pin alone.
+    let other = run(&mut r, "host", recall(kept), 2_000).unwrap();
+    assert_eq!(other.applied.events.len(), 1);
+    assert!(r.snapshot().pinned.is_some());
+    let out = run(&mut r, "mem", recall(oops), 2_000).unwrap();
+    let [(a, Sequenced::ChatRecall(_)), (b, Sequenced::ChatPin(down))] = &out.applied.events[..]
+    else {
+        panic!(
+            "the recall, then the pin coming down: {:?}",
+            out.applied.events
+        )
+    };
+    assert_eq!(
+        (*b, down.line.as_ref(), down.by.as_str()),
+        (*a + 1, None, "mem")
+    );
+    assert!(out.applied.durable_changed);
+    assert_eq!(r.snapshot().pinned, None);
+    // A recalled line cannot be pinned again.
+    let err = pin(&mut r, "host", Some(oops), Some("oops")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::NoSuchMessage);
 }
