@@ -59,6 +59,22 @@ function states(c) {
   return seen;
 }
 
+/**
+ * A dashboard page signed in with the admin token, once `ready` (a selector) shows; `errors`
+ * collects the page's uncaught errors.
+ */
+async function dashboard(ready, height = 1200) {
+  const errors = [];
+  const context = await browser.newContext({ viewport: { width: 1400, height } });
+  const page = await context.newPage();
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(`http://${cluster.gateway.admin}/dashboard`);
+  await page.fill("#token", cluster.adminToken);
+  await page.click("#signin-button");
+  await page.locator(ready).waitFor({ timeout: T });
+  return { context, page, errors };
+}
+
 test("the dashboard lists reports and resolves one as the dashboard", async () => {
   const started = Date.now();
   // The queue's backlog before this test: another test may have left reports open. The
@@ -68,14 +84,7 @@ test("the dashboard lists reports and resolves one as the dashboard", async () =
   const openBefore = queued.body.open;
   const idsBefore = new Set(queued.body.reports.map((x) => String(x.id)));
   assert.equal(idsBefore.size, openBefore, JSON.stringify(queued.body));
-  const errors = [];
-  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
-  const page = await context.newPage();
-  page.on("pageerror", (e) => errors.push(e.message));
-  await page.goto(`http://${cluster.gateway.admin}/dashboard`);
-  await page.fill("#token", cluster.adminToken);
-  await page.click("#signin-button");
-  await page.locator("#reports").waitFor({ timeout: T });
+  const { context, page, errors } = await dashboard("#reports", 1000);
   assert.equal(await page.locator("#reports-status").inputValue(), "open");
 
   // rp-bob says a line, rp-ann reports it and the room itself.
@@ -148,14 +157,7 @@ test("the dashboard lists reports and resolves one as the dashboard", async () =
 
 test("the dashboard suspends a reported member, lists the suspension and lifts it", async () => {
   const started = Date.now();
-  const errors = [];
-  const context = await browser.newContext({ viewport: { width: 1400, height: 1200 } });
-  const page = await context.newPage();
-  page.on("pageerror", (e) => errors.push(e.message));
-  await page.goto(`http://${cluster.gateway.admin}/dashboard`);
-  await page.fill("#token", cluster.adminToken);
-  await page.click("#signin-button");
-  await page.locator("#suspensions").waitFor({ timeout: T });
+  const { context, page, errors } = await dashboard("#suspensions");
   assert.equal(await page.locator("#suspensions tbody tr").count(), 0);
 
   // su-bob says a line; su-ann reports it, and the room.
@@ -247,14 +249,7 @@ test("the dashboard suspends a reported member, lists the suspension and lifts i
 
 test("the dashboard sends a user a direct message from the app's account", async () => {
   const started = Date.now();
-  const errors = [];
-  const context = await browser.newContext({ viewport: { width: 1400, height: 1200 } });
-  const page = await context.newPage();
-  page.on("pageerror", (e) => errors.push(e.message));
-  await page.goto(`http://${cluster.gateway.admin}/dashboard`);
-  await page.fill("#token", cluster.adminToken);
-  await page.click("#signin-button");
-  await page.locator("#message-form").waitFor({ timeout: T });
+  const { context, page, errors } = await dashboard("#message-form");
   assert.equal(await page.locator("#message-from").inputValue(), "official", "from defaults to the app's account");
 
   // msg-amy is connected and counts every direct message.
