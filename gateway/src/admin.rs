@@ -397,7 +397,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         },
         (_, ["robots", rest @ ..]) => robots::serve(admin, &method, rest, &body).await,
         (_, ["reports", rest @ ..]) => reports::serve(admin, &method, rest, uri_query, &body).await,
-        (_, ["users", rest @ ..]) => users::serve(admin, &method, rest, &body).await,
+        (_, ["users", rest @ ..]) => users::serve(admin, &method, rest, uri_query, &body).await,
         (&Method::GET, ["suspensions"]) => match &admin.core {
             Some(core) => users::suspensions(core).await,
             None => error(StatusCode::NOT_FOUND, "users are served by gateway nodes"),

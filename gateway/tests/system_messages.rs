@@ -1,7 +1,8 @@
 //! Direct messages from the app's backend (`POST /admin/users/{user}/messages`) on a
 //! standalone node: delivered live and from the backlog as `im` events marked `system`, with
 //! the sending account's stored profile; idempotent by `req_id`; in `im.history`; refused
-//! for bad bodies and blocks. A member's own message is never marked `system`.
+//! for bad bodies and blocks. A member's own message is never marked `system`. A moderator
+//! reads a user's conversations (`GET /admin/users/{user}/messages`).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -120,6 +121,40 @@ async fn the_app_messages_a_user_as_its_own_account_marked_system() {
     let blocked = call(&s, "POST", "/admin/users/carol/messages", body).await;
     assert_eq!(blocked.status, 409, "{}", blocked.body);
     assert_eq!(blocked.json()["code"], "BLOCKED");
+
+    // A moderator reads a user's conversations as the user would (`im.history`'s page).
+    let read = |path: &'static str| admin::get(s.admin, path, Some(ADMIN));
+    let bobs = read("/admin/users/bob/messages").await.unwrap();
+    assert_eq!(bobs.status, 200, "{}", bobs.body);
+    let texts: Vec<Value> = bobs.json()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].clone())
+        .collect();
+    assert_eq!(
+        texts,
+        [json!("hi"), json!("Your report was handled")],
+        "newest first"
+    );
+    let with = read("/admin/users/bob/messages?with=official&limit=1")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            with.json()["messages"][0]["system"].clone(),
+            with.json()["next"].clone()
+        ),
+        (json!(true), Value::Null)
+    );
+    for bad in [
+        "/admin/users/bob/messages?limit=0",
+        "/admin/users/bob/messages?limit=x",
+        "/admin/users/bob/messages?before=x",
+        "/admin/users/bob/messages?with=not%20valid",
+    ] {
+        assert_eq!(read(bad).await.unwrap().status, 400, "{bad}");
+    }
 
     // Bad calls.
     let refused = [

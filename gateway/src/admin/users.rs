@@ -17,7 +17,13 @@ use shard::events::Notifier;
 use super::{Admin, Resp, error, json_resp};
 
 /// Serves `/admin/users[/…]`; `rest` is the path after `users`.
-pub(super) async fn serve(admin: &Admin, method: &Method, rest: &[&str], body: &Bytes) -> Resp {
+pub(super) async fn serve(
+    admin: &Admin,
+    method: &Method,
+    rest: &[&str],
+    query: Option<&str>,
+    body: &Bytes,
+) -> Resp {
     let Some(core) = &admin.core else {
         return error(StatusCode::NOT_FOUND, "users are served by gateway nodes");
     };
@@ -67,6 +73,9 @@ pub(super) async fn serve(admin: &Admin, method: &Method, rest: &[&str], body: &
         }
         (&Method::POST, [user, "messages"]) if is_valid_user_id(user) => {
             message(core, UserId::from(*user), body).await
+        }
+        (&Method::GET, [user, "messages"]) if is_valid_user_id(user) => {
+            messages(core, &UserId::from(*user), query).await
         }
         _ => error(StatusCode::NOT_FOUND, "no such admin call"),
     }
@@ -236,6 +245,32 @@ async fn message(core: &std::sync::Arc<crate::shared::Core>, to: UserId, body: &
     }
 }
 
+/// `GET /admin/users/{user}/messages?with=&before=&limit=`: one page of the user's kept
+/// direct messages, as `im.history` answers the user (a moderator reading a reported
+/// conversation).
+async fn messages(core: &crate::shared::Core, user: &UserId, query: Option<&str>) -> Resp {
+    let (mut with, mut before, mut limit) = (None, None, None);
+    for (k, v) in super::query_pairs(query) {
+        match k.as_str() {
+            "with" => with = Some(UserId::from(v.as_str())),
+            "before" => match v.parse() {
+                Ok(b) => before = Some(b),
+                Err(_) => return error(StatusCode::BAD_REQUEST, "before: a message id"),
+            },
+            "limit" => match v.parse() {
+                Ok(l) => limit = Some(l),
+                Err(_) => return error(StatusCode::BAD_REQUEST, "limit must be 1..=100"),
+            },
+            _ => {}
+        }
+    }
+    match crate::social::im::history_page(core, user, with.as_ref(), before, limit).await {
+        Ok(body) => super::respond(StatusCode::OK, body, "application/json"),
+        Err((protocol::ErrorCode::BadRequest, why)) => error(StatusCode::BAD_REQUEST, why),
+        Err((_, why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}
+
 /// Sends the suspension to the other gateways that hold `user`'s sockets.
 async fn notify_gateways(
     core: &std::sync::Arc<crate::shared::Core>,
@@ -286,6 +321,7 @@ pub(super) fn verb_of(method: &Method, rest: &[&str]) -> &'static str {
         (&Method::PUT, [_, "suspension"]) => "user_suspend",
         (&Method::DELETE, [_, "suspension"]) => "user_unsuspend",
         (&Method::POST, [_, "messages"]) => "user_message",
+        (&Method::GET, [_, "messages"]) => "user_messages",
         _ => "other",
     }
 }

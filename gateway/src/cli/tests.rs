@@ -189,6 +189,26 @@ fn admin_user_message_sends_its_fields_to_the_encoded_user() {
 }
 
 #[test]
+fn admin_user_messages_reads_a_page_with_its_filters() {
+    let read = |with: Option<&str>, before, limit| AdminVerb::Users {
+        verb: UsersVerb::Messages {
+            id: "auth0|x".into(),
+            with: with.map(Into::into),
+            before,
+            limit,
+        },
+    };
+    assert_eq!(
+        read(None, None, None).request().unwrap(),
+        ("GET", "/admin/users/auth0%7Cx/messages".into(), None)
+    );
+    assert_eq!(
+        read(Some("ann+1"), Some(77), Some(10)).request().unwrap().1,
+        "/admin/users/auth0%7Cx/messages?with=ann%2B1&before=77&limit=10"
+    );
+}
+
+#[test]
 fn admin_reports_calls_name_their_filters_and_decision() {
     let list = AdminVerb::Reports {
         verb: ReportsVerb::List {

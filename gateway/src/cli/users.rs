@@ -55,6 +55,20 @@ pub enum UsersVerb {
     },
     /// `GET /admin/suspensions`: every suspension that holds now.
     Suspended,
+    /// `GET /admin/users/{id}/messages`: one page of the user's direct messages, newest first.
+    Messages {
+        /// User id.
+        id: String,
+        /// Only the conversation with this user.
+        #[arg(long)]
+        with: Option<String>,
+        /// Only messages older than this id (the previous page's `next`).
+        #[arg(long)]
+        before: Option<u64>,
+        /// At most this many (1..=100; 50 by default).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
     /// `POST /admin/users/{id}/messages`: a direct message from the app's own account,
     /// marked `system`.
     Message {
@@ -134,6 +148,30 @@ impl UsersVerb {
                 None,
             ),
             Self::Suspended => ("GET", "/admin/suspensions".into(), None),
+            Self::Messages {
+                id,
+                with,
+                before,
+                limit,
+            } => {
+                let mut q = form_urlencoded::Serializer::new(String::new());
+                if let Some(w) = with {
+                    q.append_pair("with", w);
+                }
+                if let Some(b) = before {
+                    q.append_pair("before", &b.to_string());
+                }
+                if let Some(l) = limit {
+                    q.append_pair("limit", &l.to_string());
+                }
+                let q = q.finish();
+                let sep = if q.is_empty() { "" } else { "?" };
+                (
+                    "GET",
+                    format!("/admin/users/{}/messages{sep}{q}", encode(id)),
+                    None,
+                )
+            }
             Self::Message {
                 id,
                 from,

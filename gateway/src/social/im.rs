@@ -580,32 +580,41 @@ struct Peers {
 }
 
 async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a: ImHistory) {
-    let limit = a.limit.unwrap_or(client::im::DEFAULT_IM_HISTORY_LIMIT);
-    if !(1..=client::im::MAX_IM_HISTORY_LIMIT).contains(&limit) {
-        return err(
-            core,
-            session,
-            id,
-            ErrorCode::BadRequest,
-            "limit must be 1..=100",
-        );
+    match history_page(core, user, a.with.as_ref(), a.before, a.limit).await {
+        Ok(body) => reply(core, session, client::encode_ok_raw(id, body.as_bytes())),
+        Err((code, msg)) => err(core, session, id, code, msg),
     }
-    if let Some(w) = &a.with
-        && !is_valid_user_id(w.as_str())
-    {
-        return err(
-            core,
-            session,
-            id,
+}
+
+/// One page of `user`'s kept messages, newest first, as `im.history`'s ok JSON
+/// (`{"messages":[…],"next":…}`): only those with `with` when given, below `before`, at most
+/// `limit` (default 50). The admin API reads a user's messages through it too.
+///
+/// # Errors
+/// `BAD_REQUEST` for a limit outside 1..=100 or a bad `with`; `UNAVAILABLE` when the store
+/// cannot be read.
+pub(crate) async fn history_page(
+    core: &Core,
+    user: &UserId,
+    with: Option<&UserId>,
+    before: Option<u64>,
+    limit: Option<u32>,
+) -> Result<String, (ErrorCode, &'static str)> {
+    let limit = limit.unwrap_or(client::im::DEFAULT_IM_HISTORY_LIMIT);
+    if !(1..=client::im::MAX_IM_HISTORY_LIMIT).contains(&limit) {
+        return Err((ErrorCode::BadRequest, "limit must be 1..=100"));
+    }
+    if with.is_some_and(|w| !is_valid_user_id(w.as_str())) {
+        return Err((
             ErrorCode::BadRequest,
             "user ids are 1..=64 of [A-Za-z0-9-_.:@+|]",
-        );
+        ));
     }
-    let all = match core.social.im.history(user, a.before).await {
+    let all = match core.social.im.history(user, before).await {
         Ok(all) => all,
         Err(e) => {
             warn!(error = %e, "Direct message history read failed.");
-            return err(core, session, id, ErrorCode::Unavailable, STORE_DOWN);
+            return Err((ErrorCode::Unavailable, STORE_DOWN));
         }
     };
     let mut page: Vec<(u64, &str)> = Vec::new();
@@ -614,10 +623,9 @@ async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a
         let Ok(p) = serde_json::from_str::<Peers>(json) else {
             continue;
         };
-        // Between the caller and `with`: both ends (the caller is one end of every message,
-        // so `with` naming the caller matches none, not all).
-        if a.with
-            .as_ref()
+        // Between the user and `with`: both ends (the user is one end of every message, so
+        // `with` naming the user matches none, not all).
+        if with
             .is_some_and(|w| !((p.from == *user && p.to == *w) || (p.to == *user && p.from == *w)))
         {
             continue;
@@ -641,7 +649,7 @@ async fn history(core: &Arc<Core>, session: SessionId, user: &UserId, id: u64, a
         None => body.push_str("null"),
     }
     body.push('}');
-    reply(core, session, client::encode_ok_raw(id, body.as_bytes()));
+    Ok(body)
 }
 
 /// `im.ack`: the messages `a.ids` (to `user`) reached a client; they are owed no more.
