@@ -1,6 +1,6 @@
 // The demo room in a real browser: two users join, take seats, chat (one reports a line of the
 // other's, one takes a line back, one answers the other's line mentioning them, the owner
-// mutes the chat and sets slow mode),
+// pins that line above the chat and takes it down, mutes the chat and sets slow mode),
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
 // play a PK (the owner starts and stops it, a gift scores for a team), each seeing the other's
 // events; a node restart shows "reconnecting", then both resume. In a room
@@ -85,6 +85,16 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   }
   await alice.locator("#chat-log li.mentions-me", { hasText: "bob: @alice yes" }).waitFor({ timeout: T });
   assert.equal(await bob.locator("#chat-log li", { hasText: "bob: @alice yes" }).evaluate((li) => li.classList.contains("mentions-me")), false);
+  // The owner pins bob's line: both pages show it above the chat; only the staff get Pin
+  // buttons and the Unpin button. Unpinned, the bar goes on both pages.
+  await alice.locator("#chat-log li", { hasText: "bob: @alice yes" }).locator("button.pin").click();
+  for (const p of [alice, bob]) await p.locator("#chat-pinned", { hasText: "📌 bob: @alice yes" }).waitFor({ timeout: T });
+  await alice.locator("#chat-unpin").waitFor({ state: "visible", timeout: T });
+  assert.equal(await bob.locator("#chat-log button.pin").count(), 0);
+  assert.equal(await bob.locator("#chat-unpin").isVisible(), false);
+  await shot(bob, "03a-pinned");
+  await alice.click("#chat-unpin");
+  for (const p of [alice, bob]) await p.locator("#chat-pinned").waitFor({ state: "hidden", timeout: T });
   // The owner mutes the chat for members, then sets slow mode instead: bob's page says so.
   await alice.click("#chat-mute");
   await bob.locator("#chat-rules", { hasText: "the chat is muted for members" }).waitFor({ timeout: T });

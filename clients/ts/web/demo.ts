@@ -45,8 +45,8 @@ function log(text: string, cls = ""): HTMLElement {
 
 /**
  * A chat line: a quote of the line it answers, highlighted when it mentions this user, with a
- * Reply button, a recall button on one's own lines and, for the staff, on others', and a
- * report button on others'.
+ * Reply button, a recall button on one's own lines and, for the staff, on others', a
+ * report button on others' and, for the staff, a Pin button.
  */
 function chatLine(e: ChatEvent & { seq?: number }): void {
   const { from, text, seq } = e;
@@ -76,11 +76,25 @@ function chatLine(e: ChatEvent & { seq?: number }): void {
       });
     li.append(f);
   }
+  if (staff) {
+    const p = el("button", "Pin", "pin");
+    p.title = "pin this line above the chat for everyone (chat.pin)";
+    p.onclick = () => void run("chat-error", () => room!.pinChat(seq));
+    li.append(p);
+  }
   if (from !== me && !staff) return;
   const b = el("button", "↩", "recall");
   b.title = "take this line back (chat.recall)";
   b.onclick = () => void run("chat-error", () => room!.recallChat(seq));
   li.append(b);
+}
+
+/** The pinned line above the chat (from the snapshot, which `chat.pin` events keep current); staff may take it down. */
+function renderPinned(staff: boolean): void {
+  const p = room?.snapshot?.pinned;
+  $("chat-pinned").hidden = !p;
+  $("chat-pinned-text").textContent = p ? `📌 ${p.from}: ${p.text}` : "";
+  $("chat-unpin").hidden = !staff;
 }
 
 /** Reply mode: the bar above the input says which line the next send answers. */
@@ -156,6 +170,7 @@ function renderSeats(): void {
   for (const seat of s.seats) if (seat.user) requests.delete(seat.user);
   renderStaff(staff, s.seat_mode);
   renderChatRules(staff, s.chat_muted === true, s.slow_mode ?? 0);
+  renderPinned(staff);
 }
 
 /** The room's chat rules for everyone to see, and the staff's switches for them. */
@@ -383,6 +398,7 @@ function wire(r: Room): void {
     li.textContent = e.by === e.from ? `${e.from} recalled a message` : `${e.by} removed a message of ${e.from}`;
     li.className = "sys recalled";
   });
+  r.on("chat.pin", () => renderSeats());
   // Likes come coalesced: one `room.likes` a second with what was added; a few hearts float
   // up for it, the first named after the latest liker.
   r.on("room.likes", (e) => {
@@ -458,6 +474,8 @@ function wire(r: Room): void {
     if (e.user === me) log(`your seat request was ${e.state}`, "sys");
     renderSeats();
   });
+  // Every join and rejoin (resumed or resynced) brings the snapshot: the seats, the chat rules
+  // and the pinned line are drawn again from it.
   r.on("snapshot", (s) => {
     $("room-title").textContent = s.title;
     $("like-count").textContent = String(s.likes ?? 0);
@@ -554,6 +572,9 @@ async function main(): Promise<void> {
     });
   };
   $("chat-replying-cancel").onclick = () => stopReply();
+  $("chat-unpin").onclick = () => {
+    if (room) void run("chat-error", () => room!.pinChat(null));
+  };
   $("like").onclick = () => {
     if (room)
       void run("chat-error", async () => {
