@@ -56,7 +56,15 @@ function button(label: string, f: () => void, cls = "secondary"): HTMLButtonElem
   return b;
 }
 
+/** What the nodes table shows last: it is rebuilt only when that changes. */
+let shownNodes = "";
+
 function renderNodes(nodes: any[], version: unknown): void {
+  // Rebuilding the rows on every refresh would replace a button under the operator's pointer
+  // (a click between its press and release is lost) and a weight being typed in.
+  const shown = JSON.stringify([version, nodes.map((n) => [n.id, n.role, n.weight, n.health, n.rooms_owned, n.sessions])]);
+  if (shown === shownNodes) return;
+  shownNodes = shown;
   $("ring-version").textContent = version !== undefined ? `ring version ${version}` : "standalone";
   const body = $("nodes").querySelector("tbody")!;
   body.replaceChildren();
@@ -626,6 +634,7 @@ function stop(why: string): void {
   suspensionsLoad++;
   $("reports").querySelector("tbody")!.replaceChildren();
   $("suspensions").querySelector("tbody")!.replaceChildren();
+  shownNodes = "";
   signedIn++;
   token = "";
   $("dash").hidden = true;
