@@ -102,7 +102,7 @@ pub struct ChatRecalled {
 pub struct ChatPin {
     /// The room.
     pub room: RoomId,
-    /// The line; `None`: take the pinned line down.
+    /// The line; `None` (`null` or omitted): take the pinned line down.
     #[serde(default)]
     pub seq: Option<Seq>,
 }
