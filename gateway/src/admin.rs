@@ -340,6 +340,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> Resp {
         (&Method::PATCH, ["rooms", id]) if is_valid_id(id) => {
             messages::update(admin, RoomId::from(*id), &body).await
         }
+        (&Method::POST, ["pk"]) => messages::pk_match(admin, &body).await,
         (&Method::POST, ["rooms", id, "pk"]) if is_valid_id(id) => {
             messages::pk_start(admin, RoomId::from(*id), &body).await
         }
@@ -442,6 +443,7 @@ fn verb_of(method: &Method, parts: &[&str]) -> &'static str {
         (&Method::POST, ["rooms", _, "close"]) => "room_close",
         (&Method::POST, ["rooms", _, "open"]) => "room_open",
         (&Method::PATCH, ["rooms", _]) => "room_update",
+        (&Method::POST, ["pk"]) => "pk_match",
         (&Method::POST, ["rooms", _, "pk"]) => "room_pk_start",
         (&Method::DELETE, ["rooms", _, "pk"]) => "room_pk_stop",
         (&Method::GET, ["rooms", _, "moderation"]) => "room_moderation",

@@ -121,6 +121,7 @@ pub async fn start(cfg: StandaloneConfig) -> Result<Running, StartError> {
             robots: robots.clone(),
             directory: directory.clone(),
             reports: reports.clone(),
+            pk_board: storage::pk_board::PkBoard::memory(),
         },
         shutdown.clone(),
         tracker.clone(),

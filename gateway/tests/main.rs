@@ -31,6 +31,7 @@ mod payments;
 mod payments_bench;
 mod pins;
 mod pk;
+mod pk_link;
 mod reports;
 mod robots;
 mod robots_admin;

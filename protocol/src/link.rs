@@ -27,8 +27,9 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// [`RoomCmd::Attrs`]); version 7 adds `like.send` and `chat.recall` to the room operations and the app
 /// backend's moderation ([`RoomCmd::Moderate`]); version 8 adds the app backend's closing,
 /// reopening and changing of a room ([`RoomCmd::Manage`]) and `report.send`; version 9 adds
-/// `pk.start` and `pk.stop`.
-pub const LINK_VERSION: u16 = 9;
+/// `pk.start` and `pk.stop`; version 10 adds `chat.pin`, `chat.send`'s mentions and replies,
+/// and a PK between two rooms (`BackendManage::PkLink`).
+pub const LINK_VERSION: u16 = 10;
 
 /// A room command from one session, with the ids needed to answer it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -71,6 +71,8 @@ pub struct Stores {
     pub directory: storage::directory::DirectoryStore,
     /// The moderation queue members' reports go to.
     pub reports: storage::reports::ReportStore,
+    /// The scoreboard of PKs between two rooms.
+    pub pk_board: storage::pk_board::PkBoard,
 }
 
 /// A running shard. Cheap to clone.
@@ -91,6 +93,8 @@ pub(crate) struct Inner {
     robots: storage::robots::RobotStore,
     /// The moderation queue.
     reports: storage::reports::ReportStore,
+    /// The scoreboard of PKs between two rooms.
+    pk_board: storage::pk_board::PkBoard,
     /// Rooms whose robots run here (kept by their actors, read by the robot reconcile).
     robot_rooms: Mutex<std::collections::HashSet<RoomId>>,
     /// Rooms whose robot configuration (which does not create its room) found no room when
@@ -180,6 +184,7 @@ impl Shard {
                 ledger: stores.ledger,
                 robots: stores.robots,
                 reports: stores.reports,
+                pk_board: stores.pk_board,
                 robot_rooms: Mutex::new(std::collections::HashSet::new()),
                 robot_roomless: Mutex::new(std::collections::HashSet::new()),
                 tracker,

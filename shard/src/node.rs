@@ -151,6 +151,7 @@ pub async fn start(
             robots: storage::robots::RobotStore::redis(&redis),
             directory,
             reports: storage::reports::ReportStore::redis(&redis),
+            pk_board: storage::pk_board::PkBoard::redis(&redis),
         },
         shutdown.clone(),
         tracker.clone(),

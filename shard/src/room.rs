@@ -10,6 +10,7 @@ mod gifts;
 pub(crate) use gifts::sweep_orphans;
 mod lifecycle;
 mod notify;
+mod pk_sync;
 pub(crate) use lifecycle::sweep_retention;
 pub(crate) mod log;
 mod publish;
@@ -69,6 +70,10 @@ pub(crate) enum RoomMsg {
     Expire(Expire),
     /// Every reward of the pending rocket launch with this number is booked: announce it.
     RocketPaid(u64),
+    /// A PK between two rooms: time for the next exchange with the board.
+    PkSync,
+    /// A PK between two rooms: the board's answer to an exchange.
+    PkBoard(Box<pk_sync::PkAnswer>),
 }
 
 /// The retention sweep's ask ([`RoomMsg::Expire`]).
@@ -510,6 +515,8 @@ impl RoomActor {
         // A launch a previous runtime decided and did not announce: paid (again, idempotently)
         // and announced by this owner.
         self.pay_launch();
+        // A PK between two rooms that is on goes on exchanging scores under this owner.
+        self.pk_sync_start();
         let stop = loop {
             if self.state.is_none() {
                 // Only the first command can create a room; anything after it finds none.
@@ -525,7 +532,9 @@ impl RoomActor {
                     | RoomMsg::Handoff(_)
                     | RoomMsg::Inspect(_)
                     | RoomMsg::Robots(_)
-                    | RoomMsg::RocketPaid(_) => continue,
+                    | RoomMsg::RocketPaid(_)
+                    | RoomMsg::PkSync
+                    | RoomMsg::PkBoard(_) => continue,
                     RoomMsg::Command(cmd) => {
                         Box::pin(self.handle(cmd)).await;
                         if self.state.is_none() {
@@ -610,6 +619,8 @@ impl RoomActor {
                         RoomMsg::RocketPaid(number) => {
                             Box::pin(self.rocket_paid(number)).await;
                         }
+                        RoomMsg::PkSync => self.pk_exchange(),
+                        RoomMsg::PkBoard(answer) => Box::pin(self.pk_answer(*answer)).await,
                         RoomMsg::Expire(e) => {
                             let Expire { cutoff_ms, done } = e;
                             let expired = Box::pin(self.expire(cutoff_ms)).await;

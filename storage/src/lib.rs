@@ -10,6 +10,7 @@
 //! - [`redis`]: connection setup and script loading.
 //! - [`registry`]: user -> gateways and user -> room now, and the gateway bus.
 //! - [`im`]: direct messages (kept until delivered, bounded per user) and block lists.
+//! - [`pk_board`]: the scoreboard two rooms in a PK between them write and read.
 //! - [`reports`]: the moderation queue (members' reports until a moderator resolves them).
 //! - [`suspensions`]: accounts the platform shut out, until a time or until lifted.
 //! - [`ledger`]: the money ledger contract and its SQLite, PostgreSQL and Scylla engines.
@@ -26,6 +27,7 @@ pub mod key_set;
 pub mod lease;
 pub mod ledger;
 pub mod membership;
+pub mod pk_board;
 pub mod profiles;
 pub mod redis;
 pub mod registry;

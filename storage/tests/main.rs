@@ -25,6 +25,7 @@ mod ledger_bench;
 mod ledger_conformance;
 mod ledger_owed_events;
 mod ledger_postgres;
+mod pk_board;
 mod registry;
 mod reports;
 mod retention;

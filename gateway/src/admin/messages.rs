@@ -5,7 +5,8 @@
 //! those (a `moderation` event with `by` null), `POST /admin/rooms/{id}/close` and `…/open`
 //! close a room (its owner cannot reopen it) and reopen it, `PATCH /admin/rooms/{id}`
 //! changes its info (a `room.update` with `by` null), and `POST` / `DELETE
-//! /admin/rooms/{id}/pk` start and stop a PK (`pk.start` with `by` null, `pk.end`). All go
+//! /admin/rooms/{id}/pk` start and stop a PK (`pk.start` with `by` null, `pk.end`), and
+//! `POST /admin/pk` matches two rooms for a PK between them. All go
 //! through the same command path as a member's operation and wait for the room's answer.
 
 use std::time::Duration;
@@ -14,7 +15,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use protocol::client::room::SeatMode;
 use protocol::client::{
-    BackendManage, BackendModeration, CustomSend, PkStart, RoomAttrs, RoomUpdate,
+    BackendManage, BackendModeration, CustomSend, PkLink, PkStart, RoomAttrs, RoomUpdate,
 };
 use protocol::link::RoomCmd;
 use protocol::{ErrorCode, RoomId, UserId};
@@ -178,6 +179,124 @@ pub(super) async fn pk_stop(admin: &Admin, room: RoomId, body: &Bytes) -> Resp {
     .await
 }
 
+/// The match body: the two rooms, the length, and the app's own id for the match.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MatchBody {
+    rooms: [RoomId; 2],
+    #[serde(default)]
+    seconds: Option<u32>,
+    #[serde(default)]
+    link: Option<String>,
+}
+
+/// Matches two rooms for a PK between them (`POST /admin/pk`): starts each room's side, both
+/// ending at the same time. Answers `200 {"link","ends_at","rooms":[{"room","pk","seq"},…]}`;
+/// when one room refuses (`409` a PK on, `404` no such room, …) the other's side, if it
+/// started, is stopped again, and the answer is the refusal with the room that refused.
+pub(super) async fn pk_match(admin: &Admin, body: &Bytes) -> Resp {
+    let Some(core) = &admin.core else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "the backend's room calls are served by gateway nodes",
+        );
+    };
+    let b: MatchBody = match serde_json::from_slice::<serde_json::Value>(body)
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            if v.is_object() {
+                serde_json::from_value(v).map_err(|e| e.to_string())
+            } else {
+                Err("expected a JSON object".into())
+            }
+        }) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+    };
+    let [a, z] = b.rooms;
+    if !protocol::ids::is_valid_id(a.as_str()) || !protocol::ids::is_valid_id(z.as_str()) {
+        return error(StatusCode::BAD_REQUEST, "rooms: not room ids");
+    }
+    if a == z {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "rooms: a room cannot PK against itself",
+        );
+    }
+    let length = PkStart {
+        room: a.clone(),
+        seconds: b.seconds,
+        red: None,
+        blue: None,
+    };
+    let seconds = match length.checked_seconds() {
+        Ok(s) => s,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let link = b.link.unwrap_or_else(|| {
+        format!(
+            "pk-{:x}-{:08x}",
+            crate::outbox::unix_ms(),
+            rand::random::<u32>()
+        )
+    });
+    let ends_at = crate::outbox::unix_ms() + u64::from(seconds) * 1000;
+    let side = |vs: &RoomId| PkLink {
+        link: link.clone(),
+        vs: vs.clone(),
+        ends_at,
+    };
+    let (side_a, side_z) = (side(&z), side(&a));
+    if let Err(why) = side_a.check() {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
+    let wait = core.config.route_retry_budget + ANSWER_SLACK;
+    let system = UserId::from(SYSTEM_USER);
+    let start = |room: &RoomId, side: PkLink| {
+        core.command_reply(
+            &system,
+            room.clone(),
+            RoomCmd::Manage(BackendManage::PkLink(side)),
+            wait,
+        )
+    };
+    let (ok_a, ok_z) = tokio::join!(start(&a, side_a), start(&z, side_z));
+    let (ok_a, ok_z) = match (ok_a, ok_z) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), Err(_)) => return answered(a, Err(e)),
+        (Err(e), Ok(_)) => return unmatch(core, &system, z, wait, a, e).await,
+        (Ok(_), Err(e)) => return unmatch(core, &system, a, wait, z, e).await,
+    };
+    let view = |room: &RoomId, ok: &Bytes| {
+        let v = serde_json::from_slice::<serde_json::Value>(ok).unwrap_or_default();
+        json!({"room": room, "pk": v.get("pk"), "seq": v.get("seq")})
+    };
+    json_resp(
+        StatusCode::OK,
+        &json!({
+            "link": link,
+            "ends_at": ends_at,
+            "rooms": [view(&a, &ok_a), view(&z, &ok_z)],
+        }),
+    )
+}
+
+/// One room of a match refused (`refused`, with `why`): the side that started in `started`
+/// is stopped again (it ends as stopped after the grace, the other side never having
+/// written), and the answer is the refusal.
+async fn unmatch(
+    core: &crate::shared::Core,
+    system: &UserId,
+    started: RoomId,
+    wait: Duration,
+    refused: RoomId,
+    why: protocol::link::ReplyError,
+) -> Resp {
+    let stop = RoomCmd::Manage(BackendManage::PkStop);
+    let _ = core.command_reply(system, started, stop, wait).await;
+    answered(refused, Err(why))
+}
+
 /// An empty body read as `{}`.
 fn or_empty(body: &Bytes) -> Bytes {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -239,7 +358,7 @@ async fn command<B: serde::de::DeserializeOwned>(
 }
 
 /// The HTTP answer to a room's answer: `200 {"room", "seq"?}` (and a PK's `pk` and
-/// `ends_at`), or the error with its code.
+/// `ends_at`), or the error with its code and the room.
 fn answered(room: RoomId, answer: crate::shared::Answer) -> Resp {
     match answer {
         Ok(ok) => {
@@ -262,7 +381,7 @@ fn answered(room: RoomId, answer: crate::shared::Answer) -> Resp {
                 ErrorCode::Forbidden => StatusCode::FORBIDDEN,
                 _ => StatusCode::SERVICE_UNAVAILABLE,
             };
-            let mut out = json!({ "error": e.msg, "code": e.code });
+            let mut out = json!({ "error": e.msg, "code": e.code, "room": room });
             if e.outcome_unknown {
                 out["outcome_unknown"] = true.into();
             }

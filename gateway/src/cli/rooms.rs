@@ -95,6 +95,19 @@ pub enum RoomsVerb {
         #[arg(long, value_delimiter = ',')]
         blue: Option<Vec<u32>>,
     },
+    /// `POST /admin/pk`: match two rooms for a PK between them (each room is one side).
+    PkMatch {
+        /// The first room.
+        room: String,
+        /// The other room.
+        vs: String,
+        /// Its length, 30..=3600 s (300 when not given).
+        #[arg(long)]
+        seconds: Option<u32>,
+        /// The app's own id for the match (made up when not given).
+        #[arg(long)]
+        link: Option<String>,
+    },
     /// `DELETE /admin/rooms/{room}/pk`: end the PK that is on.
     PkStop {
         /// Room id.
@@ -265,6 +278,22 @@ impl RoomsVerb {
                 let path = format!("/admin/rooms/{}/pk", encode(room));
                 ("POST", path, Some(body.into()))
             }
+            Self::PkMatch {
+                room,
+                vs,
+                seconds,
+                link,
+            } => {
+                let mut body = serde_json::Map::new();
+                body.insert("rooms".into(), json!([room, vs]));
+                if let Some(s) = seconds {
+                    body.insert("seconds".into(), json!(s));
+                }
+                if let Some(l) = link {
+                    body.insert("link".into(), json!(l));
+                }
+                ("POST", "/admin/pk".into(), Some(body.into()))
+            }
             Self::PkStop { room } => ("DELETE", format!("/admin/rooms/{}/pk", encode(room)), None),
             Self::Update {
                 room,
@@ -406,6 +435,20 @@ mod tests {
                 "POST",
                 "/admin/rooms/r1/pk".into(),
                 Some(json!({"seconds": 120, "red": [1, 2], "blue": [5, 6]}))
+            )
+        );
+        let matched = RoomsVerb::PkMatch {
+            room: "r1".into(),
+            vs: "r2".into(),
+            seconds: None,
+            link: Some("m-7".into()),
+        };
+        assert_eq!(
+            matched.request(),
+            (
+                "POST",
+                "/admin/pk".into(),
+                Some(json!({"rooms": ["r1", "r2"], "link": "m-7"}))
             )
         );
         let stop = RoomsVerb::PkStop { room: "r1".into() };

@@ -97,6 +97,8 @@ pub enum BackendManage {
     PkStart(crate::client::PkStart),
     /// End the PK that is on (`DELETE /admin/rooms/{id}/pk`); the `pk.end` event has no `by`.
     PkStop,
+    /// Start this room's side of a PK between two rooms (`POST /admin/pk` sends one to each).
+    PkLink(crate::client::PkLink),
 }
 
 impl BackendManage {
@@ -114,6 +116,7 @@ impl BackendManage {
                 Err("reason may not hold control or bidi characters")
             }
             Self::PkStart(p) => p.checked_seconds().map(|_| ()),
+            Self::PkLink(p) => p.check(),
             _ => Ok(()),
         }
     }

@@ -4,6 +4,10 @@
 //! room announces the start and the end as sequenced events (`pk.start`, `pk.end`), and the
 //! scores as a volatile `pk.score` at a bounded rate; a joiner's snapshot carries the PK that
 //! is on.
+//!
+//! A PK may also be between two rooms (section 16.6 of PROTOCOL.md): the app's backend matches
+//! them ([`PkLink`]), each room is one side, and its events name the other room (`vs`,
+//! [`PkVs`]). In each room, `red` is that room's score and `blue` the other room's.
 
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +72,9 @@ pub struct PkStartEvent {
     pub ends_at: u64,
     /// Who started it (`null`: the app's backend).
     pub by: Option<UserId>,
+    /// The other room, in a PK between two rooms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs: Option<PkVs>,
 }
 
 /// The volatile `pk.score` event (latest wins), and the PK in a joiner's snapshot.
@@ -87,6 +94,9 @@ pub struct PkScore {
     /// The blue team's seats (in the snapshot only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blue_seats: Option<Vec<u32>>,
+    /// The other room, in a PK between two rooms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs: Option<PkVs>,
 }
 
 /// The sequenced `pk.end` event: the scores, the winner and each team's top sender.
@@ -111,4 +121,46 @@ pub struct PkEnd {
     /// Who stopped it (absent when it ran its length or the app's backend stopped it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<UserId>,
+    /// The other room, in a PK between two rooms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs: Option<PkVs>,
+}
+
+/// The other room of a PK between two rooms, as its events name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkVs {
+    /// The other room.
+    pub room: RoomId,
+    /// The match's id, the same in both rooms.
+    pub link: String,
+}
+
+/// The longest match id of a PK between two rooms, in bytes.
+pub const MAX_PK_LINK_BYTES: usize = 64;
+
+/// A PK between two rooms as the app's backend starts it in one of them (`POST /admin/pk`
+/// starts it in both): this room is red, `vs` is blue, and both end at `ends_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkLink {
+    /// The match's id, the same in both rooms (1..=64 bytes of `[A-Za-z0-9_.:-]`).
+    pub link: String,
+    /// The other room.
+    pub vs: RoomId,
+    /// When it ends (unix ms), the same in both rooms.
+    pub ends_at: u64,
+}
+
+impl PkLink {
+    /// Checks the match id.
+    ///
+    /// # Errors
+    /// The rule broken, as a message for `BAD_REQUEST`.
+    pub fn check(&self) -> Result<(), &'static str> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || "_.:-".contains(c);
+        if self.link.is_empty() || self.link.len() > MAX_PK_LINK_BYTES || !self.link.chars().all(ok)
+        {
+            return Err("link must be 1..=64 characters of A-Z a-z 0-9 _ . : -");
+        }
+        Ok(())
+    }
 }

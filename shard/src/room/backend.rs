@@ -42,6 +42,15 @@ impl RoomActor {
                     serde_json::json!({"seq": seq, "pk": started.pk, "ends_at": started.ends_at});
                 Ok(Some((ok.to_string().into(), None)))
             }
+            RoomCmd::Manage(BackendManage::PkLink(p)) => {
+                let (started, applied) = state.pk_link_start(p, now)?;
+                let seq = applied.events.last().map(|(s, _)| *s);
+                self.publish(applied, None).await?;
+                self.pk_sync_start();
+                let ok =
+                    serde_json::json!({"seq": seq, "pk": started.pk, "ends_at": started.ends_at});
+                Ok(Some((ok.to_string().into(), None)))
+            }
             RoomCmd::Manage(m) => {
                 let was_closed = state.durable().closed;
                 let by_platform = state.durable().platform_closed.is_some();

@@ -78,7 +78,9 @@ pub(super) struct RocketRun {
     /// Fuel changed since the last `rocket.progress`.
     dirty: bool,
     /// A PK's score changed since the last `pk.score`.
-    pk_dirty: bool,
+    pub(super) pk_dirty: bool,
+    /// A PK between two rooms: an exchange with the board, or the wait for the next, runs.
+    pub(super) pk_syncing: bool,
     /// When the last progress event went out.
     last: Option<Instant>,
 }

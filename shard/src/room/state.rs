@@ -19,6 +19,7 @@ mod offers;
 mod outcome;
 mod pins;
 mod pk;
+mod pk_link;
 mod recipients;
 mod reports;
 mod rocket;
@@ -44,6 +45,7 @@ use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
 pub use pk::{Pk, Pks};
+pub use pk_link::{LINK_GRACE_MS, Versus};
 pub use reports::Filed;
 pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
 pub use standing::{Badges, MAX_VIP_LEVELS, TargetSpend, VipRules};
@@ -674,7 +676,7 @@ impl RoomState {
                 let (started, applied) = self.pk_start(Some(user), p, now)?;
                 Outcome::new(json(&started), applied)
             }
-            RoomOp::PkStop(_) => Outcome::empty(self.pk_stop(Some(user))?),
+            RoomOp::PkStop(_) => Outcome::empty(self.pk_stop(Some(user), now)?),
             RoomOp::MemberList(l) => {
                 let page = self.member_list(l.cursor.as_deref(), l.limit, now)?;
                 Outcome::new(json(&page), Applied::default())
@@ -809,6 +811,9 @@ mod tests_rocket;
 #[cfg(test)]
 #[path = "state/tests_pk.rs"]
 mod tests_pk;
+#[cfg(test)]
+#[path = "state/tests_pk_link.rs"]
+mod tests_pk_link;
 
 #[cfg(test)]
 #[path = "state/tests_swap.rs"]

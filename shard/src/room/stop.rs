@@ -57,6 +57,8 @@ impl RoomActor {
                 | RoomMsg::Inspect(_)
                 | RoomMsg::Robots(_)
                 | RoomMsg::RocketPaid(_)
+                | RoomMsg::PkSync
+                | RoomMsg::PkBoard(_)
                 | RoomMsg::Expire(_) => {}
             }
         }

@@ -23,7 +23,7 @@ impl RoomState {
         let bans = d.bans.values().filter_map(|p| p.until);
         let away = self.next_away_deadline();
         let guard = self.guard_ends.first().map(|(t, _)| *t);
-        let pk = self.pk_ends_at();
+        let pk = self.pk_deadline();
         let rtc = d
             .rtc
             .iter()

@@ -327,7 +327,8 @@ impl RoomState {
                 Ok(self.apply_update(None, u))
             }
             BackendManage::PkStart(p) => self.pk_start(None, p, now).map(|(_, applied)| applied),
-            BackendManage::PkStop => self.pk_stop(None),
+            BackendManage::PkStop => self.pk_stop(None, now),
+            BackendManage::PkLink(p) => self.pk_link_start(p, now).map(|(_, applied)| applied),
         }
     }
 }

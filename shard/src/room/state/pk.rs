@@ -7,6 +7,9 @@
 //! The PK lives in the durable state, and every change of its score is a durable change of the
 //! write that publishes the gift's event: a new owner of the room, after a crash too, goes on
 //! from exactly the scores the members saw, and ends the PK at the same time.
+//!
+//! A PK between two rooms (`pk_link.rs`) is a PK whose red team is this whole room and whose
+//! blue score is the other room's, read from the board both rooms write.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +21,7 @@ use super::{Applied, RoomState, Sequenced, rejected};
 
 /// Most senders a team remembers; past it the smallest contribution is dropped (the top
 /// sender stays).
-const MAX_SENDERS: usize = 100;
+pub(super) const MAX_SENDERS: usize = 100;
 
 /// The room's PKs: how many were started, and the one that is on.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +52,9 @@ pub struct Pk {
     /// Coins each sender gave the blue team.
     #[serde(default)]
     pub blue_from: BTreeMap<UserId, i64>,
+    /// The other room, in a PK between two rooms (then the teams' seats are empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs: Option<super::pk_link::Versus>,
 }
 
 impl RoomState {
@@ -88,6 +94,7 @@ impl RoomState {
             blue: 0,
             red_from: BTreeMap::new(),
             blue_from: BTreeMap::new(),
+            vs: None,
         });
         let mut applied = Applied::changed();
         self.push(
@@ -98,6 +105,7 @@ impl RoomState {
                 blue_seats,
                 ends_at,
                 by: by.cloned(),
+                vs: None,
             }),
         );
         Ok((PkStarted { pk, ends_at }, applied))
@@ -137,15 +145,25 @@ impl RoomState {
     }
 
     /// The owner or an admin (`by`; `None`: the app's backend) ends the PK that is on before
-    /// its time.
+    /// its time (a PK between two rooms: closes this side, see `pk_link.rs`).
     ///
     /// # Errors
-    /// `FORBIDDEN` for a member; `NO_PK` when none is on.
-    pub fn pk_stop(&mut self, by: Option<&UserId>) -> Result<Applied, super::Rejected> {
+    /// `FORBIDDEN` for a member; `NO_PK` when none is on, or a PK between two rooms already
+    /// closed here.
+    pub fn pk_stop(&mut self, by: Option<&UserId>, now: u64) -> Result<Applied, super::Rejected> {
         if let Some(user) = by {
             self.require_staff(user, "only the owner or an admin stops a PK")?;
         }
         let mut applied = Applied::default();
+        if self.pk_linked() {
+            // Between two rooms: this side closes now, and the PK ends once the other room's
+            // final score is read (`pk_link.rs`).
+            if !self.close_link("stopped", by, now) {
+                return Err(rejected(ErrorCode::NoPk, "the PK is already ending"));
+            }
+            applied.durable_changed = true;
+            return Ok(applied);
+        }
         if !self.pk_end(&mut applied, "stopped", by) {
             return Err(rejected(ErrorCode::NoPk, "no PK is on in this room"));
         }
@@ -154,18 +172,39 @@ impl RoomState {
 
     /// Ends the PK that is on at its time, if `now` is past it.
     pub(super) fn expire_pk(&mut self, applied: &mut Applied, now: u64) {
-        if self.pk_ends_at().is_some_and(|t| t <= now) {
+        if self.pk_linked() {
+            self.expire_link(applied, now);
+        } else if self.pk_ends_at().is_some_and(|t| t <= now) {
             self.pk_end(applied, "time", None);
         }
     }
 
     /// When the PK that is on ends (unix ms).
     pub(super) fn pk_ends_at(&self) -> Option<u64> {
-        Some(self.durable.pk.as_ref()?.on.as_ref()?.ends_at)
+        Some(self.pk_on()?.ends_at)
+    }
+
+    /// The PK that is on.
+    pub(super) fn pk_on(&self) -> Option<&Pk> {
+        self.durable.pk.as_ref()?.on.as_ref()
+    }
+
+    /// When the room's clock next has PK work: its end, or a PK between two rooms' next step.
+    pub(super) fn pk_deadline(&self) -> Option<u64> {
+        let on = self.pk_on()?;
+        match &on.vs {
+            Some(vs) => Some(vs.deadline(on.ends_at)),
+            None => Some(on.ends_at),
+        }
     }
 
     /// Ends the PK that is on, sequencing `pk.end`; false when none is on.
-    fn pk_end(&mut self, applied: &mut Applied, reason: &str, by: Option<&UserId>) -> bool {
+    pub(super) fn pk_end(
+        &mut self,
+        applied: &mut Applied,
+        reason: &str,
+        by: Option<&UserId>,
+    ) -> bool {
         let Some(pks) = self.durable.pk.as_mut() else {
             return false;
         };
@@ -190,6 +229,7 @@ impl RoomState {
                 blue_top: top_sender(&on.blue_from),
                 reason: reason.into(),
                 by: by.cloned(),
+                vs: on.vs.as_ref().map(super::pk_link::Versus::view),
             }),
         );
         true
@@ -204,6 +244,9 @@ impl RoomState {
         };
         if now >= ends_at || ev.to.is_empty() || ev.coins <= 0 {
             return false;
+        }
+        if self.pk_linked() {
+            return self.pk_link_score(ev);
         }
         let each = ev.coins / ev.to.len() as i64;
         let seats: Vec<Option<u32>> = ev.to.iter().map(|u| self.seat_of(u)).collect();
@@ -237,6 +280,7 @@ impl RoomState {
             ends_at: on.ends_at,
             red_seats: with_teams.then(|| on.red_seats.clone()),
             blue_seats: with_teams.then(|| on.blue_seats.clone()),
+            vs: on.vs.as_ref().map(super::pk_link::Versus::view),
         })
     }
 }
