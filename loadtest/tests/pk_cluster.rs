@@ -1,6 +1,8 @@
 //! PK in a cluster, with real processes: the scores the members saw survive the owner's
 //! `kill -9` (each was stored in the same write as the gift event that showed it), the next
-//! owner goes on counting from them, and the PK ends there with the whole score.
+//! owner goes on counting from them, and the PK ends there with the whole score. A PK between
+//! two rooms on two shards exchanges its scores through Redis, and outlives the `kill -9` of
+//! one room's owner.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
 
@@ -84,5 +86,101 @@ async fn a_pks_scores_survive_a_killed_owner_and_the_next_owner_ends_it() {
         end.d,
         json!({"pk": 1, "red": 20, "blue": 30, "winner": "blue", "red_top": "fan",
             "blue_top": "fan", "reason": "stopped", "by": "host"})
+    );
+}
+
+/// Waits until `room` is owned by a shard other than `not`, and answers it.
+async fn owned_elsewhere(cluster: &Cluster, room: &str, not: &str) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some((owner, _)) = cluster.room_owner(room).await.unwrap() {
+            if owner != not {
+                return owner;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{room} still on {not}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_rooms_on_different_shards_play_a_pk_and_a_killed_owner_does_not_end_it() {
+    let mut cluster = Cluster::of(2, 2).await.unwrap();
+    let token = Some(cluster.admin_token.clone());
+    for fan in ["fan-a", "fan-b"] {
+        let r = kit::admin::grant(cluster.gateways[0].admin, token.as_deref(), fan, 100, fan)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let (ra, rb) = (RoomId::from("duel-a"), RoomId::from("duel-b"));
+    let mut host_a = cluster.connect(0, "host-a").await.unwrap();
+    host_a.join_retrying(&ra, None, WAIT).await.unwrap();
+    let mut host_b = cluster.connect(1, "host-b").await.unwrap();
+    host_b.join_retrying(&rb, None, WAIT).await.unwrap();
+    // The two rooms on two shards: the scores cross between nodes, through Redis.
+    let (owner_a, _) = cluster.room_owner("duel-a").await.unwrap().unwrap();
+    let (owner_b, _) = cluster.room_owner("duel-b").await.unwrap().unwrap();
+    if owner_a == owner_b {
+        let to = cluster.other_shard(&owner_a).unwrap();
+        let r = cluster.move_room("duel-b", &to).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        owned_elsewhere(&cluster, "duel-b", &owner_a).await;
+        host_b.join_retrying(&rb, None, WAIT).await.unwrap();
+    }
+    let mut fan_a = cluster.connect(1, "fan-a").await.unwrap();
+    fan_a.join_retrying(&ra, None, WAIT).await.unwrap();
+    let mut fan_b = cluster.connect(0, "fan-b").await.unwrap();
+    fan_b.join_retrying(&rb, None, WAIT).await.unwrap();
+
+    let body = json!({"rooms": ["duel-a", "duel-b"], "seconds": 600, "link": "cluster-duel"});
+    let r = kit::admin::call(
+        cluster.gateways[1].admin,
+        "POST",
+        "/admin/pk",
+        token.as_deref(),
+        Some(body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    rose(&mut fan_a, &ra, "a1", "host-a").await;
+    rose(&mut fan_a, &ra, "a2", "host-a").await;
+    rose(&mut fan_b, &rb, "b1", "host-b").await;
+    sees_score(&mut host_a, 20, 10).await;
+    sees_score(&mut host_b, 10, 20).await;
+
+    // duel-b's owner dies; its next owner goes on from the stored side and keeps exchanging.
+    let (owner_b, _) = cluster.room_owner("duel-b").await.unwrap().unwrap();
+    cluster.shard_mut(&owner_b).unwrap().node.kill9().unwrap();
+    let mut late = cluster.connect(1, "late").await.unwrap();
+    let ok = late.join_retrying(&rb, None, WAIT * 4).await.unwrap();
+    let pk = &ok["snapshot"]["pk"];
+    assert_eq!((&pk["pk"], &pk["red"]), (&json!(1), &json!(10)), "{ok}");
+    assert_eq!(pk["vs"], json!({"room": "duel-a", "link": "cluster-duel"}));
+    for c in [&mut host_b, &mut fan_b] {
+        c.join_retrying(&rb, None, WAIT * 4).await.unwrap();
+    }
+    rose(&mut fan_b, &rb, "b2", "host-b").await;
+    sees_score(&mut host_a, 20, 20).await;
+
+    host_a
+        .request("pk.stop", json!({"room": ra}))
+        .await
+        .unwrap();
+    let end_a = host_a.next_event_named("pk.end", WAIT).await.unwrap();
+    let end_b = late.next_event_named("pk.end", WAIT).await.unwrap();
+    assert_eq!(
+        end_a.d,
+        json!({"pk": 1, "red": 20, "blue": 20, "winner": "draw", "red_top": "fan-a",
+            "reason": "stopped", "by": "host-a", "vs": {"room": "duel-b", "link": "cluster-duel"}})
+    );
+    assert_eq!(
+        end_b.d,
+        json!({"pk": 1, "red": 20, "blue": 20, "winner": "draw", "red_top": "fan-b",
+            "reason": "stopped", "vs": {"room": "duel-a", "link": "cluster-duel"}})
     );
 }
