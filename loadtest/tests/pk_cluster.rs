@@ -93,10 +93,10 @@ async fn a_pks_scores_survive_a_killed_owner_and_the_next_owner_ends_it() {
 async fn owned_elsewhere(cluster: &Cluster, room: &str, not: &str) -> String {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        if let Some((owner, _)) = cluster.room_owner(room).await.unwrap() {
-            if owner != not {
-                return owner;
-            }
+        if let Some((owner, _)) = cluster.room_owner(room).await.unwrap()
+            && owner != not
+        {
+            return owner;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
