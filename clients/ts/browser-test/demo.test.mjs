@@ -2,13 +2,16 @@
 // other's, one takes a line back, one answers the other's line mentioning them, the owner
 // pins that line above the chat and takes it down, mutes the chat and sets slow mode),
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
-// play a PK (the owner starts and stops it, a gift scores for a team), each seeing the other's
-// events; a node restart shows "reconnecting", then both resume. In a room
+// play a PK (the owner starts and stops it, a gift scores for a team), then a PK against
+// another room that the app's backend matches (the panel names that room; the owner's Stop
+// ends it in both rooms), each seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
 // the member back to a seat, mutes and unmutes their chat, and kicks them.
 import { test, after, before } from "node:test";
 import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
+import WebSocket from "ws";
+import { Client } from "../dist/index.js";
 import { startNode } from "../test/node.mjs";
 import { launch, shot } from "./browser.mjs";
 
@@ -141,6 +144,33 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
     await p.locator("#pk").waitFor({ state: "hidden", timeout: T });
   }
   await alice.locator("#balance", { hasText: "980" }).waitFor({ timeout: T });
+
+  // A PK against another room (carl's), matched through the admin API: the panel reads
+  // "PK #2 vs <room>", this room against that room's id, and the log says so; a rose in this
+  // room scores for it. The owner's Stop ends it in both rooms and the panel hides.
+  const other = "browser-demo-vs";
+  const carl = new Client({ url: node.url, token: node.token("carl"), WebSocket });
+  await carl.connect();
+  const carlRoom = await carl.join(other);
+  const carlEnd = carlRoom.next("pk.end", undefined, T);
+  const matched = await node.admin("POST", "/admin/pk", { rooms: [room, other], seconds: 60, link: "demo-match" });
+  assert.equal(matched.status, 200, JSON.stringify(matched.body));
+  for (const p of [alice, bob]) {
+    await p.locator("#pk-title", { hasText: `PK #2 vs ${other}` }).waitFor({ timeout: T });
+    await p.locator("#chat-log li.sys", { hasText: `the platform matched this room against ${other}` }).waitFor({ timeout: T });
+  }
+  assert.deepEqual([await bob.locator("#pk-red-name").textContent(), await bob.locator("#pk-blue-name").textContent()], ["This room", other]);
+  await alice.locator('#gifts button[data-gift="rose"]').click();
+  for (const p of [alice, bob]) await p.locator("#pk-red", { hasText: /^10$/ }).waitFor({ timeout: T });
+  await shot(bob, "04c-pk-vs-room");
+  await alice.locator("#pk-toggle", { hasText: "Stop the PK" }).click();
+  for (const p of [alice, bob]) {
+    await p.locator("#pk-result", { hasText: `PK #2: this room won against ${other}, 10 to 0` }).waitFor({ timeout: T });
+    await p.locator("#pk").waitFor({ state: "hidden", timeout: T });
+  }
+  const end = await carlEnd;
+  assert.deepEqual([end.red, end.blue, end.winner, end.vs], [0, 10, "blue", { room, link: "demo-match" }]);
+  carl.close();
 
   // Restart the node: the pages show "reconnecting", then resume in the new process.
   await node.stop("SIGTERM");

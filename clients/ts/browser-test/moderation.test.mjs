@@ -16,8 +16,12 @@
 // markup as text), the form says "sent #<id>"; a robot as the recipient is refused (400), said
 // in the form, and nothing more reaches the member.
 //
+// PK between rooms: the form matches two rooms (members in each see `pk.start` naming the
+// other room and the match id), the status says "matched <id>, ends <time>"; a room that does
+// not exist is refused (404 ROOM_NOT_FOUND, the room named), said in the form.
+//
 // The tests share the cluster and the browser (each its own browser context), so they keep
-// apart: each its own room and user names (rp-*, su-*, msg-*), and the reports test counts the
+// apart: each its own room and user names (rp-*, su-*, msg-*, pk-*), and the reports test counts the
 // queue's "N open" backlog from what was open when it began (the suspensions test leaves its
 // report of a room open), so none depends on another having run, or not, before it.
 import { test, after, before } from "node:test";
@@ -307,4 +311,37 @@ test("the dashboard sends a user a direct message from the app's account", async
   amy.close();
   await context.close();
   console.log(`messages browser test: ${((Date.now() - started) / 1000).toFixed(1)} s`);
+});
+
+test("the dashboard matches two rooms in a PK", async () => {
+  const { context, page, errors } = await dashboard("#pk-form");
+  const ann = await member("pk-ann", "pk-a");
+  const bob = await member("pk-bob", "pk-b");
+  const starts = [ann.room.next("pk.start", undefined, T), bob.room.next("pk.start", undefined, T)];
+  await page.fill("#pk-room-a", "pk-a");
+  await page.fill("#pk-room-b", "pk-b");
+  await page.fill("#pk-seconds", "60");
+  await page.fill("#pk-link", "dash-match");
+  await page.click("#pk-start");
+  const ok = page.locator('#pk-status[data-status="200"]', { hasText: /^matched dash-match, ends / });
+  await ok.waitFor({ timeout: T });
+  const [sa, sb] = await Promise.all(starts);
+  assert.deepEqual([sa.vs, sb.vs], [{ room: "pk-b", link: "dash-match" }, { room: "pk-a", link: "dash-match" }]);
+  await shot(page, "44-dashboard-pk-matched");
+
+  // Ended through the admin API (both rooms end it), then a missing room: 404, said with its code and room.
+  const ends = [ann.room.next("pk.end", undefined, T), bob.room.next("pk.end", undefined, T)];
+  assert.equal((await cluster.admin("DELETE", "/admin/rooms/pk-a/pk")).status, 200);
+  await Promise.all(ends);
+  await page.fill("#pk-room-b", "pk-nowhere");
+  await page.click("#pk-start");
+  const refused = page.locator('#pk-status[data-status="404"]');
+  await refused.waitFor({ timeout: T });
+  assert.match(await refused.textContent(), /^PK pk-a vs pk-nowhere: 404 .*\(ROOM_NOT_FOUND, room pk-nowhere\)$/);
+  await shot(page, "45-dashboard-pk-refused");
+
+  assert.deepEqual(errors, [], "no page errors");
+  ann.c.close();
+  bob.c.close();
+  await context.close();
 });

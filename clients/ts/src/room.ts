@@ -5,6 +5,7 @@ import {
   type Member,
   type OpOk,
   type OpRequest,
+  type PkVs,
   type Position,
   type RankBoard,
   type RankPeriod,
@@ -156,7 +157,12 @@ export class Room extends Emitter<RoomEvents> {
   startPk(opts: { seconds?: number; red?: number[]; blue?: number[] } = {}): Promise<OpOk<"pk.start">> {
     return this.client.request("pk.start", { room: this.id, ...opts });
   }
-  /** Ends the PK that is on before its time (owner or admin); `NO_PK` when none is. */
+  /**
+   * Ends the PK that is on before its time (owner or admin); `NO_PK` when none is. In a PK
+   * between two rooms (section 16.6) it ends the PK in both rooms: the answer comes at once
+   * and `pk.end` follows a second or two later, once the rooms have exchanged their final
+   * scores (`NO_PK` meanwhile).
+   */
   stopPk(): Promise<OpOk<"pk.stop">> {
     return this.client.request("pk.stop", { room: this.id });
   }
@@ -673,6 +679,8 @@ export class Room extends Emitter<RoomEvents> {
           red_seats: d.red_seats as number[],
           blue_seats: d.blue_seats as number[],
         };
+        // A PK between two rooms (section 16.6): the other room, kept while the PK is on.
+        if (d.vs) s.pk.vs = d.vs as PkVs;
         break;
       case "pk.score":
         if (s.pk && s.pk.pk === d.pk) {

@@ -51,7 +51,10 @@ export interface Snapshot {
   members: number;
   /** How many of the members are robots (absent when none). */
   robots?: number;
-  /** The PK that is on, with its teams (section 16.5; absent: none). */
+  /**
+   * The PK that is on, with its teams (section 16.5; absent: none). In a PK between two rooms
+   * (section 16.6) the seat lists are empty, red is this room, and `vs` names the other room.
+   */
   pk?: PkScore & { red_seats: number[]; blue_seats: number[] };
   /** The pinned chat line (section 5.42; absent: none). */
   pinned?: PinnedLine;
@@ -362,22 +365,45 @@ export interface SequencedEvents {
   "room.attrs": { by: string | null; set?: Record<string, unknown>; removed?: string[] };
   moderation: { action: string; user: string | null; by: string | null; until?: number; at: number };
   "rocket.launch": RocketLaunch;
-  /** A PK began (section 16.5): a gift battle between the users on two teams of seats. */
-  /** `by` null: the app's backend started it. */
-  "pk.start": { pk: number; red_seats: number[]; blue_seats: number[]; ends_at: number; by: string | null };
-  /** A PK ended: its scores, the winner and each team's top sender. */
+  /**
+   * A PK began (section 16.5): a gift battle between the users on two teams of seats. `by`
+   * null: the app's backend started it. With `vs`, it is a PK between two rooms (section
+   * 16.6) that the app's backend matched: the seat lists are empty, red is this room and blue
+   * the room `vs` names.
+   */
+  "pk.start": { pk: number; red_seats: number[]; blue_seats: number[]; ends_at: number; by: string | null; vs?: PkVs };
+  /** A PK ended: its scores, the winner and each team's top sender (from this room's side with `vs`). */
   "pk.end": PkEnd;
 }
 
-/** A PK's scores (coins), as `pk.score` and the snapshot show them. */
+/**
+ * The other room of a PK between two rooms (section 16.6), and the match's id (the `link` the
+ * app's backend gave `POST /admin/pk`, or the one the server made up). Each room of the match
+ * is red in its own events and sees the other as blue.
+ */
+export interface PkVs {
+  room: string;
+  link: string;
+}
+
+/**
+ * A PK's scores (coins), as `pk.score` and the snapshot show them. In a PK between two rooms
+ * (section 16.6) `red` is this room's score (every gift sent in it) and `blue` the other
+ * room's, refreshed about once a second; `vs` names the other room.
+ */
 export interface PkScore {
   pk: number;
   red: number;
   blue: number;
   ends_at: number;
+  vs?: PkVs;
 }
 
-/** The end of a PK (section 16.5). */
+/**
+ * The end of a PK (section 16.5). In a PK between two rooms (section 16.6) both rooms announce
+ * the same two scores, each from its own side: `winner` "red" means this room won, `vs` names
+ * the other room, and there is no `blue_top`. A stop in either room ends both.
+ */
 export interface PkEnd {
   pk: number;
   red: number;
@@ -386,8 +412,10 @@ export interface PkEnd {
   red_top?: string;
   blue_top?: string;
   reason: "time" | "stopped";
-  /** Who stopped it (absent when it ran its length). */
+  /** Who stopped it (absent when it ran its length, or when the app's backend stopped it). */
   by?: string;
+  /** The other room of a PK between two rooms (section 16.6; absent within one room). */
+  vs?: PkVs;
 }
 
 /** The room rocket launched (section 16.2): every reward listed was credited. */
@@ -408,7 +436,7 @@ export interface VolatileEvents {
   "member.update": Badges & { user: string; p?: Profile };
   "member.count": { count: number };
   "rocket.progress": { level: number; fuel: number; target: number; launches: number };
-  /** A PK's scores (section 16.5): latest wins, at a bounded rate. */
+  /** A PK's scores (sections 16.5, 16.6): latest wins, at a bounded rate. */
   "pk.score": PkScore;
   /** Likes added since the last one (section 5.39): at most one a second. */
   "room.likes": { total: number; added: number; recent: string[] };

@@ -348,6 +348,60 @@ test("a PK: the owner starts it, gifts to a team's seat score, the snapshot show
   await assert.rejects(rh.stopPk(), (e) => e.code === "NO_PK");
 });
 
+test("a PK between two rooms: the backend matches them, each room is red against the other, a stop in one ends both", async () => {
+  const [A, B] = ["t-pkvs-a", "t-pkvs-b"];
+  for (const fan of ["pkvs-fan-a", "pkvs-fan-b"]) {
+    const granted = await fx.node.admin("POST", `/admin/wallets/${fan}/grant`, { amount: 100, key: `ts-${fan}-1` });
+    assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  }
+  const [ha, hb, wa, wb, fa, fb] = ["pkvs-host-a", "pkvs-host-b", "pkvs-watch-a", "pkvs-watch-b", "pkvs-fan-a", "pkvs-fan-b"].map((u) => client(u));
+  await Promise.all([ha, hb, wa, wb, fa, fb].map((c) => c.connect()));
+  // Each host makes a room (and owns it); a watcher and a fan join each.
+  const rha = await ha.join(A);
+  await hb.join(B);
+  const [rwa, rwb, rfa, rfb] = await Promise.all([wa.join(A), wb.join(B), fa.join(A), fb.join(B)]);
+  const startedA = rwa.next("pk.start");
+  const startedB = rwb.next("pk.start");
+  const matched = await fx.node.admin("POST", "/admin/pk", { rooms: [A, B], seconds: 60, link: "ts-match" });
+  assert.equal(matched.status, 200, JSON.stringify(matched.body));
+  assert.equal(matched.body.link, "ts-match");
+  assert.deepEqual(matched.body.rooms.map((r) => r.room), [A, B]);
+  const [sa, sb] = [await startedA, await startedB];
+  for (const [ev, other] of [[sa, B], [sb, A]]) {
+    assert.deepEqual([ev.red_seats, ev.blue_seats, ev.by, ev.vs], [[], [], null, { room: other, link: "ts-match" }]);
+    assert.equal(ev.ends_at, matched.body.ends_at);
+  }
+  assert.deepEqual([sa.pk, sa.seq, sb.pk, sb.seq], [matched.body.rooms[0].pk, matched.body.rooms[0].seq, matched.body.rooms[1].pk, matched.body.rooms[1].seq]);
+  assert.equal(rwa.snapshot.pk.vs.room, B);
+  assert.equal(rwb.snapshot.pk.vs.room, A);
+  assert.deepEqual([rwa.snapshot.pk.red_seats, rwa.snapshot.pk.blue_seats], [[], []]);
+  // Another PK in a room already matched is refused with the room named.
+  const again = await fx.node.admin("POST", "/admin/pk", { rooms: [A, "t-pkvs-c"] });
+  assert.deepEqual([again.status, again.body.code, again.body.room], [409, "PK_ON", A], JSON.stringify(again.body));
+  await assert.rejects(rha.startPk(), (e) => e.code === "PK_ON");
+  // Gifts in each room (to its host): one rose in A, two in B. Each room's score is red in its
+  // own snapshot and blue in the other's.
+  const ga = await rfa.sendGift("rose", ["pkvs-host-a"]);
+  await rfb.sendGift("rose", ["pkvs-host-b"]);
+  const gb = await rfb.sendGift("rose", ["pkvs-host-b"]);
+  const [coinsA, coinsB] = [100 - ga.balance, 100 - gb.balance];
+  assert.ok(coinsA > 0 && coinsB > coinsA, `${coinsA} < ${coinsB}`);
+  await until(() => rwa.snapshot.pk?.red === coinsA && rwa.snapshot.pk?.blue === coinsB, 10_000, "A's snapshot: red A's coins, blue B's");
+  await until(() => rwb.snapshot.pk?.red === coinsB && rwb.snapshot.pk?.blue === coinsA, 10_000, "B's snapshot: red B's coins, blue A's");
+  // A's host stops it: ok at once, and both rooms end it with the same scores, mirrored.
+  const endedA = rwa.next("pk.end");
+  const endedB = rwb.next("pk.end");
+  assert.deepEqual(await rha.stopPk(), {});
+  await assert.rejects(rha.stopPk(), (e) => e.code === "NO_PK", "a second stop while it ends");
+  const [ea, eb] = [await endedA, await endedB];
+  assert.deepEqual([ea.red, ea.blue, ea.winner, ea.reason, ea.vs], [coinsA, coinsB, "blue", "stopped", { room: B, link: "ts-match" }]);
+  assert.deepEqual([eb.red, eb.blue, eb.winner, eb.reason, eb.vs], [coinsB, coinsA, "red", "stopped", { room: A, link: "ts-match" }]);
+  assert.deepEqual([ea.red_top, eb.red_top, ea.blue_top, eb.blue_top], ["pkvs-fan-a", "pkvs-fan-b", undefined, undefined]);
+  assert.equal(ea.by, "pkvs-host-a");
+  assert.equal(rwa.snapshot.pk, undefined, "no PK on in A's snapshot");
+  assert.equal(rwb.snapshot.pk, undefined, "no PK on in B's snapshot");
+});
+
 test("joined() that waits longer than its time-out rejects with a ChorusError TIMEOUT", async () => {
   // The reconnect waits a minute: the room stays rejoining.
   const a = client("jt-ann", { reconnect: { initialMs: 60_000, maxMs: 60_000 } });

@@ -3,8 +3,9 @@ export {};
 // weights and health, the ring, rooms and their leases per shard, the rebalance, live charts
 // from this node's `/metrics`, drain / weight / move buttons that call the admin API, and
 // the members' reports with a "Resolve" per open one and a "Suspend" for the account reported,
-// the suspended accounts with a "Lift" each, and a form that sends a user a direct message
-// from the app's own account.
+// the suspended accounts with a "Lift" each, a form that sends a user a direct message
+// from the app's own account, and a form that matches two rooms in a PK (section 16.6 of
+// PROTOCOL.md, `POST /admin/pk`).
 // The admin token is typed in and kept in this script's memory only.
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
@@ -463,6 +464,50 @@ async function messageByForm(): Promise<void> {
 $("message-form").onsubmit = (ev) => {
   ev.preventDefault();
   void messageByForm();
+};
+
+// ---- a PK between two rooms (section 16.6): the app's backend matches them ----
+
+/** The form: matches two rooms in a PK and says how it went, as text. */
+async function pkByForm(): Promise<void> {
+  const a = $<HTMLInputElement>("pk-room-a").value.trim();
+  const b = $<HTMLInputElement>("pk-room-b").value.trim();
+  const seconds = Number($<HTMLInputElement>("pk-seconds").value);
+  const link = $<HTMLInputElement>("pk-link").value.trim();
+  if (!a || !b) return;
+  const start = $<HTMLButtonElement>("pk-start");
+  const res = $("pk-status");
+  start.disabled = true;
+  delete res.dataset.status;
+  res.textContent = `matching ${a} and ${b}…`;
+  let r: { status: number; json: any };
+  try {
+    const body = { rooms: [a, b], ...(Number.isFinite(seconds) && seconds > 0 ? { seconds } : {}), ...(link ? { link } : {}) };
+    r = await api("POST", "/admin/pk", body);
+  } catch (e) {
+    res.textContent = `PK ${a} vs ${b}: unreachable: ${String(e)}`;
+    return;
+  } finally {
+    start.disabled = false;
+  }
+  if (r.status === 401) {
+    stop("the admin token was refused");
+    return;
+  }
+  res.dataset.status = String(r.status);
+  if (r.status === 200) {
+    res.textContent = `matched ${r.json?.link}, ends ${when(r.json?.ends_at)}`;
+  } else {
+    // 400: a bad body; 404: ROOM_NOT_FOUND; 409: PK_ON (a PK is on in that room).
+    const j = r.json && typeof r.json === "object" ? r.json : {};
+    const code = j.code ? ` (${j.code}${j.room ? `, room ${j.room}` : ""})` : "";
+    res.textContent = `PK ${a} vs ${b}: ${r.status} ${errorOf(r.json)}${code}`;
+  }
+}
+
+$("pk-form").onsubmit = (ev) => {
+  ev.preventDefault();
+  void pkByForm();
 };
 
 /** Reports and suspensions, loaded together. */

@@ -2,7 +2,8 @@
 // a pasted token, the seat grid (in apply mode members ask and staff approve), chat, hearts
 // (volatile custom messages), the app backend's notices, gifts
 // with an animation, a PK between two halves of the seats (staff start and stop it; everyone
-// sees the score), the wallet, the members (staff invite to a seat, mute chat and kick) and
+// sees the score) or against another room (the app's backend matches two rooms, section 16.6
+// of PROTOCOL.md; staff may stop it), the wallet, the members (staff invite to a seat, mute chat and kick) and
 // the connection's state. Built with the client package (`node build.mjs --web ...`).
 import { Client, ChorusError, type ChatEvent, type Gift, type Room, type Seat } from "../src/index.js";
 
@@ -18,6 +19,8 @@ const members = new Set<string>();
 const requests = new Map<string, number | null>();
 /** Members whose chat is muted, as the room's `moderation` events said. */
 const chatMuted = new Set<string>();
+/** A PK against another room that this page stopped, until its pk.end comes. */
+let pkEnding: number | null = null;
 /** The chat line the next send answers (its Reply button), until sent or cancelled. */
 let replying: { seq: number; from: string } | null = null;
 
@@ -193,23 +196,39 @@ function renderChatRules(staff: boolean, muted: boolean, slow: number): void {
   select.onchange = () => run("seat-error", () => r.update({ slow_mode: Number(select.value) }));
 }
 
-/** The PK that is on (its score and time left), and the staff's button to start or stop one. */
+/**
+ * The PK that is on (its score and time left), and the staff's button to start or stop one.
+ * Against another room (`vs`), red is this room and blue the other one, named by its id.
+ */
 function renderPk(staff: boolean): void {
   const pk = room?.snapshot?.pk;
   $("pk").hidden = !pk;
   if (pk) {
-    $("pk-title").textContent = `PK #${pk.pk}`;
+    $("pk-title").textContent = pk.vs ? `PK #${pk.pk} vs ${pk.vs.room}` : `PK #${pk.pk}`;
+    $("pk-red-name").textContent = pk.vs ? "This room" : "red";
+    $("pk-blue-name").textContent = pk.vs ? pk.vs.room : "blue";
     $("pk-red").textContent = String(pk.red);
     $("pk-blue").textContent = String(pk.blue);
     const total = pk.red + pk.blue;
     $("pk-bar").style.width = `${total === 0 ? 50 : (100 * pk.red) / total}%`;
-    $("pk-left").textContent = `${Math.max(0, Math.ceil((pk.ends_at - Date.now()) / 1000))} s left`;
+    $("pk-left").textContent = pkEnding === pk.pk ? "ending…" : `${Math.max(0, Math.ceil((pk.ends_at - Date.now()) / 1000))} s left`;
   }
   if (!staff || !room) return;
   const r = room;
   const toggle = $<HTMLButtonElement>("pk-toggle");
   toggle.textContent = pk ? "Stop the PK" : "Start a PK";
-  toggle.onclick = () => run("seat-error", async () => (pk ? r.stopPk() : r.startPk({ seconds: 60 })));
+  // A PK against another room ends a second or two after the stop (the rooms exchange their
+  // final scores): the button waits for its pk.end.
+  toggle.disabled = pk !== undefined && pkEnding === pk.pk;
+  toggle.onclick = () =>
+    run("seat-error", async () => {
+      if (!pk) return r.startPk({ seconds: 60 });
+      await r.stopPk();
+      if (pk.vs && room?.snapshot?.pk?.pk === pk.pk) {
+        pkEnding = pk.pk;
+        renderPk(true);
+      }
+    });
 }
 
 /** The staff's tools: the seat mode and, in apply mode, the pending requests to answer. */
@@ -417,15 +436,26 @@ function wire(r: Room): void {
   });
   r.on("room.update", () => renderSeats());
   r.on("pk.start", (e) => {
+    pkEnding = null;
     $("pk-result").textContent = "";
-    log(`${e.by ?? "the platform"} started PK #${e.pk}: seats ${e.red_seats.join(", ")} against ${e.blue_seats.join(", ")}`, "sys");
+    if (e.vs) log(`the platform matched this room against ${e.vs.room}: PK #${e.pk}, the room's gifts against theirs`, "sys");
+    else log(`${e.by ?? "the platform"} started PK #${e.pk}: seats ${e.red_seats.join(", ")} against ${e.blue_seats.join(", ")}`, "sys");
     renderSeats();
   });
   r.on("pk.score", () => renderPk(false));
   r.on("pk.end", (e) => {
-    const who = e.winner === "draw" ? "a draw" : `${e.winner} wins`;
-    const tops = [e.red_top ? `red's top sender ${e.red_top}` : "", e.blue_top ? `blue's ${e.blue_top}` : ""].filter(Boolean).join(", ");
-    const text = `PK #${e.pk}: ${who}, ${e.red} to ${e.blue}${tops ? ` (${tops})` : ""}`;
+    pkEnding = null;
+    let text: string;
+    if (e.vs) {
+      // Against another room: red is this room, and both rooms announce the same scores.
+      const outcome = e.winner === "draw" ? "a draw" : e.winner === "red" ? "this room won" : "this room lost";
+      const top = e.red_top ? ` (this room's top sender ${e.red_top})` : "";
+      text = `PK #${e.pk}: ${outcome} against ${e.vs.room}, ${e.red} to ${e.blue}${top}`;
+    } else {
+      const who = e.winner === "draw" ? "a draw" : `${e.winner} wins`;
+      const tops = [e.red_top ? `red's top sender ${e.red_top}` : "", e.blue_top ? `blue's ${e.blue_top}` : ""].filter(Boolean).join(", ");
+      text = `PK #${e.pk}: ${who}, ${e.red} to ${e.blue}${tops ? ` (${tops})` : ""}`;
+    }
     $("pk-result").textContent = text;
     log(text, "sys");
     renderSeats();
