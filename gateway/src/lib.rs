@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod money;
 pub mod node;
 mod outbox;
+mod pk;
 pub mod router;
 mod server;
 mod session;

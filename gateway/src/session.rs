@@ -438,6 +438,14 @@ impl Session {
                     .user_request(self.session, &self.user, &self.outbox, id, op);
             }
             Op::RoomList(req) => self.core.room_list(self.session, id, req),
+            Op::Room(
+                op @ (client::RoomOp::PkInvite(_)
+                | client::RoomOp::PkAccept(_)
+                | client::RoomOp::PkDecline(_)),
+            ) => {
+                // Two rooms' steps, carried by this gateway (`pk.rs`).
+                self.core.pk_request(self.session, &self.user, id, op);
+            }
             Op::Room(op) => {
                 if let client::RoomOp::Join(_) = op {
                     self.core

@@ -212,3 +212,98 @@ async fn a_match_one_room_refuses_is_taken_back_in_the_other() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_host_invites_another_room_whose_host_declines_then_accepts() {
+    let s = start().await;
+    let (mut host_a, mut wa) = room(&s, "inv-a").await;
+    let (mut host_b, mut wb) = room(&s, "inv-b").await;
+    let invite = json!({"room": "inv-a", "vs": "inv-b", "seconds": 90});
+
+    // Only the staff of a room, in it, invite; not to the room itself or a missing room.
+    let err = wa.request("pk.invite", invite.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Forbidden));
+    let mut stranger = s.connect("stranger").await;
+    let err = stranger
+        .request("pk.invite", invite.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotInRoom));
+    for (bad, code) in [
+        (
+            json!({"room": "inv-a", "vs": "inv-a"}),
+            ErrorCode::BadRequest,
+        ),
+        (
+            json!({"room": "inv-a", "vs": "inv-b", "seconds": 5}),
+            ErrorCode::BadRequest,
+        ),
+        (
+            json!({"room": "inv-a", "vs": "no-such-room"}),
+            ErrorCode::RoomNotFound,
+        ),
+    ] {
+        let err = host_a.request("pk.invite", bad.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Some(code), "{bad}");
+    }
+
+    // Invited: the other room's staff are told, its members not.
+    let sent = host_a.request("pk.invite", invite.clone()).await.unwrap();
+    let link = sent["link"].as_str().unwrap().to_owned();
+    assert!(sent["expires_at"].as_u64().is_some(), "{sent}");
+    let e = host_b.next_event_named("pk.invite", WAIT).await.unwrap();
+    assert!(e.seq.is_none(), "volatile");
+    assert_eq!(
+        (&e.d["link"], &e.d["from"], &e.d["by"], &e.d["seconds"]),
+        (
+            &json!(link),
+            &json!("inv-a"),
+            &json!("host-inv-a"),
+            &json!(90)
+        )
+    );
+    let err = wb
+        .request("pk.decline", json!({"room": "inv-b", "link": link}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Forbidden));
+    // Declined: the inviting room's staff are told.
+    host_b
+        .request("pk.decline", json!({"room": "inv-b", "link": link}))
+        .await
+        .unwrap();
+    let e = host_a.next_event_named("pk.declined", WAIT).await.unwrap();
+    assert_eq!(
+        e.d,
+        json!({"link": link, "room": "inv-b", "by": "host-inv-b"})
+    );
+    let err = host_b
+        .request("pk.accept", json!({"room": "inv-b", "link": link}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NoSuchRequest), "answered once");
+
+    // Invited again and accepted: the PK starts in both rooms under the invitation's id.
+    let sent = host_a.request("pk.invite", invite).await.unwrap();
+    let link = sent["link"].as_str().unwrap().to_owned();
+    host_b.next_event_named("pk.invite", WAIT).await.unwrap();
+    let ok = host_b
+        .request("pk.accept", json!({"room": "inv-b", "link": link}))
+        .await
+        .unwrap();
+    assert_eq!(ok["pk"], 1, "{ok}");
+    let ends_at = ok["ends_at"].as_u64().unwrap();
+    for (w, other) in [(&mut wa, "inv-b"), (&mut wb, "inv-a")] {
+        let e = w.next_event_named("pk.start", WAIT).await.unwrap();
+        assert_eq!(e.d["vs"], json!({"room": other, "link": link}));
+        assert_eq!(e.d["ends_at"], ends_at);
+    }
+    // A room in a PK is not invited.
+    let (_host_c, _) = room(&s, "inv-c").await;
+    let err = host_a
+        .request("pk.invite", json!({"room": "inv-a", "vs": "inv-c"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PkOn));
+    s.stop().await;
+}

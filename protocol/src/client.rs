@@ -68,8 +68,9 @@ pub use moderation::{
 };
 pub use op::{Addressed, ImOp, Op, RoomOp};
 pub use pk::{
-    DEFAULT_PK_SECONDS, MAX_PK_LINK_BYTES, MAX_PK_SECONDS, MIN_PK_SECONDS, PkEnd, PkLink, PkScore,
-    PkStart, PkStartEvent, PkStarted, PkVs,
+    DEFAULT_PK_SECONDS, MAX_PK_LINK_BYTES, MAX_PK_SECONDS, MIN_PK_SECONDS, PK_INVITE_TTL_MS, PkCmd,
+    PkDeclined, PkEnd, PkInvite, PkInviteSent, PkInvited, PkLink, PkReply, PkScore, PkStart,
+    PkStartEvent, PkStarted, PkVs,
 };
 pub use profile::Profile;
 pub use report::{

@@ -28,7 +28,7 @@ use crate::ids::{NodeId, RoomId, SessionId, UserId};
 /// backend's moderation ([`RoomCmd::Moderate`]); version 8 adds the app backend's closing,
 /// reopening and changing of a room ([`RoomCmd::Manage`]) and `report.send`; version 9 adds
 /// `pk.start` and `pk.stop`; version 10 adds `chat.pin`, `chat.send`'s mentions and replies,
-/// and a PK between two rooms (`BackendManage::PkLink`).
+/// and a PK between two rooms (`BackendManage::PkLink`, `RoomCmd::Pk`).
 pub const LINK_VERSION: u16 = 10;
 
 /// A room command from one session, with the ids needed to answer it.
@@ -111,6 +111,9 @@ pub enum RoomCmd {
     Moderate(crate::client::BackendModeration),
     /// The app's backend closes, reopens or changes the room (the admin API); `by` is null.
     Manage(crate::client::BackendManage),
+    /// A step of an invitation to a PK between two rooms, sent by the gateway that took the
+    /// client's `pk.invite`, `pk.accept` or `pk.decline`, as the caller.
+    Pk(crate::client::PkCmd),
 }
 
 /// What an RTC provider's webhook says about one participant's audio.

@@ -813,6 +813,11 @@ impl RoomActor {
             RoomCmd::Attrs(_) | RoomCmd::Custom(_) | RoomCmd::Moderate(_) | RoomCmd::Manage(_) => {
                 self.backend(&cmd.cmd).await
             }
+            RoomCmd::Pk(p) => {
+                let (ok, applied) = state.pk_cmd(user, p, now_ms())?;
+                self.publish(applied, None).await?;
+                Ok(Some((ok, None)))
+            }
             RoomCmd::Op(RoomOp::ChatPin(p)) => {
                 // The line's text as members saw it, from the resume log.
                 let text = p.seq.and_then(|seq| self.log.chat_text(state.epoch(), seq));

@@ -24,8 +24,7 @@ use serde_json::json;
 
 use super::{Admin, Resp, error, json_resp};
 
-/// The user a system message's command carries (rooms do not read it: the link is trusted).
-const SYSTEM_USER: &str = "@admin";
+use crate::pk::SYSTEM_USER;
 /// How much longer than the routing retry budget the call waits for the room.
 const ANSWER_SLACK: Duration = Duration::from_secs(1);
 
@@ -233,68 +232,32 @@ pub(super) async fn pk_match(admin: &Admin, body: &Bytes) -> Resp {
         Ok(s) => s,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    let link = b.link.unwrap_or_else(|| {
-        format!(
-            "pk-{:x}-{:08x}",
-            crate::outbox::unix_ms(),
-            rand::random::<u32>()
-        )
-    });
-    let ends_at = crate::outbox::unix_ms() + u64::from(seconds) * 1000;
-    let side = |vs: &RoomId| PkLink {
+    let link = b.link.unwrap_or_else(crate::pk::new_link);
+    let check = PkLink {
         link: link.clone(),
-        vs: vs.clone(),
-        ends_at,
+        vs: z.clone(),
+        ends_at: 0,
     };
-    let (side_a, side_z) = (side(&z), side(&a));
-    if let Err(why) = side_a.check() {
+    if let Err(why) = check.check() {
         return error(StatusCode::BAD_REQUEST, why);
     }
-    let wait = core.config.route_retry_budget + ANSWER_SLACK;
-    let system = UserId::from(SYSTEM_USER);
-    let start = |room: &RoomId, side: PkLink| {
-        core.command_reply(
-            &system,
-            room.clone(),
-            RoomCmd::Manage(BackendManage::PkLink(side)),
-            wait,
-        )
-    };
-    let (ok_a, ok_z) = tokio::join!(start(&a, side_a), start(&z, side_z));
-    let (ok_a, ok_z) = match (ok_a, ok_z) {
-        (Ok(x), Ok(y)) => (x, y),
-        (Err(e), Err(_)) => return answered(a, Err(e)),
-        (Err(e), Ok(_)) => return unmatch(core, &system, z, wait, a, e).await,
-        (Ok(_), Err(e)) => return unmatch(core, &system, a, wait, z, e).await,
-    };
-    let view = |room: &RoomId, ok: &Bytes| {
-        let v = serde_json::from_slice::<serde_json::Value>(ok).unwrap_or_default();
-        json!({"room": room, "pk": v.get("pk"), "seq": v.get("seq")})
-    };
-    json_resp(
-        StatusCode::OK,
-        &json!({
-            "link": link,
-            "ends_at": ends_at,
-            "rooms": [view(&a, &ok_a), view(&z, &ok_z)],
-        }),
-    )
-}
-
-/// One room of a match refused (`refused`, with `why`): the side that started in `started`
-/// is stopped again (it ends as stopped after the grace, the other side never having
-/// written), and the answer is the refusal.
-async fn unmatch(
-    core: &crate::shared::Core,
-    system: &UserId,
-    started: RoomId,
-    wait: Duration,
-    refused: RoomId,
-    why: protocol::link::ReplyError,
-) -> Resp {
-    let stop = RoomCmd::Manage(BackendManage::PkStop);
-    let _ = core.command_reply(system, started, stop, wait).await;
-    answered(refused, Err(why))
+    match crate::pk::start_match(core, &a, &z, seconds, &link).await {
+        Ok(m) => {
+            let view = |room: &RoomId, ok: &Bytes| {
+                let v = serde_json::from_slice::<serde_json::Value>(ok).unwrap_or_default();
+                json!({"room": room, "pk": v.get("pk"), "seq": v.get("seq")})
+            };
+            json_resp(
+                StatusCode::OK,
+                &json!({
+                    "link": link,
+                    "ends_at": m.ends_at,
+                    "rooms": [view(&a, &m.a), view(&z, &m.z)],
+                }),
+            )
+        }
+        Err((room, why)) => answered(room, Err(why)),
+    }
 }
 
 /// An empty body read as `{}`.

@@ -7,10 +7,11 @@ use serde_json::value::RawValue;
 
 use super::{
     BanList, ChatMute, ChatPin, ChatRecall, ChatSend, CustomSend, DecodeError, GiftList, GiftSend,
-    InRoom, LikeSend, MemberList, MicPublishing, PkStart, RankGet, ReportSend, RoomAdmin,
-    RoomAttrs, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock, RoomTransfer,
-    RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock, SeatLockAll,
-    SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance, WalletOp, args,
+    InRoom, LikeSend, MemberList, MicPublishing, PkInvite, PkReply, PkStart, RankGet, ReportSend,
+    RoomAdmin, RoomAttrs, RoomBan, RoomCreate, RoomJoin, RoomKick, RoomLeave, RoomLock,
+    RoomTransfer, RoomUpdate, SeatAnswer, SeatCount, SeatInvite, SeatKick, SeatLeave, SeatLock,
+    SeatLockAll, SeatMove, SeatMute, SeatRequest, SeatTake, UserInRoom, UserOp, WalletBalance,
+    WalletOp, args,
 };
 use super::{ImAck, ImBlocks, ImHistory, ImSend, ImUser};
 use crate::ids::RoomId;
@@ -74,6 +75,8 @@ addressed!(
     BanList,
     MemberList,
     PkStart,
+    PkInvite,
+    PkReply,
 );
 
 impl Addressed for RoomCreate {
@@ -209,6 +212,12 @@ room_ops! {
     "pk.start" => PkStart(PkStart),
     /// `pk.stop`: end the PK that is on before its time (owner/admin).
     "pk.stop" => PkStop(InRoom),
+    /// `pk.invite`: invite another room to a PK between the two rooms (owner/admin).
+    "pk.invite" => PkInvite(PkInvite),
+    /// `pk.accept`: accept another room's invitation; the PK starts in both (owner/admin).
+    "pk.accept" => PkAccept(PkReply),
+    /// `pk.decline`: decline another room's invitation (owner/admin).
+    "pk.decline" => PkDecline(PkReply),
 }
 
 /// Every operation a client can send.

@@ -164,3 +164,97 @@ impl PkLink {
         Ok(())
     }
 }
+
+/// How long a PK invitation between two rooms waits for its answer (ms).
+pub const PK_INVITE_TTL_MS: u64 = 30_000;
+
+/// `pk.invite` arguments: the staff of `room` invite `vs` to a PK between the two rooms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkInvite {
+    /// The inviting room.
+    pub room: RoomId,
+    /// The invited room.
+    pub vs: RoomId,
+    /// Seconds, 30..=3600 (300 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u32>,
+}
+
+impl PkInvite {
+    /// The length in seconds, checked as `pk.start`'s.
+    ///
+    /// # Errors
+    /// The rule broken, as a message for `BAD_REQUEST`.
+    pub fn checked_seconds(&self) -> Result<u32, &'static str> {
+        PkStart {
+            room: self.room.clone(),
+            seconds: self.seconds,
+            red: None,
+            blue: None,
+        }
+        .checked_seconds()
+    }
+}
+
+/// `pk.accept` and `pk.decline` arguments: the invited room's staff answer an invitation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkReply {
+    /// The invited room.
+    pub room: RoomId,
+    /// The invitation (its match id).
+    pub link: String,
+}
+
+/// The `ok` of `pk.invite`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkInviteSent {
+    /// The invitation's match id: the PK's `vs.link` once accepted.
+    pub link: String,
+    /// When it lapses unanswered (unix ms).
+    pub expires_at: u64,
+}
+
+/// An invitation as the invited room keeps it and its staff get it (the volatile, targeted
+/// `pk.invite` event).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkInvited {
+    /// The match id.
+    pub link: String,
+    /// The inviting room.
+    pub from: RoomId,
+    /// Who invited (its owner or an admin).
+    pub by: UserId,
+    /// The PK's length (seconds).
+    pub seconds: u32,
+    /// When it lapses unanswered (unix ms).
+    pub expires_at: u64,
+}
+
+/// An invitation declined, as the inviting room's staff are told (the volatile, targeted
+/// `pk.declined` event).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PkDeclined {
+    /// The match id.
+    pub link: String,
+    /// The room that declined.
+    pub room: RoomId,
+    /// Who declined.
+    pub by: UserId,
+}
+
+/// The gateway's steps of an invitation between two rooms (the link's `RoomCmd::Pk`): the
+/// gateway that took the client's op sends each to the room it concerns, as the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PkCmd {
+    /// May the caller invite from this room? (A member of it, its owner or an admin; no PK on.)
+    Invite(PkInvite),
+    /// Keep this invitation and tell the staff (the invited room).
+    Invited(PkInvited),
+    /// The caller accepts the invitation: answered with it (the invited room).
+    Accept(PkReply),
+    /// The caller declines the invitation: answered with it (the invited room).
+    Decline(PkReply),
+    /// Tell the staff their invitation was declined (the inviting room).
+    Declined(PkDeclined),
+}

@@ -19,6 +19,7 @@ mod offers;
 mod outcome;
 mod pins;
 mod pk;
+mod pk_invite;
 mod pk_link;
 mod recipients;
 mod reports;
@@ -45,6 +46,7 @@ use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
 pub use pk::{Pk, Pks};
+pub use pk_invite::MAX_PK_INVITES;
 pub use pk_link::{LINK_GRACE_MS, Versus};
 pub use reports::Filed;
 pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
@@ -690,6 +692,13 @@ impl RoomState {
                 return Err(rejected(
                     ErrorCode::Internal,
                     "this operation is run by the room actor",
+                ));
+            }
+            RoomOp::PkInvite(_) | RoomOp::PkAccept(_) | RoomOp::PkDecline(_) => {
+                // Two rooms' steps: the gateway carries each to its room (`RoomCmd::Pk`).
+                return Err(rejected(
+                    ErrorCode::Internal,
+                    "this operation is run by the gateway",
                 ));
             }
         })

@@ -31,6 +31,9 @@ pub struct Pks {
     /// The PK that is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on: Option<Pk>,
+    /// Invitations from other rooms to a PK between the rooms, pending (`pk_invite.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invites: Vec<protocol::client::PkInvited>,
 }
 
 /// A PK that is on.

@@ -1,4 +1,4 @@
-//! Table tests of the PK between two rooms: its start, scoring, the two-step end that makes both
+//! Table tests of the PK between two rooms: its invitations, start, scoring, the two-step end that makes both
 //! rooms announce the same result (at the time, on a stop in either room, or after the grace),
 //! and the side kept in the durable state. Two room states stand for the two rooms; a map
 //! stands for the board both write and read.
@@ -335,5 +335,159 @@ fn the_side_is_kept_in_the_durable_state() {
             closed: true,
             stopped: true
         }
+    );
+}
+
+fn invite_from(from: &str, link: &str, expires_at: u64) -> protocol::client::PkCmd {
+    protocol::client::PkCmd::Invited(protocol::client::PkInvited {
+        link: link.into(),
+        from: RoomId::from(from),
+        by: u("host"),
+        seconds: 120,
+        expires_at,
+    })
+}
+
+fn answer(link: &str, accept: bool) -> protocol::client::PkCmd {
+    let r = protocol::client::PkReply {
+        room: RoomId::from("b"),
+        link: link.into(),
+    };
+    if accept {
+        protocol::client::PkCmd::Accept(r)
+    } else {
+        protocol::client::PkCmd::Decline(r)
+    }
+}
+
+#[test]
+fn an_invitation_is_checked_in_the_inviting_room_and_kept_and_told_in_the_invited_one() {
+    use protocol::client::{PkCmd, PkInvite};
+    let mut a = room("a");
+    let code = |r: Result<(bytes::Bytes, Applied), Rejected>| r.err().map(|e| e.code);
+    let ask = |vs: &str, seconds| {
+        PkCmd::Invite(PkInvite {
+            room: RoomId::from("a"),
+            vs: RoomId::from(vs),
+            seconds,
+        })
+    };
+    assert_eq!(
+        code(a.pk_cmd(&u("fan"), &ask("b", None), T0)),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        code(a.pk_cmd(&u("stranger"), &ask("b", None), T0)),
+        Some(ErrorCode::NotInRoom)
+    );
+    assert_eq!(
+        code(a.pk_cmd(&u("host"), &ask("a", None), T0)),
+        Some(ErrorCode::BadRequest)
+    );
+    assert_eq!(
+        code(a.pk_cmd(&u("host"), &ask("b", Some(5)), T0)),
+        Some(ErrorCode::BadRequest)
+    );
+    let (ok, applied) = a.pk_cmd(&u("host"), &ask("b", Some(60)), T0).unwrap();
+    assert_eq!((&ok[..], applied.durable_changed), (&b"{}"[..], false));
+
+    // The invited room keeps it and tells its staff present (the host), nobody else.
+    let mut b = room("b");
+    let (_, applied) = b
+        .pk_cmd(&u("host"), &invite_from("a", "i1", T0 + 30_000), T0)
+        .unwrap();
+    assert!(applied.durable_changed);
+    assert_eq!(applied.direct.len(), 1);
+    assert_eq!(applied.direct[0].to, vec![u("host")]);
+    let frame: serde_json::Value = serde_json::from_slice(&applied.direct[0].frame).unwrap();
+    assert_eq!(frame["ev"], "pk.invite");
+    assert_eq!(frame["d"]["from"], "a");
+    assert_eq!(frame["d"]["link"], "i1");
+    // A second from the same room replaces the first.
+    b.pk_cmd(&u("host"), &invite_from("a", "i2", T0 + 40_000), T0)
+        .unwrap();
+    assert_eq!(b.pk_invites().len(), 1);
+    assert_eq!(b.pk_invites()[0].link, "i2");
+    // Past MAX_PK_INVITES pending, more are refused; lapsed ones make room.
+    for n in 0..MAX_PK_INVITES - 1 {
+        b.pk_cmd(
+            &u("host"),
+            &invite_from(&format!("r{n}"), &format!("j{n}"), T0 + 10),
+            T0,
+        )
+        .unwrap();
+    }
+    let more = b.pk_cmd(&u("host"), &invite_from("z", "k", T0 + 50_000), T0);
+    assert_eq!(code(more), Some(ErrorCode::BadRequest));
+    b.pk_cmd(&u("host"), &invite_from("z", "k", T0 + 50_000), T0 + 10)
+        .unwrap();
+    assert_eq!(b.pk_invites().len(), 2, "the lapsed ones went");
+    // Kept across a reload of the room.
+    let json = serde_json::to_value(b.durable()).unwrap();
+    assert_eq!(json["pk"]["invites"][0]["link"], "i2");
+}
+
+#[test]
+fn the_invited_rooms_staff_accept_or_decline_once_before_it_lapses() {
+    let mut b = room("b");
+    let code = |r: Result<(bytes::Bytes, Applied), Rejected>| r.err().map(|e| e.code);
+    for (from, link) in [("a", "i1"), ("c", "i2"), ("d", "i3")] {
+        b.pk_cmd(&u("host"), &invite_from(from, link, T0 + 30_000), T0)
+            .unwrap();
+    }
+    assert_eq!(
+        code(b.pk_cmd(&u("fan"), &answer("i1", true), T0)),
+        Some(ErrorCode::Forbidden)
+    );
+    assert_eq!(
+        code(b.pk_cmd(&u("host"), &answer("nope", true), T0)),
+        Some(ErrorCode::NoSuchRequest)
+    );
+    let (ok, applied) = b.pk_cmd(&u("host"), &answer("i1", true), T0 + 1).unwrap();
+    assert!(applied.durable_changed);
+    let inv: protocol::client::PkInvited = serde_json::from_slice(&ok).unwrap();
+    assert_eq!((inv.from.as_str(), inv.seconds), ("a", 120));
+    assert_eq!(
+        code(b.pk_cmd(&u("host"), &answer("i1", true), T0 + 2)),
+        Some(ErrorCode::NoSuchRequest),
+        "answered once"
+    );
+    // Declined: answered with the invitation, for the gateway to tell the inviting room.
+    let (ok, _) = b.pk_cmd(&u("host"), &answer("i2", false), T0 + 3).unwrap();
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&ok).unwrap()["from"],
+        "c"
+    );
+    // Lapsed: refused, and gone.
+    assert_eq!(
+        code(b.pk_cmd(&u("host"), &answer("i3", true), T0 + 30_000)),
+        Some(ErrorCode::RequestExpired)
+    );
+    assert!(b.pk_invites().is_empty());
+    // With a PK on, an accept is refused (and the invitation stays).
+    b.pk_cmd(
+        &u("host"),
+        &invite_from("e", "i4", T0 + 90_000),
+        T0 + 60_000,
+    )
+    .unwrap();
+    b.backend_manage(&link("x"), T0 + 60_000).unwrap();
+    assert_eq!(
+        code(b.pk_cmd(&u("host"), &answer("i4", true), T0 + 60_001)),
+        Some(ErrorCode::PkOn)
+    );
+    assert_eq!(b.pk_invites().len(), 1);
+    // The inviting room's staff hear of a decline.
+    let mut a = room("a");
+    let declined = protocol::client::PkCmd::Declined(protocol::client::PkDeclined {
+        link: "i2".into(),
+        room: RoomId::from("b"),
+        by: u("host"),
+    });
+    let (_, applied) = a.pk_cmd(&u("host"), &declined, T0).unwrap();
+    let frame: serde_json::Value = serde_json::from_slice(&applied.direct[0].frame).unwrap();
+    assert_eq!(
+        (frame["ev"].as_str(), applied.direct[0].to.clone()),
+        (Some("pk.declined"), vec![u("host")])
     );
 }
