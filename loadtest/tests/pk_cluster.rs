@@ -2,7 +2,7 @@
 //! `kill -9` (each was stored in the same write as the gift event that showed it), the next
 //! owner goes on counting from them, and the PK ends there with the whole score. A PK between
 //! two rooms on two shards exchanges its scores through Redis, and outlives the `kill -9` of
-//! one room's owner.
+//! one room's owner; the hosts then arrange the next match with an invitation.
 //!
 //! These need the `chorus` binary built (`cargo build --bins`; `.ci/test-all` does it).
 
@@ -183,4 +183,25 @@ async fn two_rooms_on_different_shards_play_a_pk_and_a_killed_owner_does_not_end
         json!({"pk": 1, "red": 20, "blue": 20, "winner": "draw", "red_top": "fan-b",
             "reason": "stopped", "vs": {"room": "duel-a", "link": "cluster-duel"}})
     );
+
+    // The hosts arrange the next one themselves, each step through its own gateway.
+    let sent = host_b
+        .request("pk.invite", json!({"room": rb, "vs": ra, "seconds": 60}))
+        .await
+        .unwrap();
+    let link = sent["link"].clone();
+    let invited = host_a.next_event_named("pk.invite", WAIT).await.unwrap();
+    assert_eq!(
+        (&invited.d["link"], &invited.d["from"]),
+        (&link, &json!("duel-b"))
+    );
+    let ok = host_a
+        .request("pk.accept", json!({"room": ra, "link": link}))
+        .await
+        .unwrap();
+    assert_eq!(ok["pk"], 2, "{ok}");
+    for (c, other) in [(&mut late, "duel-a"), (&mut host_a, "duel-b")] {
+        let e = c.next_event_named("pk.start", WAIT).await.unwrap();
+        assert_eq!(e.d["vs"], json!({"room": other, "link": link}));
+    }
 }
