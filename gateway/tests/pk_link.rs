@@ -262,6 +262,16 @@ async fn a_host_invites_another_room_whose_host_declines_then_accepts() {
             &json!(90)
         )
     );
+    // The operator sees it pending.
+    let r = kit::admin::get(s.admin, "/admin/rooms/inv-b", Some(ADMIN))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.json()["details"]["pk_invites"][0]["link"],
+        json!(link),
+        "{}",
+        r.body
+    );
     let err = wb
         .request("pk.decline", json!({"room": "inv-b", "link": link}))
         .await

@@ -76,6 +76,9 @@ pub const ROOMS_EXPIRED: &str = "chorus_rooms_expired_total";
 pub const ROOM_QUOTA_REFUSED: &str = "chorus_room_quota_refused_total";
 /// Rocket launches announced (counter).
 pub const ROCKET_LAUNCHES: &str = "chorus_rocket_launches_total";
+/// Counter: exchanges of a PK between two rooms with the scoreboard, by `outcome` (`ok`,
+/// `failed`: the scores shown wait for the next).
+pub const PK_EXCHANGES: &str = "chorus_pk_exchanges_total";
 /// From a launch's decision to the last reward booked, seconds (histogram).
 pub const ROCKET_PAYOUT_SECONDS: &str = "chorus_rocket_payout_seconds";
 /// Gift orders carried by merged (storm) gift events (counter).
@@ -155,6 +158,10 @@ pub fn describe() {
         "Rooms loaded by the orphan sweep to recover their unfinished sagas."
     );
     describe_counter!(ROCKET_LAUNCHES, "Room rocket launches announced.");
+    describe_counter!(
+        PK_EXCHANGES,
+        "Exchanges of PKs between two rooms with the scoreboard, by outcome."
+    );
     describe_histogram!(
         storage::snapshot::METRIC_HISTORY_BATCH_ROOMS,
         "Room changes written by each history write to Redis."

@@ -707,6 +707,7 @@ impl RoomActor {
                     "bans": d.bans.len(),
                     "chat_mutes": d.mutes.len(),
                     "audit": d.audit,
+                    "pk_invites": state.pk_invites(),
                 })
             }
             None => serde_json::Value::Null,

@@ -65,6 +65,12 @@ impl RoomActor {
             return;
         };
         let now = now_ms();
+        let outcome = if answer.theirs.is_ok() {
+            "ok"
+        } else {
+            "failed"
+        };
+        metrics::counter!(crate::metrics::PK_EXCHANGES, "outcome" => outcome).increment(1);
         match answer.theirs {
             Ok(theirs) => {
                 let (applied, moved) = state.pk_their_side(&answer.link, answer.wrote, theirs, now);
