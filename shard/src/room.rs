@@ -686,34 +686,6 @@ impl RoomActor {
         let _ = self.publish(applied, None).await;
     }
 
-    /// The room for the admin API: snapshot, members (at most 1,000 listed) and fence.
-    fn inspect(&self) -> serde_json::Value {
-        /// Members listed by the admin API; the count is always exact.
-        const MAX_LISTED: usize = 1000;
-        match &self.state {
-            Some(state) => {
-                let members: Vec<&UserId> =
-                    state.members().map(|(u, _)| u).take(MAX_LISTED).collect();
-                let d = state.durable();
-                serde_json::json!({
-                    "snapshot": state.snapshot(),
-                    "members": members,
-                    "member_count": state.member_count(),
-                    "away": state.away_count(),
-                    "fence": self.fence,
-                    "closed": d.closed,
-                    "platform_closed": d.platform_closed,
-                    "requests": d.requests,
-                    "bans": d.bans.len(),
-                    "chat_mutes": d.mutes.len(),
-                    "audit": d.audit,
-                    "pk_invites": state.pk_invites(),
-                })
-            }
-            None => serde_json::Value::Null,
-        }
-    }
-
     fn member_count(&self) -> usize {
         self.state.as_ref().map_or(0, RoomState::member_count)
     }

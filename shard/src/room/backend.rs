@@ -1,6 +1,7 @@
 //! The app backend's commands to a room (the admin API): attributes, messages, the moderation
 //! of a user, and closing, reopening or changing the room. Each is one rule of the room's
 //! state, published as a member's change is, and answered with the seq of the event it made.
+//! Also the room as the admin API shows it.
 
 use bytes::Bytes;
 use protocol::ErrorCode;
@@ -71,6 +72,34 @@ impl RoomActor {
                 ErrorCode::Internal,
                 "not a command of the app's backend",
             )),
+        }
+    }
+
+    /// The room for the admin API: snapshot, members (at most 1,000 listed) and fence.
+    pub(super) fn inspect(&self) -> serde_json::Value {
+        /// Members listed by the admin API; the count is always exact.
+        const MAX_LISTED: usize = 1000;
+        match &self.state {
+            Some(state) => {
+                let members: Vec<&protocol::UserId> =
+                    state.members().map(|(u, _)| u).take(MAX_LISTED).collect();
+                let d = state.durable();
+                serde_json::json!({
+                    "snapshot": state.snapshot(),
+                    "members": members,
+                    "member_count": state.member_count(),
+                    "away": state.away_count(),
+                    "fence": self.fence,
+                    "closed": d.closed,
+                    "platform_closed": d.platform_closed,
+                    "requests": d.requests,
+                    "bans": d.bans.len(),
+                    "chat_mutes": d.mutes.len(),
+                    "audit": d.audit,
+                    "pk_invites": state.pk_invites(),
+                })
+            }
+            None => serde_json::Value::Null,
         }
     }
 
