@@ -186,7 +186,7 @@ async fn decline(core: &Core, user: &UserId, reply: PkReply) -> Result<Bytes, Re
     })?;
     let told = PkDeclined {
         link: inv.link,
-        room,
+        vs: room,
         by: user.clone(),
     };
     let _ = core

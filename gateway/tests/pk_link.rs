@@ -285,7 +285,7 @@ async fn a_host_invites_another_room_whose_host_declines_then_accepts() {
     let e = host_a.next_event_named("pk.declined", WAIT).await.unwrap();
     assert_eq!(
         e.d,
-        json!({"link": link, "room": "inv-b", "by": "host-inv-b"})
+        json!({"link": link, "vs": "inv-b", "by": "host-inv-b"})
     );
     let err = host_b
         .request("pk.accept", json!({"room": "inv-b", "link": link}))

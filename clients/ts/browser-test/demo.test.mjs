@@ -4,7 +4,9 @@
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
 // play a PK (the owner starts and stops it, a gift scores for a team), then a PK against
 // another room that the app's backend matches (the panel names that room; the owner's Stop
-// ends it in both rooms), each seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
+// ends it in both rooms), then PKs the owner's page arranges by invitation (a Node host
+// declines, then accepts; a third page's invitation box is accepted with its button), each
+// seeing the other's events; a node restart shows "reconnecting", then both resume. In a room
 // switched to apply mode a member asks for a seat and the owner approves it; the owner invites
 // the member back to a seat, mutes and unmutes their chat, and kicks them.
 import { test, after, before } from "node:test";
@@ -157,7 +159,7 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   assert.equal(matched.status, 200, JSON.stringify(matched.body));
   for (const p of [alice, bob]) {
     await p.locator("#pk-title", { hasText: `PK #2 vs ${other}` }).waitFor({ timeout: T });
-    await p.locator("#chat-log li.sys", { hasText: `the platform matched this room against ${other}` }).waitFor({ timeout: T });
+    await p.locator("#chat-log li.sys", { hasText: `against ${other}: this room's gifts against theirs` }).waitFor({ timeout: T });
   }
   assert.deepEqual([await bob.locator("#pk-red-name").textContent(), await bob.locator("#pk-blue-name").textContent()], ["This room", other]);
   await alice.locator('#gifts button[data-gift="rose"]').click();
@@ -170,7 +172,49 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   }
   const end = await carlEnd;
   assert.deepEqual([end.red, end.blue, end.winner, end.vs], [0, 10, "blue", { room, link: "demo-match" }]);
+
+  // PKs by invitation, from the owner's page (section 16.6). A room that does not exist is
+  // refused with its code; carl (a Node client) declines the first invitation and accepts the
+  // second: the panel reads "vs <carl's room>", and the owner's Stop ends it.
+  await alice.fill("#pk-invite-room", "browser-demo-nowhere");
+  await alice.click("#pk-invite");
+  await alice.locator("#chat-log li.sys", { hasText: "could not invite browser-demo-nowhere: ROOM_NOT_FOUND" }).waitFor({ timeout: T });
+  let invited = carlRoom.next("pk.invite", (e) => e.from === room, T);
+  await alice.fill("#pk-invite-room", other);
+  await alice.click("#pk-invite");
+  await alice.locator("#chat-log li.sys", { hasText: `invited ${other}…` }).waitFor({ timeout: T });
+  let inv = await invited;
+  assert.deepEqual([inv.by, inv.seconds], ["alice", 60]);
+  await carlRoom.declinePk(inv.link);
+  await alice.locator("#chat-log li.sys", { hasText: `${other} declined the PK` }).waitFor({ timeout: T });
+  invited = carlRoom.next("pk.invite", (e) => e.from === room, T);
+  await alice.fill("#pk-invite-room", other);
+  await alice.click("#pk-invite");
+  inv = await invited;
+  await carlRoom.acceptPk(inv.link);
+  for (const p of [alice, bob]) await p.locator("#pk-title", { hasText: `vs ${other}` }).waitFor({ timeout: T });
+  await shot(alice, "04d-pk-invited-room");
+  await alice.locator("#pk-toggle", { hasText: "Stop the PK" }).click();
+  for (const p of [alice, bob]) await p.locator("#pk").waitFor({ state: "hidden", timeout: T });
   carl.close();
+
+  // A third page owns another room: the owner's invitation shows there as a box with its
+  // room, inviter and length; its Accept hides the box and starts the PK on both pages.
+  const third = "browser-demo-inv";
+  const dora = await open("dora", third);
+  await alice.locator("#pk-invite:enabled").waitFor({ timeout: T });
+  await alice.fill("#pk-invite-room", third);
+  await alice.click("#pk-invite");
+  const box = dora.locator("#pk-invites .pk-invite", { hasText: `PK invitation from ${room} by alice, 60 s` });
+  await box.waitFor({ timeout: T });
+  await shot(dora, "04e-pk-invitation");
+  await box.locator('button[data-action="accept"]').click();
+  await dora.locator("#pk-invites").waitFor({ state: "hidden", timeout: T });
+  await dora.locator("#pk-title", { hasText: `vs ${room}` }).waitFor({ timeout: T });
+  await alice.locator("#pk-title", { hasText: `vs ${third}` }).waitFor({ timeout: T });
+  await dora.locator("#pk-toggle", { hasText: "Stop the PK" }).click();
+  for (const p of [alice, dora]) await p.locator("#pk").waitFor({ state: "hidden", timeout: T });
+  await dora.context().close();
 
   // Restart the node: the pages show "reconnecting", then resume in the new process.
   await node.stop("SIGTERM");

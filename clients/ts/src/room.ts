@@ -166,6 +166,35 @@ export class Room extends Emitter<RoomEvents> {
   stopPk(): Promise<OpOk<"pk.stop">> {
     return this.client.request("pk.stop", { room: this.id });
   }
+  /**
+   * Invites room `vs` to a PK between the two rooms (owner or admin, in this room; section
+   * 16.6) of `seconds` (30..=3600, 300 by default). The staff of `vs` who are in it get
+   * `pk.invite`; they have 30 s to accept (the PK starts in both rooms: `pk.start` with `vs`)
+   * or decline (this room's staff get `pk.declined`). The answer's `link` is the match's id. A
+   * new invitation from this room replaces its pending one. `PK_ON` while either room has a
+   * PK on; `ROOM_NOT_FOUND` when `vs` does not exist.
+   */
+  invitePk(vs: string, opts: { seconds?: number } = {}): Promise<OpOk<"pk.invite">> {
+    const d: OpRequest<"pk.invite"> = { room: this.id, vs };
+    if (opts.seconds !== undefined) d.seconds = opts.seconds;
+    return this.client.request("pk.invite", d);
+  }
+  /**
+   * Accepts another room's invitation to a PK (owner or admin, in this room; section 16.6),
+   * its `pk.invite` event's `link`: the PK starts in both rooms at once. `NO_SUCH_REQUEST`
+   * when it is unknown or already answered, `REQUEST_EXPIRED` after its 30 s, `PK_ON` when
+   * either room has a PK on.
+   */
+  acceptPk(link: string): Promise<OpOk<"pk.accept">> {
+    return this.client.request("pk.accept", { room: this.id, link });
+  }
+  /**
+   * Declines another room's invitation to a PK (owner or admin, in this room; section 16.6):
+   * the inviting room's staff get `pk.declined`. Errors as {@link Room.acceptPk}'s.
+   */
+  declinePk(link: string): Promise<OpOk<"pk.decline">> {
+    return this.client.request("pk.decline", { room: this.id, link });
+  }
   takeSeat(seat?: number): Promise<OpOk<"seat.take">> {
     return this.client.request("seat.take", seat === undefined ? { room: this.id } : { room: this.id, seat });
   }

@@ -126,6 +126,11 @@ export interface Ops {
   "like.send": [{ room: string; count?: number }, { total: number }];
   "pk.start": [{ room: string; seconds?: number; red?: number[]; blue?: number[] }, { pk: number; ends_at: number }];
   "pk.stop": [{ room: string }, Record<string, never>];
+  /** Invites room `vs` to a PK between the rooms (section 16.6): `link` is the match's id. */
+  "pk.invite": [{ room: string; vs: string; seconds?: number }, { link: string; expires_at: number }];
+  /** Accepts another room's invitation: the PK starts in both rooms. */
+  "pk.accept": [{ room: string; link: string }, { pk: number; ends_at: number }];
+  "pk.decline": [{ room: string; link: string }, Record<string, never>];
   "report.send": [
     { room: string; user?: string; seq?: number; reason: string; text?: string },
     /** `id`: the report's id in the app's moderation queue (absent for a duplicate). */
@@ -368,8 +373,8 @@ export interface SequencedEvents {
   /**
    * A PK began (section 16.5): a gift battle between the users on two teams of seats. `by`
    * null: the app's backend started it. With `vs`, it is a PK between two rooms (section
-   * 16.6) that the app's backend matched: the seat lists are empty, red is this room and blue
-   * the room `vs` names.
+   * 16.6), which the app's backend matched or a host accepted (`pk.accept`; `by` null too):
+   * the seat lists are empty, red is this room and blue the room `vs` names.
    */
   "pk.start": { pk: number; red_seats: number[]; blue_seats: number[]; ends_at: number; by: string | null; vs?: PkVs };
   /** A PK ended: its scores, the winner and each team's top sender (from this room's side with `vs`). */
@@ -384,6 +389,32 @@ export interface SequencedEvents {
 export interface PkVs {
   room: string;
   link: string;
+}
+
+/**
+ * An invitation to a PK between two rooms (section 16.6), sent only to the invited room's
+ * staff who are in it (volatile, never replayed): room `from`'s owner or admin `by` invites
+ * this room to a PK of `seconds`. Answer it with `Room.acceptPk(link)` or `Room.declinePk(link)`
+ * before `expires_at` (unix ms, 30 s after it was sent); a new invitation from the same room
+ * replaces it.
+ */
+export interface PkInvited {
+  link: string;
+  from: string;
+  by: string;
+  seconds: number;
+  expires_at: number;
+}
+
+/**
+ * The room this room invited declined (section 16.6), sent only to this room's staff who are
+ * in it (volatile): `vs` is the invited room (the name `invitePk` gave it), `by` who declined
+ * there.
+ */
+export interface PkDeclined {
+  link: string;
+  vs: string;
+  by: string;
 }
 
 /**
@@ -444,6 +475,10 @@ export interface VolatileEvents {
   "seat.request.update": { user: string; state: string; by?: string; seat?: number };
   "seat.invite": { user: string; by: string; seat: number | null; expires_at: number };
   "seat.invite.update": { user: string; state: string; by?: string; seat?: number };
+  /** Another room invites this one to a PK between the rooms (staff only; section 16.6). */
+  "pk.invite": PkInvited;
+  /** The room this one invited to a PK declined (staff only; section 16.6). */
+  "pk.declined": PkDeclined;
 }
 
 /** A room event as delivered to listeners: its data plus where it sits in the stream. */

@@ -402,6 +402,71 @@ test("a PK between two rooms: the backend matches them, each room is red against
   assert.equal(rwb.snapshot.pk, undefined, "no PK on in B's snapshot");
 });
 
+test("a PK between two rooms by invitation: a host invites, the other room's host declines, then accepts; both rooms start it", async () => {
+  const [A, B] = ["t-pkinv-a", "t-pkinv-b"];
+  const [ha, hb, mb, wa, wb] = ["pkinv-host-a", "pkinv-host-b", "pkinv-member-b", "pkinv-watch-a", "pkinv-watch-b"].map((u) => client(u));
+  await Promise.all([ha, hb, mb, wa, wb].map((c) => c.connect()));
+  // Each host makes a room (and owns it); a watcher joins each, and a plain member joins B.
+  const rha = await ha.join(A);
+  const rhb = await hb.join(B);
+  const [rmb, rwa, rwb] = await Promise.all([mb.join(B), wa.join(A), wb.join(B)]);
+  // Invitations reach only the staff: B's watcher and member must get none.
+  const notStaff = [];
+  for (const r of [rmb, rwb]) r.on("pk.invite", (e) => notStaff.push(e));
+  // Refused invitations: not staff, the room itself, a room that does not exist.
+  await assert.rejects(rwa.invitePk(B), (e) => e.code === "FORBIDDEN");
+  await assert.rejects(rha.invitePk(A), (e) => e.code === "BAD_REQUEST");
+  await assert.rejects(rha.invitePk("t-pkinv-nowhere"), (e) => e.code === "ROOM_NOT_FOUND");
+
+  // A invites B: B's host gets the invitation, with the answer's link and expiry.
+  let invited = rhb.next("pk.invite", (e) => e.from === A, 10_000);
+  const inv = await rha.invitePk(B, { seconds: 60 });
+  assert.equal(typeof inv.link, "string");
+  assert.ok(inv.expires_at > Date.now(), `expires_at ${inv.expires_at} is in the future`);
+  let ev = await invited;
+  assert.deepEqual([ev.link, ev.from, ev.by, ev.seconds, ev.expires_at, ev.room], [inv.link, A, "pkinv-host-a", 60, inv.expires_at, B]);
+  // A plain member of B may not answer it; B's host declines and A's host hears of it.
+  await assert.rejects(rmb.acceptPk(inv.link), (e) => e.code === "FORBIDDEN");
+  const declined = rha.next("pk.declined", (e) => e.link === inv.link, 10_000);
+  assert.deepEqual(await rhb.declinePk(inv.link), {});
+  // The invited room (the wire's d.room) comes as `vs`: the event's `room` is A, where it came.
+  const dec = await declined;
+  assert.deepEqual([dec.link, dec.vs, dec.by, dec.room], [inv.link, B, "pkinv-host-b", A]);
+  // An invitation is answered once.
+  await assert.rejects(rhb.acceptPk(inv.link), (e) => e.code === "NO_SUCH_REQUEST");
+
+  // A invites again; B's host accepts: the PK starts in both rooms with the invitation's link.
+  invited = rhb.next("pk.invite", (e) => e.from === A, 10_000);
+  const inv2 = await rha.invitePk(B, { seconds: 60 });
+  ev = await invited;
+  assert.equal(ev.link, inv2.link);
+  const startedA = rwa.next("pk.start", undefined, 10_000);
+  const startedB = rwb.next("pk.start", undefined, 10_000);
+  const ok = await rhb.acceptPk(inv2.link);
+  assert.equal(typeof ok.pk, "number");
+  const [sa, sb] = [await startedA, await startedB];
+  for (const [s, other] of [[sa, B], [sb, A]]) {
+    assert.deepEqual([s.red_seats, s.blue_seats, s.by, s.vs], [[], [], null, { room: other, link: inv2.link }]);
+    assert.equal(s.ends_at, ok.ends_at);
+    assert.ok(typeof s.seq === "number", "pk.start is sequenced");
+  }
+  assert.equal(sb.pk, ok.pk, "the accept answers B's PK");
+  assert.deepEqual(rwa.snapshot.pk.vs, { room: B, link: inv2.link });
+  assert.deepEqual(rwb.snapshot.pk.vs, { room: A, link: inv2.link });
+  // With the PK on, another invitation is refused.
+  await assert.rejects(rha.invitePk(B), (e) => e.code === "PK_ON");
+
+  // A's host stops it: both rooms end it.
+  const endedA = rwa.next("pk.end", undefined, 15_000);
+  const endedB = rwb.next("pk.end", undefined, 15_000);
+  assert.deepEqual(await rha.stopPk(), {});
+  const [ea, eb] = [await endedA, await endedB];
+  assert.deepEqual([ea.reason, ea.vs, eb.reason, eb.vs], ["stopped", { room: B, link: inv2.link }, "stopped", { room: A, link: inv2.link }]);
+  assert.equal(rwa.snapshot.pk, undefined, "no PK on in A's snapshot");
+  assert.equal(rwb.snapshot.pk, undefined, "no PK on in B's snapshot");
+  assert.deepEqual(notStaff, [], "no invitation reached B's members who are not staff");
+});
+
 test("joined() that waits longer than its time-out rejects with a ChorusError TIMEOUT", async () => {
   // The reconnect waits a minute: the room stays rejoining.
   const a = client("jt-ann", { reconnect: { initialMs: 60_000, maxMs: 60_000 } });

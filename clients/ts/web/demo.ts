@@ -2,10 +2,11 @@
 // a pasted token, the seat grid (in apply mode members ask and staff approve), chat, hearts
 // (volatile custom messages), the app backend's notices, gifts
 // with an animation, a PK between two halves of the seats (staff start and stop it; everyone
-// sees the score) or against another room (the app's backend matches two rooms, section 16.6
-// of PROTOCOL.md; staff may stop it), the wallet, the members (staff invite to a seat, mute chat and kick) and
+// sees the score) or against another room (the app's backend matches two rooms, or the staff
+// invite another room and its staff accept or decline, section 16.6 of PROTOCOL.md; staff may
+// stop it), the wallet, the members (staff invite to a seat, mute chat and kick) and
 // the connection's state. Built with the client package (`node build.mjs --web ...`).
-import { Client, ChorusError, type ChatEvent, type Gift, type Room, type Seat } from "../src/index.js";
+import { Client, ChorusError, type ChatEvent, type Gift, type PkInvited, type Room, type Seat } from "../src/index.js";
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string): T => document.getElementById(id) as T;
 const EMOJI: Record<string, string> = { rose: "🌹", heart: "❤️", rocket: "🚀", clover: "🍀" };
@@ -130,8 +131,13 @@ function mentionsOf(text: string, reply: { from: string } | null): string[] {
   return out.slice(0, 10);
 }
 
+/** An error as the page shows it: a server's with its code ("PK_ON: …"). */
+function errorText(e: unknown): string {
+  return e instanceof ChorusError ? `${e.code}: ${e.message.split(": ").slice(2).join(": ")}` : String(e);
+}
+
 function showError(id: string, e: unknown): void {
-  $(id).textContent = e instanceof ChorusError ? `${e.code}: ${e.message.split(": ").slice(2).join(": ")}` : String(e);
+  $(id).textContent = errorText(e);
   setTimeout(() => ($(id).textContent = ""), 4000);
 }
 
@@ -215,6 +221,8 @@ function renderPk(staff: boolean): void {
   }
   if (!staff || !room) return;
   const r = room;
+  // Another room can be invited while no PK is on.
+  $<HTMLButtonElement>("pk-invite").disabled = pk !== undefined;
   const toggle = $<HTMLButtonElement>("pk-toggle");
   toggle.textContent = pk ? "Stop the PK" : "Start a PK";
   // A PK against another room ends a second or two after the stop (the rooms exchange their
@@ -229,6 +237,69 @@ function renderPk(staff: boolean): void {
         renderPk(true);
       }
     });
+}
+
+/** The staff invite another room to a PK of 60 s (its staff get the invitation, and 30 s to answer). */
+async function invitePk(): Promise<void> {
+  const input = $<HTMLInputElement>("pk-invite-room");
+  const vs = input.value.trim();
+  if (!room || !vs) return;
+  try {
+    await room.invitePk(vs, { seconds: 60 });
+    input.value = "";
+    log(`invited ${vs}… (a PK of 60 s, waiting for its staff)`, "sys");
+  } catch (e) {
+    log(`could not invite ${vs}: ${errorText(e)}`, "sys");
+  }
+}
+
+/**
+ * Another room's invitation to a PK (its staff's `pk.invite`; staff only), with Accept and
+ * Decline, until answered or lapsed at `expires_at`. One box per inviting room: a newer
+ * invitation from it replaces the one shown.
+ */
+function showPkInvite(e: PkInvited): void {
+  const list = $("pk-invites");
+  for (const old of [...list.children] as HTMLElement[]) if (old.dataset.from === e.from) old.remove();
+  const box = el("div", undefined, "pk-invite");
+  box.dataset.from = e.from;
+  box.dataset.link = e.link;
+  box.append(el("span", `PK invitation from ${e.from} by ${e.by}, ${e.seconds} s`));
+  const done = () => {
+    clearTimeout(timer);
+    box.remove();
+    list.hidden = list.children.length === 0;
+  };
+  const timer = setTimeout(() => {
+    if (!box.isConnected) return;
+    done();
+    log(`the PK invitation from ${e.from} lapsed`, "sys");
+  }, Math.max(0, e.expires_at - Date.now()));
+  const answer = (label: string, f: (r: Room) => Promise<unknown>) => {
+    const b = el("button", label, label === "Accept" ? "" : "secondary");
+    b.dataset.action = label.toLowerCase();
+    b.type = "button";
+    b.onclick = () =>
+      run("seat-error", async () => {
+        done();
+        if (room) await f(room);
+      });
+    box.append(b);
+  };
+  answer("Accept", (r) => r.acceptPk(e.link));
+  answer("Decline", async (r) => {
+    await r.declinePk(e.link);
+    log(`you declined the PK with ${e.from}`, "sys");
+  });
+  list.append(box);
+  list.hidden = false;
+}
+
+/** Drops the invitation boxes (the room was left). */
+function clearPkInvites(): void {
+  const list = $("pk-invites");
+  list.replaceChildren();
+  list.hidden = true;
 }
 
 /** The staff's tools: the seat mode and, in apply mode, the pending requests to answer. */
@@ -438,11 +509,23 @@ function wire(r: Room): void {
   r.on("pk.start", (e) => {
     pkEnding = null;
     $("pk-result").textContent = "";
-    if (e.vs) log(`the platform matched this room against ${e.vs.room}: PK #${e.pk}, the room's gifts against theirs`, "sys");
+    if (e.vs) {
+      // Matched by the app's backend, or an invitation accepted: the same start either way.
+      log(`PK #${e.pk} against ${e.vs.room}: this room's gifts against theirs`, "sys");
+      const link = e.vs.link;
+      for (const b of [...$("pk-invites").children] as HTMLElement[]) if (b.dataset.link === link) b.remove();
+      $("pk-invites").hidden = $("pk-invites").children.length === 0;
+    }
     else log(`${e.by ?? "the platform"} started PK #${e.pk}: seats ${e.red_seats.join(", ")} against ${e.blue_seats.join(", ")}`, "sys");
     renderSeats();
   });
   r.on("pk.score", () => renderPk(false));
+  // Invitations to a PK between rooms, and the answers to this room's: staff only.
+  r.on("pk.invite", (e) => {
+    log(`${e.from} invites this room to a PK (${e.by})`, "sys");
+    showPkInvite(e);
+  });
+  r.on("pk.declined", (e) => log(`${e.vs} declined the PK`, "sys"));
   r.on("pk.end", (e) => {
     pkEnding = null;
     let text: string;
@@ -521,6 +604,7 @@ function wire(r: Room): void {
     void refreshRequests().catch(() => {});
   });
   r.on("left", (e) => {
+    clearPkInvites();
     log(`you left the room (${e.reason})`, "sys");
     setConn("closed", `left: ${e.reason}`);
   });
@@ -602,6 +686,10 @@ async function main(): Promise<void> {
     });
   };
   $("chat-replying-cancel").onclick = () => stopReply();
+  $("pk-invite-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    void invitePk();
+  };
   $("chat-unpin").onclick = () => {
     if (room) void run("chat-error", () => room!.pinChat(null));
   };

@@ -236,8 +236,8 @@ pub struct PkInvited {
 pub struct PkDeclined {
     /// The match id.
     pub link: String,
-    /// The room that declined.
-    pub room: RoomId,
+    /// The room that declined (the event's `room` is the inviting room).
+    pub vs: RoomId,
     /// Who declined.
     pub by: UserId,
 }

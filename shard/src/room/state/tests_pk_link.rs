@@ -481,7 +481,7 @@ fn the_invited_rooms_staff_accept_or_decline_once_before_it_lapses() {
     let mut a = room("a");
     let declined = protocol::client::PkCmd::Declined(protocol::client::PkDeclined {
         link: "i2".into(),
-        room: RoomId::from("b"),
+        vs: RoomId::from("b"),
         by: u("host"),
     });
     let (_, applied) = a.pk_cmd(&u("host"), &declined, T0).unwrap();
