@@ -145,20 +145,35 @@ async fn invite(core: &Core, user: &UserId, args: client::PkInvite) -> Result<By
     Ok(client::to_json(&sent).into())
 }
 
-/// `pk.accept`: the invited room checks the caller and gives up the invitation; the match
-/// starts in both rooms. Answers this room's `{pk, ends_at}`.
-async fn accept(core: &Core, user: &UserId, reply: PkReply) -> Result<Bytes, ReplyError> {
+/// The invited room checks the caller and gives up the invitation `reply` answers (`accept`:
+/// accepting it, else declining): the room and the invitation.
+async fn answer(
+    core: &Core,
+    user: &UserId,
+    reply: PkReply,
+    accept: bool,
+) -> Result<(RoomId, PkInvited), ReplyError> {
     let room = reply.room.clone();
-    let step = RoomCmd::Pk(PkCmd::Accept(reply));
+    let step = RoomCmd::Pk(if accept {
+        PkCmd::Accept(reply)
+    } else {
+        PkCmd::Decline(reply)
+    });
     let ok = core
         .command_reply(user, room.clone(), step, wait(core))
         .await?;
-    let inv: PkInvited = serde_json::from_slice(&ok).map_err(|_| {
+    let inv = serde_json::from_slice(&ok).map_err(|_| {
         ReplyError::new(
             ErrorCode::Internal,
             "the room's answer was not an invitation",
         )
     })?;
+    Ok((room, inv))
+}
+
+/// `pk.accept`: the match starts in both rooms. Answers this room's `{pk, ends_at}`.
+async fn accept(core: &Core, user: &UserId, reply: PkReply) -> Result<Bytes, ReplyError> {
+    let (room, inv) = answer(core, user, reply, true).await?;
     let matched = start_match(core, &inv.from, &room, inv.seconds, &inv.link)
         .await
         .map_err(|(_, e)| e)?;
@@ -170,20 +185,10 @@ async fn accept(core: &Core, user: &UserId, reply: PkReply) -> Result<Bytes, Rep
     Ok(client::to_json(&started).into())
 }
 
-/// `pk.decline`: the invited room checks the caller and gives up the invitation; the inviting
-/// room's staff are told (if that fails, the invitation lapses there unanswered). Answers `{}`.
+/// `pk.decline`: the inviting room's staff are told (if that fails, the invitation lapses
+/// there unanswered). Answers `{}`.
 async fn decline(core: &Core, user: &UserId, reply: PkReply) -> Result<Bytes, ReplyError> {
-    let room = reply.room.clone();
-    let step = RoomCmd::Pk(PkCmd::Decline(reply));
-    let ok = core
-        .command_reply(user, room.clone(), step, wait(core))
-        .await?;
-    let inv: PkInvited = serde_json::from_slice(&ok).map_err(|_| {
-        ReplyError::new(
-            ErrorCode::Internal,
-            "the room's answer was not an invitation",
-        )
-    })?;
+    let (room, inv) = answer(core, user, reply, false).await?;
     let told = PkDeclined {
         link: inv.link,
         vs: room,
