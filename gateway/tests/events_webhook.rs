@@ -241,9 +241,10 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
     let mut bob = s.connect("bob").await;
     bob.join(&room, false, None).await.unwrap();
     let chat = bob.chat(&room, "hello app").await.unwrap();
-    let answer = json!({"room": room, "text": "hi bob", "mentions": ["bob"], "reply_to": chat});
+    let answer = json!({"room": room, "text": "hi bob", "mentions": ["bob"], "reply_to": chat,
+        "mention_all": true});
     let answer = host.request("chat.send", answer).await.unwrap()["seq"].clone();
-    // Bob's socket gets the answer with its mention and the line it answers.
+    // Bob's socket gets the answer with its mentions (bob, and everyone) and the line it answers.
     let mut lines = Vec::new();
     while lines.len() < 2 {
         lines.push(bob.next_event_named("chat", WAIT).await.unwrap());
@@ -253,7 +254,7 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
         (
             answer.as_u64(),
             &json!({"from": "host", "text": "hi bob", "mentions": ["bob"],
-                "reply": {"seq": chat, "from": "bob"}})
+                "reply": {"seq": chat, "from": "bob"}, "mention_all": true})
         )
     );
     let recall = json!({"room": room, "seq": chat});
@@ -283,7 +284,7 @@ async fn messages_attributes_and_rocket_launches_reach_the_app_and_chat_only_whe
             (
                 "chat.sent",
                 &json!({"seq": answer, "from": "host", "text": "hi bob", "mentions": ["bob"],
-                    "reply": {"seq": chat, "from": "bob"}})
+                    "reply": {"seq": chat, "from": "bob"}, "mention_all": true})
             ),
             (
                 "chat.recalled",

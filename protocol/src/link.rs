@@ -463,6 +463,7 @@ mod tests {
                 text: "hi".into(),
                 mentions: Vec::new(),
                 reply_to: None,
+                mention_all: false,
             })),
             profile: None,
             standing: None,

@@ -24,6 +24,9 @@ pub struct ChatSend {
     /// the room still remembers (as for `chat.recall`) and not taken back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<Seq>,
+    /// The line mentions everyone in the room (extension; the owner or an admin only).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub mention_all: bool,
 }
 
 /// The `ok` of `chat.send`.
@@ -58,6 +61,9 @@ pub struct ChatEvent {
     /// The line it answers (absent when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<ChatReply>,
+    /// The staff mention everyone (present only then).
+    #[serde(default, skip_serializing_if = "crate::client::is_false")]
+    pub mention_all: bool,
 }
 
 /// The line a chat line answers: its seq (this epoch) and sender, so a client that holds the

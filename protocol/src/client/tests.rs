@@ -12,6 +12,7 @@ fn decodes_core_ops() {
             text: "hi".into(),
             mentions: Vec::new(),
             reply_to: None,
+            mention_all: false,
         }))
     );
     let r = decode_request(r#"{"id":1,"op":"ping"}"#).unwrap();
@@ -145,6 +146,7 @@ fn encodes_replies_and_events() {
             vip: 0,
             mentions: Vec::new(),
             reply: None,
+            mention_all: false,
         },
     );
     assert_eq!(
@@ -161,6 +163,7 @@ fn encodes_replies_and_events() {
         vip: 0,
         mentions: Vec::new(),
         reply: None,
+        mention_all: false,
     };
     assert_eq!(
         to_json(&robot),

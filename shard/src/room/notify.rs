@@ -29,6 +29,9 @@ impl RoomActor {
                     if let Some(r) = &c.reply {
                         d["reply"] = json!(r);
                     }
+                    if c.mention_all {
+                        d["mention_all"] = true.into();
+                    }
                     n.emit("chat.sent", &self.room, d);
                 }
                 Sequenced::ChatRecall(r) if n.wants("chat.recalled") => {

@@ -351,6 +351,7 @@ impl RoomActor {
             text,
             mentions: Vec::new(),
             reply_to: None,
+            mention_all: false,
         });
         self.robot_op(id, op, "chat").await;
         robots.timers[i].chat = Some(Instant::now() + robots.jittered(chat.every_s));

@@ -98,6 +98,9 @@ impl RoomState {
             ));
         }
         self.check_mentions(user, &c.mentions)?;
+        if c.mention_all {
+            self.require_staff(user, "only the owner or an admin mentions everyone")?;
+        }
         let reply = c.reply_to.map(|seq| self.replied_line(seq)).transpose()?;
         if held {
             self.note_chat(user, now);
@@ -115,6 +118,7 @@ impl RoomState {
                 vip: badges.vip,
                 mentions: c.mentions.clone(),
                 reply,
+                mention_all: c.mention_all,
             }),
         );
         let lines = &mut self.recent.get_or_insert_with(Box::default).lines;
@@ -183,6 +187,7 @@ impl RoomState {
             text,
             mentions: Vec::new(),
             reply_to: None,
+            mention_all: false,
         };
         self.chat(user, &c, now)
     }

@@ -429,6 +429,7 @@ fn events_and_presence_encode_as_the_protocol_says() {
         vip: 0,
         mentions: Vec::new(),
         reply: None,
+        mention_all: false,
     });
     let frame = ev.encode(&RoomId::from("r1"), 3, 9);
     let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();

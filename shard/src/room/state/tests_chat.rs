@@ -1,4 +1,4 @@
-//! The chat's rules: slow mode, taking a line back (`chat.recall`), mentions and replies,
+//! The chat's rules: slow mode, taking a line back (`chat.recall`), mentions (of everyone too) and replies,
 //! and the pinned line (`chat.pin`).
 
 use serde_json::json;
@@ -212,6 +212,27 @@ fn a_line_mentions_members_of_the_room_each_once_and_never_its_sender() {
     let before = r.seq;
     run(&mut r, "mem", chat("after"), 0).unwrap();
     assert_eq!(r.seq, before + 1);
+}
+
+#[test]
+fn only_the_staff_mention_everyone() {
+    let mut r = party();
+    let all = || chat_with("@all we start at nine", json!({"mention_all": true}));
+    let err = run(&mut r, "mem", all(), 0).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Forbidden);
+    for staff in ["host", "adm"] {
+        let out = run(&mut r, staff, all(), 0).unwrap();
+        let ev = the_chat(&out);
+        assert!(ev.mention_all);
+        assert_eq!(serde_json::to_value(ev).unwrap()["mention_all"], true);
+    }
+    // With members named too, and absent from a line that does not mention everyone.
+    let both = chat_with("hi", json!({"mention_all": true, "mentions": ["mem"]}));
+    let out = run(&mut r, "adm", both, 0).unwrap();
+    assert_eq!(the_chat(&out).mentions, [u("mem")]);
+    let plain =
+        serde_json::to_value(the_chat(&run(&mut r, "host", chat("x"), 0).unwrap())).unwrap();
+    assert_eq!(plain.get("mention_all"), None);
 }
 
 #[test]
