@@ -23,8 +23,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{Admin, Resp, error, json_resp};
-
 use crate::pk::SYSTEM_USER;
+
 /// How much longer than the routing retry budget the call waits for the room.
 const ANSWER_SLACK: Duration = Duration::from_secs(1);
 
@@ -200,17 +200,9 @@ pub(super) async fn pk_match(admin: &Admin, body: &Bytes) -> Resp {
             "the backend's room calls are served by gateway nodes",
         );
     };
-    let b: MatchBody = match serde_json::from_slice::<serde_json::Value>(body)
-        .map_err(|e| e.to_string())
-        .and_then(|v| {
-            if v.is_object() {
-                serde_json::from_value(v).map_err(|e| e.to_string())
-            } else {
-                Err("expected a JSON object".into())
-            }
-        }) {
+    let b: MatchBody = match parse(body) {
         Ok(b) => b,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
     let [a, z] = b.rooms;
     if !protocol::ids::is_valid_id(a.as_str()) || !protocol::ids::is_valid_id(z.as_str()) {
@@ -300,14 +292,9 @@ async fn command<B: serde::de::DeserializeOwned>(
             "the backend's room calls are served by gateway nodes",
         );
     };
-    // An object only: serde would also read a struct from an array of its fields.
-    let b: B = match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(v) if v.is_object() => match serde_json::from_value(v) {
-            Ok(b) => b,
-            Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
-        },
-        Ok(_) => return error(StatusCode::BAD_REQUEST, "body: expected a JSON object"),
-        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+    let b: B = match parse(body) {
+        Ok(b) => b,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
     let cmd = match build(room.clone(), b) {
         Ok(cmd) => cmd,
@@ -318,6 +305,16 @@ async fn command<B: serde::de::DeserializeOwned>(
         .command_reply(&UserId::from(SYSTEM_USER), room.clone(), cmd, wait)
         .await;
     answered(room, answer)
+}
+
+/// The body read as `B`, or why it is refused (a `400`).
+fn parse<B: serde::de::DeserializeOwned>(body: &Bytes) -> Result<B, String> {
+    // An object only: serde would also read a struct from an array of its fields.
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) if v.is_object() => serde_json::from_value(v).map_err(|e| format!("body: {e}")),
+        Ok(_) => Err("body: expected a JSON object".into()),
+        Err(e) => Err(format!("body: {e}")),
+    }
 }
 
 /// The HTTP answer to a room's answer: `200 {"room", "seq"?}` (and a PK's `pk` and
