@@ -6,7 +6,7 @@
 //! `pk.invite`; an accepted one starts the PK in both rooms as the app's backend's match does.
 
 use bytes::Bytes;
-use protocol::client::{PkCmd, PkDeclined, PkInvite, PkInvited, PkReply};
+use protocol::client::{PK_INVITE_TTL_MS, PkCmd, PkDeclined, PkInvite, PkInvited, PkReply};
 use protocol::{ErrorCode, UserId};
 
 use super::{Applied, RoomState, json, rejected};
@@ -14,13 +14,18 @@ use super::{Applied, RoomState, json, rejected};
 /// Most invitations a room keeps pending at once.
 pub const MAX_PK_INVITES: usize = 8;
 
+/// How soon a room may invite the same room again while its invitation is pending (ms): a new
+/// one replaces it, but each tells the staff, so they come at most this often.
+pub const PK_REINVITE_MS: u64 = 3_000;
+
 impl RoomState {
     /// One step of an invitation, by `by` at `now`: the `ok` JSON and the change.
     ///
     /// # Errors
     /// - `Invite`: `NOT_IN_ROOM` (the caller is not a member), `FORBIDDEN` (not the owner or
     ///   an admin), `PK_ON`, `ROOM_CLOSED`, `BAD_REQUEST` (the room itself, a bad length).
-    /// - `Invited`: `ROOM_CLOSED`, `PK_ON`, `BAD_REQUEST` (from itself, too many pending).
+    /// - `Invited`: `ROOM_CLOSED`, `PK_ON`, `BAD_REQUEST` (from itself, too many pending),
+    ///   `RATE_LIMITED` (the same room invited it less than [`PK_REINVITE_MS`] ago).
     /// - `Accept`, `Decline`: `NOT_IN_ROOM`, `FORBIDDEN`, `NO_SUCH_REQUEST` (never made,
     ///   answered, or gone), `REQUEST_EXPIRED`; `Accept` also `PK_ON`.
     pub fn pk_cmd(
@@ -100,8 +105,19 @@ impl RoomState {
             ));
         }
         let pks = self.durable.pk.get_or_insert_with(Box::default);
-        pks.invites
-            .retain(|i| i.expires_at > now && i.from != inv.from);
+        pks.invites.retain(|i| i.expires_at > now);
+        let sent_at = |i: &PkInvited| i.expires_at.saturating_sub(PK_INVITE_TTL_MS);
+        if pks
+            .invites
+            .iter()
+            .any(|i| i.from == inv.from && now < sent_at(i).saturating_add(PK_REINVITE_MS))
+        {
+            return Err(rejected(
+                ErrorCode::RateLimited,
+                "this room was invited from there moments ago",
+            ));
+        }
+        pks.invites.retain(|i| i.from != inv.from);
         if pks.invites.len() >= MAX_PK_INVITES {
             return Err(rejected(
                 ErrorCode::BadRequest,

@@ -403,8 +403,10 @@ fn an_invitation_is_checked_in_the_inviting_room_and_kept_and_told_in_the_invite
     assert_eq!(frame["ev"], "pk.invite");
     assert_eq!(frame["d"]["from"], "a");
     assert_eq!(frame["d"]["link"], "i1");
-    // A second from the same room replaces the first.
-    b.pk_cmd(&u("host"), &invite_from("a", "i2", T0 + 40_000), T0)
+    // A second from the same room: too soon, then it replaces the first.
+    let again = b.pk_cmd(&u("host"), &invite_from("a", "i2", T0 + 30_001), T0 + 1);
+    assert_eq!(code(again), Some(ErrorCode::RateLimited));
+    b.pk_cmd(&u("host"), &invite_from("a", "i2", T0 + 33_000), T0 + 3_000)
         .unwrap();
     assert_eq!(b.pk_invites().len(), 1);
     assert_eq!(b.pk_invites()[0].link, "i2");
@@ -412,14 +414,14 @@ fn an_invitation_is_checked_in_the_inviting_room_and_kept_and_told_in_the_invite
     for n in 0..MAX_PK_INVITES - 1 {
         b.pk_cmd(
             &u("host"),
-            &invite_from(&format!("r{n}"), &format!("j{n}"), T0 + 10),
-            T0,
+            &invite_from(&format!("r{n}"), &format!("j{n}"), T0 + 3_010),
+            T0 + 3_000,
         )
         .unwrap();
     }
-    let more = b.pk_cmd(&u("host"), &invite_from("z", "k", T0 + 50_000), T0);
+    let more = b.pk_cmd(&u("host"), &invite_from("z", "k", T0 + 50_000), T0 + 3_000);
     assert_eq!(code(more), Some(ErrorCode::BadRequest));
-    b.pk_cmd(&u("host"), &invite_from("z", "k", T0 + 50_000), T0 + 10)
+    b.pk_cmd(&u("host"), &invite_from("z", "k", T0 + 50_000), T0 + 3_010)
         .unwrap();
     assert_eq!(b.pk_invites().len(), 2, "the lapsed ones went");
     // Kept across a reload of the room.
