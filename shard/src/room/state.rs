@@ -46,7 +46,7 @@ use members::Member;
 pub use members::{Roster, RosterEntry, shared_profile};
 pub use outcome::{Applied, Direct, Evicted, Joined, Outcome, Presence, PresencePlan, Sequenced};
 pub use pk::{Pk, Pks};
-pub use pk_invite::MAX_PK_INVITES;
+pub use pk_invite::{MAX_PK_INVITES, PK_REINVITE_MS};
 pub use pk_link::{LINK_GRACE_MS, Versus};
 pub use reports::Filed;
 pub use rocket::{Launch, Rocket, RocketLevel, RocketRules};
