@@ -1,6 +1,7 @@
 // The demo room in a real browser: two users join, take seats, chat (one reports a line of the
-// other's, one takes a line back, one answers the other's line mentioning them, the owner
-// pins that line above the chat and takes it down, mutes the chat and sets slow mode),
+// other's, one takes a line back, one answers the other's line mentioning them, the owner's
+// "@all" line stands out on the other page and a member's is plain text, the owner pins the
+// answer above the chat and takes it down, mutes the chat and sets slow mode),
 // like the room (the coalesced like counter), send a gift and get the app backend's notice,
 // play a PK (the owner starts and stops it, a gift scores for a team), then a PK against
 // another room that the app's backend matches (the panel names that room; the owner's Stop
@@ -90,6 +91,16 @@ test("two browsers: seats, chat, a gift, and a restart that resumes", async () =
   }
   await alice.locator("#chat-log li.mentions-me", { hasText: "bob: @alice yes" }).waitFor({ timeout: T });
   assert.equal(await bob.locator("#chat-log li", { hasText: "bob: @alice yes" }).evaluate((li) => li.classList.contains("mentions-me")), false);
+  // The owner's "@all" line mentions everyone: it stands out on bob's page like a mention of
+  // him. From bob, a member, "@all" is just text: sent, and not highlighted on alice's page.
+  await alice.fill("#chat-input", "@all hello everyone");
+  await alice.press("#chat-input", "Enter");
+  await bob.locator("#chat-log li.mentions-me", { hasText: "alice: @all hello everyone" }).waitFor({ timeout: T });
+  await bob.fill("#chat-input", "@all me too");
+  await bob.press("#chat-input", "Enter");
+  const plain = alice.locator("#chat-log li", { hasText: "bob: @all me too" });
+  await plain.waitFor({ timeout: T });
+  assert.equal(await plain.evaluate((li) => li.classList.contains("mentions-me")), false);
   // The owner pins bob's line: both pages show it above the chat; only the staff get Pin
   // buttons and the Unpin button. Unpinned, the bar goes on both pages.
   await alice.locator("#chat-log li", { hasText: "bob: @alice yes" }).locator("button.pin").click();

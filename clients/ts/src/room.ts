@@ -95,13 +95,19 @@ export class Room extends Emitter<RoomEvents> {
   // ---- room operations: one typed helper per op ----
 
   /**
-   * Sends a chat line; `mentions` names members of the room it mentions (at most 10), and
-   * `replyTo` the seq of a line it answers (one of the room's last 64 of this epoch).
+   * Sends a chat line; `mentions` names members of the room it mentions (at most 10),
+   * `replyTo` the seq of a line it answers (one of the room's last 64 of this epoch), and
+   * `mentionAll` makes it mention everyone in the room ("@all"; the owner or an admin only,
+   * a member is refused `FORBIDDEN`).
    */
-  chat(text: string, opts: { mentions?: string[]; replyTo?: number } = {}): Promise<OpOk<"chat.send">> {
+  chat(
+    text: string,
+    opts: { mentions?: string[]; replyTo?: number; mentionAll?: boolean } = {},
+  ): Promise<OpOk<"chat.send">> {
     const d: OpRequest<"chat.send"> = { room: this.id, text };
     if (opts.mentions?.length) d.mentions = opts.mentions;
     if (opts.replyTo !== undefined) d.reply_to = opts.replyTo;
+    if (opts.mentionAll) d.mention_all = true;
     return this.client.request("chat.send", d);
   }
   /**

@@ -118,7 +118,11 @@ export interface Ops {
   ];
   "room.join": [{ room: string; since?: Position; password?: string }, JoinOk];
   "room.leave": [{ room: string }, Record<string, never>];
-  "chat.send": [{ room: string; text: string; mentions?: string[]; reply_to?: number }, { seq: number }];
+  /** `mention_all`: the line mentions everyone ("@all"); the owner or an admin only (section 5.5). */
+  "chat.send": [
+    { room: string; text: string; mentions?: string[]; reply_to?: number; mention_all?: boolean },
+    { seq: number },
+  ];
   "chat.recall": [{ room: string; seq: number }, Record<string, never>];
   "chat.pin": [{ room: string; seq: number | null }, Record<string, never>];
   "room.attrs": [{ room: string; set?: Record<string, unknown>; remove?: string[] }, Record<string, never>];
@@ -310,6 +314,8 @@ export interface ChatEvent extends Badges {
   mentions?: string[];
   /** The line it answers: its seq in this epoch and its sender (present only then). */
   reply?: { seq: number; from: string };
+  /** The line mentions everyone in the room, "@all", sent by the owner or an admin (present only then; section 5.5). */
+  mention_all?: boolean;
 }
 
 /**

@@ -64,6 +64,13 @@ test("two clients join, chat, take seats and see each other's typed events", asy
   assert.deepEqual(got.reply, { seq: ok.seq, from: "alice" });
   await assert.rejects(rb.chat("hey", { mentions: ["nobody"] }), (e) => e.code === "BAD_REQUEST");
   await assert.rejects(rb.chat("re", { replyTo: 99999 }), (e) => e.code === "NO_SUCH_MESSAGE");
+  // "@all": a member may not mention everyone; the owner (alice) may, and bob sees `mention_all`.
+  assert.equal(ev.mention_all, undefined, "a plain line has no mention_all");
+  await assert.rejects(rb.chat("@all hi", { mentionAll: true }), (e) => e instanceof ChorusError && e.code === "FORBIDDEN");
+  const toAll = rb.next("chat", (e) => e.text === "@all listen");
+  const sentAll = await ra.chat("@all listen", { mentionAll: true });
+  const all = await toAll;
+  assert.deepEqual([all.seq, all.from, all.mention_all, all.mentions], [sentAll.seq, "alice", true, undefined]);
   // The owner pins her line: bob's snapshot follows the event, and so does its removal.
   const pinned = rb.next("chat.pin", (e) => e.line !== null);
   await ra.pinChat(ok.seq);

@@ -48,9 +48,10 @@ function log(text: string, cls = ""): HTMLElement {
 }
 
 /**
- * A chat line: a quote of the line it answers, highlighted when it mentions this user, with a
- * Reply button, a recall button on one's own lines and, for the staff, on others', a
- * report button on others' and, for the staff, a Pin button.
+ * A chat line: a quote of the line it answers, highlighted when it mentions this user or
+ * everyone (a staff "@all", `mention_all`; not one's own line), with a Reply button, a recall
+ * button on one's own lines and, for the staff, on others', a report button on others' and,
+ * for the staff, a Pin button.
  */
 function chatLine(e: ChatEvent & { seq?: number }): void {
   const { from, text, seq } = e;
@@ -60,7 +61,7 @@ function chatLine(e: ChatEvent & { seq?: number }): void {
     const quoted = document.querySelector<HTMLElement>(`#chat-log li[data-seq="${e.reply.seq}"]`)?.dataset.text;
     li.prepend(el("span", `↪ ${e.reply.from}: ${quoted ?? "…"}`, "quote"));
   }
-  if (e.mentions?.includes(me)) li.classList.add("mentions-me");
+  if (e.mentions?.includes(me) || (e.mention_all && from !== me)) li.classList.add("mentions-me");
   if (seq === undefined) return;
   li.dataset.seq = String(seq);
   li.dataset.text = text;
@@ -680,7 +681,11 @@ async function main(): Promise<void> {
     const reply = replying;
     void run("chat-error", async () => {
       const mentions = mentionsOf(text, reply);
-      await room!.chat(text, reply ? { mentions, replyTo: reply.seq } : { mentions });
+      // The staff's line that starts with "@all" mentions everyone (sent as typed); from a
+      // member "@all" is just text (the server would refuse mention_all: FORBIDDEN).
+      const s = room!.snapshot;
+      const mentionAll = !!s && (s.owner === me || s.admins.includes(me)) && /^@all(\s|$)/.test(text);
+      await room!.chat(text, { mentions, replyTo: reply?.seq, mentionAll });
       input.value = "";
       if (replying === reply) stopReply();
     });
