@@ -70,7 +70,7 @@ pub use op::{Addressed, ImOp, Op, RoomOp};
 pub use pk::{
     DEFAULT_PK_SECONDS, MAX_PK_LINK_BYTES, MAX_PK_SECONDS, MIN_PK_SECONDS, PK_INVITE_TTL_MS, PkCmd,
     PkDeclined, PkEnd, PkInvite, PkInviteSent, PkInvited, PkLink, PkReply, PkScore, PkStart,
-    PkStartEvent, PkStarted, PkVs,
+    PkStartEvent, PkStarted, PkVs, checked_pk_seconds,
 };
 pub use profile::Profile;
 pub use report::{

@@ -214,13 +214,7 @@ pub(super) async fn pk_match(admin: &Admin, body: &Bytes) -> Resp {
             "rooms: a room cannot PK against itself",
         );
     }
-    let length = PkStart {
-        room: a.clone(),
-        seconds: b.seconds,
-        red: None,
-        blue: None,
-    };
-    let seconds = match length.checked_seconds() {
+    let seconds = match protocol::client::checked_pk_seconds(b.seconds) {
         Ok(s) => s,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };

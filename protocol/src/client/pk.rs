@@ -37,16 +37,25 @@ pub struct PkStart {
     pub blue: Option<Vec<u32>>,
 }
 
+/// A PK's length in seconds, checked (`pk.start`, `pk.invite`, the backend's match): 300 when
+/// absent, else 30..=3600.
+///
+/// # Errors
+/// The rule broken, as a message for `BAD_REQUEST`.
+pub fn checked_pk_seconds(seconds: Option<u32>) -> Result<u32, &'static str> {
+    match seconds.unwrap_or(DEFAULT_PK_SECONDS) {
+        s @ MIN_PK_SECONDS..=MAX_PK_SECONDS => Ok(s),
+        _ => Err("seconds must be 30..=3600"),
+    }
+}
+
 impl PkStart {
-    /// The length in seconds, checked: 300 when absent, else 30..=3600.
+    /// The length in seconds, checked ([`checked_pk_seconds`]).
     ///
     /// # Errors
     /// The rule broken, as a message for `BAD_REQUEST`.
     pub fn checked_seconds(&self) -> Result<u32, &'static str> {
-        match self.seconds.unwrap_or(DEFAULT_PK_SECONDS) {
-            s @ MIN_PK_SECONDS..=MAX_PK_SECONDS => Ok(s),
-            _ => Err("seconds must be 30..=3600"),
-        }
+        checked_pk_seconds(self.seconds)
     }
 }
 
@@ -186,13 +195,7 @@ impl PkInvite {
     /// # Errors
     /// The rule broken, as a message for `BAD_REQUEST`.
     pub fn checked_seconds(&self) -> Result<u32, &'static str> {
-        PkStart {
-            room: self.room.clone(),
-            seconds: self.seconds,
-            red: None,
-            blue: None,
-        }
-        .checked_seconds()
+        checked_pk_seconds(self.seconds)
     }
 }
 

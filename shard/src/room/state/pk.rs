@@ -78,9 +78,7 @@ impl RoomState {
         if let Some(user) = by {
             self.require_staff(user, "only the owner or an admin starts a PK")?;
         }
-        if self.durable.pk.as_ref().is_some_and(|p| p.on.is_some()) {
-            return Err(rejected(ErrorCode::PkOn, "a PK is already on in this room"));
-        }
+        self.require_no_pk(super::pk_link::PK_ON)?;
         let seconds = args
             .checked_seconds()
             .map_err(|m| rejected(ErrorCode::BadRequest, m))?;

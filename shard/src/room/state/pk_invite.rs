@@ -43,9 +43,7 @@ impl RoomState {
             PkCmd::Invited(inv) => Ok((empty(), self.pk_invited(inv, now)?)),
             PkCmd::Accept(reply) => {
                 self.pk_staff_member(by, "only the owner or an admin accepts a PK")?;
-                if self.pk_on().is_some() {
-                    return Err(rejected(ErrorCode::PkOn, "a PK is already on in this room"));
-                }
+                self.require_no_pk(super::pk_link::PK_ON)?;
                 let (inv, applied) = self.take_invite(reply, now)?;
                 Ok((json(&inv), applied))
             }
@@ -73,15 +71,8 @@ impl RoomState {
         if self.durable.closed {
             return Err(rejected(ErrorCode::RoomClosed, "the room is closed"));
         }
-        if self.pk_on().is_some() {
-            return Err(rejected(ErrorCode::PkOn, "a PK is already on in this room"));
-        }
-        if args.vs == self.id {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "a room cannot PK against itself",
-            ));
-        }
+        self.require_no_pk(super::pk_link::PK_ON)?;
+        self.require_other_room(&args.vs)?;
         args.checked_seconds()
             .map(|_| ())
             .map_err(|m| rejected(ErrorCode::BadRequest, m))
@@ -95,15 +86,8 @@ impl RoomState {
                 "the invited room is closed",
             ));
         }
-        if self.pk_on().is_some() {
-            return Err(rejected(ErrorCode::PkOn, "a PK is on in the invited room"));
-        }
-        if inv.from == self.id {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "a room cannot PK against itself",
-            ));
-        }
+        self.require_no_pk("a PK is on in the invited room")?;
+        self.require_other_room(&inv.from)?;
         let pks = self.durable.pk.get_or_insert_with(Box::default);
         pks.invites.retain(|i| i.expires_at > now);
         let sent_at = |i: &PkInvited| i.expires_at.saturating_sub(PK_INVITE_TTL_MS);

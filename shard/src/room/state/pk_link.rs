@@ -27,6 +27,9 @@ use super::{Applied, RoomState, Sequenced, rejected};
 /// score read (ms).
 pub const LINK_GRACE_MS: u64 = 5_000;
 
+/// `PK_ON`'s message in the room the caller acts in.
+pub(super) const PK_ON: &str = "a PK is already on in this room";
+
 /// How far past the longest PK a match's end may be (ms): the backend's clock and the room's
 /// may differ a little.
 const END_SLACK_MS: u64 = 60_000;
@@ -75,6 +78,25 @@ impl Versus {
 }
 
 impl RoomState {
+    /// `PK_ON` (saying `what`) while a PK is on in this room.
+    pub(super) fn require_no_pk(&self, what: &'static str) -> Result<(), super::Rejected> {
+        match self.pk_on() {
+            Some(_) => Err(rejected(ErrorCode::PkOn, what)),
+            None => Ok(()),
+        }
+    }
+
+    /// `BAD_REQUEST` when `other` is this room.
+    pub(super) fn require_other_room(&self, other: &RoomId) -> Result<(), super::Rejected> {
+        if *other == self.id {
+            return Err(rejected(
+                ErrorCode::BadRequest,
+                "a room cannot PK against itself",
+            ));
+        }
+        Ok(())
+    }
+
     /// The PK that is on is one between two rooms.
     pub(super) fn pk_linked(&self) -> bool {
         self.pk_on().is_some_and(|p| p.vs.is_some())
@@ -91,17 +113,10 @@ impl RoomState {
         args: &PkLink,
         now: u64,
     ) -> Result<(PkStarted, Applied), super::Rejected> {
-        if self.pk_on().is_some() {
-            return Err(rejected(ErrorCode::PkOn, "a PK is already on in this room"));
-        }
+        self.require_no_pk(PK_ON)?;
         args.check()
             .map_err(|m| rejected(ErrorCode::BadRequest, m))?;
-        if args.vs == self.id {
-            return Err(rejected(
-                ErrorCode::BadRequest,
-                "a room cannot PK against itself",
-            ));
-        }
+        self.require_other_room(&args.vs)?;
         let longest = u64::from(protocol::client::MAX_PK_SECONDS) * 1000 + END_SLACK_MS;
         if args.ends_at <= now || args.ends_at > now.saturating_add(longest) {
             return Err(rejected(
